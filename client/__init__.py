@@ -1,0 +1,1 @@
+"""Bundled asyncio producer, consumer and admin client, and the command line."""

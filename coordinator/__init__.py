@@ -1,0 +1,1 @@
+"""Group and transaction coordinators as state machines replayed from compacted internal topics."""

@@ -1,0 +1,3 @@
+"""Odradek: a Kafka-compatible broker written in Python on asyncio."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Sans-I/O Kafka wire protocol: never imports asyncio, socket, the clock or files."""

@@ -1,0 +1,27 @@
+"""The registry of every message definition, one module per API family.
+
+Each module defines `APIS`, a list of `schema.Api`. They are collected here in module-name order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from ..schema import Api
+
+
+def _collect() -> list[Api]:
+    apis: list[Api] = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        apis.extend(getattr(module, "APIS", []))
+    return sorted(apis, key=lambda a: a.key)
+
+
+ALL_APIS: list[Api] = _collect()
+BY_KEY: dict[int, Api] = {}
+for _api in ALL_APIS:
+    if _api.key in BY_KEY:
+        raise RuntimeError(f"api key {_api.key} defined twice: {BY_KEY[_api.key].name} and {_api.name}")
+    BY_KEY[_api.key] = _api

@@ -1,0 +1,1 @@
+"""The segmented partition log: synchronous and deterministic (time is passed in as now_ms)."""
