@@ -25,3 +25,14 @@ for _api in ALL_APIS:
     if _api.key in BY_KEY:
         raise RuntimeError(f"api key {_api.key} defined twice: {BY_KEY[_api.key].name} and {_api.name}")
     BY_KEY[_api.key] = _api
+
+# Message classes: `ProduceRequest`, `ProduceResponse`, ... importable from this package.
+from ..codec import build_message_classes  # noqa: E402
+
+REQUESTS: dict[int, type] = {}
+RESPONSES: dict[int, type] = {}
+for _api in ALL_APIS:
+    REQUESTS[_api.key], RESPONSES[_api.key] = build_message_classes(_api)
+    globals()[REQUESTS[_api.key].__name__] = REQUESTS[_api.key]
+    globals()[RESPONSES[_api.key].__name__] = RESPONSES[_api.key]
+del _api

@@ -45,6 +45,8 @@ def _json_default(jf: dict, type_: str, nullable: VersionRange):
     d = jf.get("default")
     if d is None:
         return None if type_ == "records" else _type_default(type_)
+    if not isinstance(d, str):  # a few files give bare JSON numbers or booleans
+        d = str(d).lower()
     if d == "null":
         return None
     if type_ == "bool":

@@ -1,0 +1,226 @@
+"""Sans-I/O connections: bytes in, events out; messages in, bytes (or file regions) out.
+
+    frame := size int32 (bytes after itself) | header | body
+
+`ServerConnection` is the broker's side. `receive_data(data)` returns complete `RequestReceived` events;
+the 4-byte size is checked against the frame limit *before* any of the frame is buffered, so a hostile
+size field costs nothing. Anything malformed raises `RemoteProtocolError`: the caller closes the
+connection (Kafka does the same for bad frames, unknown keys and versions). One exception, from KIP-511:
+an ApiVersions request at a version we do not know yields `ApiVersionsUnsupported`, to be answered with a
+v0 body carrying UNSUPPORTED_VERSION and our table.
+
+`send_response(header, response)` returns chunks: bytes, and `FileRegion`s where record data should go out
+by sendfile.
+
+`ClientConnection` is the client's side: it numbers requests, remembers the api key and version of each
+so that responses can be decoded, and insists that responses come back in request order (as the Java
+client does).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass
+from typing import Mapping
+
+from .codec import FileRegion, Message, decode, decode_from, encode_into
+from .errors import LocalProtocolError, RemoteProtocolError
+from .headers import (
+    API_VERSIONS_KEY,
+    RequestHeader,
+    read_request_header,
+    read_response_header,
+    write_request_header,
+    write_response_header,
+)
+from .messages import REQUESTS, RESPONSES
+
+DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
+UNSUPPORTED_VERSION = 35
+
+_SIZE = struct.Struct(">i")
+
+__all__ = [
+    "ApiVersionsUnsupported", "ClientConnection", "FileRegion", "RequestReceived", "ResponseReceived",
+    "ServerConnection", "frame_chunks_size",
+]
+
+
+@dataclass(slots=True)
+class RequestReceived:
+    header: RequestHeader
+    request: Message
+    frame_size: int
+
+
+@dataclass(slots=True)
+class ApiVersionsUnsupported:
+    header: RequestHeader
+    frame_size: int
+
+
+class _Framer:
+    """Splits a byte stream into frames, refusing a size field over the limit before buffering."""
+
+    def __init__(self, max_frame_bytes: int):
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+
+    def feed(self, data) -> list[bytearray]:
+        self._buf += data
+        frames = []
+        buf = self._buf
+        start = 0
+        while len(buf) - start >= 4:
+            (size,) = _SIZE.unpack_from(buf, start)
+            if size < 0 or size > self.max_frame_bytes:
+                raise RemoteProtocolError(f"frame size {size} is outside 0..{self.max_frame_bytes}")
+            if len(buf) - start - 4 < size:
+                break
+            frames.append(buf[start + 4 : start + 4 + size])
+            start += 4 + size
+        if start:
+            del buf[:start]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+class ServerConnection:
+    def __init__(
+        self,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        supported: Mapping[int, tuple[int, int]] | None = None,
+    ):
+        """`supported` maps api key -> (min, max) the broker serves; None means every defined version."""
+        self._framer = _Framer(max_frame_bytes)
+        self.supported = supported
+
+    def receive_data(self, data) -> list[RequestReceived | ApiVersionsUnsupported]:
+        return [self._parse(frame) for frame in self._framer.feed(data)]
+
+    def _parse(self, frame: bytearray) -> RequestReceived | ApiVersionsUnsupported:
+        if len(frame) < 4:
+            raise RemoteProtocolError("frame too short for a request header")
+        api_key, api_version = struct.unpack_from(">hh", frame, 0)
+        low, high = self._range(api_key)
+        if not low <= api_version <= high:
+            if api_key == API_VERSIONS_KEY:
+                header, _ = read_request_header(frame, flexible=False)
+                return ApiVersionsUnsupported(header, len(frame))
+            raise RemoteProtocolError(f"unsupported version {api_version} of api key {api_key}")
+        header, pos = read_request_header(frame)
+        view = memoryview(frame)
+        request = decode(REQUESTS[api_key], view[pos:], api_version)
+        return RequestReceived(header, request, len(frame))
+
+    def _range(self, api_key: int) -> tuple[int, int]:
+        if self.supported is not None:
+            rng = self.supported.get(api_key)
+            if rng is None:
+                if api_key == API_VERSIONS_KEY:
+                    return (0, -1)
+                raise RemoteProtocolError(f"unknown or unsupported api key {api_key}")
+            return rng
+        cls = REQUESTS.get(api_key)
+        if cls is None:
+            if api_key == API_VERSIONS_KEY:
+                return (0, -1)
+            raise RemoteProtocolError(f"unknown api key {api_key}")
+        return cls.VALID_VERSIONS
+
+    def send_response(self, header: RequestHeader, response: Message, version: int | None = None) -> list:
+        """Frame a response. Returns a list of chunks (bytes-like or FileRegion)."""
+        version = header.api_version if version is None else version
+        out = bytearray(4)
+        write_response_header(out, response.API_KEY, version, header.correlation_id)
+        chunks: list = []
+        encode_into(response, version, out, chunks)
+        if out:
+            chunks.append(out)
+        total = frame_chunks_size(chunks) - 4
+        first = chunks[0]
+        if not isinstance(first, bytearray):
+            first = chunks[0] = bytearray(first)
+        _SIZE.pack_into(first, 0, total)
+        return chunks
+
+    def send_api_versions_unsupported(self, header: RequestHeader, table: Mapping[int, tuple[int, int]]) -> list:
+        """KIP-511: a v0 ApiVersions body with UNSUPPORTED_VERSION and our table, under a v0 header."""
+        cls = RESPONSES[API_VERSIONS_KEY]
+        keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in sorted(table.items())]
+        return self.send_response(header, cls(error_code=UNSUPPORTED_VERSION, api_keys=keys), version=0)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._framer.buffered
+
+
+def frame_chunks_size(chunks: list) -> int:
+    return sum(c.length if isinstance(c, FileRegion) else len(c) for c in chunks)
+
+
+@dataclass(slots=True)
+class ResponseReceived:
+    correlation_id: int
+    api_key: int
+    api_version: int
+    response: Message
+
+
+class ClientConnection:
+    def __init__(self, *, client_id: str | None = "odradek", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+        self.client_id = client_id
+        self._framer = _Framer(max_frame_bytes)
+        self._next_correlation_id = 0
+        self._in_flight: deque[tuple[int, int, int]] = deque()
+
+    def send_request(self, request: Message, version: int, *, expect_response: bool = True) -> tuple[int, bytes]:
+        """Frame a request. Returns (correlation id, bytes). acks=0 Produce passes expect_response=False."""
+        if not request.IS_REQUEST:
+            raise LocalProtocolError(f"{type(request).__name__} is not a request")
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        out = bytearray(4)
+        write_request_header(out, RequestHeader(request.API_KEY, version, correlation_id, self.client_id))
+        encode_into(request, version, out, [])
+        _SIZE.pack_into(out, 0, len(out) - 4)
+        if expect_response:
+            self._in_flight.append((correlation_id, request.API_KEY, version))
+        return correlation_id, bytes(out)
+
+    def receive_data(self, data) -> list[ResponseReceived]:
+        events = []
+        for frame in self._framer.feed(data):
+            if not self._in_flight:
+                raise RemoteProtocolError("response received with no request in flight")
+            correlation_id, api_key, version = self._in_flight.popleft()
+            got, pos = read_response_header(frame, api_key, version)
+            if got != correlation_id:
+                raise RemoteProtocolError(f"correlation id {got} does not match the request's {correlation_id}")
+            events.append(ResponseReceived(correlation_id, api_key, version, self._decode(frame, pos, api_key, version)))
+        return events
+
+    @staticmethod
+    def _decode(frame, pos: int, api_key: int, version: int) -> Message:
+        cls = RESPONSES[api_key]
+        body = memoryview(frame)[pos:]
+        if api_key != API_VERSIONS_KEY or version == 0:
+            return decode(cls, body, version)
+        # A broker that does not know our ApiVersions version answers with a v0 body (KIP-511).
+        try:
+            response = decode(cls, body, version)
+            if response.error_code != UNSUPPORTED_VERSION:
+                return response
+        except RemoteProtocolError:
+            pass
+        response, _ = decode_from(cls, body, 0)
+        return response
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
