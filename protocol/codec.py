@@ -738,3 +738,17 @@ def _struct_size(obj, version: int, flexible: bool) -> int:
         for tag, n in tags:
             total += _uvarint_len(tag) + _uvarint_len(n) + n
     return total
+
+
+def data_class(name: str, fields: list[F], *, valid: str = "0", flexible: str = "0+") -> type:
+    """A versioned struct that is not an API message (metadata records, consumer protocol blobs)."""
+    from .schema import VersionRange
+
+    vrange, frange = VersionRange(valid), VersionRange(flexible)
+    for f in fields:
+        f.finalize()
+    cls = _make_class(name, fields, name)
+    cls.API_NAME = name
+    cls.VALID_VERSIONS = (vrange.low, vrange.high)
+    cls.FLEXIBLE_FROM = None if frange.empty else frange.low
+    return cls

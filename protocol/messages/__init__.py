@@ -11,15 +11,17 @@ import pkgutil
 from ..schema import Api
 
 
-def _collect() -> list[Api]:
+def _collect() -> tuple[list[Api], list[Api]]:
     apis: list[Api] = []
+    data: list[Api] = []
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{__name__}.{info.name}")
         apis.extend(getattr(module, "APIS", []))
-    return sorted(apis, key=lambda a: a.key)
+        data.extend(getattr(module, "DATA", []))
+    return sorted(apis, key=lambda a: a.key), data
 
 
-ALL_APIS: list[Api] = _collect()
+ALL_APIS, _DATA = _collect()
 BY_KEY: dict[int, Api] = {}
 for _api in ALL_APIS:
     if _api.key in BY_KEY:
@@ -27,7 +29,7 @@ for _api in ALL_APIS:
     BY_KEY[_api.key] = _api
 
 # Message classes: `ProduceRequest`, `ProduceResponse`, ... importable from this package.
-from ..codec import build_message_classes  # noqa: E402
+from ..codec import build_message_classes, data_class  # noqa: E402
 
 REQUESTS: dict[int, type] = {}
 RESPONSES: dict[int, type] = {}
@@ -36,3 +38,10 @@ for _api in ALL_APIS:
     globals()[REQUESTS[_api.key].__name__] = REQUESTS[_api.key]
     globals()[RESPONSES[_api.key].__name__] = RESPONSES[_api.key]
 del _api
+
+# Versioned payloads that are not API messages (e.g. ConsumerProtocolSubscription).
+DATA_CLASSES: dict[str, type] = {}
+for _d in _DATA:
+    DATA_CLASSES[_d.name] = data_class(_d.name, _d.request, valid=_d.valid, flexible=_d.flexible)
+    globals()[_d.name] = DATA_CLASSES[_d.name]
+del _d

@@ -1,0 +1,968 @@
+"""Broker configuration: Kafka's property names, Kafka's defaults, one validated immutable model.
+
+Theory of operation
+-------------------
+`BrokerConfig` is a frozen pydantic model whose field *aliases* are Kafka's dotted property names
+(`num.partitions`) and whose attribute names are their snake_case (`num_partitions`). Every value that
+arrives as text (a server.properties line, an environment variable, a `--override`) goes through the
+same parsers Kafka's `ConfigDef` applies: booleans are `true`/`false`, INT is 32-bit, LONG is 64-bit,
+LIST is comma-separated. Each field also records its Kafka `ConfigType`, so DescribeConfigs can answer
+without a second table (see `broker/topic_config.py`).
+
+`load_config(path, overrides, env)` merges three layers, later winning per key:
+
+    server.properties file  <  ODRADEK_<KEY> environment variables  <  "key=value" overrides
+
+and raises `ConfigError` naming the key (and where the bad value came from) for an unknown key or a value
+that does not parse or validate. Only keys are merged; a derived value such as the effective retention
+(`log.retention.ms`, else `.minutes`, else `.hours`) is computed from the merged result.
+
+Deviations from Kafka, each chosen so that the defaults run a working single broker:
+- `node.id` defaults to 1 (Kafka has no default in KRaft mode), `process.roles` to `broker,controller`
+  (combined mode), and an empty `controller.quorum.voters` means "a quorum of one: this node".
+- `log.dir` defaults to `./odradek-data` (relative to the working directory), not `/tmp/kafka-logs`.
+- The internal topics' replication factors (`offsets.topic.replication.factor`,
+  `transaction.state.log.replication.factor`, `.min.isr`, and the share-state ones) default to 1, as in
+  Kafka's own sample server.properties, rather than Kafka's built-in 3 (2 for min.isr).
+- `log.segment.bytes` accepts values down to 14 bytes (Kafka 3.x's floor) rather than Kafka 4.0's 1 MiB,
+  so tests can roll segments quickly.
+- Our own keys: `metrics.port` / `metrics.host` (Prometheus endpoint; port 0 = disabled, the default),
+  `log.format` (`console` or `json`) and `log.level`.
+
+Keys Kafka's sample server.properties carries but Odradek does not act on yet (thread counts, socket
+buffer sizes, throttling) are still accepted and validated, so a Kafka config file loads unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import os
+import re
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = [
+    "ConfigError",
+    "ConfigType",
+    "BrokerConfig",
+    "Listener",
+    "QuorumVoter",
+    "ENV_PREFIX",
+    "load_config",
+    "parse_properties",
+    "parse_listener",
+    "parse_listeners",
+    "env_var_name",
+    "render_value",
+    "broker_config_keys",
+]
+
+ENV_PREFIX = "ODRADEK_"
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("delete", "compact")
+LOG_FORMATS = ("console", "json")
+# Python's levels, plus log4j's spellings a Kafka operator types from habit.
+LOG_LEVELS = {
+    "TRACE": "DEBUG",
+    "DEBUG": "DEBUG",
+    "INFO": "INFO",
+    "WARN": "WARNING",
+    "WARNING": "WARNING",
+    "ERROR": "ERROR",
+    "FATAL": "CRITICAL",
+    "CRITICAL": "CRITICAL",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or its value is invalid. `key` names it; `source` says where from."""
+
+    def __init__(self, message: str, *, key: str | None = None, source: str | None = None) -> None:
+        super().__init__(f"{source}: {message}" if source else message)
+        self.key = key
+        self.source = source
+        self.reason = message
+
+
+class ConfigType(enum.IntEnum):
+    """Kafka's ConfigDef.Type as DescribeConfigs v3+ reports it in `config_type` (0 = unknown)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+# --------------------------------------------------------------------------------------------------
+# Value parsers, shared with topic_config. Each takes the raw value (text, or an already typed Python
+# value when a config is built in code) and returns the parsed value or raises ValueError(reason).
+
+_INT_RE = re.compile(r"[+-]?\d+")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value.strip()
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = _text(value).lower()
+    if text == "true":
+        return True
+    if text == "false":
+        return False
+    raise ValueError("must be true or false")
+
+
+def _parse_integer(value: Any, lo: int, hi: int, what: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"must be an integer ({what})")
+    if isinstance(value, int):
+        number = value
+    else:
+        text = _text(value)
+        if not _INT_RE.fullmatch(text):
+            raise ValueError(f"must be an integer ({what})")
+        number = int(text)
+    if not lo <= number <= hi:
+        raise ValueError(f"must be an integer ({what}, {lo}..{hi})")
+    return number
+
+
+def parse_int32(value: Any) -> int:
+    return _parse_integer(value, INT32_MIN, INT32_MAX, "32-bit")
+
+
+def parse_int16(value: Any) -> int:
+    return _parse_integer(value, -(2**15), 2**15 - 1, "16-bit")
+
+
+def parse_int64(value: Any) -> int:
+    return _parse_integer(value, INT64_MIN, INT64_MAX, "64-bit")
+
+
+def parse_double(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("must be a number")
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = _text(value)
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError("must be a number") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError("must be a finite number")
+    return number
+
+
+def parse_list(value: Any) -> tuple[str, ...]:
+    """Kafka's LIST: comma-separated, items trimmed, empty items dropped ("" is the empty list)."""
+    if isinstance(value, (list, tuple)):
+        items = [_text(v) for v in value]
+    else:
+        items = _text(value).split(",")
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def parse_optional_string(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = _text(value)
+    return text or None
+
+
+def _blank_to_none(value: Any) -> Any:
+    # An empty value (`log.roll.ms=` or ODRADEK_LOG_ROLL_MS="") unsets an optional key.
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
+def _choice(*allowed: str, case_sensitive: bool = True):
+    def parse(value: Any) -> str:
+        text = _text(value)
+        for option in allowed:
+            if text == option or (not case_sensitive and text.lower() == option.lower()):
+                return option
+        raise ValueError(f"must be one of: {', '.join(allowed)}")
+
+    return parse
+
+
+def _list_of(*allowed: str, non_empty: bool = True):
+    def parse(value: Any) -> tuple[str, ...]:
+        items = tuple(item.lower() for item in parse_list(value))
+        bad = [item for item in items if item not in allowed]
+        if bad:
+            raise ValueError(f"each item must be one of: {', '.join(allowed)}")
+        if non_empty and not items:
+            raise ValueError("must not be empty")
+        if len(set(items)) != len(items):
+            raise ValueError("must not repeat an item")
+        return items
+
+    return parse
+
+
+def _parse_log_level(value: Any) -> str:
+    text = _text(value).upper()
+    if text not in LOG_LEVELS:
+        raise ValueError(f"must be one of: {', '.join(sorted(LOG_LEVELS))}")
+    return LOG_LEVELS[text]
+
+
+def _parse_protocol_map(value: Any) -> dict[str, str]:
+    if isinstance(value, Mapping):
+        items = [f"{k}:{v}" for k, v in value.items()]
+    else:
+        items = list(parse_list(value))
+    result: dict[str, str] = {}
+    for item in items:
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name or not protocol:
+            raise ValueError("must be a list of LISTENER_NAME:SECURITY_PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"unknown security protocol {protocol!r} (one of: {', '.join(SECURITY_PROTOCOLS)})")
+        if name in result:
+            raise ValueError(f"listener name {name!r} is mapped twice")
+        result[name] = protocol
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Listeners and quorum voters
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One `NAME://host:port` endpoint. An empty host binds every interface; port 0 asks the OS for one."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumVoter:
+    """One `id@host:port` entry of `controller.quorum.voters`."""
+
+    node_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.node_id}@{host}:{self.port}"
+
+
+_LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?:\[(?P<ipv6>[0-9A-Fa-f:.%a-z]+)\]|(?P<host>[^:\[\]/\s]*)):(?P<port>\d+)$")
+_VOTER_RE = re.compile(r"^(?P<id>\d+)@(?:\[(?P<ipv6>[0-9A-Fa-f:.%a-z]+)\]|(?P<host>[^:\[\]/@\s]+)):(?P<port>\d+)$")
+
+
+def parse_listener(text: str, protocol_map: Mapping[str, str] | None = None) -> Listener:
+    """Parse `NAME://host:port` (host may be empty or a bracketed IPv6 address). Raises ValueError."""
+    match = _LISTENER_RE.match(text.strip())
+    if not match:
+        raise ValueError(f"{text.strip()!r} is not of the form NAME://host:port")
+    name = match["name"].upper()
+    host = match["ipv6"] if match["ipv6"] is not None else match["host"]
+    port = int(match["port"])
+    if port > 65535:
+        raise ValueError(f"port {port} of {text.strip()!r} is out of range 0..65535")
+    if protocol_map is None:
+        protocol = name if name in SECURITY_PROTOCOLS else "PLAINTEXT"
+    elif name in protocol_map:
+        protocol = protocol_map[name]
+    else:
+        raise ValueError(f"listener name {name!r} has no entry in listener.security.protocol.map")
+    return Listener(name, host, port, protocol)
+
+
+def parse_listeners(value: Iterable[str] | str, protocol_map: Mapping[str, str] | None = None) -> list[Listener]:
+    """Parse a listener list, refusing duplicate names and two listeners on one host and port."""
+    items = parse_list(value) if isinstance(value, str) else tuple(value)
+    listeners = [parse_listener(item, protocol_map) for item in items]
+    names: set[str] = set()
+    endpoints: set[tuple[str, int]] = set()
+    for listener in listeners:
+        if listener.name in names:
+            raise ValueError(f"listener name {listener.name!r} appears twice")
+        names.add(listener.name)
+        if listener.port:
+            if (listener.host, listener.port) in endpoints:
+                raise ValueError(f"two listeners use {listener.host or '*'}:{listener.port}")
+            endpoints.add((listener.host, listener.port))
+    return listeners
+
+
+def _parse_voter(text: str) -> QuorumVoter:
+    match = _VOTER_RE.match(text.strip())
+    if not match:
+        raise ValueError(f"{text.strip()!r} is not of the form id@host:port")
+    port = int(match["port"])
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port {port} of {text.strip()!r} is out of range 1..65535")
+    host = match["ipv6"] if match["ipv6"] is not None else match["host"]
+    return QuorumVoter(int(match["id"]), host, port)
+
+
+def _parse_voters(value: Any) -> tuple[str, ...]:
+    items = parse_list(value)
+    voters = [_parse_voter(item) for item in items]
+    ids = [v.node_id for v in voters]
+    if len(set(ids)) != len(ids):
+        raise ValueError("a node id appears twice")
+    return tuple(str(v) for v in voters)
+
+
+def _parse_listener_list(value: Any) -> tuple[str, ...]:
+    items = parse_list(value)
+    # Syntax only here; protocols are resolved against the map once every field is known.
+    parse_listeners(items, protocol_map=None)
+    return tuple(str(parse_listener(item)) for item in items)
+
+
+def _parse_port(value: Any) -> int:
+    port = parse_int32(value)
+    if not 0 <= port <= 65535:
+        raise ValueError("must be a port number 0..65535")
+    return port
+
+
+# --------------------------------------------------------------------------------------------------
+# Field types
+
+Bool = Annotated[bool, BeforeValidator(parse_bool)]
+Int = Annotated[int, BeforeValidator(parse_int32)]
+Short = Annotated[int, BeforeValidator(parse_int16)]
+Long = Annotated[int, BeforeValidator(parse_int64)]
+Double = Annotated[float, BeforeValidator(parse_double)]
+OptInt = Annotated[int | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else parse_int32(v))]
+OptLong = Annotated[int | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else parse_int64(v))]
+Str = Annotated[str, BeforeValidator(_text)]
+OptStr = Annotated[str | None, BeforeValidator(parse_optional_string)]
+StrList = Annotated[tuple[str, ...], BeforeValidator(parse_list)]
+OptStrList = Annotated[tuple[str, ...] | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else parse_list(v))]
+ListenerList = Annotated[tuple[str, ...], BeforeValidator(_parse_listener_list)]
+OptListenerList = Annotated[
+    tuple[str, ...] | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else _parse_listener_list(v))
+]
+VoterList = Annotated[tuple[str, ...], BeforeValidator(_parse_voters)]
+ProtocolMap = Annotated[dict[str, str], BeforeValidator(_parse_protocol_map)]
+Roles = Annotated[tuple[str, ...], BeforeValidator(_list_of("broker", "controller"))]
+CleanupPolicy = Annotated[tuple[str, ...], BeforeValidator(_list_of(*CLEANUP_POLICIES))]
+CompressionType = Annotated[str, BeforeValidator(_choice(*COMPRESSION_TYPES, case_sensitive=False))]
+TimestampType = Annotated[str, BeforeValidator(_choice(*TIMESTAMP_TYPES))]
+LogFormat = Annotated[str, BeforeValidator(_choice(*LOG_FORMATS, case_sensitive=False))]
+LogLevel = Annotated[str, BeforeValidator(_parse_log_level)]
+Port = Annotated[int, BeforeValidator(_parse_port)]
+
+
+def _f(alias: str, default: Any, ktype: ConfigType, doc: str, **constraints: Any) -> Any:
+    return Field(default, alias=alias, description=doc, json_schema_extra={"kafka_type": int(ktype)}, **constraints)
+
+
+T = ConfigType
+HOUR_MS = 3_600_000
+MINUTE_MS = 60_000
+
+
+class BrokerConfig(BaseModel):
+    """The broker's static configuration. Build it with `load_config`, `from_properties`, or keywords."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True, validate_default=True)
+
+    # ---- identity and roles
+    node_id: Int = _f("node.id", 1, T.INT, "This node's id in the cluster.", ge=0)
+    broker_id: OptInt = _f("broker.id", None, T.INT, "Legacy name of node.id; if set it must equal node.id.", ge=0)
+    process_roles: Roles = _f("process.roles", "broker,controller", T.LIST, "Roles of this node: broker, controller or both.")
+    controller_quorum_voters: VoterList = _f(
+        "controller.quorum.voters", "", T.LIST, "Controller quorum as id@host:port,...; empty means a quorum of one: this node."
+    )
+    controller_quorum_bootstrap_servers: StrList = _f(
+        "controller.quorum.bootstrap.servers", "", T.LIST, "host:port list used to discover the controller quorum."
+    )
+    controller_listener_names: StrList = _f(
+        "controller.listener.names", "CONTROLLER", T.LIST, "Names of the listeners that carry controller traffic."
+    )
+    broker_rack: OptStr = _f("broker.rack", None, T.STRING, "Rack of this broker, for rack-aware replica placement.")
+
+    # ---- listeners
+    listeners: ListenerList = _f("listeners", "PLAINTEXT://localhost:9092", T.LIST, "Endpoints to bind, NAME://host:port,...")
+    advertised_listeners: OptListenerList = _f(
+        "advertised.listeners", None, T.LIST, "Endpoints given to clients; defaults to the non-controller listeners."
+    )
+    listener_security_protocol_map: ProtocolMap = _f(
+        "listener.security.protocol.map",
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        T.STRING,
+        "Security protocol of each listener name, NAME:PROTOCOL,...",
+    )
+    inter_broker_listener_name: OptStr = _f(
+        "inter.broker.listener.name", None, T.STRING, "Listener brokers use to reach each other; default: the first broker listener."
+    )
+
+    # ---- network and request handling
+    num_network_threads: Int = _f("num.network.threads", 3, T.INT, "Accepted for compatibility; connections run on the event loop.", ge=1)
+    num_io_threads: Int = _f("num.io.threads", 8, T.INT, "Worker threads for blocking disk work.", ge=1)
+    socket_send_buffer_bytes: Int = _f("socket.send.buffer.bytes", 102400, T.INT, "SO_SNDBUF of client sockets; -1 keeps the OS default.", ge=-1)
+    socket_receive_buffer_bytes: Int = _f(
+        "socket.receive.buffer.bytes", 102400, T.INT, "SO_RCVBUF of client sockets; -1 keeps the OS default.", ge=-1
+    )
+    socket_request_max_bytes: Int = _f("socket.request.max.bytes", 104857600, T.INT, "Largest request frame accepted.", ge=1)
+    connections_max_idle_ms: Long = _f("connections.max.idle.ms", 600000, T.LONG, "Close connections idle this long.")
+    max_connections: Int = _f("max.connections", INT32_MAX, T.INT, "Most client connections open at once.", ge=0)
+    max_connections_per_ip: Int = _f("max.connections.per.ip", INT32_MAX, T.INT, "Most connections from one address.", ge=0)
+    queued_max_requests: Int = _f("queued.max.requests", 500, T.INT, "Requests queued before connections stop being read.", ge=1)
+    request_timeout_ms: Int = _f("request.timeout.ms", 30000, T.INT, "Timeout of requests this node sends to others.", ge=0)
+
+    # ---- log storage
+    log_dir: Str = _f("log.dir", "./odradek-data", T.STRING, "Data directory, used when log.dirs is not set.")
+    log_dirs: OptStrList = _f("log.dirs", None, T.LIST, "Comma-separated data directories; default: log.dir.")
+    metadata_log_dir: OptStr = _f("metadata.log.dir", None, T.STRING, "Directory of the metadata log; default: the first data directory.")
+    num_partitions: Int = _f("num.partitions", 1, T.INT, "Partitions of an automatically created topic.", ge=1)
+    default_replication_factor: Int = _f("default.replication.factor", 1, T.INT, "Replication factor of an automatically created topic.", ge=1)
+    auto_create_topics_enable: Bool = _f("auto.create.topics.enable", True, T.BOOLEAN, "Create a topic when a client asks for an unknown one.")
+    delete_topic_enable: Bool = _f("delete.topic.enable", True, T.BOOLEAN, "Allow DeleteTopics.")
+    message_max_bytes: Int = _f("message.max.bytes", 1048588, T.INT, "Largest record batch accepted (topic default of max.message.bytes).", ge=0)
+    num_recovery_threads_per_data_dir: Int = _f(
+        "num.recovery.threads.per.data.dir", 1, T.INT, "Threads per data directory for recovery at start-up.", ge=1
+    )
+    log_segment_bytes: Int = _f("log.segment.bytes", 1073741824, T.INT, "Size at which a segment is rolled.", ge=14)
+    log_roll_ms: OptLong = _f("log.roll.ms", None, T.LONG, "Age at which a segment is rolled; default: log.roll.hours.", ge=1)
+    log_roll_hours: Int = _f("log.roll.hours", 168, T.INT, "Age in hours at which a segment is rolled.", ge=1)
+    log_roll_jitter_ms: OptLong = _f("log.roll.jitter.ms", None, T.LONG, "Most random jitter subtracted from the roll time.", ge=0)
+    log_roll_jitter_hours: Int = _f("log.roll.jitter.hours", 0, T.INT, "Roll jitter in hours, when log.roll.jitter.ms is unset.", ge=0)
+    log_retention_ms: OptLong = _f("log.retention.ms", None, T.LONG, "Time a segment is kept; -1 keeps forever; default: minutes, then hours.")
+    log_retention_minutes: OptInt = _f("log.retention.minutes", None, T.INT, "Retention in minutes, when log.retention.ms is unset.")
+    log_retention_hours: Int = _f("log.retention.hours", 168, T.INT, "Retention in hours, when ms and minutes are unset.")
+    log_retention_bytes: Long = _f("log.retention.bytes", -1, T.LONG, "Most bytes kept per partition; -1 means no limit.")
+    log_retention_check_interval_ms: Long = _f(
+        "log.retention.check.interval.ms", 300000, T.LONG, "How often retention is enforced.", ge=1
+    )
+    log_cleanup_policy: CleanupPolicy = _f("log.cleanup.policy", "delete", T.LIST, "delete, compact, or both.")
+    log_cleaner_enable: Bool = _f("log.cleaner.enable", True, T.BOOLEAN, "Run the log cleaner (compaction).")
+    log_cleaner_threads: Int = _f("log.cleaner.threads", 1, T.INT, "Cleaner threads.", ge=0)
+    log_cleaner_backoff_ms: Long = _f("log.cleaner.backoff.ms", 15000, T.LONG, "Cleaner sleep when there is nothing to clean.", ge=0)
+    log_cleaner_delete_retention_ms: Long = _f(
+        "log.cleaner.delete.retention.ms", 86400000, T.LONG, "How long tombstones survive compaction.", ge=0
+    )
+    log_cleaner_min_cleanable_ratio: Double = _f(
+        "log.cleaner.min.cleanable.ratio", 0.5, T.DOUBLE, "Dirty ratio at which a log becomes cleanable.", ge=0, le=1
+    )
+    log_cleaner_min_compaction_lag_ms: Long = _f(
+        "log.cleaner.min.compaction.lag.ms", 0, T.LONG, "Minimum age of a record before it can be compacted.", ge=0
+    )
+    log_cleaner_max_compaction_lag_ms: Long = _f(
+        "log.cleaner.max.compaction.lag.ms", INT64_MAX, T.LONG, "Maximum age of a record before it must be compacted.", ge=1
+    )
+    log_index_interval_bytes: Int = _f("log.index.interval.bytes", 4096, T.INT, "Bytes between offset index entries.", ge=0)
+    log_index_size_max_bytes: Int = _f("log.index.size.max.bytes", 10485760, T.INT, "Largest offset index file.", ge=4)
+    log_flush_interval_messages: Long = _f(
+        "log.flush.interval.messages", INT64_MAX, T.LONG, "Messages appended before a partition is fsynced.", ge=1
+    )
+    log_flush_interval_ms: OptLong = _f(
+        "log.flush.interval.ms", None, T.LONG, "Most time data stays unflushed; default: log.flush.scheduler.interval.ms.", ge=0
+    )
+    log_flush_scheduler_interval_ms: Long = _f(
+        "log.flush.scheduler.interval.ms", INT64_MAX, T.LONG, "How often the flusher checks for logs to flush."
+    )
+    log_flush_offset_checkpoint_interval_ms: Int = _f(
+        "log.flush.offset.checkpoint.interval.ms", 60000, T.INT, "How often the recovery point is checkpointed.", ge=0
+    )
+    log_segment_delete_delay_ms: Long = _f("log.segment.delete.delay.ms", 60000, T.LONG, "Delay before a deleted segment's files go.", ge=0)
+    log_preallocate: Bool = _f("log.preallocate", False, T.BOOLEAN, "Preallocate segment files.")
+    log_message_timestamp_type: TimestampType = _f(
+        "log.message.timestamp.type", "CreateTime", T.STRING, "CreateTime or LogAppendTime."
+    )
+    log_message_timestamp_before_max_ms: Long = _f(
+        "log.message.timestamp.before.max.ms", INT64_MAX, T.LONG, "How far in the past a CreateTime timestamp may be.", ge=0
+    )
+    log_message_timestamp_after_max_ms: Long = _f(
+        "log.message.timestamp.after.max.ms", HOUR_MS, T.LONG, "How far in the future a CreateTime timestamp may be.", ge=0
+    )
+    min_insync_replicas: Int = _f("min.insync.replicas", 1, T.INT, "In-sync replicas an acks=all write needs.", ge=1)
+    compression_type: CompressionType = _f("compression.type", "producer", T.STRING, "Compression of stored batches; producer keeps the producer's.")
+    compression_gzip_level: Int = _f("compression.gzip.level", -1, T.INT, "gzip level, 1..9 or -1 for the codec default.")
+    compression_lz4_level: Int = _f("compression.lz4.level", 9, T.INT, "lz4 level, 1..17.", ge=1, le=17)
+    compression_zstd_level: Int = _f("compression.zstd.level", 3, T.INT, "zstd level, -131072..22.", ge=-131072, le=22)
+    unclean_leader_election_enable: Bool = _f(
+        "unclean.leader.election.enable", False, T.BOOLEAN, "Let an out-of-sync replica become leader, losing data."
+    )
+
+    # ---- replication
+    replica_lag_time_max_ms: Long = _f("replica.lag.time.max.ms", 30000, T.LONG, "A follower behind this long leaves the ISR.", ge=1)
+    replica_fetch_max_bytes: Int = _f("replica.fetch.max.bytes", 1048576, T.INT, "Bytes a follower fetches per partition.", ge=0)
+    replica_fetch_min_bytes: Int = _f("replica.fetch.min.bytes", 1, T.INT, "Bytes a follower fetch waits for.", ge=0)
+    replica_fetch_wait_max_ms: Int = _f("replica.fetch.wait.max.ms", 500, T.INT, "Longest wait of a follower fetch.", ge=0)
+    replica_socket_timeout_ms: Int = _f("replica.socket.timeout.ms", 30000, T.INT, "Socket timeout of follower fetches.")
+    fetch_max_bytes: Int = _f("fetch.max.bytes", 57671680, T.INT, "Most bytes returned by one Fetch.", ge=1024)
+    broker_session_timeout_ms: Int = _f("broker.session.timeout.ms", 9000, T.INT, "A broker without heartbeats this long is fenced.", ge=1)
+    broker_heartbeat_interval_ms: Int = _f("broker.heartbeat.interval.ms", 2000, T.INT, "Interval of broker heartbeats.", ge=1)
+
+    # ---- consumer groups and offsets
+    offsets_topic_num_partitions: Int = _f("offsets.topic.num.partitions", 50, T.INT, "Partitions of __consumer_offsets.", ge=1)
+    offsets_topic_replication_factor: Short = _f(
+        "offsets.topic.replication.factor", 1, T.SHORT, "Replication factor of __consumer_offsets.", ge=1
+    )
+    offsets_topic_segment_bytes: Int = _f("offsets.topic.segment.bytes", 104857600, T.INT, "Segment size of __consumer_offsets.", ge=1)
+    offsets_retention_minutes: Int = _f("offsets.retention.minutes", 10080, T.INT, "How long committed offsets of an empty group are kept.", ge=1)
+    offsets_retention_check_interval_ms: Long = _f(
+        "offsets.retention.check.interval.ms", 600000, T.LONG, "How often stale offsets are expired.", ge=1
+    )
+    offsets_commit_timeout_ms: Int = _f("offsets.commit.timeout.ms", 5000, T.INT, "Longest wait for an offset commit to be replicated.", ge=1)
+    offset_metadata_max_bytes: Int = _f("offset.metadata.max.bytes", 4096, T.INT, "Largest metadata string of a committed offset.")
+    group_initial_rebalance_delay_ms: Int = _f(
+        "group.initial.rebalance.delay.ms", 3000, T.INT, "Wait for more members before the first rebalance of a new group.", ge=0
+    )
+    group_min_session_timeout_ms: Int = _f("group.min.session.timeout.ms", 6000, T.INT, "Smallest session timeout a member may ask for.")
+    group_max_session_timeout_ms: Int = _f("group.max.session.timeout.ms", 1800000, T.INT, "Largest session timeout a member may ask for.")
+    group_max_size: Int = _f("group.max.size", INT32_MAX, T.INT, "Most members in one group.", ge=1)
+
+    # ---- transactions and idempotence
+    transaction_state_log_num_partitions: Int = _f(
+        "transaction.state.log.num.partitions", 50, T.INT, "Partitions of __transaction_state.", ge=1
+    )
+    transaction_state_log_replication_factor: Short = _f(
+        "transaction.state.log.replication.factor", 1, T.SHORT, "Replication factor of __transaction_state.", ge=1
+    )
+    transaction_state_log_min_isr: Int = _f("transaction.state.log.min.isr", 1, T.INT, "min.insync.replicas of __transaction_state.", ge=1)
+    transaction_state_log_segment_bytes: Int = _f(
+        "transaction.state.log.segment.bytes", 104857600, T.INT, "Segment size of __transaction_state.", ge=1
+    )
+    transaction_max_timeout_ms: Int = _f("transaction.max.timeout.ms", 900000, T.INT, "Largest transaction timeout a producer may ask for.", ge=1)
+    transactional_id_expiration_ms: Int = _f(
+        "transactional.id.expiration.ms", 604800000, T.INT, "Idle time after which a transactional id expires.", ge=1
+    )
+    producer_id_expiration_ms: Int = _f("producer.id.expiration.ms", 86400000, T.INT, "Idle time after which a producer id's state expires.", ge=1)
+    share_coordinator_state_topic_replication_factor: Short = _f(
+        "share.coordinator.state.topic.replication.factor", 1, T.SHORT, "Accepted for compatibility; share groups are not supported.", ge=1
+    )
+    share_coordinator_state_topic_min_isr: Short = _f(
+        "share.coordinator.state.topic.min.isr", 1, T.SHORT, "Accepted for compatibility; share groups are not supported.", ge=1
+    )
+
+    # ---- Odradek's own
+    metrics_port: Port = _f("metrics.port", 0, T.INT, "Port of the Prometheus /metrics endpoint; 0 disables it.")
+    metrics_host: Str = _f("metrics.host", "0.0.0.0", T.STRING, "Address the /metrics endpoint binds.")
+    log_format: LogFormat = _f("log.format", "console", T.STRING, "Format of the broker's own logs: console or json.")
+    log_level: LogLevel = _f("log.level", "INFO", T.STRING, "Level of the broker's own logs.")
+
+    # ------------------------------------------------------------------------------------------------
+    @model_validator(mode="after")
+    def _cross_check(self) -> BrokerConfig:
+        if self.broker_id is not None and self.broker_id != self.node_id:
+            raise _KeyedError("broker.id", f"must equal node.id ({self.node_id}) when both are set")
+        if not -1 <= self.compression_gzip_level <= 9 or self.compression_gzip_level == 0:
+            raise _KeyedError("compression.gzip.level", "must be -1 or 1..9")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise _KeyedError(
+                "group.min.session.timeout.ms",
+                f"must be <= group.max.session.timeout.ms ({self.group_max_session_timeout_ms})",
+            )
+        if self.log_cleaner_min_compaction_lag_ms > self.log_cleaner_max_compaction_lag_ms:
+            raise _KeyedError(
+                "log.cleaner.min.compaction.lag.ms",
+                f"must be <= log.cleaner.max.compaction.lag.ms ({self.log_cleaner_max_compaction_lag_ms})",
+            )
+        try:
+            listeners = self.listener_list
+        except ValueError as exc:
+            raise _KeyedError("listeners", str(exc)) from None
+        if not listeners:
+            raise _KeyedError("listeners", "must name at least one listener")
+        names = {listener.name for listener in listeners}
+        controller_names = {name.upper() for name in self.controller_listener_names}
+        if not names - controller_names:
+            raise _KeyedError("listeners", "needs a listener that is not a controller listener")
+        if self.inter_broker_listener_name is not None and self.inter_broker_listener_name.upper() not in names:
+            raise _KeyedError("inter.broker.listener.name", f"must be one of the listeners ({', '.join(sorted(names))})")
+        try:
+            advertised = self.advertised_listener_list
+        except ValueError as exc:
+            raise _KeyedError("advertised.listeners", str(exc)) from None
+        for listener in advertised:
+            if listener.name not in names:
+                raise _KeyedError("advertised.listeners", f"listener {listener.name!r} is not in listeners")
+            if listener.name in controller_names:
+                raise _KeyedError("advertised.listeners", f"must not advertise the controller listener {listener.name!r}")
+            if listener.host in ("0.0.0.0", "::"):
+                key = "advertised.listeners" if self.advertised_listeners is not None else "listeners"
+                raise _KeyedError(
+                    key,
+                    f"cannot advertise the meta-address {listener.host!r} to clients; "
+                    "set advertised.listeners to a reachable host",
+                )
+        voters = self.voters
+        if "controller" in self.process_roles and voters and self.node_id not in {v.node_id for v in voters}:
+            raise _KeyedError("controller.quorum.voters", f"must include this controller's node.id ({self.node_id})")
+        if "controller" not in self.process_roles and not voters and not self.controller_quorum_bootstrap_servers:
+            raise _KeyedError(
+                "controller.quorum.voters",
+                "a broker-only node needs controller.quorum.voters or controller.quorum.bootstrap.servers",
+            )
+        return self
+
+    # ------------------------------------------------------------------------------------------------
+    # Construction from text
+
+    @classmethod
+    def from_properties(
+        cls, properties: Mapping[str, Any], sources: Mapping[str, str] | None = None
+    ) -> BrokerConfig:
+        """Build from `{dotted key: value}`, raising ConfigError (never pydantic's error) naming the key."""
+        known = _known_keys()
+        sources = sources or {}
+        for key in properties:
+            if key not in known:
+                raise ConfigError(_unknown_key_message(key, known), key=key, source=sources.get(key))
+        try:
+            return cls.model_validate(dict(properties))
+        except ValidationError as exc:
+            raise _translate(exc, properties, sources) from None
+
+    # ------------------------------------------------------------------------------------------------
+    # Derived values
+
+    @property
+    def data_dirs(self) -> tuple[str, ...]:
+        """The data directories: `log.dirs`, else `log.dir`. Relative paths are relative to the cwd."""
+        return self.log_dirs if self.log_dirs else (self.log_dir,)
+
+    @property
+    def data_dir_paths(self) -> tuple[Path, ...]:
+        return tuple(Path(d).expanduser() for d in self.data_dirs)
+
+    @property
+    def metadata_dir(self) -> str:
+        return self.metadata_log_dir or self.data_dirs[0]
+
+    def _protocol_map(self) -> dict[str, str]:
+        mapping = dict(self.listener_security_protocol_map)
+        # As Kafka does, a controller listener missing from the map is assumed to be PLAINTEXT.
+        for name in self.controller_listener_names:
+            mapping.setdefault(name.upper(), "PLAINTEXT")
+        return mapping
+
+    @property
+    def listener_list(self) -> list[Listener]:
+        """`listeners` parsed, each with its security protocol. Raises ValueError on a bad list."""
+        return parse_listeners(self.listeners, self._protocol_map())
+
+    @property
+    def client_listeners(self) -> list[Listener]:
+        """Listeners that serve clients and brokers (every listener but the controller ones)."""
+        controller = {name.upper() for name in self.controller_listener_names}
+        return [listener for listener in self.listener_list if listener.name not in controller]
+
+    @property
+    def controller_listeners(self) -> list[Listener]:
+        controller = {name.upper() for name in self.controller_listener_names}
+        return [listener for listener in self.listener_list if listener.name in controller]
+
+    @property
+    def advertised_listener_list(self) -> list[Listener]:
+        """What Metadata returns to clients: `advertised.listeners`, else the client listeners with an
+        empty host replaced by this machine's host name. A port of 0 must be replaced by the bound port."""
+        if self.advertised_listeners is not None:
+            return parse_listeners(self.advertised_listeners, self._protocol_map())
+        result = []
+        for listener in self.client_listeners:
+            host = listener.host or socket.gethostname()
+            result.append(Listener(listener.name, host, listener.port, listener.security_protocol))
+        return result
+
+    @property
+    def inter_broker_listener(self) -> str:
+        if self.inter_broker_listener_name is not None:
+            return self.inter_broker_listener_name.upper()
+        return self.client_listeners[0].name
+
+    @property
+    def voters(self) -> list[QuorumVoter]:
+        return [_parse_voter(item) for item in self.controller_quorum_voters]
+
+    @property
+    def log_retention_ms_effective(self) -> int:
+        """`log.retention.ms`, else `.minutes`, else `.hours`; any negative value means forever (-1)."""
+        if self.log_retention_ms is not None:
+            millis = self.log_retention_ms
+        elif self.log_retention_minutes is not None:
+            millis = self.log_retention_minutes * MINUTE_MS
+        else:
+            millis = self.log_retention_hours * HOUR_MS
+        return -1 if millis < 0 else millis
+
+    @property
+    def log_roll_ms_effective(self) -> int:
+        return self.log_roll_ms if self.log_roll_ms is not None else self.log_roll_hours * HOUR_MS
+
+    @property
+    def log_roll_jitter_ms_effective(self) -> int:
+        if self.log_roll_jitter_ms is not None:
+            return self.log_roll_jitter_ms
+        return self.log_roll_jitter_hours * HOUR_MS
+
+    @property
+    def log_flush_interval_ms_effective(self) -> int:
+        if self.log_flush_interval_ms is not None:
+            return self.log_flush_interval_ms
+        return self.log_flush_scheduler_interval_ms
+
+    @property
+    def offsets_retention_ms(self) -> int:
+        return self.offsets_retention_minutes * MINUTE_MS
+
+    # ------------------------------------------------------------------------------------------------
+    # Rendering back to Kafka's text form
+
+    @property
+    def explicit_keys(self) -> frozenset[str]:
+        """Dotted keys that were given explicitly (not defaulted)."""
+        fields = type(self).model_fields
+        return frozenset(fields[name].alias or name for name in self.model_fields_set)
+
+    def get(self, key: str) -> Any:
+        """The parsed value of a dotted key."""
+        return getattr(self, _field_by_key()[key])
+
+    def to_properties(self, *, include_defaults: bool = True) -> dict[str, str | None]:
+        """`{dotted key: Kafka text}`; unset optional keys map to None."""
+        explicit = self.explicit_keys
+        return {
+            key: render_value(getattr(self, name))
+            for key, name in _field_by_key().items()
+            if include_defaults or key in explicit
+        }
+
+
+class _KeyedError(ValueError):
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(reason)
+        self.key = key
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------------------------------
+# Key tables (built once)
+
+_FIELD_BY_KEY: dict[str, str] | None = None
+
+
+def _field_by_key() -> dict[str, str]:
+    global _FIELD_BY_KEY
+    if _FIELD_BY_KEY is None:
+        _FIELD_BY_KEY = {(info.alias or name): name for name, info in BrokerConfig.model_fields.items()}
+    return _FIELD_BY_KEY
+
+
+def _known_keys() -> dict[str, str]:
+    return _field_by_key()
+
+
+def broker_config_keys() -> list[tuple[str, ConfigType, str]]:
+    """`(dotted key, ConfigType, documentation)` for every broker property, in definition order."""
+    result = []
+    for name, info in BrokerConfig.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        result.append((info.alias or name, ConfigType(extra.get("kafka_type", 0)), info.description or ""))
+    return result
+
+
+def env_var_name(key: str) -> str:
+    """`log.dirs` -> `ODRADEK_LOG_DIRS`."""
+    return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
+
+
+def render_value(value: Any) -> str | None:
+    """A parsed value in Kafka's text form: lists comma-joined, booleans lower-case, None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _unknown_key_message(key: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown config {key!r}{hint}"
+
+
+def _translate(exc: ValidationError, raw: Mapping[str, Any], sources: Mapping[str, str]) -> ConfigError:
+    error = exc.errors()[0]
+    ctx = error.get("ctx") or {}
+    original = ctx.get("error")
+    if isinstance(original, _KeyedError):
+        key, reason = original.key, original.reason
+    else:
+        loc = error.get("loc") or ()
+        key = str(loc[0]) if loc else "?"
+        kind = error.get("type", "")
+        if kind == "greater_than_equal":
+            reason = f"must be >= {ctx.get('ge')}"
+        elif kind == "less_than_equal":
+            reason = f"must be <= {ctx.get('le')}"
+        elif kind == "greater_than":
+            reason = f"must be > {ctx.get('gt')}"
+        elif kind == "less_than":
+            reason = f"must be < {ctx.get('lt')}"
+        elif kind == "extra_forbidden":
+            return ConfigError(_unknown_key_message(key, _known_keys()), key=key, source=sources.get(key))
+        elif isinstance(original, Exception):
+            reason = str(original)
+        else:
+            reason = str(error.get("msg", "invalid"))
+    suffix = ""
+    if key in raw:
+        got = raw[key]
+        shown = got if isinstance(got, str) else render_value(got)
+        suffix = f" (got {shown!r})"
+    return ConfigError(f"invalid value for {key!r}: {reason}{suffix}", key=key, source=sources.get(key))
+
+
+# --------------------------------------------------------------------------------------------------
+# server.properties parsing and loading
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and re.fullmatch(r"[0-9A-Fa-f]{4}", text[i + 2 : i + 6]):
+                out.append(chr(int(text[i + 2 : i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    # The key ends at the first unescaped '=', ':' or whitespace, as in java.util.Properties.
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=:" or ch.isspace():
+            break
+        i += 1
+    key, rest = line[:i], line[i:]
+    rest = rest.lstrip()
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip()
+    return _unescape(key), _unescape(rest).strip()
+
+
+def parse_properties(text: str, *, origin: str = "<properties>") -> tuple[dict[str, str], dict[str, str]]:
+    """Parse java.util.Properties-style text: `#`/`!` comments, blank lines, `key=value`, `key: value`,
+    `key value`, backslash escapes and backslash-newline continuations. Later duplicates win.
+
+    Returns `(properties, sources)` where `sources[key]` is `"origin:line"`, for error messages."""
+    props: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        start = i + 1
+        line = lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        # A line ending in an odd number of backslashes continues on the next one.
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            line = line[:-1]
+            if i >= len(lines):
+                break
+            line += lines[i].lstrip()
+            i += 1
+        key, value = _split_key_value(line)
+        if not key:
+            raise ConfigError(f"line without a key: {lines[start - 1]!r}", source=f"{origin}:{start}")
+        props[key] = value
+        sources[key] = f"{origin}:{start}"
+    return props, sources
+
+
+def load_config(
+    properties_path: str | os.PathLike[str] | None = None,
+    overrides: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> BrokerConfig:
+    """Load the broker config: file < `ODRADEK_<KEY>` environment variables < `key=value` overrides.
+
+    `env` defaults to `os.environ`. Environment variables that start with `ODRADEK_` but name no
+    config key are left alone (other tools may read them). Raises ConfigError naming the key."""
+    merged: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    if properties_path is not None:
+        path = Path(properties_path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file: {exc.strerror or exc}", source=str(path)) from None
+        props, where = parse_properties(text, origin=str(path))
+        merged.update(props)
+        sources.update(where)
+
+    env = os.environ if env is None else env
+    by_env_name = {env_var_name(key): key for key in _known_keys()}
+    for name, value in env.items():
+        key = by_env_name.get(name)
+        if key is not None:
+            merged[key] = value
+            sources[key] = f"environment variable {name}"
+
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form key=value", source="override")
+        merged[key] = value.strip()
+        sources[key] = "override"
+
+    return BrokerConfig.from_properties(merged, sources)

@@ -1,0 +1,75 @@
+"""Request handlers, one module per API family, registered with the versions they serve.
+
+A handler is a plain function `handle(ctx: RequestContext, request) -> response`, where the response is
+a message, `None` (no response: acks=0 produce), or an `asyncio.Future` resolving to one of those (a
+delayed operation completing later from the purgatory). Handlers never block on a long poll: they run
+synchronously on a handler task and return at once.
+
+The ApiVersions table is derived from what is registered here, so nothing is advertised that is not
+served. A handler may advertise a wider range than it accepts (Produce v0-2, as Kafka 4 does for old
+librdkafka's feature detection): `advertise` widens the table, `versions` is what is accepted.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from odradek.protocol.messages import REQUESTS
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    api_key: int
+    min_version: int
+    max_version: int
+    advertised_min: int
+    handler: Callable[..., Any]
+
+
+_REGISTRY: dict[int, Registration] = {}
+
+FAMILIES = (
+    "api_versions",
+    "metadata",
+    "produce",
+    "fetch",
+    "offsets",
+    "topics",
+    "configs",
+    "cluster",
+    "producer_ids",
+    "groups",
+)
+
+
+def handles(api_key: int, versions: tuple[int, int] | None = None, *, advertise_min: int | None = None):
+    """Register a handler for `api_key` over `versions` (default: every version the schema defines)."""
+
+    def register(fn):
+        low, high = versions if versions is not None else REQUESTS[api_key].VALID_VERSIONS
+        if api_key in _REGISTRY:
+            raise RuntimeError(f"api key {api_key} registered twice")
+        _REGISTRY[api_key] = Registration(api_key, low, high, low if advertise_min is None else advertise_min, fn)
+        return fn
+
+    return register
+
+
+def load_handlers() -> dict[int, Registration]:
+    for family in FAMILIES:
+        try:
+            importlib.import_module(f"{__name__}.{family}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{family}":
+                raise
+    return dict(_REGISTRY)
+
+
+def accepted_versions(registry: dict[int, Registration]) -> dict[int, tuple[int, int]]:
+    return {k: (r.min_version, r.max_version) for k, r in registry.items()}
+
+
+def advertised_versions(registry: dict[int, Registration]) -> dict[int, tuple[int, int]]:
+    return {k: (r.advertised_min, r.max_version) for k, r in registry.items()}
