@@ -24,8 +24,9 @@ Deviations from Kafka, each chosen so that the defaults run a working single bro
 - The internal topics' replication factors (`offsets.topic.replication.factor`,
   `transaction.state.log.replication.factor`, `.min.isr`, and the share-state ones) default to 1, as in
   Kafka's own sample server.properties, rather than Kafka's built-in 3 (2 for min.isr).
-- `log.segment.bytes` accepts values down to 14 bytes (Kafka 3.x's floor) rather than Kafka 4.0's 1 MiB,
-  so tests can roll segments quickly.
+- `log.segment.bytes` accepts values down to 64 bytes (`MIN_SEGMENT_BYTES`, the storage layer's floor)
+  rather than Kafka 4.0's 1 MiB, so tests can roll segments quickly; `log.index.size.max.bytes` down to
+  12 (`MIN_INDEX_BYTES`: one offset index entry) rather than Kafka's 4.
 - Our own keys: `metrics.port` / `metrics.host` (Prometheus endpoint; port 0 = disabled, the default),
   `log.format` (`console` or `json`) and `log.level`.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import math
 import os
 import re
 import socket
@@ -66,6 +68,10 @@ __all__ = [
 ENV_PREFIX = "ODRADEK_"
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Floors shared with topic_config and matching storage's LogConfig checks, so a value that passes
+# validation here is one the storage layer accepts.
+MIN_SEGMENT_BYTES = 64
+MIN_INDEX_BYTES = 12
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -119,6 +125,11 @@ _INT_RE = re.compile(r"[+-]?\d+")
 
 
 def _text(value: Any) -> str:
+    # Text from files and the environment; paths and numbers too when a config is built in code.
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
     if not isinstance(value, str):
         raise ValueError("must be a string")
     return value.strip()
@@ -172,7 +183,7 @@ def parse_double(value: Any) -> float:
         number = float(text)
     except ValueError:
         raise ValueError("must be a number") from None
-    if number != number or number in (float("inf"), float("-inf")):
+    if not math.isfinite(number):
         raise ValueError("must be a finite number")
     return number
 
@@ -245,7 +256,9 @@ def _parse_protocol_map(value: Any) -> dict[str, str]:
         if not sep or not name or not protocol:
             raise ValueError("must be a list of LISTENER_NAME:SECURITY_PROTOCOL")
         if protocol not in SECURITY_PROTOCOLS:
-            raise ValueError(f"unknown security protocol {protocol!r} (one of: {', '.join(SECURITY_PROTOCOLS)})")
+            raise ValueError(
+                f"unknown security protocol {protocol!r} (one of: {', '.join(SECURITY_PROTOCOLS)})"
+            )
         if name in result:
             raise ValueError(f"listener name {name!r} is mapped twice")
         result[name] = protocol
@@ -283,8 +296,12 @@ class QuorumVoter:
         return f"{self.node_id}@{host}:{self.port}"
 
 
-_LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?:\[(?P<ipv6>[0-9A-Fa-f:.%a-z]+)\]|(?P<host>[^:\[\]/\s]*)):(?P<port>\d+)$")
-_VOTER_RE = re.compile(r"^(?P<id>\d+)@(?:\[(?P<ipv6>[0-9A-Fa-f:.%a-z]+)\]|(?P<host>[^:\[\]/@\s]+)):(?P<port>\d+)$")
+_LISTENER_RE = re.compile(
+    r"^(?P<name>[A-Za-z0-9_]+)://(?:\[(?P<ipv6>[0-9A-Fa-f:.%a-z]+)\]|(?P<host>[^:\[\]/\s]*)):(?P<port>\d+)$"
+)
+_VOTER_RE = re.compile(
+    r"^(?P<id>\d+)@(?:\[(?P<ipv6>[0-9A-Fa-f:.%a-z]+)\]|(?P<host>[^:\[\]/@\s]+)):(?P<port>\d+)$"
+)
 
 
 def parse_listener(text: str, protocol_map: Mapping[str, str] | None = None) -> Listener:
@@ -306,7 +323,9 @@ def parse_listener(text: str, protocol_map: Mapping[str, str] | None = None) -> 
     return Listener(name, host, port, protocol)
 
 
-def parse_listeners(value: Iterable[str] | str, protocol_map: Mapping[str, str] | None = None) -> list[Listener]:
+def parse_listeners(
+    value: Iterable[str] | str, protocol_map: Mapping[str, str] | None = None
+) -> list[Listener]:
     """Parse a listener list, refusing duplicate names and two listeners on one host and port."""
     items = parse_list(value) if isinstance(value, str) else tuple(value)
     listeners = [parse_listener(item, protocol_map) for item in items]
@@ -365,15 +384,22 @@ Int = Annotated[int, BeforeValidator(parse_int32)]
 Short = Annotated[int, BeforeValidator(parse_int16)]
 Long = Annotated[int, BeforeValidator(parse_int64)]
 Double = Annotated[float, BeforeValidator(parse_double)]
-OptInt = Annotated[int | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else parse_int32(v))]
-OptLong = Annotated[int | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else parse_int64(v))]
+OptInt = Annotated[
+    int | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else parse_int32(v))
+]
+OptLong = Annotated[
+    int | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else parse_int64(v))
+]
 Str = Annotated[str, BeforeValidator(_text)]
 OptStr = Annotated[str | None, BeforeValidator(parse_optional_string)]
 StrList = Annotated[tuple[str, ...], BeforeValidator(parse_list)]
-OptStrList = Annotated[tuple[str, ...] | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else parse_list(v))]
+OptStrList = Annotated[
+    tuple[str, ...] | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else parse_list(v))
+]
 ListenerList = Annotated[tuple[str, ...], BeforeValidator(_parse_listener_list)]
 OptListenerList = Annotated[
-    tuple[str, ...] | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else _parse_listener_list(v))
+    tuple[str, ...] | None,
+    BeforeValidator(lambda v: None if _blank_to_none(v) is None else _parse_listener_list(v)),
 ]
 VoterList = Annotated[tuple[str, ...], BeforeValidator(_parse_voters)]
 ProtocolMap = Annotated[dict[str, str], BeforeValidator(_parse_protocol_map)]
@@ -387,7 +413,9 @@ Port = Annotated[int, BeforeValidator(_parse_port)]
 
 
 def _f(alias: str, default: Any, ktype: ConfigType, doc: str, **constraints: Any) -> Any:
-    return Field(default, alias=alias, description=doc, json_schema_extra={"kafka_type": int(ktype)}, **constraints)
+    return Field(
+        default, alias=alias, description=doc, json_schema_extra={"kafka_type": int(ktype)}, **constraints
+    )
 
 
 T = ConfigType
@@ -402,23 +430,43 @@ class BrokerConfig(BaseModel):
 
     # ---- identity and roles
     node_id: Int = _f("node.id", 1, T.INT, "This node's id in the cluster.", ge=0)
-    broker_id: OptInt = _f("broker.id", None, T.INT, "Legacy name of node.id; if set it must equal node.id.", ge=0)
-    process_roles: Roles = _f("process.roles", "broker,controller", T.LIST, "Roles of this node: broker, controller or both.")
+    broker_id: OptInt = _f(
+        "broker.id", None, T.INT, "Legacy name of node.id; if set it must equal node.id.", ge=0
+    )
+    process_roles: Roles = _f(
+        "process.roles", "broker,controller", T.LIST, "Roles of this node: broker, controller or both."
+    )
     controller_quorum_voters: VoterList = _f(
-        "controller.quorum.voters", "", T.LIST, "Controller quorum as id@host:port,...; empty means a quorum of one: this node."
+        "controller.quorum.voters",
+        "",
+        T.LIST,
+        "Controller quorum as id@host:port,...; empty means a quorum of one: this node.",
     )
     controller_quorum_bootstrap_servers: StrList = _f(
-        "controller.quorum.bootstrap.servers", "", T.LIST, "host:port list used to discover the controller quorum."
+        "controller.quorum.bootstrap.servers",
+        "",
+        T.LIST,
+        "host:port list used to discover the controller quorum.",
     )
     controller_listener_names: StrList = _f(
-        "controller.listener.names", "CONTROLLER", T.LIST, "Names of the listeners that carry controller traffic."
+        "controller.listener.names",
+        "CONTROLLER",
+        T.LIST,
+        "Names of the listeners that carry controller traffic.",
     )
-    broker_rack: OptStr = _f("broker.rack", None, T.STRING, "Rack of this broker, for rack-aware replica placement.")
+    broker_rack: OptStr = _f(
+        "broker.rack", None, T.STRING, "Rack of this broker, for rack-aware replica placement."
+    )
 
     # ---- listeners
-    listeners: ListenerList = _f("listeners", "PLAINTEXT://localhost:9092", T.LIST, "Endpoints to bind, NAME://host:port,...")
+    listeners: ListenerList = _f(
+        "listeners", "PLAINTEXT://localhost:9092", T.LIST, "Endpoints to bind, NAME://host:port,..."
+    )
     advertised_listeners: OptListenerList = _f(
-        "advertised.listeners", None, T.LIST, "Endpoints given to clients; defaults to the non-controller listeners."
+        "advertised.listeners",
+        None,
+        T.LIST,
+        "Endpoints given to clients; defaults to the non-controller listeners.",
     )
     listener_security_protocol_map: ProtocolMap = _f(
         "listener.security.protocol.map",
@@ -427,124 +475,293 @@ class BrokerConfig(BaseModel):
         "Security protocol of each listener name, NAME:PROTOCOL,...",
     )
     inter_broker_listener_name: OptStr = _f(
-        "inter.broker.listener.name", None, T.STRING, "Listener brokers use to reach each other; default: the first broker listener."
+        "inter.broker.listener.name",
+        None,
+        T.STRING,
+        "Listener brokers use to reach each other; default: the first broker listener.",
     )
 
     # ---- network and request handling
-    num_network_threads: Int = _f("num.network.threads", 3, T.INT, "Accepted for compatibility; connections run on the event loop.", ge=1)
-    num_io_threads: Int = _f("num.io.threads", 8, T.INT, "Worker threads for blocking disk work.", ge=1)
-    socket_send_buffer_bytes: Int = _f("socket.send.buffer.bytes", 102400, T.INT, "SO_SNDBUF of client sockets; -1 keeps the OS default.", ge=-1)
-    socket_receive_buffer_bytes: Int = _f(
-        "socket.receive.buffer.bytes", 102400, T.INT, "SO_RCVBUF of client sockets; -1 keeps the OS default.", ge=-1
+    num_network_threads: Int = _f(
+        "num.network.threads",
+        3,
+        T.INT,
+        "Accepted for compatibility; connections run on the event loop.",
+        ge=1,
     )
-    socket_request_max_bytes: Int = _f("socket.request.max.bytes", 104857600, T.INT, "Largest request frame accepted.", ge=1)
-    connections_max_idle_ms: Long = _f("connections.max.idle.ms", 600000, T.LONG, "Close connections idle this long.")
-    max_connections: Int = _f("max.connections", INT32_MAX, T.INT, "Most client connections open at once.", ge=0)
-    max_connections_per_ip: Int = _f("max.connections.per.ip", INT32_MAX, T.INT, "Most connections from one address.", ge=0)
-    queued_max_requests: Int = _f("queued.max.requests", 500, T.INT, "Requests queued before connections stop being read.", ge=1)
-    request_timeout_ms: Int = _f("request.timeout.ms", 30000, T.INT, "Timeout of requests this node sends to others.", ge=0)
+    num_io_threads: Int = _f("num.io.threads", 8, T.INT, "Worker threads for blocking disk work.", ge=1)
+    socket_send_buffer_bytes: Int = _f(
+        "socket.send.buffer.bytes",
+        102400,
+        T.INT,
+        "SO_SNDBUF of client sockets; -1 keeps the OS default.",
+        ge=-1,
+    )
+    socket_receive_buffer_bytes: Int = _f(
+        "socket.receive.buffer.bytes",
+        102400,
+        T.INT,
+        "SO_RCVBUF of client sockets; -1 keeps the OS default.",
+        ge=-1,
+    )
+    socket_request_max_bytes: Int = _f(
+        "socket.request.max.bytes", 104857600, T.INT, "Largest request frame accepted.", ge=1
+    )
+    connections_max_idle_ms: Long = _f(
+        "connections.max.idle.ms", 600000, T.LONG, "Close connections idle this long."
+    )
+    max_connections: Int = _f(
+        "max.connections", INT32_MAX, T.INT, "Most client connections open at once.", ge=0
+    )
+    max_connections_per_ip: Int = _f(
+        "max.connections.per.ip", INT32_MAX, T.INT, "Most connections from one address.", ge=0
+    )
+    queued_max_requests: Int = _f(
+        "queued.max.requests", 500, T.INT, "Requests queued before connections stop being read.", ge=1
+    )
+    request_timeout_ms: Int = _f(
+        "request.timeout.ms", 30000, T.INT, "Timeout of requests this node sends to others.", ge=0
+    )
 
     # ---- log storage
     log_dir: Str = _f("log.dir", "./odradek-data", T.STRING, "Data directory, used when log.dirs is not set.")
     log_dirs: OptStrList = _f("log.dirs", None, T.LIST, "Comma-separated data directories; default: log.dir.")
-    metadata_log_dir: OptStr = _f("metadata.log.dir", None, T.STRING, "Directory of the metadata log; default: the first data directory.")
-    num_partitions: Int = _f("num.partitions", 1, T.INT, "Partitions of an automatically created topic.", ge=1)
-    default_replication_factor: Int = _f("default.replication.factor", 1, T.INT, "Replication factor of an automatically created topic.", ge=1)
-    auto_create_topics_enable: Bool = _f("auto.create.topics.enable", True, T.BOOLEAN, "Create a topic when a client asks for an unknown one.")
-    delete_topic_enable: Bool = _f("delete.topic.enable", True, T.BOOLEAN, "Allow DeleteTopics.")
-    message_max_bytes: Int = _f("message.max.bytes", 1048588, T.INT, "Largest record batch accepted (topic default of max.message.bytes).", ge=0)
-    num_recovery_threads_per_data_dir: Int = _f(
-        "num.recovery.threads.per.data.dir", 1, T.INT, "Threads per data directory for recovery at start-up.", ge=1
+    metadata_log_dir: OptStr = _f(
+        "metadata.log.dir",
+        None,
+        T.STRING,
+        "Directory of the metadata log; default: the first data directory.",
     )
-    log_segment_bytes: Int = _f("log.segment.bytes", 1073741824, T.INT, "Size at which a segment is rolled.", ge=14)
-    log_roll_ms: OptLong = _f("log.roll.ms", None, T.LONG, "Age at which a segment is rolled; default: log.roll.hours.", ge=1)
+    num_partitions: Int = _f(
+        "num.partitions", 1, T.INT, "Partitions of an automatically created topic.", ge=1
+    )
+    default_replication_factor: Int = _f(
+        "default.replication.factor", 1, T.INT, "Replication factor of an automatically created topic.", ge=1
+    )
+    auto_create_topics_enable: Bool = _f(
+        "auto.create.topics.enable", True, T.BOOLEAN, "Create a topic when a client asks for an unknown one."
+    )
+    delete_topic_enable: Bool = _f("delete.topic.enable", True, T.BOOLEAN, "Allow DeleteTopics.")
+    message_max_bytes: Int = _f(
+        "message.max.bytes",
+        1048588,
+        T.INT,
+        "Largest record batch accepted (topic default of max.message.bytes).",
+        ge=0,
+    )
+    num_recovery_threads_per_data_dir: Int = _f(
+        "num.recovery.threads.per.data.dir",
+        1,
+        T.INT,
+        "Threads per data directory for recovery at start-up.",
+        ge=1,
+    )
+    log_segment_bytes: Int = _f(
+        "log.segment.bytes", 1073741824, T.INT, "Size at which a segment is rolled.", ge=MIN_SEGMENT_BYTES
+    )
+    log_roll_ms: OptLong = _f(
+        "log.roll.ms", None, T.LONG, "Age at which a segment is rolled; default: log.roll.hours.", ge=1
+    )
     log_roll_hours: Int = _f("log.roll.hours", 168, T.INT, "Age in hours at which a segment is rolled.", ge=1)
-    log_roll_jitter_ms: OptLong = _f("log.roll.jitter.ms", None, T.LONG, "Most random jitter subtracted from the roll time.", ge=0)
-    log_roll_jitter_hours: Int = _f("log.roll.jitter.hours", 0, T.INT, "Roll jitter in hours, when log.roll.jitter.ms is unset.", ge=0)
-    log_retention_ms: OptLong = _f("log.retention.ms", None, T.LONG, "Time a segment is kept; -1 keeps forever; default: minutes, then hours.")
-    log_retention_minutes: OptInt = _f("log.retention.minutes", None, T.INT, "Retention in minutes, when log.retention.ms is unset.")
-    log_retention_hours: Int = _f("log.retention.hours", 168, T.INT, "Retention in hours, when ms and minutes are unset.")
-    log_retention_bytes: Long = _f("log.retention.bytes", -1, T.LONG, "Most bytes kept per partition; -1 means no limit.")
+    log_roll_jitter_ms: OptLong = _f(
+        "log.roll.jitter.ms", None, T.LONG, "Most random jitter subtracted from the roll time.", ge=0
+    )
+    log_roll_jitter_hours: Int = _f(
+        "log.roll.jitter.hours", 0, T.INT, "Roll jitter in hours, when log.roll.jitter.ms is unset.", ge=0
+    )
+    log_retention_ms: OptLong = _f(
+        "log.retention.ms",
+        None,
+        T.LONG,
+        "Time a segment is kept; -1 keeps forever; default: minutes, then hours.",
+    )
+    log_retention_minutes: OptInt = _f(
+        "log.retention.minutes", None, T.INT, "Retention in minutes, when log.retention.ms is unset."
+    )
+    log_retention_hours: Int = _f(
+        "log.retention.hours", 168, T.INT, "Retention in hours, when ms and minutes are unset."
+    )
+    log_retention_bytes: Long = _f(
+        "log.retention.bytes", -1, T.LONG, "Most bytes kept per partition; -1 means no limit."
+    )
     log_retention_check_interval_ms: Long = _f(
         "log.retention.check.interval.ms", 300000, T.LONG, "How often retention is enforced.", ge=1
     )
-    log_cleanup_policy: CleanupPolicy = _f("log.cleanup.policy", "delete", T.LIST, "delete, compact, or both.")
+    log_cleanup_policy: CleanupPolicy = _f(
+        "log.cleanup.policy", "delete", T.LIST, "delete, compact, or both."
+    )
     log_cleaner_enable: Bool = _f("log.cleaner.enable", True, T.BOOLEAN, "Run the log cleaner (compaction).")
     log_cleaner_threads: Int = _f("log.cleaner.threads", 1, T.INT, "Cleaner threads.", ge=0)
-    log_cleaner_backoff_ms: Long = _f("log.cleaner.backoff.ms", 15000, T.LONG, "Cleaner sleep when there is nothing to clean.", ge=0)
+    log_cleaner_backoff_ms: Long = _f(
+        "log.cleaner.backoff.ms", 15000, T.LONG, "Cleaner sleep when there is nothing to clean.", ge=0
+    )
     log_cleaner_delete_retention_ms: Long = _f(
         "log.cleaner.delete.retention.ms", 86400000, T.LONG, "How long tombstones survive compaction.", ge=0
     )
     log_cleaner_min_cleanable_ratio: Double = _f(
-        "log.cleaner.min.cleanable.ratio", 0.5, T.DOUBLE, "Dirty ratio at which a log becomes cleanable.", ge=0, le=1
+        "log.cleaner.min.cleanable.ratio",
+        0.5,
+        T.DOUBLE,
+        "Dirty ratio at which a log becomes cleanable.",
+        ge=0,
+        le=1,
     )
     log_cleaner_min_compaction_lag_ms: Long = _f(
-        "log.cleaner.min.compaction.lag.ms", 0, T.LONG, "Minimum age of a record before it can be compacted.", ge=0
+        "log.cleaner.min.compaction.lag.ms",
+        0,
+        T.LONG,
+        "Minimum age of a record before it can be compacted.",
+        ge=0,
     )
     log_cleaner_max_compaction_lag_ms: Long = _f(
-        "log.cleaner.max.compaction.lag.ms", INT64_MAX, T.LONG, "Maximum age of a record before it must be compacted.", ge=1
+        "log.cleaner.max.compaction.lag.ms",
+        INT64_MAX,
+        T.LONG,
+        "Maximum age of a record before it must be compacted.",
+        ge=1,
     )
-    log_index_interval_bytes: Int = _f("log.index.interval.bytes", 4096, T.INT, "Bytes between offset index entries.", ge=0)
-    log_index_size_max_bytes: Int = _f("log.index.size.max.bytes", 10485760, T.INT, "Largest offset index file.", ge=4)
+    log_index_interval_bytes: Int = _f(
+        "log.index.interval.bytes", 4096, T.INT, "Bytes between offset index entries.", ge=0
+    )
+    log_index_size_max_bytes: Int = _f(
+        "log.index.size.max.bytes", 10485760, T.INT, "Largest offset index file.", ge=MIN_INDEX_BYTES
+    )
     log_flush_interval_messages: Long = _f(
-        "log.flush.interval.messages", INT64_MAX, T.LONG, "Messages appended before a partition is fsynced.", ge=1
+        "log.flush.interval.messages",
+        INT64_MAX,
+        T.LONG,
+        "Messages appended before a partition is fsynced.",
+        ge=1,
     )
     log_flush_interval_ms: OptLong = _f(
-        "log.flush.interval.ms", None, T.LONG, "Most time data stays unflushed; default: log.flush.scheduler.interval.ms.", ge=0
+        "log.flush.interval.ms",
+        None,
+        T.LONG,
+        "Most time data stays unflushed; default: log.flush.scheduler.interval.ms.",
+        ge=0,
     )
     log_flush_scheduler_interval_ms: Long = _f(
-        "log.flush.scheduler.interval.ms", INT64_MAX, T.LONG, "How often the flusher checks for logs to flush."
+        "log.flush.scheduler.interval.ms",
+        INT64_MAX,
+        T.LONG,
+        "How often the flusher checks for logs to flush.",
     )
     log_flush_offset_checkpoint_interval_ms: Int = _f(
-        "log.flush.offset.checkpoint.interval.ms", 60000, T.INT, "How often the recovery point is checkpointed.", ge=0
+        "log.flush.offset.checkpoint.interval.ms",
+        60000,
+        T.INT,
+        "How often the recovery point is checkpointed.",
+        ge=0,
     )
-    log_segment_delete_delay_ms: Long = _f("log.segment.delete.delay.ms", 60000, T.LONG, "Delay before a deleted segment's files go.", ge=0)
+    log_segment_delete_delay_ms: Long = _f(
+        "log.segment.delete.delay.ms", 60000, T.LONG, "Delay before a deleted segment's files go.", ge=0
+    )
     log_preallocate: Bool = _f("log.preallocate", False, T.BOOLEAN, "Preallocate segment files.")
     log_message_timestamp_type: TimestampType = _f(
         "log.message.timestamp.type", "CreateTime", T.STRING, "CreateTime or LogAppendTime."
     )
     log_message_timestamp_before_max_ms: Long = _f(
-        "log.message.timestamp.before.max.ms", INT64_MAX, T.LONG, "How far in the past a CreateTime timestamp may be.", ge=0
+        "log.message.timestamp.before.max.ms",
+        INT64_MAX,
+        T.LONG,
+        "How far in the past a CreateTime timestamp may be.",
+        ge=0,
     )
     log_message_timestamp_after_max_ms: Long = _f(
-        "log.message.timestamp.after.max.ms", HOUR_MS, T.LONG, "How far in the future a CreateTime timestamp may be.", ge=0
+        "log.message.timestamp.after.max.ms",
+        HOUR_MS,
+        T.LONG,
+        "How far in the future a CreateTime timestamp may be.",
+        ge=0,
     )
-    min_insync_replicas: Int = _f("min.insync.replicas", 1, T.INT, "In-sync replicas an acks=all write needs.", ge=1)
-    compression_type: CompressionType = _f("compression.type", "producer", T.STRING, "Compression of stored batches; producer keeps the producer's.")
-    compression_gzip_level: Int = _f("compression.gzip.level", -1, T.INT, "gzip level, 1..9 or -1 for the codec default.")
+    min_insync_replicas: Int = _f(
+        "min.insync.replicas", 1, T.INT, "In-sync replicas an acks=all write needs.", ge=1
+    )
+    compression_type: CompressionType = _f(
+        "compression.type",
+        "producer",
+        T.STRING,
+        "Compression of stored batches; producer keeps the producer's.",
+    )
+    compression_gzip_level: Int = _f(
+        "compression.gzip.level", -1, T.INT, "gzip level, 1..9 or -1 for the codec default."
+    )
     compression_lz4_level: Int = _f("compression.lz4.level", 9, T.INT, "lz4 level, 1..17.", ge=1, le=17)
-    compression_zstd_level: Int = _f("compression.zstd.level", 3, T.INT, "zstd level, -131072..22.", ge=-131072, le=22)
+    compression_zstd_level: Int = _f(
+        "compression.zstd.level", 3, T.INT, "zstd level, -131072..22.", ge=-131072, le=22
+    )
     unclean_leader_election_enable: Bool = _f(
-        "unclean.leader.election.enable", False, T.BOOLEAN, "Let an out-of-sync replica become leader, losing data."
+        "unclean.leader.election.enable",
+        False,
+        T.BOOLEAN,
+        "Let an out-of-sync replica become leader, losing data.",
     )
 
     # ---- replication
-    replica_lag_time_max_ms: Long = _f("replica.lag.time.max.ms", 30000, T.LONG, "A follower behind this long leaves the ISR.", ge=1)
-    replica_fetch_max_bytes: Int = _f("replica.fetch.max.bytes", 1048576, T.INT, "Bytes a follower fetches per partition.", ge=0)
-    replica_fetch_min_bytes: Int = _f("replica.fetch.min.bytes", 1, T.INT, "Bytes a follower fetch waits for.", ge=0)
-    replica_fetch_wait_max_ms: Int = _f("replica.fetch.wait.max.ms", 500, T.INT, "Longest wait of a follower fetch.", ge=0)
-    replica_socket_timeout_ms: Int = _f("replica.socket.timeout.ms", 30000, T.INT, "Socket timeout of follower fetches.")
-    fetch_max_bytes: Int = _f("fetch.max.bytes", 57671680, T.INT, "Most bytes returned by one Fetch.", ge=1024)
-    broker_session_timeout_ms: Int = _f("broker.session.timeout.ms", 9000, T.INT, "A broker without heartbeats this long is fenced.", ge=1)
-    broker_heartbeat_interval_ms: Int = _f("broker.heartbeat.interval.ms", 2000, T.INT, "Interval of broker heartbeats.", ge=1)
+    replica_lag_time_max_ms: Long = _f(
+        "replica.lag.time.max.ms", 30000, T.LONG, "A follower behind this long leaves the ISR.", ge=1
+    )
+    replica_fetch_max_bytes: Int = _f(
+        "replica.fetch.max.bytes", 1048576, T.INT, "Bytes a follower fetches per partition.", ge=0
+    )
+    replica_fetch_min_bytes: Int = _f(
+        "replica.fetch.min.bytes", 1, T.INT, "Bytes a follower fetch waits for.", ge=0
+    )
+    replica_fetch_wait_max_ms: Int = _f(
+        "replica.fetch.wait.max.ms", 500, T.INT, "Longest wait of a follower fetch.", ge=0
+    )
+    replica_socket_timeout_ms: Int = _f(
+        "replica.socket.timeout.ms", 30000, T.INT, "Socket timeout of follower fetches."
+    )
+    fetch_max_bytes: Int = _f(
+        "fetch.max.bytes", 57671680, T.INT, "Most bytes returned by one Fetch.", ge=1024
+    )
+    broker_session_timeout_ms: Int = _f(
+        "broker.session.timeout.ms", 9000, T.INT, "A broker without heartbeats this long is fenced.", ge=1
+    )
+    broker_heartbeat_interval_ms: Int = _f(
+        "broker.heartbeat.interval.ms", 2000, T.INT, "Interval of broker heartbeats.", ge=1
+    )
 
     # ---- consumer groups and offsets
-    offsets_topic_num_partitions: Int = _f("offsets.topic.num.partitions", 50, T.INT, "Partitions of __consumer_offsets.", ge=1)
+    offsets_topic_num_partitions: Int = _f(
+        "offsets.topic.num.partitions", 50, T.INT, "Partitions of __consumer_offsets.", ge=1
+    )
     offsets_topic_replication_factor: Short = _f(
         "offsets.topic.replication.factor", 1, T.SHORT, "Replication factor of __consumer_offsets.", ge=1
     )
-    offsets_topic_segment_bytes: Int = _f("offsets.topic.segment.bytes", 104857600, T.INT, "Segment size of __consumer_offsets.", ge=1)
-    offsets_retention_minutes: Int = _f("offsets.retention.minutes", 10080, T.INT, "How long committed offsets of an empty group are kept.", ge=1)
+    offsets_topic_segment_bytes: Int = _f(
+        "offsets.topic.segment.bytes", 104857600, T.INT, "Segment size of __consumer_offsets.", ge=1
+    )
+    offsets_retention_minutes: Int = _f(
+        "offsets.retention.minutes",
+        10080,
+        T.INT,
+        "How long committed offsets of an empty group are kept.",
+        ge=1,
+    )
     offsets_retention_check_interval_ms: Long = _f(
         "offsets.retention.check.interval.ms", 600000, T.LONG, "How often stale offsets are expired.", ge=1
     )
-    offsets_commit_timeout_ms: Int = _f("offsets.commit.timeout.ms", 5000, T.INT, "Longest wait for an offset commit to be replicated.", ge=1)
-    offset_metadata_max_bytes: Int = _f("offset.metadata.max.bytes", 4096, T.INT, "Largest metadata string of a committed offset.")
-    group_initial_rebalance_delay_ms: Int = _f(
-        "group.initial.rebalance.delay.ms", 3000, T.INT, "Wait for more members before the first rebalance of a new group.", ge=0
+    offsets_commit_timeout_ms: Int = _f(
+        "offsets.commit.timeout.ms", 5000, T.INT, "Longest wait for an offset commit to be replicated.", ge=1
     )
-    group_min_session_timeout_ms: Int = _f("group.min.session.timeout.ms", 6000, T.INT, "Smallest session timeout a member may ask for.")
-    group_max_session_timeout_ms: Int = _f("group.max.session.timeout.ms", 1800000, T.INT, "Largest session timeout a member may ask for.")
+    offset_metadata_max_bytes: Int = _f(
+        "offset.metadata.max.bytes", 4096, T.INT, "Largest metadata string of a committed offset."
+    )
+    group_initial_rebalance_delay_ms: Int = _f(
+        "group.initial.rebalance.delay.ms",
+        3000,
+        T.INT,
+        "Wait for more members before the first rebalance of a new group.",
+        ge=0,
+    )
+    group_min_session_timeout_ms: Int = _f(
+        "group.min.session.timeout.ms", 6000, T.INT, "Smallest session timeout a member may ask for."
+    )
+    group_max_session_timeout_ms: Int = _f(
+        "group.max.session.timeout.ms", 1800000, T.INT, "Largest session timeout a member may ask for."
+    )
     group_max_size: Int = _f("group.max.size", INT32_MAX, T.INT, "Most members in one group.", ge=1)
 
     # ---- transactions and idempotence
@@ -552,28 +769,62 @@ class BrokerConfig(BaseModel):
         "transaction.state.log.num.partitions", 50, T.INT, "Partitions of __transaction_state.", ge=1
     )
     transaction_state_log_replication_factor: Short = _f(
-        "transaction.state.log.replication.factor", 1, T.SHORT, "Replication factor of __transaction_state.", ge=1
+        "transaction.state.log.replication.factor",
+        1,
+        T.SHORT,
+        "Replication factor of __transaction_state.",
+        ge=1,
     )
-    transaction_state_log_min_isr: Int = _f("transaction.state.log.min.isr", 1, T.INT, "min.insync.replicas of __transaction_state.", ge=1)
+    transaction_state_log_min_isr: Int = _f(
+        "transaction.state.log.min.isr", 1, T.INT, "min.insync.replicas of __transaction_state.", ge=1
+    )
     transaction_state_log_segment_bytes: Int = _f(
         "transaction.state.log.segment.bytes", 104857600, T.INT, "Segment size of __transaction_state.", ge=1
     )
-    transaction_max_timeout_ms: Int = _f("transaction.max.timeout.ms", 900000, T.INT, "Largest transaction timeout a producer may ask for.", ge=1)
-    transactional_id_expiration_ms: Int = _f(
-        "transactional.id.expiration.ms", 604800000, T.INT, "Idle time after which a transactional id expires.", ge=1
+    transaction_max_timeout_ms: Int = _f(
+        "transaction.max.timeout.ms",
+        900000,
+        T.INT,
+        "Largest transaction timeout a producer may ask for.",
+        ge=1,
     )
-    producer_id_expiration_ms: Int = _f("producer.id.expiration.ms", 86400000, T.INT, "Idle time after which a producer id's state expires.", ge=1)
+    transactional_id_expiration_ms: Int = _f(
+        "transactional.id.expiration.ms",
+        604800000,
+        T.INT,
+        "Idle time after which a transactional id expires.",
+        ge=1,
+    )
+    producer_id_expiration_ms: Int = _f(
+        "producer.id.expiration.ms",
+        86400000,
+        T.INT,
+        "Idle time after which a producer id's state expires.",
+        ge=1,
+    )
     share_coordinator_state_topic_replication_factor: Short = _f(
-        "share.coordinator.state.topic.replication.factor", 1, T.SHORT, "Accepted for compatibility; share groups are not supported.", ge=1
+        "share.coordinator.state.topic.replication.factor",
+        1,
+        T.SHORT,
+        "Accepted for compatibility; share groups are not supported.",
+        ge=1,
     )
     share_coordinator_state_topic_min_isr: Short = _f(
-        "share.coordinator.state.topic.min.isr", 1, T.SHORT, "Accepted for compatibility; share groups are not supported.", ge=1
+        "share.coordinator.state.topic.min.isr",
+        1,
+        T.SHORT,
+        "Accepted for compatibility; share groups are not supported.",
+        ge=1,
     )
 
     # ---- Odradek's own
-    metrics_port: Port = _f("metrics.port", 0, T.INT, "Port of the Prometheus /metrics endpoint; 0 disables it.")
+    metrics_port: Port = _f(
+        "metrics.port", 0, T.INT, "Port of the Prometheus /metrics endpoint; 0 disables it."
+    )
     metrics_host: Str = _f("metrics.host", "0.0.0.0", T.STRING, "Address the /metrics endpoint binds.")
-    log_format: LogFormat = _f("log.format", "console", T.STRING, "Format of the broker's own logs: console or json.")
+    log_format: LogFormat = _f(
+        "log.format", "console", T.STRING, "Format of the broker's own logs: console or json."
+    )
     log_level: LogLevel = _f("log.level", "INFO", T.STRING, "Level of the broker's own logs.")
 
     # ------------------------------------------------------------------------------------------------
@@ -594,7 +845,7 @@ class BrokerConfig(BaseModel):
                 f"must be <= log.cleaner.max.compaction.lag.ms ({self.log_cleaner_max_compaction_lag_ms})",
             )
         try:
-            listeners = self.listener_list
+            listeners = self.listener_list()
         except ValueError as exc:
             raise _KeyedError("listeners", str(exc)) from None
         if not listeners:
@@ -603,17 +854,24 @@ class BrokerConfig(BaseModel):
         controller_names = {name.upper() for name in self.controller_listener_names}
         if not names - controller_names:
             raise _KeyedError("listeners", "needs a listener that is not a controller listener")
-        if self.inter_broker_listener_name is not None and self.inter_broker_listener_name.upper() not in names:
-            raise _KeyedError("inter.broker.listener.name", f"must be one of the listeners ({', '.join(sorted(names))})")
+        if (
+            self.inter_broker_listener_name is not None
+            and self.inter_broker_listener_name.upper() not in names
+        ):
+            raise _KeyedError(
+                "inter.broker.listener.name", f"must be one of the listeners ({', '.join(sorted(names))})"
+            )
         try:
-            advertised = self.advertised_listener_list
+            advertised = self.advertised_listener_list()
         except ValueError as exc:
             raise _KeyedError("advertised.listeners", str(exc)) from None
         for listener in advertised:
             if listener.name not in names:
                 raise _KeyedError("advertised.listeners", f"listener {listener.name!r} is not in listeners")
             if listener.name in controller_names:
-                raise _KeyedError("advertised.listeners", f"must not advertise the controller listener {listener.name!r}")
+                raise _KeyedError(
+                    "advertised.listeners", f"must not advertise the controller listener {listener.name!r}"
+                )
             if listener.host in ("0.0.0.0", "::"):
                 key = "advertised.listeners" if self.advertised_listeners is not None else "listeners"
                 raise _KeyedError(
@@ -621,10 +879,16 @@ class BrokerConfig(BaseModel):
                     f"cannot advertise the meta-address {listener.host!r} to clients; "
                     "set advertised.listeners to a reachable host",
                 )
-        voters = self.voters
+        voters = self.voters()
         if "controller" in self.process_roles and voters and self.node_id not in {v.node_id for v in voters}:
-            raise _KeyedError("controller.quorum.voters", f"must include this controller's node.id ({self.node_id})")
-        if "controller" not in self.process_roles and not voters and not self.controller_quorum_bootstrap_servers:
+            raise _KeyedError(
+                "controller.quorum.voters", f"must include this controller's node.id ({self.node_id})"
+            )
+        if (
+            "controller" not in self.process_roles
+            and not voters
+            and not self.controller_quorum_bootstrap_servers
+        ):
             raise _KeyedError(
                 "controller.quorum.voters",
                 "a broker-only node needs controller.quorum.voters or controller.quorum.bootstrap.servers",
@@ -672,30 +936,26 @@ class BrokerConfig(BaseModel):
             mapping.setdefault(name.upper(), "PLAINTEXT")
         return mapping
 
-    @property
     def listener_list(self) -> list[Listener]:
         """`listeners` parsed, each with its security protocol. Raises ValueError on a bad list."""
         return parse_listeners(self.listeners, self._protocol_map())
 
-    @property
     def client_listeners(self) -> list[Listener]:
         """Listeners that serve clients and brokers (every listener but the controller ones)."""
         controller = {name.upper() for name in self.controller_listener_names}
-        return [listener for listener in self.listener_list if listener.name not in controller]
+        return [listener for listener in self.listener_list() if listener.name not in controller]
 
-    @property
     def controller_listeners(self) -> list[Listener]:
         controller = {name.upper() for name in self.controller_listener_names}
-        return [listener for listener in self.listener_list if listener.name in controller]
+        return [listener for listener in self.listener_list() if listener.name in controller]
 
-    @property
     def advertised_listener_list(self) -> list[Listener]:
         """What Metadata returns to clients: `advertised.listeners`, else the client listeners with an
         empty host replaced by this machine's host name. A port of 0 must be replaced by the bound port."""
         if self.advertised_listeners is not None:
             return parse_listeners(self.advertised_listeners, self._protocol_map())
         result = []
-        for listener in self.client_listeners:
+        for listener in self.client_listeners():
             host = listener.host or socket.gethostname()
             result.append(Listener(listener.name, host, listener.port, listener.security_protocol))
         return result
@@ -704,9 +964,8 @@ class BrokerConfig(BaseModel):
     def inter_broker_listener(self) -> str:
         if self.inter_broker_listener_name is not None:
             return self.inter_broker_listener_name.upper()
-        return self.client_listeners[0].name
+        return self.client_listeners()[0].name
 
-    @property
     def voters(self) -> list[QuorumVoter]:
         return [_parse_voter(item) for item in self.controller_quorum_voters]
 

@@ -67,7 +67,8 @@ def _gzip_compress(data, level: int | None) -> bytes:
 def _snappy_compress(data, level: int | None) -> bytes:
     view = memoryview(data)
     out = bytearray(_XERIAL_HEADER)
-    for i in range(0, len(view), _XERIAL_BLOCK):
+    # Empty input still gets one (empty) block: kafka-python takes a bare 16-byte header for raw snappy.
+    for i in range(0, max(len(view), 1), _XERIAL_BLOCK):
         block = snappy.compress(bytes(view[i : i + _XERIAL_BLOCK]))
         out += _INT32.pack(len(block))
         out += block

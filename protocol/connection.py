@@ -5,7 +5,7 @@
 `ServerConnection` is the broker's side. `receive_data(data)` returns complete `RequestReceived` events;
 the 4-byte size is checked against the frame limit *before* any of the frame is buffered, so a hostile
 size field costs nothing. Anything malformed raises `RemoteProtocolError`: the caller closes the
-connection (Kafka does the same for bad frames, unknown keys and versions). One exception, from KIP-511:
+connection (Kafka does the same for bad frames, unknown keys and versions). Bytes left after a request body are ignored, as Kafka ignores them (librdkafka sends some). One exception, from KIP-511:
 an ApiVersions request at a version we do not know yields `ApiVersionsUnsupported`, to be answered with a
 v0 body carrying UNSUPPORTED_VERSION and our table.
 
@@ -115,7 +115,10 @@ class ServerConnection:
             raise RemoteProtocolError(f"unsupported version {api_version} of api key {api_key}")
         header, pos = read_request_header(frame)
         view = memoryview(frame)
-        request = decode(REQUESTS[api_key], view[pos:], api_version)
+        # Trailing bytes after a request body are ignored, as Kafka does (it never checks that a body is
+        # consumed): librdkafka's all-topics Metadata v13 request carries three stray bytes left from a
+        # reserved array-count placeholder.
+        request, _ = decode_from(REQUESTS[api_key], view[pos:], api_version)
         return RequestReceived(header, request, len(frame))
 
     def _range(self, api_key: int) -> tuple[int, int]:

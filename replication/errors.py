@@ -1,33 +1,48 @@
-"""Kafka error codes answered by the replication layer, and the exception that carries one.
+"""Errors raised by the replication layer, each carrying the Kafka error code the broker answers with.
 
-Names and numbers are Kafka's (org.apache.kafka.common.protocol.Errors). Only the codes this layer
-produces are listed; when the protocol layer's complete table lands, this enum should become an import
-of it so that there is one table.
+As in storage/errors.py, every exception a caller can answer a client with has an `error_code` class
+attribute (a member of protocol's `ErrorCode`), so the broker maps storage and replication errors the same
+way. A follower position past the leader's log end raises storage's `OffsetOutOfRangeError`.
 """
 
 from __future__ import annotations
 
-from enum import IntEnum
+from odradek.protocol.errors import ErrorCode
 
-__all__ = ["ApiError", "ErrorCode"]
-
-
-class ErrorCode(IntEnum):
-    NONE = 0
-    OFFSET_OUT_OF_RANGE = 1
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    NOT_LEADER_OR_FOLLOWER = 6
-    REQUEST_TIMED_OUT = 7
-    NOT_ENOUGH_REPLICAS = 19
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-    KAFKA_STORAGE_ERROR = 56
-    FENCED_LEADER_EPOCH = 74
-    UNKNOWN_LEADER_EPOCH = 75
+__all__ = [
+    "FencedLeaderEpochError",
+    "NotEnoughReplicasError",
+    "NotLeaderOrFollowerError",
+    "ReplicationError",
+    "UnknownLeaderEpochError",
+]
 
 
-class ApiError(Exception):
-    """A request for one partition fails with `error_code` (Kafka's ApiException)."""
+class ReplicationError(Exception):
+    """Base of every replication-layer error."""
 
-    def __init__(self, error_code: ErrorCode, message: str = "") -> None:
-        super().__init__(f"{error_code.name}: {message}" if message else error_code.name)
-        self.error_code = error_code
+    error_code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class NotLeaderOrFollowerError(ReplicationError):
+    """The partition is not hosted here, or not led here when the request needs the leader."""
+
+    error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+class NotEnoughReplicasError(ReplicationError):
+    """acks=all refused before appending: the ISR is smaller than min.insync.replicas."""
+
+    error_code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class FencedLeaderEpochError(ReplicationError):
+    """The request names an older leader epoch than this broker's: the sender's metadata is stale."""
+
+    error_code = ErrorCode.FENCED_LEADER_EPOCH
+
+
+class UnknownLeaderEpochError(ReplicationError):
+    """The request names a newer leader epoch than this broker has seen yet."""
+
+    error_code = ErrorCode.UNKNOWN_LEADER_EPOCH

@@ -54,6 +54,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable
+from operator import attrgetter
 
 __all__ = ["DelayQueue", "TaskCounter", "Timer", "TimerTask", "TimerTaskList", "TimingWheel"]
 
@@ -90,6 +91,9 @@ class TimerTask:
     def __repr__(self) -> str:
         state = "cancelled" if self._cancelled else "scheduled" if self._bucket is not None else "idle"
         return f"<{type(self).__name__} expiration_ms={self.expiration_ms} {state}>"
+
+
+_expiration_ms = attrgetter("expiration_ms")
 
 
 class TaskCounter:
@@ -265,6 +269,9 @@ class Timer:
     A task added when already due (or overdue) is not run inside `add`: it waits in an overdue bucket
     whose deadline is the timer's current time, so every callback runs from `advance_clock` and
     `next_expiration_ms()` tells the caller to come back at once.
+
+    Resolution is one tick: a task runs once the clock reaches the start of the tick holding its
+    deadline, so with `tick_ms=1` and whole milliseconds, exactly at its deadline.
     """
 
     __slots__ = ("_queue", "_counter", "_wheel", "_overdue")
@@ -317,6 +324,8 @@ class Timer:
         # Every bucket left is due after now_ms, so moving the wheels up to now_ms cannot make a slot
         # still holding tasks collide with a new expiration.
         self._wheel.advance_clock(now_ms)
+        # Buckets pop in tick order already; the sort orders overdue tasks and tasks sharing a tick.
+        expired.sort(key=_expiration_ms)
         run: list[TimerTask] = []
         for index, task in enumerate(expired):
             if task.is_cancelled:

@@ -35,12 +35,13 @@ FAMILIES = (
     "metadata",
     "produce",
     "fetch",
-    "offsets",
+    "list_offsets",
     "topics",
     "configs",
     "cluster",
     "producer_ids",
     "groups",
+    "offsets",
 )
 
 

@@ -1,0 +1,150 @@
+"""Start and stop the broker's components in order, and drive their clocks.
+
+Start: log manager (directory lock, recovery) -> metadata log (replay, bootstrap on first start, register
+this broker) -> replica manager and the partition logs of every topic in the image -> group coordinator
+-> metrics -> background schedules. Stop runs the other way and ends with flushed logs, checkpoints and
+the clean-shutdown marker.
+
+The timing wheel is driven by one timer handle: after every state change the broker calls
+`after_state_change()`, which (re)arms a `loop.call_at` for the wheel's next deadline. Nothing polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import structlog
+
+from odradek.replication.metadata import Endpoint, MetadataLog, StorageLogAdapter, metadata_log_config
+from odradek.replication.replica_manager import ReplicaManager
+from odradek.replication.timing_wheel import Timer
+from odradek.storage.log_manager import LogManager
+from odradek.storage.names import TopicPartition
+
+from .topics import TopicManager
+
+log = structlog.get_logger("odradek.broker")
+
+METADATA_PARTITION = TopicPartition("__cluster_metadata", 0)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def start_components(broker) -> None:
+    cfg = broker.config
+    loop = asyncio.get_running_loop()
+    broker.timer = Timer(tick_ms=1, wheel_size=20, start_ms=now_ms())
+
+    # One data directory today (JBOD is future work): the first of log.dirs.
+    broker.log_manager = LogManager(
+        cfg.data_dirs[0], now_ms=now_ms(), node_id=cfg.node_id,
+        retention_check_interval_ms=cfg.log_retention_check_interval_ms,
+    )
+    broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
+    metadata_log = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())
+    broker.metadata = MetadataLog(StorageLogAdapter(metadata_log))
+    broker.metadata.load()
+    host, port = _advertised_for_registration(broker)
+    broker.metadata.append(broker.metadata.bootstrap(None, cfg.node_id, [Endpoint("PLAINTEXT", host, port)]), now_ms())
+
+    broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer)
+    broker.topics = TopicManager(broker)
+    broker.topics.apply_image()
+
+    _start_groups(broker)
+    _start_metrics(broker, loop)
+    broker.spawn(_housekeeping(broker))
+    log.info("components started", cluster_id=broker.metadata.image.cluster_id, topics=len(broker.metadata.image.topics_by_name))
+
+
+def _advertised_for_registration(broker) -> tuple[str, int]:
+    listener = broker.config.advertised_listener_list()[0]
+    return (listener.host or "localhost", listener.port)
+
+
+def _start_groups(broker) -> None:
+    try:
+        from odradek.coordinator.group_coordinator import GroupCoordinator  # noqa: F401
+    except ImportError:
+        broker.groups = None
+        return
+    from .groups_wiring import start_group_coordinator
+
+    start_group_coordinator(broker)
+
+
+def _start_metrics(broker, loop) -> None:
+    from .metrics import Metrics
+
+    metrics = Metrics(node_id=broker.node_id)
+    metrics.bind_loop(loop)
+    metrics.set_partition_count_source(lambda: len(broker.data.partitions))
+    metrics.track_purgatory("Produce", broker.data.produce_purgatory.num_delayed)
+    metrics.track_purgatory("Fetch", broker.data.fetch_purgatory.num_delayed)
+    metrics.set_log_size_source(
+        lambda: [(tp.topic, tp.partition, p.log.size_bytes) for tp, p in broker.data.partitions.items()]
+    )
+    broker.metrics = metrics
+    port = getattr(broker.config, "metrics_port", 0)
+    broker.metrics_server = metrics.start_http_server(port, getattr(broker.config, "metrics_host", "127.0.0.1")) if port else None
+
+
+def arm_timer(broker) -> None:
+    deadline = broker.timer.next_expiration_ms()
+    if deadline is None:
+        return
+    if broker._timer_deadline is not None and broker._timer_deadline <= deadline and broker._timer_handle is not None:
+        return
+    if broker._timer_handle is not None:
+        broker._timer_handle.cancel()
+    loop = asyncio.get_running_loop()
+    delay_s = max(0.0, (deadline - now_ms()) / 1000)
+    broker._timer_deadline = deadline
+    broker._timer_handle = loop.call_later(delay_s, _fire_timer, broker)
+
+
+def _fire_timer(broker) -> None:
+    broker._timer_handle = None
+    broker._timer_deadline = None
+    try:
+        broker.timer.advance_clock(now_ms())
+    finally:
+        arm_timer(broker)
+
+
+async def _housekeeping(broker) -> None:
+    """Retention, flushes, checkpoints and cleaning on the log manager's schedule (each call may do nothing)."""
+    interval_s = 1.0
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            now = now_ms()
+            manager = broker.log_manager
+            manager.maybe_delete_old_segments(now, upper_bound_offset=lambda tp: _high_watermark(broker, tp))
+            manager.maybe_flush(now)
+            manager.maybe_checkpoint(now)
+            manager.maybe_remove_expired_producers(now)
+            if broker.groups is not None and hasattr(broker.groups, "maybe_expire"):
+                broker.groups.maybe_expire(now_ms())
+        except Exception:
+            log.exception("housekeeping failed")
+
+
+def _high_watermark(broker, tp) -> int | None:
+    partition = broker.data.get_partition(tp)
+    return partition.high_watermark if partition is not None else None
+
+
+async def stop_components(broker) -> None:
+    handle = getattr(broker, "_timer_handle", None)
+    if handle is not None:
+        handle.cancel()
+    server = getattr(broker, "metrics_server", None)
+    if server is not None:
+        server.stop()
+    log_manager = getattr(broker, "log_manager", None)
+    if log_manager is not None:
+        log_manager.close()

@@ -1,0 +1,71 @@
+"""`odradek broker start`: run a broker until SIGTERM or SIGINT, then shut down gracefully."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+from .config import ConfigError, load_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="odradek broker", description="Run an Odradek broker.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="start a broker (defaults: localhost:9092, data in ./odradek-data)")
+    start.add_argument("--config", "-c", metavar="FILE", help="a server.properties file")
+    start.add_argument(
+        "--override", "-o", metavar="KEY=VALUE", action="append", default=[],
+        help="set a property (repeatable); wins over the file and ODRADEK_* environment variables",
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config, args.override, os.environ)
+    except ConfigError as e:
+        print(f"odradek: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"odradek: cannot read config: {e}", file=sys.stderr)
+        return 2
+    from .logging import configure_logging
+
+    configure_logging(config.log_format, config.log_level)
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency; stay runnable without it
+        runner = asyncio.run
+    try:
+        return runner(_run(config))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _run(config) -> int:
+    from .server import Broker
+    from odradek.storage.errors import StorageError
+
+    broker = Broker(config)
+    try:
+        await broker.start()
+    except (StorageError, ConfigError, OSError) as e:
+        print(f"odradek: cannot start: {e}", file=sys.stderr)
+        await broker.stop()
+        return 1
+    for name, host, port in broker.bound:
+        print(f"odradek broker {config.node_id} listening on {name}://{host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("odradek: shutting down", flush=True)
+    await broker.stop()
+    return 0

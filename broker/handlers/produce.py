@@ -1,0 +1,75 @@
+"""Produce (0): batches go to the partition logs untouched but for the offsets stamped in place.
+
+Versions 0-2 are advertised, as Kafka 4 does (KAFKA-18659: old librdkafka disables compression unless
+the range starts at 0), but refused: the connection closes as for any unsupported version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import ProduceResponse
+from odradek.storage.names import TopicPartition
+
+from . import handles
+
+TopicResponse = ProduceResponse.TopicProduceResponse
+PartitionResponse = TopicResponse.PartitionProduceResponse
+
+
+@handles(0, (3, 13), advertise_min=0)
+def handle_produce(broker, ctx, request):
+    version = ctx.api_version
+    acks = request.acks
+    now_ms = broker.now_ms()
+    entries: dict[TopicPartition, object] = {}
+    early: dict[tuple[int, int], PartitionResponse] = {}  # (topic index, partition index) -> error response
+    topics = []
+    for ti, topic in enumerate(request.topic_data):
+        image = broker.topic_by_id(topic.topic_id) if version >= 13 else broker.topic_by_name(topic.name)
+        name = image.name if image is not None else topic.name
+        topics.append((topic, name))
+        for p in topic.partition_data:
+            error = None
+            if acks not in (-1, 0, 1):
+                error = ErrorCode.INVALID_REQUIRED_ACKS
+            elif image is None:
+                error = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.index not in image.partitions:
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.records is None or len(p.records) == 0:
+                error = ErrorCode.CORRUPT_MESSAGE
+            elif (name.startswith("__") and not broker.allows_internal_writes(name)):
+                error = ErrorCode.INVALID_TOPIC_EXCEPTION
+            if error is not None:
+                early[(ti, p.index)] = PartitionResponse(index=p.index, error_code=int(error), base_offset=-1)
+            else:
+                entries[TopicPartition(name, p.index)] = p.records
+
+    future = asyncio.get_running_loop().create_future() if acks != 0 else None
+
+    def respond(results) -> None:
+        if future is None or future.done():
+            return
+        out = []
+        for ti, (topic, name) in enumerate(topics):
+            parts = []
+            for p in topic.partition_data:
+                r = early.get((ti, p.index))
+                if r is None:
+                    res = results[TopicPartition(name, p.index)]
+                    r = PartitionResponse(
+                        index=p.index, error_code=res.error_code, base_offset=res.base_offset,
+                        log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset,
+                        error_message=res.error_message if res.error_code else None,
+                    )
+                parts.append(r)
+            out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=parts))
+        future.set_result(ProduceResponse(responses=out, throttle_time_ms=0))
+
+    broker.data.append_records(entries, required_acks=acks, timeout_ms=request.timeout_ms, now_ms=now_ms, respond=respond)
+    broker.after_state_change()
+    if future is None:
+        return None
+    return future.result() if future.done() else future

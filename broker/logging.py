@@ -1,0 +1,113 @@
+"""The broker's own logs: structlog, rendered for humans on a console or as JSON lines.
+
+structlog and the standard library share one pipeline: structlog loggers hand their event dicts to a
+stdlib handler on the root logger, whose `ProcessorFormatter` renders them; records from plain
+`logging` users (asyncio, libraries) get the same timestamp/level enrichment through its foreign
+pre-chain, so every line on the stream has one format. Level filtering happens in stdlib, before any
+rendering work (`filter_by_level`).
+
+Usage:
+
+    configure_logging("json", "INFO")
+    log = get_logger(__name__)
+    log.info("partition_loaded", topic="t", partition=0, log_end_offset=42)
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import IO, Any
+
+import structlog
+
+from .config import LOG_FORMATS, LOG_LEVELS, ConfigError
+
+__all__ = ["configure_logging", "get_logger"]
+
+_HANDLER_MARK = "_odradek_handler"
+
+
+def _level_number(level: str | int) -> int:
+    if isinstance(level, int):
+        return level
+    name = LOG_LEVELS.get(str(level).strip().upper())
+    if name is None:
+        choices = ", ".join(sorted(LOG_LEVELS))
+        raise ConfigError(
+            f"invalid value for 'log.level': must be one of: {choices} (got {level!r})", key="log.level"
+        )
+    return logging.getLevelName(name)
+
+
+def configure_logging(
+    fmt: str = "console", level: str | int = "INFO", *, stream: IO[str] | None = None
+) -> None:
+    """Route structlog and stdlib logging to `stream` (default stderr) as `console` text or `json` lines.
+
+    Safe to call again (tests, a reload): the handler installed by an earlier call is replaced, other
+    handlers on the root logger are left alone."""
+    fmt = str(fmt).strip().lower()
+    if fmt not in LOG_FORMATS:
+        choices = ", ".join(LOG_FORMATS)
+        raise ConfigError(
+            f"invalid value for 'log.format': must be one of: {choices} (got {fmt!r})", key="log.format"
+        )
+    level_no = _level_number(level)
+    stream = stream if stream is not None else sys.stderr
+
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.ExtraAdder(),
+        timestamper,
+        structlog.processors.StackInfoRenderer(),
+    ]
+    if fmt == "json":
+        renderer: Any = structlog.processors.JSONRenderer()
+        # Tracebacks as structured data, without frame locals (they can hold record payloads).
+        tracebacks = structlog.processors.ExceptionRenderer(
+            structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+        )
+        final: list[Any] = [tracebacks, renderer]
+    else:
+        colors = bool(getattr(stream, "isatty", lambda: False)())
+        final = [structlog.dev.ConsoleRenderer(colors=colors)]
+
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.PositionalArgumentsFormatter(),
+            structlog.processors.UnicodeDecoder(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        # Not cached, so that a later configure_logging call takes effect on existing loggers.
+        cache_logger_on_first_use=False,
+    )
+
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    setattr(handler, _HANDLER_MARK, True)
+
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, _HANDLER_MARK, False):
+            root.removeHandler(old)
+            old.close()  # a StreamHandler's close() flushes; it never closes the stream itself
+    root.addHandler(handler)
+    root.setLevel(level_no)
+    logging.captureWarnings(True)
+
+
+def get_logger(name: str | None = None, **initial: Any) -> Any:
+    """A structlog logger bound to `name` (stdlib logger name) and any initial key/values."""
+    return structlog.get_logger(name, **initial)

@@ -1,0 +1,168 @@
+"""The broker: wires storage, replication and coordinators to the network pipeline.
+
+    async with Broker(config) as broker:      # in-process, e.g. in a user's tests
+        print(broker.bound_port)
+
+`odradek broker start` (broker/daemon.py) runs the same object until SIGTERM/SIGINT. Shutdown is graceful:
+stop accepting, let each connection finish its current request, flush and checkpoint the logs, write the
+clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import structlog
+
+from odradek.protocol.connection import ServerConnection
+
+from . import handlers as handler_registry
+from .config import BrokerConfig
+from .handlers.api_versions import build_response
+from .network import NetworkServer, _Pending
+
+log = structlog.get_logger("odradek.broker")
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig | None = None, **overrides: Any):
+        if config is None:
+            config = BrokerConfig.from_properties({k.replace("_", "."): v for k, v in overrides.items()})
+        self.config = config
+        self.node_id = config.node_id
+        self.registry = handler_registry.load_handlers()
+        self.accepted_versions = handler_registry.accepted_versions(self.registry)
+        self.advertised_versions = handler_registry.advertised_versions(self.registry)
+        self.api_versions_response = build_response(self.advertised_versions)
+        self.network: NetworkServer | None = None
+        self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
+        self.metrics = None
+        self.data = None  # the data plane (logs, partitions, purgatories), set by start()
+        self.metadata = None
+        self.groups = None
+        self.topics = None
+        self.log_manager = None
+        self.timer = None
+        self._timer_handle = None
+        self._timer_deadline: int | None = None
+        self._background: list[asyncio.Task] = []
+        self._started = False
+
+    # -- life cycle --
+
+    async def start(self) -> None:
+        from .components import start_components
+
+        await start_components(self)
+        cfg = self.config
+        self.network = NetworkServer(
+            dispatch=self.dispatch,
+            accepted_versions=self.accepted_versions,
+            advertised_versions=self.advertised_versions,
+            max_frame_bytes=cfg.socket_request_max_bytes,
+            max_connections=cfg.max_connections,
+            queued_max_requests=cfg.queued_max_requests,
+            num_handler_tasks=cfg.num_io_threads,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
+            on_protocol_error=self._count_protocol_error,
+        )
+        self.network.start_handlers()
+        for listener in cfg.client_listeners():
+            host = listener.host or "0.0.0.0"
+            bound_host, port = await self.network.listen(listener.name, host, listener.port)
+            self.bound.append((listener.name, bound_host, port))
+            log.info("listening", listener=listener.name, host=bound_host, port=port)
+        self._started = True
+
+    async def stop(self, drain_timeout_s: float = 5.0) -> None:
+        if not self._started:
+            return
+        self._started = False
+        from .components import stop_components
+
+        await self.network.stop_accepting()
+        await self.network.drain(drain_timeout_s)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await stop_components(self)
+        log.info("stopped")
+
+    async def __aenter__(self) -> "Broker":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.append(task)
+        return task
+
+    @property
+    def bound_port(self) -> int:
+        return self.bound[0][2]
+
+    @property
+    def advertised_endpoint(self) -> tuple[str, int]:
+        """The host and port clients are told to use (advertised.listeners, else the bound listener)."""
+        first = self.config.advertised_listener_list()[0]
+        host = first.host if first.host not in ("", "0.0.0.0", "::") else "localhost"
+        return host, first.port or self.bound_port
+
+    # -- services for handlers --
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    def topic_by_name(self, name: str):
+        return self.metadata.image.topics_by_name.get(name)
+
+    def topic_by_id(self, topic_id):
+        return self.metadata.image.topics_by_id.get(topic_id)
+
+    def is_internal_topic(self, name: str) -> bool:
+        return self.topics.is_internal(name)
+
+    def allows_internal_writes(self, name: str) -> bool:
+        return False
+
+    def after_state_change(self) -> None:
+        """Re-arm the timing wheel's wake-up after anything that may have added a timer task."""
+        from .components import arm_timer
+
+        arm_timer(self)
+
+    # -- dispatch --
+
+    def dispatch(self, pending: _Pending) -> None:
+        ctx = pending.ctx
+        registration = self.registry[ctx.api_key]
+        started = time.perf_counter()
+        try:
+            result = registration.handler(self, ctx, ctx.request)
+        except Exception as e:
+            log.exception("handler failed", api_key=ctx.api_key, api_version=ctx.api_version)
+            self._observe(ctx, started, error=True)
+            pending.response.set_exception(e)
+            return
+        if isinstance(result, asyncio.Future):
+            result.add_done_callback(lambda _f: self._observe(ctx, started))
+        else:
+            self._observe(ctx, started)
+        pending.response.set_result(result)
+
+    def _observe(self, ctx, started: float, error: bool = False) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_request(ctx.api_key, ctx.api_version, time.perf_counter() - started, ctx.frame_size, error)
+
+    def _count_protocol_error(self) -> None:
+        if self.metrics is not None:
+            self.metrics.protocol_error()
+
+    def server_connection(self) -> ServerConnection:
+        return ServerConnection(max_frame_bytes=self.config.socket_request_max_bytes, supported=self.accepted_versions)

@@ -1,0 +1,579 @@
+"""Topic-level configs (what CreateTopics, DescribeConfigs, AlterConfigs and IncrementalAlterConfigs
+speak of) and the DescribeConfigs view of broker resources.
+
+Each topic config has a Kafka type, Kafka's own default, a validator, a one-line description, and the
+broker properties that supply its default ("synonyms", most specific first: `retention.ms` takes
+`log.retention.ms`, else `log.retention.minutes`, else `log.retention.hours`). A topic's *effective*
+config is therefore: its own override if it has one, else the broker's value, else Kafka's default.
+
+DescribeConfigs reports where each value comes from with Kafka's ConfigSource numbers:
+DYNAMIC_TOPIC_CONFIG for a topic override, STATIC_BROKER_CONFIG when server.properties (or env, or an
+override) set the broker synonym, DEFAULT_CONFIG otherwise.
+
+The storage layer's `LogConfig` uses snake_case names (`retention_ms`); `to_log_config_kwargs` maps an
+effective config onto them without importing storage.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import (
+    CLEANUP_POLICIES,
+    COMPRESSION_TYPES,
+    INT64_MAX,
+    MIN_INDEX_BYTES,
+    MIN_SEGMENT_BYTES,
+    TIMESTAMP_TYPES,
+    BrokerConfig,
+    ConfigError,
+    ConfigType,
+    broker_config_keys,
+    parse_bool,
+    parse_double,
+    parse_int32,
+    parse_int64,
+    parse_list,
+    render_value,
+)
+
+__all__ = [
+    "ConfigType",
+    "ConfigSource",
+    "ConfigResourceType",
+    "ConfigSynonym",
+    "ConfigEntry",
+    "TopicConfigDef",
+    "TOPIC_CONFIGS",
+    "validate_topic_configs",
+    "effective_topic_configs",
+    "describe",
+    "describe_topic",
+    "describe_broker",
+    "to_log_config_kwargs",
+]
+
+
+class ConfigSource(enum.IntEnum):
+    """Kafka's DescribeConfigsResponse ConfigSource."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+class ConfigResourceType(enum.IntEnum):
+    """Kafka's ConfigResource.Type as sent in `resource_type`."""
+
+    UNKNOWN = 0
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+    GROUP = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One DescribeConfigs result entry, in Kafka's field names."""
+
+    name: str
+    value: str | None
+    read_only: bool
+    source: ConfigSource
+    is_sensitive: bool
+    type: ConfigType
+    documentation: str
+    synonyms: tuple[ConfigSynonym, ...] = ()
+
+    @property
+    def is_default(self) -> bool:
+        """DescribeConfigs v0's `is_default`."""
+        return self.source == ConfigSource.DEFAULT_CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigDef:
+    name: str
+    type: ConfigType
+    default: Any
+    parse: Callable[[Any], Any]  # raw text (or typed value) -> parsed value; ValueError(reason) if invalid
+    doc: str
+    synonyms: tuple[str, ...] = ()  # broker properties supplying the default, most specific first
+    broker_value: Callable[[BrokerConfig], Any] | None = field(default=None)  # when not a plain synonym
+
+    def default_from(self, broker: BrokerConfig) -> Any:
+        if self.broker_value is not None:
+            return self.broker_value(broker)
+        if self.synonyms:
+            return broker.get(self.synonyms[0])
+        return self.default
+
+
+# ---- validators
+
+
+def _int(lo: int | None = None, hi: int | None = None, *, long: bool = False) -> Callable[[Any], int]:
+    base = parse_int64 if long else parse_int32
+
+    def parse(value: Any) -> int:
+        number = base(value)
+        if lo is not None and number < lo:
+            raise ValueError(f"must be >= {lo}")
+        if hi is not None and number > hi:
+            raise ValueError(f"must be <= {hi}")
+        return number
+
+    return parse
+
+
+def _long(lo: int | None = None, hi: int | None = None) -> Callable[[Any], int]:
+    return _int(lo, hi, long=True)
+
+
+def _ratio(value: Any) -> float:
+    number = parse_double(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return number
+
+
+def _one_of(*allowed: str, case_sensitive: bool = True) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = str(value).strip()
+        for option in allowed:
+            if text == option or (not case_sensitive and text.lower() == option.lower()):
+                return option
+        raise ValueError(f"must be one of: {', '.join(allowed)}")
+
+    return parse
+
+
+def _cleanup_policy(value: Any) -> tuple[str, ...]:
+    items = tuple(item.lower() for item in parse_list(value))
+    if not items:
+        raise ValueError("must not be empty")
+    if any(item not in CLEANUP_POLICIES for item in items):
+        raise ValueError(f"each item must be one of: {', '.join(CLEANUP_POLICIES)}")
+    return tuple(dict.fromkeys(items))
+
+
+def _gzip_level(value: Any) -> int:
+    number = parse_int32(value)
+    if number != -1 and not 1 <= number <= 9:
+        raise ValueError("must be -1 or 1..9")
+    return number
+
+
+def _throttled_replicas(value: Any) -> tuple[str, ...]:
+    # "*" or partition:broker pairs, as kafka-reassign-partitions writes them. Accepted, not acted on.
+    items = parse_list(value)
+    if items == ("*",):
+        return items
+    for item in items:
+        partition, sep, broker = item.partition(":")
+        if not sep or not partition.strip().isdigit() or not broker.strip().isdigit():
+            raise ValueError("must be * or a list of partition:broker pairs")
+    return items
+
+
+_MS_RETENTION = ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
+_MS_ROLL = ("log.roll.ms", "log.roll.hours")
+_MS_JITTER = ("log.roll.jitter.ms", "log.roll.jitter.hours")
+_MS_FLUSH = ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")
+
+_DEFS = [
+    TopicConfigDef(
+        "cleanup.policy",
+        ConfigType.LIST,
+        ("delete",),
+        _cleanup_policy,
+        "delete old segments, compact to the latest value per key, or both.",
+        ("log.cleanup.policy",),
+    ),
+    TopicConfigDef(
+        "compression.type",
+        ConfigType.STRING,
+        "producer",
+        _one_of(*COMPRESSION_TYPES, case_sensitive=False),
+        "Codec of stored batches; 'producer' keeps what the producer sent.",
+        ("compression.type",),
+    ),
+    TopicConfigDef(
+        "compression.gzip.level",
+        ConfigType.INT,
+        -1,
+        _gzip_level,
+        "gzip level when compression.type is gzip.",
+        ("compression.gzip.level",),
+    ),
+    TopicConfigDef(
+        "compression.lz4.level",
+        ConfigType.INT,
+        9,
+        _int(1, 17),
+        "lz4 level when compression.type is lz4.",
+        ("compression.lz4.level",),
+    ),
+    TopicConfigDef(
+        "compression.zstd.level",
+        ConfigType.INT,
+        3,
+        _int(-131072, 22),
+        "zstd level when compression.type is zstd.",
+        ("compression.zstd.level",),
+    ),
+    TopicConfigDef(
+        "delete.retention.ms",
+        ConfigType.LONG,
+        86400000,
+        _long(0),
+        "How long a tombstone survives in a compacted topic.",
+        ("log.cleaner.delete.retention.ms",),
+    ),
+    TopicConfigDef(
+        "file.delete.delay.ms",
+        ConfigType.LONG,
+        60000,
+        _long(0),
+        "Delay before a deleted segment's files are removed.",
+        ("log.segment.delete.delay.ms",),
+    ),
+    TopicConfigDef(
+        "flush.messages",
+        ConfigType.LONG,
+        INT64_MAX,
+        _long(1),
+        "Messages appended before the partition is fsynced.",
+        ("log.flush.interval.messages",),
+    ),
+    TopicConfigDef(
+        "flush.ms",
+        ConfigType.LONG,
+        INT64_MAX,
+        _long(0),
+        "Longest time appended data stays unflushed.",
+        _MS_FLUSH,
+        lambda b: b.log_flush_interval_ms_effective,
+    ),
+    TopicConfigDef(
+        "follower.replication.throttled.replicas",
+        ConfigType.LIST,
+        (),
+        _throttled_replicas,
+        "Replicas throttled on the follower side (accepted, not enforced).",
+    ),
+    TopicConfigDef(
+        "index.interval.bytes",
+        ConfigType.INT,
+        4096,
+        _int(0),
+        "Bytes between offset index entries.",
+        ("log.index.interval.bytes",),
+    ),
+    TopicConfigDef(
+        "leader.replication.throttled.replicas",
+        ConfigType.LIST,
+        (),
+        _throttled_replicas,
+        "Replicas throttled on the leader side (accepted, not enforced).",
+    ),
+    TopicConfigDef(
+        "max.compaction.lag.ms",
+        ConfigType.LONG,
+        INT64_MAX,
+        _long(1),
+        "Longest a record may stay uncompacted.",
+        ("log.cleaner.max.compaction.lag.ms",),
+    ),
+    TopicConfigDef(
+        "max.message.bytes",
+        ConfigType.INT,
+        1048588,
+        _int(0),
+        "Largest record batch the topic accepts.",
+        ("message.max.bytes",),
+    ),
+    TopicConfigDef(
+        "message.timestamp.after.max.ms",
+        ConfigType.LONG,
+        3600000,
+        _long(0),
+        "How far ahead of the broker's clock a CreateTime timestamp may be.",
+        ("log.message.timestamp.after.max.ms",),
+    ),
+    TopicConfigDef(
+        "message.timestamp.before.max.ms",
+        ConfigType.LONG,
+        INT64_MAX,
+        _long(0),
+        "How far behind the broker's clock a CreateTime timestamp may be.",
+        ("log.message.timestamp.before.max.ms",),
+    ),
+    TopicConfigDef(
+        "message.timestamp.type",
+        ConfigType.STRING,
+        "CreateTime",
+        _one_of(*TIMESTAMP_TYPES),
+        "CreateTime keeps the producer's timestamp; LogAppendTime stamps the broker's.",
+        ("log.message.timestamp.type",),
+    ),
+    TopicConfigDef(
+        "min.cleanable.dirty.ratio",
+        ConfigType.DOUBLE,
+        0.5,
+        _ratio,
+        "Dirty fraction of the log at which compaction starts.",
+        ("log.cleaner.min.cleanable.ratio",),
+    ),
+    TopicConfigDef(
+        "min.compaction.lag.ms",
+        ConfigType.LONG,
+        0,
+        _long(0),
+        "Youngest a record may be and still be compacted.",
+        ("log.cleaner.min.compaction.lag.ms",),
+    ),
+    TopicConfigDef(
+        "min.insync.replicas",
+        ConfigType.INT,
+        1,
+        _int(1),
+        "In-sync replicas an acks=all write needs.",
+        ("min.insync.replicas",),
+    ),
+    TopicConfigDef(
+        "preallocate",
+        ConfigType.BOOLEAN,
+        False,
+        parse_bool,
+        "Preallocate the file of a new segment.",
+        ("log.preallocate",),
+    ),
+    TopicConfigDef(
+        "retention.bytes",
+        ConfigType.LONG,
+        -1,
+        _long(),
+        "Most bytes kept per partition before old segments go; -1 means no limit.",
+        ("log.retention.bytes",),
+    ),
+    TopicConfigDef(
+        "retention.ms",
+        ConfigType.LONG,
+        604800000,
+        _long(-1),
+        "How long a segment is kept before deletion; -1 means forever.",
+        _MS_RETENTION,
+        lambda b: b.log_retention_ms_effective,
+    ),
+    TopicConfigDef(
+        "segment.bytes",
+        ConfigType.INT,
+        1073741824,
+        _int(MIN_SEGMENT_BYTES),
+        "Size at which the active segment is rolled.",
+        ("log.segment.bytes",),
+    ),
+    TopicConfigDef(
+        "segment.index.bytes",
+        ConfigType.INT,
+        10485760,
+        _int(MIN_INDEX_BYTES),
+        "Size of a segment's offset index file.",
+        ("log.index.size.max.bytes",),
+    ),
+    TopicConfigDef(
+        "segment.jitter.ms",
+        ConfigType.LONG,
+        0,
+        _long(0),
+        "Most random jitter subtracted from segment.ms.",
+        _MS_JITTER,
+        lambda b: b.log_roll_jitter_ms_effective,
+    ),
+    TopicConfigDef(
+        "segment.ms",
+        ConfigType.LONG,
+        604800000,
+        _long(1),
+        "Age at which the active segment is rolled even if not full.",
+        _MS_ROLL,
+        lambda b: b.log_roll_ms_effective,
+    ),
+    TopicConfigDef(
+        "unclean.leader.election.enable",
+        ConfigType.BOOLEAN,
+        False,
+        parse_bool,
+        "Let an out-of-sync replica become leader, losing data.",
+        ("unclean.leader.election.enable",),
+    ),
+]
+
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in sorted(_DEFS, key=lambda d: d.name)}
+
+
+# ---- validation and effective values
+
+
+def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """Check topic config overrides, returning them parsed (`{"retention.ms": 1000}`).
+
+    A None value (AlterConfigs' "remove the override") is kept as None. Raises ConfigError naming the
+    key for an unknown name or an invalid value, and for min.compaction.lag.ms > max.compaction.lag.ms."""
+    parsed: dict[str, Any] = {}
+    for key, raw in configs.items():
+        definition = TOPIC_CONFIGS.get(key)
+        if definition is None:
+            raise ConfigError(f"unknown topic config {key!r}", key=key)
+        if raw is None:
+            parsed[key] = None
+            continue
+        try:
+            parsed[key] = definition.parse(raw)
+        except ValueError as exc:
+            shown = raw if isinstance(raw, str) else render_value(raw)
+            raise ConfigError(f"invalid value for {key!r}: {exc} (got {shown!r})", key=key) from None
+    low, high = parsed.get("min.compaction.lag.ms"), parsed.get("max.compaction.lag.ms")
+    if low is not None and high is not None and low > high:
+        raise ConfigError(
+            f"invalid value for 'min.compaction.lag.ms': must be <= max.compaction.lag.ms ({high})"
+            f" (got '{low}')",
+            key="min.compaction.lag.ms",
+        )
+    return parsed
+
+
+def effective_topic_configs(overrides: Mapping[str, Any], broker: BrokerConfig) -> dict[str, Any]:
+    """Every topic config's parsed value for a topic: its override, else the broker's default."""
+    parsed = validate_topic_configs(overrides)
+    result = {name: d.default_from(broker) for name, d in TOPIC_CONFIGS.items()}
+    result.update({k: v for k, v in parsed.items() if v is not None})
+    if result["min.compaction.lag.ms"] > result["max.compaction.lag.ms"]:
+        raise ConfigError(
+            "invalid value for 'min.compaction.lag.ms': must be <= max.compaction.lag.ms "
+            f"({result['max.compaction.lag.ms']}) (got '{result['min.compaction.lag.ms']}')",
+            key="min.compaction.lag.ms",
+        )
+    return result
+
+
+def to_log_config_kwargs(effective: Mapping[str, Any], fields: Iterable[str] | None = None) -> dict[str, Any]:
+    """`{"retention.ms": 1}` -> `{"retention_ms": 1}`, for storage's `LogConfig(**kwargs)`.
+
+    List values become comma-joined text, `cleanup.policy` in canonical order ("delete", "compact" or
+    "compact,delete"). With `fields` (e.g. the names of LogConfig's dataclass fields), keys LogConfig
+    does not have are dropped."""
+    result: dict[str, Any] = {}
+    for key, value in effective.items():
+        if key == "cleanup.policy" and isinstance(value, (tuple, list)):
+            value = ",".join(sorted(set(value)))
+        elif isinstance(value, (tuple, list)):
+            value = ",".join(value)
+        result[key.replace(".", "_")] = value
+    if fields is not None:
+        wanted = set(fields)
+        result = {key: value for key, value in result.items() if key in wanted}
+    return result
+
+
+# ---- DescribeConfigs
+
+
+def _broker_source(broker: BrokerConfig, key: str) -> ConfigSource:
+    return ConfigSource.STATIC_BROKER_CONFIG if key in broker.explicit_keys else ConfigSource.DEFAULT_CONFIG
+
+
+def describe_topic(
+    topic_overrides: Mapping[str, Any], broker: BrokerConfig, keys: Iterable[str] | None = None
+) -> list[ConfigEntry]:
+    """DescribeConfigs entries for a TOPIC resource, sorted by name. `keys` (the request's
+    configuration_keys) restricts the answer; unknown names are left out, as Kafka does."""
+    wanted = None if keys is None else set(keys)
+    overrides = {k: v for k, v in validate_topic_configs(topic_overrides).items() if v is not None}
+    explicit = broker.explicit_keys
+    entries = []
+    for name, definition in TOPIC_CONFIGS.items():
+        if wanted is not None and name not in wanted:
+            continue
+        synonyms: list[ConfigSynonym] = []
+        if name in overrides:
+            value = render_value(overrides[name])
+            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+            synonyms.append(ConfigSynonym(name, value, source))
+        else:
+            value = render_value(definition.default_from(broker))
+            set_synonyms = [s for s in definition.synonyms if s in explicit]
+            source = ConfigSource.STATIC_BROKER_CONFIG if set_synonyms else ConfigSource.DEFAULT_CONFIG
+        for synonym in definition.synonyms:
+            if synonym in explicit:
+                synonyms.append(
+                    ConfigSynonym(
+                        synonym, render_value(broker.get(synonym)), ConfigSource.STATIC_BROKER_CONFIG
+                    )
+                )
+        if definition.synonyms and not any(s.source == ConfigSource.STATIC_BROKER_CONFIG for s in synonyms):
+            # Nothing set on the broker: the default comes from the least specific synonym's default.
+            fallback = definition.synonyms[-1]
+            synonyms.append(
+                ConfigSynonym(fallback, render_value(broker.get(fallback)), ConfigSource.DEFAULT_CONFIG)
+            )
+        entries.append(
+            ConfigEntry(
+                name=name,
+                value=value,
+                read_only=False,
+                source=source,
+                is_sensitive=False,
+                type=definition.type,
+                documentation=definition.doc,
+                synonyms=tuple(synonyms),
+            )
+        )
+    return entries
+
+
+# The brief's name for the topic describe.
+describe = describe_topic
+
+
+def describe_broker(broker: BrokerConfig, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
+    """DescribeConfigs entries for a BROKER resource: every property, read-only (no dynamic broker
+    configs yet), STATIC_BROKER_CONFIG if it was set, DEFAULT_CONFIG otherwise."""
+    wanted = None if keys is None else set(keys)
+    entries = []
+    for key, ktype, doc in sorted(broker_config_keys()):
+        if wanted is not None and key not in wanted:
+            continue
+        value = render_value(broker.get(key))
+        source = _broker_source(broker, key)
+        entries.append(
+            ConfigEntry(
+                name=key,
+                value=value,
+                read_only=True,
+                source=source,
+                is_sensitive=False,
+                type=ktype,
+                documentation=doc,
+                synonyms=(ConfigSynonym(key, value, source),),
+            )
+        )
+    return entries

@@ -1,0 +1,230 @@
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete and offset retention, over OffsetCommit records.
+
+Theory of operation
+-------------------
+A commit is validated against the group it names, then written as one OffsetCommit record per partition;
+the offsets table changes only when those records are replayed, so a fetch after the commit's response
+sees it, and a coordinator that loads the partition sees the same table. Deleting an offset writes a
+tombstone for its key.
+
+Who may commit (Kafka's rules):
+- generation -1 with no member id: an admin client or a consumer without group management, accepted
+  while the group is empty; an unknown group is created on the fly as a "simple" classic group;
+- a classic group member: its member id (and instance id, if static) must be known and its generation
+  current (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID), and not while the group waits for
+  the leader's assignment (REBALANCE_IN_PROGRESS);
+- a KIP-848 member (v9+): its member epoch must equal the coordinator's (a newer epoch is
+  FENCED_MEMBER_EPOCH, an older one STALE_MEMBER_EPOCH).
+
+Retention (`offsets.retention.minutes`): every `offsets.retention.check.interval.ms` the coordinator expires
+offsets of groups that no longer use them: an empty consumer group's offsets once the group has been
+empty for the retention time; a "simple" group's offsets (no protocol type) retention time after their
+commit; a stable classic consumer group's offsets for topics it no longer subscribes to; and any offset
+committed with an explicit retention (OffsetCommit v2-4) at its expire timestamp. A group left empty and
+without offsets is deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from odradek.protocol.errors import ErrorCode
+
+from .classic_group import ClassicGroup, ClassicGroupState
+from .records import CoordinatorRecord, offset_commit_record, offset_commit_tombstone
+from .runtime import Batch, CoordinatorError, Result
+
+if TYPE_CHECKING:
+    from .shard import GroupCoordinatorShard
+
+__all__ = ["NO_OFFSET", "OffsetAndMetadata", "OffsetManager", "PartitionCommit"]
+
+NO_OFFSET = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    committed_offset: int
+    leader_epoch: int  # -1: none
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int = -1  # -1: expires by the group's retention rule
+
+    def is_expired(self, now_ms: int, base_timestamp_ms: int, retention_ms: int) -> bool:
+        if self.expire_timestamp_ms >= 0:
+            return now_ms >= self.expire_timestamp_ms
+        return now_ms - base_timestamp_ms >= retention_ms
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCommit:
+    """One partition of an OffsetCommit request, in the coordinator's terms."""
+
+    topic: str
+    partition: int
+    committed_offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+class OffsetManager:
+    """Commits, fetches, deletes and expires offsets; the table is `shard.offsets`, changed by replay."""
+
+    def __init__(self, shard: GroupCoordinatorShard) -> None:
+        self.shard = shard
+        self.config = shard.config
+
+    # -- replay --
+
+    def replay(self, record: CoordinatorRecord) -> None:
+        key = record.key
+        offsets = self.shard.offsets
+        if record.value is None:
+            group = offsets.get(key.group)
+            if group is not None:
+                group.pop((key.topic, key.partition), None)
+                if not group:
+                    del offsets[key.group]
+            return
+        value = record.value
+        offsets.setdefault(key.group, {})[(key.topic, key.partition)] = OffsetAndMetadata(
+            committed_offset=value.offset,
+            leader_epoch=value.leader_epoch,
+            metadata=value.metadata,
+            commit_timestamp_ms=value.commit_timestamp,
+            expire_timestamp_ms=value.expire_timestamp,
+        )
+
+    # -- OffsetCommit --
+
+    def commit(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id_or_member_epoch: int,
+               retention_time_ms: int, partitions: list[PartitionCommit], api_version: int, now_ms: int) -> Result:
+        """Response: one error code per entry of `partitions`, in order."""
+        out = Batch()
+        try:
+            self._validate_commit(group_id, member_id, group_instance_id, generation_id_or_member_epoch, api_version,
+                                  now_ms)
+        except CoordinatorError as e:
+            return out.result([e.error_code] * len(partitions))
+        expire_timestamp_ms = now_ms + retention_time_ms if retention_time_ms >= 0 else -1
+        errors = []
+        for p in partitions:
+            metadata = p.metadata if p.metadata is not None else ""
+            if len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+            elif not self.shard.topic_partition_exists(p.topic, p.partition):
+                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                out.records.append(offset_commit_record(group_id, p.topic, p.partition, p.committed_offset,
+                                                        p.leader_epoch, metadata, now_ms, expire_timestamp_ms))
+                errors.append(ErrorCode.NONE)
+        return out.result(errors)
+
+    def _validate_commit(self, group_id: str, member_id: str, group_instance_id: str | None, generation: int,
+                         api_version: int, now_ms: int) -> None:
+        group = self.shard.group(group_id)
+        if group is None:
+            if generation >= 0:
+                # v9+ says so; older clients expect ILLEGAL_GENERATION for a group that is gone.
+                code = ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
+                raise CoordinatorError(f"group {group_id} does not exist", code)
+            # A consumer that manages its own partitions (or an admin) commits into a "simple" group.
+            group = self.shard.create_classic_group(group_id, now_ms)
+        group.validate_offset_commit(member_id, group_instance_id, generation, api_version)
+
+    # -- OffsetFetch --
+
+    def fetch(self, group_id: str, member_id: str | None, member_epoch: int,
+              topics: list[tuple[str, list[int]]] | None) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
+        """(group error, [(topic, [(partition, offset or None)])]); `topics` None asks for every offset."""
+        group = self.shard.group(group_id)
+        committed = self.shard.offsets.get(group_id, {})
+        if group is not None:
+            try:
+                group.validate_offset_fetch(member_id, member_epoch)
+            except CoordinatorError as e:
+                if e.error_code is not ErrorCode.GROUP_ID_NOT_FOUND:
+                    return e.error_code, []
+                committed = {}
+        if topics is None:
+            by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
+            for (topic, partition), offset in sorted(committed.items()):
+                by_topic.setdefault(topic, []).append((partition, offset))
+            return ErrorCode.NONE, list(by_topic.items())
+        return ErrorCode.NONE, [
+            (topic, [(partition, committed.get((topic, partition))) for partition in partitions])
+            for topic, partitions in topics
+        ]
+
+    # -- OffsetDelete --
+
+    def delete(self, group_id: str, topics: list[tuple[str, list[int]]]) -> Result:
+        """Response: (group error, [(topic, [(partition, error)])])."""
+        out = Batch()
+        group = self.shard.group(group_id)
+        if group is None:
+            return out.result((ErrorCode.GROUP_ID_NOT_FOUND, []))
+        try:
+            group.validate_offset_delete()
+        except CoordinatorError as e:
+            return out.result((e.error_code, []))
+        committed = self.shard.offsets.get(group_id, {})
+        results = []
+        for topic, partitions in topics:
+            subscribed = not group.is_empty and group.is_subscribed_to_topic(topic)
+            errors = []
+            for partition in partitions:
+                if subscribed:
+                    errors.append((partition, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
+                    continue
+                if (topic, partition) in committed:
+                    out.records.append(offset_commit_tombstone(group_id, topic, partition))
+                errors.append((partition, ErrorCode.NONE))
+            results.append((topic, errors))
+        return out.result((ErrorCode.NONE, results))
+
+    def delete_all(self, group_id: str, out: Batch) -> int:
+        committed = self.shard.offsets.get(group_id, {})
+        for topic, partition in committed:
+            out.records.append(offset_commit_tombstone(group_id, topic, partition))
+        return len(committed)
+
+    # -- retention --
+
+    def expire(self, group_id: str, now_ms: int, out: Batch) -> bool:
+        """Tombstone the group's expired offsets; True when the group is left without offsets."""
+        committed = self.shard.offsets.get(group_id)
+        if not committed:
+            return True
+        group = self.shard.group(group_id)
+        condition = self._expiration_condition(group)
+        if condition is None:
+            return False
+        retention_ms = self.config.offsets_retention_ms
+        expired = 0
+        for (topic, partition), offset in committed.items():
+            base_timestamp_ms = condition(topic, offset)
+            if base_timestamp_ms is not None and offset.is_expired(now_ms, base_timestamp_ms, retention_ms):
+                out.records.append(offset_commit_tombstone(group_id, topic, partition))
+                expired += 1
+        return expired == len(committed)
+
+    def _expiration_condition(self, group):
+        """(topic, offset) -> the timestamp its retention counts from, or None to keep it."""
+        if group is None:
+            return lambda topic, offset: offset.commit_timestamp_ms
+        if isinstance(group, ClassicGroup):
+            if group.protocol_type is None:
+                return lambda topic, offset: offset.commit_timestamp_ms
+            if group.is_empty:
+                since = group.state_timestamp_ms
+                return lambda topic, offset: since if since >= 0 else offset.commit_timestamp_ms
+            subscribed = group.subscribed_topics() if group.is_in(ClassicGroupState.STABLE) else None
+            if group.protocol_type == "consumer" and subscribed is not None:
+                return lambda topic, offset: None if topic in subscribed else offset.commit_timestamp_ms
+            return None
+        if group.is_empty:
+            return lambda topic, offset: offset.commit_timestamp_ms
+        subscribed_topics = group.subscribed_topic_names()
+        return lambda topic, offset: None if topic in subscribed_topics else offset.commit_timestamp_ms

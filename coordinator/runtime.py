@@ -1,0 +1,416 @@
+"""The coordinator runtime: shards of a compacted internal topic run as replicated state machines.
+
+Theory of operation
+-------------------
+A coordinator owns some partitions of an internal topic (`__consumer_offsets` for groups). Each owned
+partition has a *shard*: the state of the groups that hash to it. The runtime knows nothing of groups; it
+knows three verbs, as Kafka's CoordinatorRuntime does:
+
+- `write(partition, op, now_ms) -> Deferred`: `op(shard) -> Result(records, response)` decides what
+  happens and returns the records that say so. The runtime appends the records through the
+  `PartitionWriter`, then replays them into the shard (`shard.replay(record)` is the only mutation of the
+  replicated state), and completes the Deferred with the response once the records are durable. An op
+  writes nothing if it raises, and a failed append replays nothing: the replicated state never runs ahead
+  of the log.
+- `load(partition, now_ms)`: a new shard replays the partition's log (`read_all`) and is told
+  `on_loaded(now_ms)` to re-arm its timers. `unload(partition)` drops it (leadership moved).
+- `schedule(partition, key, deadline_ms, op)`: a timer on the shared timing wheel that runs `op` as a
+  write when it fires. A key names one timer per shard; scheduling a key again replaces its timer.
+
+Durability. `PartitionWriter.append` returns None when the records are durable on return (one broker:
+appended). With replication it returns the log end offset after the append instead, and the runtime
+holds the response until `on_committed(partition, offset)` reports the high watermark has reached it. A
+write with no records also waits for the writes before it, so a response never gets ahead of the state
+it reports on. `unload` fails what is still held with NOT_COORDINATOR.
+
+`Deferred` is the runtime's future: a callback holder completed exactly once, with no event loop (the
+broker adapts it to an asyncio.Future). Callbacks run synchronously inside `complete`/`fail`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from odradek.protocol.errors import ErrorCode
+from odradek.replication.timing_wheel import Timer, TimerTask
+
+from .records import CoordinatorRecord, deserialize, serialize
+
+__all__ = [
+    "Batch",
+    "CoordinatorError",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorRuntime",
+    "CoordinatorShard",
+    "Deferred",
+    "InMemoryPartitionWriter",
+    "NotCoordinatorError",
+    "PartitionWriter",
+    "Result",
+]
+
+T = TypeVar("T")
+S = TypeVar("S", bound="CoordinatorShard")
+
+_PENDING = object()
+
+
+class CoordinatorError(Exception):
+    """An error answered to the client with `error_code`."""
+
+    error_code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str = "", error_code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        if error_code is not None:
+            self.error_code = error_code
+
+
+class NotCoordinatorError(CoordinatorError):
+    error_code = ErrorCode.NOT_COORDINATOR
+
+
+class CoordinatorLoadInProgressError(CoordinatorError):
+    error_code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class Deferred(Generic[T]):
+    """A result that arrives later: completed or failed exactly once; callbacks run on completion."""
+
+    __slots__ = ("_value", "_error", "_callbacks")
+
+    def __init__(self) -> None:
+        self._value: Any = _PENDING
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Deferred[T]], None]] = []
+
+    @classmethod
+    def completed(cls, value: T) -> Deferred[T]:
+        d: Deferred[T] = cls()
+        d._value = value
+        return d
+
+    @classmethod
+    def failed(cls, error: BaseException) -> Deferred[T]:
+        d: Deferred[T] = cls()
+        d._value = None
+        d._error = error
+        return d
+
+    @property
+    def done(self) -> bool:
+        return self._value is not _PENDING
+
+    @property
+    def failed_with(self) -> BaseException | None:
+        return self._error
+
+    def result(self) -> T:
+        if self._value is _PENDING:
+            raise RuntimeError("Deferred is not complete")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def complete(self, value: T) -> bool:
+        """Complete with `value`; False (and nothing happens) if already done."""
+        if self._value is not _PENDING:
+            return False
+        self._value = value
+        self._run_callbacks()
+        return True
+
+    def fail(self, error: BaseException) -> bool:
+        if self._value is not _PENDING:
+            return False
+        self._value = None
+        self._error = error
+        self._run_callbacks()
+        return True
+
+    def add_callback(self, callback: Callable[[Deferred[T]], None]) -> None:
+        """Call `callback(self)` once done (at once if already done)."""
+        if self._value is _PENDING:
+            self._callbacks.append(callback)
+        else:
+            callback(self)
+
+    def then(self, fn: Callable[[T], Any], on_error: Callable[[BaseException], Any] | None = None) -> Deferred:
+        """A Deferred of `fn(value)`, or of `on_error(error)` if given (else the error passes through)."""
+        out: Deferred = Deferred()
+
+        def chain(d: Deferred[T]) -> None:
+            if d._error is None:
+                out.complete(fn(d._value))
+            elif on_error is not None:
+                out.complete(on_error(d._error))
+            else:
+                out.fail(d._error)
+
+        self.add_callback(chain)
+        return out
+
+    def _run_callbacks(self) -> None:
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def __repr__(self) -> str:
+        if self._value is _PENDING:
+            return "<Deferred pending>"
+        if self._error is not None:
+            return f"<Deferred failed {self._error!r}>"
+        return f"<Deferred {self._value!r}>"
+
+
+@dataclass(slots=True)
+class Result:
+    """What an operation decided: records to write, the response once they are durable, and callbacks.
+
+    `callbacks` run after the records are durable (with None) or after the append failed (with the
+    error), before the response is released: Kafka's append future of a CoordinatorResult.
+    """
+
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    response: Any = None
+    callbacks: list[Callable[[BaseException | None], None]] = field(default_factory=list)
+
+
+class Batch:
+    """An operation's decisions as it builds them: records to write and callbacks for when durable."""
+
+    __slots__ = ("records", "callbacks")
+
+    def __init__(self) -> None:
+        self.records: list[CoordinatorRecord] = []
+        self.callbacks: list[Callable[[BaseException | None], None]] = []
+
+    def result(self, response: Any = None) -> Result:
+        return Result(self.records, response, self.callbacks)
+
+
+class PartitionWriter(Protocol):
+    """What the runtime needs from the broker: append to and read back a partition of the topic."""
+
+    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> int | None:
+        """Append `records` as one batch. None: durable on return; else the log end offset to wait for."""
+        ...
+
+    def read_all(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
+        """Every record of the partition, oldest first (after compaction, the latest per key survive)."""
+        ...
+
+
+class CoordinatorShard(Protocol):
+    def replay(self, record: CoordinatorRecord) -> None: ...
+
+    def on_loaded(self, now_ms: int) -> None: ...
+
+    def on_unloaded(self) -> None: ...
+
+
+class InMemoryPartitionWriter:
+    """A PartitionWriter over lists, for tests. With `commit_later` appends return offsets to wait for."""
+
+    def __init__(self, *, commit_later: bool = False) -> None:
+        self.logs: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+        self.commit_later = commit_later
+        self.fail_next: BaseException | None = None
+
+    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> int | None:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        log = self.logs.setdefault(partition, [])
+        log.extend(records)
+        return len(log) if self.commit_later else None
+
+    def read_all(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
+        return iter(list(self.logs.get(partition, ())))
+
+    def compacted(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
+        """The partition as log compaction would leave it: the last record per key, tombstones dropped."""
+        last: dict[bytes | None, tuple[int, bytes | None]] = {}
+        for i, (key, value) in enumerate(self.logs.get(partition, ())):
+            last[key] = (i, value)
+        return [(key, value) for key, (_, value) in sorted(last.items(), key=lambda kv: kv[1][0]) if value is not None]
+
+
+class _Held:
+    __slots__ = ("offset", "deferred", "result")
+
+    def __init__(self, offset: int, deferred: Deferred, result: Result) -> None:
+        self.offset = offset
+        self.deferred = deferred
+        self.result = result
+
+
+class _ShardContext(Generic[S]):
+    __slots__ = ("partition", "shard", "timers", "held", "last_written_offset")
+
+    def __init__(self, partition: int, shard: S) -> None:
+        self.partition = partition
+        self.shard = shard
+        self.timers: dict[Any, TimerTask] = {}
+        self.held: deque[_Held] = deque()
+        self.last_written_offset: int | None = None
+
+
+class CoordinatorRuntime(Generic[S]):
+    """Shards by partition, a writer to make their records durable, and timers on a shared wheel."""
+
+    def __init__(self, writer: PartitionWriter, shard_factory: Callable[[int], S], timer: Timer) -> None:
+        self._writer = writer
+        self._shard_factory = shard_factory
+        self._timer = timer
+        self._contexts: dict[int, _ShardContext[S]] = {}
+        self._clock_ms = 0
+
+    @property
+    def timer(self) -> Timer:
+        return self._timer
+
+    # -- life cycle --
+
+    def load(self, partition: int, now_ms: int) -> S:
+        """Build the partition's shard by replaying its log; replaces a shard already loaded."""
+        self.unload(partition)
+        shard = self._shard_factory(partition)
+        for key, value in self._writer.read_all(partition):
+            record = deserialize(key, value)
+            if record is not None:
+                shard.replay(record)
+        self._contexts[partition] = _ShardContext(partition, shard)
+        self._tick(now_ms)
+        shard.on_loaded(now_ms)
+        return shard
+
+    def unload(self, partition: int) -> None:
+        context = self._contexts.pop(partition, None)
+        if context is None:
+            return
+        for task in context.timers.values():
+            task.cancel()
+        context.timers.clear()
+        while context.held:
+            context.held.popleft().deferred.fail(NotCoordinatorError(f"partition {partition} was unloaded"))
+        context.shard.on_unloaded()
+
+    def is_loaded(self, partition: int) -> bool:
+        return partition in self._contexts
+
+    @property
+    def partitions(self) -> list[int]:
+        return sorted(self._contexts)
+
+    def shard(self, partition: int) -> S:
+        context = self._contexts.get(partition)
+        if context is None:
+            raise NotCoordinatorError(f"this broker does not coordinate partition {partition}")
+        return context.shard
+
+    # -- operations --
+
+    def read(self, partition: int, fn: Callable[[S], T]) -> T:
+        """Run a read-only function on the shard (raises NotCoordinatorError if it is not loaded)."""
+        return fn(self.shard(partition))
+
+    def write(self, partition: int, op: Callable[[S], Result], now_ms: int) -> Deferred:
+        """Run `op` on the shard; make its records durable, replay them and release its response."""
+        self._tick(now_ms)
+        context = self._contexts.get(partition)
+        if context is None:
+            return Deferred.failed(NotCoordinatorError(f"this broker does not coordinate partition {partition}"))
+        try:
+            result = op(context.shard)
+        except Exception as e:  # an op that raises writes nothing
+            return Deferred.failed(e)
+        deferred: Deferred = Deferred()
+        if not result.records:
+            self._settle(context, None, result, deferred)
+            return deferred
+        try:
+            encoded = [serialize(record) for record in result.records]
+            offset = self._writer.append(partition, encoded, now_ms)
+        except Exception as e:
+            for callback in result.callbacks:
+                callback(e)
+            deferred.fail(e)
+            return deferred
+        for record in result.records:
+            context.shard.replay(record)
+        if offset is not None:
+            context.last_written_offset = offset
+        self._settle(context, offset, result, deferred)
+        return deferred
+
+    def _settle(self, context: _ShardContext[S], offset: int | None, result: Result, deferred: Deferred) -> None:
+        if offset is None and result.records:
+            self._release(result, deferred)
+            return
+        wait_for = offset if offset is not None else (context.last_written_offset if context.held else None)
+        if wait_for is None:
+            self._release(result, deferred)
+            return
+        context.held.append(_Held(wait_for, deferred, result))
+
+    @staticmethod
+    def _release(result: Result, deferred: Deferred) -> None:
+        for callback in result.callbacks:
+            callback(None)
+        deferred.complete(result.response)
+
+    def on_committed(self, partition: int, committed_offset: int) -> None:
+        """The partition's high watermark reached `committed_offset`: release what waited for it."""
+        context = self._contexts.get(partition)
+        if context is None:
+            return
+        while context.held and context.held[0].offset <= committed_offset:
+            held = context.held.popleft()
+            self._release(held.result, held.deferred)
+
+    # -- timers --
+
+    def schedule(self, partition: int, key: Any, deadline_ms: int, op: Callable[[S, int], Result]) -> None:
+        """At `deadline_ms`, run `op(shard, now_ms)` as a write; replaces the timer already under `key`."""
+        context = self._contexts.get(partition)
+        if context is None:
+            return
+        previous = context.timers.pop(key, None)
+        if previous is not None:
+            previous.cancel()
+
+        def fire() -> None:
+            if context.timers.get(key) is task:
+                del context.timers[key]
+            if self._contexts.get(partition) is not context:
+                return
+            now_ms = max(task.expiration_ms, self._clock_ms)
+            self.write(partition, lambda shard: op(shard, now_ms), now_ms)
+
+        task = TimerTask(deadline_ms, fire)
+        context.timers[key] = task
+        self._timer.add(task)
+
+    def cancel(self, partition: int, key: Any) -> None:
+        context = self._contexts.get(partition)
+        if context is not None:
+            task = context.timers.pop(key, None)
+            if task is not None:
+                task.cancel()
+
+    def is_scheduled(self, partition: int, key: Any) -> bool:
+        context = self._contexts.get(partition)
+        return context is not None and key in context.timers
+
+    def deadline(self, partition: int, key: Any) -> int | None:
+        context = self._contexts.get(partition)
+        task = context.timers.get(key) if context is not None else None
+        return task.expiration_ms if task is not None else None
+
+    def _tick(self, now_ms: int) -> None:
+        if now_ms > self._clock_ms:
+            self._clock_ms = now_ms

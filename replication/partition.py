@@ -1,0 +1,345 @@
+"""Partition state on a broker: role, leader epoch, replicas and ISR, follower positions, high watermark.
+
+Theory of operation
+-------------------
+Offsets named `*_end_offset` are exclusive: the log end offset (LEO) is the offset the next record gets,
+and the high watermark (HW) is the first offset not yet known to be on every in-sync replica. Consumers
+read below the HW (below the last stable offset under read_committed); followers read up to the LEO.
+
+On the leader, HW = the smallest LEO among the leader itself, the ISR, and followers that are caught up
+within `replica_lag_time_max_ms` but not yet in the ISR (as Kafka does, so that a replica about to join
+the ISR already holds everything below the HW). The HW never moves backwards while leading; a follower
+whose position is unknown (-1, right after an election) holds it where it is.
+
+The broker drives it at the points where state moves, and completes delayed operations when the HW
+moves:
+
+- after appending to the leader's log: `maybe_advance_high_watermark(now_ms)`;
+- after a follower's fetch: `update_follower_fetch_state(replica_id, log_end_offset, now_ms)`;
+- both return True when the HW advanced: then `check_and_complete(topic_partition)` on the produce and
+  fetch purgatories.
+
+acks=all is refused up front with NOT_ENOUGH_REPLICAS when the ISR is smaller than
+`min_insync_replicas` (`check_append_as_leader`); once appended, the DelayedProduce waits until
+`check_enough_replicas_reach_offset` says the HW has passed the batch. With a single replica the ISR is
+the leader alone, so the HW equals the LEO after every append and acks=all completes at once through the
+same path.
+
+Leadership changes arrive as PartitionChange records of the metadata log and are applied with
+`make_leader` / `make_follower`; ISR changes are proposed elsewhere (AlterPartition) and only become
+true when applied here. The log is duck-typed: this module reads only its `log_start_offset` and
+`log_end_offset`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol
+
+from odradek.protocol.errors import ErrorCode
+from odradek.replication.errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
+from odradek.storage.errors import OffsetOutOfRangeError
+from odradek.storage.names import TopicPartition
+
+__all__ = [
+    "NO_LEADER_EPOCH",
+    "FetchIsolation",
+    "FollowerState",
+    "LogOffsetSnapshot",
+    "Partition",
+    "PartitionLog",
+    "TopicPartition",
+]
+
+NO_LEADER_EPOCH = -1
+"""`current_leader_epoch` of a request that does not name one (Kafka's NO_PARTITION_LEADER_EPOCH)."""
+
+UNKNOWN_OFFSET = -1
+
+
+class PartitionLog(Protocol):
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+
+class FetchIsolation(IntEnum):
+    """How far a fetch may read: followers to the LEO, consumers to the HW or the last stable offset."""
+
+    LOG_END = 0
+    HIGH_WATERMARK = 1
+    TXN_COMMITTED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetSnapshot:
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+    def end_offset(self, isolation: FetchIsolation) -> int:
+        if isolation is FetchIsolation.LOG_END:
+            return self.log_end_offset
+        if isolation is FetchIsolation.HIGH_WATERMARK:
+            return self.high_watermark
+        return self.last_stable_offset
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower, from its fetches (Kafka's ReplicaState)."""
+
+    log_end_offset: int = UNKNOWN_OFFSET
+    last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
+    last_fetch_time_ms: int | None = None
+    last_caught_up_time_ms: int | None = None
+
+    def is_caught_up(self, leader_end_offset: int, now_ms: int, replica_lag_time_max_ms: int) -> bool:
+        if self.log_end_offset == leader_end_offset:
+            return True
+        return (
+            self.last_caught_up_time_ms is not None
+            and now_ms - self.last_caught_up_time_ms <= replica_lag_time_max_ms
+        )
+
+
+def _latest(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
+
+
+class Partition:
+    """One partition hosted by this broker. Starts with no role; `make_leader` or `make_follower`."""
+
+    def __init__(
+        self,
+        topic_partition: TopicPartition,
+        *,
+        topic_id: uuid.UUID,
+        log: PartitionLog,
+        local_broker_id: int,
+        min_insync_replicas: int = 1,
+        replica_lag_time_max_ms: int = 30_000,
+        high_watermark: int | None = None,
+        first_unstable_offset: Callable[[], int | None] | None = None,
+    ) -> None:
+        self.topic_partition = topic_partition
+        self.topic_id = topic_id
+        self.log = log
+        self.local_broker_id = local_broker_id
+        self.min_insync_replicas = min_insync_replicas
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.leader_id: int | None = None
+        self.leader_epoch = NO_LEADER_EPOCH
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()
+        start = log.log_start_offset if high_watermark is None else high_watermark
+        self._high_watermark = min(max(start, log.log_start_offset), log.log_end_offset)
+        self._follower_states: dict[int, FollowerState] = {}
+        self._first_unstable_offset = first_unstable_offset
+
+    @property
+    def topic(self) -> str:
+        return self.topic_partition.topic
+
+    @property
+    def partition(self) -> int:
+        return self.topic_partition.partition
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_broker_id
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The HW, lowered to the first offset of a still-open transaction once transactions exist."""
+        if self._first_unstable_offset is not None:
+            first_unstable = self._first_unstable_offset()
+            if first_unstable is not None:
+                return min(first_unstable, self._high_watermark)
+        return self._high_watermark
+
+    def follower_state(self, replica_id: int) -> FollowerState | None:
+        return self._follower_states.get(replica_id)
+
+    def make_leader(
+        self, *, leader_epoch: int, replicas: Sequence[int], isr: Sequence[int], now_ms: int
+    ) -> bool:
+        """Lead this partition; True when the HW advanced as a result.
+
+        Followers in the ISR count as caught up now; on a new leadership their positions are unknown
+        until they fetch, which holds the HW until they do.
+        """
+        self._check_assignment(self.local_broker_id, replicas, isr)
+        is_new_leader = not self.is_leader
+        leader_end_offset = self.log.log_end_offset
+        states: dict[int, FollowerState] = {}
+        for replica_id in replicas:
+            if replica_id == self.local_broker_id:
+                continue
+            caught_up_ms = now_ms if replica_id in isr else None
+            previous = self._follower_states.get(replica_id)
+            if is_new_leader or previous is None:
+                states[replica_id] = FollowerState(last_caught_up_time_ms=caught_up_ms)
+            else:
+                states[replica_id] = FollowerState(
+                    log_end_offset=previous.log_end_offset,
+                    last_fetch_leader_log_end_offset=leader_end_offset,
+                    last_fetch_time_ms=now_ms,
+                    last_caught_up_time_ms=caught_up_ms,
+                )
+        self.leader_id = self.local_broker_id
+        self.leader_epoch = leader_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self._follower_states = states
+        return self.maybe_advance_high_watermark(now_ms)
+
+    def make_follower(
+        self, *, leader_id: int, leader_epoch: int, replicas: Sequence[int], isr: Sequence[int]
+    ) -> None:
+        """Follow `leader_id`; the HW is then the leader's, as reported in fetch responses."""
+        self._check_assignment(leader_id, replicas, isr)
+        if leader_id == self.local_broker_id:
+            raise ValueError("make_follower names this broker as leader; use make_leader")
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self._follower_states = {}
+
+    @staticmethod
+    def _check_assignment(leader_id: int, replicas: Sequence[int], isr: Sequence[int]) -> None:
+        if leader_id not in replicas:
+            raise ValueError(f"leader {leader_id} is not a replica of {list(replicas)}")
+        if not set(isr) <= set(replicas):
+            raise ValueError(f"ISR {list(isr)} is not a subset of replicas {list(replicas)}")
+
+    def update_follower_fetch_state(self, replica_id: int, log_end_offset: int, now_ms: int) -> bool:
+        """Record a follower's fetch position; True when the HW advanced as a result."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"{self.topic_partition} is not led here")
+        state = self._follower_states.get(replica_id)
+        if state is None:
+            raise NotLeaderOrFollowerError(f"broker {replica_id} is not a follower of {self.topic_partition}")
+        leader_end_offset = self.log.log_end_offset
+        if log_end_offset > leader_end_offset:
+            raise OffsetOutOfRangeError(
+                f"follower {replica_id} at {log_end_offset} is past the leader's end {leader_end_offset}"
+            )
+        # Caught up now if it reached the leader's end; otherwise it was caught up at its previous fetch
+        # if it has now reached what the leader's end was then.
+        if log_end_offset >= leader_end_offset:
+            state.last_caught_up_time_ms = _latest(state.last_caught_up_time_ms, now_ms)
+        elif log_end_offset >= state.last_fetch_leader_log_end_offset:
+            state.last_caught_up_time_ms = _latest(state.last_caught_up_time_ms, state.last_fetch_time_ms)
+        state.log_end_offset = log_end_offset
+        state.last_fetch_leader_log_end_offset = max(
+            leader_end_offset, state.last_fetch_leader_log_end_offset
+        )
+        state.last_fetch_time_ms = now_ms
+        return self.maybe_advance_high_watermark(now_ms)
+
+    def maybe_advance_high_watermark(self, now_ms: int) -> bool:
+        """Raise the HW to the smallest LEO that must hold it; True when it moved."""
+        if not self.is_leader:
+            return False
+        leader_end_offset = self.log.log_end_offset
+        new_high_watermark = leader_end_offset
+        for replica_id, state in self._follower_states.items():
+            if state.log_end_offset < new_high_watermark and (
+                replica_id in self.isr
+                or state.is_caught_up(leader_end_offset, now_ms, self.replica_lag_time_max_ms)
+            ):
+                new_high_watermark = state.log_end_offset
+        if new_high_watermark > self._high_watermark:
+            self._high_watermark = new_high_watermark
+            return True
+        return False
+
+    def out_of_sync_replicas(self, now_ms: int) -> list[int]:
+        """ISR followers not caught up within `replica_lag_time_max_ms`: candidates for an ISR shrink."""
+        if not self.is_leader:
+            return []
+        leader_end_offset = self.log.log_end_offset
+        return [
+            replica_id
+            for replica_id in self.isr
+            if replica_id != self.local_broker_id
+            and not self._follower_states[replica_id].is_caught_up(
+                leader_end_offset, now_ms, self.replica_lag_time_max_ms
+            )
+        ]
+
+    def check_append_as_leader(self, required_acks: int) -> None:
+        """Refuse an append this broker must not take: not the leader, or acks=all with too small an ISR."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"{self.topic_partition} is not led here")
+        if required_acks == -1 and len(self.isr) < self.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"ISR {list(self.isr)} is smaller than min.insync.replicas={self.min_insync_replicas}"
+            )
+
+    def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, ErrorCode]:
+        """acks=all progress for a batch ending before `required_offset`: (done, error)."""
+        if not self.is_leader:
+            return False, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self._high_watermark >= required_offset:
+            if len(self.isr) >= self.min_insync_replicas:
+                return True, ErrorCode.NONE
+            return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return False, ErrorCode.NONE
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """Fence a request from an older epoch; refuse one from an epoch this broker has not seen yet."""
+        if current_leader_epoch == NO_LEADER_EPOCH:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(f"{current_leader_epoch} < {self.leader_epoch}")
+        if current_leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpochError(f"{current_leader_epoch} > {self.leader_epoch}")
+
+    def fetch_offset_snapshot(
+        self, current_leader_epoch: int = NO_LEADER_EPOCH, *, fetch_only_from_leader: bool = True
+    ) -> LogOffsetSnapshot:
+        self.check_leader_epoch(current_leader_epoch)
+        if fetch_only_from_leader and not self.is_leader:
+            raise NotLeaderOrFollowerError(f"{self.topic_partition} is not led here")
+        return LogOffsetSnapshot(
+            log_start_offset=self.log.log_start_offset,
+            log_end_offset=self.log.log_end_offset,
+            high_watermark=self._high_watermark,
+            last_stable_offset=self.last_stable_offset,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<Partition {self.topic_partition} leader={self.leader_id} epoch={self.leader_epoch} "
+            f"isr={list(self.isr)} hw={self._high_watermark} leo={self.log.log_end_offset}>"
+        )

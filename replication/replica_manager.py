@@ -1,0 +1,236 @@
+"""The partitions hosted on this broker and their leader-side data path: append, read, purgatories.
+
+Theory of operation
+-------------------
+`append_records` validates nothing itself beyond leadership and acks: each partition's log validates and
+stamps the batches (storage), then the partition's high watermark is advanced and the purgatories are
+poked at exactly that point (`check_and_complete`), which is how a waiting fetch or an acks=all produce
+learns that the state moved. acks=all waits in the produce purgatory as a `DelayedProduce`; with one
+replica the high watermark equals the log end offset after the append, so it completes on its first try.
+
+`fetch_records` reads whole batches below the end offset the isolation level allows (high watermark for
+consumers, last stable offset for read_committed, log end for followers) and returns them as file regions.
+When fewer than `min_bytes` are available it parks a `DelayedFetch`, woken by appends, never by polling;
+on completion or expiry the read is done again and the result delivered through `respond`.
+
+Everything here is synchronous and takes `now_ms`; callers (the broker) own the clock and the tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from odradek.protocol.errors import ErrorCode
+from odradek.storage.errors import OffsetOutOfRangeError, StorageError
+from odradek.storage.names import TopicPartition
+
+from .delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from .errors import ReplicationError
+from .partition import NO_LEADER_EPOCH, FetchIsolation, Partition
+from .purgatory import DelayedOperationPurgatory
+from .timing_wheel import Timer
+
+NO_TIMESTAMP = -1
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    error_code: int = 0
+    base_offset: int = -1
+    log_append_time_ms: int = NO_TIMESTAMP
+    log_start_offset: int = -1
+    error_message: str | None = None
+    last_offset: int = -1
+
+
+@dataclass(slots=True)
+class FetchRequestPartition:
+    topic_partition: TopicPartition
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = NO_LEADER_EPOCH
+
+
+@dataclass(slots=True)
+class FetchResult:
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: list = field(default_factory=list)  # FileRegion-like chunks (fd, position, length)
+    size: int = 0
+
+
+def _error_of(e: Exception) -> int:
+    code = getattr(e, "error_code", None)
+    return int(code) if code is not None else int(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+class ReplicaManager:
+    def __init__(self, *, node_id: int, timer: Timer):
+        self.node_id = node_id
+        self.timer = timer
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
+
+    # -- hosting --
+
+    def get_partition(self, tp: TopicPartition) -> Partition | None:
+        return self.partitions.get(tp)
+
+    def add_leader_partition(
+        self, tp: TopicPartition, *, topic_id, log, leader_epoch: int, replicas: Iterable[int],
+        isr: Iterable[int], min_insync_replicas: int, now_ms: int,
+    ) -> Partition:
+        partition = Partition(tp, topic_id=topic_id, log=log, local_broker_id=self.node_id, min_insync_replicas=min_insync_replicas)
+        partition.make_leader(leader_epoch=leader_epoch, replicas=list(replicas), isr=list(isr), now_ms=now_ms)
+        self.partitions[tp] = partition
+        return partition
+
+    def remove_partition(self, tp: TopicPartition) -> Partition | None:
+        partition = self.partitions.pop(tp, None)
+        if partition is not None:
+            # Waiting operations re-look the partition up, find it gone and complete with an error.
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
+        return partition
+
+    # -- produce --
+
+    def append_records(
+        self,
+        entries: dict[TopicPartition, object],
+        *,
+        required_acks: int,
+        timeout_ms: int,
+        now_ms: int,
+        respond: Callable[[dict[TopicPartition, ProduceResult]], None],
+    ) -> None:
+        """Append each partition's batches; `respond` gets the results now, or later for acks=all."""
+        results: dict[TopicPartition, ProduceResult] = {}
+        for tp, records in entries.items():
+            results[tp] = self._append_one(tp, records, required_acks, now_ms)
+        if required_acks != -1 or all(r.error_code for r in results.values()):
+            respond(results)
+            return
+        status = {
+            tp: ProducePartitionStatus(
+                required_offset=r.last_offset + 1 if not r.error_code else -1,
+                error_code=ErrorCode(r.error_code),
+            )
+            for tp, r in results.items()
+        }
+
+        def on_done(errors: dict[TopicPartition, ErrorCode]) -> None:
+            for tp, code in errors.items():
+                if code != ErrorCode.NONE and results[tp].error_code == 0:
+                    results[tp] = ProduceResult(error_code=int(code), base_offset=-1, log_start_offset=results[tp].log_start_offset)
+            respond(results)
+
+        op = DelayedProduce(
+            timeout_ms, now_ms=now_ms, produce_status=status, get_partition=self.get_partition, response_callback=on_done,
+        )
+        self.produce_purgatory.try_complete_else_watch(op, op.watch_keys)
+
+    def _append_one(self, tp: TopicPartition, records, required_acks: int, now_ms: int) -> ProduceResult:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return ProduceResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        try:
+            partition.check_append_as_leader(required_acks)
+            info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+        except (StorageError, ReplicationError) as e:
+            return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset, error_message=str(e) or None)
+        if partition.maybe_advance_high_watermark(now_ms):
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
+        else:
+            self.fetch_purgatory.check_and_complete(tp)  # followers wait on the log end, not the HW
+        return ProduceResult(
+            base_offset=info.first_offset,
+            last_offset=info.last_offset,
+            log_append_time_ms=info.log_append_time if info.log_append_time is not None else NO_TIMESTAMP,
+            log_start_offset=info.log_start_offset,
+        )
+
+    # -- fetch --
+
+    def fetch_records(
+        self,
+        partitions: list[FetchRequestPartition],
+        *,
+        max_bytes: int,
+        min_bytes: int,
+        max_wait_ms: int,
+        isolation: FetchIsolation,
+        now_ms: int,
+        respond: Callable[[dict[TopicPartition, FetchResult]], None],
+    ) -> None:
+        results = self.read(partitions, max_bytes=max_bytes, isolation=isolation)
+        total = sum(r.size for r in results.values())
+        errored = any(r.error_code for r in results.values())
+        if max_wait_ms <= 0 or total >= min_bytes or errored or not partitions:
+            respond(results)
+            return
+        statuses = [
+            FetchPartitionStatus(p.topic_partition, p.fetch_offset, p.max_bytes, p.current_leader_epoch) for p in partitions
+        ]
+
+        def respond_later() -> None:
+            respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation))
+
+        op = DelayedFetch(
+            max_wait_ms, now_ms=now_ms, fetch_partitions=statuses, min_bytes=min_bytes, get_partition=self.get_partition,
+            bytes_available=self._bytes_available, respond=respond_later, isolation=isolation,
+        )
+        self.fetch_purgatory.try_complete_else_watch(op, op.watch_keys)
+
+    @staticmethod
+    def _bytes_available(partition: Partition, fetch_offset: int, end_offset: int) -> int:
+        if end_offset <= fetch_offset:
+            return 0
+        info = partition.log.read(fetch_offset, 1, max_offset=end_offset, min_one_message=True)
+        return max(1, sum(r[2] for r in info.regions))
+
+    def read(
+        self, partitions: list[FetchRequestPartition], *, max_bytes: int, isolation: FetchIsolation
+    ) -> dict[TopicPartition, FetchResult]:
+        results: dict[TopicPartition, FetchResult] = {}
+        remaining = max_bytes
+        first_with_data = True
+        for p in partitions:
+            tp = p.topic_partition
+            partition = self.partitions.get(tp)
+            if partition is None:
+                results[tp] = FetchResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            try:
+                snap = partition.fetch_offset_snapshot(p.current_leader_epoch)
+            except (StorageError, ReplicationError) as e:
+                results[tp] = FetchResult(error_code=_error_of(e))
+                continue
+            result = FetchResult(
+                high_watermark=snap.high_watermark, last_stable_offset=snap.last_stable_offset,
+                log_start_offset=snap.log_start_offset,
+            )
+            end = snap.end_offset(isolation)
+            if p.fetch_offset < snap.log_start_offset or p.fetch_offset > snap.log_end_offset:
+                result.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+            elif p.fetch_offset < end and (remaining > 0 or first_with_data):
+                budget = min(p.max_bytes, remaining)
+                try:
+                    info = partition.log.read(p.fetch_offset, budget, max_offset=end, min_one_message=first_with_data)
+                except OffsetOutOfRangeError:
+                    result.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+                except StorageError as e:
+                    result.error_code = _error_of(e)
+                else:
+                    result.records = list(info.regions)
+                    result.size = sum(r[2] for r in info.regions)
+                    if result.size:
+                        first_with_data = False
+                        remaining -= result.size
+            results[tp] = result
+        return results

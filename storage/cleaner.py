@@ -1,0 +1,287 @@
+"""The log cleaner: compaction for `cleanup.policy=compact` (and `compact,delete`) logs.
+
+Theory of operation
+-------------------
+The cleaner checkpoint of a log (`Log.cleaner_offset`) splits it into a clean section below, already
+compacted, and a dirty section above. One cleaning pass:
+
+1. Range. The dirty section ends at the first uncleanable offset: the base of the active segment, the
+   first offset of an open transaction, or the base of the first segment holding a record newer than
+   `min.compaction.lag.ms`, whichever is lowest. Cleaning works on whole segments.
+   `CleanableRange.dirty_ratio` (dirty bytes over clean plus dirty bytes) is what the log manager
+   compares with `min.cleanable.dirty.ratio` to choose a log.
+2. Offset map. Every keyed record of the dirty section goes into a map key -> latest offset (control
+   batches are skipped). If the map outgrows `max_map_entries` the pass stops at a segment boundary.
+3. Rewrite. The segments from the log start to the end of the mapped range are rewritten in groups that
+   fit one segment (`segment.bytes`, an int32 offset range) into `.cleaned` segments. A record stays if
+   no later offset holds its key; a tombstone (null value) also needs its batch's delete horizon not to
+   have passed. A batch that keeps every record is copied byte for byte; otherwise it is re-encoded with
+   its original base offset, lastOffsetDelta, producer id and epoch, base sequence, leader epoch,
+   compression and timestamp type, so offsets never change and gaps appear. A batch emptied entirely
+   is kept as an empty batch when it is its producer's last, so that sequence checks survive a reload;
+   control batches are kept as they are. The first time a batch with tombstones is cleaned, its delete
+   horizon (now + `delete.retention.ms`) is written into it (KIP-534: attribute bit 6, baseTimestamp),
+   and a later pass after that time drops those tombstones.
+4. Swap. Each group's output replaces its inputs with `Log.replace_segments`, which refuses if the log
+   changed under the pass (segments deleted by retention, a truncation); the pass then stops and its
+   files are removed. Only the swap takes the log's lock: everything else reads a snapshot of the
+   segment list through file objects that stay open even if the segments are deleted meanwhile, so a
+   pass may run in a thread while the event loop appends and reads.
+
+Aborted transactional records are not removed yet (that needs the transaction index).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from odradek.protocol.errors import ProtocolError
+from odradek.protocol.records import (
+    ATTR_CODEC_MASK,
+    ATTR_DELETE_HORIZON,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    build_batch,
+    compute_crc,
+    iter_records,
+    read_batch_header,
+)
+
+from .log import Log
+from .scan import iter_batches
+from .segment import INT32_MAX, MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanableRange:
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    dirty_bytes: int
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    first_dirty_offset: int
+    end_offset: int  # the new cleaner checkpoint
+    segments_cleaned: int
+    bytes_read: int
+    bytes_written: int
+    records_removed: int
+    latest_delete_horizon_ms: int
+
+
+def cleanable_range(log: Log, now_ms: int) -> CleanableRange:
+    """The clean and dirty sections of `log`, in whole inactive segments."""
+    segments = log.segments
+    first_dirty = max(log.cleaner_offset, log.log_start_offset)
+    end = segments[-1].base_offset
+    unstable = log.first_unstable_offset
+    if unstable is not None:
+        end = min(end, unstable)
+    lag = log.config.min_compaction_lag_ms
+    first_uncleanable = segments[-1].base_offset
+    clean_bytes = dirty_bytes = 0
+    for i, segment in enumerate(segments[:-1]):
+        following = segments[i + 1].base_offset
+        if following <= first_dirty:
+            clean_bytes += segment.size
+        elif following > end or (lag > 0 and segment.max_timestamp > now_ms - lag):
+            first_uncleanable = segment.base_offset
+            break
+        else:
+            dirty_bytes += segment.size
+    return CleanableRange(first_dirty, first_uncleanable, clean_bytes, dirty_bytes)
+
+
+class Cleaner:
+    def __init__(self, *, max_map_entries: int = 4_000_000, io_buffer_bytes: int = 1 << 20) -> None:
+        self.max_map_entries = max_map_entries
+        self.io_buffer_bytes = io_buffer_bytes
+
+    def clean(self, log: Log, *, now_ms: int) -> CleanResult | None:
+        """One pass over `log` (see the module docstring). Returns None when there was nothing to rewrite or
+        the log changed under the pass."""
+        generation = log.generation
+        segments = log.segments
+        following = {id(s): segments[i + 1].base_offset for i, s in enumerate(segments[:-1])}
+        cleanable = cleanable_range(log, now_ms)
+        first_dirty = cleanable.first_dirty_offset
+        dirty = [s for s in segments[:-1]
+                 if following[id(s)] > first_dirty and s.base_offset < cleanable.first_uncleanable_offset]
+        offset_map, map_end, bytes_read = self._build_offset_map(dirty, first_dirty, following)
+        if not dirty:
+            map_end = cleanable.first_uncleanable_offset
+        candidates = [s for s in segments[:-1] if s.base_offset < map_end]
+        if not candidates:
+            return None
+        last_offsets = log.producer_last_offsets()
+        stats = _Stats(bytes_read=bytes_read)
+        for group in _group_by_size(candidates, following, log.config.segment_bytes):
+            new = log.new_cleaned_segment(group[0].base_offset, now_ms)
+            try:
+                self._clean_into(new, group, offset_map, last_offsets, now_ms, log.config.delete_retention_ms, stats)
+                new.on_become_inactive()
+                new.flush()
+            except BaseException:
+                new.delete()
+                raise
+            if not log.replace_segments(new, group, generation):
+                new.delete()
+                return None
+            stats.segments_cleaned += len(group)
+        end_offset = max(first_dirty, map_end)
+        log.record_cleaning(end_offset, stats.latest_delete_horizon_ms, generation)
+        return CleanResult(first_dirty, end_offset, stats.segments_cleaned, stats.bytes_read, stats.bytes_written,
+                           stats.records_removed, stats.latest_delete_horizon_ms)
+
+    def _build_offset_map(self, dirty: list[LogSegment], first_dirty: int,
+                          following: dict[int, int]) -> tuple[dict[bytes, int], int, int]:
+        """key -> latest offset over `dirty`, the offset where the mapped range ends, and bytes read."""
+        offset_map: dict[bytes, int] = {}
+        end = first_dirty
+        bytes_read = 0
+        for segment in dirty:
+            for _, batch in iter_batches(segment.file.fd, 0, segment.size, block_bytes=self.io_buffer_bytes):
+                header = read_batch_header(batch, 0)
+                if header.is_control or header.records_count == 0 or header.last_offset < first_dirty:
+                    continue
+                for record in _records(batch) or ():
+                    if record.key is not None and record.offset >= first_dirty:
+                        offset_map[bytes(record.key)] = record.offset
+            bytes_read += segment.size
+            end = following[id(segment)]
+            if len(offset_map) >= self.max_map_entries:
+                break
+        return offset_map, end, bytes_read
+
+    def _clean_into(self, new: LogSegment, group: list[LogSegment], offset_map: dict[bytes, int],
+                    last_offsets: dict[int, int], now_ms: int, delete_retention_ms: int, stats: _Stats) -> None:
+        out = bytearray()
+        indexed = []
+        for segment in group:
+            fd = segment.file.fd
+            for _, batch in iter_batches(fd, 0, segment.size, block_bytes=self.io_buffer_bytes):
+                header = read_batch_header(batch, 0)
+                kept = self._filter_batch(batch, header, offset_map, last_offsets, now_ms, delete_retention_ms, stats)
+                if kept is None:
+                    continue
+                kept_header = header if kept is batch else read_batch_header(kept, 0)
+                indexed.append((len(out), len(kept), kept_header.last_offset, kept_header.max_timestamp))
+                out += kept
+                if len(out) >= self.io_buffer_bytes:
+                    new.append(out, indexed)
+                    stats.bytes_written += len(out)
+                    out, indexed = bytearray(), []
+        if out:
+            new.append(out, indexed)
+            stats.bytes_written += len(out)
+
+    @staticmethod
+    def _filter_batch(batch, header: BatchHeader, offset_map: dict[bytes, int], last_offsets: dict[int, int],
+                      now_ms: int, delete_retention_ms: int, stats: _Stats):
+        is_producers_last = header.producer_id >= 0 and last_offsets.get(header.producer_id) == header.last_offset
+        if header.is_control:
+            return batch
+        if header.records_count == 0:
+            return batch if is_producers_last else None
+        records = _records(batch)
+        if records is None:
+            return batch
+        horizon = header.base_timestamp if header.attributes & ATTR_DELETE_HORIZON else None
+        retained = []
+        tombstones = False
+        for record in records:
+            if record.key is None:
+                continue
+            latest = offset_map.get(bytes(record.key))
+            if latest is not None and record.offset < latest:
+                continue
+            if record.value is None:
+                if horizon is not None and now_ms >= horizon:
+                    continue
+                tombstones = True
+            retained.append(record)
+        stats.records_removed += len(records) - len(retained)
+        new_horizon = (horizon if horizon is not None else now_ms + delete_retention_ms) if tombstones else None
+        if new_horizon is not None:
+            stats.latest_delete_horizon_ms = max(stats.latest_delete_horizon_ms, new_horizon)
+        if len(retained) == len(records) and new_horizon == horizon:
+            return batch
+        if not retained:
+            return _empty_batch(batch, header) if is_producers_last else None
+        rebuilt = bytearray(build_batch(
+            retained,
+            base_offset=header.base_offset,
+            compression=header.compression,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            transactional=header.is_transactional,
+            timestamp_type_log_append=header.timestamp_type_log_append,
+            partition_leader_epoch=header.partition_leader_epoch,
+            delete_horizon_ms=new_horizon,
+        ))
+        _INT32.pack_into(rebuilt, 23, header.last_offset_delta)
+        _reseal(rebuilt)
+        return rebuilt
+
+
+@dataclass(slots=True)
+class _Stats:
+    segments_cleaned: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    latest_delete_horizon_ms: int = -1
+
+
+def _records(batch):
+    """The batch's records, or None if they cannot be decoded (such a batch is kept as it is)."""
+    try:
+        return list(iter_records(batch, max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES))
+    except ProtocolError:
+        return None
+
+
+def _empty_batch(batch, header: BatchHeader) -> bytearray:
+    """The batch's header alone: no records, no compression, offsets and sequences as they were."""
+    out = bytearray(batch[:HEADER_SIZE])
+    _INT32.pack_into(out, 8, HEADER_SIZE - LOG_OVERHEAD)
+    _INT16.pack_into(out, 21, header.attributes & ~ATTR_CODEC_MASK)
+    _INT32.pack_into(out, 57, 0)
+    _reseal(out)
+    return out
+
+
+def _reseal(batch: bytearray) -> None:
+    _UINT32.pack_into(batch, 17, compute_crc(batch, 0, len(batch)))
+
+
+def _group_by_size(candidates: list[LogSegment], following: dict[int, int], max_bytes: int) -> list[list[LogSegment]]:
+    """Consecutive segments whose total size fits one segment and whose offsets fit an int32 delta."""
+    groups = []
+    i = 0
+    while i < len(candidates):
+        group = [candidates[i]]
+        size = candidates[i].size
+        i += 1
+        while (i < len(candidates) and size + candidates[i].size <= max_bytes
+               and following[id(candidates[i])] - 1 - group[0].base_offset <= INT32_MAX):
+            group.append(candidates[i])
+            size += candidates[i].size
+            i += 1
+        groups.append(group)
+    return groups
+

@@ -1,0 +1,788 @@
+"""The partition log: segments, offsets, reads, truncation, retention, flushing and recovery.
+
+Offsets: `log_start_offset` is the first offset a reader may fetch; `log_end_offset` is exclusive, the
+offset the next record appended will receive (every end offset in this package is exclusive).
+`high_watermark` and `last_stable_offset` belong to replication; reads take them as `max_offset`.
+
+Theory of operation
+-------------------
+Appends (`append` for a leader, `append_as_follower` for a replica) validate every batch of the buffer
+by its header and CRC, check producer state, then stamp offsets and the leader epoch in place (both
+outside the CRC) and, for LogAppendTime topics, the timestamp (which needs a new CRC). The whole buffer
+then goes into the active segment with one write: no per-record work on the produce path. An append
+never spans segments; the active segment rolls first when the append would not fit, when `segment.ms`
+has passed or when an index is full.
+
+The segment list is an immutable tuple replaced whole (copy-on-write): a reader takes the tuple once and
+works on it while segments are rolled, deleted or replaced. Mutations of the list take `_lock`, a short
+critical section that exists for the cleaner, which runs in another thread on a snapshot of the list
+and swaps its output in with `replace_segments` only if the segments it cleaned are still there and the
+log has not been truncated meanwhile (`generation`).
+
+Durability: data reaches disk when `flush` runs (after `flush.messages` appends, every `flush.ms`, or for
+segments that rolled, via `maybe_flush`); `recovery_point` is the offset below which everything is known
+to be on disk. Opening a log after an unclean shutdown validates every batch from the segment holding
+the recovery point onward, cuts the log at the first invalid or partial batch, drops the segments after
+it, rebuilds the indexes, completes or discards an interrupted cleaner swap, and reloads producer state
+from the latest snapshot plus a replay of batch headers after it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from odradek.protocol.errors import CorruptRecordError, ProtocolError
+from odradek.protocol.records import (
+    LOG_OVERHEAD,
+    BatchHeader,
+    iter_records,
+    peek_offset_and_length,
+    set_log_append_time,
+    stamp_base_offset,
+    stamp_leader_epoch,
+    validate_batch,
+)
+
+from .checkpoints import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_dir
+from .config import LogConfig
+from .errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from .leader_epoch import LeaderEpochCache
+from .names import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    PARTITION_METADATA,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TMP_SUFFIX,
+    offset_file_name,
+    parse_offset_file_name,
+)
+from .producer_state import AppendOrigin, ProducerStateManager
+from .scan import check_stored_batch, iter_headers
+from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int  # inclusive: the offset of the last record appended
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadInfo:
+    regions: list[SegmentRegion]
+    first_offset: int  # base offset of the first batch returned; the fetch offset when nothing is
+
+    @property
+    def size(self) -> int:
+        return sum(r.length for r in self.regions)
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int
+
+
+def _base_offset(segment: LogSegment) -> int:
+    return segment.base_offset
+
+
+class Log:
+    """One partition's log in its own directory. Build with `Log.open`."""
+
+    def __init__(self, directory: str, config: LogConfig, *, now_ms: int) -> None:
+        self.directory = directory
+        self.config = config
+        self._lock = threading.Lock()
+        self._segments: tuple[LogSegment, ...] = ()
+        self._log_start_offset = 0
+        self._log_end_offset = 0
+        self._recovery_point = 0
+        self._flush_up_to = 0
+        self._last_flush_ms = now_ms
+        self._last_now_ms = now_ms
+        self._dir_dirty = False
+        self._position_cache: tuple[LogSegment, int, int] | None = None
+        self.generation = 0
+        self.closed = False
+        self.cleaner_offset = 0
+        self.latest_delete_horizon_ms = -1
+        self._topic_id: bytes | None = None
+        self._producer_state = ProducerStateManager(directory, producer_id_expiration_ms=config.producer_id_expiration_ms)
+        self._epoch_cache: LeaderEpochCache
+
+    # ------------------------------------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, directory: str, config: LogConfig, *, now_ms: int, recovery_point: int = 0,
+             log_start_offset: int = 0, had_clean_shutdown: bool = False) -> Log:
+        """Open (or create) the log in `directory`. Without a clean shutdown, everything from the segment
+        holding `recovery_point` is validated and repaired."""
+        os.makedirs(directory, exist_ok=True)
+        log = cls(directory, config, now_ms=now_ms)
+        log._load(now_ms, recovery_point, log_start_offset, had_clean_shutdown)
+        return log
+
+    def _new_segment(self, base_offset: int, now_ms: int, suffix: str = "") -> LogSegment:
+        return LogSegment.create(self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                                 max_index_bytes=self.config.segment_index_bytes, now_ms=now_ms, suffix=suffix)
+
+    def _existing_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        path = os.path.join(self.directory, offset_file_name(base_offset, LOG_SUFFIX))
+        return LogSegment(self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                          max_index_bytes=self.config.segment_index_bytes, size=os.stat(path).st_size,
+                          created_ms=now_ms)
+
+    def _load(self, now_ms: int, recovery_point: int, log_start_offset: int, had_clean_shutdown: bool) -> None:
+        bases, indexed, swaps = self._scan_directory()
+        needs_rebuild = set()
+        for swap_base in swaps:
+            needs_rebuild.add(self._complete_swap(swap_base, bases))
+        needs_rebuild.update(b for b in bases if b not in indexed)
+
+        segments = [self._existing_segment(b, now_ms) for b in sorted(bases)]
+        if not segments:
+            segments = [self._new_segment(log_start_offset, now_ms)]
+            self._dir_dirty = True
+
+        if had_clean_shutdown:
+            unflushed_from = len(segments)
+        else:
+            unflushed_from = max(0, bisect.bisect_right(segments, recovery_point, key=_base_offset) - 1)
+        kept: list[LogSegment] = []
+        recovered: list[LogSegment] = []
+        for i, segment in enumerate(segments):
+            kept.append(segment)
+            if i >= unflushed_from or segment.base_offset in needs_rebuild:
+                recovered.append(segment)
+                if segment.recover() > 0 and i >= unflushed_from:
+                    for dropped in segments[i + 1 :]:
+                        dropped.delete()
+                    break
+        for segment in recovered:
+            if segment is not kept[-1]:
+                segment.on_become_inactive()
+        self._segments = tuple(kept)
+
+        self._log_end_offset = kept[-1].read_next_offset()
+        self._log_start_offset = max(log_start_offset, kept[0].base_offset)
+        self._recovery_point = recovered[0].base_offset if recovered else self._log_end_offset
+        self.flush(now_ms=now_ms)
+        self._flush_up_to = self._recovery_point
+
+        self._epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)))
+        self._epoch_cache.truncate_from_end(self._log_end_offset)
+        self._topic_id = PartitionMetadataFile(os.path.join(self.directory, PARTITION_METADATA)).read()
+
+        if self._log_start_offset > self._log_end_offset:
+            self.truncate_fully_and_start_at(self._log_start_offset, now_ms=now_ms)
+            return
+        self._epoch_cache.truncate_from_start(self._log_start_offset)
+        self._load_producer_state(self._log_end_offset)
+        self._producer_state.remove_expired_producers(now_ms)
+
+    def _scan_directory(self) -> tuple[set[int], set[int], list[int]]:
+        """Remove leftovers of interrupted work; return segment bases, bases with both indexes, swaps."""
+        bases: set[int] = set()
+        offset_indexes: set[int] = set()
+        time_indexes: set[int] = set()
+        swaps: list[int] = []
+        for name in os.listdir(self.directory):
+            path = os.path.join(self.directory, name)
+            if name.endswith(TMP_SUFFIX):
+                os.unlink(path)
+                continue
+            parsed = parse_offset_file_name(name)
+            if parsed is None:
+                continue
+            offset, kind, transient = parsed
+            if transient in (CLEANED_SUFFIX, DELETED_SUFFIX) or (transient == SWAP_SUFFIX and kind != LOG_SUFFIX):
+                os.unlink(path)
+            elif transient == SWAP_SUFFIX:
+                swaps.append(offset)
+            elif transient:
+                continue
+            elif kind == LOG_SUFFIX:
+                bases.add(offset)
+            elif kind == INDEX_SUFFIX:
+                offset_indexes.add(offset)
+            elif kind == TIME_INDEX_SUFFIX:
+                time_indexes.add(offset)
+        return bases, offset_indexes & time_indexes, sorted(swaps)
+
+    def _complete_swap(self, swap_base: int, bases: set[int]) -> int:
+        """A `.log.swap` file is a committed cleaner output: the segments whose offsets it covers go, it
+        takes their place. Its indexes are rebuilt (returns its base offset)."""
+        swap_path = os.path.join(self.directory, offset_file_name(swap_base, LOG_SUFFIX) + SWAP_SUFFIX)
+        next_offset = swap_base + 1
+        fd = os.open(swap_path, os.O_RDONLY)
+        try:
+            for _, header in iter_headers(fd, 0, os.fstat(fd).st_size):
+                next_offset = max(next_offset, header.next_offset)
+        finally:
+            os.close(fd)
+        for base in sorted(bases):
+            if swap_base <= base < next_offset:
+                for suffix in SEGMENT_SUFFIXES:
+                    _unlink(os.path.join(self.directory, offset_file_name(base, suffix)))
+                bases.discard(base)
+        os.replace(swap_path, os.path.join(self.directory, offset_file_name(swap_base, LOG_SUFFIX)))
+        fsync_dir(self.directory)
+        bases.add(swap_base)
+        return swap_base
+
+    def _load_producer_state(self, end_offset: int) -> None:
+        """Latest snapshot at or below `end_offset`, then replay of the batch headers after it."""
+        snapshot = self._producer_state.load_latest_snapshot(end_offset)
+        segments = self._segments
+        start = segments[0].base_offset if snapshot is None else max(snapshot, segments[0].base_offset)
+        if snapshot is None or snapshot < end_offset:
+            i = max(0, bisect.bisect_right(segments, start, key=_base_offset) - 1)
+            for segment in segments[i:]:
+                position = segment.offset_index.lookup(start)[1] if segment.base_offset <= start else 0
+                for _, header in segment.headers(position):
+                    if header.base_offset >= end_offset:
+                        break
+                    if header.base_offset >= start:
+                        self._producer_state.replay(header)
+        self._producer_state.map_end_offset = end_offset
+
+    # ----------------------------------------------------------------------------------------- properties
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """Exclusive: the offset the next appended record receives."""
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return self._segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epoch_cache.latest_epoch
+
+    @property
+    def leader_epoch_entries(self) -> list[tuple[int, int]]:
+        return self._epoch_cache.entries
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producer_state
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        return self._producer_state.first_unstable_offset
+
+    @property
+    def topic_id(self) -> bytes | None:
+        return self._topic_id
+
+    def assign_topic_id(self, topic_id: bytes) -> None:
+        if topic_id != self._topic_id:
+            PartitionMetadataFile(os.path.join(self.directory, PARTITION_METADATA)).write(topic_id)
+            self._topic_id = topic_id
+
+    def update_config(self, config: LogConfig) -> None:
+        """New settings apply from now on (index sizes from the next segment)."""
+        self.config = config
+        self._producer_state.producer_id_expiration_ms = config.producer_id_expiration_ms
+
+    # -------------------------------------------------------------------------------------------- append
+
+    def append(self, batches, *, leader_epoch: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+        """Append the concatenated batches in `batches` (a writable buffer: offsets are stamped in place) as
+        leader. A retried duplicate from an idempotent producer returns the original offsets."""
+        buf = memoryview(batches)
+        if buf.readonly:
+            raise TypeError("append stamps offsets in place and needs a writable buffer (bytearray)")
+        headers = self._validate(buf, origin, now_ms)
+        if len(buf) > self.config.segment_bytes:
+            raise RecordListTooLargeError(f"{len(buf)} bytes cannot fit in a segment of {self.config.segment_bytes}")
+        log_append_time = self.config.log_append_time
+        first_offset = offset = self._log_end_offset
+        producer_append = self._producer_state.prepare(origin)
+        indexed = []
+        max_timestamp, offset_of_max_timestamp = -1, first_offset
+        for pos, header in headers:
+            last_offset = offset + header.last_offset_delta
+            timestamp = now_ms if log_append_time else header.max_timestamp
+            if header.producer_id >= 0:
+                duplicate = producer_append.append(header, offset, last_offset, timestamp)
+                if duplicate is not None:
+                    return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
+                                      duplicate.last_offset, -1, self._log_start_offset, duplicate=True)
+            indexed.append((pos, header.size, last_offset, timestamp))
+            if timestamp > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = timestamp, last_offset
+            offset = last_offset + 1
+        for (pos, header), (_, _, last_offset, _) in zip(headers, indexed, strict=True):
+            stamp_base_offset(buf, pos, last_offset - header.last_offset_delta)
+            stamp_leader_epoch(buf, pos, leader_epoch)
+            if log_append_time:
+                set_log_append_time(buf, pos, now_ms)
+        self._write(buf, indexed, first_offset, offset - 1, max_timestamp, now_ms)
+        if leader_epoch > self._epoch_cache.latest_epoch:
+            self._epoch_cache.assign(leader_epoch, first_offset)
+        self._producer_state.commit(producer_append, offset)
+        self._maybe_flush_messages(now_ms)
+        return AppendInfo(first_offset, offset - 1, max_timestamp, offset_of_max_timestamp,
+                          now_ms if log_append_time else -1, self._log_start_offset)
+
+    def append_as_follower(self, batches, *, now_ms: int) -> AppendInfo:
+        """Append batches replicated from the leader, keeping their offsets and leader epochs."""
+        buf = memoryview(batches)
+        headers = self._validate(buf, AppendOrigin.REPLICATION, now_ms)
+        first_offset = headers[0][1].base_offset
+        if first_offset < self._log_end_offset:
+            raise UnexpectedAppendOffsetError(
+                f"replicated batches start at {first_offset}, below the log end offset {self._log_end_offset}")
+        producer_append = self._producer_state.prepare(AppendOrigin.REPLICATION)
+        indexed = []
+        expected = first_offset
+        max_timestamp, offset_of_max_timestamp = -1, first_offset
+        for pos, header in headers:
+            if header.base_offset < expected:
+                raise CorruptMessageError(f"replicated batch at offset {header.base_offset} goes backwards")
+            if header.producer_id >= 0:
+                producer_append.append(header, header.base_offset, header.last_offset, header.max_timestamp)
+            indexed.append((pos, header.size, header.last_offset, header.max_timestamp))
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = header.max_timestamp, header.last_offset
+            expected = header.next_offset
+        self._write(buf, indexed, first_offset, expected - 1, max_timestamp, now_ms)
+        for _, header in headers:
+            if header.partition_leader_epoch > self._epoch_cache.latest_epoch:
+                self._epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        self._producer_state.commit(producer_append, expected)
+        self._maybe_flush_messages(now_ms)
+        return AppendInfo(first_offset, expected - 1, max_timestamp, offset_of_max_timestamp, -1, self._log_start_offset)
+
+    def _validate(self, buf: memoryview, origin: AppendOrigin, now_ms: int) -> list[tuple[int, BatchHeader]]:
+        config = self.config
+        headers = []
+        pos = 0
+        end = len(buf)
+        while pos < end:
+            try:
+                if origin == AppendOrigin.REPLICATION:
+                    if end - pos < LOG_OVERHEAD:
+                        raise CorruptRecordError("trailing bytes shorter than a batch header")
+                    size = peek_offset_and_length(buf, pos)[1] + LOG_OVERHEAD
+                    header = check_stored_batch(buf[pos : pos + size])
+                else:
+                    header = validate_batch(buf, pos)
+            except CorruptRecordError as e:
+                raise CorruptMessageError(f"batch at byte {pos}: {e}") from e
+            if header.size > config.max_message_bytes:
+                raise MessageTooLargeError(f"batch of {header.size} bytes exceeds max.message.bytes {config.max_message_bytes}")
+            if origin == AppendOrigin.CLIENT:
+                self._validate_client_batch(buf, pos, header, now_ms)
+            headers.append((pos, header))
+            pos += header.size
+        if not headers:
+            raise CorruptMessageError("an append needs at least one record batch")
+        return headers
+
+    def _validate_client_batch(self, buf: memoryview, pos: int, header: BatchHeader, now_ms: int) -> None:
+        """Kafka's LogValidator checks, at batch level (timestamps are checked on baseTimestamp and
+        maxTimestamp rather than on every record)."""
+        config = self.config
+        if header.is_control:
+            raise InvalidRecordError("clients may not write control batches")
+        if header.producer_id >= 0 and header.base_sequence < 0:
+            raise InvalidRecordError(f"producer {header.producer_id} sent a batch without a sequence number")
+        if header.is_transactional and header.producer_id < 0:
+            raise InvalidRecordError("a transactional batch needs a producer id")
+        if not config.log_append_time:
+            for timestamp in (header.base_timestamp, header.max_timestamp):
+                if timestamp < 0:
+                    continue
+                if now_ms - timestamp > config.message_timestamp_before_max_ms:
+                    raise InvalidTimestampError(f"timestamp {timestamp} is too far before the broker time {now_ms}")
+                if timestamp - now_ms > config.message_timestamp_after_max_ms:
+                    raise InvalidTimestampError(f"timestamp {timestamp} is too far after the broker time {now_ms}")
+        if config.compact:
+            try:
+                records = iter_records(buf[pos : pos + header.size], max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES)
+                if any(record.key is None for record in records):
+                    raise InvalidRecordError("a compacted topic only accepts records with a key")
+            except ProtocolError as e:
+                raise CorruptMessageError(f"undecodable records in a batch for a compacted topic: {e}") from e
+
+    def _write(self, buf: memoryview, indexed: list, first_offset: int, last_offset: int, max_timestamp: int,
+               now_ms: int) -> None:
+        self._last_now_ms = max(self._last_now_ms, now_ms)
+        segment = self._segments[-1]
+        if segment.should_roll(append_bytes=len(buf), max_timestamp=max_timestamp, last_offset=last_offset,
+                               now_ms=now_ms, segment_bytes=self.config.segment_bytes,
+                               segment_ms=self.config.segment_ms):
+            segment = self.roll(now_ms=now_ms, expected_base_offset=first_offset)
+        segment.append(buf, indexed)
+        self._log_end_offset = last_offset + 1
+
+    # ---------------------------------------------------------------------------------------------- roll
+
+    def roll(self, *, now_ms: int, expected_base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (or `expected_base_offset` if above it)."""
+        new_base = max(self._log_end_offset, expected_base_offset or 0)
+        with self._lock:
+            segments = self._segments
+            active = segments[-1]
+            if active.size == 0 and active.base_offset == new_base:
+                return active
+            if active.size == 0:
+                segments = segments[:-1]
+                active.delete()
+            else:
+                active.on_become_inactive()
+            self._producer_state.map_end_offset = new_base
+            self._producer_state.take_snapshot()
+            segment = self._new_segment(new_base, now_ms)
+            self._segments = segments + (segment,)
+        self._dir_dirty = True
+        self._flush_up_to = max(self._flush_up_to, new_base)
+        return segment
+
+    # --------------------------------------------------------------------------------------------- reads
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_message: bool = True) -> ReadInfo:
+        """Whole batches from the one holding `offset`, at most `max_bytes` of them (but at least the first
+        batch when `min_one_message`, KIP-74), and none holding an offset at or above `max_offset` (the high
+        watermark or last stable offset; the log end offset when None). Reads stay within one segment."""
+        segments = self._segments
+        log_end_offset = self._log_end_offset
+        if offset < self._log_start_offset or offset > log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self._log_start_offset}, {log_end_offset}]")
+        limit_offset = log_end_offset if max_offset is None else min(max_offset, log_end_offset)
+        if offset >= limit_offset:
+            return ReadInfo([], offset)
+        i = max(0, bisect.bisect_right(segments, offset, key=_base_offset) - 1)
+        while i < len(segments):
+            segment = segments[i]
+            following = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if limit_offset >= log_end_offset or (following is not None and following <= limit_offset):
+                max_position = segment.size
+            else:
+                max_position = self._position_of(segment, limit_offset)
+            found = segment.read(offset, max_bytes, max_position, min_one_message=min_one_message)
+            if found is not None:
+                region, first_offset = found
+                return ReadInfo([region] if region.length else [], first_offset)
+            if following is None or following >= limit_offset:
+                break
+            i += 1
+        return ReadInfo([], offset)
+
+    def _position_of(self, segment: LogSegment, offset: int) -> int:
+        cached = self._position_cache
+        if cached is not None and cached[0] is segment and cached[1] == offset:
+            return cached[2]
+        position = segment.batch_position(offset)
+        self._position_cache = (segment, offset, position)
+        return position
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """The first record whose timestamp is >= `timestamp` (ListOffsets by time), or None."""
+        start = self._log_start_offset
+        for segment in self._segments:
+            if segment.max_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, start)
+                if found is not None:
+                    return TimestampAndOffset(found[0], found[1], self._epoch_cache.epoch_for_offset(found[1]))
+        return None
+
+    def fetch_offset_of_max_timestamp(self) -> TimestampAndOffset | None:
+        """The record with the largest timestamp (ListOffsets MAX_TIMESTAMP), or None for an empty log."""
+        best = None
+        for segment in self._segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None:
+            return None
+        offset = best.exact_offset_of_timestamp(best.max_timestamp, best.offset_of_max_timestamp)
+        return TimestampAndOffset(best.max_timestamp, offset, self._epoch_cache.epoch_for_offset(offset))
+
+    # --------------------------------------------------------------------------------- leader epochs
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: `(epoch, end offset)` as Kafka answers it; `(-1, -1)` if unknown."""
+        return self._epoch_cache.end_offset_for(epoch, self._log_end_offset)
+
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        self._epoch_cache.assign(epoch, start_offset)
+
+    def epoch_for_offset(self, offset: int) -> int:
+        return self._epoch_cache.epoch_for_offset(offset)
+
+    # ---------------------------------------------------------------------------------------- truncation
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch holding an offset >= `offset` (a batch spanning it goes whole); the log end
+        offset becomes `offset`, as in Kafka. Returns whether anything was removed."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset >= self._log_end_offset:
+            return False
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset, now_ms=self._last_now_ms)
+            return True
+        with self._lock:
+            self.generation += 1
+            segments = self._segments
+            keep = tuple(s for s in segments if s.base_offset <= offset)
+            self._segments = keep
+        for segment in segments[len(keep) :]:
+            segment.delete()
+        keep[-1].truncate_to(offset)
+        self._after_truncation(offset)
+        self._log_start_offset = min(self._log_start_offset, offset)
+        self._load_producer_state(offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int) -> None:
+        """Drop every segment and start empty at `offset` (a replica far behind or ahead of its leader)."""
+        with self._lock:
+            self.generation += 1
+            for segment in self._segments:
+                segment.delete()
+            self._segments = (self._new_segment(offset, now_ms),)
+        self._dir_dirty = True
+        self._after_truncation(offset)
+        self._log_start_offset = offset
+        self._epoch_cache.clear()
+        self._producer_state.delete_snapshots_after(-1)
+        self._producer_state.clear(offset)
+
+    def _after_truncation(self, offset: int) -> None:
+        self.cleaner_offset = min(self.cleaner_offset, offset)
+        self._log_end_offset = offset
+        self._position_cache = None
+        self._recovery_point = min(self._recovery_point, offset)
+        self._flush_up_to = min(self._flush_up_to, offset)
+        self._epoch_cache.truncate_from_end(offset)
+
+    # ----------------------------------------------------------------------------------------- retention
+
+    def delete_old_segments(self, now_ms: int, *, upper_bound_offset: int | None = None) -> int:
+        """Retention: delete whole leading segments below the log start offset, and, for the delete
+        policy, older than `retention.ms` (by their largest timestamp) or beyond `retention.bytes`. Only
+        segments wholly below `upper_bound_offset` (the high watermark) go. Returns how many went."""
+        upper = self._log_end_offset if upper_bound_offset is None else min(upper_bound_offset, self._log_end_offset)
+        deleted = self._delete_prefix(lambda s, following: following is not None
+                                      and following.base_offset <= self._log_start_offset, upper, now_ms)
+        config = self.config
+        if not config.delete:
+            return deleted
+        if config.retention_ms >= 0:
+            deleted += self._delete_prefix(
+                lambda s, _: now_ms - _segment_timestamp(s) > config.retention_ms, upper, now_ms)
+        if config.retention_bytes >= 0:
+            excess = self.size_bytes - config.retention_bytes
+
+            def over_size(segment: LogSegment, _) -> bool:
+                nonlocal excess
+                if excess - segment.size >= 0:
+                    excess -= segment.size
+                    return True
+                return False
+
+            deleted += self._delete_prefix(over_size, upper, now_ms)
+        return deleted
+
+    def delete_records_before(self, offset: int, *, now_ms: int) -> int:
+        """DeleteRecords: advance the log start offset to `offset` and delete the segments wholly below it.
+        Returns the new log start offset."""
+        if offset > self._log_end_offset or offset < 0:
+            raise OffsetOutOfRangeError(f"cannot delete records before {offset}: log end offset is {self._log_end_offset}")
+        if offset > self._log_start_offset:
+            self._advance_log_start_offset(offset)
+            self._delete_prefix(lambda s, following: following is not None and following.base_offset <= offset,
+                                self._log_end_offset, now_ms)
+        return self._log_start_offset
+
+    def _delete_prefix(self, predicate: Callable[[LogSegment, LogSegment | None], bool], upper: int, now_ms: int) -> int:
+        segments = self._segments
+        doomed = []
+        for i, segment in enumerate(segments):
+            following = segments[i + 1] if i + 1 < len(segments) else None
+            end = following.base_offset if following is not None else self._log_end_offset
+            if end > upper or (following is None and segment.size == 0) or not predicate(segment, following):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if len(doomed) == len(segments):
+            self.roll(now_ms=now_ms)
+        self._remove_segments(doomed)
+        return len(doomed)
+
+    def _remove_segments(self, doomed: Sequence[LogSegment]) -> None:
+        gone = {id(s) for s in doomed}
+        with self._lock:
+            remaining = tuple(s for s in self._segments if id(s) not in gone)
+            self._segments = remaining
+        for segment in doomed:
+            segment.delete()
+        first_base = remaining[0].base_offset
+        if first_base > self._log_start_offset:
+            self._advance_log_start_offset(first_base)
+        self._producer_state.delete_snapshots_before(first_base)
+
+    def _advance_log_start_offset(self, offset: int) -> None:
+        self._log_start_offset = offset
+        self._epoch_cache.truncate_from_start(offset)
+
+    # ------------------------------------------------------------------------------------------ cleaning
+
+    def new_cleaned_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        """An empty segment with the `.cleaned` suffix, for the cleaner's output."""
+        return self._new_segment(base_offset, now_ms, suffix=CLEANED_SUFFIX)
+
+    def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], generation: int) -> bool:
+        """Swap the cleaned segment `new` in for the contiguous inactive segments `old` if they are still in
+        the log and it has not been truncated since `generation`. Commit point: the rename of the new log
+        file from `.cleaned` to `.swap`; recovery completes a swap from there. Returns whether it swapped."""
+        with self._lock:
+            segments = self._segments
+            if self.closed or generation != self.generation or not old:
+                return False
+            i = next((k for k, s in enumerate(segments) if s is old[0]), None)
+            if i is None or i + len(old) >= len(segments) or any(a is not b for a, b in zip(segments[i : i + len(old)], old)):
+                return False
+            new.rename_suffix(SWAP_SUFFIX)
+            fsync_dir(self.directory)
+            self._segments = segments[:i] + (new,) + segments[i + len(old) :]
+            for segment in old:
+                segment.delete()
+            new.rename_suffix("")
+            fsync_dir(self.directory)
+            self._position_cache = None
+        return True
+
+    def record_cleaning(self, end_offset: int, latest_delete_horizon_ms: int, generation: int) -> bool:
+        """Advance the cleaner checkpoint after a pass, unless the log was truncated meanwhile."""
+        with self._lock:
+            if generation != self.generation:
+                return False
+            self.cleaner_offset = max(self.cleaner_offset, end_offset)
+            self.latest_delete_horizon_ms = latest_delete_horizon_ms
+        return True
+
+    def producer_last_offsets(self) -> dict[int, int]:
+        return self._producer_state.last_offsets()
+
+    # ------------------------------------------------------------------------------------------ flushing
+
+    def flush(self, offset: int | None = None, *, now_ms: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery point, `offset`) and advance the recovery point."""
+        offset = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+        if offset <= self._recovery_point and not self._dir_dirty:
+            return
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            following = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if segment.base_offset < offset and (following is None or following > self._recovery_point):
+                segment.flush()
+        if self._dir_dirty:
+            fsync_dir(self.directory)
+            self._dir_dirty = False
+        self._recovery_point = max(self._recovery_point, offset)
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Flush segments that rolled since the last flush, and everything when `flush.ms` has passed."""
+        flush_ms = self.config.flush_ms
+        if flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms and self._log_end_offset > self._recovery_point:
+            self.flush(now_ms=now_ms)
+            return True
+        if self._flush_up_to > self._recovery_point:
+            self.flush(self._flush_up_to)
+            return True
+        return False
+
+    def _maybe_flush_messages(self, now_ms: int) -> None:
+        flush_messages = self.config.flush_messages
+        if flush_messages is not None and self._log_end_offset - self._recovery_point >= flush_messages:
+            self.flush(now_ms=now_ms)
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        return self._producer_state.remove_expired_producers(now_ms)
+
+    # ----------------------------------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """Clean close: snapshot producer state at the log end offset, write the final time index entries,
+        trim the indexes and flush everything."""
+        with self._lock:
+            self.closed = True
+        self._producer_state.map_end_offset = self._log_end_offset
+        self._producer_state.take_snapshot()
+        for segment in self._segments:
+            segment.on_become_inactive()
+        self.flush()
+        for segment in self._segments:
+            segment.flush()
+            segment.close()
+
+    def release(self) -> None:
+        """Forget the log without writing anything (its directory is being deleted)."""
+        with self._lock:
+            self.closed = True
+        for segment in self._segments:
+            segment.release()
+
+
+def _segment_timestamp(segment: LogSegment) -> int:
+    """Largest timestamp, or the file's modification time for a segment whose batches carry none."""
+    timestamp = segment.max_timestamp
+    return timestamp if timestamp >= 0 else segment.last_modified_ms()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

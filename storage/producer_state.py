@@ -1,0 +1,306 @@
+"""Idempotent and transactional producer state of one partition, and its snapshots.
+
+Theory of operation
+-------------------
+For every producer id the log keeps the producer epoch and the metadata (first/last sequence, first/last
+offset, timestamp) of its last five batches, as Kafka does. An append from a client is checked batch by
+batch against that state before anything is written (`ProducerStateManager.prepare` returns a
+`ProducerAppendInfo` that collects the changes), and the changes are applied with `commit` only once the
+write has succeeded:
+
+- a batch whose epoch and sequence range match one of the five retained batches is a retry: the append
+  is answered with the original offsets and nothing is written;
+- an epoch below the producer's current one is fenced (INVALID_PRODUCER_EPOCH);
+- within an epoch the first sequence must follow the last one (sequences wrap at INT32_MAX to 0), else
+  OUT_OF_ORDER_SEQUENCE_NUMBER; a new epoch must start at sequence 0;
+- a producer id the log has no record of must start at sequence 0, else UNKNOWN_PRODUCER_ID (the
+  client then resets its sequence; Kafka since 2.5 instead accepts any sequence there).
+
+Replicated batches and replay from the log (origin REPLICATION) update the state without checks.
+The state is snapshotted to `<offset>.snapshot` when a segment rolls and when the log closes; the
+snapshot at offset N holds the state after every batch below N. Loading takes the latest snapshot at or
+below the log end offset and replays batch headers from there (no record needs decoding), so producers
+survive restarts, clean or not.
+
+Snapshot layout (big-endian): version int16 = 1 | crc uint32 (CRC-32C of what follows) | count int32 |
+count x [producerId int64, producerEpoch int16, coordinatorEpoch int32, currentTxnFirstOffset int64,
+lastTimestamp int64, batchCount int8, batchCount x [firstSeq int32, lastSeq int32, firstOffset int64,
+lastOffset int64, timestamp int64]].
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from crc32c import crc32c
+
+from odradek.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+
+from .checkpoints import atomic_write
+from .errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
+from .names import SNAPSHOT_SUFFIX, offset_file_name, parse_offset_file_name
+
+NUM_BATCHES_TO_RETAIN = 5
+INT32_MAX = 0x7FFFFFFF
+SNAPSHOT_VERSION = 1
+
+_SNAPSHOT_HEADER = struct.Struct(">hI")
+_COUNT = struct.Struct(">i")
+_PRODUCER = struct.Struct(">qhiqqb")
+_BATCH = struct.Struct(">iiqqq")
+
+
+class AppendOrigin(IntEnum):
+    REPLICATION = 0
+    COORDINATOR = 1
+    CLIENT = 2
+
+
+@dataclass(slots=True, frozen=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
+    current_txn_first_offset: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def copy(self) -> ProducerStateEntry:
+        return ProducerStateEntry(self.producer_id, self.producer_epoch, deque(self.batches, NUM_BATCHES_TO_RETAIN),
+                                  self.coordinator_epoch, self.last_timestamp, self.current_txn_first_offset)
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        if header.producer_epoch != self.producer_epoch:
+            return None
+        first, last = header.base_sequence, header.last_sequence
+        for batch in self.batches:
+            if batch.first_seq == first and batch.last_seq == last:
+                return batch
+        return None
+
+    def update_epoch(self, producer_epoch: int) -> None:
+        if producer_epoch != self.producer_epoch:
+            self.producer_epoch = producer_epoch
+            self.batches.clear()
+
+    def add_batch(self, producer_epoch: int, batch: BatchMetadata) -> None:
+        self.update_epoch(producer_epoch)
+        self.batches.append(batch)
+        self.last_timestamp = batch.timestamp
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class ProducerAppendInfo:
+    """The producer-state changes of one append, validated but not yet applied."""
+
+    def __init__(self, manager: ProducerStateManager, origin: AppendOrigin) -> None:
+        self._manager = manager
+        self.origin = origin
+        self.updated: dict[int, ProducerStateEntry] = {}
+
+    def append(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int) -> BatchMetadata | None:
+        """Check one batch with a producer id. Returns the original batch if it is a retried duplicate."""
+        pid = header.producer_id
+        committed = self._manager.producers.get(pid)
+        if self.origin == AppendOrigin.CLIENT and committed is not None:
+            duplicate = committed.find_duplicate(header)
+            if duplicate is not None:
+                return duplicate
+        entry = self.updated.get(pid)
+        if entry is None:
+            entry = committed.copy() if committed is not None else ProducerStateEntry(pid)
+            self.updated[pid] = entry
+        epoch = header.producer_epoch
+        if epoch < entry.producer_epoch and self.origin != AppendOrigin.REPLICATION:
+            raise InvalidProducerEpochError(
+                f"producer {pid} epoch {epoch} is older than the current epoch {entry.producer_epoch}")
+        if header.is_control:
+            entry.update_epoch(epoch)
+            entry.current_txn_first_offset = -1
+            entry.last_timestamp = timestamp
+            return None
+        if self.origin == AppendOrigin.CLIENT:
+            self._check_sequence(entry, committed, epoch, header.base_sequence, first_offset)
+        entry.add_batch(epoch, BatchMetadata(header.base_sequence, header.last_sequence, first_offset, last_offset, timestamp))
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+        return None
+
+    @staticmethod
+    def _check_sequence(entry: ProducerStateEntry, committed: ProducerStateEntry | None, epoch: int, first_seq: int,
+                        offset: int) -> None:
+        pid = entry.producer_id
+        if epoch != entry.producer_epoch:
+            if first_seq != 0:
+                if committed is None and entry.producer_epoch == NO_PRODUCER_EPOCH:
+                    raise UnknownProducerIdError(
+                        f"no record of producer {pid} at offset {offset}; its first batch has sequence {first_seq}")
+                raise OutOfOrderSequenceError(
+                    f"producer {pid}: a new epoch {epoch} must start at sequence 0, got {first_seq}")
+        elif not in_sequence(entry.last_seq, first_seq):
+            raise OutOfOrderSequenceError(
+                f"producer {pid} epoch {epoch}: sequence {first_seq} does not follow {entry.last_seq}")
+
+
+class ProducerStateManager:
+    def __init__(self, directory: str, *, producer_id_expiration_ms: int) -> None:
+        self.directory = directory
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0
+
+    def prepare(self, origin: AppendOrigin) -> ProducerAppendInfo:
+        return ProducerAppendInfo(self, origin)
+
+    def commit(self, info: ProducerAppendInfo, end_offset: int) -> None:
+        self.producers.update(info.updated)
+        self.map_end_offset = end_offset
+
+    def replay(self, header: BatchHeader) -> None:
+        """Apply a batch read back from the log, without checks."""
+        if header.producer_id >= 0:
+            info = ProducerAppendInfo(self, AppendOrigin.REPLICATION)
+            info.append(header, header.base_offset, header.last_offset, header.max_timestamp)
+            self.producers.update(info.updated)
+        self.map_end_offset = header.next_offset
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        entries = list(self.producers.values())
+        offsets = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
+        return min(offsets) if offsets else None
+
+    def last_offsets(self) -> dict[int, int]:
+        """Last offset of each producer's last batch (the cleaner keeps those batches, even emptied)."""
+        entries = list(self.producers.values())
+        return {e.producer_id: e.last_offset for e in entries}
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        expired = [pid for pid, e in self.producers.items()
+                   if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.producer_id_expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    def clear(self, offset: int) -> None:
+        self.producers = {}
+        self.map_end_offset = offset
+
+    # ------------------------------------------------------------------------------------------ snapshots
+
+    def _snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.directory, offset_file_name(offset, SNAPSHOT_SUFFIX))
+
+    def snapshot_offsets(self) -> list[int]:
+        offsets = []
+        for name in os.listdir(self.directory):
+            parsed = parse_offset_file_name(name)
+            if parsed is not None and parsed[1] == SNAPSHOT_SUFFIX and not parsed[2]:
+                offsets.append(parsed[0])
+        return sorted(offsets)
+
+    def take_snapshot(self) -> None:
+        """Write the state as of `map_end_offset` (once per offset). Not fsynced: a snapshot lost or torn
+        by a crash fails its CRC and loading falls back to an older one and a longer replay."""
+        path = self._snapshot_path(self.map_end_offset)
+        if not os.path.exists(path):
+            atomic_write(path, encode_snapshot(self.producers.values()), fsync=False)
+
+    def delete_snapshots_before(self, offset: int) -> None:
+        for o in self.snapshot_offsets():
+            if o < offset:
+                _unlink(self._snapshot_path(o))
+
+    def delete_snapshots_after(self, offset: int) -> None:
+        for o in self.snapshot_offsets():
+            if o > offset:
+                _unlink(self._snapshot_path(o))
+
+    def load_latest_snapshot(self, log_end_offset: int) -> int | None:
+        """Drop snapshots above `log_end_offset`, load the latest valid one. Returns its offset or None
+        (state then starts empty)."""
+        self.delete_snapshots_after(log_end_offset)
+        for offset in reversed(self.snapshot_offsets()):
+            path = self._snapshot_path(offset)
+            with open(path, "rb") as f:
+                data = f.read()
+            try:
+                producers = decode_snapshot(data)
+            except ValueError:
+                _unlink(path)
+                continue
+            self.producers = {e.producer_id: e for e in producers}
+            self.map_end_offset = offset
+            return offset
+        self.producers = {}
+        return None
+
+
+def encode_snapshot(entries) -> bytes:
+    body = bytearray()
+    entries = list(entries)
+    body += _COUNT.pack(len(entries))
+    for e in entries:
+        body += _PRODUCER.pack(e.producer_id, e.producer_epoch, e.coordinator_epoch, e.current_txn_first_offset,
+                               e.last_timestamp, len(e.batches))
+        for b in e.batches:
+            body += _BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
+    return _SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, crc32c(body)) + bytes(body)
+
+
+def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
+    """Raises ValueError on any fault (version, CRC, length)."""
+    try:
+        version, crc = _SNAPSHOT_HEADER.unpack_from(data, 0)
+        if version != SNAPSHOT_VERSION:
+            raise ValueError(f"unsupported producer snapshot version {version}")
+        body = memoryview(data)[_SNAPSHOT_HEADER.size :]
+        if crc32c(body) != crc:
+            raise ValueError("producer snapshot CRC mismatch")
+        (count,) = _COUNT.unpack_from(body, 0)
+        pos = _COUNT.size
+        entries = []
+        for _ in range(count):
+            pid, epoch, coordinator_epoch, txn_first, last_ts, n = _PRODUCER.unpack_from(body, pos)
+            pos += _PRODUCER.size
+            batches = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+            for _ in range(n):
+                batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
+                pos += _BATCH.size
+            entries.append(ProducerStateEntry(pid, epoch, batches, coordinator_epoch, last_ts, txn_first))
+        if pos != len(body):
+            raise ValueError("trailing bytes in producer snapshot")
+        return entries
+    except struct.error as e:
+        raise ValueError(f"truncated producer snapshot: {e}") from e
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

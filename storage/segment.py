@@ -1,0 +1,438 @@
+"""A log segment: one `.log` file of whole record batches, its offset index and its time index.
+
+Theory of operation
+-------------------
+A segment covers offsets from `base_offset` (its file name) up to the base offset of the next segment.
+Appends go to the end of the active (last) segment with one pwrite of all the batches of the append;
+every `index.interval.bytes` of log the offset index gains an entry (last offset of the batch -> its
+position) and the time index an entry (largest timestamp so far -> last offset of the batch that
+carried it) when that timestamp has grown.
+
+Offset lookups take the index entry at or below the target and walk batch headers from there: at most
+about `index.interval.bytes` of headers. Reads hand out `SegmentRegion`s: `protocol.codec.FileRegion`s
+that also hold the `LogFile` owning the descriptor. A `LogFile` closes its descriptor when the last
+reference goes, so a region being sent stays valid while the segment is rolled, deleted or replaced by
+the cleaner: the open file outlives its directory entry.
+
+Segments loaded from disk are lazy: the log file is opened and the indexes mapped on first use. The
+largest timestamp of a segment at rest is the last entry of its time index, because the final entry is
+written whenever a segment stops being active (roll, close) and recovery recomputes it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from odradek.protocol.codec import FileRegion
+from odradek.protocol.errors import CorruptRecordError
+from odradek.protocol.records import iter_records
+
+from .errors import KafkaStorageError
+from .index import CorruptIndexError, OffsetIndex, TimeIndex
+from .names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_file_name
+from .scan import check_stored_batch, iter_batches, iter_headers
+
+INT32_MAX = 0x7FFFFFFF
+MAX_UNCOMPRESSED_BATCH_BYTES = 256 * 1024 * 1024
+
+
+class LogFile:
+    """An open segment file; the descriptor is closed when the last reference to this object goes."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, path: str, *, create: bool = False) -> None:
+        flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
+        self.fd = os.open(path, flags, 0o644)
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except (OSError, AttributeError):
+            pass
+
+
+class SegmentRegion(FileRegion):
+    """A FileRegion (fd, position, length) that keeps its file open for as long as it lives."""
+
+    def __new__(cls, file: LogFile, position: int, length: int) -> SegmentRegion:
+        region = super().__new__(cls, file.fd, position, length)
+        region.file = file
+        return region
+
+
+def write_fully(fd: int, data, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        size: int,
+        created_ms: int,
+        suffix: str = "",
+        file: LogFile | None = None,
+        new_indexes: bool = False,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_bytes = max_index_bytes
+        self.size = size
+        self.created_ms = created_ms
+        self.suffix = suffix
+        self._file = file
+        self.offset_index = OffsetIndex(self.path(INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes)
+        self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes)
+        self._max_timestamp: int | None = -1 if new_indexes else None
+        self._offset_of_max_timestamp = base_offset
+        self._rolling_based_timestamp: int | None = None
+        self._bytes_since_last_index_entry = 0
+        self._indexes_checked = new_indexes
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int,
+               now_ms: int, suffix: str = "") -> LogSegment:
+        """A new empty segment with preallocated indexes."""
+        path = os.path.join(directory, offset_file_name(base_offset, LOG_SUFFIX) + suffix)
+        return cls(directory, base_offset, index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
+                   size=0, created_ms=now_ms, suffix=suffix, file=LogFile(path, create=True), new_indexes=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}{', ' + self.suffix if self.suffix else ''})"
+
+    def path(self, kind: str = LOG_SUFFIX) -> str:
+        return os.path.join(self.directory, offset_file_name(self.base_offset, kind) + self.suffix)
+
+    @property
+    def file(self) -> LogFile:
+        if self._file is None:
+            self._file = LogFile(self.path())
+        return self._file
+
+    @contextmanager
+    def _fd(self) -> Iterator[int]:
+        """The log's descriptor, without keeping a lazily loaded segment's file open afterwards."""
+        if self._file is not None:
+            yield self._file.fd
+            return
+        fd = os.open(self.path(), os.O_RDONLY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _check_indexes(self) -> None:
+        """Map both indexes once, rebuilding them from the log if either fails its sanity check."""
+        if self._indexes_checked:
+            return
+        try:
+            self.offset_index.load()
+            self.time_index.load()
+        except CorruptIndexError:
+            self.recover()
+            self.on_become_inactive()
+        self._indexes_checked = True
+
+    # ------------------------------------------------------------------------------------------ timestamps
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch timestamp in the segment (-1 if none)."""
+        if self._max_timestamp is None:
+            try:
+                last = self.time_index.last_entry
+            except CorruptIndexError:
+                self._check_indexes()
+                last = self.time_index.last_entry
+            self._max_timestamp, self._offset_of_max_timestamp = last
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        """Last offset of the first batch that carried `max_timestamp`."""
+        self.max_timestamp
+        return self._offset_of_max_timestamp
+
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.path()).st_mtime * 1000)
+
+    def _rescan_max_timestamp(self) -> None:
+        """From the last time index entry, scan the batches after it (after a truncation)."""
+        self._check_indexes()
+        ts, offset = self.time_index.last_entry
+        position = self.offset_index.lookup(offset)[1]
+        with self._fd() as fd:
+            for _, header in iter_headers(fd, position, self.size):
+                if header.max_timestamp > ts:
+                    ts, offset = header.max_timestamp, header.last_offset
+        self._max_timestamp, self._offset_of_max_timestamp = ts, offset
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """As Kafka: the incoming timestamp minus the first batch's, else time since the segment was created."""
+        if self._rolling_based_timestamp is None and self.size > 0:
+            with self._fd() as fd:
+                for _, header in iter_headers(fd, 0, self.size):
+                    self._rolling_based_timestamp = header.max_timestamp
+                    break
+        if self._rolling_based_timestamp is not None and self._rolling_based_timestamp >= 0:
+            return message_timestamp - self._rolling_based_timestamp
+        return now_ms - self.created_ms
+
+    def should_roll(self, *, append_bytes: int, max_timestamp: int, last_offset: int, now_ms: int,
+                    segment_bytes: int, segment_ms: int) -> bool:
+        return (
+            self.size > segment_bytes - append_bytes
+            or (self.size > 0 and self.time_waited_for_roll(now_ms, max_timestamp) > segment_ms)
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or last_offset - self.base_offset > INT32_MAX
+        )
+
+    # ---------------------------------------------------------------------------------------------- append
+
+    def append(self, data, batches: Sequence[tuple[int, int, int, int]]) -> None:
+        """Write `data` (whole batches) at the end; `batches` lists (relative position, size, last offset,
+        max timestamp) of each batch in it, for the indexes."""
+        position = self.size
+        fd = self.file.fd
+        self._check_indexes()
+        if self._max_timestamp is None:
+            self.max_timestamp
+        try:
+            write_fully(fd, data, position)
+        except OSError as e:
+            try:
+                os.ftruncate(fd, position)
+            except OSError:
+                pass
+            raise KafkaStorageError(f"cannot append to {self.path()}: {e}") from e
+        for rel, size, last_offset, timestamp in batches:
+            self._index_batch(position + rel, size, last_offset, timestamp)
+        if self._rolling_based_timestamp is None and batches:
+            self._rolling_based_timestamp = max(b[3] for b in batches)
+        self.size = position + len(data)
+
+    def _index_batch(self, position: int, size: int, last_offset: int, timestamp: int) -> None:
+        if timestamp > self._max_timestamp:
+            self._max_timestamp, self._offset_of_max_timestamp = timestamp, last_offset
+        if self._bytes_since_last_index_entry > self.index_interval_bytes and not self.offset_index.is_full:
+            self.offset_index.append(last_offset, position)
+            if not self.time_index.is_full:
+                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+
+    # ----------------------------------------------------------------------------------------------- reads
+
+    def translate_offset(self, offset: int, end: int | None = None):
+        """`(position, header)` of the first batch whose last offset is >= `offset`, or None."""
+        self._check_indexes()
+        start = self.offset_index.lookup(offset)[1]
+        with self._fd() as fd:
+            for position, header in iter_headers(fd, start, self.size if end is None else end):
+                if header.last_offset >= offset:
+                    return position, header
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_position: int, *, min_one_message: bool):
+        """Whole batches from the one holding `offset`: `(region, first offset)`; None if the segment has no
+        batch at or after `offset`. The region is empty when nothing fits below `max_position`."""
+        end = self.size
+        found = self.translate_offset(offset, end)
+        if found is None:
+            return None
+        position, header = found
+        limit = min(max_position, position + max(max_bytes, 0), end)
+        if position + header.size > limit:
+            if min_one_message and position + header.size <= min(max_position, end):
+                limit = position + header.size
+            else:
+                return SegmentRegion(self.file, position, 0), header.base_offset
+        cut = self._batch_boundary_at_most(position, limit, end)
+        return SegmentRegion(self.file, position, cut - position), header.base_offset
+
+    def _batch_boundary_at_most(self, start: int, limit: int, end: int) -> int:
+        """The largest batch boundary <= `limit`, given that `start` is a boundary at or below it."""
+        scan_from = max(start, self.offset_index.lookup_position(limit)[1])
+        cut = scan_from
+        with self._fd() as fd:
+            for position, header in iter_headers(fd, scan_from, end):
+                if position + header.size > limit:
+                    break
+                cut = position + header.size
+        return cut
+
+    def batch_position(self, offset: int) -> int:
+        """Position of the batch holding `offset`, or the segment size if it holds none at or after it."""
+        found = self.translate_offset(offset)
+        return self.size if found is None else found[0]
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """`(timestamp, offset)` of the first record at or after `starting_offset` whose timestamp is >=
+        `timestamp`, or None."""
+        self._check_indexes()
+        indexed_offset = self.time_index.lookup(timestamp)[1]
+        position = self.offset_index.lookup(max(indexed_offset, starting_offset))[1]
+        with self._fd() as fd:
+            for pos, header in iter_headers(fd, position, self.size):
+                if header.max_timestamp < timestamp or header.last_offset < starting_offset:
+                    continue
+                if header.records_count == 0:
+                    continue
+                for record in self._records_at(fd, pos, header.size):
+                    if record.timestamp >= timestamp and record.offset >= starting_offset:
+                        return record.timestamp, record.offset
+        return None
+
+    def exact_offset_of_timestamp(self, timestamp: int, batch_last_offset: int) -> int:
+        """Offset of the first record with `timestamp` in the batch ending at `batch_last_offset`."""
+        found = self.translate_offset(batch_last_offset)
+        if found is None:
+            return batch_last_offset
+        position, header = found
+        with self._fd() as fd:
+            for record in self._records_at(fd, position, header.size):
+                if record.timestamp == timestamp:
+                    return record.offset
+        return batch_last_offset
+
+    @staticmethod
+    def _records_at(fd: int, position: int, size: int):
+        data = os.pread(fd, size, position)
+        try:
+            return list(iter_records(data, max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES))
+        except CorruptRecordError:
+            return []
+
+    def headers(self, start_position: int = 0):
+        """`(position, header)` of every batch from `start_position`."""
+        with self._fd() as fd:
+            yield from iter_headers(fd, start_position, self.size)
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch: the last index entry, then a short walk."""
+        try:
+            _, position = self.offset_index.last_entry
+        except CorruptIndexError:
+            position = 0
+        if position > self.size:
+            position = 0
+        next_offset = None
+        with self._fd() as fd:
+            for _, header in iter_headers(fd, position, self.size):
+                next_offset = header.next_offset
+        if next_offset is None and position > 0:
+            with self._fd() as fd:
+                for _, header in iter_headers(fd, 0, self.size):
+                    next_offset = header.next_offset
+        return self.base_offset if next_offset is None else next_offset
+
+    # ------------------------------------------------------------------------------------------- recovery
+
+    def recover(self) -> int:
+        """Validate every batch, rebuild both indexes and cut the file at the first invalid or partial
+        batch. Returns the number of bytes cut."""
+        self.offset_index.recreate()
+        self.time_index.recreate()
+        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp = None
+        self._indexes_checked = True
+        fd = self.file.fd
+        file_size = os.fstat(fd).st_size
+        valid_end = 0
+        expected_min_offset = self.base_offset
+        for position, batch in iter_batches(fd, 0, file_size):
+            try:
+                header = check_stored_batch(batch)
+            except CorruptRecordError:
+                break
+            if header.base_offset < expected_min_offset or header.last_offset - self.base_offset > INT32_MAX:
+                break
+            self._index_batch(position, header.size, header.last_offset, header.max_timestamp)
+            valid_end = position + header.size
+            expected_min_offset = header.next_offset
+        if valid_end < file_size:
+            os.ftruncate(fd, valid_end)
+        self.size = valid_end
+        return file_size - valid_end
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batches whose last offset is >= `offset`. Returns the bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position = found[0]
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        os.ftruncate(self.file.fd, position)
+        removed = self.size - position
+        self.size = position
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp = None
+        self._rescan_max_timestamp()
+        return removed
+
+    # ---------------------------------------------------------------------------------------- life cycle
+
+    def on_become_inactive(self) -> None:
+        """Record the largest timestamp as the time index's last entry and trim both indexes."""
+        if self._max_timestamp is not None and self._max_timestamp >= 0:
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True)
+        self.offset_index.trim()
+        self.time_index.trim()
+
+    def flush(self) -> None:
+        if self._file is not None:
+            os.fdatasync(self._file.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        """Trim the indexes and release the maps; the file closes once no region holds it."""
+        self.on_become_inactive()
+        self.offset_index.close()
+        self.time_index.close()
+        self._file = None
+
+    def release(self) -> None:
+        """Drop maps and descriptor without touching the files (an abandoned or replaced segment)."""
+        self.offset_index.close()
+        self.time_index.close()
+        self._file = None
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename the files from the current transient suffix to `suffix`; the log file goes last."""
+        old_txn = self.path(TXN_INDEX_SUFFIX)
+        old_log = self.path()
+        self.suffix = suffix
+        self.offset_index.rename(self.path(INDEX_SUFFIX))
+        self.time_index.rename(self.path(TIME_INDEX_SUFFIX))
+        if os.path.exists(old_txn):
+            os.replace(old_txn, self.path(TXN_INDEX_SUFFIX))
+        os.replace(old_log, self.path())
+
+    def delete(self) -> None:
+        self.offset_index.delete()
+        self.time_index.delete()
+        for kind in (LOG_SUFFIX, TXN_INDEX_SUFFIX):
+            try:
+                os.unlink(self.path(kind))
+            except FileNotFoundError:
+                pass
+        self._file = None
