@@ -120,6 +120,8 @@ class KafkaProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
+        if self.server.metrics is not None:
+            self.server.metrics.add_bytes_in(len(data))
         try:
             events = self.conn.receive_data(data)
         except ProtocolError as e:
@@ -173,6 +175,9 @@ class KafkaProtocol(asyncio.Protocol):
     async def _process(self) -> None:
         try:
             while not self.closed:
+                if self.server.draining:  # shutting down: no new requests; the last response has gone out
+                    self.close()
+                    break
                 if not self.inbox:
                     self.inbox_event.clear()
                     self._maybe_resume_reading()
@@ -208,6 +213,8 @@ class KafkaProtocol(asyncio.Protocol):
 
     async def _write(self, chunks: list) -> None:
         transport = self.transport
+        if self.server.metrics is not None:
+            self.server.metrics.add_bytes_out(sum(c.length if isinstance(c, FileRegion) else len(c) for c in chunks))
         for chunk in chunks:
             if self.closed:
                 return
@@ -261,7 +268,9 @@ class NetworkServer:
         connections_max_idle_ms: int,
         use_sendfile: bool = True,
         on_protocol_error: Callable[[], None] | None = None,
+        metrics=None,
     ):
+        self.metrics = metrics
         self.dispatch = dispatch
         self.accepted_versions = accepted_versions
         self.advertised_versions = advertised_versions
@@ -277,6 +286,7 @@ class NetworkServer:
         self.tasks: list[asyncio.Task] = []
         self._on_protocol_error = on_protocol_error
         self.total_connections = 0
+        self.draining = False
 
     def metrics_protocol_error(self) -> None:
         if self._on_protocol_error:
@@ -287,10 +297,15 @@ class NetworkServer:
             return False
         self.connections.add(conn)
         self.total_connections += 1
+        if self.metrics is not None:
+            self.metrics.connection_opened()
         return True
 
     def unregister(self, conn: KafkaProtocol) -> None:
-        self.connections.discard(conn)
+        if conn in self.connections:
+            self.connections.discard(conn)
+            if self.metrics is not None:
+                self.metrics.connection_closed()
 
     async def listen(self, name: str, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
@@ -327,11 +342,18 @@ class NetworkServer:
                     conn.close()
 
     async def stop_accepting(self) -> None:
+        self.draining = True
         for server in self.servers:
             server.close()
+        for conn in list(self.connections):
+            if not conn.in_flight:
+                conn.inbox_event.set()  # an idle processor wakes up, sees `draining` and closes
 
     async def drain(self, timeout_s: float) -> None:
-        """Let every connection finish the request it is processing, then close them all."""
+        """Let every connection finish the request it is processing, then close them all.
+
+        Once `stop_accepting` has run, no connection takes a new request: each closes after its
+        current response (a client pipelining, or re-polling at once, cannot keep shutdown waiting)."""
         deadline = time.monotonic() + timeout_s
         while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

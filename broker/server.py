@@ -67,6 +67,7 @@ class Broker:
             num_handler_tasks=cfg.num_io_threads,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             on_protocol_error=self._count_protocol_error,
+            metrics=self.metrics,
         )
         self.network.start_handlers()
         for listener in cfg.client_listeners():
@@ -83,12 +84,21 @@ class Broker:
         from .components import stop_components
 
         await self.network.stop_accepting()
+        self._answer_long_polls()
         await self.network.drain(drain_timeout_s)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await stop_components(self)
         log.info("stopped")
+
+    def _answer_long_polls(self) -> None:
+        """Complete parked fetches now, with what they have, rather than hold shutdown for their max wait."""
+        purgatory = getattr(self.data, "fetch_purgatory", None)
+        if purgatory is None:
+            return
+        for operation in list(purgatory._delayed):
+            operation.force_complete()
 
     async def __aenter__(self) -> "Broker":
         await self.start()
@@ -131,6 +141,22 @@ class Broker:
     def allows_internal_writes(self, name: str) -> bool:
         return False
 
+    def future_from(self, deferred) -> asyncio.Future:
+        """Adapt the coordinator's Deferred (no asyncio below broker/) to an asyncio future."""
+        future = asyncio.get_running_loop().create_future()
+
+        def settle(d) -> None:
+            if future.done():
+                return
+            error = d.failed_with
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(d.result())
+
+        deferred.add_callback(settle)
+        return future
+
     def after_state_change(self) -> None:
         """Re-arm the timing wheel's wake-up after anything that may have added a timer task."""
         from .components import arm_timer
@@ -150,6 +176,7 @@ class Broker:
             self._observe(ctx, started, error=True)
             pending.response.set_exception(e)
             return
+        self.after_state_change()  # a handler may have added timer tasks (delayed ops, group timeouts)
         if isinstance(result, asyncio.Future):
             result.add_done_callback(lambda _f: self._observe(ctx, started))
         else:

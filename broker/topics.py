@@ -68,9 +68,11 @@ class TopicManager:
 
     def create(
         self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str | None],
-        *, assignments: dict[int, list[int]] | None = None, validate_only: bool = False,
+        *, assignments: dict[int, list[int]] | None = None, validate_only: bool = False, internal: bool = False,
     ) -> None:
         cfg = self.broker.config
+        if name in INTERNAL_TOPICS and not internal:
+            raise TopicError(ErrorCode.INVALID_REQUEST, f"Topic {name} is internal and is created by the broker.")
         if assignments is None:
             num_partitions = cfg.num_partitions if num_partitions == -1 else num_partitions
             replication_factor = cfg.default_replication_factor if replication_factor == -1 else replication_factor
@@ -90,13 +92,14 @@ class TopicManager:
         if not self.broker.config.delete_topic_enable:
             raise TopicError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
         image = self.broker.metadata.image
-        if name in INTERNAL_TOPICS:
-            raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Internal topic {name} cannot be deleted.")
+        topic = image.topics_by_name.get(name) if name else image.topics_by_id.get(topic_id)
+        if (topic.name if topic else name) in INTERNAL_TOPICS:
+            internal = topic.name if topic else name
+            raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Internal topic {internal} cannot be deleted.")
         try:
             records = self.broker.metadata.delete_topic(name, topic_id=topic_id)
         except MetadataError as e:
             raise TopicError(e.error_code, e.message) from e
-        topic = image.topics_by_name.get(name) if name else image.topics_by_id.get(topic_id)
         self._write(records)
         return topic.name if topic else name
 
@@ -155,17 +158,18 @@ class TopicManager:
         ]
         for topic in topics:
             broker.log_manager.update_topic_config(topic.name, self.log_config(topic.name))
+            effective = effective_topic_configs(dict(image.topic_configs(topic.name)), broker.config)
+            min_isr = int(effective.get("min.insync.replicas", 1))
             for index, p in topic.partitions.items():
                 tp = TopicPartition(topic.name, index)
                 partition = data.get_partition(tp)
                 if partition is not None:
+                    partition.min_insync_replicas = min_isr  # a config change reaches the hosted partitions
                     continue
                 if p.leader != broker.node_id:
                     continue  # followers arrive with replication
                 plog = broker.log_manager.get_or_create_log(tp, topic_id=topic.topic_id.bytes, now_ms=now_ms)
                 data.add_leader_partition(
                     tp, topic_id=topic.topic_id, log=plog, leader_epoch=p.leader_epoch, replicas=p.replicas,
-                    isr=p.isr, min_insync_replicas=int(effective_topic_configs(
-                        dict(image.topic_configs(topic.name)), broker.config).get("min.insync.replicas", 1)),
-                    now_ms=now_ms,
+                    isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
                 )

@@ -228,10 +228,13 @@ class ClassicGroupManager:
 
             def on_stored(error: BaseException | None) -> None:
                 if error is not None:
+                    # Not stored: the old member id keeps the place.
                     group.update_member(member, old_protocols, old_timeouts[0], old_timeouts[1], None)
                     if group.members.get(new_member_id) is member:
-                        group.replace_static_member(instance_id, new_member_id, old_member_id)
+                        _, restored = group.replace_static_member(instance_id, new_member_id, old_member_id)
                         self._cancel_heartbeat(group, new_member_id)
+                        self._schedule_heartbeat(group, old_member_id, restored.session_timeout_ms,
+                                                 self.shard.now_ms())
                     response.complete(JoinGroupResponse(
                         error_code=_append_error(error), member_id="", generation_id=generation,
                         protocol_type=group.protocol_type, protocol_name=group.protocol_name or "",

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+import structlog
+
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.timing_wheel import Timer, TimerTask
 
@@ -41,6 +43,7 @@ from .records import CoordinatorRecord, deserialize, serialize
 
 __all__ = [
     "Batch",
+    "gather",
     "CoordinatorError",
     "CoordinatorLoadInProgressError",
     "CoordinatorRuntime",
@@ -54,6 +57,8 @@ __all__ = [
 
 T = TypeVar("T")
 S = TypeVar("S", bound="CoordinatorShard")
+
+log = structlog.get_logger("odradek.coordinator")
 
 _PENDING = object()
 
@@ -273,6 +278,11 @@ class CoordinatorRuntime(Generic[S]):
     def timer(self) -> Timer:
         return self._timer
 
+    @property
+    def clock_ms(self) -> int:
+        """The latest time the runtime was told of (by an operation or a timer)."""
+        return self._clock_ms
+
     # -- life cycle --
 
     def load(self, partition: int, now_ms: int) -> S:
@@ -326,7 +336,10 @@ class CoordinatorRuntime(Generic[S]):
             return Deferred.failed(NotCoordinatorError(f"this broker does not coordinate partition {partition}"))
         try:
             result = op(context.shard)
-        except Exception as e:  # an op that raises writes nothing
+        except CoordinatorError as e:
+            return Deferred.failed(e)
+        except Exception as e:  # a bug: the op writes nothing, and the caller answers UNKNOWN_SERVER_ERROR
+            log.exception("coordinator operation failed", partition=partition)
             return Deferred.failed(e)
         deferred: Deferred = Deferred()
         if not result.records:
@@ -336,6 +349,7 @@ class CoordinatorRuntime(Generic[S]):
             encoded = [serialize(record) for record in result.records]
             offset = self._writer.append(partition, encoded, now_ms)
         except Exception as e:
+            log.warning("coordinator append failed", partition=partition, error=repr(e))
             for callback in result.callbacks:
                 callback(e)
             deferred.fail(e)
@@ -388,7 +402,9 @@ class CoordinatorRuntime(Generic[S]):
                 del context.timers[key]
             if self._contexts.get(partition) is not context:
                 return
-            now_ms = max(task.expiration_ms, self._clock_ms)
+            # The timer's own deadline is its "now": what follows is the same however coarsely the clock
+            # was stepped over it.
+            now_ms = task.expiration_ms
             self.write(partition, lambda shard: op(shard, now_ms), now_ms)
 
         task = TimerTask(deadline_ms, fire)
@@ -412,5 +428,28 @@ class CoordinatorRuntime(Generic[S]):
         return task.expiration_ms if task is not None else None
 
     def _tick(self, now_ms: int) -> None:
+        # The clock only moves forward; a timer firing late reports its deadline, which may be behind.
         if now_ms > self._clock_ms:
             self._clock_ms = now_ms
+
+
+def gather(deferreds: list[Deferred]) -> Deferred[list]:
+    """A Deferred of every result, in order, once all are complete (failing with the first failure)."""
+    out: Deferred[list] = Deferred()
+    remaining = [len(deferreds)]
+    if not deferreds:
+        out.complete([])
+        return out
+
+    def one_done(_: Deferred) -> None:
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            for d in deferreds:
+                if d.failed_with is not None:
+                    out.fail(d.failed_with)
+                    return
+            out.complete([d.result() for d in deferreds])
+
+    for d in deferreds:
+        d.add_callback(one_done)
+    return out

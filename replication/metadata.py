@@ -396,6 +396,15 @@ class MetadataDelta:
                 self._drop_configs(resource)
         else:
             configs[r.name] = r.value
+        if r.resource_type == ConfigResourceType.TOPIC:
+            # A topic's configs changed: its open logs must take the new values.
+            if self._topic_ids is not None:
+                topic_id = self._topic_ids.get(r.resource_name)
+            else:
+                topic = self.image.topics_by_name.get(r.resource_name)
+                topic_id = topic.topic_id if topic is not None else None
+            if topic_id is not None:
+                self.changed_topic_ids.add(topic_id)
 
     def _replay_producer_ids(self, r) -> None:
         if r.next_producer_id <= self._next_producer_id:

@@ -155,6 +155,19 @@ class ReplicaManager:
             log_start_offset=info.log_start_offset,
         )
 
+    def append_internal(self, tp: TopicPartition, batches, *, now_ms: int):
+        """Append batches written by this broker's coordinators (trusted, never a client's)."""
+        from odradek.storage.log import AppendOrigin
+
+        partition = self.partitions.get(tp)
+        if partition is None:
+            raise ReplicationError(f"{tp} is not hosted here")
+        info = partition.log.append(batches, leader_epoch=partition.leader_epoch, now_ms=now_ms, origin=AppendOrigin.COORDINATOR)
+        if partition.maybe_advance_high_watermark(now_ms):
+            self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+        return info
+
     # -- fetch --
 
     def fetch_records(

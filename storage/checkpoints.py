@@ -45,12 +45,24 @@ def atomic_write(path: str, data: bytes, *, fsync: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
-def _read_lines(path: str) -> list[str] | None:
+def read_small_file(path: str) -> bytes | None:
+    """The whole content of a small file, or None if it does not exist."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _read_lines(path: str) -> list[str] | None:
+    data = read_small_file(path)
+    return None if data is None else data.decode("utf-8").splitlines()
 
 
 def _versioned_entries(path: str, fields: int) -> list[list[str]]:

@@ -9,7 +9,8 @@ compacted, and a dirty section above. One cleaning pass:
    first offset of an open transaction, or the base of the first segment holding a record newer than
    `min.compaction.lag.ms`, whichever is lowest. Cleaning works on whole segments.
    `CleanableRange.dirty_ratio` (dirty bytes over clean plus dirty bytes) is what the log manager
-   compares with `min.cleanable.dirty.ratio` to choose a log.
+   compares with `min.cleanable.dirty.ratio` to choose a log; a dirty section whose first batch is older
+   than `max.compaction.lag.ms` is cleaned whatever the ratio (`overdue`).
 2. Offset map. Every keyed record of the dirty section goes into a map key -> latest offset (control
    batches are skipped). If the map outgrows `max_map_entries` the pass stops at a segment boundary.
 3. Rewrite. The segments from the log start to the end of the mapped range are rewritten in groups that
@@ -49,8 +50,8 @@ from odradek.protocol.records import (
     read_batch_header,
 )
 
+from .config import LONG_MAX
 from .log import Log
-from .scan import iter_batches
 from .segment import INT32_MAX, MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment
 
 _INT16 = struct.Struct(">h")
@@ -64,6 +65,7 @@ class CleanableRange:
     first_uncleanable_offset: int
     clean_bytes: int
     dirty_bytes: int
+    overdue: bool = False  # dirty records older than max.compaction.lag.ms: clean whatever the ratio
 
     @property
     def dirty_ratio(self) -> float:
@@ -82,17 +84,20 @@ class CleanResult:
     latest_delete_horizon_ms: int
 
 
-def cleanable_range(log: Log, now_ms: int) -> CleanableRange:
-    """The clean and dirty sections of `log`, in whole inactive segments."""
-    segments = log.segments
+def cleanable_range(log: Log, now_ms: int, segments: tuple[LogSegment, ...] | None = None) -> CleanableRange:
+    """The clean and dirty sections of `log` (or of the snapshot `segments` of its segment list), in whole
+    inactive segments."""
+    segments = log.segments if segments is None else segments
     first_dirty = max(log.cleaner_offset, log.log_start_offset)
     end = segments[-1].base_offset
     unstable = log.first_unstable_offset
     if unstable is not None:
         end = min(end, unstable)
-    lag = log.config.min_compaction_lag_ms
+    config = log.config
+    lag = config.min_compaction_lag_ms
     first_uncleanable = segments[-1].base_offset
     clean_bytes = dirty_bytes = 0
+    overdue = False
     for i, segment in enumerate(segments[:-1]):
         following = segments[i + 1].base_offset
         if following <= first_dirty:
@@ -101,8 +106,11 @@ def cleanable_range(log: Log, now_ms: int) -> CleanableRange:
             first_uncleanable = segment.base_offset
             break
         else:
+            if dirty_bytes == 0 and config.max_compaction_lag_ms < LONG_MAX:
+                first = segment.first_batch_timestamp()
+                overdue = 0 <= first < now_ms - config.max_compaction_lag_ms
             dirty_bytes += segment.size
-    return CleanableRange(first_dirty, first_uncleanable, clean_bytes, dirty_bytes)
+    return CleanableRange(first_dirty, first_uncleanable, clean_bytes, dirty_bytes, overdue)
 
 
 class Cleaner:
@@ -116,7 +124,7 @@ class Cleaner:
         generation = log.generation
         segments = log.segments
         following = {id(s): segments[i + 1].base_offset for i, s in enumerate(segments[:-1])}
-        cleanable = cleanable_range(log, now_ms)
+        cleanable = cleanable_range(log, now_ms, segments)
         first_dirty = cleanable.first_dirty_offset
         dirty = [s for s in segments[:-1]
                  if following[id(s)] > first_dirty and s.base_offset < cleanable.first_uncleanable_offset]
@@ -153,7 +161,7 @@ class Cleaner:
         end = first_dirty
         bytes_read = 0
         for segment in dirty:
-            for _, batch in iter_batches(segment.file.fd, 0, segment.size, block_bytes=self.io_buffer_bytes):
+            for _, batch in segment.batches(block_bytes=self.io_buffer_bytes):
                 header = read_batch_header(batch, 0)
                 if header.is_control or header.records_count == 0 or header.last_offset < first_dirty:
                     continue
@@ -171,8 +179,7 @@ class Cleaner:
         out = bytearray()
         indexed = []
         for segment in group:
-            fd = segment.file.fd
-            for _, batch in iter_batches(fd, 0, segment.size, block_bytes=self.io_buffer_bytes):
+            for _, batch in segment.batches(block_bytes=self.io_buffer_bytes):
                 header = read_batch_header(batch, 0)
                 kept = self._filter_batch(batch, header, offset_map, last_offsets, now_ms, delete_retention_ms, stats)
                 if kept is None:

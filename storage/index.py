@@ -178,11 +178,14 @@ class _IndexFile:
         self.path = path
 
     def delete(self) -> None:
-        self.close()
+        """Unlink the file. A map already made stays valid for readers still holding the index; one never
+        made becomes an empty index (lookups then start at the segment's first batch)."""
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        if not self._mapped:
+            self._entries, self._length, self._mapped = 0, 0, True
 
     def _append_entry(self, *fields) -> None:
         if self._length < (self.entries + 1) * self.entry_size:

@@ -67,6 +67,7 @@ from .names import (
     LOG_SUFFIX,
     PARTITION_METADATA,
     SEGMENT_SUFFIXES,
+    SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TMP_SUFFIX,
@@ -157,7 +158,8 @@ class Log:
                           created_ms=now_ms)
 
     def _load(self, now_ms: int, recovery_point: int, log_start_offset: int, had_clean_shutdown: bool) -> None:
-        bases, indexed, swaps = self._scan_directory()
+        bases, indexed, swaps, snapshots = self._scan_directory()
+        self._producer_state.set_snapshot_offsets(snapshots)
         needs_rebuild = set()
         for swap_base in swaps:
             needs_rebuild.add(self._complete_swap(swap_base, bases))
@@ -204,12 +206,14 @@ class Log:
         self._load_producer_state(self._log_end_offset)
         self._producer_state.remove_expired_producers(now_ms)
 
-    def _scan_directory(self) -> tuple[set[int], set[int], list[int]]:
-        """Remove leftovers of interrupted work; return segment bases, bases with both indexes, swaps."""
+    def _scan_directory(self) -> tuple[set[int], set[int], list[int], list[int]]:
+        """Remove leftovers of interrupted work; return segment bases, bases with both indexes, swaps and
+        producer snapshots."""
         bases: set[int] = set()
         offset_indexes: set[int] = set()
         time_indexes: set[int] = set()
         swaps: list[int] = []
+        snapshots: list[int] = []
         for name in os.listdir(self.directory):
             path = os.path.join(self.directory, name)
             if name.endswith(TMP_SUFFIX):
@@ -231,7 +235,9 @@ class Log:
                 offset_indexes.add(offset)
             elif kind == TIME_INDEX_SUFFIX:
                 time_indexes.add(offset)
-        return bases, offset_indexes & time_indexes, sorted(swaps)
+            elif kind == SNAPSHOT_SUFFIX:
+                snapshots.append(offset)
+        return bases, offset_indexes & time_indexes, sorted(swaps), snapshots
 
     def _complete_swap(self, swap_base: int, bases: set[int]) -> int:
         """A `.log.swap` file is a committed cleaner output: the segments whose offsets it covers go, it
@@ -336,8 +342,6 @@ class Log:
         if buf.readonly:
             raise TypeError("append stamps offsets in place and needs a writable buffer (bytearray)")
         headers = self._validate(buf, origin, now_ms)
-        if len(buf) > self.config.segment_bytes:
-            raise RecordListTooLargeError(f"{len(buf)} bytes cannot fit in a segment of {self.config.segment_bytes}")
         log_append_time = self.config.log_append_time
         first_offset = offset = self._log_end_offset
         producer_append = self._producer_state.prepare(origin)
@@ -413,7 +417,7 @@ class Log:
                     header = validate_batch(buf, pos)
             except CorruptRecordError as e:
                 raise CorruptMessageError(f"batch at byte {pos}: {e}") from e
-            if header.size > config.max_message_bytes:
+            if header.size > config.max_message_bytes and origin != AppendOrigin.REPLICATION:
                 raise MessageTooLargeError(f"batch of {header.size} bytes exceeds max.message.bytes {config.max_message_bytes}")
             if origin == AppendOrigin.CLIENT:
                 self._validate_client_batch(buf, pos, header, now_ms)
@@ -451,6 +455,8 @@ class Log:
 
     def _write(self, buf: memoryview, indexed: list, first_offset: int, last_offset: int, max_timestamp: int,
                now_ms: int) -> None:
+        if len(buf) > self.config.segment_bytes:
+            raise RecordListTooLargeError(f"{len(buf)} bytes cannot fit in a segment of {self.config.segment_bytes}")
         self._last_now_ms = max(self._last_now_ms, now_ms)
         segment = self._segments[-1]
         if segment.should_roll(append_bytes=len(buf), max_timestamp=max_timestamp, last_offset=last_offset,
@@ -617,7 +623,7 @@ class Log:
             return deleted
         if config.retention_ms >= 0:
             deleted += self._delete_prefix(
-                lambda s, _: now_ms - _segment_timestamp(s) > config.retention_ms, upper, now_ms)
+                lambda s, _: s.size == 0 or now_ms - _segment_timestamp(s) > config.retention_ms, upper, now_ms)
         if config.retention_bytes >= 0:
             excess = self.size_bytes - config.retention_bytes
 
@@ -655,13 +661,16 @@ class Log:
             return 0
         if len(doomed) == len(segments):
             self.roll(now_ms=now_ms)
-        self._remove_segments(doomed)
-        return len(doomed)
+        return self._remove_segments(doomed)
 
-    def _remove_segments(self, doomed: Sequence[LogSegment]) -> None:
-        gone = {id(s) for s in doomed}
+    def _remove_segments(self, doomed: Sequence[LogSegment]) -> int:
+        """Remove `doomed`, a prefix of the segment list when chosen; if the cleaner replaced any of them
+        meanwhile, nothing is removed (the next pass decides again)."""
         with self._lock:
-            remaining = tuple(s for s in self._segments if id(s) not in gone)
+            segments = self._segments
+            if len(doomed) >= len(segments) or any(a is not b for a, b in zip(segments, doomed)):
+                return 0
+            remaining = segments[len(doomed) :]
             self._segments = remaining
         for segment in doomed:
             segment.delete()
@@ -669,6 +678,7 @@ class Log:
         if first_base > self._log_start_offset:
             self._advance_log_start_offset(first_base)
         self._producer_state.delete_snapshots_before(first_base)
+        return len(doomed)
 
     def _advance_log_start_offset(self, offset: int) -> None:
         self._log_start_offset = offset
@@ -723,10 +733,11 @@ class Log:
         if offset <= self._recovery_point and not self._dir_dirty:
             return
         segments = self._segments
-        for i, segment in enumerate(segments):
-            following = segments[i + 1].base_offset if i + 1 < len(segments) else None
-            if segment.base_offset < offset and (following is None or following > self._recovery_point):
-                segment.flush()
+        first = max(0, bisect.bisect_right(segments, self._recovery_point, key=_base_offset) - 1)
+        for segment in segments[first:]:
+            if segment.base_offset >= offset:
+                break
+            segment.flush()
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False
@@ -768,11 +779,10 @@ class Log:
             segment.close()
 
     def release(self) -> None:
-        """Forget the log without writing anything (its directory is being deleted)."""
+        """Forget the log without writing anything (its directory is being deleted); files and maps are
+        released when the last reader lets go of them."""
         with self._lock:
             self.closed = True
-        for segment in self._segments:
-            segment.release()
 
 
 def _segment_timestamp(segment: LogSegment) -> int:

@@ -20,9 +20,10 @@ The broker drives the rest with `maybe_*` hooks on a schedule, each taking `now_
 did: retention (`maybe_delete_old_segments`, every `retention_check_interval_ms`), flushing
 (`maybe_flush`: segments that rolled, and `flush.ms`), checkpoints (`maybe_checkpoint`, every
 `checkpoint_interval_ms`), producer-id expiration and cleaning. `maybe_clean` picks the compacted log
-with the highest dirty ratio at or above its `min.cleanable.dirty.ratio` (or whose tombstones are due
-for removal) and cleans it; it may run in a worker thread while the event loop keeps appending and
-reading (see cleaner.py). `close` flushes and closes every log, writes the checkpoints and the
+with the highest dirty ratio among those at or above their `min.cleanable.dirty.ratio`, past their
+`max.compaction.lag.ms`, or whose tombstones are due for removal, and cleans it; it may run in a
+worker thread (`loop.run_in_executor`) while the event loop keeps appending and reading (see
+cleaner.py). `close` flushes and closes every log, writes the checkpoints and the
 clean-shutdown marker, and releases the lock.
 """
 
@@ -254,14 +255,15 @@ class LogManager:
                 continue
             cleanable = cleanable_range(log, now_ms)
             ratio = cleanable.dirty_ratio
-            due = 0 <= log.latest_delete_horizon_ms <= now_ms
-            if ((cleanable.dirty_bytes > 0 and ratio >= log.config.min_cleanable_dirty_ratio) or due) and ratio > best_ratio:
+            dirty_enough = cleanable.dirty_bytes > 0 and (ratio >= log.config.min_cleanable_dirty_ratio or cleanable.overdue)
+            tombstones_due = 0 <= log.latest_delete_horizon_ms <= now_ms
+            if (dirty_enough or tombstones_due) and ratio > best_ratio:
                 best, best_ratio = log, ratio
         if best is None:
             return None
         try:
             return self.cleaner.clean(best, now_ms=now_ms)
-        except OSError:
+        except Exception:
             if best.closed:
                 return None
             raise

@@ -40,7 +40,7 @@ from crc32c import crc32c
 
 from odradek.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 
-from .checkpoints import atomic_write
+from .checkpoints import atomic_write, read_small_file
 from .errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
 from .names import SNAPSHOT_SUFFIX, offset_file_name, parse_offset_file_name
 
@@ -172,6 +172,7 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
+        self._snapshots: list[int] | None = None
 
     def prepare(self, origin: AppendOrigin) -> ProducerAppendInfo:
         return ProducerAppendInfo(self, origin)
@@ -216,42 +217,50 @@ class ProducerStateManager:
         return os.path.join(self.directory, offset_file_name(offset, SNAPSHOT_SUFFIX))
 
     def snapshot_offsets(self) -> list[int]:
-        offsets = []
-        for name in os.listdir(self.directory):
-            parsed = parse_offset_file_name(name)
-            if parsed is not None and parsed[1] == SNAPSHOT_SUFFIX and not parsed[2]:
-                offsets.append(parsed[0])
-        return sorted(offsets)
+        """Offsets of the snapshots on disk, ascending (listed once, then kept up to date)."""
+        if self._snapshots is None:
+            offsets = []
+            for name in os.listdir(self.directory):
+                parsed = parse_offset_file_name(name)
+                if parsed is not None and parsed[1] == SNAPSHOT_SUFFIX and not parsed[2]:
+                    offsets.append(parsed[0])
+            self._snapshots = sorted(offsets)
+        return list(self._snapshots)
+
+    def set_snapshot_offsets(self, offsets) -> None:
+        """The snapshots found by a directory listing the caller already made."""
+        self._snapshots = sorted(offsets)
 
     def take_snapshot(self) -> None:
         """Write the state as of `map_end_offset` (once per offset). Not fsynced: a snapshot lost or torn
         by a crash fails its CRC and loading falls back to an older one and a longer replay."""
-        path = self._snapshot_path(self.map_end_offset)
-        if not os.path.exists(path):
-            atomic_write(path, encode_snapshot(self.producers.values()), fsync=False)
+        offset = self.map_end_offset
+        if offset in self.snapshot_offsets():
+            return
+        atomic_write(self._snapshot_path(offset), encode_snapshot(self.producers.values()), fsync=False)
+        self._snapshots = sorted(self._snapshots + [offset])
+
+    def _delete_snapshots(self, doomed) -> None:
+        for offset in doomed:
+            _unlink(self._snapshot_path(offset))
+        self._snapshots = [o for o in self._snapshots if o not in doomed]
 
     def delete_snapshots_before(self, offset: int) -> None:
-        for o in self.snapshot_offsets():
-            if o < offset:
-                _unlink(self._snapshot_path(o))
+        self._delete_snapshots({o for o in self.snapshot_offsets() if o < offset})
 
     def delete_snapshots_after(self, offset: int) -> None:
-        for o in self.snapshot_offsets():
-            if o > offset:
-                _unlink(self._snapshot_path(o))
+        self._delete_snapshots({o for o in self.snapshot_offsets() if o > offset})
 
     def load_latest_snapshot(self, log_end_offset: int) -> int | None:
         """Drop snapshots above `log_end_offset`, load the latest valid one. Returns its offset or None
         (state then starts empty)."""
         self.delete_snapshots_after(log_end_offset)
         for offset in reversed(self.snapshot_offsets()):
-            path = self._snapshot_path(offset)
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_small_file(self._snapshot_path(offset)) or b""
             try:
                 producers = decode_snapshot(data)
             except ValueError:
-                _unlink(path)
+                self._delete_snapshots({offset})
                 continue
             self.producers = {e.producer_id: e for e in producers}
             self.map_end_offset = offset

@@ -100,7 +100,7 @@ class LogSegment:
         self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes)
         self._max_timestamp: int | None = -1 if new_indexes else None
         self._offset_of_max_timestamp = base_offset
-        self._rolling_based_timestamp: int | None = None
+        self._first_batch_timestamp: int | None = None
         self._bytes_since_last_index_entry = 0
         self._indexes_checked = new_indexes
 
@@ -126,9 +126,11 @@ class LogSegment:
 
     @contextmanager
     def _fd(self) -> Iterator[int]:
-        """The log's descriptor, without keeping a lazily loaded segment's file open afterwards."""
-        if self._file is not None:
-            yield self._file.fd
+        """The log's descriptor, without keeping a lazily loaded segment's file open afterwards. The
+        LogFile is held for the duration, so another thread dropping it cannot close the descriptor."""
+        file = self._file
+        if file is not None:
+            yield file.fd
             return
         fd = os.open(self.path(), os.O_RDONLY)
         try:
@@ -157,8 +159,7 @@ class LogSegment:
             try:
                 last = self.time_index.last_entry
             except CorruptIndexError:
-                self._check_indexes()
-                last = self.time_index.last_entry
+                last = self._scan_max_timestamp(-1, self.base_offset, 0)
             self._max_timestamp, self._offset_of_max_timestamp = last
         return self._max_timestamp
 
@@ -176,21 +177,29 @@ class LogSegment:
         self._check_indexes()
         ts, offset = self.time_index.last_entry
         position = self.offset_index.lookup(offset)[1]
+        self._max_timestamp, self._offset_of_max_timestamp = self._scan_max_timestamp(ts, offset, position)
+
+    def _scan_max_timestamp(self, timestamp: int, offset: int, position: int) -> tuple[int, int]:
         with self._fd() as fd:
             for _, header in iter_headers(fd, position, self.size):
-                if header.max_timestamp > ts:
-                    ts, offset = header.max_timestamp, header.last_offset
-        self._max_timestamp, self._offset_of_max_timestamp = ts, offset
+                if header.max_timestamp > timestamp:
+                    timestamp, offset = header.max_timestamp, header.last_offset
+        return timestamp, offset
+
+    def first_batch_timestamp(self) -> int:
+        """maxTimestamp of the first batch (-1 for an empty segment)."""
+        if self._first_batch_timestamp is None and self.size > 0:
+            with self._fd() as fd:
+                for _, header in iter_headers(fd, 0, self.size):
+                    self._first_batch_timestamp = header.max_timestamp
+                    break
+        return -1 if self._first_batch_timestamp is None else self._first_batch_timestamp
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         """As Kafka: the incoming timestamp minus the first batch's, else time since the segment was created."""
-        if self._rolling_based_timestamp is None and self.size > 0:
-            with self._fd() as fd:
-                for _, header in iter_headers(fd, 0, self.size):
-                    self._rolling_based_timestamp = header.max_timestamp
-                    break
-        if self._rolling_based_timestamp is not None and self._rolling_based_timestamp >= 0:
-            return message_timestamp - self._rolling_based_timestamp
+        first = self.first_batch_timestamp()
+        if first >= 0:
+            return message_timestamp - first
         return now_ms - self.created_ms
 
     def should_roll(self, *, append_bytes: int, max_timestamp: int, last_offset: int, now_ms: int,
@@ -209,7 +218,8 @@ class LogSegment:
         """Write `data` (whole batches) at the end; `batches` lists (relative position, size, last offset,
         max timestamp) of each batch in it, for the indexes."""
         position = self.size
-        fd = self.file.fd
+        file = self.file
+        fd = file.fd
         self._check_indexes()
         if self._max_timestamp is None:
             self.max_timestamp
@@ -223,8 +233,8 @@ class LogSegment:
             raise KafkaStorageError(f"cannot append to {self.path()}: {e}") from e
         for rel, size, last_offset, timestamp in batches:
             self._index_batch(position + rel, size, last_offset, timestamp)
-        if self._rolling_based_timestamp is None and batches:
-            self._rolling_based_timestamp = max(b[3] for b in batches)
+        if self._first_batch_timestamp is None and batches:
+            self._first_batch_timestamp = batches[0][3]
         self.size = position + len(data)
 
     def _index_batch(self, position: int, size: int, last_offset: int, timestamp: int) -> None:
@@ -252,6 +262,7 @@ class LogSegment:
     def read(self, offset: int, max_bytes: int, max_position: int, *, min_one_message: bool):
         """Whole batches from the one holding `offset`: `(region, first offset)`; None if the segment has no
         batch at or after `offset`. The region is empty when nothing fits below `max_position`."""
+        file = self.file
         end = self.size
         found = self.translate_offset(offset, end)
         if found is None:
@@ -262,9 +273,9 @@ class LogSegment:
             if min_one_message and position + header.size <= min(max_position, end):
                 limit = position + header.size
             else:
-                return SegmentRegion(self.file, position, 0), header.base_offset
+                return SegmentRegion(file, position, 0), header.base_offset
         cut = self._batch_boundary_at_most(position, limit, end)
-        return SegmentRegion(self.file, position, cut - position), header.base_offset
+        return SegmentRegion(file, position, cut - position), header.base_offset
 
     def _batch_boundary_at_most(self, start: int, limit: int, end: int) -> int:
         """The largest batch boundary <= `limit`, given that `start` is a boundary at or below it."""
@@ -324,6 +335,12 @@ class LogSegment:
         with self._fd() as fd:
             yield from iter_headers(fd, start_position, self.size)
 
+    def batches(self, *, block_bytes: int):
+        """`(position, bytes)` of every whole batch, read in blocks of `block_bytes` (the file stays open
+        while the iteration runs, even if the segment is deleted or closed meanwhile)."""
+        file = self.file
+        yield from iter_batches(file.fd, 0, self.size, block_bytes=block_bytes)
+
     def read_next_offset(self) -> int:
         """The offset after the last batch: the last index entry, then a short walk."""
         try:
@@ -351,9 +368,10 @@ class LogSegment:
         self.time_index.recreate()
         self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
         self._bytes_since_last_index_entry = 0
-        self._rolling_based_timestamp = None
+        self._first_batch_timestamp = None
         self._indexes_checked = True
-        fd = self.file.fd
+        file = self.file
+        fd = file.fd
         file_size = os.fstat(fd).st_size
         valid_end = 0
         expected_min_offset = self.base_offset
@@ -384,7 +402,7 @@ class LogSegment:
         removed = self.size - position
         self.size = position
         self._bytes_since_last_index_entry = 0
-        self._rolling_based_timestamp = None
+        self._first_batch_timestamp = None
         self._rescan_max_timestamp()
         return removed
 
@@ -398,20 +416,15 @@ class LogSegment:
         self.time_index.trim()
 
     def flush(self) -> None:
-        if self._file is not None:
-            os.fdatasync(self._file.fd)
+        file = self._file
+        if file is not None:
+            os.fdatasync(file.fd)
         self.offset_index.flush()
         self.time_index.flush()
 
     def close(self) -> None:
         """Trim the indexes and release the maps; the file closes once no region holds it."""
         self.on_become_inactive()
-        self.offset_index.close()
-        self.time_index.close()
-        self._file = None
-
-    def release(self) -> None:
-        """Drop maps and descriptor without touching the files (an abandoned or replaced segment)."""
         self.offset_index.close()
         self.time_index.close()
         self._file = None
@@ -428,6 +441,13 @@ class LogSegment:
         os.replace(old_log, self.path())
 
     def delete(self) -> None:
+        """Unlink the files. Whoever still holds this segment (a reader's snapshot of the segment list, the
+        cleaner) keeps reading it: the log file is opened first if it was not, so the data outlives its
+        name, and index maps are released only when the segment object goes."""
+        try:
+            self.file
+        except FileNotFoundError:
+            pass
         self.offset_index.delete()
         self.time_index.delete()
         for kind in (LOG_SUFFIX, TXN_INDEX_SUFFIX):
@@ -435,4 +455,3 @@ class LogSegment:
                 os.unlink(self.path(kind))
             except FileNotFoundError:
                 pass
-        self._file = None

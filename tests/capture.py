@@ -10,6 +10,7 @@ and answers just well enough to carry a client through its bootstrap, a produce 
                     still from v0, as real brokers advertise it: KAFKA-18659); KIP-848, telemetry and
                     share-group keys left out, as kafka-protocol.md §1.4 advises
     Metadata        one topic, "vectors", one partition led by this server (node 1), fixed topic id
+                    (the drivers also ask for all topics: librdkafka's request for that has trailing bytes)
     InitProducerId  producer id 4242, epoch 0
     Produce         success, base offset 0 (acks=0: no answer)
     ListOffsets     earliest 0, otherwise the log end (the number of records produced)
@@ -22,12 +23,13 @@ and answers just well enough to carry a client through its bootstrap, a produce 
 
 Each client (confluent-kafka, aiokafka, kafka-python, and kcat when it is on PATH) gets its own server
 and runs, each phase bounded to a few seconds: an idempotent producer sending one small message, a
-consumer assigned to partition 0, and a consumer in a group that commits once and leaves. The frames it
-sent are saved as
+consumer assigned to partition 0, and a consumer in a group that commits once and leaves (kcat's
+balanced consumer is stopped with SIGTERM instead). The frames it sent are saved as
 
     <out>/<client>/<api>_request_v<N>_<nnn>.bin
 
-one per (api, version) (the first seen), each a whole frame: the int32 size, the header and the body.
+one per (api, version) (the first seen; plus the first one with bytes after its body, if any), each a
+whole frame: the int32 size, the header and the body.
 Responses are encoded with Odradek's own codec; requests are recorded as received, before any parsing.
 """
 
@@ -46,8 +48,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from odradek.protocol.codec import decode_from
 from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
 from odradek.protocol.errors import ProtocolError
+from odradek.protocol.headers import read_request_header
 from odradek.protocol.messages import BY_KEY, REQUESTS, RESPONSES
 from odradek.protocol.schema import snake
 
@@ -333,6 +337,7 @@ def drive_confluent_kafka(bootstrap: str, seconds: float) -> None:
     producer = Producer({**common, "enable.idempotence": True, "message.timeout.ms": int(seconds * 1000), "linger.ms": 0})
     producer.produce(TOPIC, key=b"k", value=PAYLOAD)
     producer.flush(seconds)
+    producer.list_topics(timeout=seconds)  # an all-topics Metadata request
     consumer = Consumer({
         **common, "group.id": "vectors", "enable.auto.commit": False, "fetch.wait.max.ms": 100,
         "auto.offset.reset": "earliest",
@@ -455,10 +460,28 @@ def drive_kcat(bootstrap: str, seconds: float) -> None:
         [kcat, "-b", bootstrap, "-P", "-t", TOPIC, "-p", "0", "-X", "enable.idempotence=true"],
         input=PAYLOAD + b"\n", timeout=seconds + 5, check=False, capture_output=True,
     )
+    subprocess.run([kcat, "-b", bootstrap, "-L"], timeout=seconds + 5, check=False, capture_output=True)
+    # From the end: the capture server's fetches hold no records, so a consumer starting below the
+    # high watermark would never see end-of-partition (-e) and exit.
     subprocess.run(
-        [kcat, "-b", bootstrap, "-C", "-t", TOPIC, "-p", "0", "-o", "beginning", "-e", "-c", "1"],
+        [kcat, "-b", bootstrap, "-C", "-t", TOPIC, "-p", "0", "-o", "end", "-e"],
         timeout=seconds + 5, check=False, capture_output=True,
     )
+    # A balanced consumer never exits on its own: stop it after `seconds` with SIGTERM, on which kcat
+    # commits and leaves the group.
+    group = subprocess.Popen(
+        [kcat, "-b", bootstrap, "-G", GROUP, "-q", "-X", "heartbeat.interval.ms=300", TOPIC],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        group.wait(seconds)
+    except subprocess.TimeoutExpired:
+        group.terminate()
+        try:
+            group.wait(5)
+        except subprocess.TimeoutExpired:
+            group.kill()
+            group.wait()
 
 
 CLIENTS = {
@@ -510,15 +533,35 @@ def vector_name(frame: bytes, nnn: int) -> str:
     return f"{name}_request_v{version}_{nnn:03d}.bin"
 
 
+def trailing_bytes(frame: bytes) -> bytes:
+    """What is left in a request frame after its body (b"" for a well-formed frame)."""
+    api_key, version = struct.unpack_from(">hh", frame, 4)
+    try:
+        _, pos = read_request_header(memoryview(frame)[4:])
+        _, end = decode_from(REQUESTS[api_key], memoryview(frame)[4:], version, pos)
+    except (ProtocolError, KeyError):
+        return b""
+    return frame[4 + end :]
+
+
 def select(frames: list[bytes], per_version: int = 1) -> dict[str, bytes]:
-    """Keep the first `per_version` distinct frames of each (api, version), named for saving."""
+    """Keep the first `per_version` distinct frames of each (api, version), named for saving.
+
+    The first frame of an (api, version) that carries bytes after its body is kept as well: such
+    frames are why ServerConnection ignores trailing bytes (librdkafka's all-topics Metadata).
+    """
     chosen: dict[tuple[int, int], list[bytes]] = {}
+    with_trailing: set[tuple[int, int]] = set()
     for frame in frames:
         key = struct.unpack_from(">hh", frame, 4)
         kept = chosen.setdefault(key, [])
         # Frames differing only in correlation id are the same request.
-        if len(kept) < per_version and all(k[12:] != frame[12:] for k in kept):
+        if any(k[12:] == frame[12:] for k in kept):
+            continue
+        if len(kept) < per_version or (key not in with_trailing and trailing_bytes(frame)):
             kept.append(frame)
+        if trailing_bytes(frame):
+            with_trailing.add(key)
     return {vector_name(f, i): f for frames_ in chosen.values() for i, f in enumerate(frames_)}
 
 
@@ -537,7 +580,8 @@ def client_version(client: str) -> str:
         return f"kafka-python {kafka.__version__}"
     kcat = kcat_binary()
     out = subprocess.run([kcat, "-V"], capture_output=True, text=True, timeout=10, check=False) if kcat else None
-    return out.stdout.splitlines()[0] if out and out.stdout else "kcat"
+    lines = [ln for ln in (out.stdout if out else "").splitlines() if ln.startswith("Version")]
+    return f"kcat {lines[0].split(' builtin.features')[0].removeprefix('Version ')})" if lines else "kcat"
 
 
 def save(client: str, vectors: dict[str, bytes], out: pathlib.Path) -> pathlib.Path:

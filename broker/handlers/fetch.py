@@ -73,5 +73,4 @@ def handle_fetch(broker, ctx, request):
         wanted, max_bytes=request.max_bytes, min_bytes=request.min_bytes, max_wait_ms=request.max_wait_ms,
         isolation=isolation, now_ms=now_ms, respond=respond,
     )
-    broker.after_state_change()
     return future.result() if future.done() else future

@@ -16,6 +16,7 @@ from . import handles
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
+_MAGIC_OFFSET = 16  # baseOffset int64 | length int32 | epoch (v2) or CRC (v0/v1) int32 | magic int8
 
 
 @handles(0, (3, 13), advertise_min=0)
@@ -40,6 +41,10 @@ def handle_produce(broker, ctx, request):
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.records is None or len(p.records) == 0:
                 error = ErrorCode.CORRUPT_MESSAGE
+            elif len(p.records) > _MAGIC_OFFSET and p.records[_MAGIC_OFFSET] != 2:
+                # Kafka's ProduceRequest.validateRecords: v3+ carries record batch v2 only (magic 0/1
+                # message sets are refused with INVALID_RECORD, not CORRUPT_MESSAGE).
+                error = ErrorCode.INVALID_RECORD
             elif (name.startswith("__") and not broker.allows_internal_writes(name)):
                 error = ErrorCode.INVALID_TOPIC_EXCEPTION
             if error is not None:
@@ -69,7 +74,6 @@ def handle_produce(broker, ctx, request):
         future.set_result(ProduceResponse(responses=out, throttle_time_ms=0))
 
     broker.data.append_records(entries, required_acks=acks, timeout_ms=request.timeout_ms, now_ms=now_ms, respond=respond)
-    broker.after_state_change()
     if future is None:
         return None
     return future.result() if future.done() else future

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from odradek.protocol.records import build_batch, iter_batches
 from odradek.storage.config import LogConfig
@@ -68,7 +68,6 @@ class LogMachine(RuleBasedStateMachine):
     def roll(self):
         self.log.roll(now_ms=self.clock)
 
-    @precondition(lambda self: self._readable())
     @rule(data=st.data())
     def truncate_at_a_batch_boundary(self, data):
         readable = self._readable()

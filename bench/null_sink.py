@@ -1,0 +1,206 @@
+"""The null sink: the ceiling a Python asyncio Kafka server can reach on this machine.
+
+A minimal server that answers ApiVersions, Metadata (every topic asked for exists, with N partitions led
+by itself), InitProducerId and Produce. Produce is answered from the record batch headers only: it walks
+the batches to count records and hand out offsets, and stores nothing. It uses the same codec
+(`odradek.protocol`) and the same event loop (uvloop) as the broker, so the gap between the two is what
+the broker does beyond decoding a request and encoding a response: the network pipeline, handlers,
+validation, storage.
+
+Run it on its own:
+
+    python -m bench.null_sink --port 0 --partitions 8
+
+It prints `null sink listening on PLAINTEXT://127.0.0.1:<port>` and runs until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import struct
+import sys
+import uuid
+
+from odradek.protocol.codec import ZERO_UUID
+from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
+from odradek.protocol.errors import ProtocolError
+from odradek.protocol.messages import (
+    ApiVersionsResponse,
+    InitProducerIdResponse,
+    MetadataResponse,
+    ProduceResponse,
+)
+
+API_PRODUCE, API_METADATA, API_API_VERSIONS, API_INIT_PRODUCER_ID = 0, 3, 18, 22
+
+# What the sink accepts, and (for Produce) what it advertises: the same ranges as the broker, so that
+# librdkafka picks the same request versions against both.
+ACCEPTED = {API_PRODUCE: (3, 13), API_METADATA: (0, 13), API_API_VERSIONS: (0, 4), API_INIT_PRODUCER_ID: (0, 5)}
+ADVERTISED = {**ACCEPTED, API_PRODUCE: (0, 13)}
+
+_BATCH_LEN = struct.Struct(">i")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+INT32_MIN = -(2**31)
+CLUSTER_ID = "odradek-null-sink"
+NODE_ID = 1
+
+TopicResponse = ProduceResponse.TopicProduceResponse
+PartitionResponse = TopicResponse.PartitionProduceResponse
+MBroker = MetadataResponse.MetadataResponseBroker
+MTopic = MetadataResponse.MetadataResponseTopic
+MPartition = MTopic.MetadataResponsePartition
+
+
+def count_records(records) -> int:
+    """Records in a run of batches, from the headers only (lastOffsetDelta + 1 per batch)."""
+    n = 0
+    pos = 0
+    end = len(records)
+    while end - pos >= 61:
+        (batch_length,) = _BATCH_LEN.unpack_from(records, pos + 8)
+        (last_delta,) = _LAST_OFFSET_DELTA.unpack_from(records, pos + 23)
+        n += last_delta + 1
+        pos += batch_length + 12
+    return n
+
+
+class SinkState:
+    def __init__(self, partitions: int, host: str):
+        self.partitions = partitions
+        self.host = host
+        self.port = 0
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        self.names_by_id: dict[uuid.UUID, str] = {}
+        self.next_offsets: dict[tuple[str, int], int] = {}
+        self.next_producer_id = 1000
+        self.records = 0
+        self.api_versions = ApiVersionsResponse(
+            error_code=0, throttle_time_ms=0,
+            api_keys=[ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in sorted(ADVERTISED.items())],
+        )
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        tid = self.topic_ids.get(name)
+        if tid is None:
+            tid = uuid.uuid5(uuid.NAMESPACE_URL, "odradek-null-sink/" + name)
+            self.topic_ids[name] = tid
+            self.names_by_id[tid] = name
+        return tid
+
+    def metadata_topic(self, name: str) -> MTopic:
+        parts = [
+            MPartition(error_code=0, partition_index=i, leader_id=NODE_ID, leader_epoch=0,
+                       replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[])
+            for i in range(self.partitions)
+        ]
+        return MTopic(error_code=0, name=name, topic_id=self.topic_id(name), is_internal=False, partitions=parts,
+                      topic_authorized_operations=INT32_MIN)
+
+    def handle(self, api_key: int, version: int, request):
+        if api_key == API_PRODUCE:
+            return self.produce(version, request)
+        if api_key == API_METADATA:
+            if request.topics is None or (version == 0 and not request.topics):
+                names = sorted(self.topic_ids)
+            else:
+                names = [t.name if t.name is not None else self.names_by_id.get(t.topic_id, "") for t in request.topics]
+            return MetadataResponse(
+                throttle_time_ms=0, brokers=[MBroker(node_id=NODE_ID, host=self.host, port=self.port, rack=None)],
+                cluster_id=CLUSTER_ID, controller_id=NODE_ID, topics=[self.metadata_topic(n) for n in names if n],
+                cluster_authorized_operations=INT32_MIN, error_code=0,
+            )
+        if api_key == API_API_VERSIONS:
+            return self.api_versions
+        if api_key == API_INIT_PRODUCER_ID:
+            pid = self.next_producer_id
+            self.next_producer_id += 1
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)
+        raise ProtocolError(f"api key {api_key} is not served by the null sink")
+
+    def produce(self, version: int, request):
+        out = []
+        offsets = self.next_offsets
+        for topic in request.topic_data:
+            name = self.names_by_id.get(topic.topic_id, "") if version >= 13 else topic.name
+            parts = []
+            for p in topic.partition_data:
+                key = (name, p.index)
+                base = offsets.get(key, 0)
+                n = count_records(p.records) if p.records is not None else 0
+                offsets[key] = base + n
+                self.records += n
+                parts.append(PartitionResponse(index=p.index, error_code=0, base_offset=base, log_append_time_ms=-1, log_start_offset=0))
+            out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id if version >= 13 else ZERO_UUID, partition_responses=parts))
+        if request.acks == 0:
+            return None
+        return ProduceResponse(responses=out, throttle_time_ms=0)
+
+
+class SinkProtocol(asyncio.Protocol):
+    def __init__(self, state: SinkState):
+        self.state = state
+        self.conn = ServerConnection(supported=ACCEPTED)
+        self.transport = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.conn.receive_data(data)
+            for event in events:
+                if isinstance(event, ApiVersionsUnsupported):
+                    self.transport.writelines(self.conn.send_api_versions_unsupported(event.header, ADVERTISED))
+                    continue
+                header = event.header
+                response = self.state.handle(header.api_key, header.api_version, event.request)
+                if response is not None:
+                    self.transport.writelines(self.conn.send_response(header, response))
+        except ProtocolError:
+            self.transport.close()
+
+
+async def serve(host: str, port: int, partitions: int, ready=None) -> None:
+    loop = asyncio.get_running_loop()
+    state = SinkState(partitions, host)
+    server = await loop.create_server(lambda: SinkProtocol(state), host, port, reuse_address=True, backlog=512)
+    state.port = server.sockets[0].getsockname()[1]
+    if ready is not None:
+        ready(state.port)
+    else:
+        print(f"null sink listening on PLAINTEXT://{host}:{state.port}", flush=True)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            pass
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.null_sink", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--partitions", type=int, default=1)
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    try:
+        runner(serve(args.host, args.port, args.partitions))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

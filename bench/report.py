@@ -1,0 +1,297 @@
+"""Results out: latest.json (everything, raw runs included), latest.md (tables), latest.png (chart)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+LABEL = {"odradek": "Odradek", "null": "null sink (ceiling)", "tansu": "Tansu (peer)"}
+
+
+def _med(d):
+    return d.get("median") if isinstance(d, dict) else None
+
+
+def _n(v, digits: int = 0) -> str:
+    if v is None:
+        return "–"
+    if digits == 0:
+        return f"{v:,.0f}"
+    return f"{v:,.{digits}f}"
+
+
+def _spread(d, digits: int = 0) -> str:
+    if not isinstance(d, dict):
+        return "–"
+    if d.get("n", 1) <= 1 or d["min"] == d["max"]:
+        return _n(d["median"], digits)
+    return f"{_n(d['median'], digits)} ({_n(d['min'], digits)}–{_n(d['max'], digits)})"
+
+
+def _x(v) -> str:
+    return "–" if v is None else f"{v:.2f}×"
+
+
+def _ms(d) -> str:
+    if not isinstance(d, dict):
+        return "–"
+    m = d["median"]
+    digits = 2 if m < 10 else 1 if m < 100 else 0
+    return _spread(d, digits)
+
+
+def markdown(results: dict) -> str:
+    meta = results.get("meta", {})
+    lines = [f"# Odradek benchmark — {meta.get('started', '')}", ""]
+    pl = meta.get("placement", {})
+    lines += [
+        f"- Machine: {meta.get('cpu_model')}, {meta.get('cores')} cores, {_n(meta.get('memory_mib'))} MiB; "
+        f"Python {meta.get('python')}; Linux {meta.get('kernel')}",
+        f"- Placement: servers on core(s) {pl.get('server_cpus')}, load generators on core(s) {pl.get('client_cpus')}",
+        f"- Load generator: {meta.get('client')}, one process per load; Odradek at {meta.get('odradek_commit')}",
+        f"- Peer: {meta.get('peer') or 'peer not available'}",
+        f"- {'Quick run' if meta.get('quick') else 'Full run'}: median of {meta.get('runs')} run(s), (min–max) when more than one; "
+        f"wall time {_n(meta.get('wall_s'))} s; load average at start {_fmt_load(meta.get('loadavg_start'))}, "
+        f"at end {_fmt_load(meta.get('loadavg_end'))}",
+        "",
+    ]
+    cells = results.get("cells", [])
+    if cells:
+        lines += [
+            "## Throughput",
+            "",
+            "records/s and MB/s of 100-byte (or 16 KiB) values acknowledged or consumed; core-s/M: CPU seconds "
+            "per million records; CPU (cores): average cores busy over the window; other load: busy cores on "
+            "the machine that were neither server nor client (noise).",
+            "",
+            "| Workload | Target | records/s | MB/s | server core-s/M | server CPU (cores) | client core-s/M | client CPU (cores) "
+            "| server RSS MiB | other load (cores) | vs ceiling | vs peer |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for c in cells:
+            for kind, t in c["targets"].items():
+                label = LABEL.get(kind, kind)
+                if "na" in t:
+                    lines.append(f"| {c['name']} | {label} | {t['na']} | | | | | | | | | |")
+                    continue
+                s = t["summary"]
+                vs_c = _x(c["ratios"].get("vs_ceiling")) if kind == "odradek" else ""
+                vs_p = _x(c["ratios"].get("vs_peer")) if kind == "odradek" else ""
+                err = f" ⚠ {s['errors']:,} errors" if s.get("errors") else ""
+                lines.append(
+                    f"| {c['name']} | {label} | {_spread(s.get('records_per_s'))}{err} | {_n(_med(s.get('mb_per_s')), 1)} "
+                    f"| {_spread(s.get('server_core_s_per_m'), 2)} | {_n(_med(s.get('server_cpu_util')), 2)} "
+                    f"| {_n(_med(s.get('client_core_s_per_m')), 2)} | {_n(_med(s.get('client_cpu_util')), 2)} "
+                    f"| {_n(_med(s.get('server_rss_mib')))} | {_n(_med(s.get('other_load_cores')), 2)} | {vs_c} | {vs_p} |"
+                )
+        lines += [
+            "",
+            "vs ceiling / vs peer: Odradek's median records/s divided by the null sink's / Tansu's. "
+            "Server CPU per record, Odradek over the others:",
+            "",
+            "| Workload | Odradek core-s/M ÷ null sink | Odradek core-s/M ÷ Tansu |",
+            "|---|---:|---:|",
+        ]
+        for c in cells:
+            lines.append(f"| {c['name']} | {_x(c['ratios'].get('cpu_vs_ceiling'))} | {_x(c['ratios'].get('cpu_vs_peer'))} |")
+        lines.append("")
+    lat = results.get("latency", [])
+    if lat:
+        lines += [
+            "## Latency at a fixed rate (1 partition, acks=all, linger.ms=0)",
+            "",
+            "ack: produce -> delivery callback. e2e: produce -> a consumer in a second process (assign(), "
+            "fetch.wait.max.ms default) receives it. Milliseconds, median over runs of each run's percentile.",
+            "",
+            "| Rate | Target | ack p50 | ack p99 | ack p99.9 | e2e p50 | e2e p99 | e2e p99.9 | e2e received | server CPU (cores) | server RSS MiB |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for e in lat:
+            for kind, t in e["targets"].items():
+                label = LABEL.get(kind, kind)
+                if "na" in t:
+                    lines.append(f"| {e['rate']:,}/s | {label} | {t['na']} | | | | | | | | |")
+                    continue
+                if t.get("e2e"):
+                    e2e = [_ms(t["e2e"][q]) for q in ("p50_ms", "p99_ms", "p999_ms")]
+                    recv = f"{t['e2e_n']:,}/{t['e2e_expected']:,}"
+                else:
+                    e2e, recv = ["n/a", "n/a", "n/a"], "n/a (no Fetch)"
+                lines.append(
+                    f"| {e['rate']:,}/s | {label} | {_ms(t['ack']['p50_ms'])} | {_ms(t['ack']['p99_ms'])} | {_ms(t['ack']['p999_ms'])} "
+                    f"| {' | '.join(e2e)} | {recv} | {_n(_med(t.get('server_cpu_util')), 3)} | {_n(_med(t.get('server_rss_mib')))} |"
+                )
+        small = [e for e in lat if e["records_per_run"] < 1000]
+        if small:
+            lines += ["", f"At {', '.join(str(e['rate']) + ' msg/s' for e in small)} a run has fewer than 1,000 records: "
+                      "p99.9 there is close to the run's maximum."]
+        lines.append("")
+    parts = results.get("partitions")
+    if parts:
+        lines += [
+            f"## {parts['partitions_requested']:,} partitions on one broker ({parts['topics']} topics × {parts['per_topic']})",
+            "",
+            "| Target | How created | Partitions | Create time s | RSS after create MiB | All-topics Metadata s "
+            "| Restart (to listening) s | RSS after restart MiB | Empty start s / RSS MiB |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for kind, r in parts["targets"].items():
+            label = LABEL.get(kind, kind)
+            if "na" in r:
+                lines.append(f"| {label} | {r['na']} | | | | | | | |")
+                continue
+            if r.get("error") and "partitions_created" not in r:
+                lines.append(f"| {label} | not measured: {r['error'][:200]} | | | | | | | |")
+                continue
+            restart = _n(r.get("restart_s"), 2) if r.get("restart_s") is not None else r.get("restart_na", "–")
+            lines.append(
+                f"| {label} | {r.get('method', '–')}{' — ' + r['bounded'] if r.get('bounded') else ''} | {_n(r.get('partitions_listed') or r.get('partitions_created'))} "
+                f"| {_n(r.get('create_s'), 1)} | {_n(r.get('rss_after_create_mib'))} | {_n(r.get('metadata_all_s'), 2)} "
+                f"| {restart} | {_n(r.get('rss_after_restart_mib'))} | {_n(r.get('empty_start_s'), 2)} / {_n(r.get('empty_rss_mib'))} |"
+            )
+        lines.append("")
+    micro = results.get("micro", {})
+    if micro:
+        lines += ["## Codec and storage micro-benchmarks", ""]
+        for name, m in micro.items():
+            lines.append(f"### {name}")
+            lines.append("")
+            if "na" in m:
+                lines += [f"not measured: {m['na']}", ""]
+                continue
+            lines += _render_any(m["result"]) + [""]
+    fails = results.get("failures", [])
+    if fails:
+        lines += ["## Failures", ""]
+        for f in fails:
+            lines.append(f"- {f['where']}: `{f['error'].strip().splitlines()[-1][:300] if f['error'].strip() else ''}`")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _fmt_load(v) -> str:
+    return "–" if not v else " / ".join(f"{x:.2f}" for x in v)
+
+
+def _render_any(obj) -> list[str]:
+    """A table for a list of flat dicts or a dict of scalars / flat dicts, else a JSON block."""
+    if isinstance(obj, dict) and isinstance(obj.get("markdown"), str):
+        return [obj["markdown"]]
+    rows = None
+    if isinstance(obj, list) and obj and all(isinstance(r, dict) for r in obj):
+        rows = obj
+    elif isinstance(obj, dict) and obj and all(isinstance(v, dict) for v in obj.values()):
+        rows = [{"name": k, **v} for k, v in obj.items()]
+    elif isinstance(obj, dict) and obj and all(not isinstance(v, (dict, list)) for v in obj.values()):
+        return ["| name | value |", "|---|---:|"] + [f"| {k} | {_cell(v)} |" for k, v in obj.items()]
+    if rows and all(not isinstance(v, (dict, list)) for r in rows for v in r.values()):
+        cols: list[str] = []
+        for r in rows:
+            cols += [k for k in r if k not in cols]
+        out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in rows:
+            out.append("| " + " | ".join(_cell(r.get(c)) for c in cols) + " |")
+        return out
+    return ["```json", json.dumps(obj, indent=1, default=str)[:8000], "```"]
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return "–" if v is None else str(v)
+
+
+def draw_chart(results: dict, path: Path) -> str | None:
+    """A PNG: records/s per throughput cell and target; p99 latencies. None when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (`pip install -e '.[bench]'`): chart skipped"
+    cells = results.get("cells", [])
+    lat = results.get("latency", [])
+    if not cells and not lat:
+        return "nothing to chart"
+    kinds = [k for k in ("odradek", "null", "tansu") if any(k in c["targets"] for c in cells) or any(k in e["targets"] for e in lat)]
+    colors = {"odradek": "#d95f02", "null": "#7570b3", "tansu": "#1b9e77"}
+    nplots = (1 if cells else 0) + (1 if lat else 0)
+    fig, axes = plt.subplots(nplots, 1, figsize=(13, 5.5 * nplots), squeeze=False)
+    ax_i = 0
+    width = 0.8 / max(1, len(kinds))
+    if cells:
+        ax = axes[ax_i][0]
+        ax_i += 1
+        for j, kind in enumerate(kinds):
+            xs, ys, lo, hi = [], [], [], []
+            for i, c in enumerate(cells):
+                s = c["targets"].get(kind, {}).get("summary", {}).get("records_per_s")
+                if not s:
+                    continue
+                xs.append(i + (j - (len(kinds) - 1) / 2) * width)
+                ys.append(s["median"])
+                lo.append(s["median"] - s["min"])
+                hi.append(s["max"] - s["median"])
+            if xs:
+                ax.bar(xs, ys, width, yerr=[lo, hi], label=LABEL.get(kind, kind), color=colors.get(kind), capsize=2)
+        ax.set_xticks(range(len(cells)))
+        ax.set_xticklabels([c["name"].replace(", ", "\n", 2) for c in cells], fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("records/s (log scale, median, min–max)")
+        ax.set_title("Throughput")
+        ax.legend()
+        ax.grid(axis="y", alpha=0.3, which="both")
+    if lat:
+        ax = axes[ax_i][0]
+        labels, groups = [], []
+        for e in lat:
+            for metric, key in (("ack", "ack"), ("e2e", "e2e")):
+                labels.append(f"{e['rate']:,} msg/s\n{metric} p99")
+                groups.append((e, key))
+        for j, kind in enumerate(kinds):
+            xs, ys = [], []
+            for i, (e, key) in enumerate(groups):
+                t = e["targets"].get(kind, {})
+                d = (t.get(key) or {}).get("p99_ms") if isinstance(t.get(key), dict) else None
+                if d:
+                    xs.append(i + (j - (len(kinds) - 1) / 2) * width)
+                    ys.append(d["median"])
+            if xs:
+                ax.bar(xs, ys, width, label=LABEL.get(kind, kind), color=colors.get(kind))
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("p99 latency, ms (log scale)")
+        ax.set_title("Latency at a fixed rate")
+        ax.legend()
+        ax.grid(axis="y", alpha=0.3, which="both")
+    meta = results.get("meta", {})
+    fig.suptitle(f"Odradek benchmark {meta.get('started', '')} — {meta.get('cpu_model')}, {meta.get('cores')} cores", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return None
+
+
+def write_all(results: dict, out: Path, *, chart: bool = True) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    note = None
+    if chart:
+        png = out / "latest.png"
+        note = draw_chart(results, png)
+        if note is None:
+            paths.append(png)
+    else:
+        note = "chart skipped (--no-chart)"
+    md = markdown(results)
+    if note:
+        md += f"\n_Chart: {note}._\n"
+        results.setdefault("meta", {})["chart"] = note
+    (out / "latest.md").write_text(md)
+    (out / "latest.json").write_text(json.dumps(results, indent=1, default=str))
+    paths[:0] = [out / "latest.md", out / "latest.json"]
+    return paths

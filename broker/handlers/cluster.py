@@ -1,0 +1,94 @@
+"""DescribeCluster (60) and DescribeLogDirs (35).
+
+DescribeCluster answers with this broker (the only one, never fenced), the cluster id and this node as
+the controller, as Metadata does. DescribeLogDirs reports the one data directory: the size of each
+hosted partition's log (offset lag 0: every replica here is the leader, nothing is a future replica)
+and, from v4, the file system's total and usable bytes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import DescribeClusterResponse, DescribeLogDirsResponse
+
+from . import handles
+from .metadata import ALL_CLUSTER_OPERATIONS, INT32_MIN
+
+CBroker = DescribeClusterResponse.DescribeClusterBroker
+LResult = DescribeLogDirsResponse.DescribeLogDirsResult
+LTopic = LResult.DescribeLogDirsTopic
+LPartition = LTopic.DescribeLogDirsPartition
+
+ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2
+
+
+@handles(60, (0, 2))
+def handle_describe_cluster(broker, ctx, request):
+    version = ctx.api_version
+    endpoint_type = request.endpoint_type if version >= 1 else ENDPOINT_BROKERS
+    include_ops = request.include_cluster_authorized_operations
+    response = DescribeClusterResponse(
+        throttle_time_ms=0, error_code=0, error_message=None,
+        cluster_id=broker.metadata.image.cluster_id, controller_id=broker.node_id, brokers=[],
+        cluster_authorized_operations=ALL_CLUSTER_OPERATIONS if include_ops else INT32_MIN,
+    )
+    if version >= 1:
+        response.endpoint_type = endpoint_type
+    if endpoint_type != ENDPOINT_BROKERS:
+        response.error_code = int(
+            ErrorCode.UNSUPPORTED_ENDPOINT_TYPE if endpoint_type == ENDPOINT_CONTROLLERS else ErrorCode.INVALID_REQUEST
+        )
+        response.error_message = f"The broker does not support DescribeCluster with endpoint type {endpoint_type}."
+        response.cluster_authorized_operations = INT32_MIN
+        return response
+    host, port = broker.advertised_endpoint
+    entry = CBroker(broker_id=broker.node_id, host=host, port=port, rack=broker.config.broker_rack)
+    if version >= 2:
+        entry.is_fenced = False
+    response.brokers = [entry]
+    return response
+
+
+def _partitions_wanted(request):
+    """None for every partition, else {topic: set of partitions}."""
+    if request.topics is None:
+        return None
+    wanted: dict[str, set[int]] = {}
+    for t in request.topics:
+        wanted.setdefault(t.topic, set()).update(t.partitions)
+    return wanted
+
+
+@handles(35, (1, 4))
+def handle_describe_log_dirs(broker, ctx, request):
+    version = ctx.api_version
+    wanted = _partitions_wanted(request)
+    by_topic: dict[str, list] = {}
+    for tp, partition in sorted(broker.data.partitions.items(), key=lambda item: (item[0].topic, item[0].partition)):
+        if wanted is not None and tp.partition not in wanted.get(tp.topic, ()):
+            continue
+        by_topic.setdefault(tp.topic, []).append(
+            LPartition(
+                partition_index=tp.partition, partition_size=partition.log.size_bytes, offset_lag=0,
+                is_future_key=False,
+            )
+        )
+    log_dir = broker.log_manager.log_dir
+    result = LResult(
+        error_code=0, log_dir=log_dir,
+        topics=[LTopic(name=name, partitions=parts) for name, parts in by_topic.items()],
+    )
+    if version >= 4:
+        try:
+            st = os.statvfs(log_dir)
+        except OSError:
+            result.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        else:
+            result.total_bytes = st.f_blocks * st.f_frsize
+            result.usable_bytes = st.f_bavail * st.f_frsize
+    response = DescribeLogDirsResponse(throttle_time_ms=0, results=[result])
+    if version >= 3:
+        response.error_code = 0
+    return response

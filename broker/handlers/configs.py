@@ -1,0 +1,267 @@
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
+
+Topic configs are described with their effective value and its source (topic override, broker
+property, default), synonyms and documentation on request. AlterConfigs replaces a topic's overrides
+wholesale; IncrementalAlterConfigs sets, deletes, appends to or subtracts from single keys (append and
+subtract only for list-typed configs). Broker resources (named by this node's id, or "" for the
+cluster-wide defaults) can be described but not altered: dynamic broker configs are not supported.
+Every requested resource gets exactly one result, in request order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import AlterConfigsResponse, DescribeConfigsResponse, IncrementalAlterConfigsResponse
+from odradek.replication.metadata import MetadataError, validate_topic_name
+
+from ..config import ConfigError, ConfigType, render_value
+from ..topic_config import TOPIC_CONFIGS, ConfigResourceType, describe_broker, describe_topic
+from ..topics import TopicError
+from . import handles
+
+DResult = DescribeConfigsResponse.DescribeConfigsResult
+DEntry = DResult.DescribeConfigsResourceResult
+DSynonym = DEntry.DescribeConfigsSynonym
+AResult = AlterConfigsResponse.AlterConfigsResourceResponse
+IResult = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+
+TOPIC, BROKER = int(ConfigResourceType.TOPIC), int(ConfigResourceType.BROKER)
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+
+class ResourceError(Exception):
+    def __init__(self, error_code: int, message: str):
+        super().__init__(message)
+        self.error_code = int(error_code)
+        self.message = message
+
+
+def check_broker_name(broker, name: str) -> None:
+    """A BROKER resource names this node ("1") or the cluster-wide defaults ("")."""
+    if name == "":
+        return
+    if not (name.isascii() and name.isdigit()):
+        raise ResourceError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}")
+    if int(name) != broker.node_id:
+        raise ResourceError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}",
+        )
+
+
+def _unsupported_type(resource_type: int) -> ResourceError:
+    try:
+        shown = ConfigResourceType(resource_type).name
+    except ValueError:
+        shown = str(resource_type)
+    return ResourceError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {shown}")
+
+
+def _duplicates(items) -> set:
+    return {item for item, n in Counter(items).items() if n > 1}
+
+
+# ---- DescribeConfigs
+
+
+def _describe_entries(broker, resource_type: int, name: str, keys):
+    if resource_type == TOPIC:
+        try:
+            validate_topic_name(name)
+        except MetadataError as e:
+            raise ResourceError(e.error_code, e.message) from None
+        if broker.topic_by_name(name) is None:
+            raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        try:
+            return describe_topic(broker.metadata.image.topic_configs(name), broker.config, keys)
+        except ConfigError as e:
+            raise ResourceError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    if resource_type == BROKER:
+        check_broker_name(broker, name)
+        if name == "":
+            return []  # the dynamic cluster-wide defaults, as Kafka answers: there are none
+        return describe_broker(broker.config, keys)
+    raise _unsupported_type(resource_type)
+
+
+def describe_entry(entry, *, include_synonyms: bool, include_documentation: bool, version: int) -> DEntry:
+    sensitive = entry.is_sensitive or entry.type == ConfigType.PASSWORD
+    result = DEntry(
+        name=entry.name,
+        value=None if sensitive else entry.value,
+        read_only=entry.read_only,
+        config_source=int(entry.source),
+        is_sensitive=sensitive,
+        synonyms=[
+            DSynonym(name=s.name, value=None if sensitive else s.value, source=int(s.source)) for s in entry.synonyms
+        ] if include_synonyms else [],
+    )
+    if version >= 3:
+        result.config_type = int(entry.type)
+        result.documentation = entry.documentation if include_documentation else None
+    return result
+
+
+@handles(32, (1, 4))
+def handle_describe_configs(broker, ctx, request):
+    version = ctx.api_version
+    include_documentation = version >= 3 and request.include_documentation
+    results = []
+    for r in request.resources:
+        result = DResult(
+            error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name, configs=[]
+        )
+        try:
+            entries = _describe_entries(broker, r.resource_type, r.resource_name, r.configuration_keys)
+        except ResourceError as e:
+            result.error_code, result.error_message = e.error_code, e.message
+        else:
+            result.configs = [
+                describe_entry(
+                    e, include_synonyms=request.include_synonyms, include_documentation=include_documentation,
+                    version=version,
+                )
+                for e in entries
+            ]
+        results.append(result)
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+# ---- shared by both alters
+
+
+def _check_topic(broker, name: str) -> None:
+    if broker.topic_by_name(name) is None:
+        raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+
+
+def _check_unique_keys(names) -> None:
+    repeated = _duplicates(names)
+    if repeated:
+        shown = ", ".join(sorted(repeated))
+        raise ResourceError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {shown}")
+
+
+def _refuse_broker_change(broker, name: str, keys) -> None:
+    check_broker_name(broker, name)
+    if keys:
+        raise ResourceError(
+            ErrorCode.INVALID_REQUEST,
+            f"Cannot update these configs dynamically: {', '.join(keys)}. Dynamic broker configs are not "
+            "supported; set them in the broker's properties and restart it.",
+        )
+
+
+def _alter_topic(broker, name: str, changes: dict, validate_only: bool) -> None:
+    try:
+        broker.topics.alter_topic_configs(name, changes, validate_only=validate_only)
+    except TopicError as e:
+        raise ResourceError(e.error_code, e.message) from None
+
+
+def _alter_all(broker, resources, apply_one, result_cls):
+    repeated = _duplicates((r.resource_type, r.resource_name) for r in resources)
+    results = []
+    for r in resources:
+        result = result_cls(
+            error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name
+        )
+        try:
+            if (r.resource_type, r.resource_name) in repeated:
+                raise ResourceError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
+            apply_one(r)
+        except ResourceError as e:
+            result.error_code, result.error_message = e.error_code, e.message
+        results.append(result)
+    return results
+
+
+# ---- AlterConfigs: the given set replaces the resource's dynamic configs
+
+
+@handles(33, (0, 2))
+def handle_alter_configs(broker, ctx, request):
+    def apply_one(r):
+        keys = [c.name for c in r.configs]
+        if r.resource_type == TOPIC:
+            _check_unique_keys(keys)
+            _check_topic(broker, r.resource_name)
+            wanted = {c.name: c.value for c in r.configs if c.value is not None}
+            current = broker.metadata.image.topic_configs(r.resource_name)
+            changes = {key: None for key in current if key not in wanted}
+            changes.update(wanted)
+            _alter_topic(broker, r.resource_name, changes, request.validate_only)
+        elif r.resource_type == BROKER:
+            _refuse_broker_change(broker, r.resource_name, keys)
+        else:
+            raise _unsupported_type(r.resource_type)
+
+    return AlterConfigsResponse(throttle_time_ms=0, responses=_alter_all(broker, request.resources, apply_one, AResult))
+
+
+# ---- IncrementalAlterConfigs
+
+
+def _list_items(value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [item.strip() for item in str(value).split(",") if item.strip()]
+
+
+def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
+    """The topic override changes `ops` ((name, operation, value) triples) make to `current` (the topic's
+    overrides as stored). APPEND and SUBTRACT start from the override, else the topic's default as this
+    broker supplies it. Raises ResourceError."""
+    changes: dict[str, str | None] = {}
+    for key, op, value in ops:
+        if op not in OP_NAMES:
+            raise ResourceError(ErrorCode.INVALID_REQUEST, f"Unknown alter config operation {op} for config key: {key}")
+        if op != DELETE and value is None:
+            raise ResourceError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {key}")
+        if op == SET:
+            changes[key] = value
+        elif op == DELETE:
+            changes[key] = None
+        else:
+            definition = TOPIC_CONFIGS.get(key)
+            if definition is None:
+                raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+            if definition.type != ConfigType.LIST:
+                raise ResourceError(
+                    ErrorCode.INVALID_CONFIG, f"Can't {OP_NAMES[op]} to key {key} because its type is not LIST."
+                )
+            base = current.get(key)
+            items = _list_items(base if base is not None else render_value(definition.default_from(broker_config)))
+            for item in _list_items(value):
+                if op == APPEND and item not in items:
+                    items.append(item)
+                elif op == SUBTRACT:
+                    items = [i for i in items if i != item]
+            changes[key] = ",".join(items)
+    return changes
+
+
+@handles(44, (0, 1))
+def handle_incremental_alter_configs(broker, ctx, request):
+    def apply_one(r):
+        keys = [c.name for c in r.configs]
+        if r.resource_type == TOPIC:
+            _check_unique_keys(keys)
+            _check_topic(broker, r.resource_name)
+            current = broker.metadata.image.topic_configs(r.resource_name)
+            ops = [(c.name, c.config_operation, c.value) for c in r.configs]
+            changes = incremental_changes(current, ops, broker.config)
+            _alter_topic(broker, r.resource_name, changes, request.validate_only)
+        elif r.resource_type == BROKER:
+            _refuse_broker_change(broker, r.resource_name, keys)
+        else:
+            raise _unsupported_type(r.resource_type)
+
+    return IncrementalAlterConfigsResponse(
+        throttle_time_ms=0, responses=_alter_all(broker, request.resources, apply_one, IResult)
+    )

@@ -1,0 +1,91 @@
+"""ListOffsets (2) and OffsetForLeaderEpoch (23): where a consumer may start, and where epochs end.
+
+ListOffsets timestamps: -1 latest (the high watermark, or the last stable offset for read_committed),
+-2 earliest, -3 the record with the largest timestamp (v7+), -4 earliest local (v8+; all data is local, so
+the log start), -5 earliest pending upload (v9+; nothing is tiered: not found); any other value finds the
+first record whose timestamp is at or after it.
+"""
+
+from __future__ import annotations
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import ListOffsetsResponse, OffsetForLeaderEpochResponse
+from odradek.replication.errors import ReplicationError
+from odradek.storage.errors import StorageError
+from odradek.storage.names import TopicPartition
+
+from . import handles
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+
+LTopic = ListOffsetsResponse.ListOffsetsTopicResponse
+LPartition = LTopic.ListOffsetsPartitionResponse
+
+
+def _list_one(broker, tp: TopicPartition, p, isolation_level: int, version: int) -> LPartition:
+    partition = broker.data.get_partition(tp)
+    if partition is None:
+        return LPartition(partition_index=p.partition_index, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    try:
+        snap = partition.fetch_offset_snapshot(p.current_leader_epoch)
+    except (StorageError, ReplicationError) as e:
+        return LPartition(partition_index=p.partition_index, error_code=int(getattr(e, "error_code", -1)))
+    log = partition.log
+    ts, offset, epoch = -1, -1, -1
+    if p.timestamp == LATEST:
+        offset = snap.last_stable_offset if isolation_level == 1 else snap.high_watermark
+    elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
+        offset = snap.log_start_offset
+    elif p.timestamp == EARLIEST_PENDING_UPLOAD:
+        offset = -1
+    else:
+        found = log.fetch_offset_of_max_timestamp() if p.timestamp == MAX_TIMESTAMP else log.fetch_offset_by_timestamp(p.timestamp)
+        if found is not None and found.offset < snap.high_watermark:
+            ts, offset, epoch = found.timestamp, found.offset, found.leader_epoch
+    if offset >= 0 and epoch < 0 and p.timestamp != LATEST:
+        epoch = log.epoch_for_offset(offset) if offset < snap.log_end_offset else partition.leader_epoch
+    elif p.timestamp == LATEST:
+        epoch = partition.leader_epoch
+    return LPartition(
+        partition_index=p.partition_index, error_code=0,
+        timestamp=ts, offset=offset, leader_epoch=epoch if version >= 4 else -1,
+    )
+
+
+@handles(2)
+def handle_list_offsets(broker, ctx, request):
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            if broker.topic_by_name(t.name) is None:
+                parts.append(LPartition(partition_index=p.partition_index, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+            else:
+                parts.append(_list_one(broker, TopicPartition(t.name, p.partition_index), p, request.isolation_level, ctx.api_version))
+        topics.append(LTopic(name=t.name, partitions=parts))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+ETopic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+EPartition = ETopic.EpochEndOffset
+
+
+@handles(23)
+def handle_offset_for_leader_epoch(broker, ctx, request):
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            partition = broker.data.get_partition(TopicPartition(t.topic, p.partition))
+            if partition is None:
+                parts.append(EPartition(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), partition=p.partition))
+                continue
+            try:
+                partition.check_leader_epoch(p.current_leader_epoch)
+            except (StorageError, ReplicationError) as e:
+                parts.append(EPartition(error_code=int(getattr(e, "error_code", -1)), partition=p.partition))
+                continue
+            epoch, end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
+            parts.append(EPartition(error_code=0, partition=p.partition, leader_epoch=epoch, end_offset=end_offset))
+        topics.append(ETopic(topic=t.topic, partitions=parts))
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

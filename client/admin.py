@@ -1,0 +1,561 @@
+"""The asyncio admin client: topics, partitions, configs, groups and their offsets, records, cluster.
+
+Theory of operation
+-------------------
+Each method builds one Kafka admin request and sends it where Kafka wants it: CreateTopics, DeleteTopics
+and CreatePartitions to the controller (any broker when none is advertised; NOT_CONTROLLER refreshes
+metadata and retries), DescribeConfigs and IncrementalAlterConfigs for a broker resource to that broker
+and otherwise to any broker, ListGroups to every broker, group requests to the group's coordinator,
+DeleteRecords and ListOffsets to each partition's leader. Retriable errors are retried through
+`KafkaClient.call` until `default_api_timeout_ms`.
+
+Batch methods (`create_topics`, `delete_topics`, `delete_groups`, ...) return a dict of per-item errors
+(None for success) so one failure does not hide the others; singular helpers raise the `KafkaError`.
+
+Group offsets: `list_group_offsets` reads committed offsets (OffsetFetch); `group_lag` adds each
+partition's end offset (ListOffsets latest) and the difference; `reset_group_offsets` computes new
+offsets (earliest, latest, a timestamp, an absolute offset or a shift) and commits them with generation
+-1, which the coordinator only accepts while the group has no active members, as in
+`kafka-consumer-groups --reset-offsets`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import REQUESTS
+
+from .assignors import decode_assignment
+from .cluster import COORDINATOR_GROUP, BrokerInfo, KafkaClient, PartitionInfo, TopicPartition
+from .config import ClientConfig
+from .consumer import EARLIEST, LATEST, OffsetAndMetadata, list_offsets
+from .errors import ConfigError, KafkaError, OdradekError
+from .group import commit_offsets, fetch_committed_offsets
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+LIST_GROUPS = 16
+DESCRIBE_GROUPS = 15
+DELETE_GROUPS = 42
+DESCRIBE_CONFIGS = 32
+INCREMENTAL_ALTER_CONFIGS = 44
+CREATE_PARTITIONS = 37
+DESCRIBE_LOG_DIRS = 35
+DESCRIBE_CLUSTER = 60
+
+RESOURCE_TYPES = {"topic": 2, "group": 3, "broker": 4, "broker_logger": 8}
+CONFIG_SOURCES = {
+    -1: "unknown", 0: "unknown", 1: "dynamic_topic", 2: "dynamic_broker", 3: "dynamic_default_broker",
+    4: "static_broker", 5: "default", 6: "dynamic_broker_logger", 7: "client_metrics", 8: "group",
+}
+OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
+
+
+@dataclass
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class TopicDescription:
+    name: str
+    topic_id: Any
+    is_internal: bool
+    partitions: list[PartitionInfo]
+
+
+@dataclass
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    is_sensitive: bool
+    is_default: bool
+
+
+@dataclass
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: list[TopicPartition]
+
+
+@dataclass
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[MemberDescription]
+    error: KafkaError | None = None
+
+
+@dataclass
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str
+
+
+@dataclass
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int | None
+    end_offset: int
+    lag: int | None
+    member_id: str | None = None
+    client_id: str | None = None
+
+
+@dataclass
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[BrokerInfo]
+
+
+class Admin:
+    def __init__(self, config: ClientConfig | None = None, **overrides: Any):
+        config = config if config is not None else ClientConfig(**overrides)
+        if overrides and config is not None:
+            config = config.replace(**overrides)
+        self.config = config
+        self.client = KafkaClient(config, allow_auto_create_topics=False)
+        self.client.track_all_topics()
+        self._started = False
+
+    async def start(self) -> "Admin":
+        if not self._started:
+            await self.client.start()
+            self._started = True
+        return self
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def __aenter__(self) -> "Admin":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _controller(self) -> int:
+        controller = self.client.cluster.controller_id
+        if controller >= 0 and controller in self.client.cluster.brokers:
+            return controller
+        return self.client.least_loaded_node()
+
+    # ------------------------------------------------------------------------------------------ topics
+
+    async def list_topics(self, *, internal: bool = False) -> list[str]:
+        await self.client.refresh_metadata()
+        return sorted(t for t, info in self.client.cluster.topics.items() if internal or not info.is_internal)
+
+    async def describe_topics(self, names: Iterable[str] | None = None, *, internal: bool = False) -> list[TopicDescription]:
+        await self.client.refresh_metadata()
+        cluster = self.client.cluster
+        if names is None:
+            names = sorted(t for t, info in cluster.topics.items() if internal or not info.is_internal)
+        out = []
+        for name in names:
+            info = cluster.topics.get(name)
+            if info is None:
+                code = cluster.topic_errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                raise KafkaError(code, context=f"topic {name!r}")
+            out.append(TopicDescription(name, info.topic_id, info.is_internal,
+                                        [info.partitions[p] for p in sorted(info.partitions)]))
+        return out
+
+    async def create_topics(self, topics: list[NewTopic], *, timeout_ms: int = 30_000,
+                            validate_only: bool = False) -> dict[str, KafkaError | None]:
+        cls = REQUESTS[CREATE_TOPICS]
+        request = cls(
+            topics=[cls.CreatableTopic(
+                name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+                assignments=[], configs=[cls.CreatableTopic.CreatableTopicConfig(name=k, value=str(v))
+                                         for k, v in t.configs.items()])
+                for t in topics],
+            timeout_ms=timeout_ms, validate_only=validate_only,
+        )
+        results = await self._per_item(request, "topics", "name", via=self._controller)
+        if not validate_only:
+            self.client.request_update()
+        return results
+
+    async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str] | None = None, *, validate_only: bool = False) -> None:
+        result = await self.create_topics([NewTopic(name, num_partitions, replication_factor, configs or {})],
+                                          validate_only=validate_only)
+        if result[name] is not None:
+            raise result[name]
+        if not validate_only:
+            await self._wait_for_topic(name, present=True)
+
+    async def _wait_for_topic(self, name: str, *, present: bool, timeout_s: float = 10.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            await self.client.refresh_metadata()
+            info = self.client.cluster.topics.get(name)
+            ready = info is not None and info.partitions and all(p.leader >= 0 for p in info.partitions.values())
+            if bool(ready) == present:
+                return
+            await asyncio.sleep(0.05)
+
+    async def delete_topics(self, names: list[str], *, timeout_ms: int = 30_000) -> dict[str, KafkaError | None]:
+        cls = REQUESTS[DELETE_TOPICS]
+
+        def build(version: int) -> Any:
+            if version >= 6:
+                return cls(topics=[cls.DeleteTopicState(name=n) for n in names], timeout_ms=timeout_ms)
+            return cls(topic_names=list(names), timeout_ms=timeout_ms)
+
+        results = await self._per_item(build, "responses", "name", via=self._controller, api_key=DELETE_TOPICS)
+        self.client.request_update()
+        return results
+
+    async def delete_topic(self, name: str) -> None:
+        result = await self.delete_topics([name])
+        if result.get(name) is not None:
+            raise result[name]
+
+    async def create_partitions(self, new_totals: dict[str, int], *, validate_only: bool = False,
+                                timeout_ms: int = 30_000) -> dict[str, KafkaError | None]:
+        cls = REQUESTS[CREATE_PARTITIONS]
+        request = cls(topics=[cls.CreatePartitionsTopic(name=t, count=n, assignments=None) for t, n in new_totals.items()],
+                      timeout_ms=timeout_ms, validate_only=validate_only)
+        results = await self._per_item(request, "results", "name", via=self._controller)
+        self.client.request_update()
+        return results
+
+    async def _per_item(self, build: Any, results_field: str, key_field: str, *, via: Any,
+                        api_key: int | None = None) -> dict[str, KafkaError | None]:
+        async def attempt() -> dict[str, KafkaError | None]:
+            node = await via()
+            response = await self.client.send(node, build, api_key=api_key)
+            out: dict[str, KafkaError | None] = {}
+            for item in getattr(response, results_field):
+                code = ErrorCode.for_code(item.error_code)
+                key = getattr(item, key_field)
+                if code == ErrorCode.NOT_CONTROLLER:
+                    raise KafkaError(code)
+                out[key] = None if code == ErrorCode.NONE else KafkaError(
+                    code, getattr(item, "error_message", None), context=str(key))
+            return out
+
+        return await self.client.call(attempt, what=type(build).__name__)
+
+    # ------------------------------------------------------------------------------------------ configs
+
+    @staticmethod
+    def _resource(resource_type: str | int) -> int:
+        if isinstance(resource_type, int):
+            return resource_type
+        try:
+            return RESOURCE_TYPES[resource_type.lower()]
+        except KeyError:
+            raise ConfigError(f"unknown resource type {resource_type!r} (known: {', '.join(RESOURCE_TYPES)})") from None
+
+    async def _config_node(self, rtype: int, name: str) -> int:
+        if rtype in (4, 8) and name:
+            try:
+                node = int(name)
+            except ValueError:
+                raise ConfigError(f"a broker resource is named by its node id, not {name!r}") from None
+            return node
+        return self.client.least_loaded_node()
+
+    async def describe_configs(self, resource_type: str | int, name: str,
+                               keys: list[str] | None = None) -> list[ConfigEntry]:
+        rtype = self._resource(resource_type)
+        cls = REQUESTS[DESCRIBE_CONFIGS]
+        request = cls(resources=[cls.DescribeConfigsResource(resource_type=rtype, resource_name=name,
+                                                             configuration_keys=keys)])
+
+        async def attempt() -> list[ConfigEntry]:
+            response = await self.client.send(await self._config_node(rtype, name), request)
+            result = response.results[0]
+            if result.error_code:
+                raise KafkaError(result.error_code, result.error_message, context=f"configs of {name!r}")
+            return [ConfigEntry(c.name, c.value, CONFIG_SOURCES.get(c.config_source, str(c.config_source)),
+                                c.read_only, c.is_sensitive, c.config_source == 5 or c.is_default)
+                    for c in result.configs]
+
+        return await self.client.call(attempt, what="DescribeConfigs")
+
+    async def alter_configs(self, resource_type: str | int, name: str, changes: dict[str, str | None], *,
+                            op: str = "set", validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs: `op` set (value None deletes), delete, append or subtract for every key."""
+        rtype = self._resource(resource_type)
+        if op not in OPS:
+            raise ConfigError(f"unknown config operation {op!r} (known: {', '.join(OPS)})")
+        cls = REQUESTS[INCREMENTAL_ALTER_CONFIGS]
+        configs = [cls.AlterConfigsResource.AlterableConfig(
+            name=k, config_operation=OPS["delete"] if v is None and op == "set" else OPS[op], value=v)
+            for k, v in changes.items()]
+        request = cls(resources=[cls.AlterConfigsResource(resource_type=rtype, resource_name=name, configs=configs)],
+                      validate_only=validate_only)
+
+        async def attempt() -> None:
+            response = await self.client.send(await self._config_node(rtype, name), request)
+            result = response.responses[0]
+            if result.error_code:
+                raise KafkaError(result.error_code, result.error_message, context=f"configs of {name!r}")
+
+        await self.client.call(attempt, what="IncrementalAlterConfigs")
+
+    # ------------------------------------------------------------------------------------------ groups
+
+    async def list_groups(self) -> list[GroupListing]:
+        cls = REQUESTS[LIST_GROUPS]
+        await self.client.refresh_metadata()
+        found: dict[str, GroupListing] = {}
+        for node in list(self.client.cluster.brokers):
+            async def attempt(node: int = node) -> Any:
+                response = await self.client.send(node, cls(states_filter=[], types_filter=[]))
+                if response.error_code:
+                    raise KafkaError(response.error_code, context=f"ListGroups on broker {node}")
+                return response
+
+            response = await self.client.call(attempt, what="ListGroups")
+            for g in response.groups:
+                found[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.group_state, g.group_type)
+        return [found[k] for k in sorted(found)]
+
+    async def describe_groups(self, group_ids: list[str]) -> list[GroupDescription]:
+        cls = REQUESTS[DESCRIBE_GROUPS]
+        out = []
+        for group_id in group_ids:
+            async def attempt(group_id: str = group_id) -> Any:
+                node = await self.client.coordinator(group_id)
+                response = await self.client.send(node, cls(groups=[group_id], include_authorized_operations=False))
+                g = response.groups[0]
+                code = ErrorCode.for_code(g.error_code)
+                if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    self.client.invalidate_coordinator(group_id)
+                if code.retriable:
+                    raise KafkaError(code, context=f"group {group_id!r}")
+                return g
+
+            g = await self.client.call(attempt, what="DescribeGroups")
+            error = None
+            if g.error_code:
+                error = KafkaError(g.error_code, g.error_message, context=f"group {group_id!r}")
+            members = []
+            for m in g.members:
+                try:
+                    assignment = decode_assignment(bytes(m.member_assignment)) if g.protocol_type == "consumer" else []
+                except Exception:
+                    assignment = []
+                members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host, assignment))
+            state = g.group_state or ("Dead" if error is not None else "")
+            out.append(GroupDescription(g.group_id or group_id, state, g.protocol_type, g.protocol_data,
+                                        members, error))
+        return out
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        (description,) = await self.describe_groups([group_id])
+        if description.error is not None and description.error.code != ErrorCode.GROUP_ID_NOT_FOUND:
+            raise description.error
+        return description
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, KafkaError | None]:
+        cls = REQUESTS[DELETE_GROUPS]
+        out: dict[str, KafkaError | None] = {}
+        for group_id in group_ids:
+            async def attempt(group_id: str = group_id) -> Any:
+                node = await self.client.coordinator(group_id)
+                response = await self.client.send(node, cls(groups_names=[group_id]))
+                r = response.results[0]
+                code = ErrorCode.for_code(r.error_code)
+                if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    self.client.invalidate_coordinator(group_id)
+                if code.retriable:
+                    raise KafkaError(code, context=f"group {group_id!r}")
+                return code
+
+            code = await self.client.call(attempt, what="DeleteGroups")
+            out[group_id] = None if code == ErrorCode.NONE else KafkaError(code, context=f"group {group_id!r}")
+        return out
+
+    async def list_group_offsets(self, group_id: str,
+                                 partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, OffsetAndMetadata]:
+        return await fetch_committed_offsets(self.client, group_id, partitions)
+
+    async def group_lag(self, group_id: str) -> list[PartitionLag]:
+        """Per partition: committed offset, end offset and lag; includes assigned partitions without commits."""
+        committed = await self.list_group_offsets(group_id)
+        owners: dict[TopicPartition, MemberDescription] = {}
+        try:
+            description = await self.describe_group(group_id)
+            for m in description.members:
+                for tp in m.assignment:
+                    owners[tp] = m
+        except OdradekError:
+            pass
+        partitions = set(committed) | set(owners)
+        ends = await self.end_offsets(partitions) if partitions else {}
+        rows = []
+        for tp in sorted(partitions):
+            om = committed.get(tp)
+            end = ends.get(tp, -1)
+            lag = None if om is None or end < 0 else max(end - om.offset, 0)
+            member = owners.get(tp)
+            rows.append(PartitionLag(tp.topic, tp.partition, None if om is None else om.offset, end, lag,
+                                     member.member_id if member else None, member.client_id if member else None))
+        return rows
+
+    async def reset_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition],
+        *,
+        to: str = "earliest",
+        timestamp_ms: int | None = None,
+        offset: int | None = None,
+        shift: int | None = None,
+        dry_run: bool = False,
+    ) -> dict[TopicPartition, int]:
+        """New committed offsets for `partitions`: to earliest, latest, timestamp, offset or shift (by N)."""
+        partitions = sorted({TopicPartition(*tp) for tp in partitions})
+        if not partitions:
+            raise ConfigError("no partitions to reset")
+        description = await self.describe_group(group_id)
+        if description.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
+                             f"group has {len(description.members)} active member(s); stop them first",
+                             context=f"group {group_id!r}")
+        earliest = await self.beginning_offsets(partitions)
+        latest = await self.end_offsets(partitions)
+        if to == "earliest":
+            target = dict(earliest)
+        elif to == "latest":
+            target = dict(latest)
+        elif to == "timestamp":
+            if timestamp_ms is None:
+                raise ConfigError("reset to a timestamp needs timestamp_ms")
+            found = await list_offsets(self.client, {tp: timestamp_ms for tp in partitions})
+            target = {tp: (found[tp][0] if found[tp][0] >= 0 else latest[tp]) for tp in partitions}
+        elif to == "offset":
+            if offset is None:
+                raise ConfigError("reset to an offset needs offset")
+            target = {tp: offset for tp in partitions}
+        elif to == "shift":
+            if shift is None:
+                raise ConfigError("reset by a shift needs shift")
+            committed = await self.list_group_offsets(group_id, partitions)
+            target = {tp: (committed[tp].offset if tp in committed else latest[tp]) + shift for tp in partitions}
+        else:
+            raise ConfigError(f"unknown reset target {to!r} (earliest, latest, timestamp, offset, shift)")
+        target = {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in target.items()}
+        if not dry_run:
+            await commit_offsets(self.client, group_id, {tp: OffsetAndMetadata(o) for tp, o in target.items()})
+        return target
+
+    # ------------------------------------------------------------------------------------------ offsets, records
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        found = await list_offsets(self.client, {TopicPartition(*tp): EARLIEST for tp in partitions})
+        return {tp: o for tp, (o, _) in found.items()}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        found = await list_offsets(self.client, {TopicPartition(*tp): LATEST for tp in partitions})
+        return {tp: o for tp, (o, _) in found.items()}
+
+    async def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        found = await list_offsets(self.client, {TopicPartition(*tp): ts for tp, ts in timestamps.items()})
+        return {tp: o for tp, (o, _) in found.items()}
+
+    async def topic_partitions(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in await self.client.partitions_for(topic)]
+
+    async def delete_records(self, before: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Delete records below each offset (-1: the high watermark); returns the new low watermarks."""
+        cls = REQUESTS[DELETE_RECORDS]
+        result: dict[TopicPartition, int] = {}
+        remaining = {TopicPartition(*tp): o for tp, o in before.items()}
+
+        async def attempt() -> None:
+            by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+            for tp, o in remaining.items():
+                by_leader[await self.client.leader_for(tp)][tp] = o
+            error: OdradekError | None = None
+            for node, parts in by_leader.items():
+                topics: dict[str, list] = defaultdict(list)
+                for tp, o in parts.items():
+                    topics[tp.topic].append(cls.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=tp.partition, offset=o))
+                response = await self.client.send(node, cls(
+                    topics=[cls.DeleteRecordsTopic(name=t, partitions=p) for t, p in topics.items()],
+                    timeout_ms=self.config.request_timeout_ms))
+                for t in response.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        if p.error_code:
+                            e = KafkaError(p.error_code, context=f"DeleteRecords {tp}")
+                            if not e.retriable:
+                                raise e
+                            error = e
+                            continue
+                        result[tp] = p.low_watermark
+                        remaining.pop(tp, None)
+            if remaining:
+                raise error or KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "partitions missing from DeleteRecords")
+
+        await self.client.call(attempt, what="DeleteRecords")
+        return result
+
+    # ------------------------------------------------------------------------------------------ cluster
+
+    async def describe_cluster(self) -> ClusterDescription:
+        await self.client.refresh_metadata()
+        cluster = self.client.cluster
+        node = self.client.least_loaded_node()
+        conn = await self.client.connection(node)
+        if conn.supports(DESCRIBE_CLUSTER):
+            cls = REQUESTS[DESCRIBE_CLUSTER]
+            response = await self.client.send(node, cls(include_cluster_authorized_operations=False))
+            if not response.error_code:
+                brokers = [BrokerInfo(b.broker_id, b.host, b.port, b.rack) for b in response.brokers]
+                return ClusterDescription(response.cluster_id, response.controller_id,
+                                          sorted(brokers, key=lambda b: b.node_id))
+        return ClusterDescription(cluster.cluster_id, cluster.controller_id,
+                                  sorted(cluster.brokers.values(), key=lambda b: b.node_id))
+
+    async def describe_log_dirs(self, broker_ids: list[int] | None = None) -> dict[int, list[dict]]:
+        """Per broker: [{"log_dir", "error", "total_bytes", "usable_bytes", "partitions": {tp: size}}]."""
+        cls = REQUESTS[DESCRIBE_LOG_DIRS]
+        await self.client.refresh_metadata()
+        brokers = broker_ids if broker_ids is not None else sorted(self.client.cluster.brokers)
+        out: dict[int, list[dict]] = {}
+        for node in brokers:
+            response = await self.client.call(lambda node=node: self.client.send(node, cls(topics=None)),
+                                              what="DescribeLogDirs")
+            if response.error_code:
+                raise KafkaError(response.error_code, context=f"log dirs of broker {node}")
+            dirs = []
+            for r in response.results:
+                parts = {TopicPartition(t.name, p.partition_index): p.partition_size
+                         for t in r.topics for p in t.partitions}
+                dirs.append({"log_dir": r.log_dir, "error": ErrorCode.for_code(r.error_code).name,
+                             "total_bytes": r.total_bytes, "usable_bytes": r.usable_bytes, "partitions": parts})
+            out[node] = dirs
+        return out
+
+
+__all__ = [
+    "Admin", "ClusterDescription", "ConfigEntry", "GroupDescription", "GroupListing", "MemberDescription",
+    "NewTopic", "PartitionLag", "TopicDescription", "COORDINATOR_GROUP",
+]

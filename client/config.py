@@ -1,0 +1,178 @@
+"""Client configuration: plain, picklable dataclasses (no live objects), Kafka's names in snake_case.
+
+`ClientConfig` holds what every client shares; `ProducerConfig` and `ConsumerConfig` add their own.
+Durations are milliseconds, sizes bytes, as in Kafka. `bootstrap_servers` is a comma-separated string or a
+list of "host:port" ("[::1]:9092" for IPv6); `from_dict` takes Kafka's dotted names too
+(`{"bootstrap.servers": ..., "linger.ms": 5}`), so a Spark job can pass a plain dict of options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+DEFAULT_BOOTSTRAP = "localhost:9092"
+BOOTSTRAP_ENV = "ODRADEK_BOOTSTRAP_SERVERS"
+
+
+def default_bootstrap() -> str:
+    return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+
+
+def parse_bootstrap(servers: str | list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
+    """["host:port", ...] or "host:port,host:port" -> [(host, port), ...]; the port defaults to 9092."""
+    if isinstance(servers, str):
+        items = [s.strip() for s in servers.split(",")]
+    else:
+        items = [str(s).strip() for s in servers]
+    out = []
+    for item in items:
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port_text = rest[1:] if rest.startswith(":") else ""
+        elif item.count(":") == 1:
+            host, port_text = item.split(":")
+        else:
+            host, port_text = item, ""
+        try:
+            port = int(port_text) if port_text else 9092
+        except ValueError:
+            raise ConfigError(f"bad port in bootstrap server {item!r}") from None
+        if not host or not 0 < port < 65536:
+            raise ConfigError(f"bad bootstrap server {item!r}")
+        out.append((host, port))
+    if not out:
+        raise ConfigError("no bootstrap servers given")
+    return out
+
+
+@dataclass(kw_only=True)
+class ClientConfig:
+    bootstrap_servers: str | list[str] = field(default_factory=default_bootstrap)
+    client_id: str = "odradek"
+    request_timeout_ms: int = 30_000
+    connect_timeout_ms: int = 10_000
+    default_api_timeout_ms: int = 60_000
+    metadata_max_age_ms: int = 300_000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1_000
+    allow_auto_create_topics: bool = True
+
+    def __post_init__(self) -> None:
+        parse_bootstrap(self.bootstrap_servers)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith(("_ms", "_bytes", "_size", "_memory")) and isinstance(value, int) and value < 0:
+                raise ConfigError(f"{f.name} must not be negative (got {value})")
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any]) -> "ClientConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in options.items():
+            name = key.replace(".", "_").replace("-", "_")
+            if name not in names:
+                raise ConfigError(f"unknown {cls.__name__} option {key!r}")
+            kwargs[name] = value
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> "ClientConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(kw_only=True)
+class ProducerConfig(ClientConfig):
+    acks: int | str = "all"
+    enable_idempotence: bool | None = None  # None: on, unless acks is not "all"
+    linger_ms: int = 5
+    batch_size: int = 16_384
+    buffer_memory: int = 32 * 1024 * 1024
+    max_block_ms: int = 60_000
+    max_request_size: int = 1_048_576
+    compression_type: str = "none"
+    compression_level: int | None = None
+    max_in_flight_requests_per_connection: int = 5
+    retries: int = 2_147_483_647
+    delivery_timeout_ms: int = 120_000
+    partitioner: str = "default"  # "default" (murmur2 + sticky), "round_robin" or "random"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.required_acks not in (-1, 0, 1):
+            raise ConfigError(f"acks must be 0, 1 or all (got {self.acks!r})")
+        if self.compression_type not in ("none", "gzip", "snappy", "lz4", "zstd"):
+            raise ConfigError(f"unknown compression_type {self.compression_type!r}")
+        if self.enable_idempotence and self.required_acks != -1:
+            raise ConfigError("enable_idempotence needs acks=all")
+        if self.idempotent and not 1 <= self.max_in_flight_requests_per_connection <= 5:
+            raise ConfigError("an idempotent producer allows 1 to 5 requests in flight per connection")
+        if self.max_in_flight_requests_per_connection < 1:
+            raise ConfigError("max_in_flight_requests_per_connection must be at least 1")
+        if self.partitioner not in ("default", "round_robin", "random"):
+            raise ConfigError(f"unknown partitioner {self.partitioner!r}")
+
+    @property
+    def required_acks(self) -> int:
+        if isinstance(self.acks, str):
+            if self.acks.lower() == "all":
+                return -1
+            try:
+                return int(self.acks)
+            except ValueError:
+                return -99
+        return self.acks
+
+    @property
+    def idempotent(self) -> bool:
+        if self.enable_idempotence is None:
+            return self.required_acks == -1
+        return self.enable_idempotence
+
+
+@dataclass(kw_only=True)
+class ConsumerConfig(ClientConfig):
+    group_id: str | None = None
+    group_instance_id: str | None = None
+    auto_offset_reset: str = "latest"  # earliest, latest or none
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 52_428_800
+    fetch_max_wait_ms: int = 500
+    max_partition_fetch_bytes: int = 1_048_576
+    max_poll_records: int = 500
+    isolation_level: str = "read_uncommitted"  # or read_committed
+    check_crcs: bool = True
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    rebalance_timeout_ms: int | None = None  # None: max_poll_interval_ms
+    partition_assignment_strategy: str | list[str] = "range,cooperative-sticky"
+    exclude_internal_topics: bool = True
+    prefetch_bytes: int = 4 * 1_048_576  # buffered records per partition before fetching stops
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ConfigError(f"auto_offset_reset must be earliest, latest or none (got {self.auto_offset_reset!r})")
+        if self.isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ConfigError(f"isolation_level must be read_uncommitted or read_committed")
+        from .assignors import ASSIGNORS
+
+        for name in self.assignor_names:
+            if name not in ASSIGNORS:
+                raise ConfigError(f"unknown partition assignment strategy {name!r} (known: {', '.join(ASSIGNORS)})")
+
+    @property
+    def assignor_names(self) -> list[str]:
+        strategy = self.partition_assignment_strategy
+        names = strategy.split(",") if isinstance(strategy, str) else list(strategy)
+        return [n.strip() for n in names if n.strip()]

@@ -1,0 +1,247 @@
+"""One TCP connection to one broker, on asyncio streams around the sans-I/O `protocol.ClientConnection`.
+
+Theory of operation
+-------------------
+`BrokerConnection.connect()` opens the socket, starts a reader task and negotiates versions: it sends
+ApiVersions at our highest version; a broker that does not know that version answers with a v0 body
+carrying UNSUPPORTED_VERSION and its own range (KIP-511), and we ask again at the highest version both
+sides know. From then on `version_for(api_key)` is the highest version in both our range and the
+broker's; our range is the protocol layer's, capped in `CLIENT_MAX_VERSIONS` where the client code
+only speaks the older shape (topic names rather than topic ids).
+
+`send()` frames a request and writes it at once (no await between numbering and writing, so the
+requests of concurrent callers reach the socket in correlation order) and awaits its response future.
+Kafka answers in request order on a connection, so the reader pops futures in order. A request that
+times out leaves the stream in an unknown state: the connection is closed, which fails every request in
+flight with `KafkaConnectionError` (retriable), as the Java client does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+from typing import Any
+
+from odradek.protocol.connection import ClientConnection
+from odradek.protocol.errors import ErrorCode, ProtocolError
+from odradek.protocol.messages import REQUESTS
+
+from .errors import ClientClosedError, KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+
+API_VERSIONS = 18
+
+# Highest version the client code speaks where it is below the protocol layer's: these versions switch
+# from topic names to topic ids, which this client does not use.
+CLIENT_MAX_VERSIONS = {
+    0: 12,  # Produce v13: topic ids
+    1: 12,  # Fetch v13: topic ids
+    8: 9,  # OffsetCommit v10: topic ids
+    9: 9,  # OffsetFetch v10: topic ids
+}
+
+CLIENT_SOFTWARE_NAME = "odradek-python"
+CLIENT_SOFTWARE_VERSION = "0.1.0"
+
+
+def client_range(api_key: int) -> tuple[int, int]:
+    low, high = REQUESTS[api_key].VALID_VERSIONS
+    return low, min(high, CLIENT_MAX_VERSIONS.get(api_key, high))
+
+
+class BrokerConnection:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        node_id: int,
+        client_id: str | None = "odradek",
+        request_timeout_ms: int = 30_000,
+        connect_timeout_ms: int = 10_000,
+    ):
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._conn = ClientConnection(client_id=client_id)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task | None = None
+        self._pending: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+        self._closed = False
+        self._close_reason: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._closed
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def connect(self) -> "BrokerConnection":
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.connect_timeout_ms / 1000
+            )
+        except asyncio.TimeoutError:
+            raise KafkaConnectionError(f"connecting to {self.address} timed out") from None
+        except OSError as e:
+            raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        try:
+            await self._negotiate()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def _negotiate(self) -> None:
+        cls = REQUESTS[API_VERSIONS]
+        low, version = client_range(API_VERSIONS)
+        request = cls(client_software_name=CLIENT_SOFTWARE_NAME, client_software_version=CLIENT_SOFTWARE_VERSION)
+        response = await self.send(request, version=version)
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            theirs = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            their_low, their_high = theirs.get(API_VERSIONS, (0, 0))
+            version = min(version, their_high)
+            if version < max(low, their_low):
+                raise UnsupportedVersionError(f"{self.address} speaks no ApiVersions version we know")
+            response = await self.send(request, version=version)
+        if response.error_code:
+            raise KafkaConnectionError(
+                f"{self.address} refused ApiVersions: {ErrorCode.for_code(response.error_code).name}"
+            )
+        self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def supports(self, api_key: int) -> bool:
+        try:
+            self.version_for(api_key)
+        except UnsupportedVersionError:
+            return False
+        return True
+
+    def version_for(self, api_key: int, max_version: int | None = None, min_version: int | None = None) -> int:
+        """The highest version of `api_key` both sides speak (optionally within [min_version, max_version])."""
+        low, high = client_range(api_key)
+        if max_version is not None:
+            high = min(high, max_version)
+        if min_version is not None:
+            low = max(low, min_version)
+        theirs = self.api_versions.get(api_key)
+        if theirs is None:
+            raise UnsupportedVersionError(f"broker {self.address} does not serve {REQUESTS[api_key].API_NAME}")
+        version = min(high, theirs[1])
+        if version < max(low, theirs[0]):
+            raise UnsupportedVersionError(
+                f"no common version of {REQUESTS[api_key].API_NAME}: client {low}-{high}, "
+                f"broker {theirs[0]}-{theirs[1]}"
+            )
+        return version
+
+    async def send(
+        self,
+        request: Any,
+        *,
+        version: int | None = None,
+        timeout_ms: int | None = None,
+        expect_response: bool = True,
+    ) -> Any:
+        """Send `request` and return its decoded response (None when no response is expected)."""
+        if self._closed or self._writer is None:
+            raise ClientClosedError(f"connection to {self.address} is closed") if self._close_reason is None else (
+                KafkaConnectionError(f"connection to {self.address} is closed: {self._close_reason}")
+            )
+        if version is None:
+            version = self.version_for(request.API_KEY)
+        correlation_id, data = self._conn.send_request(request, version, expect_response=expect_response)
+        future: asyncio.Future | None = None
+        if expect_response:
+            future = asyncio.get_running_loop().create_future()
+            self._pending.append((correlation_id, future))
+        self._writer.write(data)
+        try:
+            await self._writer.drain()
+        except (OSError, RuntimeError) as e:
+            self._fail(KafkaConnectionError(f"write to {self.address} failed: {e}"))
+        if future is None:
+            return None
+        timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except asyncio.TimeoutError:
+            self._fail(KafkaConnectionError(f"request to {self.address} timed out"))
+            raise KafkaTimeoutError(
+                f"{type(request).__name__} to {self.address} got no response within {timeout:g} s"
+            ) from None
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        error: BaseException
+        try:
+            while True:
+                data = await reader.read(1 << 18)
+                if not data:
+                    error = KafkaConnectionError(f"{self.address} closed the connection")
+                    break
+                for event in self._conn.receive_data(data):
+                    while self._pending:
+                        correlation_id, future = self._pending.popleft()
+                        if correlation_id == event.correlation_id:
+                            if not future.done():
+                                future.set_result(event.response)
+                            break
+        except ProtocolError as e:
+            error = KafkaConnectionError(f"bad response from {self.address}: {e}")
+        except (OSError, asyncio.IncompleteReadError) as e:
+            error = KafkaConnectionError(f"connection to {self.address} failed: {e}")
+        except asyncio.CancelledError:
+            error = ClientClosedError(f"connection to {self.address} closed")
+            self._fail(error, cancel_reader=False)
+            raise
+        self._fail(error, cancel_reader=False)
+
+    def _fail(self, error: BaseException, *, cancel_reader: bool = True) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close_reason = error
+        while self._pending:
+            _, future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # mark retrieved: a shielded waiter may have gone
+        if self._writer is not None:
+            self._writer.close()
+        if cancel_reader and self._read_task is not None and not self._read_task.done():
+            self._read_task.cancel()
+
+    async def close(self) -> None:
+        self._fail(ClientClosedError(f"connection to {self.address} closed"))
+        if self._read_task is not None:
+            try:
+                await self._read_task
+            except BaseException:
+                pass
+        if self._writer is not None:
+            try:
+                await self._writer.wait_closed()
+            except (OSError, RuntimeError):
+                pass

@@ -1,0 +1,617 @@
+"""The asyncio producer.
+
+Theory of operation
+-------------------
+`send()` serializes the key and value, picks a partition (`partitioner.Partitioner`: murmur2 for keys,
+sticky for keyless records), reserves the record's size from `buffer_memory` (waiting up to
+`max_block_ms` when the buffer is full: that wait is the back-pressure a fast caller feels), and appends
+the record to the partition's accumulator: a deque of open batches, a new one started whenever the last
+would grow past `batch_size`. It returns a delivery future that resolves to a `RecordMetadata` (or an
+exception); `send_and_wait()` awaits it.
+
+The sender task drains the accumulators. A partition's head batch is ready when it is full, when it has
+waited `linger_ms`, or when someone is flushing, closing or blocked on buffer memory. Ready batches are
+grouped by leader into one Produce request per broker, at most `max_request_size` bytes, with at most
+`max_in_flight_requests_per_connection` requests outstanding per broker. A batch is encoded (and, with
+idempotence, given its sequence number) the first time it is drained, then kept as bytes, so a retry
+resends exactly the same batch.
+
+Idempotence (on by default, as in Java) asks InitProducerId for a producer id and epoch; every batch
+carries them and the partition's next sequence, so the broker drops a batch it has already written and
+refuses one that would leave a gap. Up to 5 requests may be in flight per broker; when a batch fails with
+a retriable error it is put back at the head of its partition in sequence order, and no retry is sent for
+a partition until its earlier requests have come back, so retries reach the log in their original order.
+UNKNOWN_PRODUCER_ID (the broker forgot us, e.g. after retention) and a sequence gap (a batch that expired
+after its sequence was used) are healed by taking a new producer id and numbering from 0 again.
+
+Errors: retriable ones (NOT_LEADER_OR_FOLLOWER, a dropped connection, timeouts, ...) are retried after
+`retry_backoff_ms` (doubling) until `delivery_timeout_ms` after the send, refreshing metadata first when
+the error says it is stale; anything else fails the batch's futures with a `KafkaError`. acks=0 resolves
+futures with offset -1 as soon as the request is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from odradek.protocol.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import REQUESTS
+from odradek.protocol.records import build_batch
+
+from .cluster import KafkaClient, TopicPartition
+from .config import ProducerConfig
+from .errors import (
+    ClientClosedError,
+    KafkaError,
+    KafkaTimeoutError,
+    OdradekError,
+    RecordTooLargeError,
+)
+from .partitioner import Partitioner
+
+PRODUCE = 0
+INIT_PRODUCER_ID = 22
+
+CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
+_BATCH_OVERHEAD = 61
+_RECORD_OVERHEAD = 21
+_SEQ_WRAP = 0x80000000
+
+Headers = Iterable[tuple[str, bytes | str | None]] | dict[str, bytes | str | None] | None
+
+
+@dataclass(slots=True, frozen=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    serialized_key_size: int
+    serialized_value_size: int
+    log_append_time: bool = False
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+def default_serializer(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"cannot serialize {type(value).__name__}: pass bytes or str, or set a serializer")
+
+
+def normalize_headers(headers: Headers) -> list[tuple[str, bytes | None]]:
+    if not headers:
+        return []
+    items = headers.items() if isinstance(headers, dict) else headers
+    out = []
+    for k, v in items:
+        if isinstance(v, str):
+            v = v.encode("utf-8")
+        elif v is not None and not isinstance(v, bytes):
+            v = bytes(v)
+        out.append((str(k), v))
+    return out
+
+
+class _Batch:
+    __slots__ = (
+        "tp", "records", "futures", "size", "created", "deadline", "base_sequence", "payload", "attempts",
+        "retry_at", "producer_id", "producer_epoch", "key_sizes", "value_sizes", "in_flight",
+    )
+
+    def __init__(self, tp: TopicPartition, now: float, delivery_timeout_s: float):
+        self.tp = tp
+        self.records: list[tuple] = []
+        self.futures: list[asyncio.Future] = []
+        self.key_sizes: list[int] = []
+        self.value_sizes: list[int] = []
+        self.size = _BATCH_OVERHEAD
+        self.created = now
+        self.deadline = now + delivery_timeout_s
+        self.base_sequence = -1
+        self.payload: bytes | None = None
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.in_flight = False
+
+
+class Producer:
+    """An asyncio Kafka producer. Use `async with Producer(...) as p:` or `start()` / `close()`."""
+
+    def __init__(self, config: ProducerConfig | None = None, *,
+                 key_serializer: Callable[[Any], bytes | None] | None = None,
+                 value_serializer: Callable[[Any], bytes | None] | None = None,
+                 **overrides: Any):
+        config = config if config is not None else ProducerConfig(**overrides)
+        if config is not None and overrides:
+            config = config.replace(**overrides)
+        self.config: ProducerConfig = config  # type: ignore[assignment]
+        self.client = KafkaClient(config)
+        self._key_serializer = key_serializer or default_serializer
+        self._value_serializer = value_serializer or default_serializer
+        self._partitioner = Partitioner(config.partitioner, config.batch_size)
+        self._codec = CODECS[config.compression_type]
+        self._acks = config.required_acks
+        self._idempotent = config.idempotent
+        self._batches: dict[TopicPartition, collections.deque[_Batch]] = {}
+        self._in_flight_tp: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._in_flight_node: dict[int, int] = collections.defaultdict(int)
+        self._next_sequence: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._buffer_used = 0
+        self._buffer_waiters: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+        self._unfinished: set[_Batch] = set()
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._pid_reset_needed = False
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self._wakeup: asyncio.Event | None = None
+        self._sender: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._fatal: BaseException | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> "Producer":
+        if self._started:
+            return self
+        self._wakeup = asyncio.Event()
+        await self.client.start()
+        if self._idempotent:
+            await self._init_producer_id()
+        self._sender = asyncio.get_running_loop().create_task(self._run())
+        self._started = True
+        return self
+
+    async def __aenter__(self) -> "Producer":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush (for at most `timeout` seconds, forever if None), then stop; unsent records fail."""
+        if self._closed:
+            return
+        self._closing = True
+        if self._started:
+            try:
+                await asyncio.wait_for(self.flush(), timeout)
+            except (asyncio.TimeoutError, OdradekError):
+                pass
+        self._closed = True
+        if self._sender is not None:
+            self._sender.cancel()
+            try:
+                await self._sender
+            except BaseException:
+                pass
+        for task in list(self._tasks):
+            task.cancel()
+        for batch in list(self._unfinished):
+            self._fail_batch(batch, ClientClosedError("producer closed before the record was delivered"))
+        await self.client.close()
+
+    # ------------------------------------------------------------------------------------------ sending
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers = None,
+        on_delivery: Callable[[RecordMetadata | None, BaseException | None], Any] | None = None,
+    ) -> asyncio.Future:
+        """Queue one record; return its delivery future (RecordMetadata, or the error)."""
+        if not self._started:
+            await self.start()
+        if self._closing:
+            raise ClientClosedError("producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        key_bytes = self._key_serializer(key)
+        value_bytes = self._value_serializer(value)
+        header_list = normalize_headers(headers)
+        size = _RECORD_OVERHEAD + (len(key_bytes) if key_bytes else 0) + (len(value_bytes) if value_bytes else 0)
+        for hk, hv in header_list:
+            size += len(hk) + (len(hv) if hv else 0) + 2
+        if size + _BATCH_OVERHEAD > self.config.max_request_size:
+            raise RecordTooLargeError(f"record of {size} bytes is larger than max_request_size "
+                                      f"({self.config.max_request_size})")
+        if size > self.config.buffer_memory:
+            raise RecordTooLargeError(f"record of {size} bytes is larger than buffer_memory")
+        cluster = self.client.cluster
+        all_partitions = cluster.partitions_for(topic)
+        if not all_partitions:
+            self.client.add_topics([topic])
+            all_partitions = await self.client.partitions_for(topic, timeout_ms=self.config.max_block_ms)
+        if partition is None:
+            available = cluster.available_partitions(topic)
+            partition = self._partitioner.partition(topic, key_bytes, all_partitions, available)
+        elif partition not in all_partitions:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"{topic!r} has {len(all_partitions)} partitions", context=f"{topic}-{partition}")
+        if self._buffer_used + size > self.config.buffer_memory or self._buffer_waiters:
+            await self._reserve(size)
+        else:
+            self._buffer_used += size
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        tp = TopicPartition(topic, partition)
+        future = asyncio.get_running_loop().create_future()
+        batch = self._append(tp, (key_bytes, value_bytes, header_list, timestamp_ms), size, future,
+                             len(key_bytes) if key_bytes is not None else -1,
+                             len(value_bytes) if value_bytes is not None else -1)
+        self._partitioner.on_append(topic, key_bytes, partition, size, cluster.available_partitions(topic))
+        if on_delivery is not None:
+            future.add_done_callback(lambda f: on_delivery(*_outcome(f)))
+        if batch.size >= self.config.batch_size or self.config.linger_ms == 0 or len(self._batches[tp]) > 1:
+            self._wake()
+        elif len(batch.records) == 1:
+            self._wake()  # a new batch: the sender must schedule its linger deadline
+        return future
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> RecordMetadata:
+        future = await self.send(topic, value, key, **kw)
+        return await future
+
+    async def send_batch(self, topic: str, records: Iterable[Any], *, partition: int | None = None) -> list:
+        """Queue many values (or (key, value) tuples); returns their futures."""
+        futures = []
+        for r in records:
+            if isinstance(r, tuple):
+                futures.append(await self.send(topic, r[1], r[0], partition=partition))
+            else:
+                futures.append(await self.send(topic, r, partition=partition))
+        return futures
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait until each of those records is delivered or has failed."""
+        pending = [f for b in self._unfinished for f in b.futures]
+        if not pending:
+            return
+        self._flushing += 1
+        self._wake()
+        try:
+            await asyncio.wait_for(asyncio.wait(pending), timeout)
+        finally:
+            self._flushing -= 1
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        if not self._started:
+            await self.start()
+        return await self.client.partitions_for(topic)
+
+    @property
+    def buffer_used(self) -> int:
+        return self._buffer_used
+
+    # ------------------------------------------------------------------------------------------ accumulator
+
+    def _append(self, tp: TopicPartition, record: tuple, size: int, future: asyncio.Future,
+                key_size: int, value_size: int) -> _Batch:
+        queue = self._batches.get(tp)
+        if queue is None:
+            queue = self._batches[tp] = collections.deque()
+        batch = queue[-1] if queue else None
+        if (batch is None or batch.payload is not None or batch.in_flight
+                or (batch.records and batch.size + size > self.config.batch_size)):
+            batch = _Batch(tp, time.monotonic(), self.config.delivery_timeout_ms / 1000)
+            queue.append(batch)
+            self._unfinished.add(batch)
+        batch.records.append(record)
+        batch.futures.append(future)
+        batch.key_sizes.append(key_size)
+        batch.value_sizes.append(value_size)
+        batch.size += size
+        return batch
+
+    async def _reserve(self, size: int) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._buffer_waiters.append((size, future))
+        self._release(0)
+        self._wake()
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.config.max_block_ms / 1000)
+        except asyncio.TimeoutError:
+            if future.done():
+                return
+            future.cancel()
+            raise KafkaTimeoutError(f"buffer memory ({self.config.buffer_memory} bytes) stayed full for "
+                                    f"max_block_ms ({self.config.max_block_ms} ms)") from None
+
+    def _release(self, size: int) -> None:
+        self._buffer_used -= size
+        while self._buffer_waiters:
+            need, future = self._buffer_waiters[0]
+            if future.done():
+                self._buffer_waiters.popleft()
+                continue
+            if self._buffer_used + need > self.config.buffer_memory and self._buffer_used > 0:
+                break
+            self._buffer_waiters.popleft()
+            self._buffer_used += need
+            future.set_result(None)
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    # ------------------------------------------------------------------------------------------ sender
+
+    async def _run(self) -> None:
+        assert self._wakeup is not None
+        while not self._closed:
+            try:
+                if self._pid_reset_needed and not any(self._in_flight_tp.values()):
+                    await self._reset_producer_id()
+                timeout = self._drain(time.monotonic())
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a bug or a fatal producer-id failure: fail what is queued
+                self._fatal = e if isinstance(e, OdradekError) else KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
+                for batch in list(self._unfinished):
+                    if not batch.in_flight:
+                        self._fail_batch(batch, self._fatal)
+                timeout = 0.1
+            self._wakeup.clear()
+            if timeout is None:
+                await self._wakeup.wait()
+            elif timeout > 0:
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+            else:
+                await asyncio.sleep(0)
+
+    def _drain(self, now: float) -> float | None:
+        """Send every ready batch the in-flight limits allow; return seconds until the next deadline."""
+        cluster = self.client.cluster
+        linger = self.config.linger_ms / 1000
+        urgent = self._flushing > 0 or self._closing or bool(self._buffer_waiters)
+        next_wake: float | None = None
+        by_node: dict[int, list[_Batch]] = {}
+        sizes: dict[int, int] = {}
+        max_in_flight = self.config.max_in_flight_requests_per_connection
+        if self._pid_reset_needed:
+            return 0.05
+        for tp, queue in list(self._batches.items()):
+            while queue and queue[0].deadline <= now and not queue[0].in_flight:
+                batch = queue.popleft()
+                if batch.base_sequence >= 0:
+                    self._pid_reset_needed = True
+                self._fail_batch(batch, KafkaTimeoutError(
+                    f"{len(batch.records)} record(s) for {tp} expired after delivery_timeout_ms "
+                    f"({self.config.delivery_timeout_ms} ms)"))
+            if not queue:
+                del self._batches[tp]
+                continue
+            batch = queue[0]
+            if batch.retry_at > now:
+                next_wake = _earliest(next_wake, batch.retry_at - now)
+                continue
+            if batch.base_sequence >= 0 and self._in_flight_tp[tp]:
+                continue  # a retry waits until the partition's earlier requests are back
+            if self._in_flight_tp[tp] and not self._idempotent and max_in_flight == 1:
+                continue
+            full = len(queue) > 1 or batch.size >= self.config.batch_size
+            if not (full or urgent or batch.payload is not None or now - batch.created >= linger):
+                next_wake = _earliest(next_wake, batch.created + linger - now)
+                continue
+            leader = cluster.leader_for(tp)
+            if leader is None:
+                self.client.request_update()
+                next_wake = _earliest(next_wake, self.config.retry_backoff_ms / 1000)
+                continue
+            if self._in_flight_node[leader] >= max_in_flight:
+                continue
+            if self._idempotent and self._in_flight_tp[tp] >= 5:
+                continue
+            size = sizes.get(leader, 0)
+            if size and size + batch.size > self.config.max_request_size:
+                continue
+            queue.popleft()
+            if not queue:
+                del self._batches[tp]
+            self._prepare(batch)
+            sizes[leader] = size + len(batch.payload or b"")
+            by_node.setdefault(leader, []).append(batch)
+        for node_id, batches in by_node.items():
+            self._in_flight_node[node_id] += 1
+            for b in batches:
+                self._in_flight_tp[b.tp] += 1
+                b.in_flight = True
+            task = asyncio.get_running_loop().create_task(self._produce(node_id, batches))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return next_wake
+
+    def _prepare(self, batch: _Batch) -> None:
+        if batch.payload is not None:
+            return
+        if self._idempotent:
+            seq = self._next_sequence[batch.tp]
+            batch.base_sequence = seq
+            batch.producer_id = self._producer_id
+            batch.producer_epoch = self._producer_epoch
+            self._next_sequence[batch.tp] = (seq + len(batch.records)) % _SEQ_WRAP
+        batch.payload = build_batch(
+            batch.records,
+            compression=self._codec,
+            compression_level=self.config.compression_level,
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence,
+        )
+
+    async def _produce(self, node_id: int, batches: list[_Batch]) -> None:
+        cls = REQUESTS[PRODUCE]
+        topics: dict[str, list] = {}
+        for b in batches:
+            b.attempts += 1
+            topics.setdefault(b.tp.topic, []).append(cls.TopicProduceData.PartitionProduceData(
+                index=b.tp.partition, records=b.payload))
+        request = cls(
+            transactional_id=None,
+            acks=self._acks,
+            timeout_ms=self.config.request_timeout_ms,
+            topic_data=[cls.TopicProduceData(name=t, partition_data=p) for t, p in topics.items()],
+        )
+        by_tp = {(b.tp.topic, b.tp.partition): b for b in batches}
+        try:
+            try:
+                response = await self.client.send(node_id, request, expect_response=self._acks != 0,
+                                                  timeout_ms=self.config.request_timeout_ms + 5_000)
+            except OdradekError as e:
+                for b in batches:
+                    self._batch_failed(b, e)
+                return
+            if response is None:
+                for b in batches:
+                    self._complete(b, -1, -1)
+                return
+            for topic in response.responses:
+                for p in topic.partition_responses:
+                    b = by_tp.pop((topic.name, p.index), None)
+                    if b is None:
+                        continue
+                    code = ErrorCode.for_code(p.error_code)
+                    if code == ErrorCode.NONE:
+                        self._complete(b, p.base_offset, p.log_append_time_ms)
+                    elif code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                        self._complete(b, p.base_offset, p.log_append_time_ms)
+                    else:
+                        self._batch_failed(b, KafkaError(code, p.error_message, context=str(b.tp)))
+            for b in by_tp.values():
+                self._batch_failed(b, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for this partition",
+                                                 context=str(b.tp)))
+        finally:
+            self._in_flight_node[node_id] -= 1
+            for b in batches:
+                self._in_flight_tp[b.tp] -= 1
+                b.in_flight = False
+            self._wake()
+
+    def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
+        self._unfinished.discard(batch)
+        self._release(batch.size - _BATCH_OVERHEAD)
+        tp = batch.tp
+        lat = log_append_time is not None and log_append_time >= 0
+        for i, future in enumerate(batch.futures):
+            if future.done():
+                continue
+            record = batch.records[i]
+            future.set_result(RecordMetadata(
+                tp.topic, tp.partition, base_offset + i if base_offset >= 0 else -1,
+                log_append_time if lat else record[3], batch.key_sizes[i], batch.value_sizes[i], lat,
+            ))
+
+    def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
+        if batch not in self._unfinished:
+            return
+        self._unfinished.discard(batch)
+        self._release(batch.size - _BATCH_OVERHEAD)
+        for future in batch.futures:
+            if not future.done():
+                future.set_exception(error)
+        queue = self._batches.get(batch.tp)
+        if queue is not None and batch in queue:
+            queue.remove(batch)
+
+    def _batch_failed(self, batch: _Batch, error: OdradekError) -> None:
+        code = getattr(error, "code", None)
+        now = time.monotonic()
+        retriable = error.retriable
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+            earlier = self._in_flight_tp[batch.tp] > 1 or any(
+                0 <= b.base_sequence < batch.base_sequence for b in self._batches.get(batch.tp, ()))
+            retriable = earlier
+            if not earlier:
+                self._pid_reset_needed = True
+                retriable = True
+        elif code in (ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_EPOCH):
+            self._pid_reset_needed = True
+            retriable = True
+        if code is not None and getattr(error, "invalid_metadata", False):
+            self.client.request_update()
+        elif code is None:
+            self.client.request_update()
+        if not retriable or now >= batch.deadline or batch.attempts > self.config.retries or self._closed:
+            self._fail_batch(batch, error)
+            return
+        batch.retry_at = now + self.client.backoff_s(batch.attempts - 1)
+        queue = self._batches.get(batch.tp)
+        if queue is None:
+            queue = self._batches[batch.tp] = collections.deque()
+        index = 0
+        for index, other in enumerate(queue):  # noqa: B007
+            if other.base_sequence < 0 or (0 <= batch.base_sequence < other.base_sequence):
+                break
+        else:
+            index = len(queue)
+        queue.insert(index, batch)
+
+    # ------------------------------------------------------------------------------------------ producer id
+
+    async def _init_producer_id(self) -> None:
+        cls = REQUESTS[INIT_PRODUCER_ID]
+
+        async def attempt() -> Any:
+            response = await self.client.send_any(
+                lambda v: cls(transactional_id=None, transaction_timeout_ms=60_000), api_key=INIT_PRODUCER_ID)
+            if response.error_code:
+                raise KafkaError(response.error_code, context="InitProducerId")
+            return response
+
+        response = await self.client.call(attempt, what="InitProducerId")
+        self._producer_id = response.producer_id
+        self._producer_epoch = response.producer_epoch
+
+    async def _reset_producer_id(self) -> None:
+        await self._init_producer_id()
+        self._next_sequence.clear()
+        self._pid_reset_needed = False
+        for queue in self._batches.values():
+            for b in queue:
+                if b.base_sequence >= 0 and not b.in_flight:
+                    b.base_sequence = -1
+                    b.payload = None
+        for queue in self._batches.values():
+            ordered = sorted(queue, key=lambda b: b.created)
+            queue.clear()
+            queue.extend(ordered)
+
+    @property
+    def producer_id(self) -> tuple[int, int]:
+        return self._producer_id, self._producer_epoch
+
+
+def _earliest(current: float | None, candidate: float) -> float:
+    candidate = max(candidate, 0.0)
+    return candidate if current is None else min(current, candidate)
+
+
+def _outcome(future: asyncio.Future) -> tuple[RecordMetadata | None, BaseException | None]:
+    if future.cancelled():
+        return None, asyncio.CancelledError()
+    error = future.exception()
+    return (None, error) if error is not None else (future.result(), None)

@@ -1,0 +1,454 @@
+"""The group coordinator: one method per API, over the shards of `__consumer_offsets` this broker leads.
+
+Theory of operation
+-------------------
+A group lives in partition `partition_for(group_id)` of `__consumer_offsets`; the broker that leads that
+partition coordinates the group. `GroupCoordinator` routes each request to its partition's shard through
+the runtime (runtime.py), translates between the wire messages of every version and the shard's terms,
+and answers NOT_COORDINATOR for groups of partitions it does not hold.
+
+Methods take the decoded request, its API version and `now_ms` (nothing here reads a clock), and return
+the response message, or a `Deferred` of it for the APIs that write (their response waits until the
+records are durable) and for the long polls (JoinGroup and SyncGroup wait for the rebalance). A Deferred
+never fails: errors are answered in the response, as Kafka answers them.
+
+Timers (session expiry, rebalance and initial delays, offset retention) are tasks on the shared timing
+wheel passed in as `timer`; the broker advances it. The broker tells the coordinator which partitions it
+leads (`on_elected` / `on_resigned`) and, with replication, how far they are committed (`on_committed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import (
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    FindCoordinatorResponse,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    ListGroupsResponse,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from odradek.replication.timing_wheel import Timer
+
+from .classic import join_error, sync_response
+from .classic_group import ClassicGroup, ClassicGroupState
+from .config import GroupCoordinatorConfig
+from .consumer import ALL_GROUP_OPERATIONS
+from .offsets import PartitionCommit
+from .partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
+from .runtime import (
+    CoordinatorError,
+    CoordinatorRuntime,
+    Deferred,
+    PartitionWriter,
+    Result,
+    gather,
+)
+from .shard import GroupCoordinatorShard
+from .topics import TopicsView
+
+__all__ = ["CoordinatorLocation", "GroupCoordinator"]
+
+INT32_MIN = -(1 << 31)
+
+# (node_id, host, port) of the leader of an internal topic's partition, or None if it has none.
+CoordinatorLocation = tuple[int, str, int]
+Locate = Callable[[str, int], "CoordinatorLocation | None"]
+
+_ERROR_MESSAGES = {
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+    ErrorCode.INVALID_REQUEST: "Unknown coordinator key type.",
+}
+
+
+def error_code_of(error: BaseException) -> ErrorCode:
+    """The code a failed write is answered with (Kafka's GroupCoordinatorService.handleOperationException)."""
+    code = getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+    try:
+        code = ErrorCode(code)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return code
+
+
+class GroupCoordinator:
+    def __init__(self, writer: PartitionWriter, timer: Timer, config: GroupCoordinatorConfig | None = None,
+                 topics: TopicsView | None = None) -> None:
+        self.config = config if config is not None else GroupCoordinatorConfig()
+        self.topics = topics
+        self.timer = timer
+        self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
+            writer, lambda p: GroupCoordinatorShard(p, self.config, self.runtime, topics), timer)
+
+    # ------------------------------------------------------------------------------------------------
+    # Partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    def on_elected(self, partition: int, now_ms: int) -> None:
+        """This broker now leads `partition` of __consumer_offsets: load its groups from the log."""
+        self.runtime.load(partition, now_ms)
+
+    def on_resigned(self, partition: int) -> None:
+        self.runtime.unload(partition)
+
+    def startup(self, now_ms: int, partitions: list[int] | None = None) -> None:
+        """Load `partitions` (default: all of them, as the only broker of a cluster does)."""
+        for p in range(self.config.offsets_topic_num_partitions) if partitions is None else partitions:
+            self.on_elected(p, now_ms)
+
+    def shutdown(self) -> None:
+        for p in self.runtime.partitions:
+            self.on_resigned(p)
+
+    def on_committed(self, partition: int, committed_offset: int) -> None:
+        """The partition's high watermark reached `committed_offset` (replication's hook)."""
+        self.runtime.on_committed(partition, committed_offset)
+
+    def shard_for(self, group_id: str) -> GroupCoordinatorShard:
+        return self.runtime.shard(self.partition_for(group_id))
+
+    def _write(self, group_id: str, op: Callable[[GroupCoordinatorShard], Result], now_ms: int) -> Deferred:
+        return self.runtime.write(self.partition_for(group_id), op, now_ms)
+
+    # ------------------------------------------------------------------------------------------------
+    # FindCoordinator (10)
+
+    def find_coordinator(self, request, version: int, locate: Locate) -> FindCoordinatorResponse:
+        """`locate(topic, partition)` is the broker's answer to "who leads this internal partition"."""
+        keys = list(request.coordinator_keys) if version >= 4 else [request.key]
+        found = [self._locate(request.key_type, key, locate) for key in keys]
+        if version >= 4:
+            return FindCoordinatorResponse(coordinators=[
+                FindCoordinatorResponse.Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=error,
+                                                    error_message=_ERROR_MESSAGES.get(error))
+                for key, (error, node_id, host, port) in zip(keys, found)
+            ])
+        error, node_id, host, port = found[0]
+        return FindCoordinatorResponse(error_code=error, error_message=_ERROR_MESSAGES.get(error) if version >= 1 else None,
+                                       node_id=node_id, host=host, port=port)
+
+    def _locate(self, key_type: int, key: str, locate: Locate) -> tuple[ErrorCode, int, str, int]:
+        if key_type == 0:
+            topic, partition = CONSUMER_OFFSETS_TOPIC, self.partition_for(key)
+        elif key_type == 1:
+            topic = TRANSACTION_STATE_TOPIC
+            partition = partition_for(key, self.config.transaction_state_log_num_partitions)
+        else:
+            return ErrorCode.INVALID_REQUEST, -1, "", -1
+        location = locate(topic, partition)
+        if location is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        node_id, host, port = location
+        return ErrorCode.NONE, node_id, host, port
+
+    # ------------------------------------------------------------------------------------------------
+    # JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13)
+
+    def join_group(self, request, version: int, now_ms: int, client_id: str = "",
+                   client_host: str = "") -> Deferred[JoinGroupResponse]:
+        if version == 0:
+            request.rebalance_timeout_ms = request.session_timeout_ms
+        response: Deferred[JoinGroupResponse] = Deferred()
+        if not request.group_id:
+            response.complete(join_error(request.member_id, ErrorCode.INVALID_GROUP_ID))
+        elif not (self.config.group_min_session_timeout_ms <= request.session_timeout_ms
+                  <= self.config.group_max_session_timeout_ms):
+            response.complete(join_error(request.member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
+        else:
+            written = self._write(request.group_id, lambda shard: shard.classic.join(
+                request, version, client_id, client_host, response, now_ms), now_ms)
+            _answer_failure(written, response, lambda code: join_error(request.member_id, code))
+        return response.then(lambda r: _join_for_version(r, version))
+
+    def sync_group(self, request, version: int, now_ms: int) -> Deferred[SyncGroupResponse]:
+        response: Deferred[SyncGroupResponse] = Deferred()
+        if not request.group_id:
+            response.complete(sync_response(ErrorCode.INVALID_GROUP_ID))
+            return response
+        written = self._write(request.group_id, lambda shard: shard.classic.sync(request, version, response, now_ms),
+                              now_ms)
+        _answer_failure(written, response, sync_response)
+        return response
+
+    def heartbeat(self, request, version: int, now_ms: int) -> Deferred[HeartbeatResponse]:
+        if not request.group_id:
+            return Deferred.completed(HeartbeatResponse(error_code=ErrorCode.INVALID_GROUP_ID))
+        written = self._write(request.group_id, lambda shard: shard.classic.heartbeat(request, now_ms), now_ms)
+        return written.then(lambda code: HeartbeatResponse(error_code=code),
+                            lambda e: HeartbeatResponse(error_code=error_code_of(e)))
+
+    def leave_group(self, request, version: int, now_ms: int) -> Deferred[LeaveGroupResponse]:
+        if version <= 2:
+            identities = [(request.member_id, None)]
+        else:
+            identities = [(m.member_id, m.group_instance_id) for m in request.members]
+        if not request.group_id:
+            return Deferred.completed(_leave_response(version, ErrorCode.INVALID_GROUP_ID, []))
+        written = self._write(request.group_id, lambda shard: shard.classic.leave(request.group_id, identities, now_ms),
+                              now_ms)
+        return written.then(lambda r: _leave_response(version, *r),
+                            lambda e: _leave_response(version, error_code_of(e), []))
+
+    # ------------------------------------------------------------------------------------------------
+    # OffsetCommit (8), OffsetFetch (9), OffsetDelete (47)
+
+    def offset_commit(self, request, version: int, now_ms: int) -> Deferred[OffsetCommitResponse]:
+        partitions = [
+            PartitionCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                            p.committed_metadata)
+            for topic in request.topics for p in topic.partitions
+        ]
+
+        def respond(errors: list[ErrorCode]) -> OffsetCommitResponse:
+            it = iter(errors)
+            return OffsetCommitResponse(topics=[
+                OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
+                    OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=next(it))
+                    for p in topic.partitions
+                ])
+                for topic in request.topics
+            ])
+
+        if not request.group_id:
+            return Deferred.completed(respond([ErrorCode.INVALID_GROUP_ID] * len(partitions)))
+        retention_time_ms = request.retention_time_ms if 2 <= version <= 4 else -1
+        written = self._write(request.group_id, lambda shard: shard.offset_manager.commit(
+            request.group_id, request.member_id, request.group_instance_id, request.generation_id_or_member_epoch,
+            retention_time_ms, partitions, version, now_ms), now_ms)
+        return written.then(respond, lambda e: respond([error_code_of(e)] * len(partitions)))
+
+    def offset_fetch(self, request, version: int, now_ms: int) -> OffsetFetchResponse:
+        if version <= 7:
+            topics = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+            error, results = self._fetch_group(request.group_id, None, -1, topics)
+            return _fetch_response_v1_to_v7(version, error, results, topics)
+        groups = []
+        for group in request.groups:
+            topics = None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
+            error, results = self._fetch_group(group.group_id, group.member_id, group.member_epoch, topics)
+            groups.append(_fetch_group_response(group.group_id, error, results))
+        return OffsetFetchResponse(groups=groups)
+
+    def _fetch_group(self, group_id: str, member_id: str | None, member_epoch: int, topics):
+        try:
+            shard = self.shard_for(group_id)
+        except CoordinatorError as e:
+            return e.error_code, []
+        return shard.offset_manager.fetch(group_id, member_id, member_epoch, topics)
+
+    def offset_delete(self, request, version: int, now_ms: int) -> Deferred[OffsetDeleteResponse]:
+        topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+
+        def respond(result) -> OffsetDeleteResponse:
+            error, results = result
+            topic_cls = OffsetDeleteResponse.OffsetDeleteResponseTopic
+            return OffsetDeleteResponse(error_code=error, topics=[
+                topic_cls(name=topic, partitions=[
+                    topic_cls.OffsetDeleteResponsePartition(partition_index=p, error_code=code) for p, code in parts])
+                for topic, parts in results
+            ])
+
+        if not request.group_id:
+            return Deferred.completed(respond((ErrorCode.INVALID_GROUP_ID, [])))
+        written = self._write(request.group_id, lambda shard: shard.offset_manager.delete(request.group_id, topics),
+                              now_ms)
+        return written.then(respond, lambda e: respond((error_code_of(e), [])))
+
+    # ------------------------------------------------------------------------------------------------
+    # DescribeGroups (15), ListGroups (16), DeleteGroups (42)
+
+    def describe_groups(self, request, version: int, now_ms: int) -> DescribeGroupsResponse:
+        include_ops = version >= 3 and request.include_authorized_operations
+        return DescribeGroupsResponse(groups=[self._describe_group(g, version, include_ops) for g in request.groups])
+
+    def _describe_group(self, group_id: str, version: int, include_ops: bool):
+        described_cls = DescribeGroupsResponse.DescribedGroup
+        if not group_id:
+            return described_cls(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id)
+        try:
+            shard = self.shard_for(group_id)
+        except CoordinatorError as e:
+            return described_cls(error_code=e.error_code, group_id=group_id)
+        group = shard.group(group_id)
+        if not isinstance(group, ClassicGroup) or group.is_in(ClassicGroupState.DEAD):
+            if version >= 6:
+                return described_cls(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id,
+                                     error_message=f"Group {group_id} not found.")
+            return described_cls(error_code=ErrorCode.NONE, group_id=group_id, group_state=str(ClassicGroupState.DEAD))
+        stable = group.is_in(ClassicGroupState.STABLE)
+        member_cls = described_cls.DescribedGroupMember
+        members = [
+            member_cls(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata(group.protocol_name) if stable else b"",
+                member_assignment=m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        ]
+        return described_cls(
+            error_code=ErrorCode.NONE,
+            group_id=group_id,
+            group_state=str(group.state),
+            protocol_type=group.protocol_type or "",
+            protocol_data=(group.protocol_name or "") if stable else "",
+            members=members,
+            authorized_operations=ALL_GROUP_OPERATIONS if include_ops else INT32_MIN,
+        )
+
+    def list_groups(self, request, version: int, now_ms: int) -> ListGroupsResponse:
+        states = {s.lower() for s in request.states_filter} if version >= 4 else set()
+        types = {t.lower() for t in request.types_filter} if version >= 5 else set()
+        groups = []
+        for partition in self.runtime.partitions:
+            for group_id, protocol_type, state, group_type in self.runtime.shard(partition).list_groups():
+                if states and state.lower() not in states:
+                    continue
+                if types and group_type not in types:
+                    continue
+                groups.append(ListGroupsResponse.ListedGroup(group_id=group_id, protocol_type=protocol_type,
+                                                             group_state=state, group_type=group_type))
+        return ListGroupsResponse(error_code=ErrorCode.NONE, groups=groups)
+
+    def delete_groups(self, request, version: int, now_ms: int) -> Deferred[DeleteGroupsResponse]:
+        by_partition: dict[int, list[str]] = {}
+        for group_id in dict.fromkeys(request.groups_names):
+            if group_id:
+                by_partition.setdefault(self.partition_for(group_id), []).append(group_id)
+        parts = []
+        for partition, group_ids in by_partition.items():
+            written = self.runtime.write(partition, lambda shard, ids=group_ids: shard.delete_groups(ids, now_ms), now_ms)
+            parts.append(written.then(lambda results: results,
+                                      lambda e, ids=group_ids: [(g, error_code_of(e)) for g in ids]))
+
+        def respond(per_partition: list[list[tuple[str, ErrorCode]]]) -> DeleteGroupsResponse:
+            codes = {group_id: code for results in per_partition for group_id, code in results}
+            return DeleteGroupsResponse(results=[
+                DeleteGroupsResponse.DeletableGroupResult(
+                    group_id=group_id, error_code=codes.get(group_id, ErrorCode.INVALID_GROUP_ID))
+                for group_id in request.groups_names
+            ])
+
+        return gather(parts).then(respond)
+
+    # ------------------------------------------------------------------------------------------------
+    # ConsumerGroupHeartbeat (68), ConsumerGroupDescribe (69)
+
+    def consumer_group_heartbeat(self, request, version: int, now_ms: int, client_id: str = "",
+                                 client_host: str = "") -> Deferred[ConsumerGroupHeartbeatResponse]:
+        if not request.group_id:
+            return Deferred.completed(ConsumerGroupHeartbeatResponse(
+                error_code=ErrorCode.INVALID_REQUEST, error_message="GroupId can't be empty."))
+        written = self._write(request.group_id, lambda shard: shard.consumer.heartbeat(
+            request, version, client_id, client_host, now_ms), now_ms)
+        return written.then(lambda r: r, lambda e: ConsumerGroupHeartbeatResponse(error_code=error_code_of(e)))
+
+    def consumer_group_describe(self, request, version: int, now_ms: int) -> ConsumerGroupDescribeResponse:
+        described_cls = ConsumerGroupDescribeResponse.DescribedGroup
+        groups = []
+        for group_id in request.group_ids:
+            if not group_id:
+                groups.append(described_cls(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id))
+                continue
+            try:
+                shard = self.shard_for(group_id)
+            except CoordinatorError as e:
+                groups.append(described_cls(error_code=e.error_code, group_id=group_id))
+                continue
+            groups.append(shard.consumer.describe(group_id, request.include_authorized_operations, version))
+        return ConsumerGroupDescribeResponse(groups=groups)
+
+
+def _answer_failure(written: Deferred, response: Deferred, error_response: Callable[[ErrorCode], object]) -> None:
+    """A long poll whose write failed (not coordinator, append error) is answered with the error."""
+
+    def on_written(d: Deferred) -> None:
+        if d.failed_with is not None:
+            response.complete(error_response(error_code_of(d.failed_with)))
+
+    written.add_callback(on_written)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Version shaping
+
+
+def _join_for_version(response: JoinGroupResponse, version: int) -> JoinGroupResponse:
+    if version < 7 and response.protocol_name is None:
+        response.protocol_name = ""
+    if version < 9:
+        response.skip_assignment = False
+    return response
+
+
+def _leave_response(version: int, error: ErrorCode, results) -> LeaveGroupResponse:
+    if version <= 2:
+        if error is ErrorCode.NONE and results:
+            error = results[0][2]
+        return LeaveGroupResponse(error_code=error)
+    return LeaveGroupResponse(error_code=error, members=[
+        LeaveGroupResponse.MemberResponse(member_id=member_id, group_instance_id=instance_id, error_code=code)
+        for member_id, instance_id, code in results
+    ])
+
+
+def _fetch_group_response(group_id: str, error: ErrorCode, results):
+    group_cls = OffsetFetchResponse.OffsetFetchResponseGroup
+    topic_cls = group_cls.OffsetFetchResponseTopics
+    partition_cls = topic_cls.OffsetFetchResponsePartitions
+    return group_cls(group_id=group_id, error_code=error, topics=[
+        topic_cls(name=topic, partitions=[
+            partition_cls(
+                partition_index=p,
+                committed_offset=o.committed_offset if o is not None else -1,
+                committed_leader_epoch=o.leader_epoch if o is not None else -1,
+                metadata=o.metadata if o is not None else "",
+                error_code=ErrorCode.NONE,
+            )
+            for p, o in parts
+        ])
+        for topic, parts in results
+    ])
+
+
+def _fetch_response_v1_to_v7(version: int, error: ErrorCode, results, requested) -> OffsetFetchResponse:
+    topic_cls = OffsetFetchResponse.OffsetFetchResponseTopic
+    partition_cls = topic_cls.OffsetFetchResponsePartition
+    if error is not ErrorCode.NONE:
+        # v1 has no top-level error: every requested partition carries it.
+        results = [(topic, [(p, None) for p in parts]) for topic, parts in (requested or [])] if version < 2 else []
+    topics = [
+        topic_cls(name=topic, partitions=[
+            partition_cls(
+                partition_index=p,
+                committed_offset=o.committed_offset if o is not None else -1,
+                committed_leader_epoch=o.leader_epoch if o is not None and version >= 5 else -1,
+                metadata=o.metadata if o is not None else "",
+                error_code=error if version < 2 else ErrorCode.NONE,
+            )
+            for p, o in parts
+        ])
+        for topic, parts in results
+    ]
+    return OffsetFetchResponse(topics=topics, error_code=error if version >= 2 else ErrorCode.NONE)

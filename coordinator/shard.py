@@ -1,0 +1,238 @@
+"""One partition of `__consumer_offsets`: the groups that hash to it, as a replicated state machine.
+
+Theory of operation
+-------------------
+The shard's replicated state is three tables, changed only by `replay(record)`:
+
+    offsets          group -> (topic, partition) -> OffsetAndMetadata     OffsetCommit records
+    group_metadata   classic group -> its last stable GroupMetadata value  GroupMetadata records
+    consumer_groups  KIP-848 group -> ConsumerGroup                        ConsumerGroup* records
+
+`replicated_state()` returns them; replaying the records an operation wrote onto a fresh shard gives the
+same tables (the property the tests check). On top, while this broker leads the partition, the shard
+keeps the live classic groups (classic_group.py explains why a rebalance in flight is not replicated):
+built from `group_metadata` when the partition is loaded, created on first JoinGroup, and for a group
+known only by its committed offsets (a "simple" group) on first use.
+
+The shard is also the managers' window on the runtime: timers (`schedule`, `cancel`), follow-up writes
+(`submit`), the clock, member ids, and the topics view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from odradek.protocol.errors import ErrorCode
+
+from .classic import ClassicGroupManager
+from .classic_group import ClassicGroup, ClassicGroupState
+from .config import GroupCoordinatorConfig
+from .consumer import ConsumerGroupManager
+from .consumer_group import ConsumerGroup
+from .offsets import OffsetAndMetadata, OffsetManager
+from .records import CoordinatorRecord, RecordType, group_metadata_tombstone
+from .runtime import Batch, CoordinatorError, Result
+from .topics import TopicsView
+
+if TYPE_CHECKING:
+    from .runtime import CoordinatorRuntime
+
+__all__ = ["GroupCoordinatorShard"]
+
+_OFFSET_TYPES = (RecordType.OFFSET_COMMIT, RecordType.OFFSET_COMMIT_LEGACY)
+_CONSUMER_TYPES = (
+    RecordType.CONSUMER_GROUP_METADATA,
+    RecordType.CONSUMER_GROUP_MEMBER_METADATA,
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+)
+
+
+class GroupCoordinatorShard:
+    def __init__(self, partition: int, config: GroupCoordinatorConfig, runtime: CoordinatorRuntime | None = None,
+                 topics: TopicsView | None = None) -> None:
+        self.partition = partition
+        self.config = config
+        self.topics = topics
+        self._runtime = runtime
+        # Replicated state: changed by replay() only.
+        self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        self.group_metadata: dict[str, Any] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        # The leader's live classic groups.
+        self.classic_groups: dict[str, ClassicGroup] = {}
+        self.classic = ClassicGroupManager(self)
+        self.offset_manager = OffsetManager(self)
+        self.consumer = ConsumerGroupManager(self)
+
+    # ------------------------------------------------------------------------------------------------
+    # Replication
+
+    def replay(self, record: CoordinatorRecord) -> None:
+        if record.type in _OFFSET_TYPES:
+            self.offset_manager.replay(record)
+        elif record.type is RecordType.GROUP_METADATA:
+            if record.value is None:
+                self.group_metadata.pop(record.key.group, None)
+            else:
+                self.group_metadata[record.key.group] = record.value
+        elif record.type in _CONSUMER_TYPES:
+            self.consumer.replay(record)
+
+    def replicated_state(self) -> dict[str, Any]:
+        return {
+            "offsets": {g: dict(o) for g, o in self.offsets.items()},
+            "group_metadata": dict(self.group_metadata),
+            "consumer_groups": {g: _consumer_group_state(c) for g, c in self.consumer_groups.items()},
+        }
+
+    def on_loaded(self, now_ms: int) -> None:
+        for group_id, value in self.group_metadata.items():
+            if group_id not in self.consumer_groups:
+                group = ClassicGroup.from_record(group_id, value)
+                self.classic_groups[group_id] = group
+                self.classic.on_loaded(group, now_ms)
+        self.consumer.on_loaded(now_ms)
+        self._schedule_cleanup(now_ms)
+
+    def on_unloaded(self) -> None:
+        for group in self.classic_groups.values():
+            for member in group.members.values():
+                self.classic._fence(member, ErrorCode.NOT_COORDINATOR)
+        self.classic_groups.clear()
+
+    # ------------------------------------------------------------------------------------------------
+    # Groups
+
+    def live_classic_group(self, group_id: str) -> ClassicGroup | None:
+        return self.classic_groups.get(group_id)
+
+    def classic_group(self, group_id: str) -> ClassicGroup | None:
+        """The live classic group, built from its record or its offsets if not built yet."""
+        group = self.classic_groups.get(group_id)
+        if group is not None or group_id in self.consumer_groups:
+            return group
+        value = self.group_metadata.get(group_id)
+        if value is not None:
+            group = self.classic_groups[group_id] = ClassicGroup.from_record(group_id, value)
+            self.classic.on_loaded(group, self.now_ms())
+        elif group_id in self.offsets:
+            group = self.classic_groups[group_id] = ClassicGroup(group_id)
+        return group
+
+    def group(self, group_id: str) -> ClassicGroup | ConsumerGroup | None:
+        consumer_group = self.consumer_groups.get(group_id)
+        return consumer_group if consumer_group is not None else self.classic_group(group_id)
+
+    def create_classic_group(self, group_id: str, now_ms: int) -> ClassicGroup:
+        group = self.classic_groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=now_ms)
+        return group
+
+    def delete_classic_group(self, group: ClassicGroup, out: Batch, now_ms: int) -> None:
+        out.records.append(group_metadata_tombstone(group.group_id))
+        self.classic.on_deleted(group, now_ms)
+        self.classic_groups.pop(group.group_id, None)
+
+    def group_ids(self) -> list[str]:
+        ids = dict.fromkeys(self.classic_groups)
+        ids.update(dict.fromkeys(self.group_metadata))
+        ids.update(dict.fromkeys(self.offsets))
+        ids.update(dict.fromkeys(self.consumer_groups))
+        return list(ids)
+
+    # -- DeleteGroups --
+
+    def delete_groups(self, group_ids: list[str], now_ms: int) -> Result:
+        """Response: [(group_id, error)]."""
+        out = Batch()
+        results = []
+        for group_id in group_ids:
+            group = self.group(group_id)
+            if group is None:
+                results.append((group_id, ErrorCode.GROUP_ID_NOT_FOUND))
+                continue
+            try:
+                group.validate_delete_group()
+            except CoordinatorError as e:
+                results.append((group_id, e.error_code))
+                continue
+            self.offset_manager.delete_all(group_id, out)
+            self._delete_group(group, out, now_ms)
+            results.append((group_id, ErrorCode.NONE))
+        return out.result(results)
+
+    def _delete_group(self, group: ClassicGroup | ConsumerGroup, out: Batch, now_ms: int) -> None:
+        if isinstance(group, ClassicGroup):
+            self.delete_classic_group(group, out, now_ms)
+        else:
+            self.consumer.delete_group(group.group_id, out)
+
+    # -- ListGroups --
+
+    def list_groups(self) -> list[tuple[str, str, str, str]]:
+        """[(group_id, protocol_type, state, type)] of every group that is not dead."""
+        listed = []
+        for group_id in self.group_ids():
+            group = self.group(group_id)
+            if group is None:
+                continue
+            if isinstance(group, ClassicGroup):
+                if group.is_in(ClassicGroupState.DEAD):
+                    continue
+                listed.append((group_id, group.protocol_type or "", str(group.state), "classic"))
+            else:
+                listed.append((group_id, "consumer", str(group.state), "consumer"))
+        return listed
+
+    # -- retention --
+
+    def _schedule_cleanup(self, now_ms: int) -> None:
+        self.schedule(("cleanup-group-metadata",), now_ms + self.config.offsets_retention_check_interval_ms,
+                      lambda shard, now: shard.cleanup_group_metadata(now))
+
+    def cleanup_group_metadata(self, now_ms: int) -> Result:
+        """Expire offsets that outlived their retention; delete groups left empty and without offsets."""
+        out = Batch()
+        for group_id in self.group_ids():
+            if self.offset_manager.expire(group_id, now_ms, out):
+                group = self.group(group_id)
+                if group is not None and group.is_empty and not getattr(group, "pending_members", None):
+                    self._delete_group(group, out, now_ms)
+        self._schedule_cleanup(now_ms)
+        return out.result()
+
+    # ------------------------------------------------------------------------------------------------
+    # The runtime, for the managers
+
+    def schedule(self, key: Any, deadline_ms: int, op: Callable[[GroupCoordinatorShard, int], Result]) -> None:
+        if self._runtime is not None:
+            self._runtime.schedule(self.partition, key, deadline_ms, op)
+
+    def cancel(self, key: Any) -> None:
+        if self._runtime is not None:
+            self._runtime.cancel(self.partition, key)
+
+    def submit(self, op: Callable[[GroupCoordinatorShard, int], Result]) -> None:
+        """Run `op` as a write of its own, after the current one."""
+        if self._runtime is not None:
+            now_ms = self.now_ms()
+            self._runtime.write(self.partition, lambda shard: op(shard, now_ms), now_ms)
+
+    def now_ms(self) -> int:
+        return self._runtime.clock_ms if self._runtime is not None else 0
+
+    def new_member_id(self, prefix: str) -> str:
+        return f"{prefix}-{self.config.uuid_factory()}"
+
+    def topic_partition_exists(self, topic: str, partition: int) -> bool:
+        if self.topics is None:
+            return True
+        info = self.topics.topic_by_name(topic)
+        return info is not None and 0 <= partition < info.num_partitions
+
+
+def _consumer_group_state(group: ConsumerGroup) -> tuple:
+    return (group.group_epoch, group.metadata_hash, group.assignment_epoch, dict(group.members),
+            dict(group.target_assignment), dict(group.partition_epochs), dict(group.static_members))

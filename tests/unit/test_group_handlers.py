@@ -1,0 +1,139 @@
+"""The group and offset handlers: registered versions, and coordinator Deferreds adapted to asyncio futures."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from odradek.broker.handlers import load_handlers
+from odradek.broker.handlers.groups import handle_find_coordinator, handle_join_group, handle_sync_group
+from odradek.broker.handlers.offsets import handle_offset_commit, handle_offset_fetch
+from odradek.protocol.messages import (
+    FindCoordinatorRequest,
+    JoinGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+
+from .test_group_support import DELAY_MS, Harness, subscription
+
+VERSIONS = {8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5),
+            42: (0, 2), 47: (0, 0), 68: (0, 1), 69: (0, 1)}
+
+
+class FakeBroker:
+    node_id = 3
+    advertised_endpoint = ("broker-3", 9092)
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.groups = h.gc
+        self.state_changes = 0
+
+    def now_ms(self) -> int:
+        return self.h.now
+
+    def after_state_change(self) -> None:
+        self.state_changes += 1
+
+
+def ctx(version: int, client_id: str | None = "client"):
+    return SimpleNamespace(api_version=version, header=SimpleNamespace(client_id=client_id), client_host="10.1.2.3")
+
+
+def test_registered_versions():
+    registry = load_handlers()
+    for api_key, (low, high) in VERSIONS.items():
+        registration = registry[api_key]
+        assert (registration.min_version, registration.max_version) == (low, high), api_key
+
+
+def test_find_coordinator_defaults_to_this_broker():
+    broker = FakeBroker(Harness())
+    response = handle_find_coordinator(broker, ctx(3), FindCoordinatorRequest(key="g"))
+    assert (response.error_code, response.node_id, response.host, response.port) == (0, 3, "broker-3", 9092)
+
+
+async def test_long_polls_become_futures_and_completed_results_messages():
+    h = Harness()
+    broker = FakeBroker(h)
+    protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=subscription("t"))]
+    join = JoinGroupRequest(group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=30_000, member_id="",
+                            protocol_type="consumer", protocols=protocols)
+    first = handle_join_group(broker, ctx(5), join)
+    assert first.error_code == 79  # answered at once: a message, not a future
+    join.member_id = first.member_id
+    pending = handle_join_group(broker, ctx(5, client_id=None), join)
+    assert isinstance(pending, asyncio.Future) and not pending.done()
+    h.advance(DELAY_MS)
+    response = await asyncio.wait_for(pending, 1)
+    assert response.error_code == 0 and response.generation_id == 1
+    assert h.group("g").members[first.member_id].client_host == "10.1.2.3"
+    sync = handle_sync_group(broker, ctx(3), SyncGroupRequest(
+        group_id="g", generation_id=1, member_id=first.member_id,
+        assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=first.member_id, assignment=b"a")]))
+    assert sync.assignment == b"a"
+    topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = handle_offset_commit(broker, ctx(8), OffsetCommitRequest(
+        group_id="g", generation_id_or_member_epoch=1, member_id=first.member_id,
+        topics=[topic(name="t", partitions=[topic.OffsetCommitRequestPartition(partition_index=0, committed_offset=4,
+                                                                               committed_metadata=None)])]))
+    assert commit.topics[0].partitions[0].error_code == 0
+    fetched = handle_offset_fetch(broker, ctx(5), OffsetFetchRequest(group_id="g", topics=None))
+    assert fetched.topics[0].partitions[0].committed_offset == 4
+    assert broker.state_changes >= 4
+
+
+def test_every_response_encodes_in_every_served_version():
+    """Fields absent from a version must hold their defaults: encoding each response proves it."""
+    from odradek.protocol.messages import (
+        ConsumerGroupHeartbeatRequest,
+        DeleteGroupsRequest,
+        HeartbeatRequest,
+        LeaveGroupRequest,
+        OffsetDeleteRequest,
+    )
+
+    for version in range(10):
+        h = Harness()
+        first = h.join("g", version=version, instance_id="i" if version >= 5 and version % 2 else None)
+        if first.done and first.result().error_code == 79:
+            first.result().encode(version)
+            first = h.join("g", first.result().member_id, version=version)
+        h.advance(2 * DELAY_MS)
+        joined = first.result()
+        assert joined.error_code == 0, (version, joined)
+        joined.encode(version)
+        instance_id = "i" if version >= 5 and version % 2 else None
+        static_rejoin = h.join("g", version=version, instance_id=instance_id) if instance_id else None
+        if static_rejoin is not None:
+            static_rejoin.result().encode(version)
+            joined = static_rejoin.result()
+        member_id, generation = joined.member_id, joined.generation_id
+        for sync_version in range(min(version, 5) + 1):
+            h.sync("g", member_id, generation, {member_id: b"x"}, version=sync_version,
+                   instance_id=instance_id if sync_version >= 3 else None).result().encode(sync_version)
+        for hb_version in range(5):
+            h.gc.heartbeat(HeartbeatRequest(group_id="g", generation_id=generation, member_id=member_id,
+                                            group_instance_id=instance_id if hb_version >= 3 else None),
+                           hb_version, h.now).result().encode(hb_version)
+        for commit_version in range(2, 10):
+            h.commit("g", {("t", 0): commit_version}, generation=generation, member_id=member_id,
+                     instance_id=instance_id, version=commit_version).encode(commit_version)
+    for leave_version in range(6):
+        h = Harness()
+        members = [("nobody", None)] if leave_version <= 2 else [("nobody", None), ("", "x")]
+        h.leave("g", *members, version=leave_version).encode(leave_version)
+        h.commit("g", {("t", 0): 1})
+        leave = LeaveGroupRequest(group_id="g", member_id="m") if leave_version <= 2 else LeaveGroupRequest(
+            group_id="g", members=[LeaveGroupRequest.MemberIdentity(member_id="m")])
+        h.gc.leave_group(leave, leave_version, h.now).result().encode(leave_version)
+    h = Harness()
+    for version in range(3):
+        h.gc.delete_groups(DeleteGroupsRequest(groups_names=["a", "b"]), version, h.now).result().encode(version)
+    h.gc.offset_delete(OffsetDeleteRequest(group_id="a"), 0, h.now).result().encode(0)
+    for version in range(2):
+        request = ConsumerGroupHeartbeatRequest(group_id="cg", member_id="m", member_epoch=0, rebalance_timeout_ms=1,
+                                                subscribed_topic_names=["t"], topic_partitions=[])
+        h.gc.consumer_group_heartbeat(request, version, h.now).result().encode(version)
