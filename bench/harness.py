@@ -81,6 +81,8 @@ def throughput_metrics(r: dict) -> dict:
         "server_rss_mib": mem.get("VmRSS", 0) / 1024 if mem else None,
         "server_peak_rss_mib": mem.get("VmHWM", 0) / 1024 if mem else None,
         "other_load_cores": r.get("other_cpu_s", 0.0) / r["server_wall_s"] if r.get("server_wall_s") else None,
+        "records_per_request": n / r["requests"] if r.get("requests") else None,
+        "request_kib": r["wire_bytes"] / r["requests"] / 1024 if r.get("requests") and r.get("wire_bytes") else None,
         "errors": r.get("errors", 0) + r.get("undelivered", 0),
     }
 

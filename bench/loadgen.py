@@ -58,6 +58,44 @@ def make_values(size: int, n: int = 1024) -> list[bytes]:
     return values
 
 
+class Stats:
+    """librdkafka's statistics: requests and wire bytes, summed over the brokers, at two points in time."""
+
+    def __init__(self):
+        self.seq = 0
+        self.raw = None
+
+    def cb(self, raw: str) -> None:
+        self.raw = raw
+        self.seq += 1
+
+    def snapshot(self, client, timeout_s: float = 1.5) -> dict | None:
+        """Wait for a fresh statistics callback (served by poll/consume) and sum its counters."""
+        seq, deadline = self.seq, time.monotonic() + timeout_s
+        while self.seq == seq and time.monotonic() < deadline:
+            if isinstance(client, Producer):
+                client.poll(0.05)
+            else:
+                client.consume(num_messages=1, timeout=0.05)
+        if self.raw is None:
+            return None
+        d = json.loads(self.raw)
+        out = {"produce_requests": 0, "fetch_requests": 0, "tx_bytes": 0, "rx_bytes": 0}
+        for b in d.get("brokers", {}).values():
+            req = b.get("req", {})
+            out["produce_requests"] += req.get("Produce", 0)
+            out["fetch_requests"] += req.get("Fetch", 0)
+            out["tx_bytes"] += b.get("txbytes", 0)
+            out["rx_bytes"] += b.get("rxbytes", 0)
+        return out
+
+
+def stats_delta(a: dict | None, b: dict | None) -> dict:
+    if not a or not b:
+        return {}
+    return {k: b[k] - a[k] for k in a}
+
+
 def producer_conf(spec: dict) -> dict:
     conf = {
         "bootstrap.servers": spec["bootstrap"],
@@ -88,8 +126,11 @@ def run_produce(spec: dict) -> dict:
             if errors["first"] is None:
                 errors["first"] = str(err)
 
+    stats = Stats()
     conf = producer_conf(spec)
     conf["on_delivery"] = on_delivery
+    conf["statistics.interval.ms"] = 200
+    conf["stats_cb"] = stats.cb
     p = Producer(conf)
     topic, partitions = spec["topic"], spec["partitions"]
     values = make_values(spec.get("value_size", 100))
@@ -99,6 +140,7 @@ def run_produce(spec: dict) -> dict:
         p.produce(topic, values[k % nvalues], partition=k % partitions)
     if p.flush(30) != 0 or errors["n"]:
         raise SystemExit(f"warm-up failed: {errors['first'] or 'flush timed out'}")
+    s0 = stats.snapshot(p)
     say("READY")
     wait_go()
     produce, poll = p.produce, p.poll
@@ -123,10 +165,11 @@ def run_produce(spec: dict) -> dict:
     t1, cpu1 = time.perf_counter(), cpu_self()
     delivered = sent - remaining - errors["n"]
     size = spec.get("value_size", 100)
+    wire = stats_delta(s0, stats.snapshot(p))  # after the window: does not count in it
     return {
         "records": delivered, "sent": sent, "undelivered": remaining, "errors": errors["n"], "first_error": errors["first"],
         "elapsed_s": t1 - t0, "send_phase_s": t_sent - t0, "bytes": delivered * size,
-        "client_cpu_s": cpu1 - cpu0,
+        "client_cpu_s": cpu1 - cpu0, "requests": wire.get("produce_requests"), "wire_bytes": wire.get("tx_bytes"),
     }
 
 
@@ -144,11 +187,13 @@ def consumer_conf(spec: dict) -> dict:
 
 
 def run_consume(spec: dict) -> dict:
-    c = Consumer(consumer_conf(spec))
+    stats = Stats()
+    c = Consumer(dict(consumer_conf(spec), **{"statistics.interval.ms": 200, "stats_cb": stats.cb}))
     topic, partitions = spec["topic"], spec["partitions"]
     md = c.list_topics(topic, timeout=30)
     if md.topics[topic].error is not None:
         raise SystemExit(f"topic {topic}: {md.topics[topic].error}")
+    s0 = stats.snapshot(c, 0.5)
     say("READY")
     wait_go()
     expected, max_s = spec["expected"], spec["max_s"]
@@ -180,10 +225,12 @@ def run_consume(spec: dict) -> dict:
             c.assign(start)
             next_rewind = n + rewind_every
     cpu1 = cpu_self()
+    wire = stats_delta(s0, stats.snapshot(c, 0.5))
     c.close()
     return {
         "records": n, "bytes": nbytes, "errors": errors, "first_error": first_error,
         "elapsed_s": t_last - t0, "client_cpu_s": cpu1 - cpu0, "timed_out": n < expected,
+        "requests": wire.get("fetch_requests"), "wire_bytes": wire.get("rx_bytes"),
     }
 
 

@@ -74,18 +74,19 @@ class Placement:
 
     server: set[int] | None
     client: set[int] | None
+    usable: list[int] = field(default_factory=list)
 
     @classmethod
     def plan(cls, pin: bool = True) -> "Placement":
         cpus = usable_cpus()
         if not pin or len(cpus) < 2:
-            return cls(None, None)
+            return cls(None, None, cpus)
         # The server gets the first core; the load generators (and this harness) the rest.
-        return cls({cpus[0]}, set(cpus[1:]))
+        return cls({cpus[0]}, set(cpus[1:]), cpus)
 
     def describe(self) -> dict:
         fmt = lambda s: "unpinned" if s is None else ",".join(str(c) for c in sorted(s))  # noqa: E731
-        return {"server_cpus": fmt(self.server), "client_cpus": fmt(self.client), "usable_cpus": usable_cpus()}
+        return {"server_cpus": fmt(self.server), "client_cpus": fmt(self.client), "usable_cpus": self.usable}
 
 
 def pinned(cpus: set[int] | None):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+CLIENT_BOUND = 0.9  # client CPU (cores) at or above which a figure is marked client-bound
+NOISY = 0.5  # other busy cores at or above which a figure is marked noisy
 LABEL = {"odradek": "Odradek", "null": "null sink (ceiling)", "tansu": "Tansu (peer)"}
 
 
@@ -64,27 +66,38 @@ def markdown(results: dict) -> str:
             "per million records; CPU (cores): average cores busy over the window; other load: busy cores on "
             "the machine that were neither server nor client (noise).",
             "",
-            "| Workload | Target | records/s | MB/s | server core-s/M | server CPU (cores) | client core-s/M | client CPU (cores) "
-            "| server RSS MiB | other load (cores) | vs ceiling | vs peer |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| Workload | Target | records/s | MB/s | records/request | server core-s/M | server CPU (cores) | client core-s/M "
+            "| client CPU (cores) | server RSS MiB | other load (cores) | vs ceiling | vs peer |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for c in cells:
             for kind, t in c["targets"].items():
                 label = LABEL.get(kind, kind)
                 if "na" in t:
-                    lines.append(f"| {c['name']} | {label} | {t['na']} | | | | | | | | | |")
+                    lines.append(f"| {c['name']} | {label} | {t['na']} | | | | | | | | | | |")
                     continue
                 s = t["summary"]
                 vs_c = _x(c["ratios"].get("vs_ceiling")) if kind == "odradek" else ""
                 vs_p = _x(c["ratios"].get("vs_peer")) if kind == "odradek" else ""
                 err = f" ⚠ {s['errors']:,} errors" if s.get("errors") else ""
+                marks = ""
+                if (_med(s.get("client_cpu_util")) or 0) >= CLIENT_BOUND:
+                    marks += " ᶜ"
+                if (_med(s.get("other_load_cores")) or 0) >= NOISY:
+                    marks += " ⁿ"
                 lines.append(
-                    f"| {c['name']} | {label} | {_spread(s.get('records_per_s'))}{err} | {_n(_med(s.get('mb_per_s')), 1)} "
+                    f"| {c['name']} | {label} | {_spread(s.get('records_per_s'))}{marks}{err} | {_n(_med(s.get('mb_per_s')), 1)} "
+                    f"| {_n(_med(s.get('records_per_request')))} "
                     f"| {_spread(s.get('server_core_s_per_m'), 2)} | {_n(_med(s.get('server_cpu_util')), 2)} "
                     f"| {_n(_med(s.get('client_core_s_per_m')), 2)} | {_n(_med(s.get('client_cpu_util')), 2)} "
                     f"| {_n(_med(s.get('server_rss_mib')))} | {_n(_med(s.get('other_load_cores')), 2)} | {vs_c} | {vs_p} |"
                 )
         lines += [
+            "",
+            f"ᶜ client-bound: the load generator used ≥ {CLIENT_BOUND:.0%} of its core, so the server could have taken "
+            f"more. ⁿ noisy: other work on the machine kept ≥ {NOISY} cores busy during the window. records/request: "
+            "records per Produce (or Fetch) request, from librdkafka's statistics; a server that answers faster gets "
+            "smaller batches, which costs it (and the client) more CPU per record.",
             "",
             "vs ceiling / vs peer: Odradek's median records/s divided by the null sink's / Tansu's. "
             "Server CPU per record, Odradek over the others:",

@@ -66,14 +66,11 @@ def _advertised_for_registration(broker) -> tuple[str, int]:
 
 
 def _start_groups(broker) -> None:
-    try:
-        from odradek.coordinator.group_coordinator import GroupCoordinator  # noqa: F401
-    except ImportError:
-        broker.groups = None
-        return
-    from .groups_wiring import start_group_coordinator
+    from .groups_wiring import OFFSETS_TOPIC, start_group_coordinator
 
-    start_group_coordinator(broker)
+    broker._groups_factory = lambda: start_group_coordinator(broker)
+    if broker.metadata.image.topics_by_name.get(OFFSETS_TOPIC) is not None:
+        broker.groups  # load the coordinator's partitions at start when groups exist already
 
 
 def _start_metrics(broker, loop) -> None:
@@ -127,8 +124,8 @@ async def _housekeeping(broker) -> None:
             manager.maybe_flush(now)
             manager.maybe_checkpoint(now)
             manager.maybe_remove_expired_producers(now)
-            if broker.groups is not None and hasattr(broker.groups, "maybe_expire"):
-                broker.groups.maybe_expire(now_ms())
+            if broker._groups is not None and hasattr(broker._groups, "maybe_expire"):
+                broker._groups.maybe_expire(now_ms())
         except Exception:
             log.exception("housekeeping failed")
 

@@ -93,7 +93,7 @@ class MetadataTopicsView:
         return self.broker.metadata.image.topics_by_name.keys()
 
 
-def start_group_coordinator(broker) -> None:
+def start_group_coordinator(broker) -> GroupCoordinator:
     cfg = broker.config
     num_partitions = cfg.offsets_topic_num_partitions
     if broker.metadata.image.topics_by_name.get(OFFSETS_TOPIC) is None:
@@ -105,7 +105,8 @@ def start_group_coordinator(broker) -> None:
     else:
         num_partitions = len(broker.metadata.image.topics_by_name[OFFSETS_TOPIC].partitions)
     config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions)
-    broker.groups = GroupCoordinator(OffsetsTopicWriter(broker), broker.timer, config, MetadataTopicsView(broker))
+    groups = GroupCoordinator(OffsetsTopicWriter(broker), broker.timer, config, MetadataTopicsView(broker))
     now = broker.now_ms()
     for index in range(num_partitions):
-        broker.groups.on_elected(index, now)
+        groups.on_elected(index, now)
+    return groups

@@ -41,7 +41,8 @@ class Broker:
         self.metrics = None
         self.data = None  # the data plane (logs, partitions, purgatories), set by start()
         self.metadata = None
-        self.groups = None
+        self._groups = None
+        self._groups_factory = None
         self.topics = None
         self.log_manager = None
         self.timer = None
@@ -124,6 +125,13 @@ class Broker:
         return host, first.port or self.bound_port
 
     # -- services for handlers --
+
+    @property
+    def groups(self):
+        """The group coordinator, created with `__consumer_offsets` on first use as Kafka does."""
+        if self._groups is None and self._groups_factory is not None:
+            self._groups = self._groups_factory()
+        return self._groups
 
     @staticmethod
     def now_ms() -> int:

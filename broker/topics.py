@@ -151,8 +151,8 @@ class TopicManager:
             for tp in [tp for tp in data.partitions if tp.topic == topic_name]:
                 data.remove_partition(tp)
                 broker.log_manager.delete_log(tp)
-            if broker.groups is not None and hasattr(broker.groups, "on_topic_deleted"):
-                broker.groups.on_topic_deleted(topic_name)
+            if broker._groups is not None and hasattr(broker._groups, "on_topic_deleted"):
+                broker._groups.on_topic_deleted(topic_name)
         topics = image.topics_by_name.values() if changed is None else [
             image.topics_by_id[t] for t in changed if t in image.topics_by_id
         ]

@@ -19,12 +19,24 @@ critical section that exists for the cleaner, which runs in another thread on a 
 and swaps its output in with `replace_segments` only if the segments it cleaned are still there and the
 log has not been truncated meanwhile (`generation`).
 
+Reads hand out file regions of whole batches (see segment.py): a region holds its file open, so it stays
+valid after its segment is deleted, replaced or truncated away (a truncation shortens the file in place,
+so a region over truncated bytes reads short, as in Kafka).
+
+Truncation (`truncate_to`) removes every batch holding an offset at or above the target (a batch spanning
+it goes whole) and sets the log end offset to the target, as Kafka does. Retention deletes whole leading
+segments, never beyond the upper bound the caller gives (the high watermark); when every segment is
+expired the active one is rolled first, so the deleted segments are never the active one.
+
 Durability: data reaches disk when `flush` runs (after `flush.messages` appends, every `flush.ms`, or for
 segments that rolled, via `maybe_flush`); `recovery_point` is the offset below which everything is known
 to be on disk. Opening a log after an unclean shutdown validates every batch from the segment holding
-the recovery point onward, cuts the log at the first invalid or partial batch, drops the segments after
-it, rebuilds the indexes, completes or discards an interrupted cleaner swap, and reloads producer state
-from the latest snapshot plus a replay of batch headers after it.
+the recovery point onward (length, magic, CRC-32C, offsets not going backwards), cuts the log at the
+first invalid or partial batch, drops the segments after it, rebuilds the indexes, completes or
+discards an interrupted cleaner swap, and reloads producer state from the latest snapshot plus a replay
+of batch headers after it. Two kinds of damage cannot be seen, by design of the format: a change to
+baseOffset or partitionLeaderEpoch (outside the CRC) that keeps offsets ascending, and a file cut
+exactly between two batches.
 """
 
 from __future__ import annotations
@@ -765,17 +777,17 @@ class Log:
     # ----------------------------------------------------------------------------------------- closing
 
     def close(self) -> None:
-        """Clean close: snapshot producer state at the log end offset, write the final time index entries,
-        trim the indexes and flush everything."""
+        """Clean close: snapshot producer state at the log end offset, write the active segment's final
+        time index entry, trim its indexes and flush everything not yet on disk."""
         with self._lock:
             self.closed = True
         self._producer_state.map_end_offset = self._log_end_offset
         self._producer_state.take_snapshot()
-        for segment in self._segments:
-            segment.on_become_inactive()
+        active = self._segments[-1]
+        active.on_become_inactive()
         self.flush()
+        active.flush()
         for segment in self._segments:
-            segment.flush()
             segment.close()
 
     def release(self) -> None:

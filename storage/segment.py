@@ -410,8 +410,9 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Record the largest timestamp as the time index's last entry and trim both indexes."""
-        if self._max_timestamp is not None and self._max_timestamp >= 0:
-            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True)
+        timestamp = self._max_timestamp
+        if timestamp is not None and timestamp > self.time_index.last_entry[0]:
+            self.time_index.maybe_append(timestamp, self._offset_of_max_timestamp, skip_full_check=True)
         self.offset_index.trim()
         self.time_index.trim()
 

@@ -13,7 +13,7 @@ import pytest
 
 from odradek.protocol.connection import RequestReceived, ServerConnection
 from tests import capture
-from tests.unit.test_vectors import NAME, REQUIRED, VECTORS_DIR, reframe
+from tests.unit.test_vectors import NAME, REQUIRED, TRAILING, VECTORS_DIR, reframe
 
 
 @pytest.fixture(scope="module", params=capture.available_clients())
@@ -30,11 +30,17 @@ def test_capture_runs_cleanly(captured):
 
 
 def test_every_live_frame_round_trips(captured):
-    _, frames, _ = captured
+    client, frames, _ = captured
     conn = ServerConnection(supported=capture.ACCEPTED)
     for frame in frames:
         (event,) = conn.receive_data(frame)
         assert isinstance(event, RequestReceived)
+        trailing = capture.trailing_bytes(frame)
+        if trailing:
+            api = capture.vector_name(frame, 0).split("_request_")[0]
+            assert TRAILING.get((client, api, event.header.api_version)) == trailing
+            body = frame[4 : len(frame) - len(trailing)]
+            frame = struct.pack(">i", len(body)) + body
         assert reframe(event.header, event.request) == frame
 
 

@@ -195,15 +195,30 @@ def _frame(body: bytes) -> bytes:
         _frame(b"\x00\x03\x00\x0c\x00\x00\x00\x02\x00\x02\xff\xfe\x00\x00\x00\x00\x00"),  # client id not UTF-8
         _frame(b"\x00\x03\x00\x0c\x00\x00\x00\x02\x00\x00"),  # flexible header without its tag buffer
         _frame(b"\x00\x03\x00\x0c\x00\x00\x00\x02\x00\x00\x01\x00\x05ab"),  # header tag overruns
-        _frame(METADATA_V12_REQUEST[4:] + b"\x00"),  # a trailing byte after the body
         _frame(METADATA_V12_REQUEST[4:-1]),  # body cut short
     ],
     ids=["empty", "short", "no-corr", "no-client-id", "client-id-overrun", "client-id-negative", "client-id-utf8",
-         "no-header-tags", "header-tag-overrun", "trailing-byte", "truncated-body"],
+         "no-header-tags", "header-tag-overrun", "truncated-body"],
 )
 def test_malformed_frames_are_remote_errors(frame):
     with pytest.raises(RemoteProtocolError):
         ServerConnection().receive_data(frame)
+
+
+def test_bytes_after_a_request_body_are_ignored():
+    """As Kafka does: librdkafka's all-topics Metadata v13 ends with three stray bytes (see vectors)."""
+    for extra in (b"\x00", b"\x01\x00\x00", b"\xff" * 10):
+        (event,) = ServerConnection().receive_data(_frame(METADATA_V12_REQUEST[4:] + extra))
+        assert event.request == MetadataRequest(topics=None, allow_auto_topic_creation=False)
+        assert event.frame_size == len(METADATA_V12_REQUEST) - 4 + len(extra)
+
+
+def test_bytes_after_a_response_body_are_refused_by_the_client():
+    client = ClientConnection()
+    client.send_request(MetadataRequest(), 12)
+    frame = b"".join(ServerConnection().send_response(RequestHeader(3, 12, 0, "x"), MetadataResponse()))
+    with pytest.raises(RemoteProtocolError, match="trailing"):
+        client.receive_data(_frame(frame[4:] + b"\x00"))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -114,15 +114,21 @@ def _compare(ours: list[F], theirs: list[dict], common: dict[str, dict], where: 
             _compare(f.fields, sub, common, at, problems)
 
 
-CASES = [(a, kind) for a in ALL_APIS for kind in ("request", "response")]
+# APIs whose JSON kafka-python does not ship (KIP-848, the quorum APIs) were checked by eye against
+# apache/kafka's files when written; the rest are compared here on every run.
+CASES = [
+    (a, kind) for a in ALL_APIS for kind in ("request", "response") if _load(f"{a.name}{kind.title()}") is not None
+]
 
 
-@pytest.mark.skipif(RESOURCES is None, reason="kafka-python's schema JSON is not installed")
+def test_kafka_python_schemas_are_available():
+    assert RESOURCES is not None, "kafka-python's schema JSON is missing: the cross-check would check nothing"
+    assert len(CASES) > 80
+
+
 @pytest.mark.parametrize("definition,kind", CASES, ids=[f"{a.name}{k.title()}" for a, k in CASES])
 def test_matches_kafka_schema(definition, kind):
     data = _load(f"{definition.name}{kind.title()}")
-    if data is None:
-        pytest.skip(f"{definition.name}{kind.title()}.json is not in kafka-python's copy")
     assert data["apiKey"] == definition.key
     assert VersionRange(data["validVersions"]) == definition.vrange, (definition.vrange, data["validVersions"])
     assert VersionRange(data["flexibleVersions"]) == definition.frange

@@ -1,0 +1,825 @@
+"""The `odradek` command line (every command but `broker`, which odradek/cli.py sends to the daemon).
+
+    odradek [--bootstrap-server HOST:PORT] [--output text|json] [--timeout S] COMMAND ...
+
+    topic create|list|describe|delete|alter    produce TOPIC    consume TOPIC
+    group list|describe|delete|reset-offsets   config get|set   perf produce|consume
+    cluster describe|log-dirs
+
+Human output is aligned tables (rich); `--output json` prints one JSON document (JSON lines for
+`consume`) for scripts. Diagnostics go to stderr as one line, `odradek: error: ...`, never a traceback.
+
+Exit codes scripts can rely on:
+
+    0  success
+    1  the cluster refused or failed the operation (a Kafka error: topic exists, unknown group, ...)
+    2  bad usage (unknown option, malformed value)
+    3  no broker reachable, or the operation timed out
+    130  interrupted (Ctrl-C)
+
+`--bootstrap-server` defaults to $ODRADEK_BOOTSTRAP_SERVERS, else localhost:9092.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from .admin import Admin
+from .cluster import TopicPartition
+from .config import ClientConfig, ConsumerConfig, ProducerConfig, default_bootstrap, parse_bootstrap
+from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, OdradekError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line on stderr, exit 2
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"odradek: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+class Output:
+    def __init__(self, fmt: str, stream: Any = None):
+        self.json = fmt == "json"
+        self.stream = stream or sys.stdout
+        self._console = None
+
+    @property
+    def console(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            tty = self.stream.isatty()
+            self._console = Console(file=self.stream, width=None if tty else 100_000, highlight=False,
+                                    soft_wrap=not tty, no_color=not tty)
+        return self._console
+
+    def table(self, columns: list[str], rows: list[list[Any]], *, title: str | None = None) -> None:
+        from rich import box
+        from rich.table import Table
+
+        if title:
+            self.console.print(title)
+        table = Table(box=box.SIMPLE_HEAD if self.stream.isatty() else None, show_edge=False,
+                      pad_edge=False, header_style="bold" if self.stream.isatty() else "")
+        for c in columns:
+            table.add_column(c, no_wrap=True, overflow="fold")
+        for row in rows:
+            table.add_row(*("-" if v is None else str(v) for v in row))
+        with self.console.capture() as capture:
+            self.console.print(table)
+        text = capture.get()
+        self.stream.write("\n".join(line.rstrip() for line in text.rstrip("\n").split("\n")) + "\n")
+
+    def line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+
+    def emit_json(self, data: Any) -> None:
+        self.stream.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, set):
+        return sorted(value)
+    return str(value)
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(f"odradek: error: {message}\n")
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"odradek: {message}\n")
+
+
+# ---------------------------------------------------------------------------------------------- parsing helpers
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    if not k:
+        raise argparse.ArgumentTypeError(f"empty key in {text!r}")
+    return k, v
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _timestamp(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 date/time (UTC unless it says otherwise)."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds or an ISO-8601 time, got {text!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def _bootstrap(text: str) -> str:
+    try:
+        parse_bootstrap(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="odradek", description="Odradek command line: topics, records, groups, configs, perf.")
+    parser.add_argument("--bootstrap-server", "-b", type=_bootstrap, default=None,
+                        help="HOST:PORT[,HOST:PORT...] (default: $ODRADEK_BOOTSTRAP_SERVERS or localhost:9092)")
+    parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="output format")
+    parser.add_argument("--timeout", type=_seconds, default=10.0,
+                        help="seconds to wait for the cluster before giving up (default 10)")
+    parser.add_argument("--client-id", default="odradek-cli", help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    # topic
+    topic = sub.add_parser("topic", help="create, list, describe, alter and delete topics")
+    tsub = topic.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    tsub.required = True
+    p = tsub.add_parser("create", help="create a topic")
+    p.add_argument("name")
+    p.add_argument("--partitions", "-p", type=_positive, default=None)
+    p.add_argument("--replication-factor", "-r", type=_positive, default=None)
+    p.add_argument("--config", "-c", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
+    p = tsub.add_parser("list", help="list topics")
+    p.add_argument("--internal", action="store_true", help="include internal topics")
+    p = tsub.add_parser("describe", help="partitions, leaders, replicas and offsets of topics")
+    p.add_argument("names", nargs="*")
+    p.add_argument("--internal", action="store_true")
+    p = tsub.add_parser("delete", help="delete topics")
+    p.add_argument("names", nargs="+")
+    p.add_argument("--if-exists", action="store_true", help="succeed if a topic does not exist")
+    p = tsub.add_parser("alter", help="add partitions or change configs")
+    p.add_argument("name")
+    p.add_argument("--partitions", "-p", type=_positive, default=None, help="new total partition count")
+    p.add_argument("--config", "-c", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+
+    # produce
+    p = sub.add_parser("produce", help="send lines from stdin or a file as records")
+    p.add_argument("topic")
+    p.add_argument("--file", "-f", default="-", help="read lines from this file (default stdin)")
+    p.add_argument("--key-separator", "-K", default=None, help="split each line into KEY<sep>VALUE")
+    p.add_argument("--header", "-H", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--partition", "-p", type=_non_negative, default=None)
+    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none")
+    p.add_argument("--acks", choices=["0", "1", "all"], default="all")
+    p.add_argument("--linger-ms", type=_non_negative, default=5)
+    p.add_argument("--null-empty", action="store_true", help="send an empty value as null (a tombstone)")
+
+    # consume
+    p = sub.add_parser("consume", help="print records")
+    p.add_argument("topic")
+    p.add_argument("--group", "-g", default=None, help="consume as a member of this group (commits offsets)")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument("--from-end", action="store_true")
+    start.add_argument("--offset", type=_non_negative, default=None, help="start at this offset (needs --partition)")
+    start.add_argument("--timestamp", type=_timestamp, default=None, metavar="MS|ISO-8601",
+                       help="start at the first record at or after this time")
+    p.add_argument("--partition", "-p", type=_non_negative, action="append", default=None)
+    p.add_argument("--count", "-n", type=_positive, default=None, help="exit after this many records")
+    p.add_argument("--idle-timeout", type=_seconds, default=None,
+                   help="exit when no record arrives for this many seconds")
+    p.add_argument("--format", "-F", default=None,
+                   help="template: {topic} {partition} {offset} {timestamp} {key} {value} {headers}")
+    p.add_argument("--print-key", action="store_true", help="print KEY<tab>VALUE")
+    p.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted")
+    p.add_argument("--no-commit", action="store_true", help="with --group: do not commit offsets")
+
+    # group
+    group = sub.add_parser("group", help="list, describe, delete consumer groups and reset their offsets")
+    gsub = group.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    gsub.required = True
+    gsub.add_parser("list", help="list groups")
+    p = gsub.add_parser("describe", help="members, committed offsets and lag per partition")
+    p.add_argument("group")
+    p = gsub.add_parser("delete", help="delete groups (they must have no members)")
+    p.add_argument("groups", nargs="+")
+    p = gsub.add_parser("reset-offsets", help="move a group's committed offsets (dry run unless --execute)")
+    p.add_argument("group")
+    p.add_argument("--topic", "-t", action="append", required=True, help="TOPIC or TOPIC:P1,P2")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true")
+    target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-offset", type=_non_negative, default=None)
+    target.add_argument("--to-timestamp", type=_timestamp, default=None, metavar="MS|ISO-8601")
+    target.add_argument("--shift-by", type=int, default=None)
+    p.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
+
+    # config
+    config = sub.add_parser("config", help="read and change topic, broker and group configs")
+    csub = config.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    csub.required = True
+    p = csub.add_parser("get", help="show configs")
+    p.add_argument("resource_type", choices=["topic", "broker", "group"])
+    p.add_argument("name")
+    p.add_argument("keys", nargs="*")
+    p.add_argument("--all", action="store_true", help="include defaults")
+    p = csub.add_parser("set", help="set or delete configs (incremental)")
+    p.add_argument("resource_type", choices=["topic", "broker", "group"])
+    p.add_argument("name")
+    p.add_argument("pairs", nargs="*", type=_key_value, metavar="KEY=VALUE")
+    p.add_argument("--delete", action="append", default=[], metavar="KEY")
+
+    # cluster
+    cluster = sub.add_parser("cluster", help="brokers, controller and log dirs")
+    ksub = cluster.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    ksub.required = True
+    ksub.add_parser("describe", help="cluster id, controller and brokers")
+    ksub.add_parser("log-dirs", help="log directories and partition sizes per broker")
+
+    # perf
+    perf = sub.add_parser("perf", help="measure throughput and latency")
+    psub = perf.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    psub.required = True
+    p = psub.add_parser("produce", help="produce records as fast as allowed")
+    p.add_argument("topic")
+    p.add_argument("--num-records", "-n", type=_positive, default=100_000)
+    p.add_argument("--record-size", "-s", type=_positive, default=100)
+    p.add_argument("--throughput", type=_positive, default=None, help="records per second (default: unlimited)")
+    p.add_argument("--acks", choices=["0", "1", "all"], default="all")
+    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none")
+    p.add_argument("--batch-size", type=_positive, default=65_536)
+    p.add_argument("--linger-ms", type=_non_negative, default=5)
+    p.add_argument("--keys", type=_non_negative, default=0, help="use this many distinct keys (0: no keys)")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="draw throughput and latency (needs matplotlib)")
+    p.add_argument("--no-progress", action="store_true")
+    p = psub.add_parser("consume", help="consume records as fast as possible")
+    p.add_argument("topic")
+    p.add_argument("--num-records", "-n", type=_positive, default=100_000)
+    p.add_argument("--group", "-g", default=None)
+    p.add_argument("--plot", default=None, metavar="FILE.png")
+    p.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else EXIT_USAGE
+    args.bootstrap_server = args.bootstrap_server or default_bootstrap()
+    try:
+        parse_bootstrap(args.bootstrap_server)
+    except ConfigError as e:
+        _err(f"bad bootstrap server: {e}")
+        return EXIT_USAGE
+    out = Output(args.output)
+    handler = _HANDLERS[(args.command, getattr(args, "action", None))]
+    try:
+        return _run(handler(args, out))
+    except KeyboardInterrupt:
+        _warn("interrupted")
+        return EXIT_INTERRUPTED
+    except UsageError as e:
+        _err(str(e))
+        return EXIT_USAGE
+    except ConfigError as e:
+        _err(str(e))
+        return EXIT_USAGE
+    except (KafkaConnectionError, KafkaTimeoutError) as e:
+        _err(f"{e} (is a broker running at {args.bootstrap_server}?)" if isinstance(e, KafkaConnectionError) else str(e))
+        return EXIT_UNREACHABLE
+    except KafkaError as e:
+        _err(str(e))
+        return EXIT_FAILED
+    except OdradekError as e:
+        _err(str(e))
+        return EXIT_FAILED
+    except BrokenPipeError:
+        return EXIT_OK
+    except OSError as e:
+        _err(str(e))
+        return EXIT_FAILED
+
+
+def _run(coro: Any) -> int:
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    return runner(coro)
+
+
+def _common(args: argparse.Namespace) -> dict[str, Any]:
+    timeout_ms = int(args.timeout * 1000)
+    return dict(bootstrap_servers=args.bootstrap_server, client_id=args.client_id,
+                default_api_timeout_ms=timeout_ms, request_timeout_ms=max(timeout_ms, 5_000),
+                connect_timeout_ms=min(timeout_ms, 10_000))
+
+
+def _admin(args: argparse.Namespace) -> Admin:
+    return Admin(ClientConfig(**_common(args)))
+
+
+# ---------------------------------------------------------------------------------------------- topics
+
+
+async def topic_create(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        try:
+            await admin.create_topic(args.name, args.partitions or -1, args.replication_factor or -1, dict(args.config))
+        except KafkaError as e:
+            if args.if_not_exists and e.code.name == "TOPIC_ALREADY_EXISTS":
+                pass
+            else:
+                raise
+        (desc,) = await admin.describe_topics([args.name])
+    if out.json:
+        out.emit_json({"topic": args.name, "partitions": len(desc.partitions), "created": True})
+    else:
+        out.line(f"created topic {args.name} with {len(desc.partitions)} partition(s)")
+    return EXIT_OK
+
+
+async def topic_list(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        descs = await admin.describe_topics(internal=args.internal)
+    if out.json:
+        out.emit_json([{"topic": d.name, "partitions": len(d.partitions), "internal": d.is_internal} for d in descs])
+    else:
+        out.table(["TOPIC", "PARTITIONS", "REPLICATION"],
+                  [[d.name, len(d.partitions), len(d.partitions[0].replicas) if d.partitions else 0] for d in descs])
+    return EXIT_OK
+
+
+async def topic_describe(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        descs = await admin.describe_topics(args.names or None, internal=args.internal)
+        tps = [TopicPartition(d.name, p.partition) for d in descs for p in d.partitions]
+        starts = await admin.beginning_offsets(tps) if tps else {}
+        ends = await admin.end_offsets(tps) if tps else {}
+        configs = {}
+        for d in descs:
+            try:
+                configs[d.name] = {c.name: c.value for c in await admin.describe_configs("topic", d.name)
+                                   if not c.is_default}
+            except OdradekError:
+                configs[d.name] = {}
+    if out.json:
+        out.emit_json([{
+            "topic": d.name, "topic_id": str(d.topic_id), "internal": d.is_internal, "configs": configs[d.name],
+            "partitions": [{"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                            "replicas": p.replicas, "isr": p.isr,
+                            "start_offset": starts.get(TopicPartition(d.name, p.partition)),
+                            "end_offset": ends.get(TopicPartition(d.name, p.partition))} for p in d.partitions],
+        } for d in descs])
+        return EXIT_OK
+    for i, d in enumerate(descs):
+        if i:
+            out.line("")
+        extra = ", ".join(f"{k}={v}" for k, v in sorted(configs[d.name].items()))
+        out.line(f"topic {d.name}  id {d.topic_id}  partitions {len(d.partitions)}" + (f"  configs {extra}" if extra else ""))
+        rows = []
+        for p in d.partitions:
+            tp = TopicPartition(d.name, p.partition)
+            rows.append([p.partition, p.leader, p.leader_epoch, ",".join(map(str, p.replicas)),
+                         ",".join(map(str, p.isr)), starts.get(tp), ends.get(tp)])
+        out.table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "START", "END"], rows)
+    return EXIT_OK
+
+
+async def topic_delete(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        results = await admin.delete_topics(args.names)
+    failed = {n: e for n, e in results.items() if e is not None
+              and not (args.if_exists and e.code.name == "UNKNOWN_TOPIC_OR_PARTITION")}
+    if out.json:
+        out.emit_json([{"topic": n, "deleted": results.get(n) is None, "error": None if results.get(n) is None else
+                        results[n].code.name} for n in args.names])
+    else:
+        for n in args.names:
+            if results.get(n) is None:
+                out.line(f"deleted topic {n}")
+    for n, e in failed.items():
+        _err(str(e))
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+async def topic_alter(args: argparse.Namespace, out: Output) -> int:
+    if args.partitions is None and not args.config and not args.delete_config:
+        raise UsageError("nothing to alter: give --partitions, --config or --delete-config")
+    done = []
+    async with _admin(args) as admin:
+        await admin.describe_topics([args.name])
+        if args.partitions is not None:
+            result = await admin.create_partitions({args.name: args.partitions})
+            if result.get(args.name) is not None:
+                raise result[args.name]
+            done.append(f"partitions={args.partitions}")
+        changes: dict[str, str | None] = dict(args.config)
+        changes.update({k: None for k in args.delete_config})
+        if changes:
+            await admin.alter_configs("topic", args.name, changes)
+            done += [f"{k}={v}" if v is not None else f"-{k}" for k, v in changes.items()]
+    if out.json:
+        out.emit_json({"topic": args.name, "changes": done})
+    else:
+        out.line(f"altered topic {args.name}: {', '.join(done)}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- produce / consume
+
+
+async def produce(args: argparse.Namespace, out: Output) -> int:
+    from .producer import Producer
+
+    config = ProducerConfig(**_common(args), acks=args.acks, compression_type=args.compression,
+                            linger_ms=args.linger_ms, max_block_ms=int(args.timeout * 1000))
+    headers = [(k, v.encode()) for k, v in args.header]
+    stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
+    sep = args.key_separator.encode() if args.key_separator is not None else None
+    sent = 0
+    failures: list[BaseException] = []
+    partitions: dict[int, int] = {}
+    try:
+        async with Producer(config) as producer:
+            await producer.partitions_for(args.topic)
+
+            def delivered(md: Any, error: BaseException | None) -> None:
+                if error is not None:
+                    failures.append(error)
+                else:
+                    partitions[md.partition] = partitions.get(md.partition, 0) + 1
+
+            for raw in stream:
+                line = raw.rstrip(b"\r\n") if raw.endswith(b"\n") else raw
+                key = None
+                value: bytes | None = line
+                if sep is not None:
+                    if sep not in line:
+                        raise UsageError(f"line {sent + 1} has no key separator {args.key_separator!r}")
+                    key, value = line.split(sep, 1)
+                if args.null_empty and not value:
+                    value = None
+                await producer.send(args.topic, value, key, partition=args.partition, headers=headers,
+                                    on_delivery=delivered)
+                sent += 1
+            await producer.flush()
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    if failures:
+        _err(f"{len(failures)} of {sent} record(s) failed: {failures[0]}")
+        code = EXIT_UNREACHABLE if isinstance(failures[0], (KafkaConnectionError, KafkaTimeoutError)) else EXIT_FAILED
+        return code
+    if out.json:
+        out.emit_json({"topic": args.topic, "records": sent, "partitions": {str(k): v for k, v in sorted(partitions.items())}})
+    else:
+        sys.stderr.write(f"produced {sent} record(s) to {args.topic}\n")
+    return EXIT_OK
+
+
+def _text(value: bytes | None) -> str:
+    if value is None:
+        return "null"
+    return value.decode("utf-8", "backslashreplace")
+
+
+def _record_json(record: Any) -> dict[str, Any]:
+    return {
+        "topic": record.topic, "partition": record.partition, "offset": record.offset,
+        "timestamp": record.timestamp, "timestamp_type": "LogAppendTime" if record.timestamp_type else "CreateTime",
+        "key": None if record.key is None else _text(record.key),
+        "value": None if record.value is None else _text(record.value),
+        "headers": {k: (None if v is None else _text(v)) for k, v in record.headers},
+    }
+
+
+class _Template:
+    FIELDS = {"topic", "partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type", "iso_time"}
+
+    def __init__(self, template: str):
+        template = template.encode().decode("unicode_escape")
+        for name in re.findall(r"{([^{}:!]*)", template):
+            if name not in self.FIELDS:
+                raise UsageError(f"unknown field {{{name}}} in --format (known: {', '.join(sorted(self.FIELDS))})")
+        self.template = template
+
+    def render(self, record: Any) -> str:
+        fields = _record_json(record)
+        fields["key"] = _text(record.key)
+        fields["value"] = _text(record.value)
+        fields["headers"] = ",".join(f"{k}={_text(v)}" for k, v in record.headers)
+        fields["iso_time"] = datetime.fromtimestamp(record.timestamp / 1000, timezone.utc).isoformat(timespec="milliseconds")
+        return self.template.format(**fields)
+
+
+async def consume(args: argparse.Namespace, out: Output) -> int:
+    from .consumer import Consumer
+
+    if args.offset is not None and not args.partition:
+        raise UsageError("--offset needs --partition")
+    template = _Template(args.format) if args.format else None
+    reset = "earliest" if args.from_beginning else "latest"
+    config = ConsumerConfig(**_common(args), group_id=args.group, auto_offset_reset=reset,
+                            enable_auto_commit=bool(args.group) and not args.no_commit,
+                            isolation_level=args.isolation_level, allow_auto_create_topics=False)
+    count = 0
+    async with Consumer(config=config) as consumer:
+        parts = await consumer.partitions_for_topic(args.topic)
+        chosen = parts
+        if args.partition:
+            missing = [p for p in args.partition if p not in parts]
+            if missing:
+                raise KafkaError(3, f"{args.topic!r} has {len(parts)} partition(s)", context=f"partition {missing[0]}")
+            chosen = args.partition
+        tps = [TopicPartition(args.topic, p) for p in chosen]
+        if args.group and not args.partition:
+            consumer.subscribe([args.topic])
+            if args.from_beginning or args.from_end or args.timestamp is not None:
+                _warn("with --group, the start position applies only to partitions without committed offsets")
+        else:
+            consumer.assign(tps)
+            if args.from_beginning:
+                consumer.seek_to_beginning(*tps)
+            elif args.from_end:
+                consumer.seek_to_end(*tps)
+            elif args.offset is not None:
+                for tp in tps:
+                    consumer.seek(tp, args.offset)
+            elif args.timestamp is not None:
+                found = await consumer.offsets_for_times({tp: args.timestamp for tp in tps})
+                for tp in tps:
+                    if found.get(tp) is not None:
+                        consumer.seek(tp, found[tp].offset)
+                    else:
+                        consumer.seek_to_end(tp)
+        write = sys.stdout.write
+        last = time.monotonic()
+        while args.count is None or count < args.count:
+            wait_ms = 500
+            batch = await consumer.getmany(timeout_ms=wait_ms,
+                                           max_records=None if args.count is None else args.count - count)
+            if not batch:
+                if args.idle_timeout is not None and time.monotonic() - last >= args.idle_timeout:
+                    break
+                continue
+            last = time.monotonic()
+            records = sorted((r for rs in batch.values() for r in rs), key=lambda r: (r.partition, r.offset))
+            for r in records:
+                if out.json:
+                    write(json.dumps(_record_json(r)) + "\n")
+                elif template is not None:
+                    write(template.render(r) + "\n")
+                elif args.print_key:
+                    write(f"{_text(r.key)}\t{_text(r.value)}\n")
+                else:
+                    write(_text(r.value) + "\n")
+                count += 1
+            sys.stdout.flush()
+        if args.group and not args.no_commit:
+            await consumer.commit()
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- groups
+
+
+async def group_list(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        groups = await admin.list_groups()
+    if out.json:
+        out.emit_json([{"group": g.group_id, "protocol_type": g.protocol_type, "state": g.state} for g in groups])
+    else:
+        out.table(["GROUP", "STATE", "PROTOCOL TYPE"], [[g.group_id, g.state or "-", g.protocol_type] for g in groups])
+    return EXIT_OK
+
+
+async def group_describe(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        desc = await admin.describe_group(args.group)
+        lag = await admin.group_lag(args.group)
+    if desc.error is not None and not lag:
+        raise desc.error
+    if out.json:
+        out.emit_json({
+            "group": args.group, "state": desc.state, "protocol": desc.protocol,
+            "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
+                         "instance_id": m.group_instance_id,
+                         "assignment": [[tp.topic, tp.partition] for tp in m.assignment]} for m in desc.members],
+            "offsets": [{"topic": r.topic, "partition": r.partition, "committed": r.committed,
+                         "end_offset": r.end_offset, "lag": r.lag, "member_id": r.member_id} for r in lag],
+            "total_lag": sum(r.lag or 0 for r in lag),
+        })
+        return EXIT_OK
+    out.line(f"group {args.group}  state {desc.state}  protocol {desc.protocol or '-'}  members {len(desc.members)}")
+    out.table(["TOPIC", "PARTITION", "COMMITTED", "END", "LAG", "MEMBER", "CLIENT"],
+              [[r.topic, r.partition, r.committed, r.end_offset, r.lag, r.member_id, r.client_id] for r in lag])
+    return EXIT_OK
+
+
+async def group_delete(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        results = await admin.delete_groups(args.groups)
+    if out.json:
+        out.emit_json([{"group": g, "deleted": results[g] is None,
+                        "error": None if results[g] is None else results[g].code.name} for g in args.groups])
+    else:
+        for g in args.groups:
+            if results[g] is None:
+                out.line(f"deleted group {g}")
+    failed = [e for e in results.values() if e is not None]
+    for e in failed:
+        _err(str(e))
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+async def group_reset_offsets(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        tps: list[TopicPartition] = []
+        for spec in args.topic:
+            topic, _, plist = spec.partition(":")
+            parts = await admin.topic_partitions(topic)
+            if plist:
+                try:
+                    wanted = [int(p) for p in plist.split(",")]
+                except ValueError:
+                    raise UsageError(f"bad partition list in {spec!r}") from None
+                for p in wanted:
+                    if TopicPartition(topic, p) not in parts:
+                        raise KafkaError(3, f"{topic!r} has {len(parts)} partition(s)", context=f"partition {p}")
+                tps += [TopicPartition(topic, p) for p in wanted]
+            else:
+                tps += parts
+        if args.to_earliest:
+            kw: dict[str, Any] = {"to": "earliest"}
+        elif args.to_latest:
+            kw = {"to": "latest"}
+        elif args.to_offset is not None:
+            kw = {"to": "offset", "offset": args.to_offset}
+        elif args.to_timestamp is not None:
+            kw = {"to": "timestamp", "timestamp_ms": args.to_timestamp}
+        else:
+            kw = {"to": "shift", "shift": args.shift_by}
+        before = await admin.list_group_offsets(args.group, tps)
+        result = await admin.reset_group_offsets(args.group, tps, dry_run=not args.execute, **kw)
+    if out.json:
+        out.emit_json({"group": args.group, "executed": args.execute, "offsets": [
+            {"topic": tp.topic, "partition": tp.partition,
+             "previous": before[tp].offset if tp in before else None, "new": o} for tp, o in sorted(result.items())]})
+    else:
+        out.table(["TOPIC", "PARTITION", "PREVIOUS", "NEW"],
+                  [[tp.topic, tp.partition, before[tp].offset if tp in before else None, o] for tp, o in sorted(result.items())])
+        if not args.execute:
+            sys.stderr.write("dry run: nothing committed (add --execute to apply)\n")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- configs, cluster
+
+
+async def config_get(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        entries = await admin.describe_configs(args.resource_type, args.name, args.keys or None)
+    if not args.all and not args.keys:
+        entries = [e for e in entries if not e.is_default]
+    if out.json:
+        out.emit_json({e.name: {"value": e.value, "source": e.source, "read_only": e.read_only,
+                                "sensitive": e.is_sensitive} for e in entries})
+    else:
+        out.table(["NAME", "VALUE", "SOURCE"], [[e.name, "(sensitive)" if e.is_sensitive else e.value, e.source]
+                                                for e in entries])
+    return EXIT_OK
+
+
+async def config_set(args: argparse.Namespace, out: Output) -> int:
+    changes: dict[str, str | None] = dict(args.pairs)
+    changes.update({k: None for k in args.delete})
+    if not changes:
+        raise UsageError("nothing to set: give KEY=VALUE pairs or --delete KEY")
+    async with _admin(args) as admin:
+        await admin.alter_configs(args.resource_type, args.name, changes)
+    if out.json:
+        out.emit_json({"resource": args.resource_type, "name": args.name, "changes": changes})
+    else:
+        out.line(f"updated {args.resource_type} {args.name}: " +
+                 ", ".join(f"{k}={v}" if v is not None else f"-{k}" for k, v in changes.items()))
+    return EXIT_OK
+
+
+async def cluster_describe(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        desc = await admin.describe_cluster()
+    if out.json:
+        out.emit_json({"cluster_id": desc.cluster_id, "controller_id": desc.controller_id,
+                       "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+                                   for b in desc.brokers]})
+    else:
+        out.line(f"cluster {desc.cluster_id}  controller {desc.controller_id}")
+        out.table(["NODE", "HOST", "PORT", "RACK"], [[b.node_id, b.host, b.port, b.rack] for b in desc.brokers])
+    return EXIT_OK
+
+
+async def cluster_log_dirs(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        dirs = await admin.describe_log_dirs()
+    if out.json:
+        out.emit_json({str(node): [{**d, "partitions": {str(tp): s for tp, s in d["partitions"].items()}}
+                                   for d in ds] for node, ds in dirs.items()})
+        return EXIT_OK
+    rows = []
+    for node, ds in dirs.items():
+        for d in ds:
+            for tp, size in sorted(d["partitions"].items()):
+                rows.append([node, d["log_dir"], tp.topic, tp.partition, size])
+    out.table(["BROKER", "LOG DIR", "TOPIC", "PARTITION", "SIZE"], rows)
+    return EXIT_OK
+
+
+async def _perf_produce(args: argparse.Namespace, out: Output) -> int:
+    from .cli_perf import perf_produce
+
+    return await perf_produce(args, out, _common(args))
+
+
+async def _perf_consume(args: argparse.Namespace, out: Output) -> int:
+    from .cli_perf import perf_consume
+
+    return await perf_consume(args, out, _common(args))
+
+
+_HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace, Output], Any]] = {
+    ("topic", "create"): topic_create,
+    ("topic", "list"): topic_list,
+    ("topic", "describe"): topic_describe,
+    ("topic", "delete"): topic_delete,
+    ("topic", "alter"): topic_alter,
+    ("produce", None): produce,
+    ("consume", None): consume,
+    ("group", "list"): group_list,
+    ("group", "describe"): group_describe,
+    ("group", "delete"): group_delete,
+    ("group", "reset-offsets"): group_reset_offsets,
+    ("config", "get"): config_get,
+    ("config", "set"): config_set,
+    ("cluster", "describe"): cluster_describe,
+    ("cluster", "log-dirs"): cluster_log_dirs,
+    ("perf", "produce"): _perf_produce,
+    ("perf", "consume"): _perf_consume,
+}
