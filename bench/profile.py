@@ -137,7 +137,7 @@ def pyspy() -> str:
 
 
 def record(pid: int, seconds: float, out: Path, fmt: str, cpus, native: bool) -> None:
-    args = [pyspy(), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200", "-o", str(out), "--format", fmt, "--nonblocking"]
+    args = [pyspy(), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200", "-o", str(out), "--format", fmt]
     if native:
         args.append("--native")
     subprocess.run(args, check=True, capture_output=True, timeout=seconds + 60, preexec_fn=pinned(cpus))

@@ -113,7 +113,7 @@ def _fire_timer(broker) -> None:
 
 
 async def _housekeeping(broker) -> None:
-    """Retention, flushes, checkpoints and cleaning on the log manager's schedule (each call may do nothing)."""
+    """Retention, flushes and checkpoints on the log manager's schedule (each call may do nothing)."""
     interval_s = 1.0
     while True:
         await asyncio.sleep(interval_s)
@@ -124,8 +124,6 @@ async def _housekeeping(broker) -> None:
             manager.maybe_flush(now)
             manager.maybe_checkpoint(now)
             manager.maybe_remove_expired_producers(now)
-            if broker._groups is not None and hasattr(broker._groups, "maybe_expire"):
-                broker._groups.maybe_expire(now_ms())
         except Exception:
             log.exception("housekeeping failed")
 

@@ -53,6 +53,12 @@ async def _run(config) -> int:
     from odradek.storage.errors import StorageError
 
     broker = Broker(config)
+    # Handlers first: a signal that arrives once "listening" is printed (or during start-up) must stop the
+    # broker gracefully, not kill it with the default action.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
     except (StorageError, ConfigError, OSError) as e:
@@ -61,10 +67,6 @@ async def _run(config) -> int:
         return 1
     for name, host, port in broker.bound:
         print(f"odradek broker {config.node_id} listening on {name}://{host}:{port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     print("odradek: shutting down", flush=True)
     await broker.stop()

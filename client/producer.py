@@ -263,10 +263,12 @@ class Producer:
         self._partitioner.on_append(topic, key_bytes, partition, size, cluster.available_partitions(topic))
         if on_delivery is not None:
             future.add_done_callback(lambda f: on_delivery(*_outcome(f)))
-        if batch.size >= self.config.batch_size or self.config.linger_ms == 0 or len(self._batches[tp]) > 1:
-            self._wake()
-        elif len(batch.records) == 1:
+        if len(batch.records) == 1:
             self._wake()  # a new batch: the sender must schedule its linger deadline
+            if len(self._batches[tp]) > 1 or self.config.linger_ms == 0:
+                await asyncio.sleep(0)  # a batch is ready: let the sender run while the caller goes on
+        elif batch.size >= self.config.batch_size:
+            self._wake()
         return future
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> RecordMetadata:

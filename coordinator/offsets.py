@@ -19,9 +19,10 @@ Who may commit (Kafka's rules):
 Retention (`offsets.retention.minutes`): every `offsets.retention.check.interval.ms` the coordinator expires
 offsets of groups that no longer use them: an empty consumer group's offsets once the group has been
 empty for the retention time; a "simple" group's offsets (no protocol type) retention time after their
-commit; a stable classic consumer group's offsets for topics it no longer subscribes to; and any offset
-committed with an explicit retention (OffsetCommit v2-4) at its expire timestamp. A group left empty and
-without offsets is deleted.
+commit; a stable consumer group's offsets for topics it no longer subscribes to. Offsets of a topic the
+group subscribes to never expire. An offset committed with an explicit retention (OffsetCommit v2-4)
+expires at its own expire timestamp instead, under the same conditions. A group left empty and without
+offsets is deleted.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ class _IndexFile:
         self._length = 0
         self._entries: int | None = None
         self._mapped = False
+        self._deleted = False
         if create:
             self.recreate()
 
@@ -61,6 +62,8 @@ class _IndexFile:
 
     def _map(self, length: int) -> None:
         """(Re)map the file at `length` bytes, resizing it first."""
+        if self._deleted:
+            return
         if self._mm is not None:
             self._mm.close()
             self._mm = None
@@ -186,6 +189,7 @@ class _IndexFile:
             pass
         if not self._mapped:
             self._entries, self._length, self._mapped = 0, 0, True
+        self._deleted = True
 
     def _append_entry(self, *fields) -> None:
         if self._length < (self.entries + 1) * self.entry_size:
