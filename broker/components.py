@@ -113,8 +113,14 @@ def _fire_timer(broker) -> None:
 
 
 async def _housekeeping(broker) -> None:
-    """Retention, flushes and checkpoints on the log manager's schedule (each call may do nothing)."""
+    """Retention, flushes, checkpoints and cleaning on the log manager's schedule (each call may do nothing).
+
+    Compaction runs in a worker thread (the cleaner works on a snapshot of the segment list and swaps under
+    a short lock inside the log), one cleaning at a time, so appends and reads go on meanwhile.
+    """
     interval_s = 1.0
+    loop = asyncio.get_running_loop()
+    cleaning: asyncio.Future | None = None
     while True:
         await asyncio.sleep(interval_s)
         try:
@@ -124,6 +130,10 @@ async def _housekeeping(broker) -> None:
             manager.maybe_flush(now)
             manager.maybe_checkpoint(now)
             manager.maybe_remove_expired_producers(now)
+            if broker.config.log_cleaner_enable and (cleaning is None or cleaning.done()):
+                if cleaning is not None and cleaning.exception() is not None:
+                    log.error("log cleaning failed", error=str(cleaning.exception()))
+                cleaning = loop.run_in_executor(None, manager.maybe_clean, now)
         except Exception:
             log.exception("housekeeping failed")
 

@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
     from .logging import configure_logging
 
     configure_logging(config.log_format, config.log_level)
+    _raise_open_file_limit()
     try:
         import uvloop
 
@@ -46,6 +47,18 @@ def main(argv: list[str]) -> int:
         return runner(_run(config))
     except KeyboardInterrupt:
         return 130
+
+
+def _raise_open_file_limit() -> None:
+    """Every active segment keeps a log file and mapped indexes open: lift the soft limit to the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 async def _run(config) -> int:

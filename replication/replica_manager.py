@@ -143,6 +143,8 @@ class ReplicaManager:
             info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
         except (StorageError, ReplicationError) as e:
             return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset, error_message=str(e) or None)
+        except OSError as e:  # the disk failed under us: the client may retry elsewhere
+            return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR), error_message=str(e))
         if partition.maybe_advance_high_watermark(now_ms):
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
