@@ -101,7 +101,7 @@ class Harness:
         self.s = settings
         self.placement = Placement.plan(pin=not args.no_pin)
         self.workdir = Path(tempfile.mkdtemp(prefix="odradek-bench-", dir=args.workdir))
-        self.results: dict = {"cells": [], "latency": [], "partitions": None, "micro": {}, "failures": []}
+        self.results: dict = {"meta": {}, "cells": [], "latency": [], "partitions": None, "micro": {}, "failures": []}
         want = [t.strip() for t in args.targets.split(",") if t.strip()]
         self.targets = [t for t in want if t in TARGETS]
         self.peer_note = None
@@ -122,6 +122,15 @@ class Harness:
         self.servers.append(server)
         server.start()
         self.log(f"  {kind} up in {server.started_s:.2f}s on {server.bootstrap} (pid {server.pid})")
+        features = self.results["meta"].setdefault("client_features", {})
+        if kind not in features:
+            try:
+                features[kind] = kafka_admin.client_features(server.bootstrap)
+                off = [f for f, on in features[kind].items() if not on]
+                if off:
+                    self.log(f"  WARNING: librdkafka will not use {', '.join(off)} against {kind}")
+            except Exception as e:  # noqa: BLE001 - informational only
+                features[kind] = {"error": str(e)}
         return server
 
     def stop_all(self) -> None:
@@ -431,14 +440,14 @@ class Harness:
 
     def run(self, only: list[str]) -> dict:
         started = time.time()
-        meta = machine_facts()
+        meta = self.results["meta"]
+        meta.update(machine_facts())
         meta.update({
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
             "quick": self.s.quick, "runs": self.s.runs, "targets": self.targets, "peer": tansu_version() or self.peer_note,
             "placement": self.placement.describe(), "workloads": only,
             "loadavg_start": os.getloadavg(),
         })
-        self.results["meta"] = meta
         if self.placement.client is not None:
             os.sched_setaffinity(0, self.placement.client)  # keep this harness off the server's core
         self.log(f"targets {self.targets}; placement {self.placement.describe()}; work dir {self.workdir}")

@@ -38,6 +38,21 @@ def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
     return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
 
 
+# librdkafka turns features on from the ApiVersions table alone (rdkafka_feature.c): each needs every
+# listed (api key, version) to fall inside the server's advertised range.
+LIBRDKAFKA_FEATURES = {
+    "MsgVer2 (record batches)": ((0, 3), (1, 4)),
+    "LZ4": ((10, 0),),
+    "ZSTD": ((0, 7), (1, 10)),
+    "idempotent producer": ((22, 0),),
+}
+
+
+def client_features(bootstrap: str) -> dict[str, bool]:
+    table = api_versions(bootstrap)
+    return {name: all(k in table and table[k][0] <= v <= table[k][1] for k, v in deps) for name, deps in LIBRDKAFKA_FEATURES.items()}
+
+
 def serves_create_topics(bootstrap: str) -> bool:
     try:
         return CREATE_TOPICS in api_versions(bootstrap)

@@ -143,23 +143,34 @@ def run_produce(spec: dict) -> dict:
     s0 = stats.snapshot(p)
     say("READY")
     wait_go()
-    produce, poll = p.produce, p.poll
+    # produce_batch() hands librdkafka a list at a time: about 1.5x the rate of one produce() call per
+    # record, so that the client's one core runs out later. Records go round-robin over the partitions.
+    chunk = 1024
+    msgs = [{"value": values[i % nvalues], "partition": i % partitions} for i in range(chunk)]
+    room = conf["queue.buffering.max.messages"] - chunk
+    produce_batch, poll = p.produce_batch, p.poll
     duration = spec["duration_s"]
     max_records = spec.get("max_records") or (1 << 62)
     cpu0, t0 = cpu_self(), time.perf_counter()
     deadline = t0 + duration
     sent = 0
     while sent < max_records:
-        try:
-            produce(topic, values[sent % nvalues], partition=sent % partitions)
-        except BufferError:
+        if len(p) > room:
             poll(0.001)
             continue
-        sent += 1
-        if not sent & 1023:
-            poll(0)
-            if time.perf_counter() >= deadline:
-                break
+        batch = msgs if max_records - sent >= chunk else msgs[: max_records - sent]
+        try:
+            k = produce_batch(topic, batch)
+        except BufferError:
+            k = 0
+        sent += k
+        if k < len(batch):  # the queue filled up: the failed dicts carry an "_error" key now
+            for m in batch[k:]:
+                m.pop("_error", None)
+            poll(0.001)
+        poll(0)
+        if time.perf_counter() >= deadline:
+            break
     t_sent = time.perf_counter()
     remaining = p.flush(spec.get("flush_timeout_s", 60))
     t1, cpu1 = time.perf_counter(), cpu_self()

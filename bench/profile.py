@@ -1,20 +1,26 @@
 """Profile the broker under load with py-spy: `python -m bench.profile` (see bench/PROFILE.md).
 
+    python -m bench.profile                          # every workload, 10 s windows
     python -m bench.profile --workload produce --duration 10
-    python -m bench.profile --workload consume --duration 10
 
-Starts Odradek pinned to the server core, drives it with the same load generator as the harness
-(produce: 100 B records, 1 partition, acks=1, no compression; consume: a preloaded partition read from
-offset 0 over and over), and attaches `py-spy record` to the broker for `--duration` seconds. Writes, per
-workload, into --out (default bench/results/profile):
+Starts Odradek pinned to the server core, drives it with the harness's load generator, and attaches
+`py-spy record --gil` to the broker for `--duration` seconds. Workloads:
+
+  produce        100 B records, 1 partition, acks=1, batches up to 1 MiB (the harness's headline cell)
+  produce-small  100 B records, 8 partitions, acks=all + idempotence, 16 KiB batches (Java-like batching)
+  consume        a preloaded partition (1M records) read from offset 0 over and over
+
+Writes, per workload, into --out (default bench/results/profile):
 
   <workload>.collapsed   the raw samples (collapsed stacks: flamegraph.pl and speedscope read them)
   <workload>.svg         a flame graph (a second py-spy window of the same length), unless --no-svg
-  <workload>.md          the top functions by self and inclusive share, and shares by layer
+  <workload>.md          shares by layer, top functions and lines by self time, top by inclusive time
 
-The shares are of py-spy's samples of the broker's threads while they were running (idle time is not
-sampled), i.e. shares of the broker's CPU; the broker's CPU use over the window (from /proc) is printed
-beside them so that shares can be turned into core-seconds.
+Why --gil: without it py-spy counts threads blocked in C (the executor's idle worker, uvloop's epoll
+wait) as active, which inflated the "active" samples to about 2.5x the CPU time /proc reported. With
+--gil only the thread holding the GIL is sampled; on this broker those samples add up to about the
+CPU time /proc reports, and the report prints both so that the two can be compared. Work done with the
+GIL released (syscalls inside libuv, os.write / os.sendfile) is not in the shares.
 """
 
 from __future__ import annotations
@@ -107,13 +113,19 @@ def analyze(stacks: list[tuple[list[str], int]], top: int = 25) -> dict:
 
 
 def render(workload: str, a: dict, cpu: dict, spec: dict) -> str:
+    held = a["samples"] / (RATE * cpu["wall_s"])  # fraction of wall time some thread held the GIL
+    util = cpu["cpu_s"] / cpu["wall_s"]
+    per_req = f"{cpu['records'] / cpu['requests']:,.0f}" if cpu.get("requests") else "?"
     lines = [
         f"# py-spy profile of the broker: {workload}",
         "",
         f"- load: {json.dumps({k: v for k, v in spec.items() if k not in ('bootstrap', 'topic')})}",
-        f"- broker CPU over the sampled window: {cpu['cpu_s']:.2f} core-s in {cpu['wall_s']:.2f} s "
-        f"({cpu['cpu_s'] / cpu['wall_s']:.2f} cores); {a['samples']:,} samples",
-        f"- records acknowledged/consumed over the whole load: {cpu.get('records', 0):,} in {cpu.get('load_s', 0):.1f} s",
+        f"- broker CPU over the sampled window (/proc): {cpu['cpu_s']:.2f} core-s in {cpu['wall_s']:.2f} s = {util:.2f} cores",
+        f"- py-spy --gil samples: {a['samples']:,} at {RATE}/s = GIL held {held:.2f} of the wall time "
+        f"(≈ {held / util if util else 0:.0%} of the broker's CPU time; the rest is outside the GIL: syscalls in "
+        "libuv, page faults, C code that releases the GIL)",
+        f"- records over the whole load: {cpu.get('records', 0):,} in {cpu.get('load_s', 0):.1f} s, {per_req} per request; "
+        f"load generator CPU {cpu.get('client_cpu_s') or 0:.1f} core-s",
         "",
         "## Self time by layer (% of broker CPU samples)",
         "",
@@ -123,6 +135,8 @@ def render(workload: str, a: dict, cpu: dict, spec: dict) -> str:
     lines += [f"| {name} | {p:.1f} |" for name, p in a["layers"]]
     lines += ["", "## Top functions by self time", "", "| % self | Function |", "|---:|---|"]
     lines += [f"| {p:.1f} | `{f}` |" for f, p in a["self"]]
+    lines += ["", "## Top lines by self time", "", "| % self | Line |", "|---:|---|"]
+    lines += [f"| {p:.1f} | `{f}` |" for f, p in a.get("lines", [])]
     lines += ["", "## Top functions by inclusive time", "", "| % incl. | Function |", "|---:|---|"]
     lines += [f"| {p:.1f} | `{f}` |" for f, p in a["inclusive"]]
     return "\n".join(lines) + "\n"
@@ -136,34 +150,53 @@ def pyspy() -> str:
     return found
 
 
-def record(pid: int, seconds: float, out: Path, fmt: str, cpus, native: bool) -> None:
-    args = [pyspy(), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200", "-o", str(out), "--format", fmt]
+RATE = 200  # samples per second
+
+
+def record(pid: int, seconds: float, out: Path, fmt: str, cpus, native: bool = False, gil: bool = True) -> str:
+    """py-spy record; with `gil`, only the thread holding the GIL is sampled (see the module doc)."""
+    args = [pyspy(), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(RATE), "-o", str(out), "--format", fmt]
+    if gil:
+        args.append("--gil")
     if native:
         args.append("--native")
-    subprocess.run(args, check=True, capture_output=True, timeout=seconds + 60, preexec_fn=pinned(cpus))
+    p = subprocess.run(args, check=True, capture_output=True, text=True, timeout=seconds + 60, preexec_fn=pinned(cpus))
+    return p.stdout + p.stderr
+
+
+PRODUCE_LOADS = {
+    # The harness's headline produce cell: 100 B records, batches up to 1 MiB, 1 partition, acks=1.
+    "produce": {"partitions": 1, "acks": "1", "compression": "none", "value_size": 100, "linger_ms": 5},
+    # Java-client-like batching (batch.size 16 KiB, linger.ms 5), 8 partitions, acks=all, idempotent:
+    # many more requests per record, so per-request costs show.
+    "produce-small": {"partitions": 8, "acks": "all", "idempotence": True, "compression": "none", "value_size": 100,
+                      "linger_ms": 5, "batch_size": 16384},
+}
+WORKLOADS = (*PRODUCE_LOADS, "consume")
 
 
 def profile(workload: str, seconds: float, out: Path, svg: bool, native: bool) -> Path:
     placement = Placement.plan()
     workdir = Path(tempfile.mkdtemp(prefix="odradek-profile-"))
-    server = Server("odradek", workdir, partitions=1, cpus=placement.server).start()
+    load = PRODUCE_LOADS.get(workload, {"partitions": 1})
+    server = Server("odradek", workdir, partitions=load["partitions"], cpus=placement.server).start()
     gen = None
     try:
         topic = f"profile-{workload}"
         if kafka_admin.serves_create_topics(server.bootstrap):
-            kafka_admin.create_topics(server.bootstrap, [topic], 1)
-        base = {"bootstrap": server.bootstrap, "topic": topic, "partitions": 1}
+            kafka_admin.create_topics(server.bootstrap, [topic], load["partitions"])
+        base = {"bootstrap": server.bootstrap, "topic": topic, "partitions": load["partitions"]}
         windows = 2 if svg else 1
-        load_s = seconds * windows + 3
-        if workload == "produce":
-            spec = dict(base, mode="produce", acks="1", compression="none", value_size=100, duration_s=load_s, linger_ms=5)
+        load_s = seconds * windows + 4
+        if workload in PRODUCE_LOADS:
+            spec = dict(base, mode="produce", duration_s=load_s, **load)
         else:
             pre = Loadgen(dict(base, mode="produce", acks="1", compression="none", value_size=100, duration_s=30, max_records=1_000_000), placement.client)
             pre.wait_ready(60)
             pre.send("GO")
             n = pre.wait_result(180)["records"] + 10
             print(f"preloaded {n:,} records", flush=True)
-            # Re-read the partition from offset 0 until the window is over (a large `expected`).
+            # Re-read the partition from offset 0 until the window is over.
             spec = dict(base, mode="consume", expected=n * 1000, max_s=load_s, rewind_every=n)
         gen = Loadgen(spec, placement.client)
         gen.wait_ready(60)
@@ -179,10 +212,14 @@ def profile(workload: str, seconds: float, out: Path, svg: bool, native: bool) -
             record(server.pid, seconds, out / f"{workload}.svg", "flamegraph", placement.client, native)
         result = gen.wait_result(load_s + 120)
         cpu["records"] = result.get("records", 0)
+        cpu["requests"] = result.get("requests")
+        cpu["client_cpu_s"] = result.get("client_cpu_s")
         cpu["load_s"] = time.monotonic() - t_go
-        analysis = analyze(parse_collapsed(collapsed.read_text()))
+        text = collapsed.read_text()
+        analysis = analyze(parse_collapsed(text))
+        analysis["lines"] = top_lines(text)
         md = out / f"{workload}.md"
-        md.write_text(render(workload, analysis, cpu, {k: v for k, v in spec.items()}))
+        md.write_text(render(workload, analysis, cpu, spec))
         return md
     finally:
         if gen is not None:
@@ -191,15 +228,28 @@ def profile(workload: str, seconds: float, out: Path, svg: bool, native: bool) -
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def top_lines(text: str, top: int = 25) -> list[tuple[str, float]]:
+    """Self time by source line (the leaf frame with its line number)."""
+    c: collections.Counter = collections.Counter()
+    total = 0
+    for line in text.splitlines():
+        stack, _, count = line.strip().rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        c[stack.split(";")[-1]] += int(count)
+    return [(f, n * 100.0 / (total or 1)) for f, n in c.most_common(top)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.profile", description="py-spy profile of the broker under load")
-    p.add_argument("--workload", choices=("produce", "consume", "both"), default="both")
+    p.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per py-spy window")
     p.add_argument("--out", default=str(Path("bench") / "results" / "profile"))
     p.add_argument("--no-svg", action="store_true", help="skip the flame graph (one window instead of two)")
     p.add_argument("--native", action="store_true", help="include native (C) frames")
     args = p.parse_args(argv)
-    for w in (("produce", "consume") if args.workload == "both" else (args.workload,)):
+    for w in (WORKLOADS if args.workload == "all" else (args.workload,)):
         md = profile(w, args.duration, Path(args.out), not args.no_svg, args.native)
         print(md.read_text())
     return 0

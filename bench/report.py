@@ -52,6 +52,7 @@ def markdown(results: dict) -> str:
         f"- Placement: servers on core(s) {pl.get('server_cpus')}, load generators on core(s) {pl.get('client_cpus')}",
         f"- Load generator: {meta.get('client')}, one process per load; Odradek at {meta.get('odradek_commit')}",
         f"- Peer: {meta.get('peer') or 'peer not available'}",
+        f"- librdkafka features each target's ApiVersions table turns on: {_features(meta.get('client_features'))}",
         f"- {'Quick run' if meta.get('quick') else 'Full run'}: median of {meta.get('runs')} run(s), (min–max) when more than one; "
         f"wall time {_n(meta.get('wall_s'))} s; load average at start {_fmt_load(meta.get('loadavg_start'))}, "
         f"at end {_fmt_load(meta.get('loadavg_end'))}",
@@ -180,6 +181,19 @@ def markdown(results: dict) -> str:
             lines.append(f"- {f['where']}: `{f['error'].strip().splitlines()[-1][:300] if f['error'].strip() else ''}`")
         lines.append("")
     return "\n".join(lines)
+
+
+def _features(f) -> str:
+    if not f:
+        return "–"
+    parts = []
+    for kind, feats in f.items():
+        if "error" in feats:
+            parts.append(f"{LABEL.get(kind, kind)}: unknown ({feats['error'][:80]})")
+            continue
+        off = [name for name, on in feats.items() if not on]
+        parts.append(f"{LABEL.get(kind, kind)}: " + ("all" if not off else "all but " + ", ".join(off) + " ⚠"))
+    return "; ".join(parts)
 
 
 def _fmt_load(v) -> str:

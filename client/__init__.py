@@ -1,1 +1,33 @@
-"""Bundled asyncio producer, consumer and admin client, and the command line."""
+"""Bundled asyncio producer, consumer and admin client, a blocking facade, and the command line.
+
+    from odradek.client import Producer, Consumer, Admin, TopicPartition
+
+    async with Producer(bootstrap_servers="localhost:9092") as producer:
+        await producer.send_and_wait("events", b"hello", key=b"user-1")
+
+The clients import only `odradek.protocol` (tests/test_layers.py checks it), so they speak to any
+Kafka-compatible broker through the wire protocol alone.
+"""
+
+from .admin import Admin, NewTopic
+from .blocking import BlockingAdmin, BlockingConsumer, BlockingProducer
+from .cluster import KafkaClient, TopicPartition
+from .config import ClientConfig, ConsumerConfig, ProducerConfig
+from .consumer import Consumer, ConsumerRebalanceListener, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp
+from .errors import (
+    ClientClosedError,
+    ConfigError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    NoBrokersAvailable,
+    OdradekError,
+)
+from .producer import Producer, RecordMetadata
+
+__all__ = [
+    "Admin", "BlockingAdmin", "BlockingConsumer", "BlockingProducer", "ClientClosedError", "ClientConfig",
+    "ConfigError", "Consumer", "ConsumerConfig", "ConsumerRebalanceListener", "ConsumerRecord", "KafkaClient",
+    "KafkaConnectionError", "KafkaError", "KafkaTimeoutError", "NewTopic", "NoBrokersAvailable", "OdradekError",
+    "OffsetAndMetadata", "OffsetAndTimestamp", "Producer", "ProducerConfig", "RecordMetadata", "TopicPartition",
+]

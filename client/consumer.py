@@ -38,7 +38,7 @@ from typing import Any, AsyncIterator, Callable, Iterable
 
 from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import REQUESTS
-from odradek.protocol.records import ABORT, iter_batches, iter_records, parse_control_record
+from odradek.protocol.records import ABORT, iter_batches, iter_records, parse_control_record, validate_batch
 
 from .cluster import KafkaClient, TopicPartition
 from .config import ConsumerConfig
@@ -626,13 +626,7 @@ class Consumer:
         records = p.records
         if not records:
             return False
-        try:
-            return self._decode(tp, state, records, p.aborted_transactions)
-        except ProtocolError as e:
-            self._errors.append(KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e), context=f"Fetch {tp}"))
-            state.paused = True
-            self._signal_data()
-            return False
+        return self._decode(tp, state, records, p.aborted_transactions)
 
     def _decode(self, tp: TopicPartition, state: _PartitionState, records: Any, aborted_list: Any) -> bool:
         fetch_offset = state.fetch_offset
@@ -645,8 +639,23 @@ class Consumer:
         added = 0
         size = 0
         next_offset = fetch_offset
+        check_crcs = self.config.check_crcs
         view = memoryview(records)
-        for pos, h in iter_batches(view):
+        batches = iter_batches(view)
+        while True:
+            try:
+                pos, h = next(batches)
+            except StopIteration:
+                break
+            except ProtocolError as e:
+                self._corrupt(tp, state, e)
+                break
+            if check_crcs:
+                try:
+                    validate_batch(view, pos)
+                except ProtocolError as e:
+                    self._corrupt(tp, state, e)
+                    break
             if h.next_offset <= fetch_offset:
                 continue
             next_offset = h.next_offset
@@ -655,10 +664,14 @@ class Consumer:
                     aborted_pids.add(aborted.pop()[1])
                 if h.is_control:
                     if h.is_transactional:
-                        for rec in iter_records(view[pos:pos + h.size], max_uncompressed_bytes=_MAX_UNCOMPRESSED):
-                            kind, _ = parse_control_record(rec)
-                            if kind == ABORT:
-                                aborted_pids.discard(h.producer_id)
+                        try:
+                            for rec in iter_records(view[pos:pos + h.size], max_uncompressed_bytes=_MAX_UNCOMPRESSED):
+                                if parse_control_record(rec)[0] == ABORT:
+                                    aborted_pids.discard(h.producer_id)
+                        except ProtocolError as e:
+                            next_offset = max(h.base_offset, fetch_offset)
+                            self._corrupt(tp, state, e)
+                            break
                     continue
                 if h.is_transactional and h.producer_id in aborted_pids:
                     continue
@@ -666,7 +679,13 @@ class Consumer:
                 continue
             timestamp_type = 1 if h.timestamp_type_log_append else 0
             epoch = h.partition_leader_epoch
-            for rec in iter_records(view[pos:pos + h.size], max_uncompressed_bytes=_MAX_UNCOMPRESSED):
+            try:
+                decoded = list(iter_records(view[pos:pos + h.size], max_uncompressed_bytes=_MAX_UNCOMPRESSED))
+            except ProtocolError as e:
+                next_offset = max(h.base_offset, fetch_offset)
+                self._corrupt(tp, state, e)
+                break
+            for rec in decoded:
                 if rec.offset < fetch_offset:
                     continue
                 key, value = rec.key, rec.value
@@ -685,6 +704,12 @@ class Consumer:
         if not buffer and state.position is not None and state.position < next_offset:
             state.position = next_offset
         return added > 0
+
+    def _corrupt(self, tp: TopicPartition, state: _PartitionState, error: Exception) -> None:
+        """A batch failed its checks: keep the records before it, pause the partition, raise from getmany."""
+        self._errors.append(KafkaError(ErrorCode.CORRUPT_MESSAGE, str(error), context=f"Fetch {tp}"))
+        state.paused = True
+        self._signal_data()
 
     def _signal_data(self) -> None:
         if self._data_ready is not None:

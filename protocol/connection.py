@@ -122,19 +122,17 @@ class ServerConnection:
         return RequestReceived(header, request, len(frame))
 
     def _range(self, api_key: int) -> tuple[int, int]:
-        if self.supported is not None:
-            rng = self.supported.get(api_key)
-            if rng is None:
-                if api_key == API_VERSIONS_KEY:
-                    return (0, -1)
-                raise RemoteProtocolError(f"unknown or unsupported api key {api_key}")
-            return rng
+        """Versions accepted: the broker's table, never wider than what the schema defines."""
         cls = REQUESTS.get(api_key)
-        if cls is None:
+        rng = cls.VALID_VERSIONS if cls is not None else None
+        if self.supported is not None and rng is not None:
+            served = self.supported.get(api_key)
+            rng = None if served is None else (max(served[0], rng[0]), min(served[1], rng[1]))
+        if rng is None:
             if api_key == API_VERSIONS_KEY:
                 return (0, -1)
-            raise RemoteProtocolError(f"unknown api key {api_key}")
-        return cls.VALID_VERSIONS
+            raise RemoteProtocolError(f"unknown or unsupported api key {api_key}")
+        return rng
 
     def send_response(self, header: RequestHeader, response: Message, version: int | None = None) -> list:
         """Frame a response. Returns a list of chunks (bytes-like or FileRegion)."""

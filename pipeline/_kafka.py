@@ -1,0 +1,338 @@
+"""Blocking Kafka I/O for the data source, on the bundled client's blocking facade (client/blocking.py).
+
+Theory of operation
+-------------------
+Nothing here is created at planning time or pickled: the data source, its readers and writers carry
+only `options.ClientOptions` (plain data), and each process builds its clients on first use.
+
+* `Metadata` serves the driver: topics and partitions of a subscription, and ListOffsets (earliest,
+  latest, by timestamp) through a `BlockingAdmin`. The streaming reader keeps one for the whole query
+  run (it lives in one long-lived Python process); `__getstate__` drops it.
+* Executors read with `read_range()`, on a `BlockingConsumer` cached per process and per settings:
+  Spark reuses its Python workers across tasks, so the connections and the loop thread are paid once
+  per worker, not per task. A cache entry remembers the pid that built it, so a forked child never uses
+  its parent's loop thread (which does not exist in the child).
+* Sinks write with `BulkProducer`: the asyncio `Producer` on the facade's `LoopThread`, handed records a
+  chunk at a time. `BlockingProducer.send()` costs one thread hop per record (about 150 us), which would
+  cap a sink near 7k rows/s; `send_many()` has no per-record topic, partition or headers.
+
+`read_range()` yields the records of [start, end) of one partition. Records may be missing from a range
+for three reasons: compaction, control batches (transaction markers), and deletion by retention before
+the task ran. Only the last is data loss: when the offsets jump, the reader asks for the log start
+offset and reports a loss when it has moved past the offsets expected (raising `DataLossError` when
+failOnDataLoss is on, as Spark's Kafka source does, and logging otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+from odradek.client.blocking import BlockingAdmin, BlockingConsumer, LoopThread
+from odradek.client.cluster import TopicPartition
+from odradek.client.errors import ErrorCode, KafkaError
+from odradek.client.producer import Producer
+
+from .offsets import OffsetRange
+from .options import ClientOptions, Subscription
+
+log = logging.getLogger("odradek.pipeline")
+
+__all__ = ["BulkProducer", "DataLossError", "Metadata", "admin_for", "producer_for", "read_range"]
+
+
+class DataLossError(RuntimeError):
+    """Records the query should read are gone (retention, deleted topic or truncation)."""
+
+
+# ---------------------------------------------------------------------------------------- per-process cache
+
+_cache_lock = threading.Lock()
+_cache: dict[tuple, Any] = {}
+_cache_pid = os.getpid()
+
+
+def _cached(kind: str, client: ClientOptions, factory: Callable[[], Any]) -> Any:
+    global _cache_pid
+    with _cache_lock:
+        if _cache_pid != os.getpid():  # forked: the parent's loop threads do not exist here
+            _cache.clear()
+            _cache_pid = os.getpid()
+        key = (kind, client.key)
+        found = _cache.get(key)
+        if found is None:
+            found = _cache[key] = factory()
+        return found
+
+
+def _evict(kind: str, client: ClientOptions) -> None:
+    with _cache_lock:
+        found = _cache.pop((kind, client.key), None)
+    if found is not None:
+        try:
+            found.close()
+        except Exception:  # noqa: BLE001 - a broken client is being thrown away
+            pass
+
+
+def close_all() -> None:
+    """Close every cached client of this process (tests and benchmarks call it between phases)."""
+    with _cache_lock:
+        items = list(_cache.values()) if _cache_pid == os.getpid() else []
+        _cache.clear()
+    for item in items:
+        try:
+            item.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def admin_for(client: ClientOptions) -> BlockingAdmin:
+    return _cached("admin", client, lambda: BlockingAdmin(client.client_config()))
+
+
+def consumer_for(client: ClientOptions) -> BlockingConsumer:
+    return _cached("consumer", client, lambda: BlockingConsumer(config=client.consumer_config()))
+
+
+def producer_for(client: ClientOptions) -> "BulkProducer":
+    return _cached("producer", client, lambda: BulkProducer(client))
+
+
+# ---------------------------------------------------------------------------------------- driver metadata
+
+
+class Metadata:
+    """Topic, partition and offset lookups for the driver side of a source or sink."""
+
+    def __init__(self, client: ClientOptions):
+        self.client = client
+        self._admin: BlockingAdmin | None = None
+
+    def __getstate__(self) -> dict:
+        return {"client": self.client}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["client"])
+
+    @property
+    def admin(self) -> BlockingAdmin:
+        if self._admin is None:
+            self._admin = BlockingAdmin(self.client.client_config())
+        return self._admin
+
+    def close(self) -> None:
+        if self._admin is not None:
+            admin, self._admin = self._admin, None
+            admin.close()
+
+    def topic_partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
+        topics = sorted(set(topics))
+        if not topics:
+            return []
+        found = []
+        for description in self.admin.describe_topics(topics):
+            found.extend(TopicPartition(description.name, p.partition) for p in description.partitions)
+        return sorted(found)
+
+    def partitions(self, subscription: Subscription) -> list[TopicPartition]:
+        """The partitions a subscription reads now (topics that do not exist yet have none)."""
+        if subscription.kind == "assign":
+            return list(subscription.partitions)
+        existing = self.admin.list_topics()
+        return self.topic_partitions(t for t in existing if subscription.matches(t))
+
+    def list_offsets(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """ListOffsets: EARLIEST (-2), LATEST (-1) or a timestamp per partition; -1 where no record has a
+        timestamp at or after the one asked for."""
+        if not timestamps:
+            return {}
+        by_kind: dict[int, list[TopicPartition]] = {}
+        for tp, ts in timestamps.items():
+            by_kind.setdefault(ts if ts < 0 else 0, []).append(tp)
+        out: dict[TopicPartition, int] = {}
+        for kind, tps in by_kind.items():
+            if kind == -2:
+                out.update(self.admin.beginning_offsets(tps))
+            elif kind == -1:
+                out.update(self.admin.end_offsets(tps))
+            else:
+                out.update(self.admin.offsets_for_times({tp: timestamps[tp] for tp in tps}))
+        return {TopicPartition(*tp): o for tp, o in out.items()}
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self.list_offsets({tp: -2 for tp in tps})
+
+    def latest(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self.list_offsets({tp: -1 for tp in tps})
+
+    def ensure_topic(self, name: str, *, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+        ensure_topic(self.admin, name, partitions=partitions, configs=configs)
+
+
+def ensure_topic(admin: BlockingAdmin, name: str, *, partitions: int = 1,
+                 configs: dict[str, str] | None = None) -> None:
+    try:
+        admin.create_topic(name, partitions, -1, configs or {})
+    except KafkaError as e:
+        if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise
+
+
+def topic_partitions_or_none(admin: BlockingAdmin, topic: str) -> list[int]:
+    """Partition numbers of `topic`, or [] when it does not exist (yet)."""
+    try:
+        (description,) = admin.describe_topics([topic])
+    except KafkaError as e:
+        if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return []
+        raise
+    return sorted(p.partition for p in description.partitions)
+
+
+# ---------------------------------------------------------------------------------------- executor reads
+
+_POLL_SLICE_MS = 1_000
+
+
+def read_range(client: ClientOptions, rng: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int,
+               max_records: int | None = None) -> Iterator[list]:
+    """Yield lists of `ConsumerRecord`s holding exactly the records of [rng.start, rng.end) that exist."""
+    if rng.size <= 0:
+        return
+    consumer = consumer_for(client)
+    tp = rng.topic_partition
+    try:
+        yield from _read(consumer, tp, rng, fail_on_data_loss, poll_timeout_ms, max_records)
+    except GeneratorExit:
+        raise
+    except BaseException:
+        # A consumer that failed may hold errors for later calls or a half-read buffer: start afresh.
+        _evict("consumer", client)
+        raise
+
+
+def _read(consumer: BlockingConsumer, tp: TopicPartition, rng: OffsetRange, fail_on_data_loss: bool,
+          poll_timeout_ms: int, max_records: int | None) -> Iterator[list]:
+    consumer.assign([tp])
+    consumer.seek(tp, rng.start)
+    expected = rng.start  # the next offset wanted
+    deadline = time.monotonic() + poll_timeout_ms / 1000
+    while expected < rng.end:
+        remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+        got = consumer.poll(timeout_ms=min(_POLL_SLICE_MS, remaining_ms), max_records=max_records)
+        records = got.get(tp) or []
+        if records:
+            first = records[0].offset
+            if first > expected:
+                _check_gap(consumer, tp, expected, min(first, rng.end), fail_on_data_loss)
+            if records[-1].offset >= rng.end:
+                records = [r for r in records if r.offset < rng.end]
+            if records:
+                expected = records[-1].offset + 1
+                yield records
+            else:
+                expected = rng.end
+            deadline = time.monotonic() + poll_timeout_ms / 1000
+            continue
+        # Nothing came: the position may have moved past control batches or a compaction gap, or past
+        # deleted records after the broker answered OFFSET_OUT_OF_RANGE and the consumer reset.
+        position = consumer.position(tp)
+        if position > expected:
+            _check_gap(consumer, tp, expected, min(position, rng.end), fail_on_data_loss)
+            expected = position
+            deadline = time.monotonic() + poll_timeout_ms / 1000
+            continue
+        if time.monotonic() >= deadline:
+            high_watermark = consumer.end_offsets([tp])[tp]
+            if high_watermark < rng.end:
+                _data_loss(f"{tp.topic}-{tp.partition}: offsets up to {rng.end - 1} were planned, but the "
+                           f"partition now ends at {high_watermark} (truncated or recreated)", fail_on_data_loss)
+                return
+            raise TimeoutError(f"{tp.topic}-{tp.partition}: no records at offset {expected} within "
+                               f"{poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
+
+
+def _check_gap(consumer: BlockingConsumer, tp: TopicPartition, expected: int, got: int,
+               fail_on_data_loss: bool) -> None:
+    log_start = consumer.beginning_offsets([tp])[tp]
+    if log_start > expected:
+        _data_loss(f"{tp.topic}-{tp.partition}: offsets {expected} to {min(log_start, got) - 1} were deleted "
+                   f"before they were read (log start offset is now {log_start})", fail_on_data_loss)
+
+
+def _data_loss(message: str, fail: bool) -> None:
+    if fail:
+        raise DataLossError(message + ". Some data may have been lost. If this is expected, set the option "
+                            "failOnDataLoss to false.")
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+
+
+# ---------------------------------------------------------------------------------------- producing
+
+Row = tuple  # (topic, partition or None, key, value, headers)
+
+
+class BulkProducer:
+    """The asyncio Producer on its own loop thread, fed a chunk of records per thread hop."""
+
+    CHUNK = 2_000
+
+    def __init__(self, client: ClientOptions):
+        self.client = client
+        self._thread = LoopThread("odradek-pipeline-producer")
+        self._error: BaseException | None = None
+        self.sent = 0
+
+        async def start() -> Producer:
+            producer = Producer(client.producer_config())
+            await producer.start()
+            return producer
+
+        try:
+            self._producer: Producer = self._thread.run(start())
+        except BaseException:
+            self._thread.stop()
+            raise
+
+    def _delivered(self, metadata: Any, error: BaseException | None) -> None:
+        if error is not None and self._error is None:
+            self._error = error
+
+    async def _send_all(self, rows: list[Row]) -> None:
+        send = self._producer.send
+        delivered = self._delivered
+        for topic, partition, key, value, headers in rows:
+            await send(topic, value, key, partition=partition, headers=headers, on_delivery=delivered)
+
+    def send(self, rows: Iterable[Row]) -> int:
+        """Queue the rows (blocking only for buffer space); delivery errors surface in flush()."""
+        count = 0
+        chunk: list[Row] = []
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) >= self.CHUNK:
+                self._thread.run(self._send_all(chunk))
+                count += len(chunk)
+                chunk = []
+        if chunk:
+            self._thread.run(self._send_all(chunk))
+            count += len(chunk)
+        self.sent += count
+        return count
+
+    def flush(self) -> None:
+        """Wait until every queued record is acknowledged; raise the first delivery error."""
+        self._thread.run(self._producer.flush())
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def close(self) -> None:
+        try:
+            self._thread.run(self._producer.close(), 30)
+        finally:
+            self._thread.stop()
