@@ -7,35 +7,18 @@ JoinGroup and SyncGroup are long polls: their response is a future completed by 
 
 from __future__ import annotations
 
-import asyncio
-
 from odradek.coordinator.runtime import Deferred
 
 from . import handles
 
 
 def respond(broker, result):
-    """A coordinator result as a handler result: the message, or a future when it is still pending."""
-    broker.after_state_change()
+    """A coordinator result as a handler result: the message, or a future while it is still pending."""
     if not isinstance(result, Deferred):
         return result
     if result.done:
         return result.result()
-    future_from = getattr(broker, "future_from", None)
-    if future_from is not None:
-        return future_from(result)
-    future = asyncio.get_running_loop().create_future()
-
-    def settle(d: Deferred) -> None:
-        if future.done():
-            return
-        if d.failed_with is not None:
-            future.set_exception(d.failed_with)
-        else:
-            future.set_result(d.result())
-
-    result.add_callback(settle)
-    return future
+    return broker.future_from(result)
 
 
 def _locate(broker):

@@ -52,7 +52,7 @@ async def aio_roundtrip(bootstrap: str, topic: str, values: list[bytes]) -> list
 def confluent_roundtrip(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "compression.type": "zstd"})
     for v in values:
-        producer.produce(topic, v)
+        producer.produce(topic, v, partition=0)
     assert producer.flush(TIMEOUT_S) == 0
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "inprocess", "enable.auto.commit": False})
     try:
