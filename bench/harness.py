@@ -39,11 +39,11 @@ class Settings:
     def __init__(self, quick: bool, runs: int | None):
         self.quick = quick
         self.runs = runs if runs is not None else (1 if quick else 3)
-        self.produce_s = 0.6 if quick else 2.0
+        self.produce_s = 0.6 if quick else 1.5
         self.large_batch_s = 0.6 if quick else 2.0
         self.consume_records = 200_000 if quick else 1_000_000
         self.preload_s = 2.0 if quick else 8.0  # the consume preload stops at consume_records or this
-        self.latency = ((50, 2.0), (5000, 1.0)) if quick else ((50, 8.0), (5000, 3.0))  # (msg/s, seconds)
+        self.latency = ((50, 1.5), (5000, 0.6)) if quick else ((50, 6.0), (5000, 2.0))  # (msg/s, seconds)
         self.partitions_total = 1_000 if quick else 10_000
         self.partitions_per_topic = 100
         self.partitions_budget_s = 60.0 if quick else 240.0
@@ -60,6 +60,14 @@ def produce_cells(partitions: int, s: Settings) -> list[dict]:
                 "spec": {"mode": "produce", "partitions": partitions, "acks": acks, "compression": codec,
                          "idempotence": acks == "all", "value_size": 100, "duration_s": s.produce_s, "linger_ms": 5},
             })
+    if partitions > 1:
+        # Java-client-like batching (batch.size 16 KiB): many more requests per record.
+        cells.append({
+            "workload": "produce", "name": f"produce 100 B, {partitions} part., acks=all, none, 16 KiB batches",
+            "partitions": partitions,
+            "spec": {"mode": "produce", "partitions": partitions, "acks": "all", "compression": "none", "idempotence": True,
+                     "value_size": 100, "duration_s": s.produce_s, "linger_ms": 5, "batch_size": 16384},
+        })
     return cells
 
 
@@ -409,23 +417,26 @@ class Harness:
                 continue
             tmp = self.workdir / f"micro-{mod}"
             tmp.mkdir(parents=True, exist_ok=True)
+            # Smaller sizes for --quick, for the parameters the function has.
+            quick_kw = {"quick": True, "total_mib": 16, "partitions": 1000, "rounds": 1} if self.s.quick else {}
             code = (
                 "import inspect, json, sys\n"
                 f"import bench.{mod} as m\n"
                 "fn = m.run\n"
-                "kw = {'quick': %r} if 'quick' in inspect.signature(fn).parameters else {}\n"
+                "params = inspect.signature(fn).parameters\n"
+                "kw = {k: v for k, v in json.loads(sys.argv[2]).items() if k in params}\n"
                 "args = [sys.argv[1]] if %r else []\n"
                 "out = fn(*args, **kw)\n"
                 "print('MICRO ' + json.dumps(out, default=str))\n"
-            ) % (self.s.quick, mod == "storage_bench")
+            ) % (mod == "storage_bench",)
             t0 = time.monotonic()
             try:
-                p = subprocess.run([sys.executable, "-c", code, str(tmp)], capture_output=True, text=True, cwd=REPO_ROOT,
+                p = subprocess.run([sys.executable, "-c", code, str(tmp), json.dumps(quick_kw)], capture_output=True, text=True, cwd=REPO_ROOT,
                                    env=bench_env(), timeout=self.s.micro_timeout_s, preexec_fn=pinned(self.placement.server))
                 line = next((ln for ln in p.stdout.splitlines() if ln.startswith("MICRO ")), None)
                 if p.returncode != 0 or line is None:
                     raise RuntimeError(f"exit {p.returncode}: {(p.stderr or p.stdout)[-1500:]}")
-                self.results["micro"][mod] = {"result": json.loads(line[6:]), "wall_s": time.monotonic() - t0}
+                self.results["micro"][mod] = {"result": json.loads(line[6:]), "wall_s": time.monotonic() - t0, "kwargs": quick_kw}
                 self.log(f"  {mod}: done in {time.monotonic() - t0:.1f}s")
             except subprocess.TimeoutExpired:
                 self.results["micro"][mod] = {"na": f"timed out after {self.s.micro_timeout_s:.0f} s"}

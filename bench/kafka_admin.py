@@ -65,7 +65,7 @@ def create_topics(bootstrap: str, names: list[str], partitions: int, timeout_s: 
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
     futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names], operation_timeout=timeout_s, request_timeout=timeout_s)
     for name, f in futures.items():
         try:

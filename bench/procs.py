@@ -37,6 +37,14 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime) / CLK_TCK
 
 
+def page_faults(pid: int) -> tuple[int, int]:
+    """(minor, major) page faults of a process so far: fields 10 and 12 of /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    fields = data[data.rindex(b")") + 2 :].split()
+    return int(fields[7]), int(fields[9])
+
+
 def last_cpu(pid: int) -> int | None:
     """The core the process (its main thread) last ran on: field 39 of /proc/<pid>/stat."""
     try:

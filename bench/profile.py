@@ -38,7 +38,7 @@ from pathlib import Path
 
 from . import kafka_admin
 from .driver import Loadgen
-from .procs import Placement, Server, pinned
+from .procs import Placement, Server, page_faults, pinned
 
 _LINE = re.compile(r":\d+\)$")
 
@@ -124,6 +124,7 @@ def render(workload: str, a: dict, cpu: dict, spec: dict) -> str:
         f"- py-spy --gil samples: {a['samples']:,} at {RATE}/s = GIL held {held:.2f} of the wall time "
         f"(≈ {held / util if util else 0:.0%} of the broker's CPU time; the rest is outside the GIL: syscalls in "
         "libuv, page faults, C code that releases the GIL)",
+        f"- page faults in the window: {cpu['minflt']:,} minor ({cpu['minflt'] / cpu['wall_s']:,.0f}/s), {cpu['majflt']:,} major",
         f"- records over the whole load: {cpu.get('records', 0):,} in {cpu.get('load_s', 0):.1f} s, {per_req} per request; "
         f"load generator CPU {cpu.get('client_cpu_s') or 0:.1f} core-s",
         "",
@@ -203,11 +204,12 @@ def profile(workload: str, seconds: float, out: Path, svg: bool, native: bool) -
         gen.send("GO")
         t_go = time.monotonic()
         time.sleep(2)
-        cpu0, t0 = server.cpu(), time.monotonic()
+        cpu0, t0, flt0 = server.cpu(), time.monotonic(), page_faults(server.pid)
         out.mkdir(parents=True, exist_ok=True)
         collapsed = out / f"{workload}.collapsed"
         record(server.pid, seconds, collapsed, "raw", placement.client, native)
-        cpu = {"cpu_s": server.cpu() - cpu0, "wall_s": time.monotonic() - t0}
+        flt1 = page_faults(server.pid)
+        cpu = {"cpu_s": server.cpu() - cpu0, "wall_s": time.monotonic() - t0, "minflt": flt1[0] - flt0[0], "majflt": flt1[1] - flt0[1]}
         if svg:
             record(server.pid, seconds, out / f"{workload}.svg", "flamegraph", placement.client, native)
         result = gen.wait_result(load_s + 120)

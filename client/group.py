@@ -435,13 +435,13 @@ class GroupCoordinator:
                 self.protocol_name = response.protocol_name
                 self.leader_id = response.leader
                 return response
-            self._rejoin = True
             if code == ErrorCode.MEMBER_ID_REQUIRED:
                 self.member_id = response.member_id
                 continue
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
                 continue
+            self._rejoin = True
             if code in _COORDINATOR_ERRORS:
                 self.client.invalidate_coordinator(self.group_id)
             raise KafkaError(code, context=f"JoinGroup {self.group_id!r}")

@@ -199,11 +199,13 @@ _POLL_SLICE_MS = 1_000
 
 
 def read_range(client: ClientOptions, rng: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int,
-               max_records: int | None = None) -> Iterator[list]:
-    """Yield lists of `ConsumerRecord`s holding exactly the records of [rng.start, rng.end) that exist."""
+               max_records: int | None = None, kind: str = "consumer") -> Iterator[list]:
+    """Yield lists of `ConsumerRecord`s holding exactly the records of [rng.start, rng.end) that exist.
+
+    `kind` names the cached consumer to use, so that a sink's scan never shares one with a reader."""
     if rng.size <= 0:
         return
-    consumer = consumer_for(client)
+    consumer = _cached(kind, client, lambda: BlockingConsumer(config=client.consumer_config()))
     tp = rng.topic_partition
     try:
         yield from _read(consumer, tp, rng, fail_on_data_loss, poll_timeout_ms, max_records)
@@ -211,7 +213,7 @@ def read_range(client: ClientOptions, rng: OffsetRange, *, fail_on_data_loss: bo
         raise
     except BaseException:
         # A consumer that failed may hold errors for later calls or a half-read buffer: start afresh.
-        _evict("consumer", client)
+        _evict(kind, client)
         raise
 
 
@@ -273,7 +275,7 @@ def _data_loss(message: str, fail: bool) -> None:
 
 # ---------------------------------------------------------------------------------------- producing
 
-Row = tuple  # (topic, partition or None, key, value, headers)
+Row = tuple  # (topic, partition or None, key, value, headers[, timestamp_ms])
 
 
 class BulkProducer:
@@ -305,8 +307,9 @@ class BulkProducer:
     async def _send_all(self, rows: list[Row]) -> None:
         send = self._producer.send
         delivered = self._delivered
-        for topic, partition, key, value, headers in rows:
-            await send(topic, value, key, partition=partition, headers=headers, on_delivery=delivered)
+        for topic, partition, key, value, headers, *timestamp in rows:
+            await send(topic, value, key, partition=partition, headers=headers, on_delivery=delivered,
+                       timestamp_ms=timestamp[0] if timestamp else None)
 
     def send(self, rows: Iterable[Row]) -> int:
         """Queue the rows (blocking only for buffer space); delivery errors surface in flush()."""

@@ -36,11 +36,10 @@ CODECS = ["gzip", "snappy", "lz4", "zstd"]
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 N = 12
 TIMEOUT_S = 15
-FIND_COORDINATOR = 10
 KCAT = shutil.which("kcat")
 needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat is not on PATH")
 # Consumer groups are being added; the group test below is switched on when they land.
-GROUPS_READY = False
+GROUPS_READY = True
 
 
 @dataclass(frozen=True)
@@ -104,26 +103,41 @@ def stored_batches(bootstrap: str, topic: str, partition: int = 0):
     raise AssertionError("the fetch loop did not reach the high watermark")
 
 
-def advertises(bootstrap: str, api_key: int, version: int) -> bool:
-    with RawClient(bootstrap) as client:
-        table = {k.api_key: (k.min_version, k.max_version) for k in client.request(ApiVersionsRequest(), 0).api_keys}
-    low, high = table.get(api_key, (0, -1))
-    return low <= version <= high
-
-
-def check_batches(bootstrap: str, topic: str, codec: str, *, idempotent: bool, librdkafka: bool = False) -> None:
+def check_batches(bootstrap: str, topic: str, codec: str, *, idempotent: bool) -> None:
     batches = stored_batches(bootstrap, topic)
     assert batches
-    if librdkafka and codec == "lz4" and not advertises(bootstrap, FIND_COORDINATOR, 0):
-        # librdkafka's feature map (rdkafka_feature.c) enables LZ4 only when the broker lists
-        # FindCoordinator v0 (a stand-in for "0.8.2 or later"); without it, lz4 batches go out
-        # uncompressed. FindCoordinator arrives with consumer groups.
-        if {b.compression for b in batches} == {0}:
-            pytest.xfail("librdkafka sends lz4 uncompressed until the broker advertises FindCoordinator v0")
+    # (A librdkafka client sends lz4 batches uncompressed, silently, unless the broker lists
+    # FindCoordinator v0: see test_api_versions_enable_every_librdkafka_feature.)
     assert {b.compression for b in batches} == {CODEC_IDS[codec]}, batches
     assert {b.compression for b in batches} == {CODEC_IDS[codec]}, batches
     if idempotent:
         assert all(b.producer_id >= 0 and b.producer_epoch >= 0 and b.base_sequence >= 0 for b in batches), batches
+
+
+# librdkafka turns features on by the ApiVersions table (src/rdkafka_feature.c): each needs every listed
+# (api key, min, max) to overlap the broker's range. These are the ones a Kafka 4 broker enables (MsgVer1
+# and ThrottleTime need Fetch v1-2, which Kafka 4 no longer lists either).
+LIBRDKAFKA_FEATURES = {
+    "MsgVer2": [(0, 3, 3), (1, 4, 4)],
+    "ApiVersion": [(18, 0, 0)],
+    "BrokerGroupCoordinator": [(10, 0, 0)],
+    "BrokerBalancedConsumer": [(10, 0, 0), (8, 1, 2), (9, 1, 1), (11, 0, 0), (14, 0, 0), (12, 0, 0), (13, 0, 0)],
+    "LZ4": [(10, 0, 0)],  # FindCoordinator v0 stands for "0.8.2 or later": without it lz4 goes out uncompressed
+    "OffsetTime": [(2, 1, 1)],
+    "IdempotentProducer": [(22, 0, 0)],
+    "ZSTD": [(0, 7, 7), (1, 10, 10)],
+}
+
+
+def test_api_versions_enable_every_librdkafka_feature(broker):
+    with RawClient(broker.bootstrap) as client:
+        table = {k.api_key: (k.min_version, k.max_version) for k in client.request(ApiVersionsRequest(), 0).api_keys}
+    missing = {
+        feature: [(key, low, high) for key, low, high in needs
+                  if not (key in table and table[key][0] <= high and low <= table[key][1])]
+        for feature, needs in LIBRDKAFKA_FEATURES.items()
+    }
+    assert not {f: m for f, m in missing.items() if m}, table
 
 
 # -- confluent-kafka --
@@ -197,7 +211,7 @@ def test_confluent_kafka_roundtrip(broker, codec):
             assert found.error is None and found.offset == want, (ts, found)
     finally:
         consumer.close()
-    check_batches(broker.bootstrap, topic, codec, idempotent=True, librdkafka=True)
+    check_batches(broker.bootstrap, topic, codec, idempotent=True)
 
 
 def test_confluent_admin_list_topics(broker):
@@ -299,7 +313,7 @@ def test_kcat_roundtrip(broker, codec):
     produce_kafka_python(broker.bootstrap, other, from_kp, codec)
     assert consume_kcat(broker.bootstrap, other) == expected(from_kp)
     check_batches(broker.bootstrap, other, codec, idempotent=True)
-    check_batches(broker.bootstrap, topic, codec, idempotent=True, librdkafka=True)
+    check_batches(broker.bootstrap, topic, codec, idempotent=True)
 
 
 # -- aiokafka --

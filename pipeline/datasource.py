@@ -1,0 +1,410 @@
+"""The `odradek` PySpark data source (Spark 4.x Python Data Source API), mirroring Spark's Kafka connector.
+
+    spark.dataSource.register(OdradekDataSource)          # or odradek.pipeline.register(spark)
+    df = (spark.readStream.format("odradek")
+          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "raw-events").load())
+
+Which process runs what (the reference notes, section 2.2, give the evidence):
+
+* `OdradekDataSource.reader()` / `streamReader()` / `writer()` run in planner workers on the driver; the
+  objects they return are pickled to the executors. They carry only parsed options (plain dataclasses).
+* Batch `partitions()` runs once per query on the driver and resolves the offsets; the streaming
+  reader's `initialOffset`, `latestOffset`, `partitions` and `commit` run in one long-lived process per
+  query run, which keeps a metadata client (dropped when pickled).
+* `read(partition)` runs on executors from a fresh copy of the planning-time reader; everything it needs
+  is in its `RangePartition` (topic, partition, [start, end), client options). It yields Arrow record
+  batches of at most 10,000 rows, read with the blocking client (`_kafka.read_range`).
+* `write()` runs on executors; `commit()` on the driver, in a fresh writer for each streaming batch.
+
+Offsets, limits and new partitions in streaming: see `StreamReader.latestOffset`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from odradek.client.cluster import TopicPartition
+
+from . import _kafka
+from .arrow import check_write_schema, read_schema_ddl, records_to_batch, rows_from_batch
+from .offsets import EARLIEST, LATEST, OffsetRange, count_between, offsets_from_json, offsets_to_json, plan_ranges, rate_limit
+from .options import ClientOptions, OffsetSpec, OptionError, SinkOptions, SourceOptions
+from .sink import KafkaSinkIO, MarkerLog, TaskOutcome, commit_batch, publish_task
+
+log = logging.getLogger("odradek.pipeline")
+
+FORMAT = "odradek"
+
+__all__ = ["FORMAT", "OdradekDataSource", "register"]
+
+
+def register(spark: Any) -> None:
+    """Make `format("odradek")` available in this Spark session."""
+    spark.dataSource.register(OdradekDataSource)
+
+
+class OdradekDataSource(DataSource):
+    """Read and write Odradek (Kafka) topics; see the module docstring and pipeline/README.md."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _include_headers(self) -> bool:
+        from .options import parse_bool
+
+        return parse_bool(self.options.get("includeheaders", "false"), "includeHeaders")
+
+    def schema(self) -> str:
+        return read_schema_ddl(self._include_headers())
+
+    def _check_read_schema(self, schema: StructType) -> None:
+        expected = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+        if self._include_headers():
+            expected.append("headers")
+        if [f.name for f in schema.fields] != expected:
+            raise OptionError(f"the {FORMAT} source has a fixed schema ({read_schema_ddl(self._include_headers())}) "
+                              "and cannot be given another one")
+
+    def reader(self, schema: StructType) -> "BatchReader":
+        self._check_read_schema(schema)
+        return BatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> "StreamReader":
+        self._check_read_schema(schema)
+        return StreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> "BatchWriter":
+        if overwrite:
+            raise OptionError(f"the {FORMAT} sink only appends: use mode('append') (Overwrite and Ignore are "
+                              "not supported, as with Spark's Kafka sink)")
+        options = SinkOptions.parse(self.options, streaming=False)
+        _check_write(schema, options)
+        return BatchWriter(options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> "StreamWriter":
+        options = SinkOptions.parse(self.options, streaming=True)
+        _check_write(schema, options)
+        return StreamWriter(options)
+
+
+def _check_write(schema: StructType, options: SinkOptions) -> None:
+    try:
+        check_write_schema({f.name: f.dataType.simpleString() for f in schema.fields}, topic_option=options.topic)
+    except ValueError as e:
+        raise OptionError(str(e)) from None
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    client: ClientOptions
+    include_headers: bool
+    fail_on_data_loss: bool
+    poll_timeout_ms: int
+
+    @classmethod
+    def of(cls, options: SourceOptions) -> "ReadSettings":
+        return cls(options.client, options.include_headers, options.fail_on_data_loss, options.poll_timeout_ms)
+
+
+class RangePartition(InputPartition):
+    """One Spark task: the records [start, end) of one topic-partition."""
+
+    def __init__(self, rng: OffsetRange, settings: ReadSettings):
+        super().__init__((rng.topic, rng.partition, rng.start, rng.end))
+        self.range = rng
+        self.settings = settings
+
+    def __repr__(self) -> str:
+        r = self.range
+        return f"RangePartition({r.topic}-{r.partition} [{r.start}, {r.end}))"
+
+
+def read_partition(partition: InputPartition) -> Iterator[Any]:
+    if not isinstance(partition, RangePartition):  # Spark's InputPartition(None) when there are no ranges
+        return
+    rng, s = partition.range, partition.settings
+    for records in _kafka.read_range(s.client, rng, fail_on_data_loss=s.fail_on_data_loss,
+                                     poll_timeout_ms=s.poll_timeout_ms):
+        yield records_to_batch(rng.topic, rng.partition, records, include_headers=s.include_headers)
+
+
+def _resolve(spec: OffsetSpec, tps: list[TopicPartition], md: _kafka.Metadata, *, what: str,
+             strategy: str = "error") -> dict[TopicPartition, int]:
+    """Offsets for `tps` from an OffsetSpec (earliest/latest/JSON/timestamps)."""
+    if not tps:
+        return {}
+    if spec.kind == "earliest":
+        return md.earliest(tps)
+    if spec.kind == "latest":
+        return md.latest(tps)
+    if spec.kind in ("offsets", "timestamps"):
+        given = spec.mapping
+        missing = [tp for tp in tps if tp not in given]
+        if missing:
+            raise OptionError(
+                f"{what} must give every topic-partition read (use -2 for earliest, -1 for latest); missing: "
+                + ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing))
+        wanted = {tp: given[tp] for tp in tps}
+    else:
+        wanted = {tp: spec.timestamp for tp in tps}
+    found = md.list_offsets(wanted)
+    if spec.kind == "offsets":
+        return {tp: found[tp] if wanted[tp] in (EARLIEST, LATEST) else wanted[tp] for tp in tps}
+    # timestamps: -1 means no record at or after it
+    unmatched = [tp for tp in tps if found[tp] < 0]
+    if unmatched:
+        if strategy == "error" and what.startswith("starting"):
+            raise OptionError(f"{what}: no record at or after the timestamp in "
+                              + ", ".join(f"{tp.topic}-{tp.partition}" for tp in unmatched)
+                              + " (set startingOffsetsByTimestampStrategy=latest to start at the end instead)")
+        found.update(md.latest(unmatched))
+    return {tp: found[tp] for tp in tps}
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.options
+        md = _kafka.Metadata(o.client)
+        try:
+            tps = md.partitions(o.subscription)
+            start = _resolve(o.starting, tps, md, what="startingOffsets", strategy=o.timestamp_strategy)
+            assert o.ending is not None
+            end = _resolve(o.ending, tps, md, what="endingOffsets")
+        finally:
+            md.close()
+        for tp in tps:
+            if start[tp] > end[tp]:
+                raise OptionError(f"{tp.topic}-{tp.partition}: the starting offset {start[tp]} is after the "
+                                  f"ending offset {end[tp]}")
+        settings = ReadSettings.of(o)
+        ranges = plan_ranges(start, end, min_partitions=o.min_partitions, max_records=o.max_records_per_partition)
+        return [RangePartition(r, settings) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_partition(partition)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader.
+
+    Offsets are `{"topic": {"partition": next offset}}` (offsets.offsets_to_json). A partition that
+    appears while the query runs (new topic matching the subscription, or partitions added) first
+    enters the offsets at its earliest offset, without data; it is read from the following batch on.
+    So every range Spark replays from its checkpoint is fully determined by the two offsets it stored.
+    """
+
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self._md: _kafka.Metadata | None = None
+        self._initial: dict | None = None
+        self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
+        self._last_trigger = time.monotonic()
+        self._latest: dict[TopicPartition, int] | None = None
+
+    def __getstate__(self) -> dict:
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["options"])
+
+    @property
+    def md(self) -> _kafka.Metadata:
+        if self._md is None:
+            self._md = _kafka.Metadata(self.options.client)
+        return self._md
+
+    def initialOffset(self) -> dict:
+        # Spark asks twice at the first start and nothing persists the answer in between, so it is
+        # memoised: with startingOffsets=latest two lookups could disagree.
+        if self._initial is None:
+            o = self.options
+            tps = self.md.partitions(o.subscription)
+            start = _resolve(o.starting, tps, self.md, what="startingOffsets", strategy=o.timestamp_strategy)
+            self._initial = offsets_to_json(start)
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = self.md.partitions(self.options.subscription)
+        self._target = self.md.latest(tps)
+
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        o = self.options
+        begin = offsets_from_json(start if start is not None else self.initialOffset())
+        tps = self.md.partitions(o.subscription)
+        latest = self.md.latest(tps)
+        self._latest = dict(latest)
+
+        gone = [tp for tp in begin if tp not in latest]
+        if gone:
+            _kafka._data_loss("partitions no longer exist (deleted topic?): "
+                              + ", ".join(f"{tp.topic}-{tp.partition}" for tp in gone), o.fail_on_data_loss)
+        new = [tp for tp in latest if tp not in begin]
+        new_start = self.md.earliest(new) if new else {}
+
+        available: dict[TopicPartition, int] = {}
+        for tp in begin:
+            if tp not in latest:
+                continue
+            end = latest[tp]
+            if self._target is not None:
+                end = min(end, self._target.get(tp, begin[tp]))
+            if end < begin[tp]:
+                _kafka._data_loss(f"{tp.topic}-{tp.partition}: the partition now ends at {end}, before the "
+                                  f"offset {begin[tp]} the query had reached (truncated or recreated)",
+                                  o.fail_on_data_loss)
+            available[tp] = end
+        current = {tp: begin[tp] for tp in available}
+
+        now = time.monotonic()
+        pending = count_between(current, available)
+        if (o.min_offsets_per_trigger and self._target is None and not isinstance(limit, ReadAllAvailable)
+                and pending < o.min_offsets_per_trigger
+                and (now - self._last_trigger) * 1000 < o.max_trigger_delay_ms):
+            available = current  # wait for more data, or for maxTriggerDelay
+        elif isinstance(limit, ReadMaxRows):
+            available = rate_limit(current, available, limit.max_rows)
+
+        end_offsets = dict(available)
+        end_offsets.update(new_start)
+        result = offsets_to_json(end_offsets)
+        if result != offsets_to_json({tp: begin[tp] for tp in begin if tp in latest}) or new:
+            self._last_trigger = now
+        return result
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest is None else offsets_to_json(self._latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        o = self.options
+        ranges = plan_ranges(offsets_from_json(start), offsets_from_json(end), min_partitions=o.min_partitions,
+                             max_records=o.max_records_per_partition)
+        settings = ReadSettings.of(o)
+        return [RangePartition(r, settings) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # Spark's checkpoint holds the progress; no consumer-group offsets are committed
+
+    def stop(self) -> None:
+        if self._md is not None:
+            self._md.close()
+            self._md = None
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+@dataclass
+class SentMessage(WriterCommitMessage):
+    """A task of an at-least-once write: how many records it sent."""
+
+    published: int = 0
+
+
+@dataclass
+class TaskMessage(WriterCommitMessage):
+    """A task of an exactly-once streaming write."""
+
+    outcome: TaskOutcome = field(default_factory=lambda: TaskOutcome("", -1, -1))
+
+
+def _rows(batches: Iterator[Any], topic: str | None) -> Iterator[tuple]:
+    for batch in batches:
+        yield from rows_from_batch(batch, topic_option=topic)
+
+
+def _send_all(options: SinkOptions, batches: Iterator[Any]) -> SentMessage:
+    producer = _kafka.producer_for(options.client)
+    try:
+        count = producer.send(_rows(batches, options.topic))
+        producer.flush()
+    except BaseException:
+        _kafka._evict("producer", options.client)
+        raise
+    return SentMessage(count)
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """At-least-once, as Spark's Kafka sink: each task sends its rows and waits for the acks; a retried
+    task sends its rows again."""
+
+    def __init__(self, options: SinkOptions):
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _send_all(self.options, iterator)
+
+    def commit(self, messages: list) -> None:
+        pass
+
+    def abort(self, messages: list) -> None:
+        log.warning("batch write to Odradek aborted; records of finished tasks stay published")
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """Exactly-once per (query id, batch id) unless `sink.exactlyOnce=false` (sink.py explains how)."""
+
+    def __init__(self, options: SinkOptions):
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        o = self.options
+        if not o.exactly_once:
+            return _send_all(o, iterator)
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        io = KafkaSinkIO(o.client, o.commit_topic)
+        try:
+            outcome = publish_task(io, query_id, batch_id, ctx.partitionId(), _rows(iterator, o.topic),
+                                   markers=MarkerLog(io, cache_key=o.client.key))
+        except BaseException:
+            _kafka._evict("producer", o.client)
+            raise
+        return TaskMessage(outcome)
+
+    def commit(self, messages: list, batchId: int) -> None:
+        outcomes = [m.outcome for m in messages if isinstance(m, TaskMessage)]
+        if not outcomes:
+            return  # at-least-once mode, or a batch without tasks: nothing to record
+        io = KafkaSinkIO(self.options.client, self.options.commit_topic)
+        commit_batch(io, outcomes[0].query_id, batchId, outcomes)
+        if any(o.duplicates for o in outcomes):
+            log.info("batch %s of query %s: %s rows were already published and were skipped", batchId,
+                     outcomes[0].query_id, sum(o.duplicates for o in outcomes))
+
+    def abort(self, messages: list, batchId: int) -> None:
+        # Records of finished tasks stay published; the rerun of this batch finds them (sink.py).
+        log.warning("streaming write of batch %s aborted", batchId)
