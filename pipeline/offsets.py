@@ -107,30 +107,34 @@ def rate_limit(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition,
     partition has available (as Spark's maxOffsetsPerTrigger does).
 
     Unlike Spark, which rounds small shares *up* and may so exceed the limit by a few records, the total
-    here never exceeds `limit`: shares are rounded down, every partition with data first gets at least
-    one record while the budget allows (so a small partition is not starved by a big one), and what is
-    left goes to the largest remainders. Partitions missing from `start` start at their end (nothing).
+    here is exactly min(limit, available): every partition with data first gets one record while the
+    budget allows (so a small partition is not starved by a big one), the rest is shared in proportion
+    and rounded down, and what rounding leaves goes to the largest remainders. Partitions missing from
+    `start` stay at their end offset (they have nothing to read yet).
     """
     sizes = {tp: end[tp] - start.get(tp, end[tp]) for tp in end}
     sizes = {tp: s for tp, s in sizes.items() if s > 0}
     total = sum(sizes.values())
     if total <= limit:
         return dict(end)
-    shares = {tp: limit * s / total for tp, s in sizes.items()}
-    take = {tp: min(math.floor(x), sizes[tp]) for tp, x in shares.items()}
+    by_size = sorted(sizes, key=lambda t: (-sizes[t], t))
+    take = {tp: 0 for tp in sizes}
+    for tp in by_size[:limit]:
+        take[tp] = 1
     budget = limit - sum(take.values())
-    for tp in sorted(sizes, key=lambda t: (-sizes[t], t)):
-        if budget <= 0:
-            break
-        if take[tp] == 0:
-            take[tp] = 1
-            budget -= 1
-    for tp in sorted(sizes, key=lambda t: (-(shares[t] - math.floor(shares[t])), -sizes[t], t)):
-        if budget <= 0:
-            break
-        if take[tp] < sizes[tp]:
-            take[tp] += 1
-            budget -= 1
+    if budget > 0:
+        rest = {tp: sizes[tp] - 1 for tp in sizes}
+        rest_total = sum(rest.values())
+        shares = {tp: budget * r / rest_total for tp, r in rest.items()}
+        for tp, x in shares.items():
+            take[tp] += math.floor(x)
+        budget = limit - sum(take.values())
+        for tp in sorted(sizes, key=lambda t: (-(shares[t] - math.floor(shares[t])), -sizes[t], t)):
+            if budget <= 0:
+                break
+            if take[tp] < sizes[tp]:
+                take[tp] += 1
+                budget -= 1
     return {tp: (start[tp] + take[tp] if tp in take else o) for tp, o in end.items()}
 
 
