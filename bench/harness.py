@@ -360,14 +360,15 @@ class Harness:
         budget_end = time.monotonic() + self.s.partitions_budget_s
         res: dict = {}
         server = self.start(kind, per_topic, "partitions")
+        created = 0
         try:
             res["empty_start_s"] = server.started_s
             res["empty_rss_mib"] = memory_kib(server.pid).get("VmRSS", 0) / 1024
+            res["open_files_limit"] = open_files_limit(server.pid)
             create = kind == "tansu" or kafka_admin.serves_create_topics(server.bootstrap)
             res["method"] = "CreateTopics" if create else "Metadata auto-creation (CreateTopics not served)"
             names = [f"many-{i:04d}" for i in range(ntopics)]
             cpu0, t0 = server.cpu(), time.monotonic()
-            created = 0
             step = 10
             for i in range(0, ntopics, step):
                 if time.monotonic() > budget_end:
@@ -379,13 +380,14 @@ class Harness:
                     created += len(batch) * per_topic
                 else:
                     created += kafka_admin.auto_create_topics(server.bootstrap, batch)
-            res["create_s"] = time.monotonic() - t0
+                res["partitions_created"] = created
+                res["create_s"] = time.monotonic() - t0
+                res["rss_after_create_mib"] = memory_kib(server.pid).get("VmRSS", 0) / 1024
+                res["open_files"] = open_files(server.pid)
             res["create_cpu_s"] = server.cpu() - cpu0
-            res["partitions_created"] = created
             t1 = time.monotonic()
             res["partitions_listed"] = kafka_admin.count_partitions(server.bootstrap)
             res["metadata_all_s"] = time.monotonic() - t1
-            res["rss_after_create_mib"] = memory_kib(server.pid).get("VmRSS", 0) / 1024
             if kind == "odradek":
                 t2 = time.monotonic()
                 server.stop(timeout_s=max(30.0, budget_end - time.monotonic()))
@@ -401,8 +403,13 @@ class Harness:
                 res["restart_na"] = "memory storage: nothing to recover on restart"
             self.log(f"  {kind}: {json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in res.items()})}")
         except Exception as e:
-            self.fail(f"partitions / {kind}", e)
             res["error"] = str(e)[-500:]
+            res["failed_after_partitions"] = created
+            res["server_alive"] = server.alive()
+            cause = [ln.strip() for ln in server.output if "Errno" in ln] or [ln.strip() for ln in server.output if "rror" in ln]
+            if cause:
+                res["server_error"] = cause[-1][-300:]
+            self.fail(f"partitions / {kind}", RuntimeError(f"after {created:,} partitions: {e}; server: {res.get('server_error', '?')}"))
         finally:
             server.stop()
         return res
@@ -485,6 +492,24 @@ class Harness:
         return self.results
 
 
+def open_files(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def open_files_limit(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    return int(line.split()[3])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def machine_facts() -> dict:
     model = None
     try:
@@ -498,7 +523,7 @@ def machine_facts() -> dict:
     try:
         import confluent_kafka
 
-        client = f"confluent-kafka {confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}"
+        client = f"confluent-kafka {confluent_kafka.__version__} / librdkafka {confluent_kafka.libversion()[0]}"
     except ImportError:  # pragma: no cover
         client = None
     commit = None
@@ -522,6 +547,29 @@ def machine_facts() -> dict:
     }
 
 
+def merge(old: dict, new: dict, only: list[str]) -> dict:
+    """`old` with the sections of the workloads in `only` replaced by `new`'s (for --update)."""
+    merged = dict(old)
+    cells = [c for c in old.get("cells", []) if c["workload"] not in only]
+    merged["cells"] = cells + [c for c in new.get("cells", []) if c["workload"] in only]
+    order = {w: i for i, w in enumerate(WORKLOADS)}
+    merged["cells"].sort(key=lambda c: order.get(c["workload"], 99))  # stable: keeps the cells' own order
+    if "latency" in only:
+        merged["latency"] = new.get("latency", [])
+    if "partitions" in only:
+        merged["partitions"] = new.get("partitions")
+    if "micro" in only:
+        merged["micro"] = new.get("micro", {})
+    merged["failures"] = [f for f in old.get("failures", []) if not any(f["where"].startswith(w) for w in only)] + new.get("failures", [])
+    meta = dict(old.get("meta", {}))
+    updates = meta.setdefault("updates", [])
+    updates.append({"workloads": only, "started": new["meta"].get("started"), "runs": new["meta"].get("runs"),
+                    "loadavg_start": new["meta"].get("loadavg_start"), "loadavg_end": new["meta"].get("loadavg_end"),
+                    "wall_s": new["meta"].get("wall_s")})
+    merged["meta"] = meta
+    return merged
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description="Odradek benchmarks, side by side with a null sink and a peer broker.")
     p.add_argument("--quick", action="store_true", help="a short smoke run (1 run, short workloads, 1,000 partitions)")
@@ -534,6 +582,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workdir", default=None, help="where the brokers' data directories go (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (data, server logs)")
     p.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
+    p.add_argument("--render-only", action="store_true", help="re-write latest.md and latest.png from latest.json in --out; run nothing")
+    p.add_argument("--update", action="store_true",
+                   help="merge into the existing latest.json in --out: replace only the workloads run now")
     return p.parse_args(argv)
 
 
@@ -547,10 +598,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs is not None and args.runs < 1:
         print("--runs must be at least 1", file=sys.stderr)
         return 2
+    out = Path(args.out)
+    if args.render_only:
+        results = json.loads((out / "latest.json").read_text())
+        for p in report.write_all(results, out, chart=not args.no_chart):
+            print(f"wrote {p}")
+        return 0
     harness = Harness(args, Settings(args.quick, args.runs))
     results = harness.run(only)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.update and (out / "latest.json").exists():
+        results = merge(json.loads((out / "latest.json").read_text()), results, only)
     paths = report.write_all(results, out, chart=not args.no_chart)
     for p in paths:
         print(f"wrote {p}")

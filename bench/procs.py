@@ -24,6 +24,16 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def scrub(text: str) -> str:
+    """Drop this machine's paths from text meant for the repository (results, profiles)."""
+    import tempfile
+
+    for path, short in ((str(REPO_ROOT) + os.sep, ""), (sys.prefix + os.sep, "<venv>/"), (sys.base_prefix + os.sep, "<python>/"),
+                        (tempfile.gettempdir() + os.sep, "<tmp>/"), (os.path.expanduser("~") + os.sep, "~/")):
+        text = text.replace(path, short)
+    return text
+
+
 # -- /proc ----------------------------------------------------------------------------------------------
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from . import kafka_admin
 from .driver import Loadgen
-from .procs import Placement, Server, page_faults, pinned
+from .procs import Placement, Server, page_faults, pinned, scrub
 
 _LINE = re.compile(r":\d+\)$")
 
@@ -211,13 +211,16 @@ def profile(workload: str, seconds: float, out: Path, svg: bool, native: bool) -
         flt1 = page_faults(server.pid)
         cpu = {"cpu_s": server.cpu() - cpu0, "wall_s": time.monotonic() - t0, "minflt": flt1[0] - flt0[0], "majflt": flt1[1] - flt0[1]}
         if svg:
-            record(server.pid, seconds, out / f"{workload}.svg", "flamegraph", placement.client, native)
+            svg_path = out / f"{workload}.svg"
+            record(server.pid, seconds, svg_path, "flamegraph", placement.client, native)
+            svg_path.write_text(scrub(svg_path.read_text()))
         result = gen.wait_result(load_s + 120)
         cpu["records"] = result.get("records", 0)
         cpu["requests"] = result.get("requests")
         cpu["client_cpu_s"] = result.get("client_cpu_s")
         cpu["load_s"] = time.monotonic() - t_go
-        text = collapsed.read_text()
+        text = scrub(collapsed.read_text())
+        collapsed.write_text(text)
         analysis = analyze(parse_collapsed(text))
         analysis["lines"] = top_lines(text)
         md = out / f"{workload}.md"

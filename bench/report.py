@@ -56,8 +56,11 @@ def markdown(results: dict) -> str:
         f"- {'Quick run' if meta.get('quick') else 'Full run'}: median of {meta.get('runs')} run(s), (min–max) when more than one; "
         f"wall time {_n(meta.get('wall_s'))} s; load average at start {_fmt_load(meta.get('loadavg_start'))}, "
         f"at end {_fmt_load(meta.get('loadavg_end'))}",
-        "",
     ]
+    for u in meta.get("updates", []):
+        lines.append(f"- Re-run later with `--update`: {', '.join(u['workloads'])} at {u.get('started')} "
+                     f"({u.get('runs')} run(s), load average at start {_fmt_load(u.get('loadavg_start'))})")
+    lines.append("")
     cells = results.get("cells", [])
     if cells:
         lines += [
@@ -154,8 +157,15 @@ def markdown(results: dict) -> str:
             if "na" in r:
                 lines.append(f"| {label} | {r['na']} | | | | | | | |")
                 continue
-            if r.get("error") and "partitions_created" not in r:
-                lines.append(f"| {label} | not measured: {r['error'][:200]} | | | | | | | |")
+            if r.get("error"):
+                why = r.get("server_error") or r["error"]
+                lines.append(
+                    f"| {label} | {r.get('method', '–')}: **failed after {r.get('failed_after_partitions', 0):,} partitions** "
+                    f"({'server died' if r.get('server_alive') is False else 'request failed'}: `{why[-160:]}`; open files "
+                    f"{_n(r.get('open_files'))} of a limit of {_n(r.get('open_files_limit'))}) | {_n(r.get('partitions_created'))} "
+                    f"| {_n(r.get('create_s'), 1)} | {_n(r.get('rss_after_create_mib'))} | – | not measured | – "
+                    f"| {_n(r.get('empty_start_s'), 2)} / {_n(r.get('empty_rss_mib'))} |"
+                )
                 continue
             restart = _n(r.get("restart_s"), 2) if r.get("restart_s") is not None else r.get("restart_na", "–")
             lines.append(
@@ -245,17 +255,21 @@ def draw_chart(results: dict, path: Path) -> str | None:
         return "nothing to chart"
     kinds = [k for k in ("odradek", "null", "tansu") if any(k in c["targets"] for c in cells) or any(k in e["targets"] for e in lat)]
     colors = {"odradek": "#d95f02", "null": "#7570b3", "tansu": "#1b9e77"}
-    nplots = (1 if cells else 0) + (1 if lat else 0)
-    fig, axes = plt.subplots(nplots, 1, figsize=(13, 5.5 * nplots), squeeze=False)
+    import textwrap
+
+    nplots = (2 if cells else 0) + (1 if lat else 0)
+    fig, axes = plt.subplots(nplots, 1, figsize=(13, 5 * nplots), squeeze=False)
     ax_i = 0
     width = 0.8 / max(1, len(kinds))
-    if cells:
+    panels = (("records_per_s", "records/s (log scale; median, min–max)", "Throughput (sensitive to other load on the machine)"),
+              ("server_core_s_per_m", "server core-seconds per million records (log)", "Server CPU per record (lower is better)"))
+    for key, ylabel, title in panels if cells else ():
         ax = axes[ax_i][0]
         ax_i += 1
         for j, kind in enumerate(kinds):
             xs, ys, lo, hi = [], [], [], []
             for i, c in enumerate(cells):
-                s = c["targets"].get(kind, {}).get("summary", {}).get("records_per_s")
+                s = c["targets"].get(kind, {}).get("summary", {}).get(key)
                 if not s:
                     continue
                 xs.append(i + (j - (len(kinds) - 1) / 2) * width)
@@ -265,11 +279,11 @@ def draw_chart(results: dict, path: Path) -> str | None:
             if xs:
                 ax.bar(xs, ys, width, yerr=[lo, hi], label=LABEL.get(kind, kind), color=colors.get(kind), capsize=2)
         ax.set_xticks(range(len(cells)))
-        ax.set_xticklabels([c["name"].replace(", ", "\n", 2) for c in cells], fontsize=7)
+        ax.set_xticklabels([textwrap.fill(c["name"], 18) for c in cells], fontsize=7)
         ax.set_yscale("log")
-        ax.set_ylabel("records/s (log scale, median, min–max)")
-        ax.set_title("Throughput")
-        ax.legend()
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3, which="both")
     if lat:
         ax = axes[ax_i][0]
@@ -297,7 +311,7 @@ def draw_chart(results: dict, path: Path) -> str | None:
         ax.grid(axis="y", alpha=0.3, which="both")
     meta = results.get("meta", {})
     fig.suptitle(f"Odradek benchmark {meta.get('started', '')} — {meta.get('cpu_model')}, {meta.get('cores')} cores", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return None
@@ -314,11 +328,13 @@ def write_all(results: dict, out: Path, *, chart: bool = True) -> list[Path]:
             paths.append(png)
     else:
         note = "chart skipped (--no-chart)"
+    from .procs import scrub
+
     md = markdown(results)
     if note:
         md += f"\n_Chart: {note}._\n"
         results.setdefault("meta", {})["chart"] = note
-    (out / "latest.md").write_text(md)
-    (out / "latest.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "latest.md").write_text(scrub(md))
+    (out / "latest.json").write_text(scrub(json.dumps(results, indent=1, default=str)))
     paths[:0] = [out / "latest.md", out / "latest.json"]
     return paths

@@ -115,27 +115,43 @@ def _fire_timer(broker) -> None:
 async def _housekeeping(broker) -> None:
     """Retention, flushes, checkpoints and cleaning on the log manager's schedule (each call may do nothing).
 
-    Compaction runs in a worker thread (the cleaner works on a snapshot of the segment list and swaps under
-    a short lock inside the log), one cleaning at a time, so appends and reads go on meanwhile.
+    Flushes and checkpoints fsync, and compaction reads and rewrites whole segments: they run in worker
+    threads (one flush and one cleaning at a time), off the event loop, as Kafka runs them off its
+    request threads. The cleaner works on a snapshot of the segment list and swaps under a short lock
+    inside the log; a flush syncs rolled segments, which no longer change.
     """
     interval_s = 1.0
     loop = asyncio.get_running_loop()
+    flushing: asyncio.Future | None = None
     cleaning: asyncio.Future | None = None
+
+    def flush_and_checkpoint(manager, now: int) -> None:
+        manager.maybe_flush(now)
+        manager.maybe_checkpoint(now)
+
     while True:
         await asyncio.sleep(interval_s)
         try:
             now = now_ms()
             manager = broker.log_manager
             manager.maybe_delete_old_segments(now, upper_bound_offset=lambda tp: _high_watermark(broker, tp))
-            manager.maybe_flush(now)
-            manager.maybe_checkpoint(now)
             manager.maybe_remove_expired_producers(now)
-            if broker.config.log_cleaner_enable and (cleaning is None or cleaning.done()):
-                if cleaning is not None and cleaning.exception() is not None:
-                    log.error("log cleaning failed", error=str(cleaning.exception()))
-                cleaning = loop.run_in_executor(None, manager.maybe_clean, now)
+            flushing = _resubmit(loop, flushing, "flush", flush_and_checkpoint, manager, now)
+            if broker.config.log_cleaner_enable:
+                cleaning = _resubmit(loop, cleaning, "log cleaning", manager.maybe_clean, now)
+            broker._maintenance = [f for f in (flushing, cleaning) if f is not None]
         except Exception:
             log.exception("housekeeping failed")
+
+
+def _resubmit(loop, running: asyncio.Future | None, what: str, fn, *args) -> asyncio.Future | None:
+    """Start `fn` in a worker thread unless its previous run is still going; report how that run ended."""
+    if running is not None:
+        if not running.done():
+            return running
+        if running.exception() is not None:
+            log.error(f"{what} failed", error=str(running.exception()))
+    return loop.run_in_executor(None, fn, *args)
 
 
 def _high_watermark(broker, tp) -> int | None:
@@ -150,6 +166,8 @@ async def stop_components(broker) -> None:
     server = getattr(broker, "metrics_server", None)
     if server is not None:
         server.stop()
+    # Let a flush or cleaning that is running in a worker thread finish before the logs close under it.
+    await asyncio.gather(*getattr(broker, "_maintenance", ()), return_exceptions=True)
     log_manager = getattr(broker, "log_manager", None)
     if log_manager is not None:
         log_manager.close()

@@ -763,6 +763,15 @@ class BrokerConfig(BaseModel):
         "group.max.session.timeout.ms", 1800000, T.INT, "Largest session timeout a member may ask for."
     )
     group_max_size: Int = _f("group.max.size", INT32_MAX, T.INT, "Most members in one group.", ge=1)
+    consumer_group_session_timeout_ms: Int = _f(
+        "group.consumer.session.timeout.ms", 45000, T.INT, "Session timeout of KIP-848 consumer group members.", ge=1
+    )
+    consumer_group_heartbeat_interval_ms: Int = _f(
+        "group.consumer.heartbeat.interval.ms", 5000, T.INT, "Heartbeat interval of KIP-848 consumer group members.", ge=1
+    )
+    consumer_group_max_size: Int = _f(
+        "group.consumer.max.size", INT32_MAX, T.INT, "Most members in one KIP-848 consumer group.", ge=1
+    )
 
     # ---- transactions and idempotence
     transaction_state_log_num_partitions: Int = _f(

@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 Each listener has one asyncio server (the acceptor). Every accepted socket gets a `KafkaProtocol`, a thin
-adapter that feeds bytes to the sans-I/O `protocol.ServerConnection` and queues the parsed requests in an
-inbox. A per-connection processor task takes one request at a time (Kafka's mute/unmute: one request in
+BufferedProtocol adapter: the socket reads straight into the sans-I/O `protocol.ServerConnection`'s
+buffers (a large produce request lands in its own buffer without further copies), and the parsed
+requests queue in an inbox. A per-connection processor task takes one request at a time (Kafka's mute/unmute: one request in
 flight per connection, so responses leave in request order), puts it on the bounded `RequestChannel` and
 waits for its response, which it then writes: bytes through the transport, `FileRegion`s with
 `os.sendfile` straight from the segment file to the socket when the transport's buffer is empty, else by
@@ -85,7 +86,7 @@ class RequestChannel:
         return await self.queue.get()
 
 
-class KafkaProtocol(asyncio.Protocol):
+class KafkaProtocol(asyncio.BufferedProtocol):
     def __init__(self, server: "NetworkServer", listener: str):
         self.server = server
         self.listener = listener
@@ -118,12 +119,16 @@ class KafkaProtocol(asyncio.Protocol):
             return
         self.processor = asyncio.get_running_loop().create_task(self._process())
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # The socket reads straight into the framer's buffer (see protocol.connection._Framer).
+        return self.conn.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         if self.server.metrics is not None:
-            self.server.metrics.add_bytes_in(len(data))
+            self.server.metrics.add_bytes_in(nbytes)
         try:
-            events = self.conn.receive_data(data)
+            events = self.conn.buffer_updated(nbytes)
         except ProtocolError as e:
             self._protocol_error(e)
             return

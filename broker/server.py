@@ -94,12 +94,12 @@ class Broker:
         log.info("stopped")
 
     def _answer_long_polls(self) -> None:
-        """Complete parked fetches now, with what they have, rather than hold shutdown for their max wait."""
-        purgatory = getattr(self.data, "fetch_purgatory", None)
-        if purgatory is None:
-            return
-        for operation in list(purgatory._delayed):
-            operation.force_complete()
+        """Answer parked fetches (with what they have) and pending group joins (NOT_COORDINATOR, so clients
+        look for the coordinator again) now, rather than hold shutdown for their timeouts."""
+        if self.data is not None:
+            self.data.fetch_purgatory.complete_all()
+        if self._groups is not None:
+            self._groups.shutdown()
 
     async def __aenter__(self) -> "Broker":
         await self.start()

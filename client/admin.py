@@ -30,7 +30,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 
 from .assignors import decode_assignment
-from .cluster import COORDINATOR_GROUP, BrokerInfo, KafkaClient, PartitionInfo, TopicPartition
+from .cluster import BrokerInfo, KafkaClient, PartitionInfo, TopicPartition
 from .config import ClientConfig
 from .consumer import EARLIEST, LATEST, OffsetAndMetadata, list_offsets
 from .errors import ConfigError, KafkaError, OdradekError
@@ -129,8 +129,9 @@ class ClusterDescription:
 
 class Admin:
     def __init__(self, config: ClientConfig | None = None, **overrides: Any):
-        config = config if config is not None else ClientConfig(**overrides)
-        if overrides and config is not None:
+        if config is None:
+            config = ClientConfig(**overrides)
+        elif overrides:
             config = config.replace(**overrides)
         self.config = config
         self.client = KafkaClient(config, allow_auto_create_topics=False)
@@ -557,5 +558,5 @@ class Admin:
 
 __all__ = [
     "Admin", "ClusterDescription", "ConfigEntry", "GroupDescription", "GroupListing", "MemberDescription",
-    "NewTopic", "PartitionLag", "TopicDescription", "COORDINATOR_GROUP",
+    "NewTopic", "PartitionLag", "TopicDescription",
 ]

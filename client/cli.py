@@ -177,7 +177,11 @@ def _seconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="odradek", description="Odradek command line: topics, records, groups, configs, perf.")
+    parser = _Parser(
+        prog="odradek", description="Odradek command line: topics, records, groups, configs, perf.",
+        epilog="exit codes: 0 success, 1 the cluster refused or failed the operation, 2 bad usage, "
+               "3 no broker reachable or timed out, 130 interrupted",
+    )
     parser.add_argument("--bootstrap-server", "-b", type=_bootstrap, default=None,
                         help="HOST:PORT[,HOST:PORT...] (default: $ODRADEK_BOOTSTRAP_SERVERS or localhost:9092)")
     parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="output format")
@@ -582,7 +586,7 @@ async def consume(args: argparse.Namespace, out: Output) -> int:
                             isolation_level=args.isolation_level, allow_auto_create_topics=False)
     count = 0
     async with Consumer(config=config) as consumer:
-        parts = await consumer.partitions_for_topic(args.topic)
+        parts = await consumer.client.partitions_for(args.topic, must_exist=True)
         chosen = parts
         if args.partition:
             missing = [p for p in args.partition if p not in parts]

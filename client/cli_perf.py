@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import importlib.util
 import math
 import os
 import sys
@@ -25,7 +26,7 @@ from typing import Any
 
 from .cluster import TopicPartition
 from .config import ConsumerConfig, ProducerConfig
-from .errors import ConfigError, OdradekError
+from .errors import ConfigError
 
 
 
@@ -70,10 +71,8 @@ def _print_summary(out: Any, title: str, stats: dict[str, Any]) -> None:
 def _check_plot(path: str | None) -> None:
     if path is None:
         return
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'odradek[plot]'") from None
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError("--plot needs matplotlib: pip install 'odradek[plot]'")
 
 
 def draw_plot(path: str, title: str, times: array, latencies: array) -> None:
@@ -214,7 +213,7 @@ async def perf_consume(args: argparse.Namespace, out: Any, common: dict[str, Any
     total_bytes = 0
     count = 0
     async with Consumer(config=config) as consumer:
-        parts = await consumer.partitions_for_topic(args.topic)
+        parts = await consumer.client.partitions_for(args.topic, must_exist=True)
         if args.group:
             consumer.subscribe([args.topic])
         else:

@@ -421,8 +421,11 @@ class KafkaClient:
         except asyncio.TimeoutError:
             pass
 
-    async def partitions_for(self, topic: str, *, timeout_ms: int | None = None) -> list[int]:
-        """The partitions of `topic`, waiting (and auto-creating, if allowed) until metadata knows it."""
+    async def partitions_for(self, topic: str, *, timeout_ms: int | None = None, must_exist: bool = False) -> list[int]:
+        """The partitions of `topic`, waiting (and auto-creating, if allowed) until metadata knows it.
+
+        With `must_exist`, a topic the broker does not know fails at once instead of being waited for.
+        """
         parts = self.cluster.partitions_for(topic)
         if parts:
             return parts
@@ -436,6 +439,8 @@ class KafkaClient:
             if parts:
                 return parts
             error = self.cluster.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if must_exist and error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise KafkaError(error, "no such topic", context=f"topic {topic!r}", retriable=False)
             if not error.retriable or time.monotonic() > deadline:
                 raise KafkaError(error, context=f"topic {topic!r}")
             await asyncio.sleep(self.backoff_s(attempt))
@@ -493,8 +498,3 @@ class KafkaClient:
 
     def invalidate_coordinator(self, key: str, key_type: int = COORDINATOR_GROUP) -> None:
         self._coordinators.pop((key_type, key), None)
-
-
-COORDINATOR_ERRORS = frozenset({
-    ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-})

@@ -164,7 +164,7 @@ class ConsumerConfig(ClientConfig):
         if self.auto_offset_reset not in ("earliest", "latest", "none"):
             raise ConfigError(f"auto_offset_reset must be earliest, latest or none (got {self.auto_offset_reset!r})")
         if self.isolation_level not in ("read_uncommitted", "read_committed"):
-            raise ConfigError(f"isolation_level must be read_uncommitted or read_committed")
+            raise ConfigError(f"isolation_level must be read_uncommitted or read_committed (got {self.isolation_level!r})")
         from .assignors import ASSIGNORS
 
         for name in self.assignor_names:

@@ -166,9 +166,9 @@ class BrokerConnection:
     ) -> Any:
         """Send `request` and return its decoded response (None when no response is expected)."""
         if self._closed or self._writer is None:
-            raise ClientClosedError(f"connection to {self.address} is closed") if self._close_reason is None else (
-                KafkaConnectionError(f"connection to {self.address} is closed: {self._close_reason}")
-            )
+            if isinstance(self._close_reason, KafkaConnectionError):
+                raise KafkaConnectionError(f"connection to {self.address} is closed: {self._close_reason}")
+            raise ClientClosedError(f"connection to {self.address} is closed")
         if version is None:
             version = self.version_for(request.API_KEY)
         correlation_id, data = self._conn.send_request(request, version, expect_response=expect_response)

@@ -176,8 +176,9 @@ class Consumer:
                  key_deserializer: Callable[[bytes | None], Any] | None = None,
                  value_deserializer: Callable[[bytes | None], Any] | None = None,
                  **overrides: Any):
-        config = config if config is not None else ConsumerConfig(**overrides)
-        if overrides and config is not None:
+        if config is None:
+            config = ConsumerConfig(**overrides)
+        elif overrides:
             config = config.replace(**overrides)
         self.config: ConsumerConfig = config  # type: ignore[assignment]
         self.client = KafkaClient(config, allow_auto_create_topics=config.allow_auto_create_topics)

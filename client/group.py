@@ -42,7 +42,7 @@ from odradek.protocol.messages import REQUESTS
 
 from .assignors import ASSIGNORS, COOPERATIVE, Subscription, decode_assignment, decode_subscription, \
     encode_assignment, encode_subscription
-from .cluster import COORDINATOR_GROUP, KafkaClient, TopicPartition
+from .cluster import KafkaClient, TopicPartition
 from .config import ConsumerConfig
 from .errors import KafkaError, OdradekError
 
@@ -383,14 +383,18 @@ class GroupCoordinator:
             await self._revoke(self.consumer.assignment(), lost=False)
         topics = self.consumer._matching_topics()
         self._rejoin = False
-        join = await self._join(topics)
-        self._joined_topics = topics
-        assignments: list = []
-        if join.leader == join.member_id:
-            assignments = await self._assign(join)
-        else:
-            self._assigned_counts = {}
-        assignment = await self._sync(join, assignments)
+        try:
+            join = await self._join(topics)
+            self._joined_topics = topics
+            assignments: list = []
+            if join.leader == join.member_id:
+                assignments = await self._assign(join)
+            else:
+                self._assigned_counts = {}
+            assignment = await self._sync(join, assignments)
+        except BaseException:
+            self._rejoin = True
+            raise
         if self._rejoin:
             return
         new = set(assignment)

@@ -107,7 +107,7 @@ def normalize_headers(headers: Headers) -> list[tuple[str, bytes | None]]:
 class _Batch:
     __slots__ = (
         "tp", "records", "futures", "size", "created", "deadline", "base_sequence", "payload", "attempts",
-        "retry_at", "producer_id", "producer_epoch", "key_sizes", "value_sizes", "in_flight",
+        "retry_at", "producer_id", "producer_epoch", "key_sizes", "value_sizes", "in_flight", "last_error",
     )
 
     def __init__(self, tp: TopicPartition, now: float, delivery_timeout_s: float):
@@ -126,6 +126,7 @@ class _Batch:
         self.producer_id = -1
         self.producer_epoch = -1
         self.in_flight = False
+        self.last_error: BaseException | None = None
 
 
 class Producer:
@@ -135,8 +136,9 @@ class Producer:
                  key_serializer: Callable[[Any], bytes | None] | None = None,
                  value_serializer: Callable[[Any], bytes | None] | None = None,
                  **overrides: Any):
-        config = config if config is not None else ProducerConfig(**overrides)
-        if config is not None and overrides:
+        if config is None:
+            config = ProducerConfig(**overrides)
+        elif overrides:
             config = config.replace(**overrides)
         self.config: ProducerConfig = config  # type: ignore[assignment]
         self.client = KafkaClient(config)
@@ -401,9 +403,10 @@ class Producer:
                 batch = queue.popleft()
                 if batch.base_sequence >= 0:
                     self._pid_reset_needed = True
+                last = f"; last error: {batch.last_error}" if batch.last_error is not None else ""
                 self._fail_batch(batch, KafkaTimeoutError(
                     f"{len(batch.records)} record(s) for {tp} expired after delivery_timeout_ms "
-                    f"({self.config.delivery_timeout_ms} ms)"))
+                    f"({self.config.delivery_timeout_ms} ms){last}"))
             if not queue:
                 del self._batches[tp]
                 continue
@@ -540,6 +543,7 @@ class Producer:
             queue.remove(batch)
 
     def _batch_failed(self, batch: _Batch, error: OdradekError) -> None:
+        batch.last_error = error
         code = getattr(error, "code", None)
         now = time.monotonic()
         retriable = error.retriable

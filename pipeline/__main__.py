@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from(args: argparse.Namespace):
-    from .jobs import PipelineConfig
+    from odradek.pipeline.jobs import PipelineConfig
 
     return PipelineConfig(
         bootstrap=args.bootstrap,
@@ -98,7 +98,7 @@ def config_from(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from . import jobs
+    from odradek.pipeline import jobs  # absolute: this file also runs as a spark-submit script
 
     cfg = config_from(args)
     if args.job == "generate":

@@ -48,7 +48,7 @@ EVENT_SCHEMA = "event_id string, ts long, user string, type string, page string,
 @dataclass
 class PipelineConfig:
     bootstrap: str
-    workdir: Path
+    workdir: str  # a local directory or a URI Spark can write to (hdfs://..., s3a://...)
     raw_topic: str = "raw-events"
     transformed_topic: str = "transformed-events"
     aggregates_topic: str = "event-aggregates"
@@ -61,14 +61,21 @@ class PipelineConfig:
     kafka_options: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.workdir = Path(self.workdir)
+        self.workdir = str(self.workdir).rstrip("/") or "/"
+
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.workdir, *parts])
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.workdir or self.workdir.startswith("file:")
 
     @property
     def archive_path(self) -> str:
-        return str(self.workdir / "archive" / self.raw_topic)
+        return self._path("archive", self.raw_topic)
 
     def checkpoint(self, job: str) -> str:
-        return str(self.workdir / "checkpoints" / job)
+        return self._path("checkpoints", job)
 
     def options(self, **extra: Any) -> dict[str, str]:
         out = {"kafka.bootstrap.servers": self.bootstrap}
@@ -177,6 +184,7 @@ def enrich(raw: Any, logic_version: int) -> Any:
     section = (F.when(page == "/", "home").when(page == "/search", "search").when(page == "/cart", "cart")
                .when(page == "/checkout", "checkout").when(page.startswith("/p/"), "product").otherwise("other"))
     event_time = F.timestamp_millis(F.col("e.ts"))
+    utc_date = F.date_format(F.to_utc_timestamp(event_time, F.current_timezone()), "yyyy-MM-dd")
     return df.select(
         F.col("e.event_id").alias("event_id"),
         F.col("e.user").alias("user"),
@@ -185,7 +193,7 @@ def enrich(raw: Any, logic_version: int) -> Any:
         section.alias("section"),
         amount.alias("amount"),
         event_time.alias("event_time"),
-        F.date_format(event_time, "yyyy-MM-dd").alias("event_date"),
+        utc_date.alias("event_date"),
         F.lit(logic_version).alias("logic_version"),
         "raw_partition",
         "raw_offset",
@@ -252,7 +260,9 @@ def start_archive(spark: Any, cfg: PipelineConfig, *, available_now: bool = Fals
     from pyspark.sql import functions as F
 
     raw = _raw_stream(spark, cfg, fail_on_data_loss=True)
-    out = raw.withColumn("date", F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
+    # the UTC date, whatever the session's time zone
+    out = raw.withColumn("date", F.date_format(F.to_utc_timestamp(F.col("timestamp"), F.current_timezone()),
+                                               "yyyy-MM-dd"))
     writer = (out.writeStream.format("parquet").partitionBy("date").queryName("archive")
               .option("path", cfg.archive_path).option("checkpointLocation", cfg.checkpoint("archive")))
     return _trigger(writer, available_now, cfg.trigger_interval).start()
@@ -287,7 +297,7 @@ def replay(spark: Any, cfg: PipelineConfig, *, source: str = "both", logic_versi
         raise ValueError("source must be archive, topic or both")
     frames = []
     if source in ("archive", "both"):
-        if Path(cfg.archive_path).exists():
+        if not cfg.is_local or Path(cfg.archive_path.removeprefix("file:")).exists():
             frames.append(read_archive(spark, cfg, since_date=since_date, until_date=until_date))
         elif source == "archive":
             raise FileNotFoundError(f"no archive at {cfg.archive_path}: run the archive job first")
@@ -318,11 +328,12 @@ def wait(queries: Iterable[Any], timeout_s: float | None = None) -> None:
             raise RuntimeError(f"query {q.name} failed: {q.exception()}")
 
 
-def run_all(spark: Any, cfg: PipelineConfig, *, count: int, seed: int = 0, days: float = 3.0) -> dict[str, Any]:
+def run_all(spark: Any, cfg: PipelineConfig, *, count: int, seed: int = 0, days: float = 3.0,
+            end_ms: int | None = None) -> dict[str, Any]:
     """generate -> transform and archive (AvailableNow) -> replay from archive and topic."""
     summary: dict[str, Any] = {}
     t0 = time.monotonic()
-    events = generate(cfg, count, seed=seed, days=days)
+    events = generate(cfg, count, seed=seed, days=days, end_ms=end_ms)
     summary["generated"] = len(events)
     summary["generate_s"] = round(time.monotonic() - t0, 1)
     t0 = time.monotonic()

@@ -310,8 +310,21 @@ def _write_array_len(out, value, flexible, nullable, what):
     return True
 
 
-def _uuid_from(b: bytes) -> _uuid.UUID:
-    return ZERO_UUID if b == b"\x00" * 16 else _uuid.UUID(bytes=bytes(b))
+_ZERO_UUID_BYTES = bytes(16)
+_UUIDS: dict[bytes, _uuid.UUID] = {}
+
+
+def _uuid_from(b) -> _uuid.UUID:
+    """Topic ids recur in every request: decoded ones are kept (a bounded cache; UUID() is slow)."""
+    b = bytes(b)
+    if b == _ZERO_UUID_BYTES:
+        return ZERO_UUID
+    u = _UUIDS.get(b)
+    if u is None:
+        if len(_UUIDS) >= 65536:
+            _UUIDS.clear()
+        u = _UUIDS[b] = _uuid.UUID(bytes=b)
+    return u
 
 
 def _absent(what: str, version: int):

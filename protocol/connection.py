@@ -61,32 +61,107 @@ class ApiVersionsUnsupported:
 
 
 class _Framer:
-    """Splits a byte stream into frames, refusing a size field over the limit before buffering."""
+    """Splits a byte stream into frames, refusing a size field over the limit before buffering it.
+
+    Bytes arrive into a staging buffer (`get_buffer` / `buffer_updated`, the shape of asyncio's
+    BufferedProtocol, so the socket reads straight into it). A small frame is copied out of the stage once,
+    into its own bytearray. A large frame gets its own bytearray as soon as its size is known, and the
+    socket then reads directly into it. A frame up to 2 MiB (a default-sized produce request) gets its whole
+    buffer at once; a larger one's buffer grows with the bytes that actually arrive (doubling, so each byte
+    is copied about once more in all), never to a size a peer merely claims. The
+    stage starts small (8 KiB) and grows to 64 KiB only for a connection that sends medium frames. Frames
+    are writable, so record batches can be stamped in place.
+    """
+
+    SMALL_STAGE = 8 * 1024
+    LARGE_STAGE = 64 * 1024
+    LARGE_FRAME = 32 * 1024  # frames above this get their own buffer
+    WHOLE_FRAME = 2 * 1024 * 1024  # frames up to this get their full buffer at once
 
     def __init__(self, max_frame_bytes: int):
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
+        self._stage = bytearray(self.SMALL_STAGE)
+        self._view = memoryview(self._stage)
+        self._start = 0  # first unconsumed byte in the stage
+        self._end = 0  # end of received bytes in the stage
+        self._frame: bytearray | None = None  # a large frame being received in place
+        self._frame_size = 0
+        self._filled = 0
 
-    def feed(self, data) -> list[bytearray]:
-        self._buf += data
+    def get_buffer(self) -> memoryview:
+        frame = self._frame
+        if frame is not None:
+            if self._filled == len(frame):
+                # Grow with what arrived, by doubling up to the frame size. A fresh buffer rather than a
+                # resize: the transport may still hold a view of the old one.
+                grown = bytearray(min(2 * len(frame), self._frame_size))
+                grown[: self._filled] = frame
+                self._frame = frame = grown
+            return memoryview(frame)[self._filled :]
+        if self._end == len(self._stage):
+            self._compact(len(self._stage))
+        return self._view[self._end :]
+
+    def _compact(self, capacity: int) -> None:
+        pending = self._end - self._start
+        if capacity != len(self._stage):
+            stage = bytearray(capacity)
+            stage[:pending] = self._view[self._start : self._end]
+            self._view.release()
+            self._stage, self._view = stage, memoryview(stage)
+        elif self._start:
+            self._stage[:pending] = self._view[self._start : self._end]
+        self._start, self._end = 0, pending
+
+    def buffer_updated(self, nbytes: int) -> list[bytearray]:
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled < self._frame_size:
+                return []
+            frame, self._frame = self._frame, None
+            return [frame]
+        self._end += nbytes
         frames = []
-        buf = self._buf
-        start = 0
-        while len(buf) - start >= 4:
-            (size,) = _SIZE.unpack_from(buf, start)
+        stage, start, end = self._stage, self._start, self._end
+        while end - start >= 4:
+            (size,) = _SIZE.unpack_from(stage, start)
             if size < 0 or size > self.max_frame_bytes:
                 raise RemoteProtocolError(f"frame size {size} is outside 0..{self.max_frame_bytes}")
-            if len(buf) - start - 4 < size:
-                break
-            frames.append(buf[start + 4 : start + 4 + size])
-            start += 4 + size
-        if start:
-            del buf[:start]
+            have = end - start - 4
+            if have >= size:
+                frames.append(stage[start + 4 : start + 4 + size])
+                start += 4 + size
+                continue
+            if size > self.LARGE_FRAME:
+                frame = bytearray(size if size <= self.WHOLE_FRAME else max(self.WHOLE_FRAME, have))
+                frame[:have] = self._view[start + 4 : end]
+                self._frame, self._frame_size, self._filled = frame, size, have
+                start = end
+            elif start + 4 + size > len(stage):  # make room for the rest of this small frame
+                self._start, self._end = start, end
+                self._compact(max(len(stage), self.LARGE_STAGE if size + 4 > len(stage) else 0))
+                return frames
+            break
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
+        return frames
+
+    def feed(self, data) -> list[bytearray]:
+        """Push bytes from a buffer (tests, and transports without BufferedProtocol)."""
+        frames: list[bytearray] = []
+        view = memoryview(data)
+        while view:
+            target = self.get_buffer()
+            n = min(len(target), len(view))
+            target[:n] = view[:n]
+            view = view[n:]
+            frames.extend(self.buffer_updated(n))
         return frames
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return (self._end - self._start) + (4 + self._filled if self._frame is not None else 0)
 
 
 class ServerConnection:
@@ -99,15 +174,27 @@ class ServerConnection:
         """`supported` maps api key -> (min, max) the broker serves; None means every defined version."""
         self._framer = _Framer(max_frame_bytes)
         self.supported = supported
+        self._ranges: dict[int, tuple[int, int]] = {}
 
     def receive_data(self, data) -> list[RequestReceived | ApiVersionsUnsupported]:
         return [self._parse(frame) for frame in self._framer.feed(data)]
+
+    def get_buffer(self) -> memoryview:
+        """Where the next bytes from the socket should go (see `_Framer`)."""
+        return self._framer.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> list[RequestReceived | ApiVersionsUnsupported]:
+        """`nbytes` were written into the last `get_buffer()`; returns the requests now complete."""
+        return [self._parse(frame) for frame in self._framer.buffer_updated(nbytes)]
 
     def _parse(self, frame: bytearray) -> RequestReceived | ApiVersionsUnsupported:
         if len(frame) < 4:
             raise RemoteProtocolError("frame too short for a request header")
         api_key, api_version = struct.unpack_from(">hh", frame, 0)
-        low, high = self._range(api_key)
+        rng = self._ranges.get(api_key)
+        if rng is None:
+            rng = self._ranges[api_key] = self._range(api_key)
+        low, high = rng
         if not low <= api_version <= high:
             if api_key == API_VERSIONS_KEY:
                 header, _ = read_request_header(frame, flexible=False)

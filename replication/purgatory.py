@@ -99,6 +99,10 @@ class DelayedOperationPurgatory:
     def timer(self) -> Timer:
         return self._timer
 
+    def complete_all(self) -> int:
+        """Force every waiting operation to complete now (shutdown); returns how many did."""
+        return sum(1 for operation in list(self._delayed) if operation.force_complete())
+
     def try_complete_else_watch(self, operation: DelayedOperation, keys: Iterable[Hashable]) -> bool:
         """Complete the operation now if it can; otherwise watch it under every key and time it.
 

@@ -170,3 +170,22 @@ async def test_consumer_keeps_up_with_a_fast_producer(broker):
         await task
     assert received == total
     assert done_at - produced_at < 2.0, f"consumer finished {done_at - produced_at:.2f}s after the producer"
+
+
+async def test_read_committed_reads_plain_records_up_to_the_last_stable_offset(broker):
+    topic = await _topic_with(broker.bootstrap, 1, 12)
+    tp = TopicPartition(topic, 0)
+    async with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                        isolation_level="read_committed") as c:
+        c.assign([tp])
+        records = await _drain(c, 12)
+        assert [r.offset for r in records] == list(range(12))
+        assert c.last_stable_offset(tp) == 12
+        assert await c.end_offsets([tp]) == {tp: 12}
+
+
+async def test_bootstrap_list_with_a_dead_server_first(broker):
+    topic = await _topic_with(broker.bootstrap, 1, 3)
+    async with Consumer(bootstrap_servers=f"127.0.0.1:1,{broker.bootstrap}", auto_offset_reset="earliest") as c:
+        c.assign([TopicPartition(topic, 0)])
+        assert [r.value for r in await _drain(c, 3)] == [b"v0", b"v1", b"v2"]

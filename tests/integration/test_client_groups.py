@@ -127,3 +127,21 @@ async def test_pattern_subscription_follows_new_topics(broker):
         records = await _poll_until([c], lambda rs: len(rs) >= 2)
         assert {r.topic for r in records} == {second}
         assert c.subscription() == {first, second}
+
+
+async def test_member_survives_a_broker_restart(fresh_broker):
+    topic = await _topic(fresh_broker.bootstrap, 2, 10)
+    group = _name("g")
+    async with _consumer(fresh_broker.bootstrap, group, request_timeout_ms=5_000,
+                         auto_commit_interval_ms=200) as c:
+        c.subscribe([topic])
+        first = await _poll_until([c], lambda rs: len(rs) >= 10)
+        assert len(first) == 10
+        await c.commit()
+        await asyncio.to_thread(fresh_broker.restart)
+        async with Producer(bootstrap_servers=fresh_broker.bootstrap) as producer:
+            for i in range(6):
+                await producer.send(topic, f"after-{i}", partition=i % 2)
+            await producer.flush()
+        later = await _poll_until([c], lambda rs: len(rs) >= 6, timeout_s=30)
+        assert sorted(r.value for r in later) == sorted(f"after-{i}".encode() for i in range(6))

@@ -155,8 +155,9 @@ async def test_group_membership(tansu):
         for i in range(10):
             await producer.send(name, str(i), partition=i % 2)
         await producer.flush()
+    # Tansu completes a join only after part of the session timeout has passed: keep it short.
     async with Consumer(name, bootstrap_servers=tansu, group_id=group, auto_offset_reset="earliest",
-                        heartbeat_interval_ms=200) as consumer:
+                        heartbeat_interval_ms=200, session_timeout_ms=6_000) as consumer:
         records = []
         deadline = time.monotonic() + 20
         while len(records) < 10 and time.monotonic() < deadline:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 
 TIMEOUT_S = 15
 RECORDS = 10
-SHUTDOWN_BOUND_S = 4.0
+SHUTDOWN_BOUND_S = 20.0  # far below the 60 s long poll: a bound on behaviour, not a speed check
 
 
 def long_poll(topic: str, offset: int) -> FetchRequest:

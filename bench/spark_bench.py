@@ -1,0 +1,179 @@
+"""Rows per second through the `odradek` Spark data source, next to the bundled client's own speed.
+
+    python -m bench.spark_bench [--rows 200000] [--value-size 100] [--partitions 4] [--bootstrap HOST:PORT]
+                                [--master local[2]] [--stream]
+
+Starts a broker (unless --bootstrap names one), fills a topic, then measures (bounded: every figure is
+one pass over `rows` records, the best of `--repeat` passes):
+
+- client_produce_rows_s: the pipeline's BulkProducer in this process, one thread (the write ceiling);
+- client_read_rows_s: `_kafka.read_range` of every partition in turn, one thread, converting to Arrow
+  record batches as `read()` does (the read ceiling of one Spark task);
+- spark_read_rows_s: `spark.read.format("odradek")...load()` written to Spark's `noop` sink, so that
+  every row is read and nothing else is done with it;
+- spark_write_rows_s: a cached DataFrame of (key, value) written with `write.format("odradek")`;
+- with --stream, stream_copy_rows_s (exactly-once sink) and stream_copy_at_least_once_rows_s: a topic
+  copied by a Trigger.AvailableNow query.
+
+Spark runs `local[2]` by default, so its figures use up to two Python workers against the single
+thread of the client figures. Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # `python bench/spark_bench.py` as well as `python -m bench.spark_bench`
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def _rate(rows: int, seconds: float) -> int:
+    return int(rows / seconds) if seconds > 0 else 0
+
+
+def _best(fn, repeat: int) -> float:
+    return min(fn() for _ in range(repeat))
+
+
+def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: str, repeat: int,
+        stream: bool) -> dict:
+    from odradek.client.blocking import BlockingAdmin
+    from odradek.client.cluster import TopicPartition
+    from odradek.pipeline import _kafka, jobs
+    from odradek.pipeline.arrow import records_to_batch
+    from odradek.pipeline.offsets import OffsetRange
+    from odradek.pipeline.options import ClientOptions
+
+    result: dict = {"rows": rows, "value_size": value_size, "partitions": partitions, "master": master}
+    client = ClientOptions.parse({"kafka.bootstrap.servers": bootstrap})
+    admin = BlockingAdmin(bootstrap_servers=bootstrap)
+    tag = uuid.uuid4().hex[:6]
+    source, sink = f"bench-read-{tag}", f"bench-write-{tag}"
+    for topic in (source, sink, sink + "-s1", sink + "-s2"):
+        admin.create_topic(topic, partitions, 1)
+
+    # client ceilings
+    value = b"x" * value_size
+    data = [(source, i % partitions, b"%d" % i, value, []) for i in range(rows)]
+    producer = _kafka.BulkProducer(client)
+    t0 = time.perf_counter()
+    producer.send(data)
+    producer.flush()
+    result["client_produce_rows_s"] = _rate(rows, time.perf_counter() - t0)
+    producer.close()
+    del data
+    ends = admin.end_offsets([TopicPartition(source, p) for p in range(partitions)])
+
+    def client_read() -> float:
+        t0 = time.perf_counter()
+        n = 0
+        for (topic, p), end in sorted(ends.items()):
+            for records in _kafka.read_range(client, OffsetRange(topic, p, 0, end), fail_on_data_loss=True,
+                                             poll_timeout_ms=30_000):
+                n += records_to_batch(topic, p, records, include_headers=False).num_rows
+        assert n == rows, n
+        return time.perf_counter() - t0
+
+    result["client_read_rows_s"] = _rate(rows, _best(client_read, repeat))
+    _kafka.close_all()
+
+    # through Spark
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    t0 = time.perf_counter()
+    spark = jobs.spark_session("odradek-spark-bench", master, {
+        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": str(partitions),
+        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    spark.sparkContext.setLogLevel("ERROR")
+    result["spark_start_s"] = round(time.perf_counter() - t0, 1)
+    try:
+        def read_df():
+            return (spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap)
+                    .option("subscribe", source).load())
+
+        t0 = time.perf_counter()
+        read_df().limit(1).collect()  # starts the Python workers
+        result["spark_first_job_s"] = round(time.perf_counter() - t0, 1)
+
+        def spark_read() -> float:
+            t0 = time.perf_counter()
+            read_df().write.format("noop").mode("overwrite").save()
+            return time.perf_counter() - t0
+
+        result["spark_read_rows_s"] = _rate(rows, _best(spark_read, repeat))
+
+        frame = (spark.range(rows, numPartitions=partitions)
+                 .selectExpr("cast(id as string) as key", f"repeat('x', {value_size}) as value").cache())
+        frame.count()
+
+        def spark_write() -> float:
+            t0 = time.perf_counter()
+            (frame.write.format("odradek").mode("append").option("kafka.bootstrap.servers", bootstrap)
+             .option("topic", sink).save())
+            return time.perf_counter() - t0
+
+        result["spark_write_rows_s"] = _rate(rows, _best(spark_write, repeat))
+        frame.unpersist()
+
+        if stream:
+            for name, target, exactly_once in (("stream_copy_rows_s", sink + "-s1", "true"),
+                                               ("stream_copy_at_least_once_rows_s", sink + "-s2", "false")):
+                with tempfile.TemporaryDirectory() as checkpoint:
+                    query = (spark.readStream.format("odradek").option("kafka.bootstrap.servers", bootstrap)
+                             .option("subscribe", source).option("startingOffsets", "earliest").load()
+                             .select("key", "value").writeStream.format("odradek")
+                             .option("kafka.bootstrap.servers", bootstrap).option("topic", target)
+                             .option("sink.exactlyOnce", exactly_once)
+                             .option("checkpointLocation", checkpoint).trigger(availableNow=True))
+                    t0 = time.perf_counter()
+                    q = query.start()
+                    q.awaitTermination()
+                    result[name] = _rate(rows, time.perf_counter() - t0)
+    finally:
+        spark.stop()
+        _kafka.close_all()
+        admin.close()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--stream", action="store_true", help="also time a streaming copy, both sink modes")
+    args = parser.parse_args(argv)
+
+    server = None
+    workdir = tempfile.TemporaryDirectory(prefix="odradek-spark-bench-")
+    try:
+        if args.bootstrap is None:
+            from bench.procs import Server
+
+            server = Server("odradek", Path(workdir.name), partitions=args.partitions).start()
+            bootstrap = server.bootstrap
+        else:
+            bootstrap = args.bootstrap
+        result = run(bootstrap, rows=args.rows, value_size=args.value_size, partitions=args.partitions,
+                     master=args.master, repeat=args.repeat, stream=args.stream)
+        print(json.dumps(result, indent=2))
+    finally:
+        if server is not None:
+            server.stop()
+        workdir.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""The `odradek` PySpark data source with real Spark (local[2], one session for the module) against a real
+broker process: batch reads with offsets, timestamps and headers; data loss; a stream to Parquet stopped
+and restarted; read limits and AvailableNow; batch writes; and the exactly-once streaming sink across
+injected failures on both sides of its commit marker.
+
+No sleeps: streams are driven with processAllAvailable() or Trigger.AvailableNow.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("pyspark")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs Java 17+ (no java on PATH, no JAVA_HOME)", allow_module_level=True)
+
+from odradek.client.blocking import BlockingAdmin, BlockingConsumer, BlockingProducer  # noqa: E402
+from odradek.client.cluster import TopicPartition  # noqa: E402
+from odradek.pipeline import _kafka  # noqa: E402
+from odradek.pipeline.datasource import OdradekDataSource, StreamWriter  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _spark_session():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from odradek.pipeline.jobs import spark_session
+
+    spark = spark_session("odradek-tests", "local[2]", {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.streaming.stopTimeout": "30s",
+    })
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = _spark_session()
+    yield session
+    session.stop()
+    _kafka.close_all()
+
+
+@pytest.fixture(scope="module")
+def admin(broker):
+    a = BlockingAdmin(bootstrap_servers=broker.bootstrap)
+    yield a
+    a.close()
+
+
+@pytest.fixture(scope="module")
+def producer(broker):
+    p = BlockingProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+    yield p
+    p.close()
+
+
+def new_topic(admin, partitions: int = 3, prefix: str = "ds") -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(name, partitions, 1)
+    return name
+
+
+def produce(producer, topic: str, n: int, *, start: int = 0, partitions: int = 3, timestamp_ms=None) -> list:
+    """Record i goes to partition i % partitions, value b"v<i>", key b"k<i>", header ("i", b"<i>") on odd i."""
+    futures = []
+    for i in range(start, start + n):
+        headers = [("i", str(i).encode())] if i % 2 else None
+        ts = timestamp_ms(i) if timestamp_ms else None
+        futures.append(producer.send(topic, b"v%d" % i, b"k%d" % i, partition=i % partitions, headers=headers,
+                                     timestamp_ms=ts))
+    producer.flush()
+    return [f.result(10) for f in futures]
+
+
+def read_topic(bootstrap: str, topic: str) -> list:
+    """Every record of `topic`, read with the plain client (independent of the data source)."""
+    admin = BlockingAdmin(bootstrap_servers=bootstrap)
+    consumer = BlockingConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    try:
+        tps = admin.topic_partitions(topic)
+        ends = admin.end_offsets(tps)
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        out = []
+        deadline = time.monotonic() + 30
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, "reading back timed out"
+            for records in consumer.poll(timeout_ms=500).values():
+                out.extend(records)
+        return out
+    finally:
+        consumer.close()
+        admin.close()
+
+
+def source(spark, broker, **options):
+    reader = spark.read.format("odradek").option("kafka.bootstrap.servers", broker.bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def stream_source(spark, broker, **options):
+    reader = spark.readStream.format("odradek").option("kafka.bootstrap.servers", broker.bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+# ---------------------------------------------------------------------------------------- batch reads
+
+
+def test_batch_read_offsets_timestamps_and_headers(spark, broker, admin, producer):
+    topic = new_topic(admin)
+    produce(producer, topic, 30, timestamp_ms=lambda i: 1_700_000_000_000 + i * 1000)
+
+    rows = source(spark, broker, subscribe=topic, includeHeaders="true").collect()
+    assert len(rows) == 30
+    by_value = {r.value: r for r in rows}
+    r7 = by_value[b"v7"]
+    assert (r7.key, r7.topic, r7.partition, r7.offset, r7.timestampType) == (b"k7", topic, 1, 2, 0)
+    assert r7.headers[0].key == "i" and r7.headers[0].value == b"7"
+    assert by_value[b"v8"].headers is None
+    assert int(r7.timestamp.timestamp() * 1000) == 1_700_000_007_000  # naive, in the session time zone
+    assert source(spark, broker, subscribe=topic).columns == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+
+    part = source(spark, broker, subscribe=topic,
+                  startingOffsets=f'{{"{topic}":{{"0":5,"1":-2,"2":-2}}}}',
+                  endingOffsets=f'{{"{topic}":{{"0":8,"1":2,"2":-1}}}}').collect()
+    assert sorted((r.partition, r.offset) for r in part) == [(0, 5), (0, 6), (0, 7), (1, 0), (1, 1)] + [
+        (2, o) for o in range(10)]
+
+    assigned = source(spark, broker, assign=f'{{"{topic}":[1]}}', startingTimestamp=str(1_700_000_000_000 + 20_000))
+    assert sorted(r.value for r in assigned.collect()) == [b"v22", b"v25", b"v28"]
+
+    by_ts = source(spark, broker, subscribePattern=topic.replace("-", "[-]"),
+                   startingOffsetsByTimestamp=f'{{"{topic}":{{"0":1700000003000,"1":0,"2":1700000002000}}}}',
+                   endingTimestamp=str(1_700_000_000_000 + 5_000))
+    assert sorted(r.value for r in by_ts.collect()) == [b"v1", b"v2", b"v3", b"v4"]
+    beyond = f'{{"{topic}":{{"0":1700000027000,"1":0,"2":1700000099000}}}}'
+    late = source(spark, broker, subscribe=topic, startingOffsetsByTimestamp=beyond,
+                  startingOffsetsByTimestampStrategy="latest")
+    assert sorted(r.value for r in late.collect()) == sorted([b"v27"] + [b"v%d" % i for i in range(1, 30, 3)])
+    with pytest.raises(Exception, match="no record at or after the timestamp"):
+        source(spark, broker, subscribe=topic, startingOffsetsByTimestamp=beyond).collect()
+    with pytest.raises(Exception, match="is after the ending offset"):
+        source(spark, broker, subscribe=topic, startingOffsets=f'{{"{topic}":{{"0":9,"1":0,"2":0}}}}',
+               endingTimestamp=str(1_700_000_000_000 + 5_000)).collect()
+
+
+def test_batch_read_of_deleted_records_honours_fail_on_data_loss(spark, broker, admin, producer):
+    topic = new_topic(admin, partitions=1)
+    produce(producer, topic, 10, partitions=1)
+    admin.delete_records({TopicPartition(topic, 0): 4})
+    offsets = f'{{"{topic}":{{"0":0}}}}'
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        source(spark, broker, subscribe=topic, startingOffsets=offsets).collect()
+    rows = source(spark, broker, subscribe=topic, startingOffsets=offsets, failOnDataLoss="false").collect()
+    assert sorted(r.offset for r in rows) == list(range(4, 10))
+
+
+def test_custom_schema_and_overwrite_are_refused(spark, broker, admin):
+    topic = new_topic(admin, partitions=1)
+    with pytest.raises(Exception, match="fixed schema"):
+        spark.read.format("odradek").schema("value binary").option("kafka.bootstrap.servers", broker.bootstrap) \
+            .option("subscribe", topic).load().collect()
+    with pytest.raises(Exception, match="only appends"):
+        spark.createDataFrame([("v",)], "value string").write.format("odradek").mode("overwrite") \
+            .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic).save()
+
+
+# ---------------------------------------------------------------------------------------- streaming reads
+
+
+def test_stream_to_parquet_stop_produce_restart_reads_every_record_once(spark, broker, admin, producer, tmp_path):
+    topic = new_topic(admin)
+    produce(producer, topic, 45)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run() -> list[int]:
+        query = (stream_source(spark, broker, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="20")
+                 .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint).start())
+        try:
+            query.processAllAvailable()
+            return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        finally:
+            query.stop()
+
+    first = run()
+    assert sum(first) == 45 and max(first) <= 20, first  # maxOffsetsPerTrigger
+    produce(producer, topic, 30, start=45)
+    second = run()
+    assert sum(second) == 30 and max(second) <= 20, second
+    assert run() == []  # restart with nothing new: nothing read
+
+    rows = spark.read.parquet(out).select("partition", "offset", "value").collect()
+    assert len(rows) == 75
+    assert len({(r.partition, r.offset) for r in rows}) == 75
+    assert sorted(r.value for r in rows) == sorted(b"v%d" % i for i in range(75))
+
+
+def test_available_now_respects_max_offsets_and_stops_by_itself(spark, broker, admin, producer, tmp_path):
+    topic = new_topic(admin)
+    produce(producer, topic, 45)
+    query = (stream_source(spark, broker, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="10")
+             .writeStream.format("memory").queryName("available_now")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sizes == [10, 10, 10, 10, 5]
+    assert spark.sql("select count(distinct partition, offset) from available_now").first()[0] == 45
+
+
+def test_stream_picks_up_new_topics_of_a_pattern(spark, broker, admin, producer, tmp_path):
+    prefix = f"pat{uuid.uuid4().hex[:6]}"
+    first = new_topic(admin, partitions=2, prefix=prefix)
+    produce(producer, first, 6, partitions=2)
+    query = (stream_source(spark, broker, subscribePattern=f"{prefix}-.*", startingOffsets="earliest")
+             .writeStream.format("memory").queryName("pattern").option("checkpointLocation", str(tmp_path / "cp"))
+             .start())
+    try:
+        query.processAllAvailable()
+        second = new_topic(admin, partitions=1, prefix=prefix)
+        produce(producer, second, 4, partitions=1)
+        query.processAllAvailable()
+        query.processAllAvailable()  # the new topic enters the offsets first, then is read
+    finally:
+        query.stop()
+    got = Counter(r.topic for r in spark.sql("select topic from pattern").collect())
+    assert got == {first: 6, second: 4}
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+def test_batch_write_round_trip(spark, broker, admin):
+    topic = new_topic(admin)
+    rows = [(f"k{i}", f"v{i}".encode(), i % 3 if i % 4 else None, [("n", str(i).encode())] if i % 2 else None)
+            for i in range(200)]
+    df = spark.createDataFrame(rows, "key string, value binary, partition int, "
+                                     "headers array<struct<key: string, value: binary>>")
+    df.write.format("odradek").mode("append").option("kafka.bootstrap.servers", broker.bootstrap) \
+        .option("topic", topic).save()
+    got = read_topic(broker.bootstrap, topic)
+    assert sorted((r.key, r.value, tuple(r.headers)) for r in got) == sorted(
+        (k.encode(), v, tuple(h or ())) for k, v, _, h in rows)
+    placed = {r.value: r.partition for r in got}
+    assert all(placed[v] == p for _, v, p, _ in rows if p is not None)
+
+    # a topic column instead of the option, and the data source reading its own output
+    other = new_topic(admin, partitions=1)
+    spark.createDataFrame([(other, "x"), (other, "y")], "topic string, value string").write.format("odradek") \
+        .mode("append").option("kafka.bootstrap.servers", broker.bootstrap).save()
+    assert sorted(r.value for r in source(spark, broker, subscribe=other).collect()) == [b"x", b"y"]
+
+
+class InjectedFailure(RuntimeError):
+    pass
+
+
+class _FailingStreamWriter(StreamWriter):
+    """Fails commit() of a batch once when a flag file `<dir>/before.<batch>` or `<dir>/after.<batch>`
+    exists: before the sink's commit marker is written (the tasks have published) or after it."""
+
+    flags: str = ""
+
+    def commit(self, messages, batchId):
+        before = os.path.join(self.flags, f"before.{batchId}")
+        if os.path.exists(before):
+            os.remove(before)
+            raise InjectedFailure(f"injected failure before the commit marker of batch {batchId}")
+        super().commit(messages, batchId)
+        after = os.path.join(self.flags, f"after.{batchId}")
+        if os.path.exists(after):
+            os.remove(after)
+            raise InjectedFailure(f"injected failure after the commit marker of batch {batchId}")
+
+
+class FailingOdradek(OdradekDataSource):
+    @classmethod
+    def name(cls):
+        return "odradek_failing"
+
+    def streamWriter(self, schema, overwrite):
+        writer = super().streamWriter(schema, overwrite)
+        failing = _FailingStreamWriter(writer.options)
+        failing.flags = self.options["test.flags"]
+        return failing
+
+
+def test_stream_sink_replay_after_injected_failures_publishes_no_duplicates(spark, broker, admin, producer, tmp_path):
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the failing subclass lives here
+    spark.dataSource.register(FailingOdradek)
+    src, dst = new_topic(admin), new_topic(admin)
+    produce(producer, src, 60)
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    (flags / "before.1").touch()  # batch 1: tasks published, the driver fails before the marker
+    (flags / "after.2").touch()  # batch 2: the marker is written, then the driver fails
+
+    def run():
+        query = (stream_source(spark, broker, subscribe=src, startingOffsets="earliest", maxOffsetsPerTrigger="15")
+                 .selectExpr("key", "value", "array(named_struct('key', 'src', 'value', cast(offset as string)))"
+                             " as headers")
+                 .writeStream.format("odradek_failing").option("kafka.bootstrap.servers", broker.bootstrap)
+                 .option("topic", dst).option("test.flags", str(flags))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    with pytest.raises(Exception, match="injected failure before"):
+        run()
+    assert len(read_topic(broker.bootstrap, dst)) == 30  # batches 0 and 1 are out; 1 was not committed
+    with pytest.raises(Exception, match="injected failure after"):
+        run()  # replays batch 1 (publishes nothing), runs batch 2, fails after its marker
+    run()  # replays batch 2 (already committed: nothing), then batch 3
+    assert not list(flags.iterdir())
+
+    got = read_topic(broker.bootstrap, dst)
+    values = Counter(r.value for r in got)
+    assert len(got) == 60 and values == Counter(b"v%d" % i for i in range(60)), values.most_common(3)
+    assert all(any(h[0] == "odradek.sink" for h in r.headers) for r in got)

@@ -1,0 +1,164 @@
+"""The shared client core against a scripted in-process broker: version negotiation, bootstrap, retries,
+metadata refresh on NOT_LEADER_OR_FOLLOWER, timeouts and non-retriable errors."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import pytest
+
+from odradek.client import Producer
+from odradek.client.cluster import KafkaClient
+from odradek.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, NoBrokersAvailable
+from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
+from odradek.protocol.messages import REQUESTS, RESPONSES
+
+
+class FakeBroker:
+    """One node (id 0) leading partition 0 of topic "t"; `produce_errors` are answered first, in order."""
+
+    def __init__(self, supported: dict[int, tuple[int, int]] | None = None, produce_errors: list[int] | None = None):
+        self.supported = supported or {k: REQUESTS[k].VALID_VERSIONS for k in (0, 1, 3, 18, 22)}
+        self.produce_errors = collections.deque(produce_errors or [])
+        self.calls: collections.Counter = collections.Counter()
+        self.versions: dict[int, int] = {}
+        self.silent: set[int] = set()
+        self.offset = 0
+        self.server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    async def __aenter__(self) -> "FakeBroker":
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+        for task in [t for t in asyncio.all_tasks() if t.get_name().startswith("fake-")]:
+            task.cancel()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def _serve(self, reader, writer) -> None:
+        asyncio.current_task().set_name("fake-conn")
+        conn = ServerConnection(supported=self.supported)
+        try:
+            while data := await reader.read(65536):
+                for event in conn.receive_data(data):
+                    if isinstance(event, ApiVersionsUnsupported):
+                        writer.write(b"".join(bytes(c) for c in conn.send_api_versions_unsupported(event.header, self.supported)))
+                        continue
+                    key = event.header.api_key
+                    self.calls[key] += 1
+                    self.versions[key] = event.header.api_version
+                    if key in self.silent:
+                        continue
+                    response = self._answer(key, event.request)
+                    if response is not None:
+                        writer.write(b"".join(bytes(c) for c in conn.send_response(event.header, response)))
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    def _answer(self, key: int, request):
+        cls = RESPONSES[key]
+        if key == 18:
+            return cls(api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                                 for k, (lo, hi) in sorted(self.supported.items())])
+        if key == 3:
+            part = cls.MetadataResponseTopic.MetadataResponsePartition(
+                partition_index=0, leader_id=0, leader_epoch=0, replica_nodes=[0], isr_nodes=[0])
+            return cls(brokers=[cls.MetadataResponseBroker(node_id=0, host="127.0.0.1", port=self.port)],
+                       cluster_id="fake", controller_id=0,
+                       topics=[cls.MetadataResponseTopic(error_code=0, name="t", partitions=[part])])
+        if key == 22:
+            return cls(error_code=0, producer_id=42, producer_epoch=0)
+        if key == 0:
+            if request.acks == 0:
+                return None
+            error = self.produce_errors.popleft() if self.produce_errors else 0
+            base = self.offset
+            if not error:
+                self.offset += 1
+            pr = cls.TopicProduceResponse.PartitionProduceResponse(index=0, error_code=error, base_offset=base)
+            return cls(responses=[cls.TopicProduceResponse(name="t", partition_responses=[pr])])
+        raise AssertionError(f"unexpected api key {key}")
+
+
+async def test_bootstrap_skips_unreachable_servers_and_negotiates_versions():
+    async with FakeBroker() as fake:
+        async with KafkaClient(bootstrap_servers=f"127.0.0.1:1,{fake.bootstrap}") as client:
+            assert client.cluster.cluster_id == "fake"
+            assert client.cluster.partitions_for("t") == [0]
+            conn = await client.connection(0)
+            assert conn.version_for(3) == REQUESTS[3].VALID_VERSIONS[1]
+            assert conn.version_for(0) == 12  # capped: v13 addresses topics by id
+
+
+async def test_api_versions_falls_back_when_the_broker_knows_an_older_version():
+    supported = {18: (0, 2), 3: (0, 8), 0: (3, 8), 22: (0, 1)}
+    async with FakeBroker(supported) as fake:
+        async with KafkaClient(bootstrap_servers=fake.bootstrap) as client:
+            conn = await client.connection(0)
+            assert conn.api_versions[18] == (0, 2)
+            assert fake.versions[18] == 2
+            assert conn.version_for(3) == 8 and fake.versions[3] == 8
+
+
+async def test_no_reachable_broker_is_a_clear_error():
+    with pytest.raises(NoBrokersAvailable, match="127.0.0.1:1"):
+        await KafkaClient(bootstrap_servers="127.0.0.1:1", default_api_timeout_ms=300).start()
+
+
+async def test_produce_retries_not_leader_after_refreshing_metadata():
+    async with FakeBroker(produce_errors=[6, 6]) as fake:  # NOT_LEADER_OR_FOLLOWER twice
+        async with Producer(bootstrap_servers=fake.bootstrap, retry_backoff_ms=10, metadata_max_age_ms=60_000) as p:
+            metadata_before = fake.calls[3]
+            result = await p.send_and_wait("t", b"v")
+        assert result.offset == 0
+        assert fake.calls[0] == 3
+        assert fake.calls[3] > metadata_before
+
+
+async def test_non_retriable_errors_fail_the_future_at_once():
+    async with FakeBroker(produce_errors=[29]) as fake:  # TOPIC_AUTHORIZATION_FAILED
+        async with Producer(bootstrap_servers=fake.bootstrap, retry_backoff_ms=10) as p:
+            with pytest.raises(KafkaError) as info:
+                await p.send_and_wait("t", b"v")
+        assert info.value.code.name == "TOPIC_AUTHORIZATION_FAILED" and not info.value.retriable
+        assert fake.calls[0] == 1
+
+
+async def test_retriable_errors_stop_at_the_delivery_timeout():
+    async with FakeBroker(produce_errors=[6] * 1000) as fake:
+        async with Producer(bootstrap_servers=fake.bootstrap, retry_backoff_ms=20, retry_backoff_max_ms=50,
+                            delivery_timeout_ms=400) as p:
+            with pytest.raises((KafkaError, KafkaTimeoutError), match="NOT_LEADER_OR_FOLLOWER"):
+                await asyncio.wait_for(p.send_and_wait("t", b"v"), 5)
+        assert fake.calls[0] > 2
+
+
+async def test_request_timeout_closes_the_connection():
+    async with FakeBroker() as fake:
+        async with KafkaClient(bootstrap_servers=fake.bootstrap) as client:
+            fake.silent.add(3)
+            conn = await client.connection(0)
+            with pytest.raises(KafkaTimeoutError):
+                await client.send(0, REQUESTS[3](topics=[]), timeout_ms=200)
+            assert not conn.connected
+            with pytest.raises(KafkaConnectionError):
+                await conn.send(REQUESTS[3](topics=[]))
+            fake.silent.clear()
+            response = await client.send(0, REQUESTS[3](topics=[]))  # a new connection
+            assert response.cluster_id == "fake"
+
+
+async def test_acks_zero_resolves_without_a_response():
+    async with FakeBroker() as fake:
+        async with Producer(bootstrap_servers=fake.bootstrap, acks=0) as p:
+            result = await p.send_and_wait("t", b"v")
+        assert result.offset == -1 and fake.calls[22] == 0  # not idempotent: no producer id
