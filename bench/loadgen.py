@@ -112,6 +112,8 @@ def producer_conf(spec: dict) -> dict:
         "delivery.report.only.error": not spec.get("report_all", False),
         "max.in.flight.requests.per.connection": spec.get("max_in_flight", 5),
         "request.timeout.ms": 30_000,
+        # A server that breaks mid-run fails the run in 30 s instead of librdkafka's 5 minutes of retries.
+        "message.timeout.ms": 30_000,
     }
     conf.update(spec.get("conf", {}))
     return conf

@@ -1,23 +1,29 @@
-"""The network pipeline: acceptor -> connection processor -> request channel -> handler tasks.
+"""The network pipeline: acceptor -> connection -> handler, with Kafka's one-request-in-flight rule.
 
 Theory of operation
 -------------------
 Each listener has one asyncio server (the acceptor). Every accepted socket gets a `KafkaProtocol`, a thin
 BufferedProtocol adapter: the socket reads straight into the sans-I/O `protocol.ServerConnection`'s
-buffers (a large produce request lands in its own buffer without further copies), and the parsed
-requests queue in an inbox. A per-connection processor task takes one request at a time (Kafka's mute/unmute: one request in
-flight per connection, so responses leave in request order), puts it on the bounded `RequestChannel` and
-waits for its response, which it then writes: bytes through the transport, `FileRegion`s with
-`os.sendfile` straight from the segment file to the socket when the transport's buffer is empty, else by
-copying (the fallback TLS will need too).
+buffers (a large produce request lands in its own buffer without further copies), and the parsed requests
+queue in the connection's inbox.
 
-Back-pressure: a connection stops reading when its inbox holds `max_inbox` requests or when the request
-channel is full, and resumes when its processor catches up. The socket's own flow control pauses the
-processor while the peer is slow to read (`pause_writing` / `resume_writing`).
+A connection takes one request at a time from its inbox (Kafka's mute/unmute): it hands it to the
+dispatcher, writes the response, then takes the next, so responses leave in request order. Handlers are
+synchronous and never block: a request that must wait (a long-poll fetch, acks=all, a group join) returns a
+future completed later from the purgatory or the coordinator, and the connection resumes when it resolves.
 
-Handler tasks take requests from the channel and run the registered handler synchronously. A handler
-that must wait (a long-poll fetch, acks=all) returns a future completed later by the purgatory; the
-handler task does not wait for it, the connection's processor does.
+Why there is no queue of requests and no pool of handler tasks between the connections and the handlers,
+as in Kafka's request channel and I/O threads: on one event loop they add two loop wake-ups per request
+and no parallelism. Measured, they were most of the broker's latency at low rates. Their job, bounding
+the work the broker accepts, is done here by back-pressure instead:
+  * a connection stops reading while its inbox holds `max_inbox` requests (a client pipelining faster than
+    it is served) or while the socket's send buffer is full (`pause_writing`: a client slow to read);
+  * at most `max_parked` requests wait on futures at once (`queued.max.requests`); beyond that, connections
+    keep their next request in the inbox and stop reading until a parked one completes.
+
+Responses are written at once: bytes through the transport, `FileRegion`s with `os.sendfile` straight from
+the segment file to the socket when the transport's buffer is empty, else by copying (the fallback TLS will
+need too).
 """
 
 from __future__ import annotations
@@ -32,13 +38,11 @@ from typing import Any, Callable
 import structlog
 
 from odradek.protocol.codec import FileRegion
-from odradek.protocol.connection import ApiVersionsUnsupported, RequestReceived, ServerConnection
+from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
 from odradek.protocol.errors import ProtocolError
 from odradek.protocol.headers import RequestHeader
 
 log = structlog.get_logger("odradek.network")
-
-_PRODUCE = 0
 
 
 @dataclass(slots=True)
@@ -60,51 +64,22 @@ class RequestContext:
         return self.header.api_version
 
 
-class _Pending:
-    """A request on its way through the channel; `response` resolves to a message, None or a future."""
-
-    __slots__ = ("ctx", "response")
-
-    def __init__(self, ctx: RequestContext):
-        self.ctx = ctx
-        self.response: asyncio.Future = asyncio.get_running_loop().create_future()
-
-
-class RequestChannel:
-    """A bounded queue between connection processors and handler tasks."""
-
-    def __init__(self, max_size: int):
-        self.queue: asyncio.Queue[_Pending] = asyncio.Queue(max_size)
-
-    def full(self) -> bool:
-        return self.queue.full()
-
-    async def put(self, item: _Pending) -> None:
-        await self.queue.put(item)
-
-    async def get(self) -> _Pending:
-        return await self.queue.get()
-
-
 class KafkaProtocol(asyncio.BufferedProtocol):
     def __init__(self, server: "NetworkServer", listener: str):
         self.server = server
         self.listener = listener
         self.conn = ServerConnection(max_frame_bytes=server.max_frame_bytes, supported=server.accepted_versions)
         self.transport: asyncio.Transport | None = None
-        self.inbox: deque[RequestReceived | ApiVersionsUnsupported] = deque()
-        self.inbox_event = asyncio.Event()
-        self.can_write = asyncio.Event()
-        self.can_write.set()
+        self.inbox: deque = deque()
         self.reading_paused = False
+        self.writing_paused = False
         self.closed = False
-        self.processor: asyncio.Task | None = None
         self.connection_id = ""
         self.client_host = ""
         self.last_active = time.monotonic()
-        self.in_flight = False
+        self.in_flight = False  # a request is being served (its response not yet written)
 
-    # -- asyncio.Protocol --
+    # -- asyncio.BufferedProtocol --
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -112,12 +87,10 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("sockname") or ("?", 0)
         self.client_host = str(peer[0])
         self.connection_id = f"{sock[0]}:{sock[1]}-{peer[0]}:{peer[1]}"
-        if not self.server.register(self):
-            log.warning("connection refused: max.connections reached", client=self.connection_id)
+        if self.server.draining or not self.server.register(self):
+            log.warning("connection refused", client=self.connection_id, draining=self.server.draining)
             transport.abort()
             self.closed = True
-            return
-        self.processor = asyncio.get_running_loop().create_task(self._process())
 
     def get_buffer(self, sizehint: int) -> memoryview:
         # The socket reads straight into the framer's buffer (see protocol.connection._Framer).
@@ -134,28 +107,103 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             return
         if events:
             self.inbox.extend(events)
-            self.inbox_event.set()
-            if len(self.inbox) >= self.server.max_inbox or self.server.channel.full():
-                self._pause_reading()
+            self.pump()
 
     def eof_received(self):
         return False
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        self.inbox_event.set()
-        self.can_write.set()
+        self.inbox.clear()
         self.server.unregister(self)
-        if self.processor is not None and not self.processor.done():
-            self.processor.cancel()
 
     def pause_writing(self) -> None:
-        self.can_write.clear()
+        self.writing_paused = True
 
     def resume_writing(self) -> None:
-        self.can_write.set()
+        self.writing_paused = False
+        self.pump()
 
-    # -- processing --
+    # -- serving --
+
+    def pump(self) -> None:
+        """Serve queued requests in order until one has to wait, the inbox is empty or writing is paused."""
+        server = self.server
+        while self.inbox and not self.in_flight and not self.closed:
+            if server.draining:  # shutting down: no new requests
+                self.close()
+                return
+            if self.writing_paused or server.parked >= server.max_parked:
+                if not self.writing_paused:
+                    server.waiting.add(self)
+                break
+            event = self.inbox.popleft()
+            if isinstance(event, ApiVersionsUnsupported):
+                self._write(self.conn.send_api_versions_unsupported(event.header, server.advertised_versions))
+                continue
+            ctx = RequestContext(
+                event.header, event.request, self.connection_id, self.client_host, self.listener,
+                time.monotonic_ns(), event.frame_size,
+            )
+            try:
+                result = server.dispatch(ctx)
+            except Exception:  # a bug in a handler must not take the broker down: drop this connection
+                self.close()
+                return
+            if isinstance(result, asyncio.Future) and not result.done():
+                self.in_flight = True
+                server.parked += 1
+                result.add_done_callback(lambda future, ctx=ctx: self._resume(ctx, future))
+                break
+            if isinstance(result, asyncio.Future):
+                result = self._result_of(result)
+            if result is not None:
+                self._respond(ctx, result)
+        self._update_reading()
+
+    def _resume(self, ctx: RequestContext, future: asyncio.Future) -> None:
+        self.server.parked -= 1
+        self.in_flight = False
+        result = self._result_of(future)
+        if result is not None and not self.closed:
+            self._respond(ctx, result)
+        self.last_active = time.monotonic()
+        self.server.wake_waiting()
+        if self.server.draining:
+            self.close()
+        else:
+            self.pump()
+
+    def _result_of(self, future: asyncio.Future):
+        if future.cancelled():
+            self.close()
+            return None
+        error = future.exception()
+        if error is not None:
+            log.error("request failed", client=self.connection_id, error=repr(error))
+            self.close()
+            return None
+        return future.result()
+
+    def _respond(self, ctx: RequestContext, response) -> None:
+        try:
+            chunks = self.conn.send_response(ctx.header, response)
+        except ProtocolError:
+            log.exception("cannot encode response", client=self.connection_id, api_key=ctx.api_key)
+            self.close()
+            return
+        self._write(chunks)
+
+    def _update_reading(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        full = len(self.inbox) >= self.server.max_inbox
+        if full and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        elif not full and self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()
 
     def _protocol_error(self, e: Exception) -> None:
         log.info("closing connection after a protocol error", client=self.connection_id, error=str(e))
@@ -165,72 +213,24 @@ class KafkaProtocol(asyncio.BufferedProtocol):
     def close(self) -> None:
         if not self.closed and self.transport is not None:
             self.closed = True
+            self.inbox.clear()
             self.transport.close()
 
-    def _pause_reading(self) -> None:
-        if not self.reading_paused and self.transport is not None:
-            self.reading_paused = True
-            self.transport.pause_reading()
+    # -- writing --
 
-    def _maybe_resume_reading(self) -> None:
-        if self.reading_paused and not self.closed and len(self.inbox) < self.server.max_inbox:
-            self.reading_paused = False
-            self.transport.resume_reading()
-
-    async def _process(self) -> None:
-        try:
-            while not self.closed:
-                if self.server.draining:  # shutting down: no new requests; the last response has gone out
-                    self.close()
-                    break
-                if not self.inbox:
-                    self.inbox_event.clear()
-                    self._maybe_resume_reading()
-                    await self.inbox_event.wait()
-                    continue
-                event = self.inbox.popleft()
-                self.in_flight = True
-                ctx = RequestContext(
-                    event.header, getattr(event, "request", None), self.connection_id, self.client_host,
-                    self.listener, time.monotonic_ns(), event.frame_size,
-                )
-                if isinstance(event, ApiVersionsUnsupported):
-                    await self._write(self.conn.send_api_versions_unsupported(event.header, self.server.advertised_versions))
-                    self.in_flight = False
-                    continue
-                pending = _Pending(ctx)
-                if self.server.channel.full():
-                    self._pause_reading()
-                await self.server.channel.put(pending)
-                self._maybe_resume_reading()
-                response = await pending.response
-                if isinstance(response, asyncio.Future):
-                    response = await response
-                if response is not None and not self.closed:
-                    await self._write(self.conn.send_response(ctx.header, response))
-                self.in_flight = False
-                self.last_active = time.monotonic()
-        except asyncio.CancelledError:
-            pass
-        except Exception:  # a bug in a handler or the writer must not take the broker down
-            log.exception("connection processor failed", client=self.connection_id)
-            self.close()
-
-    async def _write(self, chunks: list) -> None:
+    def _write(self, chunks: list) -> None:
+        if self.closed:
+            return
         transport = self.transport
         if self.server.metrics is not None:
             self.server.metrics.add_bytes_out(sum(c.length if isinstance(c, FileRegion) else len(c) for c in chunks))
         for chunk in chunks:
-            if self.closed:
-                return
-            if not self.can_write.is_set():
-                await self.can_write.wait()
             if isinstance(chunk, FileRegion):
-                await self._send_region(chunk)
+                self._send_region(chunk)
             else:
                 transport.write(chunk)
 
-    async def _send_region(self, region: FileRegion) -> None:
+    def _send_region(self, region: FileRegion) -> None:
         transport = self.transport
         position, remaining = region.position, region.length
         sock = transport.get_extra_info("socket")
@@ -258,34 +258,34 @@ class KafkaProtocol(asyncio.BufferedProtocol):
 
 
 class NetworkServer:
-    """Owns the listeners, the connections, the request channel and the handler tasks."""
+    """Owns the listeners and the connections, and bounds the requests waiting on futures."""
 
     def __init__(
         self,
         *,
-        dispatch: Callable[[_Pending], None],
+        dispatch: Callable[[RequestContext], Any],
         accepted_versions: dict[int, tuple[int, int]],
         advertised_versions: dict[int, tuple[int, int]],
         max_frame_bytes: int,
         max_connections: int,
         queued_max_requests: int,
-        num_handler_tasks: int,
         connections_max_idle_ms: int,
         use_sendfile: bool = True,
         on_protocol_error: Callable[[], None] | None = None,
         metrics=None,
     ):
-        self.metrics = metrics
         self.dispatch = dispatch
         self.accepted_versions = accepted_versions
         self.advertised_versions = advertised_versions
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
         self.max_inbox = 16
-        self.channel = RequestChannel(queued_max_requests)
-        self.num_handler_tasks = num_handler_tasks
+        self.max_parked = queued_max_requests
+        self.parked = 0
+        self.waiting: set[KafkaProtocol] = set()
         self.connections_max_idle_ms = connections_max_idle_ms
         self.use_sendfile = use_sendfile
+        self.metrics = metrics
         self.connections: set[KafkaProtocol] = set()
         self.servers: list[asyncio.base_events.Server] = []
         self.tasks: list[asyncio.Task] = []
@@ -307,10 +307,16 @@ class NetworkServer:
         return True
 
     def unregister(self, conn: KafkaProtocol) -> None:
+        self.waiting.discard(conn)
         if conn in self.connections:
             self.connections.discard(conn)
             if self.metrics is not None:
                 self.metrics.connection_closed()
+
+    def wake_waiting(self) -> None:
+        """A parked request completed: connections held back by `max_parked` may go on."""
+        while self.waiting and self.parked < self.max_parked:
+            self.waiting.pop().pump()
 
     async def listen(self, name: str, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
@@ -319,21 +325,8 @@ class NetworkServer:
         sockname = server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
-    def start_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for _ in range(self.num_handler_tasks):
-            self.tasks.append(loop.create_task(self._handler_loop()))
-        self.tasks.append(loop.create_task(self._idle_reaper()))
-
-    async def _handler_loop(self) -> None:
-        while True:
-            pending = await self.channel.get()
-            try:
-                self.dispatch(pending)
-            except Exception as e:  # dispatch resolves futures itself; this is a last resort
-                log.exception("dispatch failed")
-                if not pending.response.done():
-                    pending.response.set_exception(e)
+    def start(self) -> None:
+        self.tasks.append(asyncio.get_running_loop().create_task(self._idle_reaper()))
 
     async def _idle_reaper(self) -> None:
         idle_s = self.connections_max_idle_ms / 1000
@@ -347,18 +340,16 @@ class NetworkServer:
                     conn.close()
 
     async def stop_accepting(self) -> None:
+        """No new connections, no new requests: idle connections close now, busy ones after their response."""
         self.draining = True
         for server in self.servers:
             server.close()
         for conn in list(self.connections):
             if not conn.in_flight:
-                conn.inbox_event.set()  # an idle processor wakes up, sees `draining` and closes
+                conn.close()
 
     async def drain(self, timeout_s: float) -> None:
-        """Let every connection finish the request it is processing, then close them all.
-
-        Once `stop_accepting` has run, no connection takes a new request: each closes after its
-        current response (a client pipelining, or re-polling at once, cannot keep shutdown waiting)."""
+        """Wait (at most `timeout_s`) for every connection to finish the request it is serving, then close."""
         deadline = time.monotonic() + timeout_s
         while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

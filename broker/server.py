@@ -21,7 +21,7 @@ from odradek.protocol.connection import ServerConnection
 from . import handlers as handler_registry
 from .config import BrokerConfig
 from .handlers.api_versions import build_response
-from .network import NetworkServer, _Pending
+from .network import NetworkServer, RequestContext
 
 log = structlog.get_logger("odradek.broker")
 
@@ -65,12 +65,11 @@ class Broker:
             max_frame_bytes=cfg.socket_request_max_bytes,
             max_connections=cfg.max_connections,
             queued_max_requests=cfg.queued_max_requests,
-            num_handler_tasks=cfg.num_io_threads,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             on_protocol_error=self._count_protocol_error,
             metrics=self.metrics,
         )
-        self.network.start_handlers()
+        self.network.start()
         for listener in cfg.client_listeners():
             host = listener.host or "0.0.0.0"
             bound_host, port = await self.network.listen(listener.name, host, listener.port)
@@ -173,23 +172,23 @@ class Broker:
 
     # -- dispatch --
 
-    def dispatch(self, pending: _Pending) -> None:
-        ctx = pending.ctx
+    def dispatch(self, ctx: RequestContext):
+        """Run the handler registered for the request: a response, None (acks=0), or a future of one.
+        A handler's exception is logged and re-raised; the connection then closes."""
         registration = self.registry[ctx.api_key]
         started = time.perf_counter()
         try:
             result = registration.handler(self, ctx, ctx.request)
-        except Exception as e:
+        except Exception:
             log.exception("handler failed", api_key=ctx.api_key, api_version=ctx.api_version)
             self._observe(ctx, started, error=True)
-            pending.response.set_exception(e)
-            return
+            raise
         self.after_state_change()  # a handler may have added timer tasks (delayed ops, group timeouts)
-        if isinstance(result, asyncio.Future):
+        if isinstance(result, asyncio.Future) and not result.done():
             result.add_done_callback(lambda _f: self._observe(ctx, started))
         else:
             self._observe(ctx, started)
-        pending.response.set_result(result)
+        return result
 
     def _observe(self, ctx, started: float, error: bool = False) -> None:
         if self.metrics is not None:

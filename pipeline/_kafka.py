@@ -41,7 +41,8 @@ from .options import ClientOptions, Subscription
 
 log = logging.getLogger("odradek.pipeline")
 
-__all__ = ["BulkProducer", "DataLossError", "Metadata", "admin_for", "producer_for", "read_range"]
+__all__ = ["BulkProducer", "DataLossError", "Metadata", "admin_for", "close_all", "evict", "producer_for",
+           "read_range", "report_data_loss"]
 
 
 class DataLossError(RuntimeError):
@@ -68,7 +69,8 @@ def _cached(kind: str, client: ClientOptions, factory: Callable[[], Any]) -> Any
         return found
 
 
-def _evict(kind: str, client: ClientOptions) -> None:
+def evict(kind: str, client: ClientOptions) -> None:
+    """Close and forget a cached client (after a failure that may have left it in a bad state)."""
     with _cache_lock:
         found = _cache.pop((kind, client.key), None)
     if found is not None:
@@ -92,10 +94,6 @@ def close_all() -> None:
 
 def admin_for(client: ClientOptions) -> BlockingAdmin:
     return _cached("admin", client, lambda: BlockingAdmin(client.client_config()))
-
-
-def consumer_for(client: ClientOptions) -> BlockingConsumer:
-    return _cached("consumer", client, lambda: BlockingConsumer(config=client.consumer_config()))
 
 
 def producer_for(client: ClientOptions) -> "BulkProducer":
@@ -213,7 +211,7 @@ def read_range(client: ClientOptions, rng: OffsetRange, *, fail_on_data_loss: bo
         raise
     except BaseException:
         # A consumer that failed may hold errors for later calls or a half-read buffer: start afresh.
-        _evict(kind, client)
+        evict(kind, client)
         raise
 
 
@@ -251,8 +249,8 @@ def _read(consumer: BlockingConsumer, tp: TopicPartition, rng: OffsetRange, fail
         if time.monotonic() >= deadline:
             high_watermark = consumer.end_offsets([tp])[tp]
             if high_watermark < rng.end:
-                _data_loss(f"{tp.topic}-{tp.partition}: offsets up to {rng.end - 1} were planned, but the "
-                           f"partition now ends at {high_watermark} (truncated or recreated)", fail_on_data_loss)
+                report_data_loss(f"{tp.topic}-{tp.partition}: offsets up to {rng.end - 1} were planned, but the "
+                                 f"partition now ends at {high_watermark} (truncated or recreated)", fail_on_data_loss)
                 return
             raise TimeoutError(f"{tp.topic}-{tp.partition}: no records at offset {expected} within "
                                f"{poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
@@ -262,11 +260,12 @@ def _check_gap(consumer: BlockingConsumer, tp: TopicPartition, expected: int, go
                fail_on_data_loss: bool) -> None:
     log_start = consumer.beginning_offsets([tp])[tp]
     if log_start > expected:
-        _data_loss(f"{tp.topic}-{tp.partition}: offsets {expected} to {min(log_start, got) - 1} were deleted "
-                   f"before they were read (log start offset is now {log_start})", fail_on_data_loss)
+        report_data_loss(f"{tp.topic}-{tp.partition}: offsets {expected} to {min(log_start, got) - 1} were deleted "
+                         f"before they were read (log start offset is now {log_start})", fail_on_data_loss)
 
 
-def _data_loss(message: str, fail: bool) -> None:
+def report_data_loss(message: str, fail: bool) -> None:
+    """Raise DataLossError (failOnDataLoss=true) or log a warning."""
     if fail:
         raise DataLossError(message + ". Some data may have been lost. If this is expected, set the option "
                             "failOnDataLoss to false.")

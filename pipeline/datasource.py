@@ -264,8 +264,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         gone = [tp for tp in begin if tp not in latest]
         if gone:
-            _kafka._data_loss("partitions no longer exist (deleted topic?): "
-                              + ", ".join(f"{tp.topic}-{tp.partition}" for tp in gone), o.fail_on_data_loss)
+            _kafka.report_data_loss("partitions no longer exist (deleted topic?): "
+                                    + ", ".join(f"{tp.topic}-{tp.partition}" for tp in gone), o.fail_on_data_loss)
         new = [tp for tp in latest if tp not in begin]
         new_start = self.md.earliest(new) if new else {}
 
@@ -277,9 +277,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is not None:
                 end = min(end, self._target.get(tp, begin[tp]))
             if end < begin[tp]:
-                _kafka._data_loss(f"{tp.topic}-{tp.partition}: the partition now ends at {end}, before the "
-                                  f"offset {begin[tp]} the query had reached (truncated or recreated)",
-                                  o.fail_on_data_loss)
+                _kafka.report_data_loss(f"{tp.topic}-{tp.partition}: the partition now ends at {end}, before the "
+                                        f"offset {begin[tp]} the query had reached (truncated or recreated)",
+                                        o.fail_on_data_loss)
             available[tp] = end
         current = {tp: begin[tp] for tp in available}
 
@@ -349,7 +349,7 @@ def _send_all(options: SinkOptions, batches: Iterator[Any]) -> SentMessage:
         count = producer.send(_rows(batches, options.topic))
         producer.flush()
     except BaseException:
-        _kafka._evict("producer", options.client)
+        _kafka.evict("producer", options.client)
         raise
     return SentMessage(count)
 
@@ -391,7 +391,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
             outcome = publish_task(io, query_id, batch_id, ctx.partitionId(), _rows(iterator, o.topic),
                                    markers=MarkerLog(io, cache_key=o.client.key))
         except BaseException:
-            _kafka._evict("producer", o.client)
+            _kafka.evict("producer", o.client)
             raise
         return TaskMessage(outcome)
 

@@ -73,3 +73,12 @@ def test_readers_and_writers_pickle_without_clients():
     assert pickle.loads(pickle.dumps(part)).range == OffsetRange("t", 0, 1, 5)
     writer = StreamWriter(SinkOptions.parse({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "o"}, streaming=True))
     assert pickle.loads(pickle.dumps(writer)).options.topic == "o"
+
+
+def test_workdir_may_be_a_uri():
+    from odradek.pipeline.jobs import PipelineConfig
+
+    cfg = PipelineConfig(bootstrap="h:1", workdir="s3a://bucket/pipelines//odradek/")
+    assert cfg.archive_path == "s3a://bucket/pipelines//odradek/archive/raw-events"  # not mangled by pathlib
+    assert cfg.checkpoint("transform") == "s3a://bucket/pipelines//odradek/checkpoints/transform"
+    assert not cfg.is_local and PipelineConfig(bootstrap="h:1", workdir="work").is_local
