@@ -19,6 +19,7 @@ import structlog
 from odradek.protocol.connection import ServerConnection
 
 from . import handlers as handler_registry
+from .components import arm_timer
 from .config import BrokerConfig
 from .handlers.api_versions import build_response
 from .network import NetworkServer, RequestContext
@@ -166,8 +167,6 @@ class Broker:
 
     def after_state_change(self) -> None:
         """Re-arm the timing wheel's wake-up after anything that may have added a timer task."""
-        from .components import arm_timer
-
         arm_timer(self)
 
     # -- dispatch --

@@ -213,6 +213,8 @@ class BrokerConnection:
             error = KafkaConnectionError(f"bad response from {self.address}: {e}")
         except (OSError, asyncio.IncompleteReadError) as e:
             error = KafkaConnectionError(f"connection to {self.address} failed: {e}")
+        except Exception as e:  # never leave requests waiting on a reader that died
+            error = KafkaConnectionError(f"reading from {self.address} failed: {type(e).__name__}: {e}")
         except asyncio.CancelledError:
             error = ClientClosedError(f"connection to {self.address} closed")
             self._fail(error, cancel_reader=False)
