@@ -149,7 +149,8 @@ class Broker:
     def allows_internal_writes(self, name: str) -> bool:
         return False
 
-    def future_from(self, deferred) -> asyncio.Future:
+    @staticmethod
+    def future_from(deferred) -> asyncio.Future:
         """Adapt the coordinator's Deferred (no asyncio below broker/) to an asyncio future."""
         future = asyncio.get_running_loop().create_future()
 

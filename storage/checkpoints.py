@@ -122,9 +122,13 @@ class PartitionMetadataFile:
         self.path = path
 
     def read(self) -> bytes | None:
-        lines = _read_lines(self.path)
-        if lines is None:
+        """The topic id, or None if there is no file, or an empty one (or all NULs): what a crash can leave
+        of a write not fsynced yet (a new log's is fsynced with its first data; the owner assigns the id
+        again)."""
+        data = read_small_file(self.path)
+        if data is None or not data.strip(b"\x00 \n"):
             return None
+        lines = data.decode("utf-8", errors="replace").splitlines()
         fields = dict(line.split(": ", 1) for line in lines if ": " in line)
         try:
             if int(fields["version"]) != 0:
@@ -136,6 +140,18 @@ class PartitionMetadataFile:
             raise KafkaStorageError(f"{self.path}: a topic id has 16 bytes")
         return topic_id
 
-    def write(self, topic_id: bytes) -> None:
+    def write(self, topic_id: bytes, *, fsync: bool = True) -> None:
+        """Replace the file atomically and durably; with `fsync=False` (a new log, not durable yet) write it
+        in place: a crash can then leave it empty, which `read` takes as no topic id."""
         encoded = base64.urlsafe_b64encode(topic_id).rstrip(b"=").decode()
-        atomic_write(self.path, f"version: 0\ntopic_id: {encoded}\n".encode())
+        data = f"version: 0\ntopic_id: {encoded}\n".encode()
+        if fsync:
+            atomic_write(self.path, data)
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)

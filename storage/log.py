@@ -30,7 +30,11 @@ expired the active one is rolled first, so the deleted segments are never the ac
 
 Durability: data reaches disk when `flush` runs (after `flush.messages` appends, every `flush.ms`, or for
 segments that rolled, via `maybe_flush`); `recovery_point` is the offset below which everything is known
-to be on disk. Opening a log after an unclean shutdown validates every batch from the segment holding
+to be on disk. A new log is created without any fsync: until it holds data, nothing in it needs to
+survive a crash (its owner recreates a missing or partial empty log, `Log.open` completes one, and an
+empty `partition.metadata` reads as no topic id). Its first flush that covers data, or the first one after
+a roll or truncation, makes the creation durable with the data: `partition.metadata`, the log's
+directory and the parent directory's entry for it. Opening a log after an unclean shutdown validates every batch from the segment holding
 the recovery point onward (length, magic, CRC-32C, offsets not going backwards), cuts the log at the
 first invalid or partial batch, drops the segments after it, rebuilds the indexes, completes or
 discards an interrupted cleaner swap, and reloads producer state from the latest snapshot plus a replay
@@ -70,6 +74,7 @@ from .errors import (
     RecordListTooLargeError,
     UnexpectedAppendOffsetError,
 )
+from .index import IndexMaps
 from .leader_epoch import LeaderEpochCache
 from .names import (
     CLEANED_SUFFIX,
@@ -126,9 +131,10 @@ def _base_offset(segment: LogSegment) -> int:
 class Log:
     """One partition's log in its own directory. Build with `Log.open`."""
 
-    def __init__(self, directory: str, config: LogConfig, *, now_ms: int) -> None:
+    def __init__(self, directory: str, config: LogConfig, *, now_ms: int, index_maps: IndexMaps | None = None) -> None:
         self.directory = directory
         self.config = config
+        self._index_maps = index_maps
         self._lock = threading.Lock()
         self._segments: tuple[LogSegment, ...] = ()
         self._log_start_offset = 0
@@ -138,6 +144,7 @@ class Log:
         self._last_flush_ms = now_ms
         self._last_now_ms = now_ms
         self._dir_dirty = False
+        self._creation_unsynced = False  # created without fsync; made durable by the first real flush
         self._position_cache: tuple[LogSegment, int, int] | None = None
         self.generation = 0
         self.closed = False
@@ -151,23 +158,25 @@ class Log:
 
     @classmethod
     def open(cls, directory: str, config: LogConfig, *, now_ms: int, recovery_point: int = 0,
-             log_start_offset: int = 0, had_clean_shutdown: bool = False) -> Log:
+             log_start_offset: int = 0, had_clean_shutdown: bool = False, index_maps: IndexMaps | None = None) -> Log:
         """Open (or create) the log in `directory`. Without a clean shutdown, everything from the segment
-        holding `recovery_point` is validated and repaired."""
+        holding `recovery_point` is validated and repaired. `index_maps` bounds the index maps open at once
+        (shared by the logs of a log manager; a process-wide one by default)."""
         os.makedirs(directory, exist_ok=True)
-        log = cls(directory, config, now_ms=now_ms)
+        log = cls(directory, config, now_ms=now_ms, index_maps=index_maps)
         log._load(now_ms, recovery_point, log_start_offset, had_clean_shutdown)
         return log
 
     def _new_segment(self, base_offset: int, now_ms: int, suffix: str = "") -> LogSegment:
         return LogSegment.create(self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                                 max_index_bytes=self.config.segment_index_bytes, now_ms=now_ms, suffix=suffix)
+                                 max_index_bytes=self.config.segment_index_bytes, now_ms=now_ms, suffix=suffix,
+                                 index_maps=self._index_maps)
 
     def _existing_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         path = os.path.join(self.directory, offset_file_name(base_offset, LOG_SUFFIX))
         return LogSegment(self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                           max_index_bytes=self.config.segment_index_bytes, size=os.stat(path).st_size,
-                          created_ms=now_ms)
+                          created_ms=now_ms, index_maps=self._index_maps)
 
     def _load(self, now_ms: int, recovery_point: int, log_start_offset: int, had_clean_shutdown: bool) -> None:
         bases, indexed, swaps, snapshots = self._scan_directory()
@@ -175,14 +184,17 @@ class Log:
         needs_rebuild = set()
         for swap_base in swaps:
             needs_rebuild.add(self._complete_swap(swap_base, bases))
-        needs_rebuild.update(b for b in bases if b not in indexed)
-
         segments = [self._existing_segment(b, now_ms) for b in sorted(bases)]
-        if not segments:
+        # An empty segment may have no index files (they come with the first entry); one with data needs both.
+        needs_rebuild.update(s.base_offset for s in segments if s.base_offset not in indexed and s.size)
+        fresh = not segments
+        if fresh:
+            # A new log (or one whose segments all went): one empty segment, nothing to recover or fsync yet.
             segments = [self._new_segment(log_start_offset, now_ms)]
             self._dir_dirty = True
+            self._creation_unsynced = True
 
-        if had_clean_shutdown:
+        if had_clean_shutdown or fresh:
             unflushed_from = len(segments)
         else:
             unflushed_from = max(0, bisect.bisect_right(segments, recovery_point, key=_base_offset) - 1)
@@ -336,8 +348,10 @@ class Log:
         return self._topic_id
 
     def assign_topic_id(self, topic_id: bytes) -> None:
+        """Record the topic id in `partition.metadata` (for a log not yet made durable, fsynced with it)."""
         if topic_id != self._topic_id:
-            PartitionMetadataFile(os.path.join(self.directory, PARTITION_METADATA)).write(topic_id)
+            PartitionMetadataFile(os.path.join(self.directory, PARTITION_METADATA)).write(
+                topic_id, fsync=not self._creation_unsynced)
             self._topic_id = topic_id
 
     def update_config(self, config: LogConfig) -> None:
@@ -742,17 +756,22 @@ class Log:
         offset = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
         if now_ms is not None:
             self._last_flush_ms = now_ms
-        if offset <= self._recovery_point and not self._dir_dirty:
-            return
+        if offset <= self._recovery_point and (not self._dir_dirty or self._creation_unsynced):
+            return  # nothing new, or a new log still without data: nothing in it needs to be durable yet
         segments = self._segments
         first = max(0, bisect.bisect_right(segments, self._recovery_point, key=_base_offset) - 1)
         for segment in segments[first:]:
             if segment.base_offset >= offset:
                 break
             segment.flush()
+        if self._creation_unsynced:
+            _fsync_file(os.path.join(self.directory, PARTITION_METADATA))
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False
+        if self._creation_unsynced:
+            fsync_dir(os.path.dirname(os.path.abspath(self.directory)))
+            self._creation_unsynced = False
         self._recovery_point = max(self._recovery_point, offset)
 
     def maybe_flush(self, now_ms: int) -> bool:
@@ -781,8 +800,10 @@ class Log:
         time index entry, trim its indexes and flush everything not yet on disk."""
         with self._lock:
             self.closed = True
-        self._producer_state.map_end_offset = self._log_end_offset
-        self._producer_state.take_snapshot()
+        producer_state = self._producer_state
+        producer_state.map_end_offset = self._log_end_offset
+        if producer_state.producers or producer_state.snapshot_offsets() or self.size_bytes:
+            producer_state.take_snapshot()  # (a log that never held a batch has no state to keep)
         active = self._segments[-1]
         active.on_become_inactive()
         self.flush()
@@ -801,6 +822,17 @@ def _segment_timestamp(segment: LogSegment) -> int:
     """Largest timestamp, or the file's modification time for a segment whose batches carry none."""
     timestamp = segment.max_timestamp
     return timestamp if timestamp >= 0 else segment.last_modified_ms()
+
+
+def _fsync_file(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _unlink(path: str) -> None:

@@ -16,6 +16,12 @@ Opening a directory:
    file stays open, so thousands of partitions open quickly. Directories of deleted partitions
    (`*-delete`) are removed.
 
+Creating a log (`get_or_create_log`) makes its directory and three empty files and fsyncs nothing: an
+empty log needs no durability, and its first flush makes the creation durable (see log.py). An idle
+partition holds no descriptor: a log file is opened on its first append or read, and index maps, one
+descriptor each, are opened on demand and bounded by the manager's `IndexMaps` (`max_open_index_maps`,
+by default a quarter of the descriptor limit, at most 4,096), shared by all its logs.
+
 The broker drives the rest with `maybe_*` hooks on a schedule, each taking `now_ms` and returning what it
 did: retention (`maybe_delete_old_segments`, every `retention_check_interval_ms`), flushing
 (`maybe_flush`: segments that rolled, and `flush.ms`), checkpoints (`maybe_checkpoint`, every
@@ -38,6 +44,7 @@ from .checkpoints import OffsetCheckpointFile, atomic_write, fsync_dir
 from .cleaner import Cleaner, CleanResult, cleanable_range
 from .config import LogConfig
 from .errors import ForeignLogDirectoryError, LogDirectoryLockedError
+from .index import IndexMaps
 from .log import Log
 from .names import (
     CLEAN_SHUTDOWN_FILE,
@@ -67,6 +74,7 @@ class LogManager:
         retention_check_interval_ms: int = 300_000,
         checkpoint_interval_ms: int = 60_000,
         producer_id_expiration_check_interval_ms: int = 600_000,
+        max_open_index_maps: int | None = None,
     ) -> None:
         self.log_dir = os.path.abspath(log_dir)
         self.default_config = default_config or LogConfig()
@@ -76,6 +84,7 @@ class LogManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self._logs: dict[TopicPartition, Log] = {}
+        self.index_maps = IndexMaps(max_open_index_maps)
         self._lock_fd: int | None = None
         self._deleted = 0
         self._last_retention_ms = now_ms
@@ -159,7 +168,7 @@ class LogManager:
                 continue
             log = Log.open(entry.path, self.config_for(tp.topic), now_ms=now_ms,
                            recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
-                           had_clean_shutdown=self.had_clean_shutdown)
+                           had_clean_shutdown=self.had_clean_shutdown, index_maps=self.index_maps)
             log.cleaner_offset = cleaner_offsets.get(tp, 0)
             self._logs[tp] = log
 
@@ -184,8 +193,8 @@ class LogManager:
     def get_or_create_log(self, tp: TopicPartition, *, now_ms: int, topic_id: bytes | None = None) -> Log:
         log = self._logs.get(tp)
         if log is None:
-            log = Log.open(os.path.join(self.log_dir, tp.dir_name), self.config_for(tp.topic), now_ms=now_ms)
-            fsync_dir(self.log_dir)
+            log = Log.open(os.path.join(self.log_dir, tp.dir_name), self.config_for(tp.topic), now_ms=now_ms,
+                           index_maps=self.index_maps)
             self._logs[tp] = log
         if topic_id is not None:
             log.assign_topic_id(topic_id)

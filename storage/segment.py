@@ -14,9 +14,13 @@ that also hold the `LogFile` owning the descriptor. A `LogFile` closes its descr
 reference goes, so a region being sent stays valid while the segment is rolled, deleted or replaced by
 the cleaner: the open file outlives its directory entry.
 
-Segments loaded from disk are lazy: the log file is opened and the indexes mapped on first use. The
-largest timestamp of a segment at rest is the last entry of its time index, because the final entry is
-written whenever a segment stops being active (roll, close) and recovery recomputes it.
+Segments are lazy, new ones as well as those loaded from disk: the log file is opened on the first append
+or read and stays open from then on (a region being sent holds it); the indexes are checked on first use
+and mapped only when a lookup needs entries or an entry is appended (see index.py), and unmapped again
+when the segment goes inactive. A new, empty segment therefore holds no descriptor and no map, and
+neither does a segment read by a short walk from its start. The largest timestamp of a segment at rest is
+the last entry of its time index, because the final entry is written whenever a segment stops being
+active (roll, close) and recovery recomputes it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from odradek.protocol.errors import CorruptRecordError
 from odradek.protocol.records import iter_records
 
 from .errors import KafkaStorageError
-from .index import CorruptIndexError, OffsetIndex, TimeIndex
+from .index import CorruptIndexError, IndexMaps, OffsetIndex, TimeIndex
 from .names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_file_name
 from .scan import check_stored_batch, iter_batches, iter_headers
 
@@ -87,6 +91,7 @@ class LogSegment:
         suffix: str = "",
         file: LogFile | None = None,
         new_indexes: bool = False,
+        index_maps: IndexMaps | None = None,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
@@ -96,8 +101,10 @@ class LogSegment:
         self.created_ms = created_ms
         self.suffix = suffix
         self._file = file
-        self.offset_index = OffsetIndex(self.path(INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes)
-        self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes)
+        self.offset_index = OffsetIndex(self.path(INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes,
+                                        preallocate=False, maps=index_maps)
+        self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes,
+                                    preallocate=False, maps=index_maps)
         self._max_timestamp: int | None = -1 if new_indexes else None
         self._offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None
@@ -106,11 +113,13 @@ class LogSegment:
 
     @classmethod
     def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int,
-               now_ms: int, suffix: str = "") -> LogSegment:
-        """A new empty segment with preallocated indexes."""
+               now_ms: int, suffix: str = "", index_maps: IndexMaps | None = None) -> LogSegment:
+        """A new empty segment: an empty log file, not held open; the index files come with the first
+        entry, or when the segment goes inactive holding data."""
         path = os.path.join(directory, offset_file_name(base_offset, LOG_SUFFIX) + suffix)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         return cls(directory, base_offset, index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
-                   size=0, created_ms=now_ms, suffix=suffix, file=LogFile(path, create=True), new_indexes=True)
+                   size=0, created_ms=now_ms, suffix=suffix, new_indexes=True, index_maps=index_maps)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}{', ' + self.suffix if self.suffix else ''})"
@@ -343,6 +352,8 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch: the last index entry, then a short walk."""
+        if self.size == 0:
+            return self.base_offset
         try:
             _, position = self.offset_index.last_entry
         except CorruptIndexError:
@@ -370,23 +381,31 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._first_batch_timestamp = None
         self._indexes_checked = True
-        file = self.file
-        fd = file.fd
-        file_size = os.fstat(fd).st_size
-        valid_end = 0
-        expected_min_offset = self.base_offset
-        for position, batch in iter_batches(fd, 0, file_size):
-            try:
-                header = check_stored_batch(batch)
-            except CorruptRecordError:
-                break
-            if header.base_offset < expected_min_offset or header.last_offset - self.base_offset > INT32_MAX:
-                break
-            self._index_batch(position, header.size, header.last_offset, header.max_timestamp)
-            valid_end = position + header.size
-            expected_min_offset = header.next_offset
-        if valid_end < file_size:
-            os.ftruncate(fd, valid_end)
+        file = self._file
+        fd = file.fd if file is not None else os.open(self.path(), os.O_RDWR)
+        try:
+            file_size = os.fstat(fd).st_size
+            valid_end = 0
+            expected_min_offset = self.base_offset
+            for position, batch in iter_batches(fd, 0, file_size):
+                try:
+                    header = check_stored_batch(batch)
+                except CorruptRecordError:
+                    break
+                if header.base_offset < expected_min_offset or header.last_offset - self.base_offset > INT32_MAX:
+                    break
+                self._index_batch(position, header.size, header.last_offset, header.max_timestamp)
+                valid_end = position + header.size
+                expected_min_offset = header.next_offset
+            if valid_end < file_size:
+                os.ftruncate(fd, valid_end)
+            if file is None and file_size:
+                # Not held open, so `flush` will not see it: what was validated (maybe only in the page cache
+                # after a process crash) or cut is made durable here, before the recovery point passes it.
+                os.fdatasync(fd)
+        finally:
+            if file is None:
+                os.close(fd)
         self.size = valid_end
         return file_size - valid_end
 
@@ -409,12 +428,14 @@ class LogSegment:
     # ---------------------------------------------------------------------------------------- life cycle
 
     def on_become_inactive(self) -> None:
-        """Record the largest timestamp as the time index's last entry and trim both indexes."""
+        """Record the largest timestamp as the time index's last entry, trim both indexes and unmap them
+        (a later lookup maps them again)."""
         timestamp = self._max_timestamp
         if timestamp is not None and timestamp > self.time_index.last_entry[0]:
             self.time_index.maybe_append(timestamp, self._offset_of_max_timestamp, skip_full_check=True)
-        self.offset_index.trim()
-        self.time_index.trim()
+        for index in (self.offset_index, self.time_index):
+            index.trim(create=self.size > 0)
+            index.release()
 
     def flush(self) -> None:
         file = self._file
