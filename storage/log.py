@@ -30,11 +30,15 @@ expired the active one is rolled first, so the deleted segments are never the ac
 
 Durability: data reaches disk when `flush` runs (after `flush.messages` appends, every `flush.ms`, or for
 segments that rolled, via `maybe_flush`); `recovery_point` is the offset below which everything is known
-to be on disk. A new log is created without any fsync: until it holds data, nothing in it needs to
-survive a crash (its owner recreates a missing or partial empty log, `Log.open` completes one, and an
-empty `partition.metadata` reads as no topic id). Its first flush that covers data, or the first one after
-a roll or truncation, makes the creation durable with the data: `partition.metadata`, the log's
-directory and the parent directory's entry for it. Opening a log after an unclean shutdown validates every batch from the segment holding
+to be on disk. A new log is created without any fsync, and a log opened without data is treated the
+same: until it holds data nothing in it needs to survive a crash (the broker recreates a missing empty
+log from its metadata, `Log.open` completes a partial one). Its topic id is kept in memory and
+`partition.metadata` is written later, as Kafka defers it: the first flush that covers data (or follows
+a roll or truncation) makes it all durable with the data: `partition.metadata`, the log's directory and
+the parent directory's entry for it. `PartitionMetadataFile.read` takes an empty file, what a crash can
+leave of an unsynced write, as no topic id; the broker assigns the id again on every start.
+
+Opening a log after an unclean shutdown validates every batch from the segment holding
 the recovery point onward (length, magic, CRC-32C, offsets not going backwards), cuts the log at the
 first invalid or partial batch, drops the segments after it, rebuilds the indexes, completes or
 discards an interrupted cleaner swap, and reloads producer state from the latest snapshot plus a replay
@@ -144,7 +148,8 @@ class Log:
         self._last_flush_ms = now_ms
         self._last_now_ms = now_ms
         self._dir_dirty = False
-        self._creation_unsynced = False  # created without fsync; made durable by the first real flush
+        self._creation_unsynced = False  # new or empty: nothing made durable yet; the first real flush does
+        self._topic_id_pending = False  # partition.metadata to write with that flush
         self._position_cache: tuple[LogSegment, int, int] | None = None
         self.generation = 0
         self.closed = False
@@ -167,10 +172,10 @@ class Log:
         log._load(now_ms, recovery_point, log_start_offset, had_clean_shutdown)
         return log
 
-    def _new_segment(self, base_offset: int, now_ms: int, suffix: str = "") -> LogSegment:
+    def _new_segment(self, base_offset: int, now_ms: int, suffix: str = "", hold_open: bool = False) -> LogSegment:
         return LogSegment.create(self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                                  max_index_bytes=self.config.segment_index_bytes, now_ms=now_ms, suffix=suffix,
-                                 index_maps=self._index_maps)
+                                 index_maps=self._index_maps, hold_open=hold_open)
 
     def _existing_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         path = os.path.join(self.directory, offset_file_name(base_offset, LOG_SUFFIX))
@@ -214,6 +219,8 @@ class Log:
         self._segments = tuple(kept)
 
         self._log_end_offset = kept[-1].read_next_offset()
+        if not any(segment.size for segment in kept):
+            self._creation_unsynced = True
         self._log_start_offset = max(log_start_offset, kept[0].base_offset)
         self._recovery_point = recovered[0].base_offset if recovered else self._log_end_offset
         self.flush(now_ms=now_ms)
@@ -348,11 +355,13 @@ class Log:
         return self._topic_id
 
     def assign_topic_id(self, topic_id: bytes) -> None:
-        """Record the topic id in `partition.metadata` (for a log not yet made durable, fsynced with it)."""
+        """Record the topic id in `partition.metadata`; for a log without data yet, with its first flush."""
         if topic_id != self._topic_id:
-            PartitionMetadataFile(os.path.join(self.directory, PARTITION_METADATA)).write(
-                topic_id, fsync=not self._creation_unsynced)
             self._topic_id = topic_id
+            if self._creation_unsynced:
+                self._topic_id_pending = True
+            else:
+                PartitionMetadataFile(os.path.join(self.directory, PARTITION_METADATA)).write(topic_id)
 
     def update_config(self, config: LogConfig) -> None:
         """New settings apply from now on (index sizes from the next segment)."""
@@ -713,8 +722,10 @@ class Log:
     # ------------------------------------------------------------------------------------------ cleaning
 
     def new_cleaned_segment(self, base_offset: int, now_ms: int) -> LogSegment:
-        """An empty segment with the `.cleaned` suffix, for the cleaner's output."""
-        return self._new_segment(base_offset, now_ms, suffix=CLEANED_SUFFIX)
+        """An empty segment with the `.cleaned` suffix, for the cleaner's output. It holds its file open from
+        the start: it is swapped in from the cleaner's thread, and a reader must not have to open it by a
+        name that `replace_segments` is renaming (or a later swap is deleting) at that moment."""
+        return self._new_segment(base_offset, now_ms, suffix=CLEANED_SUFFIX, hold_open=True)
 
     def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], generation: int) -> bool:
         """Swap the cleaned segment `new` in for the contiguous inactive segments `old` if they are still in
@@ -765,7 +776,12 @@ class Log:
                 break
             segment.flush()
         if self._creation_unsynced:
-            _fsync_file(os.path.join(self.directory, PARTITION_METADATA))
+            metadata = os.path.join(self.directory, PARTITION_METADATA)
+            if self._topic_id_pending and self._topic_id is not None:
+                PartitionMetadataFile(metadata).write(self._topic_id, fsync=False)
+                self._topic_id_pending = False
+                self._dir_dirty = True
+            _fsync_file(metadata)
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False

@@ -16,11 +16,12 @@ Opening a directory:
    file stays open, so thousands of partitions open quickly. Directories of deleted partitions
    (`*-delete`) are removed.
 
-Creating a log (`get_or_create_log`) makes its directory and three empty files and fsyncs nothing: an
-empty log needs no durability, and its first flush makes the creation durable (see log.py). An idle
-partition holds no descriptor: a log file is opened on its first append or read, and index maps, one
-descriptor each, are opened on demand and bounded by the manager's `IndexMaps` (`max_open_index_maps`,
-by default a quarter of the descriptor limit, at most 4,096), shared by all its logs.
+Creating a log (`get_or_create_log`) makes its directory and an empty segment file, and fsyncs nothing:
+an empty log needs no durability, and its first flush with data makes the creation durable, topic id
+included (see log.py). An idle partition holds no descriptor: a log file is opened on its first append or
+read, index files are created with their first entry, and index maps, one descriptor each, are made on
+demand and bounded by the manager's `IndexMaps` (`max_open_index_maps`, by default a quarter of the
+descriptor limit, at most 4,096), shared by all its logs: the least recently used is unmapped first.
 
 The broker drives the rest with `maybe_*` hooks on a schedule, each taking `now_ms` and returning what it
 did: retention (`maybe_delete_old_segments`, every `retention_check_interval_ms`), flushing
@@ -84,6 +85,7 @@ class LogManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self._logs: dict[TopicPartition, Log] = {}
+        self._topic_logs: dict[str, dict[TopicPartition, Log]] = {}  # the same logs by topic
         self.index_maps = IndexMaps(max_open_index_maps)
         self._lock_fd: int | None = None
         self._deleted = 0
@@ -170,7 +172,7 @@ class LogManager:
                            recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
                            had_clean_shutdown=self.had_clean_shutdown, index_maps=self.index_maps)
             log.cleaner_offset = cleaner_offsets.get(tp, 0)
-            self._logs[tp] = log
+            self._add(tp, log)
 
     # ------------------------------------------------------------------------------------------- logs
 
@@ -178,14 +180,17 @@ class LogManager:
     def logs(self) -> Mapping[TopicPartition, Log]:
         return self._logs
 
+    def _add(self, tp: TopicPartition, log: Log) -> None:
+        self._logs[tp] = log
+        self._topic_logs.setdefault(tp.topic, {})[tp] = log
+
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.default_config)
 
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
         self._topic_configs[topic] = config
-        for tp, log in list(self._logs.items()):
-            if tp.topic == topic:
-                log.update_config(config)
+        for log in list(self._topic_logs.get(topic, {}).values()):
+            log.update_config(config)
 
     def get_log(self, tp: TopicPartition) -> Log | None:
         return self._logs.get(tp)
@@ -195,7 +200,7 @@ class LogManager:
         if log is None:
             log = Log.open(os.path.join(self.log_dir, tp.dir_name), self.config_for(tp.topic), now_ms=now_ms,
                            index_maps=self.index_maps)
-            self._logs[tp] = log
+            self._add(tp, log)
         if topic_id is not None:
             log.assign_topic_id(topic_id)
         return log
@@ -206,6 +211,10 @@ class LogManager:
         log = self._logs.pop(tp, None)
         if log is None:
             return False
+        same_topic = self._topic_logs.get(tp.topic, {})
+        same_topic.pop(tp, None)
+        if not same_topic:
+            self._topic_logs.pop(tp.topic, None)
         log.release()
         while True:
             self._deleted += 1

@@ -113,13 +113,18 @@ class LogSegment:
 
     @classmethod
     def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int,
-               now_ms: int, suffix: str = "", index_maps: IndexMaps | None = None) -> LogSegment:
-        """A new empty segment: an empty log file, not held open; the index files come with the first
-        entry, or when the segment goes inactive holding data."""
+               now_ms: int, suffix: str = "", index_maps: IndexMaps | None = None,
+               hold_open: bool = False) -> LogSegment:
+        """A new empty segment: an empty log file, held open only with `hold_open`; the index files come
+        with the first entry, or when the segment goes inactive holding data."""
         path = os.path.join(directory, offset_file_name(base_offset, LOG_SUFFIX) + suffix)
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+        if hold_open:
+            file = LogFile(path, create=True)
+        else:
+            file = None
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         return cls(directory, base_offset, index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
-                   size=0, created_ms=now_ms, suffix=suffix, new_indexes=True, index_maps=index_maps)
+                   size=0, created_ms=now_ms, suffix=suffix, file=file, new_indexes=True, index_maps=index_maps)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}{', ' + self.suffix if self.suffix else ''})"
@@ -341,6 +346,8 @@ class LogSegment:
 
     def headers(self, start_position: int = 0):
         """`(position, header)` of every batch from `start_position`."""
+        if start_position >= self.size:
+            return
         with self._fd() as fd:
             yield from iter_headers(fd, start_position, self.size)
 
