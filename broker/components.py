@@ -50,7 +50,7 @@ async def start_components(broker) -> None:
     host, port = _advertised_for_registration(broker)
     broker.metadata.append(broker.metadata.bootstrap(None, cfg.node_id, [Endpoint("PLAINTEXT", host, port)]), now_ms())
 
-    broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer)
+    broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True)
     broker.topics = TopicManager(broker)
     broker.topics.apply_image()
 

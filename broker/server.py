@@ -49,6 +49,7 @@ class Broker:
         self.timer = None
         self._timer_handle = None
         self._timer_deadline: int | None = None
+        self._fetches_scheduled = False
         self._background: list[asyncio.Task] = []
         self._started = False
 
@@ -184,11 +185,20 @@ class Broker:
             self._observe(ctx, started, error=True)
             raise
         self.after_state_change()  # a handler may have added timer tasks (delayed ops, group timeouts)
+        if self.data.has_deferred_fetches and not self._fetches_scheduled:
+            # Wake waiting fetches right after this response is written, not before it.
+            self._fetches_scheduled = True
+            asyncio.get_running_loop().call_soon(self._complete_fetches)
         if isinstance(result, asyncio.Future) and not result.done():
             result.add_done_callback(lambda _f: self._observe(ctx, started))
         else:
             self._observe(ctx, started)
         return result
+
+    def _complete_fetches(self) -> None:
+        self._fetches_scheduled = False
+        self.data.complete_delayed_fetches()
+        self.after_state_change()
 
     def _observe(self, ctx, started: float, error: bool = False) -> None:
         if self.metrics is not None:

@@ -68,9 +68,14 @@ def _error_of(e: Exception) -> int:
 
 
 class ReplicaManager:
-    def __init__(self, *, node_id: int, timer: Timer):
+    def __init__(self, *, node_id: int, timer: Timer, defer_fetch_completion: bool = False):
         self.node_id = node_id
         self.timer = timer
+        # With deferral, appends only note which partitions moved; the caller completes the waiting fetches
+        # (`complete_delayed_fetches`) once the produce response is on its way, so that a consumer being
+        # woken never delays the producer's acknowledgement.
+        self.defer_fetch_completion = defer_fetch_completion
+        self._moved: set[TopicPartition] = set()
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
@@ -156,10 +161,8 @@ class ReplicaManager:
         except OSError as e:  # the disk failed under us: the client may retry elsewhere
             return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR), error_message=str(e))
         if partition.maybe_advance_high_watermark(now_ms):
-            self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
-        else:
-            self.fetch_purgatory.check_and_complete(tp)  # followers wait on the log end, not the HW
+        self._log_grew(tp)  # consumers wait on the HW, followers on the log end: both may go on
         return ProduceResult(
             base_offset=info.first_offset,
             last_offset=info.last_offset,
@@ -177,8 +180,23 @@ class ReplicaManager:
         info = partition.log.append(batches, leader_epoch=partition.leader_epoch, now_ms=now_ms, origin=AppendOrigin.COORDINATOR)
         if partition.maybe_advance_high_watermark(now_ms):
             self.produce_purgatory.check_and_complete(tp)
-        self.fetch_purgatory.check_and_complete(tp)
+        self._log_grew(tp)
         return info
+
+    def _log_grew(self, tp: TopicPartition) -> None:
+        if self.defer_fetch_completion:
+            self._moved.add(tp)
+        else:
+            self.fetch_purgatory.check_and_complete(tp)
+
+    @property
+    def has_deferred_fetches(self) -> bool:
+        return bool(self._moved)
+
+    def complete_delayed_fetches(self) -> int:
+        """Retry the fetches waiting on partitions whose log grew since the last call (see __init__)."""
+        moved, self._moved = self._moved, set()
+        return sum(self.fetch_purgatory.check_and_complete(tp) for tp in moved)
 
     # -- fetch --
 

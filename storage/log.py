@@ -172,10 +172,11 @@ class Log:
         log._load(now_ms, recovery_point, log_start_offset, had_clean_shutdown)
         return log
 
-    def _new_segment(self, base_offset: int, now_ms: int, suffix: str = "", hold_open: bool = False) -> LogSegment:
+    def _new_segment(self, base_offset: int, now_ms: int, suffix: str = "", hold_open: bool = False,
+                     create_file: bool = True) -> LogSegment:
         return LogSegment.create(self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                                  max_index_bytes=self.config.segment_index_bytes, now_ms=now_ms, suffix=suffix,
-                                 index_maps=self._index_maps, hold_open=hold_open)
+                                 index_maps=self._index_maps, hold_open=hold_open, create_file=create_file)
 
     def _existing_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         path = os.path.join(self.directory, offset_file_name(base_offset, LOG_SUFFIX))
@@ -195,7 +196,8 @@ class Log:
         fresh = not segments
         if fresh:
             # A new log (or one whose segments all went): one empty segment, nothing to recover or fsync yet.
-            segments = [self._new_segment(log_start_offset, now_ms)]
+            # Its file comes with the first append: opening the log without it makes the same segment again.
+            segments = [self._new_segment(log_start_offset, now_ms, create_file=False)]
             self._dir_dirty = True
             self._creation_unsynced = True
 

@@ -18,7 +18,9 @@ Segments are lazy, new ones as well as those loaded from disk: the log file is o
 or read and stays open from then on (a region being sent holds it); the indexes are checked on first use
 and mapped only when a lookup needs entries or an entry is appended (see index.py), and unmapped again
 when the segment goes inactive. A new, empty segment therefore holds no descriptor and no map, and
-neither does a segment read by a short walk from its start. The largest timestamp of a segment at rest is
+neither does a segment read by a short walk from its start. The first segment of a new log does not even
+have its log file until the first append (`create_file=False`): a missing file is an empty segment, and
+reopening the log makes the same segment again (see log.py). The largest timestamp of a segment at rest is
 the last entry of its time index, because the final entry is written whenever a segment stops being
 active (roll, close) and recovery recomputes it.
 """
@@ -92,6 +94,7 @@ class LogSegment:
         file: LogFile | None = None,
         new_indexes: bool = False,
         index_maps: IndexMaps | None = None,
+        missing_file: bool = False,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
@@ -101,6 +104,7 @@ class LogSegment:
         self.created_ms = created_ms
         self.suffix = suffix
         self._file = file
+        self._missing = missing_file  # the (empty) log file is created on the first append
         self.offset_index = OffsetIndex(self.path(INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes,
                                         preallocate=False, maps=index_maps)
         self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes,
@@ -114,17 +118,19 @@ class LogSegment:
     @classmethod
     def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int,
                now_ms: int, suffix: str = "", index_maps: IndexMaps | None = None,
-               hold_open: bool = False) -> LogSegment:
-        """A new empty segment: an empty log file, held open only with `hold_open`; the index files come
-        with the first entry, or when the segment goes inactive holding data."""
+               hold_open: bool = False, create_file: bool = True) -> LogSegment:
+        """A new empty segment: an empty log file, held open only with `hold_open`, or created only on the
+        first append without `create_file`; the index files come with the first entry, or when the
+        segment goes inactive holding data."""
         path = os.path.join(directory, offset_file_name(base_offset, LOG_SUFFIX) + suffix)
+        file = None
         if hold_open:
             file = LogFile(path, create=True)
-        else:
-            file = None
+        elif create_file:
             os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         return cls(directory, base_offset, index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
-                   size=0, created_ms=now_ms, suffix=suffix, file=file, new_indexes=True, index_maps=index_maps)
+                   size=0, created_ms=now_ms, suffix=suffix, file=file, new_indexes=True, index_maps=index_maps,
+                   missing_file=file is None and not create_file)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}{', ' + self.suffix if self.suffix else ''})"
@@ -134,8 +140,21 @@ class LogSegment:
 
     @property
     def file(self) -> LogFile:
-        if self._file is None:
-            self._file = LogFile(self.path())
+        file = self._file
+        if file is None and self._missing:
+            self._file = LogFile(self.path(), create=True)
+            self._missing = False
+            return self._file
+        if file is None:
+            try:
+                file = LogFile(self.path())
+            except FileNotFoundError:
+                # Deleted by the cleaner's thread meanwhile: `delete` opens the file before unlinking it.
+                file = self._file
+                if file is None:
+                    raise
+            if self._file is None:
+                self._file = file
         return self._file
 
     @contextmanager
@@ -145,6 +164,9 @@ class LogSegment:
         file = self._file
         if file is not None:
             yield file.fd
+            return
+        if self._missing:
+            yield -1  # no file yet, so the segment is empty: callers read nothing (no syscall on it)
             return
         fd = os.open(self.path(), os.O_RDONLY)
         try:
@@ -184,6 +206,8 @@ class LogSegment:
         return self._offset_of_max_timestamp
 
     def last_modified_ms(self) -> int:
+        if self._missing:
+            return self.created_ms
         return int(os.stat(self.path()).st_mtime * 1000)
 
     def _rescan_max_timestamp(self) -> None:
@@ -276,6 +300,8 @@ class LogSegment:
     def read(self, offset: int, max_bytes: int, max_position: int, *, min_one_message: bool):
         """Whole batches from the one holding `offset`: `(region, first offset)`; None if the segment has no
         batch at or after `offset`. The region is empty when nothing fits below `max_position`."""
+        if self._missing:
+            return None
         file = self.file
         end = self.size
         found = self.translate_offset(offset, end)
@@ -354,6 +380,8 @@ class LogSegment:
     def batches(self, *, block_bytes: int):
         """`(position, bytes)` of every whole batch, read in blocks of `block_bytes` (the file stays open
         while the iteration runs, even if the segment is deleted or closed meanwhile)."""
+        if self._missing:
+            return
         file = self.file
         yield from iter_batches(file.fd, 0, self.size, block_bytes=block_bytes)
 
@@ -389,6 +417,9 @@ class LogSegment:
         self._first_batch_timestamp = None
         self._indexes_checked = True
         file = self._file
+        if file is None and self._missing:
+            self.size = 0
+            return 0
         fd = file.fd if file is not None else os.open(self.path(), os.O_RDWR)
         try:
             file_size = os.fstat(fd).st_size
@@ -467,16 +498,18 @@ class LogSegment:
         self.time_index.rename(self.path(TIME_INDEX_SUFFIX))
         if os.path.exists(old_txn):
             os.replace(old_txn, self.path(TXN_INDEX_SUFFIX))
-        os.replace(old_log, self.path())
+        if not self._missing:
+            os.replace(old_log, self.path())
 
     def delete(self) -> None:
         """Unlink the files. Whoever still holds this segment (a reader's snapshot of the segment list, the
         cleaner) keeps reading it: the log file is opened first if it was not, so the data outlives its
         name, and index maps are released only when the segment object goes."""
-        try:
-            self.file
-        except FileNotFoundError:
-            pass
+        if not self._missing:
+            try:
+                self.file
+            except FileNotFoundError:
+                pass
         self.offset_index.delete()
         self.time_index.delete()
         for kind in (LOG_SUFFIX, TXN_INDEX_SUFFIX):

@@ -64,18 +64,18 @@ def test_two_thousand_empty_partitions_hold_no_descriptor_and_still_work(tmp_pat
     assert len(manager.index_maps) == 0
 
     # Every partition still takes appends and serves reads: one log descriptor each, index maps bounded
-    # (every tenth partition gets enough batches for index entries).
+    # (every 25th partition gets enough batches for index entries: 160 indexes written, 64 maps at most).
     def value(tp: TopicPartition, i: int) -> bytes:
         return b"%s/%d/" % (tp.dir_name.encode(), i) + b"x" * 100
 
     for k, tp in enumerate(tps):
         log = manager.get_log(tp)
-        for i in range(4 if k % 10 == 0 else 1):
+        for i in range(4 if k % 25 == 0 else 1):
             log.append(batch(value(tp, i)), leader_epoch=0, now_ms=NOW)
     for k, tp in enumerate(tps):
         log = manager.get_log(tp)
         assert read_values(log) == [value(tp, i) for i in range(log.log_end_offset)]
-        if k % 10 == 0:
+        if k % 25 == 0:
             assert read_values(log, 2) == [value(tp, 2), value(tp, 3)]
     assert sum(s.offset_index._mapped or s.time_index._mapped for tp in tps for s in manager.get_log(tp).segments) > 0
     assert len(manager.index_maps) <= maps
@@ -87,7 +87,7 @@ def test_two_thousand_empty_partitions_hold_no_descriptor_and_still_work(tmp_pat
     manager = LogManager(str(tmp_path), now_ms=NOW, default_config=config, max_open_index_maps=maps)
     assert open_fds() - base <= 8
     assert len(manager.logs) == n
-    assert all(log.log_end_offset == (4 if k % 10 == 0 else 1) for k, log in enumerate(map(manager.get_log, tps)))
+    assert all(log.log_end_offset == (4 if k % 25 == 0 else 1) for k, log in enumerate(map(manager.get_log, tps)))
     log = manager.get_log(tps[-1])
     assert log.topic_id == bytes([tps[-1].partition]) * 16
     log.append(batch(b"after"), leader_epoch=1, now_ms=NOW)
@@ -157,6 +157,8 @@ def test_creating_a_log_fsyncs_nothing_until_its_first_flush(tmp_path, monkeypat
     tp = TopicPartition("t", 0)
     log = manager.get_or_create_log(tp, now_ms=NOW, topic_id=bytes(range(16)))
     assert synced == []
+    directory = os.path.join(str(tmp_path), tp.dir_name)
+    assert os.listdir(directory) == []  # the segment file comes with the first append, the rest with data
     assert log.topic_id == bytes(range(16))
     log.flush()  # nothing to make durable yet
     assert synced == []
@@ -164,7 +166,7 @@ def test_creating_a_log_fsyncs_nothing_until_its_first_flush(tmp_path, monkeypat
     log.append(batch(b"v"), leader_epoch=0, now_ms=NOW)
     synced.clear()
     log.flush()
-    directory = os.path.join(str(tmp_path), tp.dir_name)
+    assert "00000000000000000000.log" in os.listdir(directory)
     if os.path.isdir(FD_DIR):
         assert os.path.join(directory, "partition.metadata") in synced
         assert directory in synced and os.path.realpath(str(tmp_path)) in [os.path.realpath(p) for p in synced]
