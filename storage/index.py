@@ -371,9 +371,22 @@ class _IndexFile:
             self._checked = True
             self._unsynced = False
 
-    def _append_entry(self, *fields) -> None:
-        """Lock held."""
+    def _append_entry(self, *fields, final: bool = False) -> None:
+        """Lock held. The `final` entry of a segment going inactive is written with a pwrite if the index is
+        not mapped: preallocating and mapping a file for one entry, to trim it right after, costs more."""
         entries = self.entries
+        if final and self._mm is None:
+            end = (entries + 1) * self.entry_size
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.pwrite(fd, self.ENTRY.pack(*fields), entries * self.entry_size)
+                length = self._file_length() if self._length is not None else os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            self._length = max(length, end)
+            self._entries = entries + 1
+            self._unsynced = True
+            return
         if self._file_length() < (entries + 1) * self.entry_size:
             self._resize(max(self.max_entries, entries + 1) * self.entry_size)
         self.ENTRY.pack_into(self._view(), entries * self.entry_size, *fields)
@@ -469,7 +482,7 @@ class TimeIndex(_IndexFile):
         with self._maps.lock:
             if not skip_full_check and self.is_full:
                 raise ValueError(f"{self.path}: time index is full")
-            if self._entries:
+            if self._entries and not skip_full_check:
                 self._view()
             last_ts, last_offset = self.last_entry
             if self._entries and offset < last_offset:
@@ -478,5 +491,5 @@ class TimeIndex(_IndexFile):
                 return False
             if self._entries >= self.max_entries:
                 return False
-            self._append_entry(timestamp, offset - self.base_offset)
+            self._append_entry(timestamp, offset - self.base_offset, final=skip_full_check)
             return True
