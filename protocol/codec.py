@@ -237,14 +237,26 @@ def _read_array_len(buf, pos, flexible, nullable, what):
     return n, pos
 
 
+def _write_null(out, flexible, nullable, what, wide=True):
+    if not nullable:
+        raise LocalProtocolError(f"{what} is not nullable in this version")
+    if flexible:
+        out.append(0)
+    else:
+        out += b"\xff\xff\xff\xff" if wide else b"\xff\xff"
+
+
+def _write_len(out, n, flexible):
+    """The int32 length (or count) of bytes and arrays; compact forms write n + 1."""
+    if flexible:
+        _put_uvarint(out, n + 1)
+    else:
+        out += _I32.pack(n)
+
+
 def _write_string(out, value, flexible, nullable, what):
     if value is None:
-        if not nullable:
-            raise LocalProtocolError(f"{what} is not nullable in this version")
-        if flexible:
-            out.append(0)
-        else:
-            out += b"\xff\xff"
+        _write_null(out, flexible, nullable, what, wide=False)
         return
     data = value.encode("utf-8")
     if flexible:
@@ -258,17 +270,9 @@ def _write_string(out, value, flexible, nullable, what):
 
 def _write_bytes(out, value, flexible, nullable, what):
     if value is None:
-        if not nullable:
-            raise LocalProtocolError(f"{what} is not nullable in this version")
-        if flexible:
-            out.append(0)
-        else:
-            out += b"\xff\xff\xff\xff"
+        _write_null(out, flexible, nullable, what)
         return
-    if flexible:
-        _put_uvarint(out, len(value) + 1)
-    else:
-        out += _I32.pack(len(value))
+    _write_len(out, len(value), flexible)
     out += value
 
 
@@ -277,13 +281,7 @@ def _write_records(out, chunks, value, flexible, nullable, what):
     if value is None or not isinstance(value, list):
         _write_bytes(out, value, flexible, nullable, what)
         return
-    total = 0
-    for c in value:
-        total += c.length if isinstance(c, FileRegion) else len(c)
-    if flexible:
-        _put_uvarint(out, total + 1)
-    else:
-        out += _I32.pack(total)
+    _write_len(out, sum(c.length if isinstance(c, FileRegion) else len(c) for c in value), flexible)
     for c in value:
         if isinstance(c, FileRegion):
             if out:
@@ -295,18 +293,11 @@ def _write_records(out, chunks, value, flexible, nullable, what):
 
 
 def _write_array_len(out, value, flexible, nullable, what):
+    """Writes the count (or null); returns whether there are elements to write."""
     if value is None:
-        if not nullable:
-            raise LocalProtocolError(f"{what} is not nullable in this version")
-        if flexible:
-            out.append(0)
-        else:
-            out += b"\xff\xff\xff\xff"
+        _write_null(out, flexible, nullable, what)
         return False
-    if flexible:
-        _put_uvarint(out, len(value) + 1)
-    else:
-        out += _I32.pack(len(value))
+    _write_len(out, len(value), flexible)
     return True
 
 
