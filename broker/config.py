@@ -489,7 +489,7 @@ class BrokerConfig(BaseModel):
         "Accepted for compatibility; connections run on the event loop.",
         ge=1,
     )
-    num_io_threads: Int = _f("num.io.threads", 8, T.INT, "Worker threads for blocking disk work.", ge=1)
+    num_io_threads: Int = _f("num.io.threads", 8, T.INT, "Accepted for compatibility: requests are served on the event loop.", ge=1)
     socket_send_buffer_bytes: Int = _f(
         "socket.send.buffer.bytes",
         102400,
