@@ -290,7 +290,6 @@ class NetworkServer:
         self.servers: list[asyncio.base_events.Server] = []
         self.tasks: list[asyncio.Task] = []
         self._on_protocol_error = on_protocol_error
-        self.total_connections = 0
         self.draining = False
 
     def metrics_protocol_error(self) -> None:
@@ -301,7 +300,6 @@ class NetworkServer:
         if len(self.connections) >= self.max_connections:
             return False
         self.connections.add(conn)
-        self.total_connections += 1
         if self.metrics is not None:
             self.metrics.connection_opened()
         return True

@@ -16,8 +16,6 @@ from typing import Any
 
 import structlog
 
-from odradek.protocol.connection import ServerConnection
-
 from . import handlers as handler_registry
 from .components import arm_timer
 from .config import BrokerConfig
@@ -207,6 +205,3 @@ class Broker:
     def _count_protocol_error(self) -> None:
         if self.metrics is not None:
             self.metrics.protocol_error()
-
-    def server_connection(self) -> ServerConnection:
-        return ServerConnection(max_frame_bytes=self.config.socket_request_max_bytes, supported=self.accepted_versions)

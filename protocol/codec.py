@@ -29,6 +29,9 @@ from typing import Any, NamedTuple
 
 from .errors import LocalProtocolError, RemoteProtocolError
 from .schema import _NO_DEFAULT, Api, F
+from .varint import read_uvarint as _uvarint
+from .varint import uvarint_size as _uvarint_len
+from .varint import write_uvarint as _put_uvarint
 
 ZERO_UUID = _uuid.UUID(int=0)
 
@@ -147,38 +150,6 @@ def is_flexible(cls: type, version: int) -> bool:
 
 # ---------------------------------------------------------------------------------------------------
 # Runtime helpers called by generated code
-
-
-def _uvarint(buf, pos):
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    value = b & 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        if shift > 28:
-            raise RemoteProtocolError("unsigned varint longer than 5 bytes")
-        b = buf[pos]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos + 1
-        shift += 7
-
-
-def _put_uvarint(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _uvarint_len(value: int) -> int:
-    n = 1
-    while value >= 0x80:
-        value >>= 7
-        n += 1
-    return n
 
 
 _I16 = struct.Struct(">h")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .codec import _put_uvarint, _uvarint
 from .errors import RemoteProtocolError
 from .messages import BY_KEY
+from .varint import read_uvarint as _uvarint
+from .varint import write_uvarint as _put_uvarint
 
 API_VERSIONS_KEY = 18
 

@@ -21,12 +21,6 @@ TopicResponse = FetchResponse.FetchableTopicResponse
 PartitionData = TopicResponse.PartitionData
 
 
-def _region(r):
-    from odradek.protocol.codec import FileRegion
-
-    return r if isinstance(r, FileRegion) else FileRegion(r[0], r[1], r[2])
-
-
 @handles(1)
 def handle_fetch(broker, ctx, request):
     version = ctx.api_version
@@ -64,7 +58,7 @@ def handle_fetch(broker, ctx, request):
                     partition_index=index, error_code=r.error_code, high_watermark=r.high_watermark,
                     last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
                     aborted_transactions=None if isolation is FetchIsolation.HIGH_WATERMARK else [],
-                    records=[_region(x) for x in r.records] if r.records else b"",
+                    records=r.records or b"",  # file regions, sent with sendfile
                 ))
             responses.append(TopicResponse(topic=name, topic_id=topic_id, partitions=out))
         future.set_result(FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses))
