@@ -8,6 +8,7 @@ Starts Odradek pinned to the server core, drives it with the harness's load gene
 
   produce        100 B records, 1 partition, acks=1, batches up to 1 MiB (the harness's headline cell)
   produce-small  100 B records, 8 partitions, acks=all + idempotence, 16 KiB batches (Java-like batching)
+  produce-lz4    100 B records, 1 partition, acks=all + idempotence, lz4, batches up to 1 MiB
   consume        a preloaded partition (1M records) read from offset 0 over and over
 
 Writes, per workload, into --out (default bench/results/profile):
@@ -172,6 +173,9 @@ PRODUCE_LOADS = {
     # many more requests per record, so per-request costs show.
     "produce-small": {"partitions": 8, "acks": "all", "idempotence": True, "compression": "none", "value_size": 100,
                       "linger_ms": 5, "batch_size": 16384},
+    # The headline cell with lz4 and acks=all + idempotence: big compressed batches through producer state.
+    "produce-lz4": {"partitions": 1, "acks": "all", "idempotence": True, "compression": "lz4", "value_size": 100,
+                    "linger_ms": 5},
 }
 WORKLOADS = (*PRODUCE_LOADS, "consume")
 

@@ -222,13 +222,16 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         if self.closed:
             return
         transport = self.transport
-        if self.server.metrics is not None:
-            self.server.metrics.add_bytes_out(sum(c.length if isinstance(c, FileRegion) else len(c) for c in chunks))
+        sent = 0
         for chunk in chunks:
             if isinstance(chunk, FileRegion):
+                sent += chunk.length
                 self._send_region(chunk)
             else:
+                sent += len(chunk)
                 transport.write(chunk)
+        if self.server.metrics is not None:
+            self.server.metrics.add_bytes_out(sent)
 
     def _send_region(self, region: FileRegion) -> None:
         transport = self.transport

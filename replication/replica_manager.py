@@ -184,6 +184,8 @@ class ReplicaManager:
         return info
 
     def _log_grew(self, tp: TopicPartition) -> None:
+        if not self.fetch_purgatory.watched(tp):
+            return  # nobody waits on this partition; a fetch arriving later reads the log itself
         if self.defer_fetch_completion:
             self._moved.add(tp)
         else:

@@ -52,10 +52,13 @@ def handle_produce(broker, ctx, request):
             else:
                 entries[TopicPartition(name, p.index)] = p.records
 
-    future = asyncio.get_running_loop().create_future() if acks != 0 else None
+    # Most appends are answered at once (acks=0/1, or acks=all with the leader the only in-sync replica):
+    # the response is returned directly and a future is made only when the answer has to wait.
+    immediate: list[ProduceResponse] = []
+    future: asyncio.Future | None = None
 
     def respond(results) -> None:
-        if future is None or future.done():
+        if acks == 0 or (future is not None and future.done()):
             return
         out = []
         for ti, (topic, name) in enumerate(topics):
@@ -71,9 +74,16 @@ def handle_produce(broker, ctx, request):
                     )
                 parts.append(r)
             out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=parts))
-        future.set_result(ProduceResponse(responses=out, throttle_time_ms=0))
+        response = ProduceResponse(responses=out, throttle_time_ms=0)
+        if future is None:
+            immediate.append(response)
+        else:
+            future.set_result(response)
 
     broker.data.append_records(entries, required_acks=acks, timeout_ms=request.timeout_ms, now_ms=now_ms, respond=respond)
-    if future is None:
+    if acks == 0:
         return None
-    return future.result() if future.done() else future
+    if immediate:
+        return immediate[0]
+    future = asyncio.get_running_loop().create_future()
+    return future
