@@ -21,9 +21,11 @@ the work the broker accepts, is done here by back-pressure instead:
   * at most `max_parked` requests wait on futures at once (`queued.max.requests`); beyond that, connections
     keep their next request in the inbox and stop reading until a parked one completes.
 
-Responses are written at once: bytes through the transport, `FileRegion`s with `os.sendfile` straight from
-the segment file to the socket when the transport's buffer is empty, else by copying (the fallback TLS will
-need too).
+Responses are written when the connection has served what it can for now (the end of `pump`): the bytes
+of every response made in that pass go to the transport in one call, so a client pipelining requests gets
+one send() for the 3-4 requests that typically arrive together instead of one each. `FileRegion`s go out
+with `os.sendfile` straight from the segment file to the socket when the transport's buffer is empty, else
+by copying (the fallback TLS will need too).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.client_host = ""
         self.last_active = time.monotonic()
         self.in_flight = False  # a request is being served (its response not yet written)
+        self._pending: list = []  # response bytes not yet handed to the transport (see _flush)
 
     # -- asyncio.BufferedProtocol --
 
@@ -159,6 +162,9 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 result = self._result_of(result)
             if result is not None:
                 self._respond(ctx, result)
+        # The responses of every request served above leave in one write: a client with several requests
+        # in flight (librdkafka keeps up to 5) often has 3-4 of them arrive in one socket read.
+        self._flush()
         self._update_reading()
 
     def _resume(self, ctx: RequestContext, future: asyncio.Future) -> None:
@@ -212,6 +218,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         if not self.closed and self.transport is not None:
+            self._flush()  # responses already made go out before the close
             self.closed = True
             self.inbox.clear()
             self.transport.close()
@@ -219,19 +226,33 @@ class KafkaProtocol(asyncio.BufferedProtocol):
     # -- writing --
 
     def _write(self, chunks: list) -> None:
+        """Queue a response's bytes; `_flush` writes everything queued with one call. File regions go out
+        at once (after the bytes queued before them), by sendfile when the socket can take them."""
         if self.closed:
             return
-        transport = self.transport
+        pending = self._pending
         sent = 0
         for chunk in chunks:
             if isinstance(chunk, FileRegion):
                 sent += chunk.length
+                self._flush()
                 self._send_region(chunk)
             else:
                 sent += len(chunk)
-                transport.write(chunk)
+                pending.append(chunk)
         if self.server.metrics is not None:
             self.server.metrics.add_bytes_out(sent)
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if not pending or self.closed:
+            pending.clear()
+            return
+        if len(pending) == 1:
+            self.transport.write(pending[0])
+        else:
+            self.transport.writelines(pending)
+        pending.clear()
 
     def _send_region(self, region: FileRegion) -> None:
         transport = self.transport
