@@ -366,30 +366,36 @@ class _Gen:
             body.extend(self.decode_value(f, f"v_{f.name}", "buf"))
         flush_run()
         if fl:
-            body.append("n_tags, pos = _uvarint(buf, pos)")
+            # Almost every struct carries no tagged fields: a single zero byte, read without a call.
             body.append("unknown = []")
-            body.append("last_tag = -1")
-            body.append("for _ in range(n_tags):")
-            body.append("    tag, pos = _uvarint(buf, pos)")
-            body.append("    tsize, pos = _uvarint(buf, pos)")
-            body.append("    _check(buf, pos, tsize, 'tagged field')")
-            body.append("    if tag <= last_tag: raise RemoteProtocolError('tagged fields out of order')")
-            body.append("    last_tag = tag")
-            body.append("    tbuf = buf[pos:pos + tsize]")
+            body.append("if buf[pos] == 0:")
+            body.append("    pos += 1")
+            body.append("else:")
+            tags: list[str] = []
+            tags.append("n_tags, pos = _uvarint(buf, pos)")
+            tags.append("last_tag = -1")
+            tags.append("for _ in range(n_tags):")
+            tags.append("    tag, pos = _uvarint(buf, pos)")
+            tags.append("    tsize, pos = _uvarint(buf, pos)")
+            tags.append("    _check(buf, pos, tsize, 'tagged field')")
+            tags.append("    if tag <= last_tag: raise RemoteProtocolError('tagged fields out of order')")
+            tags.append("    last_tag = tag")
+            tags.append("    tbuf = buf[pos:pos + tsize]")
             first = True
             for f in tagged:
                 kw = "if" if first else "elif"
                 first = False
-                body.append(f"    {kw} tag == {f.tag}:")
-                body.append("        tpos = 0")
+                tags.append(f"    {kw} tag == {f.tag}:")
+                tags.append("        tpos = 0")
                 for ln in self.decode_value(f, f"v_{f.name}", "tbuf", pos_var="tpos"):
-                    body.append("        " + ln)
+                    tags.append("        " + ln)
             if tagged:
-                body.append("    else:")
-                body.append("        unknown.append((tag, bytes(tbuf)))")
+                tags.append("    else:")
+                tags.append("        unknown.append((tag, bytes(tbuf)))")
             else:
-                body.append("    unknown.append((tag, bytes(tbuf)))")
-            body.append("    pos += tsize")
+                tags.append("    unknown.append((tag, bytes(tbuf)))")
+            tags.append("    pos += tsize")
+            body.extend("    " + ln for ln in tags)
             for f in tagged:
                 body.insert(0, f"v_{f.name} = {self.default_expr(f)}")
         args = []
@@ -427,6 +433,17 @@ class _Gen:
                 out.append(f"{p} += {_FIXED_SIZES[t]}")
                 if t == "uuid":
                     out.append(f"{target} = _uuid_from({target})")
+            elif t == "string" and fl:
+                # A compact length under 127 is one byte: read it inline; anything else (null, long,
+                # malformed) takes the general path.
+                out.append(f"sn = {buf}[{p}] - 1")
+                out.append("if 0 <= sn < 127:")
+                out.append(f"    {p} += 1")
+                out.append(f"    if sn > len({buf}) - {p}: _check({buf}, {p}, sn, {what})")
+                out.append(f"    {target} = str({buf}[{p}:{p} + sn], 'utf-8')")
+                out.append(f"    {p} += sn")
+                out.append("else:")
+                out.append(f"    {target}, {p} = _read_string({buf}, {p}, {fl}, {nullable}, {what})")
             elif t == "string":
                 out.append(f"{target}, {p} = _read_string({buf}, {p}, {fl}, {nullable}, {what})")
             elif t in ("bytes", "records"):
@@ -443,7 +460,15 @@ class _Gen:
                 else:
                     out.append(f"{target}, {p} = {sub}({buf}, {p})")
             return out
-        out.append(f"n, {p} = _read_array_len({buf}, {p}, {fl}, {nullable}, {what})")
+        if fl:
+            out.append(f"n = {buf}[{p}] - 1")
+            out.append("if 0 <= n < 127:")
+            out.append(f"    {p} += 1")
+            out.append(f"    if n > len({buf}) - {p}: _check({buf}, {p}, n, {what})")
+            out.append("else:")
+            out.append(f"    n, {p} = _read_array_len({buf}, {p}, {fl}, {nullable}, {what})")
+        else:
+            out.append(f"n, {p} = _read_array_len({buf}, {p}, {fl}, {nullable}, {what})")
         out.append("if n < 0:")
         out.append(f"    {target} = None")
         out.append("else:")
@@ -540,6 +565,15 @@ class _Gen:
                 st = self.name("_S", struct.Struct(">" + _FIXED_FORMATS[t]))
                 arg = f"{value}.bytes" if t == "uuid" else value
                 res.append(f"{out} += {st}.pack({arg})")
+            elif t == "string" and fl:
+                res.append(f"sv = {value}")
+                res.append("if sv is None:")
+                res.append(f"    _write_string({out}, None, {fl}, {nullable}, {what})")
+                res.append("else:")
+                res.append("    sb = sv.encode('utf-8')")
+                res.append(f"    if len(sb) < 127: {out}.append(len(sb) + 1)")
+                res.append(f"    else: _put_uvarint({out}, len(sb) + 1)")
+                res.append(f"    {out} += sb")
             elif t == "string":
                 res.append(f"_write_string({out}, {value}, {fl}, {nullable}, {what})")
             elif t == "bytes":
@@ -558,7 +592,16 @@ class _Gen:
                     res.append(f"if {value} is None: raise LocalProtocolError({what} + ' is not nullable')")
                     res.append(f"{sub}({value}, {out}, {chunks})")
             return res
-        res.append(f"if _write_array_len({out}, {value}, {fl}, {nullable}, {what}):")
+        if fl:
+            res.append(f"av = {value}")
+            res.append("if av is None:")
+            res.append(f"    _write_array_len({out}, None, {fl}, {nullable}, {what})")
+            res.append("else:")
+            res.append(f"    if len(av) < 127: {out}.append(len(av) + 1)")
+            res.append(f"    else: _put_uvarint({out}, len(av) + 1)")
+            value = "av"
+        else:
+            res.append(f"if _write_array_len({out}, {value}, {fl}, {nullable}, {what}):")
         if t in _FIXED_FORMATS and t != "uuid":
             res.append(f"    {out} += struct.pack('>%d{_FIXED_FORMATS[t]}' % len({value}), *{value})")
         elif t == "uuid":
@@ -610,10 +653,21 @@ def decode(cls: type, data, version: int, pos: int = 0):
     return obj
 
 
+_BY_VERSION: dict[tuple[type, int], _Codec] = {}
+
+
+def _codec_at(cls: type, version: int) -> _Codec:
+    """The codec of a top-level message at a version (checked once, then looked up)."""
+    codec = _BY_VERSION.get((cls, version))
+    if codec is None:
+        _check_version(cls, version)
+        codec = _BY_VERSION[(cls, version)] = _codec_for(cls, version, is_flexible(cls, version))
+    return codec
+
+
 def decode_from(cls: type, data, version: int, pos: int = 0):
     """Decode a message body starting at `pos`; returns (message, end position)."""
-    _check_version(cls, version)
-    codec = _codec_for(cls, version, is_flexible(cls, version))
+    codec = _codec_at(cls, version)
     buf = data if isinstance(data, memoryview) else memoryview(data)
     try:
         return codec.decode_struct(buf, pos)
@@ -626,8 +680,7 @@ def decode_from(cls: type, data, version: int, pos: int = 0):
 def encode_into(msg: Message, version: int, out: bytearray, chunks: list) -> None:
     """Append the encoding of `msg` to `out`; file regions split it into `chunks` (see module doc)."""
     cls = type(msg)
-    _check_version(cls, version)
-    codec = _codec_for(cls, version, is_flexible(cls, version))
+    codec = _codec_at(cls, version)
     try:
         codec.encode_struct(msg, out, chunks)
     except LocalProtocolError:

@@ -228,6 +228,9 @@ class ServerConnection:
         write_response_header(out, response.API_KEY, version, header.correlation_id)
         chunks: list = []
         encode_into(response, version, out, chunks)
+        if not chunks:  # the common case: no file regions, the frame is `out`
+            _SIZE.pack_into(out, 0, len(out) - 4)
+            return [out]
         if out:
             chunks.append(out)
         total = frame_chunks_size(chunks) - 4

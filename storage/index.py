@@ -108,7 +108,7 @@ class _IndexFile:
     ENTRY: struct.Struct
 
     __slots__ = ("path", "base_offset", "entry_size", "max_entries", "_maps", "_mm", "_length", "_entries",
-                 "_checked", "_deleted", "_unsynced")
+                 "_checked", "_deleted", "_unsynced", "_tail")
 
     def __init__(self, path: str, base_offset: int, max_index_bytes: int, *, create: bool = False,
                  preallocate: bool = True, maps: IndexMaps | None = None) -> None:
@@ -123,6 +123,7 @@ class _IndexFile:
         self._checked = False
         self._deleted = False
         self._unsynced = False  # the file changed since the last flush
+        self._tail: tuple | None = None  # the last entry as written by this process (None: read it from the file)
         if create:
             self._create(preallocate)  # (no lock: no other thread knows this index yet)
 
@@ -264,6 +265,9 @@ class _IndexFile:
         return self.ENTRY.unpack(data)
 
     def _last(self) -> tuple | None:
+        tail = self._tail
+        if tail is not None:
+            return tail
         n = self.entries
         if n == 0:
             return None
@@ -301,6 +305,7 @@ class _IndexFile:
         """Remove every entry for an offset >= `offset`."""
         with self._maps.lock:
             self._entries = self._count_below_offset(offset)
+            self._tail = None
 
     def make_writable(self) -> None:
         """Grow the file to its preallocated size and map it, so entries can be appended."""
@@ -367,6 +372,7 @@ class _IndexFile:
             self._maps.forget(self)
             if self._mm is None:
                 self._entries, self._length = 0, 0
+                self._tail = None
             self._deleted = True
             self._checked = True
             self._unsynced = False
@@ -385,12 +391,14 @@ class _IndexFile:
                 os.close(fd)
             self._length = max(length, end)
             self._entries = entries + 1
+            self._tail = fields
             self._unsynced = True
             return
         if self._file_length() < (entries + 1) * self.entry_size:
             self._resize(max(self.max_entries, entries + 1) * self.entry_size)
         self.ENTRY.pack_into(self._view(), entries * self.entry_size, *fields)
         self._entries = entries + 1
+        self._tail = fields
         self._unsynced = True
 
 
@@ -438,7 +446,6 @@ class OffsetIndex(_IndexFile):
             if self.is_full:
                 raise ValueError(f"{self.path}: offset index is full")
             if self._entries:
-                self._view()
                 if offset <= self.last_entry[0]:
                     raise ValueError(f"{self.path}: offset {offset} is not above the last indexed offset")
             self._append_entry(offset - self.base_offset, position)
