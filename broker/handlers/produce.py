@@ -25,13 +25,15 @@ def handle_produce(broker, ctx, request):
     acks = request.acks
     now_ms = broker.now_ms()
     entries: dict[TopicPartition, object] = {}
-    early: dict[tuple[int, int], PartitionResponse] = {}  # (topic index, partition index) -> error response
-    topics = []
-    for ti, topic in enumerate(request.topic_data):
+    # Per topic, per partition: the TopicPartition appended to, or the error response made here.
+    plan: list[tuple[object, list]] = []
+    for topic in request.topic_data:
         image = broker.topic_by_id(topic.topic_id) if version >= 13 else broker.topic_by_name(topic.name)
         name = image.name if image is not None else topic.name
-        topics.append((topic, name))
+        parts: list = []
+        plan.append((topic, parts))
         for p in topic.partition_data:
+            records = p.records
             error = None
             if acks not in (-1, 0, 1):
                 error = ErrorCode.INVALID_REQUIRED_ACKS
@@ -39,18 +41,20 @@ def handle_produce(broker, ctx, request):
                 error = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.index not in image.partitions:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif p.records is None or len(p.records) == 0:
+            elif records is None or len(records) == 0:
                 error = ErrorCode.CORRUPT_MESSAGE
-            elif len(p.records) > _MAGIC_OFFSET and p.records[_MAGIC_OFFSET] != 2:
+            elif len(records) > _MAGIC_OFFSET and records[_MAGIC_OFFSET] != 2:
                 # Kafka's ProduceRequest.validateRecords: v3+ carries record batch v2 only (magic 0/1
                 # message sets are refused with INVALID_RECORD, not CORRUPT_MESSAGE).
                 error = ErrorCode.INVALID_RECORD
-            elif (name.startswith("__") and not broker.allows_internal_writes(name)):
+            elif name.startswith("__") and not broker.allows_internal_writes(name):
                 error = ErrorCode.INVALID_TOPIC_EXCEPTION
             if error is not None:
-                early[(ti, p.index)] = PartitionResponse(index=p.index, error_code=int(error), base_offset=-1)
+                parts.append(PartitionResponse(index=p.index, error_code=int(error), base_offset=-1))
             else:
-                entries[TopicPartition(name, p.index)] = p.records
+                tp = TopicPartition(name, p.index)
+                entries[tp] = records
+                parts.append(tp)
 
     # Most appends are answered at once (acks=0/1, or acks=all with the leader the only in-sync replica):
     # the response is returned directly and a future is made only when the answer has to wait.
@@ -61,19 +65,18 @@ def handle_produce(broker, ctx, request):
         if acks == 0 or (future is not None and future.done()):
             return
         out = []
-        for ti, (topic, name) in enumerate(topics):
-            parts = []
-            for p in topic.partition_data:
-                r = early.get((ti, p.index))
-                if r is None:
-                    res = results[TopicPartition(name, p.index)]
-                    r = PartitionResponse(
-                        index=p.index, error_code=res.error_code, base_offset=res.base_offset,
+        for topic, parts in plan:
+            responses = []
+            for part in parts:
+                if type(part) is TopicPartition:
+                    res = results[part]
+                    part = PartitionResponse(
+                        index=part.partition, error_code=res.error_code, base_offset=res.base_offset,
                         log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset,
                         error_message=res.error_message if res.error_code else None,
                     )
-                parts.append(r)
-            out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=parts))
+                responses.append(part)
+            out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=responses))
         response = ProduceResponse(responses=out, throttle_time_ms=0)
         if future is None:
             immediate.append(response)
