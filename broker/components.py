@@ -20,6 +20,7 @@ from odradek.replication.metadata import Endpoint, MetadataLog, StorageLogAdapte
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.replication.timing_wheel import Timer
 from odradek.storage.log_manager import LogManager
+from odradek.storage.segment import drop_cache
 from odradek.storage.names import TopicPartition
 
 from .topics import TopicManager
@@ -42,7 +43,9 @@ async def start_components(broker) -> None:
     broker.log_manager = LogManager(
         cfg.data_dirs[0], now_ms=now_ms(), node_id=cfg.node_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
+        cache_window_bytes=cfg.log_cache_window_bytes,
     )
+    broker.log_manager.cache_release = _cache_releaser(loop)
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
     metadata_log = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())
     broker.metadata = MetadataLog(StorageLogAdapter(metadata_log))
@@ -110,6 +113,29 @@ def _fire_timer(broker) -> None:
         broker.timer.advance_clock(now_ms())
     finally:
         arm_timer(broker)
+
+
+def _cache_releaser(loop):
+    """Page-cache releases (storage.segment.drop_cache) in worker threads: the call can wait on a busy disk.
+    At most two at a time; a release skipped is harmless, the next one covers the segment from its start."""
+    pending = 0
+
+    def done(_future) -> None:
+        nonlocal pending
+        pending -= 1
+
+    def release(file, end: int) -> None:
+        nonlocal pending
+        if pending >= 2 or loop.is_closed():
+            return
+        try:
+            future = loop.run_in_executor(None, drop_cache, file, end)
+        except RuntimeError:  # the executor is shutting down with the broker
+            return
+        pending += 1
+        future.add_done_callback(done)
+
+    return release
 
 
 async def _housekeeping(broker) -> None:

@@ -28,7 +28,8 @@ Deviations from Kafka, each chosen so that the defaults run a working single bro
   rather than Kafka 4.0's 1 MiB, so tests can roll segments quickly; `log.index.size.max.bytes` down to
   12 (`MIN_INDEX_BYTES`: one offset index entry) rather than Kafka's 4.
 - Our own keys: `metrics.port` / `metrics.host` (Prometheus endpoint; port 0 = disabled, the default),
-  `log.format` (`console` or `json`) and `log.level`.
+  `log.format` (`console` or `json`), `log.level`, and `log.cache.window.bytes` (how much of the end of
+  each active segment stays in the page cache; see storage/log_manager.py).
 
 Keys Kafka's sample server.properties carries but Odradek does not act on yet (thread counts, socket
 buffer sizes, throttling) are still accepted and validated, so a Kafka config file loads unchanged.
@@ -835,6 +836,15 @@ class BrokerConfig(BaseModel):
         "log.format", "console", T.STRING, "Format of the broker's own logs: console or json."
     )
     log_level: LogLevel = _f("log.level", "INFO", T.STRING, "Level of the broker's own logs.")
+    log_cache_window_bytes: Long = _f(
+        "log.cache.window.bytes",
+        32 * 1024 * 1024,
+        T.LONG,
+        "Bytes at the end of each partition's active segment left in the OS page cache; older bytes are "
+        "dropped from it once written (posix_fadvise DONTNEED, from a worker thread). 0 leaves the page "
+        "cache to the OS, as Kafka does.",
+        ge=0,
+    )
 
     # ------------------------------------------------------------------------------------------------
     @model_validator(mode="after")

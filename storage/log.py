@@ -97,7 +97,9 @@ from .names import (
 )
 from .producer_state import AppendOrigin, ProducerStateManager
 from .scan import check_stored_batch, iter_headers
-from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion
+from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion, drop_cache
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,9 @@ class Log:
         self.directory = directory
         self.config = config
         self._index_maps = index_maps
+        # Page-cache release (LogManager sets these): the window kept, and what runs drop_cache (None: inline).
+        self.cache_window_bytes = 0
+        self.cache_release: Callable | None = None
         self._lock = threading.Lock()
         self._segments: tuple[LogSegment, ...] = ()
         self._log_start_offset = 0
@@ -402,6 +407,8 @@ class Log:
             if log_append_time:
                 set_log_append_time(buf, pos, now_ms)
         self._write(buf, indexed, first_offset, offset - 1, max_timestamp, now_ms)
+        if self.cache_window_bytes:
+            self._maybe_release_cache()
         if leader_epoch > self._epoch_cache.latest_epoch:
             self._epoch_cache.assign(leader_epoch, first_offset)
         self._producer_state.commit(producer_append, offset)
@@ -431,6 +438,8 @@ class Log:
                 max_timestamp, offset_of_max_timestamp = header.max_timestamp, header.last_offset
             expected = header.next_offset
         self._write(buf, indexed, first_offset, expected - 1, max_timestamp, now_ms)
+        if self.cache_window_bytes:
+            self._maybe_release_cache()
         for _, header in headers:
             if header.partition_leader_epoch > self._epoch_cache.latest_epoch:
                 self._epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
@@ -502,6 +511,17 @@ class Log:
             segment = self.roll(now_ms=now_ms, expected_base_offset=first_offset)
         segment.append(buf, indexed)
         self._log_end_offset = last_offset + 1
+
+    def _maybe_release_cache(self) -> None:
+        """Once the active segment has grown two windows past the last release, let the OS drop the page
+        cache of everything but its last `cache_window_bytes` (see LogManager.cache_window_bytes)."""
+        keep = self.cache_window_bytes
+        segment = self._segments[-1]
+        if segment.size - segment.cache_released <= 2 * keep:
+            return
+        end = (segment.size - keep) & ~(_PAGE_SIZE - 1)
+        segment.cache_released = end
+        (self.cache_release or drop_cache)(segment.file, end)
 
     # ---------------------------------------------------------------------------------------------- roll
 

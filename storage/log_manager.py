@@ -47,6 +47,7 @@ from .config import LogConfig
 from .errors import ForeignLogDirectoryError, LogDirectoryLockedError
 from .index import IndexMaps
 from .log import Log
+from .segment import drop_cache
 from .names import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_CHECKPOINT,
@@ -76,6 +77,7 @@ class LogManager:
         checkpoint_interval_ms: int = 60_000,
         producer_id_expiration_check_interval_ms: int = 600_000,
         max_open_index_maps: int | None = None,
+        cache_window_bytes: int = 0,
     ) -> None:
         self.log_dir = os.path.abspath(log_dir)
         self.default_config = default_config or LogConfig()
@@ -87,6 +89,16 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_logs: dict[str, dict[TopicPartition, Log]] = {}  # the same logs by topic
         self.index_maps = IndexMaps(max_open_index_maps)
+        # Page-cache window: each active segment keeps its last `cache_window_bytes` in the OS page cache and
+        # hands older pages back (segment.drop_cache) as it grows. Without it every appended byte takes a
+        # fresh page-cache page, and once free memory is used up each of those must be reclaimed first; on
+        # VMs that return free memory to the host (free page reporting, ballooning) each also faults on
+        # first touch. Measured on such a VM: writing 1 MiB cost 0.8-2.0 ms of CPU without, 0.35 ms with.
+        # Consumers within the window (tailing, and most lag) still read from the cache; older reads go to
+        # the disk. 0 leaves the page cache to the OS (Kafka's behaviour). `cache_release(file, end)`, if
+        # set, runs drop_cache elsewhere (the broker: a worker thread, as the call can block on the disk).
+        self.cache_window_bytes = cache_window_bytes
+        self.cache_release: Callable | None = None
         self._lock_fd: int | None = None
         self._deleted = 0
         self._last_retention_ms = now_ms
@@ -181,8 +193,13 @@ class LogManager:
         return self._logs
 
     def _add(self, tp: TopicPartition, log: Log) -> None:
+        log.cache_window_bytes = self.cache_window_bytes
+        log.cache_release = self._release_cache
         self._logs[tp] = log
         self._topic_logs.setdefault(tp.topic, {})[tp] = log
+
+    def _release_cache(self, file, end: int) -> None:
+        (self.cache_release or drop_cache)(file, end)
 
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.default_config)

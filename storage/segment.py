@@ -72,6 +72,21 @@ class SegmentRegion(FileRegion):
         return region
 
 
+_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None)
+
+
+def drop_cache(file: LogFile, end: int) -> None:
+    """Ask the OS to drop the cached pages of `file` before `end`: dirty ones are queued for writeback
+    (and dropped by a later call), clean ones go now. May block on a busy disk: call it off the event loop.
+    The `file` reference keeps the descriptor open for the duration."""
+    if _DONTNEED is None:
+        return
+    try:
+        os.posix_fadvise(file.fd, 0, end, _DONTNEED)
+    except OSError:
+        pass
+
+
 def write_fully(fd: int, data, position: int) -> None:
     view = memoryview(data)
     while view:
@@ -114,6 +129,7 @@ class LogSegment:
         self._first_batch_timestamp: int | None = None
         self._bytes_since_last_index_entry = 0
         self._indexes_checked = new_indexes
+        self.cache_released = 0  # the page cache before this position was last handed to drop_cache
 
     @classmethod
     def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int,
