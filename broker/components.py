@@ -150,6 +150,7 @@ async def _housekeeping(broker) -> None:
     loop = asyncio.get_running_loop()
     flushing: asyncio.Future | None = None
     cleaning: asyncio.Future | None = None
+    next_clean_ms = 0
 
     def flush_and_checkpoint(manager, now: int) -> None:
         manager.maybe_flush(now)
@@ -162,9 +163,19 @@ async def _housekeeping(broker) -> None:
             manager = broker.log_manager
             manager.maybe_delete_old_segments(now, upper_bound_offset=lambda tp: _high_watermark(broker, tp))
             manager.maybe_remove_expired_producers(now)
-            flushing = _resubmit(loop, flushing, "flush", flush_and_checkpoint, manager, now)
-            if broker.config.log_cleaner_enable:
-                cleaning = _resubmit(loop, cleaning, "log cleaning", manager.maybe_clean, now)
+            # Work goes to a thread only when there is some: a worker woken every second to find nothing
+            # still competes with the requests being served for the GIL (and, on a broker pinned to one
+            # core, for the core).
+            if flushing is None or flushing.done():
+                if manager.flush_due(now) or manager.checkpoint_due(now):
+                    flushing = _resubmit(loop, flushing, "flush", flush_and_checkpoint, manager, now)
+            if broker.config.log_cleaner_enable and now >= next_clean_ms and (cleaning is None or cleaning.done()):
+                if cleaning is not None and cleaning.exception() is None and cleaning.result() is None:
+                    # The last pass found nothing to clean: back off, as Kafka's cleaner threads do.
+                    next_clean_ms = now + broker.config.log_cleaner_backoff_ms
+                    cleaning = None
+                else:
+                    cleaning = _resubmit(loop, cleaning, "log cleaning", manager.maybe_clean, now)
             broker._maintenance = [f for f in (flushing, cleaning) if f is not None]
         except Exception:
             log.exception("housekeeping failed")

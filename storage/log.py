@@ -144,6 +144,7 @@ class Log:
         # Page-cache release (LogManager sets these): the window kept, and what runs drop_cache (None: inline).
         self.cache_window_bytes = 0
         self.cache_release: Callable | None = None
+        self.on_roll: Callable[[], None] | None = None  # a segment rolled: a flush is due (LogManager.flush_due)
         self._lock = threading.Lock()
         self._segments: tuple[LogSegment, ...] = ()
         self._log_start_offset = 0
@@ -544,6 +545,8 @@ class Log:
             self._segments = segments + (segment,)
         self._dir_dirty = True
         self._flush_up_to = max(self._flush_up_to, new_base)
+        if self.on_roll is not None:
+            self.on_roll()
         return segment
 
     # --------------------------------------------------------------------------------------------- reads
@@ -822,6 +825,13 @@ class Log:
             self.flush(self._flush_up_to)
             return True
         return False
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether `maybe_flush(now_ms)` would flush."""
+        flush_ms = self.config.flush_ms
+        if flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms and self._log_end_offset > self._recovery_point:
+            return True
+        return self._flush_up_to > self._recovery_point
 
     def _maybe_flush_messages(self, now_ms: int) -> None:
         flush_messages = self.config.flush_messages

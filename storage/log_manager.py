@@ -99,6 +99,9 @@ class LogManager:
         # set, runs drop_cache elsewhere (the broker: a worker thread, as the call can block on the disk).
         self.cache_window_bytes = cache_window_bytes
         self.cache_release: Callable | None = None
+        # What `flush_due` looks at instead of every log: a roll happened somewhere, or a log has flush.ms.
+        self._rolled = False
+        self._timed_flush: set[TopicPartition] = set()
         self._lock_fd: int | None = None
         self._deleted = 0
         self._last_retention_ms = now_ms
@@ -195,8 +198,30 @@ class LogManager:
     def _add(self, tp: TopicPartition, log: Log) -> None:
         log.cache_window_bytes = self.cache_window_bytes
         log.cache_release = self._release_cache
+        log.on_roll = self._note_roll
+        if log.config.flush_ms is not None:
+            self._timed_flush.add(tp)
         self._logs[tp] = log
         self._topic_logs.setdefault(tp.topic, {})[tp] = log
+
+    def _note_roll(self) -> None:
+        self._rolled = True
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether `maybe_flush` has anything to do: a segment rolled since the last `flush_due` that said so,
+        or a log with `flush.ms` is due. Cheap (it does not visit every log), so a caller can check it on
+        its own thread and hand `maybe_flush` to a worker only when it matters."""
+        if self._rolled:
+            self._rolled = False
+            return True
+        for tp in list(self._timed_flush):
+            log = self._logs.get(tp)
+            if log is not None and log.flush_due(now_ms):
+                return True
+        return False
+
+    def checkpoint_due(self, now_ms: int) -> bool:
+        return now_ms - self._last_checkpoint_ms >= self.checkpoint_interval_ms
 
     def _release_cache(self, file, end: int) -> None:
         (self.cache_release or drop_cache)(file, end)
@@ -206,8 +231,12 @@ class LogManager:
 
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
         self._topic_configs[topic] = config
-        for log in list(self._topic_logs.get(topic, {}).values()):
+        for tp, log in list(self._topic_logs.get(topic, {}).items()):
             log.update_config(config)
+            if config.flush_ms is not None:
+                self._timed_flush.add(tp)
+            else:
+                self._timed_flush.discard(tp)
 
     def get_log(self, tp: TopicPartition) -> Log | None:
         return self._logs.get(tp)
@@ -226,6 +255,7 @@ class LogManager:
         """Remove the partition: its directory is renamed aside, then removed. Regions already handed to
         readers stay readable until released."""
         log = self._logs.pop(tp, None)
+        self._timed_flush.discard(tp)
         if log is None:
             return False
         same_topic = self._topic_logs.get(tp.topic, {})

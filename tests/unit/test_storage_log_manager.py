@@ -145,3 +145,24 @@ def test_topic_partition_directory_names():
     assert TopicPartition.from_dir_name("nodash") is None
     assert TopicPartition.from_dir_name("bad topic-1") is None
     assert TopicPartition("x", 3).dir_name == "x-3"
+
+
+def test_flush_due_says_when_a_roll_or_flush_ms_needs_a_flush_without_visiting_every_log(tmp_path):
+    from odradek.protocol.records import build_batch
+
+    manager = LogManager(str(tmp_path / "data"), now_ms=NOW, checkpoint_interval_ms=60_000)
+    try:
+        log = manager.get_or_create_log(TopicPartition("t", 0), now_ms=NOW)
+        assert not manager.flush_due(NOW) and not manager.checkpoint_due(NOW + 1)
+        log.append(bytearray(build_batch([(b"k", b"v", None, NOW)])), leader_epoch=0, now_ms=NOW)
+        assert not manager.flush_due(NOW)  # data alone is the OS's to write (no flush.ms)
+        log.roll(now_ms=NOW)
+        assert manager.flush_due(NOW)
+        assert manager.maybe_flush(NOW) == 1
+        assert not manager.flush_due(NOW)
+        manager.update_topic_config("t", LogConfig(flush_ms=1000))
+        log.append(bytearray(build_batch([(b"k", b"v", None, NOW)])), leader_epoch=0, now_ms=NOW)
+        assert manager.flush_due(NOW + 2000)
+        assert manager.checkpoint_due(NOW + 60_000)
+    finally:
+        manager.close()
