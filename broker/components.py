@@ -43,9 +43,8 @@ async def start_components(broker) -> None:
     broker.log_manager = LogManager(
         cfg.data_dirs[0], now_ms=now_ms(), node_id=cfg.node_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
-        cache_window_bytes=cfg.log_cache_window_bytes,
+        cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
     )
-    broker.log_manager.cache_release = _cache_releaser(loop)
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
     metadata_log = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())
     broker.metadata = MetadataLog(StorageLogAdapter(metadata_log))

@@ -434,16 +434,11 @@ class _Gen:
                 if t == "uuid":
                     out.append(f"{target} = _uuid_from({target})")
             elif t == "string" and fl:
-                # A compact length under 127 is one byte: read it inline; anything else (null, long,
-                # malformed) takes the general path.
-                out.append(f"sn = {buf}[{p}] - 1")
-                out.append("if 0 <= sn < 127:")
-                out.append(f"    {p} += 1")
-                out.append(f"    if sn > len({buf}) - {p}: _check({buf}, {p}, sn, {what})")
-                out.append(f"    {target} = str({buf}[{p}:{p} + sn], 'utf-8')")
-                out.append(f"    {p} += sn")
-                out.append("else:")
-                out.append(f"    {target}, {p} = _read_string({buf}, {p}, {fl}, {nullable}, {what})")
+                out.extend(self.read_short_compact_len(
+                    "sn", buf, p, what,
+                    then=[f"{target} = str({buf}[{p}:{p} + sn], 'utf-8')", f"{p} += sn"],
+                    otherwise=f"{target}, {p} = _read_string({buf}, {p}, {fl}, {nullable}, {what})",
+                ))
             elif t == "string":
                 out.append(f"{target}, {p} = _read_string({buf}, {p}, {fl}, {nullable}, {what})")
             elif t in ("bytes", "records"):
@@ -461,12 +456,9 @@ class _Gen:
                     out.append(f"{target}, {p} = {sub}({buf}, {p})")
             return out
         if fl:
-            out.append(f"n = {buf}[{p}] - 1")
-            out.append("if 0 <= n < 127:")
-            out.append(f"    {p} += 1")
-            out.append(f"    if n > len({buf}) - {p}: _check({buf}, {p}, n, {what})")
-            out.append("else:")
-            out.append(f"    n, {p} = _read_array_len({buf}, {p}, {fl}, {nullable}, {what})")
+            out.extend(self.read_short_compact_len(
+                "n", buf, p, what, then=[], otherwise=f"n, {p} = _read_array_len({buf}, {p}, {fl}, {nullable}, {what})",
+            ))
         else:
             out.append(f"n, {p} = _read_array_len({buf}, {p}, {fl}, {nullable}, {what})")
         out.append("if n < 0:")
@@ -491,6 +483,25 @@ class _Gen:
             out.append(f"        item, {p} = {sub}({buf}, {p})")
         out.append(f"        {target}.append(item)")
         return out
+
+    @staticmethod
+    def read_short_compact_len(var: str, buf: str, p: str, what: str, *, then: list[str], otherwise: str) -> list[str]:
+        """Lines reading a compact length (stored + 1) into `var`: one under 127 is a single byte, read
+        inline, then `then` runs; anything else (null, longer, malformed) takes the call in `otherwise`."""
+        return [
+            f"{var} = {buf}[{p}] - 1",
+            f"if 0 <= {var} < 127:",
+            f"    {p} += 1",
+            f"    if {var} > len({buf}) - {p}: _check({buf}, {p}, {var}, {what})",
+            *("    " + ln for ln in then),
+            "else:",
+            f"    {otherwise}",
+        ]
+
+    @staticmethod
+    def write_compact_len(out: str, length: str) -> list[str]:
+        """Lines writing `length` + 1 as a compact length, one byte inline when it fits."""
+        return [f"if {length} < 127: {out}.append({length} + 1)", f"else: _put_uvarint({out}, {length} + 1)"]
 
     def sub_decoder(self, f: F) -> str:
         return self.name("_sub", _codec_for(f._cls, self.version, self.flexible).decode_struct)
@@ -571,8 +582,7 @@ class _Gen:
                 res.append(f"    _write_string({out}, None, {fl}, {nullable}, {what})")
                 res.append("else:")
                 res.append("    sb = sv.encode('utf-8')")
-                res.append(f"    if len(sb) < 127: {out}.append(len(sb) + 1)")
-                res.append(f"    else: _put_uvarint({out}, len(sb) + 1)")
+                res.extend("    " + ln for ln in self.write_compact_len(out, "len(sb)"))
                 res.append(f"    {out} += sb")
             elif t == "string":
                 res.append(f"_write_string({out}, {value}, {fl}, {nullable}, {what})")
@@ -597,8 +607,7 @@ class _Gen:
             res.append("if av is None:")
             res.append(f"    _write_array_len({out}, None, {fl}, {nullable}, {what})")
             res.append("else:")
-            res.append(f"    if len(av) < 127: {out}.append(len(av) + 1)")
-            res.append(f"    else: _put_uvarint({out}, len(av) + 1)")
+            res.extend("    " + ln for ln in self.write_compact_len(out, "len(av)"))
             value = "av"
         else:
             res.append(f"if _write_array_len({out}, {value}, {fl}, {nullable}, {what}):")

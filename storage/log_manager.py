@@ -47,7 +47,6 @@ from .config import LogConfig
 from .errors import ForeignLogDirectoryError, LogDirectoryLockedError
 from .index import IndexMaps
 from .log import Log
-from .segment import drop_cache
 from .names import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_CHECKPOINT,
@@ -78,6 +77,7 @@ class LogManager:
         producer_id_expiration_check_interval_ms: int = 600_000,
         max_open_index_maps: int | None = None,
         cache_window_bytes: int = 0,
+        cache_release: Callable | None = None,
     ) -> None:
         self.log_dir = os.path.abspath(log_dir)
         self.default_config = default_config or LogConfig()
@@ -96,9 +96,10 @@ class LogManager:
         # first touch. Measured on such a VM: writing 1 MiB cost 0.8-2.0 ms of CPU without, 0.35 ms with.
         # Consumers within the window (tailing, and most lag) still read from the cache; older reads go to
         # the disk. 0 leaves the page cache to the OS (Kafka's behaviour). `cache_release(file, end)`, if
-        # set, runs drop_cache elsewhere (the broker: a worker thread, as the call can block on the disk).
+        # given, runs drop_cache elsewhere (the broker: a worker thread, as the call can block on the disk);
+        # without it the logs call drop_cache themselves.
         self.cache_window_bytes = cache_window_bytes
-        self.cache_release: Callable | None = None
+        self.cache_release = cache_release
         # What `flush_due` looks at instead of every log: a roll happened somewhere, or a log has flush.ms.
         self._rolled = False
         self._timed_flush: set[TopicPartition] = set()
@@ -197,7 +198,7 @@ class LogManager:
 
     def _add(self, tp: TopicPartition, log: Log) -> None:
         log.cache_window_bytes = self.cache_window_bytes
-        log.cache_release = self._release_cache
+        log.cache_release = self.cache_release
         log.on_roll = self._note_roll
         if log.config.flush_ms is not None:
             self._timed_flush.add(tp)
@@ -208,11 +209,10 @@ class LogManager:
         self._rolled = True
 
     def flush_due(self, now_ms: int) -> bool:
-        """Whether `maybe_flush` has anything to do: a segment rolled since the last `flush_due` that said so,
-        or a log with `flush.ms` is due. Cheap (it does not visit every log), so a caller can check it on
-        its own thread and hand `maybe_flush` to a worker only when it matters."""
+        """Whether `maybe_flush` has anything to do: a segment rolled since the last `maybe_flush` began, or
+        a log with `flush.ms` is due. Cheap (it does not visit every log), so a caller can check it on its
+        own thread and hand `maybe_flush` to a worker only when it matters."""
         if self._rolled:
-            self._rolled = False
             return True
         for tp in list(self._timed_flush):
             log = self._logs.get(tp)
@@ -222,9 +222,6 @@ class LogManager:
 
     def checkpoint_due(self, now_ms: int) -> bool:
         return now_ms - self._last_checkpoint_ms >= self.checkpoint_interval_ms
-
-    def _release_cache(self, file, end: int) -> None:
-        (self.cache_release or drop_cache)(file, end)
 
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.default_config)
@@ -290,6 +287,7 @@ class LogManager:
 
     def maybe_flush(self, now_ms: int) -> int:
         """Flush logs with rolled segments not yet on disk or whose `flush.ms` has passed. Returns how many."""
+        self._rolled = False  # a roll from here on is seen by the next flush_due (this pass may miss it)
         return sum(log.maybe_flush(now_ms) for log in list(self._logs.values()))
 
     def maybe_checkpoint(self, now_ms: int) -> bool:

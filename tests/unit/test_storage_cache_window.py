@@ -22,7 +22,6 @@ def batch(n: int = 20) -> bytearray:
 
 
 def read_all(log: Log) -> bytes:
-    info = log.read(0, 1 << 30, min_one_message=True)
     out = b""
     offset = 0
     while offset < log.log_end_offset:
@@ -76,8 +75,8 @@ def test_zero_window_leaves_the_cache_alone(tmp_path):
 
 def test_log_manager_gives_its_logs_the_window_and_the_releaser(tmp_path):
     calls = []
-    manager = LogManager(str(tmp_path / "data"), now_ms=NOW, cache_window_bytes=PAGE)
-    manager.cache_release = lambda file, end: calls.append(end)
+    manager = LogManager(str(tmp_path / "data"), now_ms=NOW, cache_window_bytes=PAGE,
+                         cache_release=lambda file, end: calls.append(end))
     try:
         log = manager.get_or_create_log(TopicPartition("t", 0), now_ms=NOW)
         for _ in range(40):
