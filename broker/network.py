@@ -21,6 +21,11 @@ the work the broker accepts, is done here by back-pressure instead:
   * at most `max_parked` requests wait on futures at once (`queued.max.requests`); beyond that, connections
     keep their next request in the inbox and stop reading until a parked one completes.
 
+Produce requests at v9-v12 may skip the codec, the request context and the dispatcher: the connection
+hands them as `ProduceFrame`s to `serve_produce_frame` (the broker's produce fast path), which answers
+with the response frame's bytes, or a future of them, or declines, and then the frame is decoded and
+dispatched as any other. Measured: ~36 -> ~27 us per single-partition request in process.
+
 Responses are written when the connection has served what it can for now (the end of `pump`): the bytes
 of every response made in that pass go to the transport in one call, so a client pipelining requests gets
 one send() for the 3-4 requests that typically arrive together instead of one each. `FileRegion`s go out
@@ -42,6 +47,7 @@ import structlog
 from odradek.protocol.codec import FileRegion
 from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
 from odradek.protocol.errors import ProtocolError
+from odradek.protocol.fast_produce import ProduceFrame
 from odradek.protocol.headers import RequestHeader
 
 log = structlog.get_logger("odradek.network")
@@ -70,7 +76,10 @@ class KafkaProtocol(asyncio.BufferedProtocol):
     def __init__(self, server: "NetworkServer", listener: str):
         self.server = server
         self.listener = listener
-        self.conn = ServerConnection(max_frame_bytes=server.max_frame_bytes, supported=server.accepted_versions)
+        self.conn = ServerConnection(
+            max_frame_bytes=server.max_frame_bytes, supported=server.accepted_versions,
+            fast_produce=server.serve_produce_frame is not None,
+        )
         self.transport: asyncio.Transport | None = None
         self.inbox: deque = deque()
         self.reading_paused = False
@@ -141,6 +150,28 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                     server.waiting.add(self)
                 break
             event = self.inbox.popleft()
+            if type(event) is ProduceFrame:
+                # The produce fast path: bytes (or a future of them) when it served the request, None when
+                # the request goes the general way (the codec decodes it below).
+                try:
+                    result = server.serve_produce_frame(event)
+                except Exception:
+                    self.close()
+                    return
+                if result is None:
+                    try:
+                        event = self.conn.decode(event.frame)
+                    except ProtocolError as e:
+                        self._protocol_error(e)
+                        return
+                elif type(result) is bytearray:
+                    self._write((result,))
+                    continue
+                else:
+                    self.in_flight = True
+                    server.parked += 1
+                    result.add_done_callback(lambda future: self._resume(None, future))
+                    break
             if isinstance(event, ApiVersionsUnsupported):
                 self._write(self.conn.send_api_versions_unsupported(event.header, server.advertised_versions))
                 continue
@@ -191,7 +222,10 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             return None
         return future.result()
 
-    def _respond(self, ctx: RequestContext, response) -> None:
+    def _respond(self, ctx: RequestContext | None, response) -> None:
+        if type(response) is bytearray:  # a whole frame from the produce fast path (ctx is None)
+            self._write((response,))
+            return
         try:
             chunks = self.conn.send_response(ctx.header, response)
         except ProtocolError:
@@ -288,6 +322,7 @@ class NetworkServer:
         self,
         *,
         dispatch: Callable[[RequestContext], Any],
+        serve_produce_frame: Callable[[ProduceFrame], Any] | None = None,
         accepted_versions: dict[int, tuple[int, int]],
         advertised_versions: dict[int, tuple[int, int]],
         max_frame_bytes: int,
@@ -299,6 +334,8 @@ class NetworkServer:
         metrics=None,
     ):
         self.dispatch = dispatch
+        # The produce fast path, or None: without it every request is decoded by the codec and dispatched.
+        self.serve_produce_frame = serve_produce_frame
         self.accepted_versions = accepted_versions
         self.advertised_versions = advertised_versions
         self.max_frame_bytes = max_frame_bytes

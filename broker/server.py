@@ -20,12 +20,17 @@ from . import handlers as handler_registry
 from .components import arm_timer
 from .config import BrokerConfig
 from .handlers.api_versions import build_response
+from .handlers.produce import serve_produce_frame
 from .network import NetworkServer, RequestContext
 
 log = structlog.get_logger("odradek.broker")
 
 
 class Broker:
+    # Produce v9-v12 goes by the fast path (handlers.produce.serve_produce_frame); tests turn it off on an
+    # instance, before start(), to compare its answers with the general path's.
+    produce_fast_path = True
+
     def __init__(self, config: BrokerConfig | None = None, **overrides: Any):
         if config is None:
             config = BrokerConfig.from_properties({k.replace("_", "."): v for k, v in overrides.items()})
@@ -60,6 +65,7 @@ class Broker:
         cfg = self.config
         self.network = NetworkServer(
             dispatch=self.dispatch,
+            serve_produce_frame=self.serve_produce_frame if self.produce_fast_path else None,
             accepted_versions=self.accepted_versions,
             advertised_versions=self.advertised_versions,
             max_frame_bytes=cfg.socket_request_max_bytes,
@@ -180,17 +186,34 @@ class Broker:
             result = registration.handler(self, ctx, ctx.request)
         except Exception:
             log.exception("handler failed", api_key=ctx.api_key, api_version=ctx.api_version)
-            self._observe(ctx, started, error=True)
+            self._observe(ctx.api_key, ctx.api_version, ctx.frame_size, started, error=True)
             raise
+        return self._handled(ctx.api_key, ctx.api_version, ctx.frame_size, started, result)
+
+    def serve_produce_frame(self, request):
+        """The produce fast path (handlers.produce.serve_produce_frame): response bytes, a future of them, or
+        None when the request must go through `dispatch` after all."""
+        started = time.perf_counter()
+        try:
+            result = serve_produce_frame(self, request)
+        except Exception:
+            log.exception("handler failed", api_key=0, api_version=request.api_version)
+            self._observe(0, request.api_version, len(request.frame), started, error=True)
+            raise
+        if result is None:
+            return None
+        return self._handled(0, request.api_version, len(request.frame), started, result)
+
+    def _handled(self, api_key: int, api_version: int, frame_size: int, started: float, result):
         self.after_state_change()  # a handler may have added timer tasks (delayed ops, group timeouts)
         if self.data.has_deferred_fetches and not self._fetches_scheduled:
             # Wake waiting fetches right after this response is written, not before it.
             self._fetches_scheduled = True
             asyncio.get_running_loop().call_soon(self._complete_fetches)
         if isinstance(result, asyncio.Future) and not result.done():
-            result.add_done_callback(lambda _f: self._observe(ctx, started))
+            result.add_done_callback(lambda _f: self._observe(api_key, api_version, frame_size, started))
         else:
-            self._observe(ctx, started)
+            self._observe(api_key, api_version, frame_size, started)
         return result
 
     def _complete_fetches(self) -> None:
@@ -198,9 +221,9 @@ class Broker:
         self.data.complete_delayed_fetches()
         self.after_state_change()
 
-    def _observe(self, ctx, started: float, error: bool = False) -> None:
+    def _observe(self, api_key: int, api_version: int, frame_size: int, started: float, error: bool = False) -> None:
         if self.metrics is not None:
-            self.metrics.observe_request(ctx.api_key, ctx.api_version, time.perf_counter() - started, ctx.frame_size, error)
+            self.metrics.observe_request(api_key, api_version, time.perf_counter() - started, frame_size, error)
 
     def _count_protocol_error(self) -> None:
         if self.metrics is not None:

@@ -26,6 +26,7 @@ from typing import Mapping
 
 from .codec import FileRegion, Message, decode, decode_from, encode_into
 from .errors import LocalProtocolError, RemoteProtocolError
+from .fast_produce import FAST_VERSIONS, PRODUCE_KEY, ProduceFrame, parse_produce
 from .headers import (
     API_VERSIONS_KEY,
     RequestHeader,
@@ -170,10 +171,14 @@ class ServerConnection:
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         supported: Mapping[int, tuple[int, int]] | None = None,
+        fast_produce: bool = False,
     ):
-        """`supported` maps api key -> (min, max) the broker serves; None means every defined version."""
+        """`supported` maps api key -> (min, max) the broker serves; None means every defined version.
+        With `fast_produce`, a Produce v9-v12 frame that `fast_produce.parse_produce` can read comes out as
+        a `ProduceFrame`; the caller may still hand it back to `decode` (see broker.handlers.produce)."""
         self._framer = _Framer(max_frame_bytes)
         self.supported = supported
+        self.fast_produce = fast_produce
         self._ranges: dict[int, tuple[int, int]] = {}
 
     def receive_data(self, data) -> list[RequestReceived | ApiVersionsUnsupported]:
@@ -183,11 +188,11 @@ class ServerConnection:
         """Where the next bytes from the socket should go (see `_Framer`)."""
         return self._framer.get_buffer()
 
-    def buffer_updated(self, nbytes: int) -> list[RequestReceived | ApiVersionsUnsupported]:
+    def buffer_updated(self, nbytes: int) -> list[RequestReceived | ApiVersionsUnsupported | ProduceFrame]:
         """`nbytes` were written into the last `get_buffer()`; returns the requests now complete."""
         return [self._parse(frame) for frame in self._framer.buffer_updated(nbytes)]
 
-    def _parse(self, frame: bytearray) -> RequestReceived | ApiVersionsUnsupported:
+    def _parse(self, frame: bytearray) -> RequestReceived | ApiVersionsUnsupported | ProduceFrame:
         if len(frame) < 4:
             raise RemoteProtocolError("frame too short for a request header")
         api_key, api_version = struct.unpack_from(">hh", frame, 0)
@@ -200,12 +205,20 @@ class ServerConnection:
                 header, _ = read_request_header(frame, flexible=False)
                 return ApiVersionsUnsupported(header, len(frame))
             raise RemoteProtocolError(f"unsupported version {api_version} of api key {api_key}")
+        if api_key == PRODUCE_KEY and self.fast_produce and api_version in FAST_VERSIONS:
+            fast = parse_produce(frame, api_version)
+            if fast is not None:
+                return fast
+        return self.decode(frame)
+
+    def decode(self, frame: bytearray) -> RequestReceived:
+        """Decode a request frame whose version `_parse` has accepted, with the generated codec."""
         header, pos = read_request_header(frame)
         view = memoryview(frame)
         # Trailing bytes after a request body are ignored, as Kafka does (it never checks that a body is
         # consumed): librdkafka's all-topics Metadata v13 request carries three stray bytes left from a
         # reserved array-count placeholder.
-        request, _ = decode_from(REQUESTS[api_key], view[pos:], api_version)
+        request, _ = decode_from(REQUESTS[header.api_key], view[pos:], header.api_version)
         return RequestReceived(header, request, len(frame))
 
     def _range(self, api_key: int) -> tuple[int, int]:

@@ -1,0 +1,150 @@
+"""The produce fast path's wire half: a Produce request at a flexible name-based version (v9-v12) read
+straight from its frame, and its response packed straight into bytes.
+
+Why: the generated codec makes a message object per request, topic and partition, and another per
+response, topic and partition, then walks them again to encode. For the request the broker serves most,
+that was half of its Python work per request outside the log itself (in process: ~36 -> ~18 us per
+single-partition request; bench/PROFILE.md, "Third round"). Python work is also what a request arriving
+at an idle core pays for most dearly, so this shows in the acknowledgement latency at low rates.
+
+`parse_produce` reads only the shape clients send: no tagged fields anywhere, counts and names under 127,
+a non-null topic and partition list and records. For anything else it returns None and the generated
+codec decodes the frame, with its own error if the frame is bad. So the fast path never accepts a frame
+the codec would refuse, and where both accept a frame they read the same values
+(tests/unit/test_protocol_fast_produce.py compares them on generated requests, and the two encoders byte
+for byte).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from .errors import RemoteProtocolError
+from .varint import read_uvarint, write_uvarint
+
+PRODUCE_KEY = 0
+FAST_VERSIONS = range(9, 13)  # flexible (v9+), topics by name (v13 names them by id)
+
+_HEADER = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_I32 = struct.Struct(">i")
+_PARTITION = struct.Struct(">ihqqqB")  # ...log start offset, then record_errors: an empty compact array
+_CORRELATION = struct.Struct(">iiB")  # frame size, correlation id, header tagged fields (none)
+_TAIL = b"\x00\x00\x00\x00\x00"  # throttle_time_ms 0, no tagged fields
+
+
+class ProduceFrame(NamedTuple):
+    """A produce request read by `parse_produce`: the records are views of `frame`."""
+
+    frame: bytearray
+    api_version: int
+    correlation_id: int
+    acks: int
+    timeout_ms: int
+    # (name, its UTF-8 bytes, [(partition index, records)]) in request order
+    topics: list[tuple[str, bytes, list[tuple[int, memoryview]]]]
+
+
+def parse_produce(frame: bytearray, api_version: int) -> ProduceFrame | None:
+    """Read a Produce v9-v12 frame (header and body), or return None to leave it to the codec."""
+    try:
+        return _parse(frame, api_version)
+    except (IndexError, struct.error, UnicodeDecodeError, RemoteProtocolError):
+        return None
+
+
+def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
+    _, _, correlation_id, n = _HEADER.unpack_from(frame, 0)
+    pos = 10
+    if n > 0:
+        str(frame[pos : pos + n], "utf-8")  # the codec refuses a client id that is not UTF-8
+        pos += n
+        if pos > len(frame):
+            return None
+    elif n != -1 and n != 0:
+        return None
+    if frame[pos]:  # header tagged fields
+        return None
+    n = frame[pos + 1] - 1  # transactional id: compact nullable string
+    pos += 2
+    if n > 0:
+        if n > 126:
+            return None
+        str(frame[pos : pos + n], "utf-8")
+        pos += n
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
+    pos += 6
+    count = frame[pos] - 1
+    pos += 1
+    if count < 0 or count > 126:
+        return None
+    view = memoryview(frame)
+    end = len(frame)
+    topics = []
+    for _ in range(count):
+        n = frame[pos] - 1
+        if n < 0 or n > 126:
+            return None
+        pos += 1
+        raw = bytes(frame[pos : pos + n])
+        name = str(raw, "utf-8")
+        pos += n
+        parts = []
+        count_parts = frame[pos] - 1
+        pos += 1
+        if count_parts < 0 or count_parts > 126:
+            return None
+        for _ in range(count_parts):
+            (index,) = _I32.unpack_from(frame, pos)
+            size, pos = read_uvarint(frame, pos + 4)
+            size -= 1
+            if size < 0 or pos + size > end:  # null records, or a length past the frame
+                return None
+            parts.append((index, view[pos : pos + size]))
+            pos += size
+            if frame[pos]:  # partition tagged fields
+                return None
+            pos += 1
+        if frame[pos]:  # topic tagged fields
+            return None
+        pos += 1
+        topics.append((name, raw, parts))
+    if frame[pos]:  # body tagged fields
+        return None
+    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics)
+
+
+def encode_produce_response(correlation_id: int, topics) -> bytearray:
+    """A whole Produce v9-v12 response frame, size included, with throttle_time_ms 0 and no record errors.
+
+    `topics`: [(name bytes, [(index, error_code, base_offset, log_append_time_ms, log_start_offset,
+    error_message or None)])] in the order to send."""
+    out = bytearray(_CORRELATION.pack(0, correlation_id, 0))
+    _put_length(out, len(topics))
+    pack = _PARTITION.pack
+    for name, partitions in topics:
+        _put_length(out, len(name))
+        out += name
+        _put_length(out, len(partitions))
+        for index, error_code, base_offset, append_time, log_start_offset, message in partitions:
+            out += pack(index, error_code, base_offset, append_time, log_start_offset, 1)
+            if message is None:
+                out += b"\x00\x00"  # error_message null, no tagged fields
+            else:
+                data = message.encode("utf-8")
+                _put_length(out, len(data))
+                out += data
+                out.append(0)
+        out.append(0)  # topic tagged fields
+    out += _TAIL
+    _I32.pack_into(out, 0, len(out) - 4)
+    return out
+
+
+def _put_length(out: bytearray, n: int) -> None:
+    """A compact length (n + 1 as an unsigned varint): one byte inline, as nearly always."""
+    if n < 127:
+        out.append(n + 1)
+    else:
+        write_uvarint(out, n + 1)
