@@ -48,6 +48,8 @@ import struct
 import threading
 from collections import OrderedDict
 
+_MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)  # not on every platform
+
 
 class CorruptIndexError(Exception):
     """An index file fails its sanity check; the owner rebuilds it from the log."""
@@ -181,6 +183,13 @@ class _IndexFile:
                 mm = mmap.mmap(fd, self._file_length())
             finally:
                 os.close(fd)
+            if _MADV_RANDOM is not None:
+                # Appends touch one new page at a time and lookups binary-search: neither gains from the
+                # kernel's read-around on a fault, which on a fresh (sparse) index fills 32+ page-cache
+                # pages at the first entry. Measured on the bench VM: the first entry of a segment cost
+                # ~2.5 ms per index (the producer's one 7 ms acknowledgement after ~24 records at 50
+                # msg/s); with this, ~0.03 ms.
+                mm.madvise(_MADV_RANDOM)
             self._mm = mm
             self._maps.opened(self)
         else:
