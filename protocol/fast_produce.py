@@ -97,7 +97,15 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
             return None
         for _ in range(count_parts):
             (index,) = _I32.unpack_from(frame, pos)
-            size, pos = read_uvarint(frame, pos + 4)
+            pos += 4
+            size = frame[pos]  # the compact length of the records, inline for one or two bytes
+            if size < 0x80:
+                pos += 1
+            elif frame[pos + 1] < 0x80:
+                size = (size & 0x7F) | frame[pos + 1] << 7
+                pos += 2
+            else:
+                size, pos = read_uvarint(frame, pos)
             size -= 1
             if size < 0 or pos + size > end:  # null records, or a length past the frame
                 return None

@@ -171,3 +171,11 @@ def test_many_topics_and_partitions_take_multi_byte_lengths():
     frame = frame_of(many, 12)
     assert parse_produce(frame, 12) is None
     assert len(codec_read(frame).request.topic_data[0].partition_data) == 130
+
+
+@pytest.mark.parametrize("size", [0, 126, 127, 128, 16_382, 16_383, 16_384, 70_000])
+def test_records_lengths_of_one_two_and_three_bytes(size):
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    frame = frame_of(simple_request(topic_data=[Topic(name="t", partition_data=[Part(index=3, records=data)])]), 10)
+    fast = parse_produce(frame, 10)
+    assert as_codec_shape(fast) == plain(codec_read(frame).request) == [("t", [(3, data)])]
