@@ -51,19 +51,20 @@ from __future__ import annotations
 
 import bisect
 import os
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from odradek.protocol.errors import CorruptRecordError, ProtocolError
 from odradek.protocol.records import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
     LOG_OVERHEAD,
     BatchHeader,
     iter_records,
     peek_offset_and_length,
     set_log_append_time,
-    stamp_base_offset,
-    stamp_leader_epoch,
     validate_batch,
 )
 
@@ -98,6 +99,8 @@ from .names import (
 from .producer_state import AppendOrigin, ProducerStateManager
 from .scan import check_stored_batch, iter_headers
 from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion, drop_cache
+
+_STAMP = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: a batch's first 16 bytes
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -398,13 +401,13 @@ class Log:
                 if duplicate is not None:
                     return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
                                       duplicate.last_offset, -1, self._log_start_offset, duplicate=True)
-            indexed.append((pos, header.size, last_offset, timestamp))
+            indexed.append((pos, header.batch_length + LOG_OVERHEAD, last_offset, timestamp))
             if timestamp > max_timestamp:
                 max_timestamp, offset_of_max_timestamp = timestamp, last_offset
             offset = last_offset + 1
         for (pos, header), (_, _, last_offset, _) in zip(headers, indexed, strict=True):
-            stamp_base_offset(buf, pos, last_offset - header.last_offset_delta)
-            stamp_leader_epoch(buf, pos, leader_epoch)
+            # baseOffset, batchLength (unchanged) and partitionLeaderEpoch, all outside the CRC, in one call
+            _STAMP.pack_into(buf, pos, last_offset - header.last_offset_delta, header.batch_length, leader_epoch)
             if log_append_time:
                 set_log_append_time(buf, pos, now_ms)
         self._write(buf, indexed, first_offset, offset - 1, max_timestamp, now_ms)
@@ -464,12 +467,13 @@ class Log:
                     header = validate_batch(buf, pos)
             except CorruptRecordError as e:
                 raise CorruptMessageError(f"batch at byte {pos}: {e}") from e
-            if header.size > config.max_message_bytes and origin != AppendOrigin.REPLICATION:
-                raise MessageTooLargeError(f"batch of {header.size} bytes exceeds max.message.bytes {config.max_message_bytes}")
+            size = header.batch_length + LOG_OVERHEAD
+            if size > config.max_message_bytes and origin != AppendOrigin.REPLICATION:
+                raise MessageTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {config.max_message_bytes}")
             if origin == AppendOrigin.CLIENT:
                 self._validate_client_batch(buf, pos, header, now_ms)
             headers.append((pos, header))
-            pos += header.size
+            pos += size
         if not headers:
             raise CorruptMessageError("an append needs at least one record batch")
         return headers
@@ -478,11 +482,12 @@ class Log:
         """Kafka's LogValidator checks, at batch level (timestamps are checked on baseTimestamp and
         maxTimestamp rather than on every record)."""
         config = self.config
-        if header.is_control:
+        attributes = header.attributes
+        if attributes & ATTR_CONTROL:
             raise InvalidRecordError("clients may not write control batches")
         if header.producer_id >= 0 and header.base_sequence < 0:
             raise InvalidRecordError(f"producer {header.producer_id} sent a batch without a sequence number")
-        if header.is_transactional and header.producer_id < 0:
+        if attributes & ATTR_TRANSACTIONAL and header.producer_id < 0:
             raise InvalidRecordError("a transactional batch needs a producer id")
         if not config.log_append_time:
             for timestamp in (header.base_timestamp, header.max_timestamp):
