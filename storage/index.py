@@ -403,9 +403,16 @@ class _IndexFile:
             self._tail = fields
             self._unsynced = True
             return
-        if self._file_length() < (entries + 1) * self.entry_size:
-            self._resize(max(self.max_entries, entries + 1) * self.entry_size)
-        self.ENTRY.pack_into(self._view(), entries * self.entry_size, *fields)
+        length = self._length
+        if length is None or length < (entries + 1) * self.entry_size:
+            if self._file_length() < (entries + 1) * self.entry_size:
+                self._resize(max(self.max_entries, entries + 1) * self.entry_size)
+        mm = self._mm
+        if mm is None:
+            mm = self._view()
+        else:
+            self._maps.used(self)
+        self.ENTRY.pack_into(mm, entries * self.entry_size, *fields)
         self._entries = entries + 1
         self._tail = fields
         self._unsynced = True
@@ -450,13 +457,14 @@ class OffsetIndex(_IndexFile):
         return self.base_offset + rel, pos
 
     def append(self, offset: int, position: int) -> None:
-        self.load()
+        if not self._checked:
+            self.load()
         with self._maps.lock:
-            if self.is_full:
+            entries = self.entries
+            if entries >= self.max_entries:
                 raise ValueError(f"{self.path}: offset index is full")
-            if self._entries:
-                if offset <= self.last_entry[0]:
-                    raise ValueError(f"{self.path}: offset {offset} is not above the last indexed offset")
+            if entries and offset <= self.base_offset + self._last()[0]:
+                raise ValueError(f"{self.path}: offset {offset} is not above the last indexed offset")
             self._append_entry(offset - self.base_offset, position)
 
 
@@ -494,12 +502,13 @@ class TimeIndex(_IndexFile):
         return ts, self.base_offset + rel
 
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> bool:
-        self.load()
+        if not self._checked:
+            self.load()
         with self._maps.lock:
-            if not skip_full_check and self.is_full:
+            if not skip_full_check and self.entries >= self.max_entries - 1:  # is_full
                 raise ValueError(f"{self.path}: time index is full")
-            if self._entries and not skip_full_check:
-                self._view()
+            if self._entries and not skip_full_check and self._tail is None:
+                self._view()  # the last entry is read from the map, which the append needs anyway
             last_ts, last_offset = self.last_entry
             if self._entries and offset < last_offset:
                 raise ValueError(f"{self.path}: offset {offset} is below the last indexed offset {last_offset}")
