@@ -1,5 +1,6 @@
-"""The produce fast path's wire half: a Produce request at a flexible name-based version (v9-v12) read
-straight from its frame, and its response packed straight into bytes.
+"""The produce fast path's wire half: a Produce request at a name-based version (v3-v12) read straight
+from its frame, and its response packed straight into bytes. v9-v12 are flexible (compact lengths, tagged
+fields: librdkafka, the Java client, kafka-python 3); v3-v8 are not (aiokafka sends v8).
 
 Why: the generated codec makes a message object per request, topic and partition, and another per
 response, topic and partition, then walks them again to encode. For the request the broker serves most,
@@ -7,8 +8,8 @@ that was half of its Python work per request outside the log itself (in process:
 single-partition request; bench/PROFILE.md, "Third round"). Python work is also what a request arriving
 at an idle core pays for most dearly, so this shows in the acknowledgement latency at low rates.
 
-`parse_produce` reads only the shape clients send: no tagged fields anywhere, counts and names under 127,
-a non-null topic and partition list and records. For anything else it returns None and the generated
+`parse_produce` reads only the shape clients send: no tagged fields anywhere, counts and names under 127
+(flexible versions), a non-null topic and partition list and records. For anything else it returns None and the generated
 codec decodes the frame, with its own error if the frame is bad. So the fast path never accepts a frame
 the codec would refuse, and where both accept a frame they read the same values
 (tests/unit/test_protocol_fast_produce.py compares them on generated requests, and the two encoders byte
@@ -24,7 +25,8 @@ from .errors import RemoteProtocolError
 from .varint import read_uvarint, write_uvarint
 
 PRODUCE_KEY = 0
-FAST_VERSIONS = range(9, 13)  # flexible (v9+), topics by name (v13 names them by id)
+FAST_VERSIONS = range(3, 13)  # record batch v2 (v3+), topics by name (v13 names them by id)
+FLEXIBLE_FROM = 9
 
 _HEADER = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _ACKS_TIMEOUT = struct.Struct(">hi")
@@ -32,6 +34,11 @@ _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqqqB")  # ...log start offset, then record_errors: an empty compact array
 _CORRELATION = struct.Struct(">iiB")  # frame size, correlation id, header tagged fields (none)
 _TAIL = b"\x00\x00\x00\x00\x00"  # throttle_time_ms 0, no tagged fields
+_I16 = struct.Struct(">h")
+_CLASSIC_HEAD = struct.Struct(">iii")  # frame size, correlation id, topic count
+_CLASSIC_PARTITION = struct.Struct(">ihqq")  # index, error code, base offset, log append time
+_I64 = struct.Struct(">q")
+_I32_PAIR = struct.Struct(">ii")
 
 
 class ProduceFrame(NamedTuple):
@@ -47,9 +54,11 @@ class ProduceFrame(NamedTuple):
 
 
 def parse_produce(frame: bytearray, api_version: int) -> ProduceFrame | None:
-    """Read a Produce v9-v12 frame (header and body), or return None to leave it to the codec."""
+    """Read a Produce v3-v12 frame (header and body), or return None to leave it to the codec."""
     try:
-        return _parse(frame, api_version)
+        if api_version >= FLEXIBLE_FROM:
+            return _parse(frame, api_version)
+        return _parse_classic(frame, api_version)
     except (IndexError, struct.error, UnicodeDecodeError, RemoteProtocolError):
         return None
 
@@ -123,11 +132,65 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
     return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics)
 
 
-def encode_produce_response(correlation_id: int, topics) -> bytearray:
-    """A whole Produce v9-v12 response frame, size included, with throttle_time_ms 0 and no record errors.
+def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
+    """v3-v8: int16 string lengths, int32 counts and records lengths, no tagged fields."""
+    _, _, correlation_id, n = _HEADER.unpack_from(frame, 0)
+    pos = 10
+    end = len(frame)
+    if n > 0:
+        if pos + n > end:
+            return None
+        str(frame[pos : pos + n], "utf-8")  # the codec refuses a client id that is not UTF-8
+        pos += n
+    elif n != -1 and n != 0:
+        return None
+    (n,) = _I16.unpack_from(frame, pos)  # transactional id: nullable string
+    pos += 2
+    if n > 0:
+        if pos + n > end:
+            return None
+        str(frame[pos : pos + n], "utf-8")
+        pos += n
+    elif n != -1 and n != 0:
+        return None
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
+    (count,) = _I32.unpack_from(frame, pos + 6)
+    pos += 10
+    if count < 0 or count > end:  # a null or impossible topic list: the codec's error
+        return None
+    view = memoryview(frame)
+    topics = []
+    for _ in range(count):
+        (n,) = _I16.unpack_from(frame, pos)
+        pos += 2
+        if n < 0 or pos + n > end:
+            return None
+        raw = bytes(frame[pos : pos + n])
+        name = str(raw, "utf-8")
+        pos += n
+        (count_parts,) = _I32.unpack_from(frame, pos)
+        pos += 4
+        if count_parts < 0 or count_parts > end:
+            return None
+        parts = []
+        for _ in range(count_parts):
+            index, size = _I32_PAIR.unpack_from(frame, pos)
+            pos += 8
+            if size < 0 or pos + size > end:  # null records, or a length past the frame
+                return None
+            parts.append((index, view[pos : pos + size]))
+            pos += size
+        topics.append((name, raw, parts))
+    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics)
+
+
+def encode_produce_response(correlation_id: int, topics, api_version: int = 12) -> bytearray:
+    """A whole Produce v3-v12 response frame, size included, with throttle_time_ms 0 and no record errors.
 
     `topics`: [(name bytes, [(index, error_code, base_offset, log_append_time_ms, log_start_offset,
     error_message or None)])] in the order to send."""
+    if api_version < FLEXIBLE_FROM:
+        return _encode_classic(correlation_id, topics, api_version)
     out = bytearray(_CORRELATION.pack(0, correlation_id, 0))
     _put_length(out, len(topics))
     pack = _PARTITION.pack
@@ -156,3 +219,29 @@ def _put_length(out: bytearray, n: int) -> None:
         out.append(n + 1)
     else:
         write_uvarint(out, n + 1)
+
+
+def _encode_classic(correlation_id: int, topics, api_version: int) -> bytearray:
+    """v3-v8: response header v0; log_start_offset from v5, record_errors and error_message from v8."""
+    out = bytearray(_CLASSIC_HEAD.pack(0, correlation_id, len(topics)))
+    pack = _CLASSIC_PARTITION.pack
+    with_start, with_errors = api_version >= 5, api_version >= 8
+    for name, partitions in topics:
+        out += _I16.pack(len(name))
+        out += name
+        out += _I32.pack(len(partitions))
+        for index, error_code, base_offset, append_time, log_start_offset, message in partitions:
+            out += pack(index, error_code, base_offset, append_time)
+            if with_start:
+                out += _I64.pack(log_start_offset)
+            if with_errors:
+                out += b"\x00\x00\x00\x00"  # record_errors: empty
+                if message is None:
+                    out += b"\xff\xff"
+                else:
+                    data = message.encode("utf-8")
+                    out += _I16.pack(len(data))
+                    out += data
+    out += b"\x00\x00\x00\x00"  # throttle_time_ms
+    _I32.pack_into(out, 0, len(out) - 4)
+    return out

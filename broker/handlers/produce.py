@@ -4,7 +4,7 @@ Versions 0-2 are advertised, as Kafka 4 does (KAFKA-18659: old librdkafka disabl
 the range starts at 0), but refused: the connection closes as for any unsupported version.
 
 Two ways in, one set of rules. `handle_produce` serves any request the codec decoded. `serve_produce_frame`
-is the fast path for the common case (protocol.fast_produce: a v9-v12 frame read directly, answered with
+is the fast path for the common case (protocol.fast_produce: a v3-v12 frame read directly, answered with
 packed bytes): it serves a request only when every partition in it passes the same checks
 (`_partition_error`) and acks is 1 or -1, and otherwise hands it back untouched, before anything is
 appended, so that `handle_produce` answers it, errors included.
@@ -141,7 +141,7 @@ def serve_produce_frame(broker, request: ProduceFrame):
                 responses.append((tp.partition, res.error_code, res.base_offset, res.log_append_time_ms,
                                   res.log_start_offset, res.error_message if res.error_code else None))
             topics.append((raw, responses))
-        out = encode_produce_response(request.correlation_id, topics)
+        out = encode_produce_response(request.correlation_id, topics, request.api_version)
         if future is None:
             frame = out
         else:

@@ -1,4 +1,5 @@
-"""The produce fast path's wire half against the generated codec: where `parse_produce` accepts a frame it
+"""The produce fast path's wire half against the generated codec, at every version it reads (v3-v8
+classic, v9-v12 flexible): where `parse_produce` accepts a frame it
 reads what the codec reads; it declines (None) every frame the codec refuses and every shape it does not
 handle; `encode_produce_response` writes the codec's bytes."""
 
@@ -111,6 +112,8 @@ def test_declines_what_it_does_not_handle():
     assert parse_produce(frame_of(nulls, 10), 10) is None
     long_name = simple_request(topic_data=[Topic(name="n" * 200, partition_data=[Part(index=0, records=b"r")])])
     assert parse_produce(frame_of(long_name, 11), 11) is None
+    assert parse_produce(frame_of(long_name, 8), 8) is not None  # an int16 length: nothing special
+    assert parse_produce(frame_of(nulls, 7), 7) is None
     # a client id that is not UTF-8
     frame = frame_of(simple_request(), 9, client_id="ab")
     frame[10] = 0xFF
@@ -119,7 +122,7 @@ def test_declines_what_it_does_not_handle():
 
 def test_server_connection_hands_out_produce_frames_only_when_asked():
     fast, slow = ServerConnection(fast_produce=True), ServerConnection()
-    for version in (8, 9, 12, 13):
+    for version in (3, 8, 9, 12, 13):
         req = simple_request()
         if version == 13:
             req = simple_request(topic_data=[])
@@ -152,7 +155,7 @@ def test_encodes_the_codecs_bytes(correlation_id, topics, version):
             for i, e, b, a, s, m in parts])
         for name, parts in topics])
     (codec,) = ServerConnection().send_response(RequestHeader(0, version, correlation_id), response)
-    fast = encode_produce_response(correlation_id, [(name.encode(), parts) for name, parts in topics])
+    fast = encode_produce_response(correlation_id, [(name.encode(), parts) for name, parts in topics], version)
     assert bytes(fast) == bytes(codec)
 
 
@@ -164,18 +167,23 @@ def test_many_topics_and_partitions_take_multi_byte_lengths():
             PartResponse(index=i, error_code=e, base_offset=b, log_append_time_ms=a, log_start_offset=s)
             for i, e, b, a, s, _ in ps])
         for name, ps in topics])
-    (codec,) = ServerConnection().send_response(RequestHeader(0, 12, 5), response)
-    assert bytes(encode_produce_response(5, topics)) == bytes(codec)
-    # and a request that large is left to the codec
+    for version in (8, 12):
+        (codec,) = ServerConnection().send_response(RequestHeader(0, version, 5), response)
+        assert bytes(encode_produce_response(5, topics, version)) == bytes(codec)
+    # A request that large is left to the codec at a flexible version (two-byte compact counts), and read
+    # at a classic one (int32 counts).
     many = simple_request(topic_data=[Topic(name="t", partition_data=[Part(index=i, records=b"r") for i in range(130)])])
     frame = frame_of(many, 12)
     assert parse_produce(frame, 12) is None
     assert len(codec_read(frame).request.topic_data[0].partition_data) == 130
+    frame = frame_of(many, 8)
+    assert as_codec_shape(parse_produce(frame, 8)) == plain(codec_read(frame).request)
 
 
 @pytest.mark.parametrize("size", [0, 126, 127, 128, 16_382, 16_383, 16_384, 70_000])
 def test_records_lengths_of_one_two_and_three_bytes(size):
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    frame = frame_of(simple_request(topic_data=[Topic(name="t", partition_data=[Part(index=3, records=data)])]), 10)
-    fast = parse_produce(frame, 10)
-    assert as_codec_shape(fast) == plain(codec_read(frame).request) == [("t", [(3, data)])]
+    for version in (5, 10):
+        frame = frame_of(simple_request(topic_data=[Topic(name="t", partition_data=[Part(index=3, records=data)])]), version)
+        fast = parse_produce(frame, version)
+        assert as_codec_shape(fast) == plain(codec_read(frame).request) == [("t", [(3, data)])]
