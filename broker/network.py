@@ -21,7 +21,7 @@ the work the broker accepts, is done here by back-pressure instead:
   * at most `max_parked` requests wait on futures at once (`queued.max.requests`); beyond that, connections
     keep their next request in the inbox and stop reading until a parked one completes.
 
-Produce requests at v3-v12 may skip the codec, the request context and the dispatcher: the connection
+Produce requests at v3-v13 may skip the codec, the request context and the dispatcher: the connection
 hands them as `ProduceFrame`s to `serve_produce_frame` (the broker's produce fast path), which answers
 with the response frame's bytes, or a future of them, or declines, and then the frame is decoded and
 dispatched as any other. Measured: ~36 -> ~27 us per single-partition request in process.

@@ -27,7 +27,7 @@ log = structlog.get_logger("odradek.broker")
 
 
 class Broker:
-    # Produce v3-v12 goes by the fast path (handlers.produce.serve_produce_frame); tests turn it off on an
+    # Produce v3-v13 goes by the fast path (handlers.produce.serve_produce_frame); tests turn it off on an
     # instance, before start(), to compare its answers with the general path's.
     produce_fast_path = True
 

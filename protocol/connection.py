@@ -174,7 +174,7 @@ class ServerConnection:
         fast_produce: bool = False,
     ):
         """`supported` maps api key -> (min, max) the broker serves; None means every defined version.
-        With `fast_produce`, a Produce v3-v12 frame that `fast_produce.parse_produce` can read comes out as
+        With `fast_produce`, a Produce v3-v13 frame that `fast_produce.parse_produce` can read comes out as
         a `ProduceFrame`; the caller may still hand it back to `decode` (see broker.handlers.produce)."""
         self._framer = _Framer(max_frame_bytes)
         self.supported = supported

@@ -1,6 +1,7 @@
-"""The produce fast path's wire half: a Produce request at a name-based version (v3-v12) read straight
-from its frame, and its response packed straight into bytes. v9-v12 are flexible (compact lengths, tagged
-fields: librdkafka, the Java client, kafka-python 3); v3-v8 are not (aiokafka sends v8).
+"""The produce fast path's wire half: a Produce request (v3-v13) read straight from its frame, and its
+response packed straight into bytes. v9-v13 are flexible (compact lengths, tagged fields: librdkafka, the
+Java client, kafka-python 3), and v13 names topics by id (the Java client from 4.1); v3-v8 are not
+flexible (aiokafka sends v8).
 
 Why: the generated codec makes a message object per request, topic and partition, and another per
 response, topic and partition, then walks them again to encode. For the request the broker serves most,
@@ -21,12 +22,14 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from .codec import _uuid_from
 from .errors import RemoteProtocolError
 from .varint import read_uvarint, write_uvarint
 
 PRODUCE_KEY = 0
-FAST_VERSIONS = range(3, 13)  # record batch v2 (v3+), topics by name (v13 names them by id)
+FAST_VERSIONS = range(3, 14)  # record batch v2 (v3+)
 FLEXIBLE_FROM = 9
+TOPIC_IDS_FROM = 13
 
 _HEADER = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _ACKS_TIMEOUT = struct.Struct(">hi")
@@ -49,12 +52,13 @@ class ProduceFrame(NamedTuple):
     correlation_id: int
     acks: int
     timeout_ms: int
-    # (name, its UTF-8 bytes, [(partition index, records)]) in request order
-    topics: list[tuple[str, bytes, list[tuple[int, memoryview]]]]
+    # (name, its UTF-8 bytes, [(partition index, records)]) in request order; from v13 (topic id as a UUID,
+    # its 16 bytes, [...])
+    topics: list[tuple[object, bytes, list[tuple[int, memoryview]]]]
 
 
 def parse_produce(frame: bytearray, api_version: int) -> ProduceFrame | None:
-    """Read a Produce v3-v12 frame (header and body), or return None to leave it to the codec."""
+    """Read a Produce v3-v13 frame (header and body), or return None to leave it to the codec."""
     try:
         if api_version >= FLEXIBLE_FROM:
             return _parse(frame, api_version)
@@ -91,14 +95,22 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
     view = memoryview(frame)
     end = len(frame)
     topics = []
+    by_id = api_version >= TOPIC_IDS_FROM
     for _ in range(count):
-        n = frame[pos] - 1
-        if n < 0 or n > 126:
-            return None
-        pos += 1
-        raw = bytes(frame[pos : pos + n])
-        name = str(raw, "utf-8")
-        pos += n
+        if by_id:
+            raw = bytes(frame[pos : pos + 16])
+            if len(raw) != 16:
+                return None
+            name = _uuid_from(raw)
+            pos += 16
+        else:
+            n = frame[pos] - 1
+            if n < 0 or n > 126:
+                return None
+            pos += 1
+            raw = bytes(frame[pos : pos + n])
+            name = str(raw, "utf-8")
+            pos += n
         parts = []
         count_parts = frame[pos] - 1
         pos += 1
@@ -185,17 +197,19 @@ def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
 
 
 def encode_produce_response(correlation_id: int, topics, api_version: int = 12) -> bytearray:
-    """A whole Produce v3-v12 response frame, size included, with throttle_time_ms 0 and no record errors.
+    """A whole Produce v3-v13 response frame, size included, with throttle_time_ms 0 and no record errors.
 
-    `topics`: [(name bytes, [(index, error_code, base_offset, log_append_time_ms, log_start_offset,
-    error_message or None)])] in the order to send."""
+    `topics`: [(name bytes, or from v13 the topic id's 16 bytes, [(index, error_code, base_offset,
+    log_append_time_ms, log_start_offset, error_message or None)])] in the order to send."""
     if api_version < FLEXIBLE_FROM:
         return _encode_classic(correlation_id, topics, api_version)
     out = bytearray(_CORRELATION.pack(0, correlation_id, 0))
     _put_length(out, len(topics))
     pack = _PARTITION.pack
+    by_id = api_version >= TOPIC_IDS_FROM
     for name, partitions in topics:
-        _put_length(out, len(name))
+        if not by_id:
+            _put_length(out, len(name))
         out += name
         _put_length(out, len(partitions))
         for index, error_code, base_offset, append_time, log_start_offset, message in partitions:

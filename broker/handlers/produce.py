@@ -4,7 +4,7 @@ Versions 0-2 are advertised, as Kafka 4 does (KAFKA-18659: old librdkafka disabl
 the range starts at 0), but refused: the connection closes as for any unsupported version.
 
 Two ways in, one set of rules. `handle_produce` serves any request the codec decoded. `serve_produce_frame`
-is the fast path for the common case (protocol.fast_produce: a v3-v12 frame read directly, answered with
+is the fast path for the common case (protocol.fast_produce: a v3-v13 frame read directly, answered with
 packed bytes): it serves a request only when every partition in it passes the same checks
 (`_partition_error`) and acks is 1 or -1, and otherwise hands it back untouched, before anything is
 appended, so that `handle_produce` answers it, errors included.
@@ -113,8 +113,12 @@ def serve_produce_frame(broker, request: ProduceFrame):
     version = request.api_version
     entries: dict[TopicPartition, object] = {}
     plan: list[tuple[bytes, list[TopicPartition]]] = []
-    for name, raw, parts in request.topics:
-        image = broker.topic_by_name(name)
+    for key, raw, parts in request.topics:
+        if version >= 13:  # topics by id
+            image = broker.topic_by_id(key)
+            name = image.name if image is not None else ""
+        else:
+            image, name = broker.topic_by_name(key), key
         tps = []
         for index, records in parts:
             if _partition_error(broker, version, acks, image, name, index, records) is not None:

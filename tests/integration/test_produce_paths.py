@@ -1,15 +1,17 @@
 """The produce fast path answers exactly as the general path does.
 
 Two in-process brokers take the same produce requests in the same order, one with the fast path
-(`Broker.produce_fast_path`, the default) and one without: every response, and the log each one leaves,
-must be equal. The requests cover what a client sends (acks=1, acks=all, several partitions and
-topics, an idempotent producer with a retried duplicate) and what it should not (an unknown topic or
-partition, a bad CRC, a legacy batch, empty records, invalid acks, an internal topic, an out-of-order
-sequence, a partition named twice): the fast path serves the first kind and hands the second back before
-appending anything.
+(`Broker.produce_fast_path`, the default) and one without: every response, and the log each one leaves, must
+be equal. The requests, at versions 3 to 13 (v13 names topics by id), cover what a client sends (acks=1,
+acks=all, several partitions and topics, an idempotent producer with a retried duplicate) and what it should
+not (an unknown topic or partition, a bad CRC, a legacy batch, empty records, invalid acks, an internal
+topic, an out-of-order sequence, a partition named twice): the fast path serves the first kind and hands the
+second back before appending anything.
 """
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 
@@ -36,7 +38,15 @@ def produce(parts: list[tuple[str, int, bytes | None]], acks: int = -1) -> Produ
                           topic_data=[Topic(name=n, partition_data=p) for n, p in topics.items()])
 
 
-def script(producer_id: int, epoch: int) -> list[tuple[ProduceRequest, int]]:
+def produce_by_id(parts: list[tuple[object, int, bytes]]) -> ProduceRequest:
+    topics: dict[object, list] = {}
+    for topic_id, index, records in parts:
+        topics.setdefault(topic_id, []).append(Part(index=index, records=records))
+    return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=5000,
+                          topic_data=[Topic(topic_id=t, partition_data=p) for t, p in topics.items()])
+
+
+def script(producer_id: int, epoch: int, ids: dict[str, object]) -> list[tuple[ProduceRequest, int]]:
     bad_crc = bytearray(batch(b"crc"))
     bad_crc[-1] ^= 0xFF
     legacy = bytearray(batch(b"old"))
@@ -60,17 +70,27 @@ def script(producer_id: int, epoch: int) -> list[tuple[ProduceRequest, int]]:
         (produce([("a", 0, batch(b"twice")), ("a", 0, batch(b"twice-again"))]), 12),
         (produce([("b", 0, batch(b"eight", compression=3))], acks=1), 3),  # lz4; v3: no log_start_offset
         (produce([("a", 0, batch(b"seven-again"))]), 7),  # v7: no error_message
+        (produce_by_id([(ids["a"], 1, batch(b"by-id")), (ids["b"], 0, batch(b"by-id-b"))]), 13),  # topic ids
+        (produce_by_id([(uuid.UUID(int=7), 0, batch(b"unknown-id"))]), 13),  # UNKNOWN_TOPIC_ID
     ]
 
 
 def run(bootstrap: str) -> tuple[list, list]:
     with RawClient(bootstrap) as client:
+        ids = {}
         for name in ("a", "b"):
             meta = client.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)],
-                                                  allow_auto_topic_creation=True), 9)
+                                                  allow_auto_topic_creation=True), 12)
             assert meta.topics[0].error_code == 0
+            ids[name] = meta.topics[0].topic_id
         ip = client.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000), 4)
-        responses = [client.request(req, version) for req, version in script(ip.producer_id, ip.producer_epoch)]
+        responses = [client.request(req, version) for req, version in script(ip.producer_id, ip.producer_epoch, ids)]
+        # Each broker made its own topic ids: name them, so that the two brokers' answers compare.
+        names = {topic_id: name for name, topic_id in ids.items()}
+        for response in responses:
+            for topic in response.responses:
+                if topic.topic_id in names:
+                    topic.name, topic.topic_id = names[topic.topic_id], None
         client.send(produce([("a", 1, batch(b"acks-0"))], acks=0), 9, expect_response=False)
         responses.append(client.request(produce([("a", 1, batch(b"after-acks-0"))], acks=1), 9))
         logs = []
@@ -114,7 +134,7 @@ def test_fast_and_general_paths_answer_alike(tmp_path, monkeypatch):
     # handed back the others before appending.
     # (null records never reach it: the wire half declines them.)
     T, F = True, False
-    assert taken == [T, T, T, F, F, T, F, F, F, F, T, T, T, F, T, T, F, T]
+    assert taken == [T, T, T, F, F, T, F, F, F, F, T, T, T, F, T, T, T, F, F, T]
     codes = [[p.error_code for t in r.responses for p in t.partition_responses] for r in fast_responses]
     assert codes[5] == [2] and codes[12] == [0] and codes[13] == [45]  # CORRUPT_MESSAGE, duplicate, out of order
     assert fast_responses[12].responses[0].partition_responses[0].base_offset == \

@@ -1,9 +1,11 @@
 """The produce fast path's wire half against the generated codec, at every version it reads (v3-v8
-classic, v9-v12 flexible): where `parse_produce` accepts a frame it
+classic, v9-v13 flexible, v13 by topic id): where `parse_produce` accepts a frame it
 reads what the codec reads; it declines (None) every frame the codec refuses and every shape it does not
 handle; `encode_produce_response` writes the codec's bytes."""
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 from hypothesis import given, settings
@@ -38,8 +40,9 @@ def as_codec_shape(fast: ProduceFrame) -> list:
     return [(name, [(index, bytes(records)) for index, records in parts]) for name, _, parts in fast.topics]
 
 
-def plain(request) -> list:
-    return [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in request.topic_data]
+def plain(request, version: int) -> list:
+    return [(t.topic_id if version >= 13 else t.name, [(p.index, p.records) for p in t.partition_data])
+            for t in request.topic_data]
 
 
 def simple_request(**kw) -> ProduceRequest:
@@ -57,7 +60,7 @@ requests = st.builds(
     acks=st.sampled_from([-1, 0, 1, 2]),
     timeout_ms=st.integers(-(2**31), 2**31 - 1),
     topic_data=st.lists(
-        st.builds(Topic, name=names, partition_data=st.lists(
+        st.builds(Topic, name=names, topic_id=st.uuids(), partition_data=st.lists(
             st.builds(Part, index=st.integers(-(2**31), 2**31 - 1), records=records), max_size=3)),
         max_size=3),
 )
@@ -72,8 +75,8 @@ def test_reads_what_the_codec_reads(request, version, client_id):
     event = codec_read(frame)
     assert (fast.correlation_id, fast.acks, fast.timeout_ms, fast.api_version) == (
         event.header.correlation_id, event.request.acks, event.request.timeout_ms, version)
-    assert as_codec_shape(fast) == plain(event.request)
-    assert all(raw == name.encode() for name, raw, _ in fast.topics)
+    assert as_codec_shape(fast) == plain(event.request, version)
+    assert all(raw == (key.bytes if version >= 13 else key.encode()) for key, raw, _ in fast.topics)
     assert fast.frame is frame
 
 
@@ -85,7 +88,7 @@ def test_any_codec_message_is_read_alike_or_declined(request, version):
     frame = frame_of(request, version)
     fast = parse_produce(frame, version)
     if fast is not None:
-        assert as_codec_shape(fast) == plain(codec_read(frame).request)
+        assert as_codec_shape(fast) == plain(codec_read(frame).request, version)
 
 
 @settings(max_examples=100, deadline=None)
@@ -149,13 +152,15 @@ partition_results = st.tuples(
     version=st.sampled_from(list(FAST_VERSIONS)),
 )
 def test_encodes_the_codecs_bytes(correlation_id, topics, version):
+    ids = [uuid.uuid5(uuid.NAMESPACE_URL, name) for name, _ in topics]
     response = ProduceResponse(throttle_time_ms=0, responses=[
-        TopicResponse(name=name, partition_responses=[
+        TopicResponse(name=name, topic_id=topic_id, partition_responses=[
             PartResponse(index=i, error_code=e, base_offset=b, log_append_time_ms=a, log_start_offset=s, error_message=m)
             for i, e, b, a, s, m in parts])
-        for name, parts in topics])
+        for (name, parts), topic_id in zip(topics, ids)])
     (codec,) = ServerConnection().send_response(RequestHeader(0, version, correlation_id), response)
-    fast = encode_produce_response(correlation_id, [(name.encode(), parts) for name, parts in topics], version)
+    keys = [topic_id.bytes if version >= 13 else name.encode() for (name, _), topic_id in zip(topics, ids)]
+    fast = encode_produce_response(correlation_id, [(key, parts) for key, (_, parts) in zip(keys, topics)], version)
     assert bytes(fast) == bytes(codec)
 
 
@@ -177,7 +182,7 @@ def test_many_topics_and_partitions_take_multi_byte_lengths():
     assert parse_produce(frame, 12) is None
     assert len(codec_read(frame).request.topic_data[0].partition_data) == 130
     frame = frame_of(many, 8)
-    assert as_codec_shape(parse_produce(frame, 8)) == plain(codec_read(frame).request)
+    assert as_codec_shape(parse_produce(frame, 8)) == plain(codec_read(frame).request, 8)
 
 
 @pytest.mark.parametrize("size", [0, 126, 127, 128, 16_382, 16_383, 16_384, 70_000])
@@ -186,7 +191,7 @@ def test_records_lengths_of_one_two_and_three_bytes(size):
     for version in (5, 10):
         frame = frame_of(simple_request(topic_data=[Topic(name="t", partition_data=[Part(index=3, records=data)])]), version)
         fast = parse_produce(frame, version)
-        assert as_codec_shape(fast) == plain(codec_read(frame).request) == [("t", [(3, data)])]
+        assert as_codec_shape(fast) == plain(codec_read(frame).request, version) == [("t", [(3, data)])]
 
 
 @settings(max_examples=400, deadline=None)
@@ -202,6 +207,6 @@ def test_a_mutated_frame_is_read_as_the_codec_reads_it_or_declined(request, vers
     if fast is None:
         return
     event = ServerConnection().decode(frame)
-    assert as_codec_shape(fast) == plain(event.request)
+    assert as_codec_shape(fast) == plain(event.request, version)
     assert (fast.correlation_id, fast.acks, fast.timeout_ms) == (
         event.header.correlation_id, event.request.acks, event.request.timeout_ms)
