@@ -20,8 +20,8 @@ from odradek.replication.metadata import Endpoint, MetadataLog, StorageLogAdapte
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.replication.timing_wheel import Timer
 from odradek.storage.log_manager import LogManager
-from odradek.storage.segment import drop_cache
 from odradek.storage.names import TopicPartition
+from odradek.storage.segment import drop_cache
 
 from .topics import TopicManager
 

@@ -156,6 +156,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                     server.waiting.add(self)
                 break
             event = self.inbox.popleft()
+            ctx: RequestContext | None = None  # stays None for a request the produce fast path serves
+            result = None
             if type(event) is ProduceFrame:
                 # The produce fast path: bytes (or a future of them) when it served the request, None when
                 # the request goes the general way (the codec decodes it below).
@@ -170,26 +172,19 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                     except ProtocolError as e:
                         self._protocol_error(e)
                         return
-                elif type(result) is bytearray:
-                    self._write((result,))
+            if result is None:
+                if isinstance(event, ApiVersionsUnsupported):
+                    self._write(self.conn.send_api_versions_unsupported(event.header, server.advertised_versions))
                     continue
-                else:
-                    self.in_flight = True
-                    server.parked += 1
-                    result.add_done_callback(lambda future: self._resume(None, future))
-                    break
-            if isinstance(event, ApiVersionsUnsupported):
-                self._write(self.conn.send_api_versions_unsupported(event.header, server.advertised_versions))
-                continue
-            ctx = RequestContext(
-                event.header, event.request, self.connection_id, self.client_host, self.listener,
-                time.monotonic_ns(), event.frame_size,
-            )
-            try:
-                result = server.dispatch(ctx)
-            except Exception:  # a bug in a handler must not take the broker down: drop this connection
-                self.close()
-                return
+                ctx = RequestContext(
+                    event.header, event.request, self.connection_id, self.client_host, self.listener,
+                    time.monotonic_ns(), event.frame_size,
+                )
+                try:
+                    result = server.dispatch(ctx)
+                except Exception:  # a bug in a handler must not take the broker down: drop this connection
+                    self.close()
+                    return
             if isinstance(result, asyncio.Future) and not result.done():
                 self.in_flight = True
                 server.parked += 1
@@ -204,7 +199,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self._flush()
         self._update_reading()
 
-    def _resume(self, ctx: RequestContext, future: asyncio.Future) -> None:
+    def _resume(self, ctx: RequestContext | None, future: asyncio.Future) -> None:
         self.server.parked -= 1
         self.in_flight = False
         result = self._result_of(future)

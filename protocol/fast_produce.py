@@ -31,7 +31,6 @@ FAST_VERSIONS = range(3, 14)  # record batch v2 (v3+)
 FLEXIBLE_FROM = 9
 TOPIC_IDS_FROM = 13
 
-_HEADER = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqqqB")  # ...log start offset, then record_errors: an empty compact array
@@ -67,15 +66,23 @@ def parse_produce(frame: bytearray, api_version: int) -> ProduceFrame | None:
         return None
 
 
-def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
-    _, _, correlation_id, n = _HEADER.unpack_from(frame, 0)
-    pos = 10
+def _skip_short_string(frame: bytearray, pos: int) -> int | None:
+    """Past a nullable string with an int16 length (the header's client id; v3-v8's transactional id),
+    checked as the codec checks it (in the frame, UTF-8), or None."""
+    (n,) = _I16.unpack_from(frame, pos)
+    pos += 2
     if n > 0:
-        str(frame[pos : pos + n], "utf-8")  # the codec refuses a client id that is not UTF-8
-        pos += n
-        if pos > len(frame):
+        if pos + n > len(frame):
             return None
-    elif n != -1 and n != 0:
+        str(frame[pos : pos + n], "utf-8")  # raises UnicodeDecodeError as the codec refuses it
+        return pos + n
+    return pos if n == -1 or n == 0 else None
+
+
+def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
+    (correlation_id,) = _I32.unpack_from(frame, 4)
+    pos = _skip_short_string(frame, 8)  # client id
+    if pos is None:
         return None
     if frame[pos]:  # header tagged fields
         return None
@@ -146,25 +153,14 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
 
 def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
     """v3-v8: int16 string lengths, int32 counts and records lengths, no tagged fields."""
-    _, _, correlation_id, n = _HEADER.unpack_from(frame, 0)
-    pos = 10
+    (correlation_id,) = _I32.unpack_from(frame, 4)
+    pos = _skip_short_string(frame, 8)  # client id
+    if pos is None:
+        return None
+    pos = _skip_short_string(frame, pos)  # transactional id
+    if pos is None:
+        return None
     end = len(frame)
-    if n > 0:
-        if pos + n > end:
-            return None
-        str(frame[pos : pos + n], "utf-8")  # the codec refuses a client id that is not UTF-8
-        pos += n
-    elif n != -1 and n != 0:
-        return None
-    (n,) = _I16.unpack_from(frame, pos)  # transactional id: nullable string
-    pos += 2
-    if n > 0:
-        if pos + n > end:
-            return None
-        str(frame[pos : pos + n], "utf-8")
-        pos += n
-    elif n != -1 and n != 0:
-        return None
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
     (count,) = _I32.unpack_from(frame, pos + 6)
     pos += 10
@@ -196,7 +192,7 @@ def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
     return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics)
 
 
-def encode_produce_response(correlation_id: int, topics, api_version: int = 12) -> bytearray:
+def encode_produce_response(correlation_id: int, topics, api_version: int) -> bytearray:
     """A whole Produce v3-v13 response frame, size included, with throttle_time_ms 0 and no record errors.
 
     `topics`: [(name bytes, or from v13 the topic id's 16 bytes, [(index, error_code, base_offset,

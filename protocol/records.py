@@ -70,6 +70,7 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_LEN = struct.Struct(">qi")
 _STAMP = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
+_FIRST_16 = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 
 
 @dataclass(slots=True)
@@ -178,6 +179,13 @@ def stamp_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -
 def stamp_leader_epoch(buf: bytearray | memoryview, pos: int, leader_epoch: int) -> None:
     """Stamp partitionLeaderEpoch in place (outside the CRC)."""
     _EPOCH.pack_into(buf, pos + 12, leader_epoch)
+
+
+def stamp_offset_and_epoch(buf: bytearray | memoryview, pos: int, header: BatchHeader, base_offset: int,
+                           leader_epoch: int) -> None:
+    """Both stamps above in one write (the append path's): the batch's first 16 bytes, baseOffset,
+    batchLength (rewritten as read) and partitionLeaderEpoch, all outside the CRC."""
+    _FIRST_16.pack_into(buf, pos, base_offset, header.batch_length, leader_epoch)
 
 
 # ------------------------------------------------------------------------------------- records and batches

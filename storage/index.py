@@ -460,10 +460,9 @@ class OffsetIndex(_IndexFile):
         if not self._checked:
             self.load()
         with self._maps.lock:
-            entries = self.entries
-            if entries >= self.max_entries:
+            if self.is_full:
                 raise ValueError(f"{self.path}: offset index is full")
-            if entries and offset <= self.base_offset + self._last()[0]:
+            if self._entries and offset <= self.base_offset + self._last()[0]:
                 raise ValueError(f"{self.path}: offset {offset} is not above the last indexed offset")
             self._append_entry(offset - self.base_offset, position)
 
@@ -505,7 +504,7 @@ class TimeIndex(_IndexFile):
         if not self._checked:
             self.load()
         with self._maps.lock:
-            if not skip_full_check and self.entries >= self.max_entries - 1:  # is_full
+            if not skip_full_check and self.is_full:
                 raise ValueError(f"{self.path}: time index is full")
             if self._entries and not skip_full_check and self._tail is None:
                 self._view()  # the last entry is read from the map, which the append needs anyway

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,6 +64,7 @@ from odradek.protocol.records import (
     iter_records,
     peek_offset_and_length,
     set_log_append_time,
+    stamp_offset_and_epoch,
     validate_batch,
 )
 
@@ -99,8 +99,6 @@ from .names import (
 from .producer_state import AppendOrigin, ProducerStateManager
 from .scan import check_stored_batch, iter_headers
 from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion, drop_cache
-
-_STAMP = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: a batch's first 16 bytes
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -406,8 +404,7 @@ class Log:
                 max_timestamp, offset_of_max_timestamp = timestamp, last_offset
             offset = last_offset + 1
         for (pos, header), (_, _, last_offset, _) in zip(headers, indexed, strict=True):
-            # baseOffset, batchLength (unchanged) and partitionLeaderEpoch, all outside the CRC, in one call
-            _STAMP.pack_into(buf, pos, last_offset - header.last_offset_delta, header.batch_length, leader_epoch)
+            stamp_offset_and_epoch(buf, pos, header, last_offset - header.last_offset_delta, leader_epoch)
             if log_append_time:
                 set_log_append_time(buf, pos, now_ms)
         self._write(buf, indexed, first_offset, offset - 1, max_timestamp, now_ms)
@@ -822,8 +819,7 @@ class Log:
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush segments that rolled since the last flush, and everything when `flush.ms` has passed."""
-        flush_ms = self.config.flush_ms
-        if flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms and self._log_end_offset > self._recovery_point:
+        if self._flush_ms_due(now_ms):
             self.flush(now_ms=now_ms)
             return True
         if self._flush_up_to > self._recovery_point:
@@ -833,10 +829,11 @@ class Log:
 
     def flush_due(self, now_ms: int) -> bool:
         """Whether `maybe_flush(now_ms)` would flush."""
+        return self._flush_ms_due(now_ms) or self._flush_up_to > self._recovery_point
+
+    def _flush_ms_due(self, now_ms: int) -> bool:
         flush_ms = self.config.flush_ms
-        if flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms and self._log_end_offset > self._recovery_point:
-            return True
-        return self._flush_up_to > self._recovery_point
+        return flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms and self._log_end_offset > self._recovery_point
 
     def _maybe_flush_messages(self, now_ms: int) -> None:
         flush_messages = self.config.flush_messages

@@ -13,6 +13,7 @@ appended, so that `handle_produce` answers it, errors included.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_produce import ProduceFrame, encode_produce_response
@@ -45,17 +46,47 @@ def _partition_error(broker, version: int, acks: int, image, name: str, index: i
     return None
 
 
+def _topic(broker, version: int, key):
+    """The topic image a request names (by id from v13, by name before) and the name to append under."""
+    if version >= 13:
+        image = broker.topic_by_id(key)
+        return image, image.name if image is not None else ""
+    return broker.topic_by_name(key), key
+
+
+def _append_and_answer(broker, entries: dict, acks: int, timeout_ms: int, answer: Callable):
+    """Append `entries` and return `answer(results)` when the append answers at once (acks=1, or acks=all
+    with the leader the only in-sync replica), else a future of it completed when the replicas catch up.
+    acks=0: None."""
+    at_once: list = []
+    future: asyncio.Future | None = None
+
+    def respond(results) -> None:
+        if acks == 0:
+            return
+        if future is None:
+            at_once.append(answer(results))
+        elif not future.done():
+            future.set_result(answer(results))
+
+    broker.data.append_records(entries, required_acks=acks, timeout_ms=timeout_ms, now_ms=broker.now_ms(), respond=respond)
+    if acks == 0:
+        return None
+    if at_once:
+        return at_once[0]
+    future = asyncio.get_running_loop().create_future()
+    return future
+
+
 @handles(0, (3, 13), advertise_min=0)
 def handle_produce(broker, ctx, request):
     version = ctx.api_version
     acks = request.acks
-    now_ms = broker.now_ms()
     entries: dict[TopicPartition, object] = {}
     # Per topic, per partition: the TopicPartition appended to, or the error response made here.
     plan: list[tuple[object, list]] = []
     for topic in request.topic_data:
-        image = broker.topic_by_id(topic.topic_id) if version >= 13 else broker.topic_by_name(topic.name)
-        name = image.name if image is not None else topic.name
+        image, name = _topic(broker, version, topic.topic_id if version >= 13 else topic.name)
         parts: list = []
         plan.append((topic, parts))
         for p in topic.partition_data:
@@ -68,14 +99,7 @@ def handle_produce(broker, ctx, request):
                 entries[tp] = records
                 parts.append(tp)
 
-    # Most appends are answered at once (acks=0/1, or acks=all with the leader the only in-sync replica):
-    # the response is returned directly and a future is made only when the answer has to wait.
-    immediate: list[ProduceResponse] = []
-    future: asyncio.Future | None = None
-
-    def respond(results) -> None:
-        if acks == 0 or (future is not None and future.done()):
-            return
+    def answer(results) -> ProduceResponse:
         out = []
         for topic, parts in plan:
             responses = []
@@ -89,19 +113,9 @@ def handle_produce(broker, ctx, request):
                     )
                 responses.append(part)
             out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=responses))
-        response = ProduceResponse(responses=out, throttle_time_ms=0)
-        if future is None:
-            immediate.append(response)
-        else:
-            future.set_result(response)
+        return ProduceResponse(responses=out, throttle_time_ms=0)
 
-    broker.data.append_records(entries, required_acks=acks, timeout_ms=request.timeout_ms, now_ms=now_ms, respond=respond)
-    if acks == 0:
-        return None
-    if immediate:
-        return immediate[0]
-    future = asyncio.get_running_loop().create_future()
-    return future
+    return _append_and_answer(broker, entries, acks, request.timeout_ms, answer)
 
 
 def serve_produce_frame(broker, request: ProduceFrame):
@@ -114,11 +128,7 @@ def serve_produce_frame(broker, request: ProduceFrame):
     entries: dict[TopicPartition, object] = {}
     plan: list[tuple[bytes, list[TopicPartition]]] = []
     for key, raw, parts in request.topics:
-        if version >= 13:  # topics by id
-            image = broker.topic_by_id(key)
-            name = image.name if image is not None else ""
-        else:
-            image, name = broker.topic_by_name(key), key
+        image, name = _topic(broker, version, key)
         tps = []
         for index, records in parts:
             if _partition_error(broker, version, acks, image, name, index, records) is not None:
@@ -130,13 +140,7 @@ def serve_produce_frame(broker, request: ProduceFrame):
             tps.append(tp)
         plan.append((raw, tps))
 
-    frame: bytearray | None = None
-    future: asyncio.Future | None = None
-
-    def respond(results) -> None:
-        nonlocal frame
-        if future is not None and future.done():
-            return
+    def answer(results) -> bytearray:
         topics = []
         for raw, tps in plan:
             responses = []
@@ -145,14 +149,6 @@ def serve_produce_frame(broker, request: ProduceFrame):
                 responses.append((tp.partition, res.error_code, res.base_offset, res.log_append_time_ms,
                                   res.log_start_offset, res.error_message if res.error_code else None))
             topics.append((raw, responses))
-        out = encode_produce_response(request.correlation_id, topics, request.api_version)
-        if future is None:
-            frame = out
-        else:
-            future.set_result(out)
+        return encode_produce_response(request.correlation_id, topics, version)
 
-    broker.data.append_records(entries, required_acks=acks, timeout_ms=request.timeout_ms, now_ms=broker.now_ms(), respond=respond)
-    if frame is not None:
-        return frame
-    future = asyncio.get_running_loop().create_future()
-    return future
+    return _append_and_answer(broker, entries, acks, request.timeout_ms, answer)
