@@ -38,7 +38,7 @@ from enum import IntEnum
 
 from crc32c import crc32c
 
-from odradek.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from odradek.protocol.records import ATTR_TRANSACTIONAL, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 
 from .checkpoints import atomic_write, read_small_file
 from .errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
@@ -180,6 +180,46 @@ class ProducerStateManager:
     def commit(self, info: ProducerAppendInfo, end_offset: int) -> None:
         self.producers.update(info.updated)
         self.map_end_offset = end_offset
+
+    # One client batch (Log's single-batch append): `prepare`, `ProducerAppendInfo.append` and `commit` for
+    # that case, the same checks without the per-append change set. tests/unit/test_log_single_batch.py
+    # holds the two ways to the same state.
+
+    def check_client_batch(self, header: BatchHeader, first_offset: int) -> BatchMetadata | None:
+        """Check one client batch with a producer id, changing nothing: the original batch when it is a
+        retried duplicate, None when it may be appended (`record_client_batch` then applies it)."""
+        committed = self.producers.get(header.producer_id)
+        if committed is None:
+            entry = ProducerStateEntry(header.producer_id)
+        else:
+            duplicate = committed.find_duplicate(header)
+            if duplicate is not None:
+                return duplicate
+            entry = committed
+        epoch = header.producer_epoch
+        if epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {entry.producer_id} epoch {epoch} is older than the current epoch {entry.producer_epoch}")
+        ProducerAppendInfo._check_sequence(entry, committed, epoch, header.base_sequence, first_offset)
+        return None
+
+    def record_client_batch(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int) -> None:
+        """Apply a batch `check_client_batch` let through and that is now written."""
+        pid, epoch = header.producer_id, header.producer_epoch
+        batch = BatchMetadata(header.base_sequence, header.last_sequence, first_offset, last_offset, timestamp)
+        entry = self.producers.get(pid)
+        if entry is not None and entry.producer_epoch == epoch:
+            # In place: appending to the bounded deque is one atomic step for a reader in another thread
+            # (the cleaner's last_offsets); a new epoch, which clears the batches, gets a new entry instead.
+            entry.batches.append(batch)
+            entry.last_timestamp = timestamp
+        else:
+            entry = entry.copy() if entry is not None else ProducerStateEntry(pid)
+            entry.add_batch(epoch, batch)
+            self.producers[pid] = entry
+        if header.attributes & ATTR_TRANSACTIONAL and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+        self.map_end_offset = last_offset + 1
 
     def replay(self, header: BatchHeader) -> None:
         """Apply a batch read back from the log, without checks."""
