@@ -19,7 +19,9 @@ a partition cannot be waited on: it is gone or not led here, the fetch's leader 
 unknown, or the fetch offset is past the partition's end (the log was truncated, and the read will say
 so). Bytes are counted only between the fetch offset and the end offset its isolation allows (LEO for
 followers, HW or last stable offset for consumers), by a function the broker passes in, capped per
-partition at `max_bytes`. `respond()` then reads and answers, whether the fetch completed or expired.
+partition at `max_bytes`; a partition with data is counted as one byte without asking when one byte is
+all the fetch still needs, as for the usual `min_bytes` of 1. `respond()` then reads and answers, whether
+the fetch completed or expired.
 Retry it when a partition's HW advances (consumer fetches) or its log grows (follower fetches).
 
 A `ReplicationError` or `StorageError` raised by `bytes_available` also completes the fetch (the read
@@ -177,7 +179,12 @@ class DelayedFetch(DelayedOperation):
                 if status.fetch_offset > end_offset:
                     return self.force_complete()
                 if status.fetch_offset < end_offset:
-                    available = self._bytes_available(partition, status.fetch_offset, end_offset)
+                    # At least one byte is there; count the rest only when one byte is not enough (the
+                    # usual fetch.min.bytes is 1: a tailing consumer's wake-up then reads the log once).
+                    if self.min_bytes - accumulated_bytes <= 1:
+                        available = 1
+                    else:
+                        available = self._bytes_available(partition, status.fetch_offset, end_offset)
                     accumulated_bytes += min(available, status.max_bytes)
             except (ReplicationError, StorageError):
                 return self.force_complete()
