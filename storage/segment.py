@@ -33,7 +33,7 @@ from contextlib import contextmanager
 
 from odradek.protocol.codec import FileRegion
 from odradek.protocol.errors import CorruptRecordError
-from odradek.protocol.records import iter_records
+from odradek.protocol.records import iter_records, peek_offset_and_length
 
 from .errors import KafkaStorageError
 from .index import CorruptIndexError, IndexMaps, OffsetIndex, TimeIndex
@@ -95,7 +95,7 @@ def write_fully(fd: int, data, position: int) -> None:
         position += written
 
 
-RECENT_BOUNDARIES = 8
+RECENT_BATCHES = 8
 
 
 class LogSegment:
@@ -132,12 +132,12 @@ class LogSegment:
         self._first_batch_timestamp: int | None = None
         self._bytes_since_last_index_entry = 0
         self._indexes_checked = new_indexes
-        # Exact batch boundaries left by the last appends, `(last offset of the batch ending there, position)`,
-        # newest last:
-        # a tailing reader's offset sits right after one of them, so translate_offset starts there instead
-        # of at the sparse index entry below it (~4 KiB of headers earlier). Replaced whole on each append
-        # (a reader in another thread sees one tuple or the next), emptied when positions change.
-        self._recent_boundaries: tuple[tuple[int, int], ...] = ()
+        # The last batches appended, `(base offset, last offset, start, end)` each, newest last. A tailing
+        # reader's offset falls in one of them: `_locate` finds its batch here without reading the file, and
+        # translate_offset starts its walk after the newest one below the offset instead of at the sparse
+        # index entry (~4 KiB of headers earlier). Replaced whole on each append (a reader in another
+        # thread sees one tuple or the next), emptied when positions change.
+        self._recent: tuple[tuple[int, int, int, int], ...] = ()
         self.cache_released = 0  # the page cache before this position was last handed to drop_cache
 
     @classmethod
@@ -294,11 +294,12 @@ class LogSegment:
             except OSError:
                 pass
             raise KafkaStorageError(f"cannot append to {self.path()}: {e}") from e
-        boundaries = self._recent_boundaries
+        recent = self._recent
         for rel, size, last_offset, timestamp in batches:
             self._index_batch(position + rel, size, last_offset, timestamp)
-            boundaries += ((last_offset, position + rel + size),)
-        self._recent_boundaries = boundaries[-RECENT_BOUNDARIES:]
+            start = position + rel
+            recent += ((peek_offset_and_length(data, rel)[0], last_offset, start, start + size),)
+        self._recent = recent[-RECENT_BATCHES:]
         if self._first_batch_timestamp is None and batches:
             self._first_batch_timestamp = batches[0][3]
         self.size = position + len(data)
@@ -318,11 +319,9 @@ class LogSegment:
     def translate_offset(self, offset: int, end: int | None = None):
         """`(position, header)` of the first batch whose last offset is >= `offset`, or None."""
         self._check_indexes()
-        for before, position in reversed(self._recent_boundaries):
-            if before < offset:
-                # Every batch below `position` ends before `offset`, and the batch at `position` (if any) is
-                # the one that holds it: it ends at the next newer boundary, which is not below `offset`.
-                start = position
+        for _, last, _, stop in reversed(self._recent):
+            if last < offset:  # every batch up to `stop` ends before `offset`
+                start = stop
                 break
         else:
             start = self.offset_index.lookup(offset)[1]
@@ -332,6 +331,20 @@ class LogSegment:
                     return position, header
         return None
 
+    def _locate(self, offset: int, end: int) -> tuple[int, int, int] | None:
+        """translate_offset's answer as `(position, size, base offset)`, from the recent batches when the
+        offset falls among them (a tailing reader's), else by walking the file."""
+        found = None
+        for base, last, start, stop in reversed(self._recent):
+            if last < offset:
+                break  # the batch after this one (if any) is the first to end at or after `offset`
+            found = start, stop - start, base
+        else:
+            # Empty, or even the oldest recent batch ends at or after `offset`: an older one may too.
+            located = self.translate_offset(offset, end)
+            return None if located is None else (located[0], located[1].size, located[1].base_offset)
+        return found if found is not None and found[0] + found[1] <= end else None
+
     def read(self, offset: int, max_bytes: int, max_position: int, *, min_one_message: bool):
         """Whole batches from the one holding `offset`: `(region, first offset)`; None if the segment has no
         batch at or after `offset`. The region is empty when nothing fits below `max_position`."""
@@ -339,18 +352,18 @@ class LogSegment:
             return None
         file = self.file
         end = self.size
-        found = self.translate_offset(offset, end)
+        found = self._locate(offset, end)
         if found is None:
             return None
-        position, header = found
+        position, size, base_offset = found
         limit = min(max_position, position + max(max_bytes, 0), end)
-        if position + header.size > limit:
-            if min_one_message and position + header.size <= min(max_position, end):
-                limit = position + header.size
+        if position + size > limit:
+            if min_one_message and position + size <= min(max_position, end):
+                limit = position + size
             else:
-                return SegmentRegion(file, position, 0), header.base_offset
+                return SegmentRegion(file, position, 0), base_offset
         cut = self._batch_boundary_at_most(position, limit, end)
-        return SegmentRegion(file, position, cut - position), header.base_offset
+        return SegmentRegion(file, position, cut - position), base_offset
 
     def _batch_boundary_at_most(self, start: int, limit: int, end: int) -> int:
         """The largest batch boundary <= `limit`, given that `start` is a boundary at or below it."""
@@ -452,7 +465,7 @@ class LogSegment:
         self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
         self._bytes_since_last_index_entry = 0
         self._first_batch_timestamp = None
-        self._recent_boundaries = ()
+        self._recent = ()
         self._indexes_checked = True
         file = self._file
         if file is None and self._missing:
@@ -498,7 +511,7 @@ class LogSegment:
         self.size = position
         self._bytes_since_last_index_entry = 0
         self._first_batch_timestamp = None
-        self._recent_boundaries = ()
+        self._recent = ()
         self._rescan_max_timestamp()
         return removed
 

@@ -1,4 +1,4 @@
-"""Reads that start from the boundaries recent appends left (LogSegment._recent_boundaries) find the same
+"""Reads that use the batches recent appends left (LogSegment._recent) find the same
 batches as reads that start from the sparse offset index: every offset of logs built by leader appends
 (one batch and several), follower appends with offset gaps, rolls and truncations, at several read sizes."""
 
@@ -28,15 +28,15 @@ def _check(log: Log) -> None:
     """Reads with the hints equal reads without them; the hints are put back afterwards."""
     hw = (log.log_start_offset + log.log_end_offset) // 2
     hinted = _reads(log), _reads(log, max_offset=hw)
-    saved = [s._recent_boundaries for s in log.segments]
+    saved = [s._recent for s in log.segments]
     assert any(saved)
     for s in log.segments:
-        s._recent_boundaries = ()
+        s._recent = ()
     try:
         assert (_reads(log), _reads(log, max_offset=hw)) == hinted
     finally:
         for s, b in zip(log.segments, saved, strict=True):
-            s._recent_boundaries = b
+            s._recent = b
 
 
 def _batch(rnd: random.Random, base_offset: int = 0) -> bytearray:
