@@ -10,16 +10,12 @@ from __future__ import annotations
 import asyncio
 
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.messages import FetchResponse
+from odradek.protocol.fast_fetch import encode_fetch_response
 from odradek.replication.partition import FetchIsolation
 from odradek.replication.replica_manager import FetchRequestPartition, FetchResult
 from odradek.storage.names import TopicPartition
 
 from . import handles
-
-TopicResponse = FetchResponse.FetchableTopicResponse
-PartitionData = TopicResponse.PartitionData
-
 
 @handles(1)
 def handle_fetch(broker, ctx, request):
@@ -43,25 +39,23 @@ def handle_fetch(broker, ctx, request):
 
     future = asyncio.get_running_loop().create_future()
 
+    aborted = None if isolation is FetchIsolation.HIGH_WATERMARK else []
+
     def respond(results: dict[TopicPartition, FetchResult]) -> None:
         if future.done():
             return
-        responses = []
+        topics = []
         for name, topic_id, parts in layout:
             out = []
             for index, tp in parts:
-                if isinstance(tp, int):
-                    out.append(PartitionData(partition_index=index, error_code=tp, high_watermark=-1, records=b""))
+                if isinstance(tp, int):  # (aborted transactions: an empty list, as Kafka's error entries)
+                    out.append((index, tp, -1, -1, -1, [], ()))
                     continue
                 r = results[tp]
-                out.append(PartitionData(
-                    partition_index=index, error_code=r.error_code, high_watermark=r.high_watermark,
-                    last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                    aborted_transactions=None if isolation is FetchIsolation.HIGH_WATERMARK else [],
-                    records=r.records or b"",  # file regions, sent with sendfile
-                ))
-            responses.append(TopicResponse(topic=name, topic_id=topic_id, partitions=out))
-        future.set_result(FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses))
+                out.append((index, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted,
+                            r.records or ()))  # file regions: small ones go out with the rest, large ones by sendfile
+            topics.append((topic_id.bytes if version >= 13 else name, out))
+        future.set_result(encode_fetch_response(ctx.header.correlation_id, topics, version))
 
     broker.data.fetch_records(
         wanted, max_bytes=request.max_bytes, min_bytes=request.min_bytes, max_wait_ms=request.max_wait_ms,
