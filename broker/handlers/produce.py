@@ -85,6 +85,9 @@ def handle_produce(broker, ctx, request):
     entries: dict[TopicPartition, object] = {}
     # Per topic, per partition: the TopicPartition appended to, or the error response made here.
     plan: list[tuple[object, list]] = []
+    # A partition named more than once is appended and answered once, as its last entry says, in the place
+    # of its first (Kafka keeps the last entry of its per-partition map and answers from that map).
+    slots: dict[tuple, tuple[list, int]] = {}
     for topic in request.topic_data:
         image, name = _topic(broker, version, topic.topic_id if version >= 13 else topic.name)
         parts: list = []
@@ -92,12 +95,17 @@ def handle_produce(broker, ctx, request):
         for p in topic.partition_data:
             records = p.records
             error = _partition_error(broker, version, acks, image, name, p.index, records)
-            if error is not None:
-                parts.append(PartitionResponse(index=p.index, error_code=int(error), base_offset=-1))
-            else:
-                tp = TopicPartition(name, p.index)
+            tp = TopicPartition(name, p.index)
+            outcome = tp if error is None else PartitionResponse(index=p.index, error_code=int(error), base_offset=-1)
+            entries.pop(tp, None)
+            if error is None:
                 entries[tp] = records
-                parts.append(tp)
+            slot = slots.get(tp)
+            if slot is None:
+                slots[tp] = (parts, len(parts))
+                parts.append(outcome)
+            else:
+                slot[0][slot[1]] = outcome
 
     def answer(results) -> ProduceResponse:
         out = []
@@ -112,7 +120,8 @@ def handle_produce(broker, ctx, request):
                         error_message=res.error_message if res.error_code else None,
                     )
                 responses.append(part)
-            out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=responses))
+            if responses or not topic.partition_data:  # (a topic whose every entry was a repeat is left out)
+                out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=responses))
         return ProduceResponse(responses=out, throttle_time_ms=0)
 
     return _append_and_answer(broker, entries, acks, request.timeout_ms, answer)
@@ -134,7 +143,7 @@ def serve_produce_frame(broker, request: ProduceFrame):
             if _partition_error(broker, version, acks, image, name, index, records) is not None:
                 return None
             tp = TopicPartition(name, index)
-            if tp in entries:  # the same partition twice: handle_produce answers that oddity
+            if tp in entries:  # the same partition twice: handle_produce answers it once, as the last entry says
                 return None
             entries[tp] = records
             tps.append(tp)

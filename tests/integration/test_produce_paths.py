@@ -72,6 +72,7 @@ def script(producer_id: int, epoch: int, ids: dict[str, object]) -> list[tuple[P
         (produce([("a", 0, batch(b"seven-again"))]), 7),  # v7: no error_message
         (produce_by_id([(ids["a"], 1, batch(b"by-id")), (ids["b"], 0, batch(b"by-id-b"))]), 13),  # topic ids
         (produce_by_id([(uuid.UUID(int=7), 0, batch(b"unknown-id"))]), 13),  # UNKNOWN_TOPIC_ID
+        (produce([("b", 0, batch(b"then-bad")), ("b", 0, b"")]), 11),  # the last entry (an error) decides
     ]
 
 
@@ -134,9 +135,17 @@ def test_fast_and_general_paths_answer_alike(tmp_path, monkeypatch):
     # handed back the others before appending.
     # (null records never reach it: the wire half declines them.)
     T, F = True, False
-    assert taken == [T, T, T, F, F, T, F, F, F, F, T, T, T, F, T, T, T, F, F, T]
+    assert taken == [T, T, T, F, F, T, F, F, F, F, T, T, T, F, T, T, T, F, F, F, T]
     codes = [[p.error_code for t in r.responses for p in t.partition_responses] for r in fast_responses]
     assert codes[5] == [2] and codes[12] == [0] and codes[13] == [45]  # CORRUPT_MESSAGE, duplicate, out of order
     assert fast_responses[12].responses[0].partition_responses[0].base_offset == \
         fast_responses[11].responses[0].partition_responses[0].base_offset
+    # A partition named twice is answered once, and only its last entry is written (as Kafka does).
+    (twice,) = fast_responses[14].responses
+    assert [p.index for p in twice.partition_responses] == [0]
+    a0 = fast_logs[0][2]
+    assert b"twice-again" in a0 and b"twice" not in a0.replace(b"twice-again", b"")
+    (then_bad,) = fast_responses[19].responses
+    assert [(p.index, p.error_code) for p in then_bad.partition_responses] == [(0, codes[7][0])]
+    assert codes[7][0] != 0 and b"then-bad" not in fast_logs[3][2]
 
