@@ -173,6 +173,15 @@ class Harness:
     # -- workloads --
 
     def run_throughput_section(self, cells: list[dict], partitions: int, tag: str) -> None:
+        for i, cell in enumerate(cells):
+            self.run_throughput_cell(cell, partitions, f"{tag}-{i}")
+
+    def run_throughput_cell(self, cell: dict, partitions: int, tag: str) -> None:
+        """Fresh servers for each cell: Tansu keeps every record in memory (1.4-2.1 GiB after a section of
+        cells), and on this VM memory held by one process makes another's fresh page-cache pages dear: a
+        plain 600 MiB-per-cell memory hog took Odradek's kernel time per record from ~0.05 to ~0.26
+        core-s/M (copy_folio_from_iter_atomic, 73 % of its samples). Restarting every target per cell
+        keeps one target's memory from one cell out of another target's next cell (README.md, caveats)."""
         servers = {}
         try:
             for kind in self.targets:
@@ -180,27 +189,26 @@ class Harness:
                     servers[kind] = self.start(kind, partitions, tag)
                 except Exception as e:
                     self.fail(f"{tag}: start {kind}", e)
-            for cell in cells:
-                self.log(cell["name"])
-                runs: dict[str, list[dict]] = {k: [] for k in servers}
-                raw: dict[str, list[dict]] = {k: [] for k in servers}
-                for run in range(self.s.runs):
-                    for kind in self.rotated(run):
-                        if kind not in servers:
-                            continue
-                        server = servers[kind]
-                        try:
-                            topic = self.topic(server, partitions, tag)
-                            spec = dict(cell["spec"], bootstrap=server.bootstrap, topic=topic)
-                            r = measured_run(server, spec, self.placement.client, timeout_s=spec["duration_s"] + 90)
-                            m = throughput_metrics(r)
-                            runs[kind].append(m)
-                            raw[kind].append(r)
-                            self.log(f"    {kind:8s} run {run + 1}: {m['records_per_s'] or 0:>10,.0f} rec/s "
-                                     f"{m['mb_per_s'] or 0:7.1f} MB/s  server {m['server_core_s_per_m'] or 0:6.2f} core-s/M")
-                        except Exception as e:
-                            self.fail(f"{cell['name']} / {kind} run {run + 1}", e)
-                self.results["cells"].append(self.cell_result(cell, runs, raw))
+            self.log(cell["name"])
+            runs: dict[str, list[dict]] = {k: [] for k in servers}
+            raw: dict[str, list[dict]] = {k: [] for k in servers}
+            for run in range(self.s.runs):
+                for kind in self.rotated(run):
+                    if kind not in servers:
+                        continue
+                    server = servers[kind]
+                    try:
+                        topic = self.topic(server, partitions, tag)
+                        spec = dict(cell["spec"], bootstrap=server.bootstrap, topic=topic)
+                        r = measured_run(server, spec, self.placement.client, timeout_s=spec["duration_s"] + 90)
+                        m = throughput_metrics(r)
+                        runs[kind].append(m)
+                        raw[kind].append(r)
+                        self.log(f"    {kind:8s} run {run + 1}: {m['records_per_s'] or 0:>10,.0f} rec/s "
+                                 f"{m['mb_per_s'] or 0:7.1f} MB/s  server {m['server_core_s_per_m'] or 0:6.2f} core-s/M")
+                    except Exception as e:
+                        self.fail(f"{cell['name']} / {kind} run {run + 1}", e)
+            self.results["cells"].append(self.cell_result(cell, runs, raw))
         finally:
             for server in servers.values():
                 server.stop()
