@@ -56,6 +56,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from odradek.protocol.errors import CorruptRecordError, ProtocolError
 from odradek.protocol.records import (
@@ -106,8 +107,7 @@ from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion, dr
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):  # (a tuple: built on every append, where a frozen dataclass costs ~1 us more)
     first_offset: int
     last_offset: int  # inclusive: the offset of the last record appended
     max_timestamp: int

@@ -19,7 +19,7 @@ import pytest
 
 from odradek.protocol.records import ATTR_CONTROL, build_batch, read_batch_header
 from odradek.storage.config import LogConfig
-from odradek.storage.log import Log
+from odradek.storage.log import AppendInfo, Log
 
 NOW = 1_700_000_000_000
 
@@ -131,8 +131,8 @@ def test_single_batch_path_matches_the_general_loop(tmp_path, config_name, seed)
         b = _outcome(general, bytearray(data), epoch, now)
         assert a == b, f"append {i}"
         assert _state(fast) == _state(general), f"after append {i}"
-        outcomes["error" if isinstance(a, tuple) else "duplicate" if a.duplicate else "ok"] += 1
-        if not isinstance(a, tuple) and not a.duplicate:
+        outcomes["error" if not isinstance(a, AppendInfo) else "duplicate" if a.duplicate else "ok"] += 1
+        if isinstance(a, AppendInfo) and not a.duplicate:
             producers.accepted(read_batch_header(data))
     for log in (fast, general):
         log.close()
