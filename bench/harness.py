@@ -184,34 +184,46 @@ class Harness:
         keeps one target's memory from one cell out of another target's next cell (README.md, caveats)."""
         servers = {}
         try:
-            for kind in self.targets:
-                try:
-                    servers[kind] = self.start(kind, partitions, tag)
-                except Exception as e:
-                    self.fail(f"{tag}: start {kind}", e)
+            servers = self.start_all(partitions, tag)
             self.log(cell["name"])
             runs: dict[str, list[dict]] = {k: [] for k in servers}
             raw: dict[str, list[dict]] = {k: [] for k in servers}
-            for run in range(self.s.runs):
-                for kind in self.rotated(run):
-                    if kind not in servers:
-                        continue
-                    server = servers[kind]
-                    try:
-                        topic = self.topic(server, partitions, tag)
-                        spec = dict(cell["spec"], bootstrap=server.bootstrap, topic=topic)
-                        r = measured_run(server, spec, self.placement.client, timeout_s=spec["duration_s"] + 90)
-                        m = throughput_metrics(r)
-                        runs[kind].append(m)
-                        raw[kind].append(r)
-                        self.log(f"    {kind:8s} run {run + 1}: {m['records_per_s'] or 0:>10,.0f} rec/s "
-                                 f"{m['mb_per_s'] or 0:7.1f} MB/s  server {m['server_core_s_per_m'] or 0:6.2f} core-s/M")
-                    except Exception as e:
-                        self.fail(f"{cell['name']} / {kind} run {run + 1}", e)
+            for run, kind, server in self.each_run(servers):
+                try:
+                    topic = self.topic(server, partitions, tag)
+                    spec = dict(cell["spec"], bootstrap=server.bootstrap, topic=topic)
+                    r = measured_run(server, spec, self.placement.client, timeout_s=spec["duration_s"] + 90)
+                    self.record_run(kind, run, r, runs, raw)
+                except Exception as e:
+                    self.fail(f"{cell['name']} / {kind} run {run + 1}", e)
             self.results["cells"].append(self.cell_result(cell, runs, raw))
         finally:
             for server in servers.values():
                 server.stop()
+
+    def start_all(self, partitions: int, tag: str) -> dict[str, Server]:
+        """A server of each target (a failure to start is recorded and that target left out)."""
+        servers = {}
+        for kind in self.targets:
+            try:
+                servers[kind] = self.start(kind, partitions, tag)
+            except Exception as e:
+                self.fail(f"{tag}: start {kind}", e)
+        return servers
+
+    def each_run(self, servers: dict):
+        """(run, kind, server) for every run of every target still up, in each run's rotated order."""
+        for run in range(self.s.runs):
+            for kind in self.rotated(run):
+                if kind in servers:
+                    yield run, kind, servers[kind]
+
+    def record_run(self, kind: str, run: int, r: dict, runs: dict, raw: dict) -> None:
+        m = throughput_metrics(r)
+        runs[kind].append(m)
+        raw[kind].append(r)
+        self.log(f"    {kind:8s} run {run + 1}: {m['records_per_s'] or 0:>10,.0f} rec/s "
+                 f"{m['mb_per_s'] or 0:7.1f} MB/s  server {m['server_core_s_per_m'] or 0:6.2f} core-s/M")
 
     def cell_result(self, cell: dict, runs: dict, raw: dict) -> dict:
         targets = {}
@@ -269,24 +281,17 @@ class Harness:
                     runs[kind], raw[kind] = [], []
                 except Exception as e:
                     self.fail(f"consume: preload {kind}", e)
-            for run in range(s.runs):
-                for kind in self.rotated(run):
-                    if kind not in topics:
-                        continue
-                    server, (topic, n) = servers[kind], topics[kind]
-                    try:
-                        spec = dict(cell["spec"], bootstrap=server.bootstrap, topic=topic, expected=n, max_s=90,
-                                    group=f"bench-{run}")
-                        r = measured_run(server, spec, self.placement.client, timeout_s=150)
-                        if r.get("timed_out"):
-                            raise LoadgenError(f"read {r['records']:,} of {n:,} records in 90 s")
-                        m = throughput_metrics(r)
-                        runs[kind].append(m)
-                        raw[kind].append(r)
-                        self.log(f"    {kind:8s} run {run + 1}: {m['records_per_s'] or 0:>10,.0f} rec/s "
-                                 f"{m['mb_per_s'] or 0:7.1f} MB/s  server {m['server_core_s_per_m'] or 0:6.2f} core-s/M")
-                    except Exception as e:
-                        self.fail(f"consume / {kind} run {run + 1}", e)
+            for run, kind, server in self.each_run({k: servers[k] for k in topics}):
+                topic, n = topics[kind]
+                try:
+                    spec = dict(cell["spec"], bootstrap=server.bootstrap, topic=topic, expected=n, max_s=90,
+                                group=f"bench-{run}")
+                    r = measured_run(server, spec, self.placement.client, timeout_s=150)
+                    if r.get("timed_out"):
+                        raise LoadgenError(f"read {r['records']:,} of {n:,} records in 90 s")
+                    self.record_run(kind, run, r, runs, raw)
+                except Exception as e:
+                    self.fail(f"consume / {kind} run {run + 1}", e)
             self.results["cells"].append(self.cell_result(cell, runs, raw))
         finally:
             for server in servers.values():
@@ -296,32 +301,24 @@ class Harness:
         self.log("== produce->consume latency at a fixed rate")
         servers = {}
         try:
-            for kind in self.targets:
-                try:
-                    servers[kind] = self.start(kind, 1, "latency")
-                except Exception as e:
-                    self.fail(f"latency: start {kind}", e)
+            servers = self.start_all(1, "latency")
             for rate, seconds in self.s.latency:
                 count = int(rate * seconds)
                 per: dict[str, list[dict]] = {k: [] for k in servers}
-                for run in range(self.s.runs):
-                    for kind in self.rotated(run):
-                        if kind not in servers:
-                            continue
-                        server = servers[kind]
-                        try:
-                            topic = self.topic(server, 1, f"lat{rate}")
-                            base = {"bootstrap": server.bootstrap, "topic": topic, "partitions": 1}
-                            prod = dict(base, mode="latency-produce", rate=rate, duration_s=seconds, acks="all", linger_ms=0)
-                            cons = dict(base, mode="latency-consume", expected=count, max_s=seconds + 60) if SERVES_FETCH[kind] else None
-                            r = latency_run(server, prod, cons, self.placement.client, timeout_s=seconds + 60)
-                            per[kind].append(r)
-                            ack = r.get("ack_latency", {})
-                            e2e = r.get("consumer", {}).get("e2e_latency", {})
-                            self.log(f"    {rate:>5} msg/s {kind:8s} run {run + 1}: ack p50 {ack.get('p50_ms', 0):.2f} p99 {ack.get('p99_ms', 0):.2f} ms"
-                                     + (f"; e2e p50 {e2e.get('p50_ms', 0):.2f} p99 {e2e.get('p99_ms', 0):.2f} ms ({e2e.get('n', 0)}/{count})" if e2e else ""))
-                        except Exception as e:
-                            self.fail(f"latency {rate}/s / {kind} run {run + 1}", e)
+                for run, kind, server in self.each_run(servers):
+                    try:
+                        topic = self.topic(server, 1, f"lat{rate}")
+                        base = {"bootstrap": server.bootstrap, "topic": topic, "partitions": 1}
+                        prod = dict(base, mode="latency-produce", rate=rate, duration_s=seconds, acks="all", linger_ms=0)
+                        cons = dict(base, mode="latency-consume", expected=count, max_s=seconds + 60) if SERVES_FETCH[kind] else None
+                        r = latency_run(server, prod, cons, self.placement.client, timeout_s=seconds + 60)
+                        per[kind].append(r)
+                        ack = r.get("ack_latency", {})
+                        e2e = r.get("consumer", {}).get("e2e_latency", {})
+                        self.log(f"    {rate:>5} msg/s {kind:8s} run {run + 1}: ack p50 {ack.get('p50_ms', 0):.2f} p99 {ack.get('p99_ms', 0):.2f} ms"
+                                 + (f"; e2e p50 {e2e.get('p50_ms', 0):.2f} p99 {e2e.get('p99_ms', 0):.2f} ms ({e2e.get('n', 0)}/{count})" if e2e else ""))
+                    except Exception as e:
+                        self.fail(f"latency {rate}/s / {kind} run {run + 1}", e)
                 entry = {"rate": rate, "seconds": seconds, "records_per_run": count, "targets": {}}
                 for kind in self.targets:
                     rs = per.get(kind) or []
