@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 
 from .codec import FileRegion
+from .connection import frame_chunks_size
 from .varint import write_uvarint
 
 FETCH_KEY = 1
@@ -70,9 +71,7 @@ def encode_fetch_response(correlation_id: int, topics, api_version: int) -> list
                 _put_count(out, 0, flexible)
             if with_replica:
                 out += b"\xff\xff\xff\xff"  # preferred_read_replica -1
-            size = 0
-            for chunk in records:
-                size += chunk.length if isinstance(chunk, FileRegion) else len(chunk)
+            size = frame_chunks_size(records)
             if flexible:
                 write_uvarint(out, size + 1)
             else:
@@ -92,8 +91,7 @@ def encode_fetch_response(correlation_id: int, topics, api_version: int) -> list
         out.append(0)  # body tagged fields (node_endpoints absent)
     if not out:
         chunks.pop()
-    total = sum(c.length if isinstance(c, FileRegion) else len(c) for c in chunks) - 4
-    _I32.pack_into(chunks[0], 0, total)
+    _I32.pack_into(chunks[0], 0, frame_chunks_size(chunks) - 4)
     return chunks
 
 

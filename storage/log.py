@@ -435,14 +435,8 @@ class Log:
         config = self.config
         if config.compact or config.log_append_time:
             return None
-        try:
-            header = validate_batch(buf, 0)
-        except CorruptRecordError as e:
-            raise CorruptMessageError(f"batch at byte 0: {e}") from e
+        header = self._validate_batch(buf, 0, AppendOrigin.CLIENT, now_ms)
         size = len(buf)
-        if size > config.max_message_bytes:
-            raise MessageTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {config.max_message_bytes}")
-        self._validate_client_batch(buf, 0, header, now_ms)
         first_offset = self._log_end_offset
         last_offset = first_offset + header.last_offset_delta
         timestamp = header.max_timestamp
@@ -454,8 +448,7 @@ class Log:
             if duplicate is not None:
                 return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
                                   duplicate.last_offset, -1, self._log_start_offset, duplicate=True)
-        if size > config.segment_bytes:
-            raise RecordListTooLargeError(f"{size} bytes cannot fit in a segment of {config.segment_bytes}")
+        self._check_fits_a_segment(size)
         segment = self._segments[-1]
         if segment.should_roll(append_bytes=size, max_timestamp=max_timestamp, last_offset=last_offset, now_ms=now_ms,
                                segment_bytes=config.segment_bytes, segment_ms=config.segment_ms):
@@ -509,31 +502,37 @@ class Log:
         return AppendInfo(first_offset, expected - 1, max_timestamp, offset_of_max_timestamp, -1, self._log_start_offset)
 
     def _validate(self, buf: memoryview, origin: AppendOrigin, now_ms: int) -> list[tuple[int, BatchHeader]]:
-        config = self.config
         headers = []
         pos = 0
         end = len(buf)
         while pos < end:
-            try:
-                if origin == AppendOrigin.REPLICATION:
-                    if end - pos < LOG_OVERHEAD:
-                        raise CorruptRecordError("trailing bytes shorter than a batch header")
-                    size = peek_offset_and_length(buf, pos)[1] + LOG_OVERHEAD
-                    header = check_stored_batch(buf[pos : pos + size])
-                else:
-                    header = validate_batch(buf, pos)
-            except CorruptRecordError as e:
-                raise CorruptMessageError(f"batch at byte {pos}: {e}") from e
-            size = header.batch_length + LOG_OVERHEAD
-            if size > config.max_message_bytes and origin != AppendOrigin.REPLICATION:
-                raise MessageTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {config.max_message_bytes}")
-            if origin == AppendOrigin.CLIENT:
-                self._validate_client_batch(buf, pos, header, now_ms)
+            header = self._validate_batch(buf, pos, origin, now_ms)
             headers.append((pos, header))
-            pos += size
+            pos += header.batch_length + LOG_OVERHEAD
         if not headers:
             raise CorruptMessageError("an append needs at least one record batch")
         return headers
+
+    def _validate_batch(self, buf: memoryview, pos: int, origin: AppendOrigin, now_ms: int) -> BatchHeader:
+        """The batch at `pos` of an append: its layout and CRC, max.message.bytes, and for a client's batch
+        the LogValidator checks."""
+        try:
+            if origin == AppendOrigin.REPLICATION:
+                if len(buf) - pos < LOG_OVERHEAD:
+                    raise CorruptRecordError("trailing bytes shorter than a batch header")
+                size = peek_offset_and_length(buf, pos)[1] + LOG_OVERHEAD
+                header = check_stored_batch(buf[pos : pos + size])
+            else:
+                header = validate_batch(buf, pos)
+        except CorruptRecordError as e:
+            raise CorruptMessageError(f"batch at byte {pos}: {e}") from e
+        size = header.batch_length + LOG_OVERHEAD
+        max_message_bytes = self.config.max_message_bytes
+        if size > max_message_bytes and origin != AppendOrigin.REPLICATION:
+            raise MessageTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}")
+        if origin == AppendOrigin.CLIENT:
+            self._validate_client_batch(buf, pos, header, now_ms)
+        return header
 
     def _validate_client_batch(self, buf: memoryview, pos: int, header: BatchHeader, now_ms: int) -> None:
         """Kafka's LogValidator checks, at batch level (timestamps are checked on baseTimestamp and
@@ -564,8 +563,7 @@ class Log:
 
     def _write(self, buf: memoryview, indexed: list, first_offset: int, last_offset: int, max_timestamp: int,
                now_ms: int) -> None:
-        if len(buf) > self.config.segment_bytes:
-            raise RecordListTooLargeError(f"{len(buf)} bytes cannot fit in a segment of {self.config.segment_bytes}")
+        self._check_fits_a_segment(len(buf))
         self._last_now_ms = max(self._last_now_ms, now_ms)
         segment = self._segments[-1]
         if segment.should_roll(append_bytes=len(buf), max_timestamp=max_timestamp, last_offset=last_offset,
@@ -574,6 +572,10 @@ class Log:
             segment = self.roll(now_ms=now_ms, expected_base_offset=first_offset)
         segment.append(buf, indexed)
         self._log_end_offset = last_offset + 1
+
+    def _check_fits_a_segment(self, size: int) -> None:
+        if size > self.config.segment_bytes:
+            raise RecordListTooLargeError(f"{size} bytes cannot fit in a segment of {self.config.segment_bytes}")
 
     def _maybe_release_cache(self) -> None:
         """Once the active segment has grown two windows past the last release, let the OS drop the page

@@ -135,9 +135,8 @@ class ProducerAppendInfo:
             entry = committed.copy() if committed is not None else ProducerStateEntry(pid)
             self.updated[pid] = entry
         epoch = header.producer_epoch
-        if epoch < entry.producer_epoch and self.origin != AppendOrigin.REPLICATION:
-            raise InvalidProducerEpochError(
-                f"producer {pid} epoch {epoch} is older than the current epoch {entry.producer_epoch}")
+        if self.origin != AppendOrigin.REPLICATION:
+            self._check_epoch(entry, epoch)
         if header.is_control:
             entry.update_epoch(epoch)
             entry.current_txn_first_offset = -1
@@ -149,6 +148,12 @@ class ProducerAppendInfo:
         if header.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
         return None
+
+    @staticmethod
+    def _check_epoch(entry: ProducerStateEntry, epoch: int) -> None:
+        if epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {entry.producer_id} epoch {epoch} is older than the current epoch {entry.producer_epoch}")
 
     @staticmethod
     def _check_sequence(entry: ProducerStateEntry, committed: ProducerStateEntry | None, epoch: int, first_seq: int,
@@ -197,9 +202,7 @@ class ProducerStateManager:
                 return duplicate
             entry = committed
         epoch = header.producer_epoch
-        if epoch < entry.producer_epoch:
-            raise InvalidProducerEpochError(
-                f"producer {entry.producer_id} epoch {epoch} is older than the current epoch {entry.producer_epoch}")
+        ProducerAppendInfo._check_epoch(entry, epoch)
         ProducerAppendInfo._check_sequence(entry, committed, epoch, header.base_sequence, first_offset)
         return None
 

@@ -97,9 +97,10 @@ def handle_produce(broker, ctx, request):
             error = _partition_error(broker, version, acks, image, name, p.index, records)
             tp = TopicPartition(name, p.index)
             outcome = tp if error is None else PartitionResponse(index=p.index, error_code=int(error), base_offset=-1)
-            entries.pop(tp, None)
             if error is None:
                 entries[tp] = records
+            else:
+                entries.pop(tp, None)  # a bad last entry: nothing is written for this partition
             slot = slots.get(tp)
             if slot is None:
                 slots[tp] = (parts, len(parts))
