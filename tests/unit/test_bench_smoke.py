@@ -17,6 +17,54 @@ from bench.driver import measured_run  # noqa: E402
 from bench.procs import Placement, Server, cpu_seconds, memory_kib  # noqa: E402
 
 
+class _Transport:
+    def __init__(self):
+        self.out = bytearray()
+        self.closed = False
+
+    def write(self, data):
+        self.out += data
+
+    def writelines(self, chunks):
+        for chunk in chunks:
+            self.out += chunk
+
+    def close(self):
+        self.closed = True
+
+
+def test_floor_repeats_the_first_produce_answer_with_each_correlation_id():
+    from odradek.protocol.connection import ClientConnection
+    from odradek.protocol.messages import MetadataRequest, ProduceRequest
+    from odradek.protocol.records import build_batch
+
+    sink = null_sink.CannedProtocol(null_sink.SinkState(1, "127.0.0.1"))
+    transport = _Transport()
+    sink.connection_made(transport)
+    client = ClientConnection()
+    T = ProduceRequest.TopicProduceData
+
+    def produce(n: int) -> bytes:
+        batch = build_batch([(None, b"v", [], 1000 + i) for i in range(n)])
+        request = ProduceRequest(acks=-1, timeout_ms=1000, topic_data=[T(name="t", partition_data=[T.PartitionProduceData(index=0, records=batch)])])
+        return client.send_request(request, 9)[1]
+
+    stream = produce(3)
+    stream += client.send_request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="t")]), 9)[1]
+    stream += produce(5) + produce(1)
+    for i in range(len(stream)):  # one byte at a time: frames are cut across reads
+        sink.data_received(stream[i : i + 1])
+    got = client.receive_data(bytes(transport.out))
+    assert [r.correlation_id for r in got] == [0, 1, 2, 3]
+    assert got[1].response.topics[0].name == "t"
+    first, *canned = [r.response.responses[0].partition_responses[0] for r in (got[0], got[2], got[3])]
+    assert first.base_offset == 0 and all(p == first for p in canned)  # the first answer, not decoded again
+    assert sink.state.records == 3
+
+    sink.data_received(b"\x7f\xff\xff\xff" + b"\0" * 8)  # a size field over the limit closes the connection
+    assert transport.closed
+
+
 def test_count_records_reads_batch_headers_only():
     from odradek.protocol.records import build_batch
 
