@@ -1,9 +1,12 @@
 """Start and stop the broker's components in order, and drive their clocks.
 
-Start: log manager (directory lock, recovery) -> metadata log (replay, bootstrap on first start, register
-this broker) -> replica manager and the partition logs of every topic in the image -> group coordinator
--> metrics -> background schedules. Stop runs the other way and ends with flushed logs, checkpoints and
-the clean-shutdown marker.
+Start: log manager (directory lock, recovery) -> metadata log (replayed) -> the publisher of committed
+metadata, with its listeners (the partitions and their logs follow the image) -> the controller channel
+-> producer ids -> the services handlers receive -> metrics -> background schedules. The loaded image is
+published as one update, the same road as any live change. Then the broker binds its listeners, and
+`register_broker` registers this node with the endpoints it bound (a metadata change like any other)
+before any request is served. Stop runs the other way and ends with flushed logs, checkpoints and the
+clean-shutdown marker.
 
 The timing wheel is driven by one timer handle: after every state change the broker calls
 `after_state_change()`, which (re)arms a `loop.call_at` for the wheel's next deadline. Nothing polls.
@@ -16,14 +19,21 @@ import time
 
 import structlog
 
-from odradek.replication.metadata import Endpoint, MetadataLog, StorageLogAdapter, metadata_log_config
+from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.replication.controller import Controller
+from odradek.replication.metadata_image import Endpoint
+from odradek.replication.metadata_log import MetadataLog, StorageLogAdapter, metadata_log_config
+from odradek.replication.metadata_publisher import MetadataPublisher, MetadataUpdate
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.replication.timing_wheel import Timer
 from odradek.storage.log_manager import LogManager
 from odradek.storage.names import TopicPartition
 from odradek.storage.segment import drop_cache
 
-from .topics import TopicManager
+from .context import SecurityProtocol
+from .controller_channel import LocalControllerChannel
+from .services import BrokerServices
+from .topics import PartitionHosting
 
 log = structlog.get_logger("odradek.broker")
 
@@ -46,33 +56,53 @@ async def start_components(broker) -> None:
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
     )
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
-    metadata_log = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())
-    broker.metadata = MetadataLog(StorageLogAdapter(metadata_log))
-    broker.metadata.load()
-    host, port = _advertised_for_registration(broker)
-    broker.metadata.append(broker.metadata.bootstrap(None, cfg.node_id, [Endpoint("PLAINTEXT", host, port)]), now_ms())
+    metadata_log = MetadataLog(StorageLogAdapter(broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())))
+    metadata_log.load()
+    broker.metadata_log = metadata_log
 
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True)
-    broker.topics = TopicManager(broker)
-    broker.topics.apply_image()
+    publisher = broker.metadata = MetadataPublisher()
+    publisher.register(PartitionHosting(cfg.node_id, cfg, broker.log_manager, broker.data, now_ms))
+    publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
+    broker.controller = LocalControllerChannel(Controller(), metadata_log, publisher, cfg, now_ms)
 
-    _start_groups(broker)
+    from .groups_wiring import start_group_coordinator
+
+    broker.services = BrokerServices(
+        config=cfg, now_ms=now_ms, metadata=publisher, controller=broker.controller, data=broker.data,
+        log_manager=broker.log_manager,
+        producer_ids=ProducerIdManager(lambda: broker.controller.allocate_producer_ids(cfg.node_id)),
+        api_versions_response=broker.api_versions_response,
+        groups_factory=lambda: start_group_coordinator(broker),
+    )
     _start_metrics(broker, loop)
     broker.spawn(_housekeeping(broker))
-    log.info("components started", cluster_id=broker.metadata.image.cluster_id, topics=len(broker.metadata.image.topics_by_name))
 
 
-def _advertised_for_registration(broker) -> tuple[str, int]:
-    listener = broker.config.advertised_listener_list()[0]
-    return (listener.host or "localhost", listener.port)
+def register_broker(broker) -> None:
+    """Register this node with the endpoints of the listeners it bound (on an empty log, bootstrap the
+    cluster first), then start the group coordinator if groups exist already."""
+    from .groups_wiring import OFFSETS_TOPIC
+
+    cfg = broker.config
+    endpoints = registration_endpoints(cfg, {name: port for name, _host, port in broker.bound})
+    registered = broker.controller.register_broker(cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=None)
+    registered.result()  # raises what refused the registration: the node must not start
+    image = broker.metadata.image
+    if image.topics_by_name.get(OFFSETS_TOPIC) is not None:
+        broker.services.groups  # load the coordinator's partitions at start when groups exist already
+    log.info("components started", cluster_id=image.cluster_id, topics=len(image.topics_by_name))
 
 
-def _start_groups(broker) -> None:
-    from .groups_wiring import OFFSETS_TOPIC, start_group_coordinator
-
-    broker._groups_factory = lambda: start_group_coordinator(broker)
-    if broker.metadata.image.topics_by_name.get(OFFSETS_TOPIC) is not None:
-        broker.groups  # load the coordinator's partitions at start when groups exist already
+def registration_endpoints(cfg, bound_ports: dict[str, int]) -> list[Endpoint]:
+    """Each advertised listener as clients should reach it: a meta-address or empty host becomes
+    localhost, a port of 0 the port actually bound for that listener name."""
+    endpoints = []
+    for listener in cfg.advertised_listener_list():
+        host = listener.host if listener.host not in ("", "0.0.0.0", "::") else "localhost"
+        port = listener.port or bound_ports.get(listener.name, 0)
+        endpoints.append(Endpoint(listener.name, host, port, SecurityProtocol(listener.security_protocol).id))
+    return endpoints
 
 
 def _start_metrics(broker, loop) -> None:
@@ -87,8 +117,8 @@ def _start_metrics(broker, loop) -> None:
         lambda: [(tp.topic, tp.partition, p.log.size_bytes) for tp, p in broker.data.partitions.items()]
     )
     broker.metrics = metrics
-    port = getattr(broker.config, "metrics_port", 0)
-    broker.metrics_server = metrics.start_http_server(port, getattr(broker.config, "metrics_host", "127.0.0.1")) if port else None
+    port = broker.config.metrics_port
+    broker.metrics_server = metrics.start_http_server(port, broker.config.metrics_host) if port else None
 
 
 def arm_timer(broker) -> None:
@@ -196,14 +226,11 @@ def _high_watermark(broker, tp) -> int | None:
 
 
 async def stop_components(broker) -> None:
-    handle = getattr(broker, "_timer_handle", None)
-    if handle is not None:
-        handle.cancel()
-    server = getattr(broker, "metrics_server", None)
-    if server is not None:
-        server.stop()
+    if broker._timer_handle is not None:
+        broker._timer_handle.cancel()
+    if broker.metrics_server is not None:
+        broker.metrics_server.stop()
     # Let a flush or cleaning that is running in a worker thread finish before the logs close under it.
-    await asyncio.gather(*getattr(broker, "_maintenance", ()), return_exceptions=True)
-    log_manager = getattr(broker, "log_manager", None)
-    if log_manager is not None:
-        log_manager.close()
+    await asyncio.gather(*broker._maintenance, return_exceptions=True)
+    if broker.log_manager is not None:
+        broker.log_manager.close()

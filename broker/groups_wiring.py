@@ -2,8 +2,10 @@
 
 The coordinator (coordinator/) knows nothing of storage or sockets; it asks for a `PartitionWriter`
 (append records to partition p of `__consumer_offsets`, read them all back for loading) and a view of
-the topics. On one broker every `__consumer_offsets` partition is led here, so each is loaded ("elected")
-at start; with replication, election follows leadership.
+the topics. Which `__consumer_offsets` partitions it serves follows the metadata image
+(`CoordinatorLoader`, a metadata listener): a partition is loaded ("elected") when this broker becomes its
+leader and unloaded ("resigned") when it stops being it; on one broker every partition is led here, so
+each is loaded at start. A deleted topic's committed offsets go with it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterable
 from odradek.coordinator.config import GroupCoordinatorConfig
 from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.coordinator.topics import TopicMetadata
+from odradek.replication.metadata_publisher import MetadataUpdate
 from odradek.protocol.records import build_batch, iter_batches, iter_records
 from odradek.storage.names import TopicPartition
 
@@ -93,20 +96,44 @@ class MetadataTopicsView:
         return self.broker.metadata.image.topics_by_name.keys()
 
 
+class CoordinatorLoader:
+    """Loads and unloads the group coordinator's partitions as their leadership moves (a metadata listener)."""
+
+    def __init__(self, groups: GroupCoordinator, node_id: int, clock) -> None:
+        self.groups = groups
+        self.node_id = node_id
+        self.clock = clock
+        self.led: set[int] = set()
+
+    def on_metadata_update(self, update: MetadataUpdate) -> None:
+        now = self.clock()
+        topic = update.image.topics_by_name.get(OFFSETS_TOPIC)
+        led = set() if topic is None else {i for i, p in topic.partitions.items() if p.leader == self.node_id}
+        for index in sorted(self.led - led):
+            self.groups.on_resigned(index)
+        for index in sorted(led - self.led):
+            self.groups.on_elected(index, now)
+        self.led = led
+
+
 def start_group_coordinator(broker) -> GroupCoordinator:
+    from .controller_channel import NewTopic
+
     cfg = broker.config
     num_partitions = cfg.offsets_topic_num_partitions
     if broker.metadata.image.topics_by_name.get(OFFSETS_TOPIC) is None:
-        broker.topics.create(
-            OFFSETS_TOPIC, num_partitions, cfg.offsets_topic_replication_factor,
-            {"cleanup.policy": "compact", "segment.bytes": str(cfg.offsets_topic_segment_bytes)},
+        created = broker.controller.create_topics(
+            [NewTopic(
+                OFFSETS_TOPIC, num_partitions, cfg.offsets_topic_replication_factor,
+                {"cleanup.policy": "compact", "segment.bytes": str(cfg.offsets_topic_segment_bytes)},
+            )],
             internal=True,
         )
-    else:
-        num_partitions = len(broker.metadata.image.topics_by_name[OFFSETS_TOPIC].partitions)
+        (outcome,) = created.result()
+        if isinstance(outcome, Exception) and getattr(outcome, "error_code", None) != 36:  # TOPIC_ALREADY_EXISTS
+            raise outcome
+    num_partitions = len(broker.metadata.image.topics_by_name[OFFSETS_TOPIC].partitions)
     config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions)
     groups = GroupCoordinator(OffsetsTopicWriter(broker), broker.timer, config, MetadataTopicsView(broker))
-    now = broker.now_ms()
-    for index in range(num_partitions):
-        groups.on_elected(index, now)
+    broker.metadata.register(CoordinatorLoader(groups, broker.node_id, broker.now_ms))
     return groups

@@ -21,11 +21,12 @@ the work the broker accepts, is done here by back-pressure instead:
   * at most `max_parked` requests wait on futures at once (`queued.max.requests`); beyond that, connections
     keep their next request in the inbox and stop reading until a parked one completes.
 
-Produce requests at v3-v13 may skip the codec, the request context and the dispatcher: the connection
-hands them as `ProduceFrame`s to `serve_produce_frame` (the broker's produce fast path), which answers
-with the response frame's bytes, or a future of them, or declines, and then the frame is decoded and
-dispatched as any other. Measured: ~36 -> ~27 us per single-partition request in process. A handler
-may also answer with the frame already packed, as chunks (the Fetch handler: protocol.fast_fetch).
+Produce requests at v3-v13 may skip the codec, the per-request context and the dispatcher: the connection
+hands them as `ProduceFrame`s, with its `ConnectionContext` (listener, security protocol, principal), to
+`serve_produce_frame` (the broker's produce fast path), which answers with the packed response frame, or
+a future of it, or declines, and then the frame is decoded and dispatched as any other. Measured: ~36 ->
+~27 us per single-partition request in process. What a handler may answer is described once, in
+broker/context.py; `_respond` is the one place that writes each kind.
 
 Responses are written when the connection has served what it can for now (the end of `pump`): the bytes
 of every response made in that pass go to the transport in one call, so a client pipelining requests gets
@@ -41,7 +42,6 @@ import asyncio
 import os
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import structlog
@@ -50,7 +50,8 @@ from odradek.protocol.codec import FileRegion
 from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
 from odradek.protocol.errors import ProtocolError
 from odradek.protocol.fast_produce import ProduceFrame
-from odradek.protocol.headers import RequestHeader
+
+from .context import ConnectionContext, Packed, RequestContext, SecurityProtocol
 
 log = structlog.get_logger("odradek.network")
 
@@ -60,29 +61,11 @@ log = structlog.get_logger("odradek.network")
 SMALL_REGION_BYTES = 16 * 1024
 
 
-@dataclass(slots=True)
-class RequestContext:
-    header: RequestHeader
-    request: Any
-    connection_id: str
-    client_host: str
-    listener: str
-    received_ns: int
-    frame_size: int
-
-    @property
-    def api_key(self) -> int:
-        return self.header.api_key
-
-    @property
-    def api_version(self) -> int:
-        return self.header.api_version
-
-
 class KafkaProtocol(asyncio.BufferedProtocol):
-    def __init__(self, server: "NetworkServer", listener: str):
+    def __init__(self, server: "NetworkServer", listener: str, security_protocol: SecurityProtocol):
         self.server = server
         self.listener = listener
+        self.security_protocol = security_protocol
         self.conn = ServerConnection(
             max_frame_bytes=server.max_frame_bytes, supported=server.accepted_versions,
             fast_produce=server.serve_produce_frame is not None,
@@ -94,6 +77,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.closed = False
         self.connection_id = ""
         self.client_host = ""
+        self.context: ConnectionContext | None = None  # set when the connection is made
         self.last_active = time.monotonic()
         self.in_flight = False  # a request is being served (its response not yet written)
         self._pending: list = []  # response bytes not yet handed to the transport (see _flush)
@@ -106,6 +90,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("sockname") or ("?", 0)
         self.client_host = str(peer[0])
         self.connection_id = f"{sock[0]}:{sock[1]}-{peer[0]}:{peer[1]}"
+        self.context = ConnectionContext(self.connection_id, self.client_host, self.listener, self.security_protocol)
         if self.server.draining or not self.server.register(self):
             log.warning("connection refused", client=self.connection_id, draining=self.server.draining)
             transport.abort()
@@ -163,7 +148,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 # The produce fast path: bytes (or a future of them) when it served the request, None when
                 # the request goes the general way (the codec decodes it below).
                 try:
-                    result = server.serve_produce_frame(event)
+                    result = server.serve_produce_frame(event, self.context)
                 except Exception:
                     self.close()
                     return
@@ -177,10 +162,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 if isinstance(event, ApiVersionsUnsupported):
                     self._write(self.conn.send_api_versions_unsupported(event.header, server.advertised_versions))
                     continue
-                ctx = RequestContext(
-                    event.header, event.request, self.connection_id, self.client_host, self.listener,
-                    time.monotonic_ns(), event.frame_size,
-                )
+                ctx = RequestContext(event.header, event.request, self.context, time.monotonic_ns(), event.frame_size)
                 try:
                     result = server.dispatch(ctx)
                 except Exception:  # a bug in a handler must not take the broker down: drop this connection
@@ -225,11 +207,9 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         return future.result()
 
     def _respond(self, ctx: RequestContext | None, response) -> None:
-        if type(response) is bytearray:  # a whole frame from the produce fast path (ctx is None)
-            self._write((response,))
-            return
-        if type(response) is list:  # a whole frame as chunks, packed by its handler (Fetch)
-            self._write(response)
+        """Write a handler's answer (broker.context): a frame it packed itself, or a message to encode."""
+        if type(response) is Packed:  # the fast produce path (ctx is None) and the Fetch handler
+            self._write(response.chunks)
             return
         try:
             chunks = self.conn.send_response(ctx.header, response)
@@ -334,7 +314,7 @@ class NetworkServer:
         self,
         *,
         dispatch: Callable[[RequestContext], Any],
-        serve_produce_frame: Callable[[ProduceFrame], Any] | None = None,
+        serve_produce_frame: Callable[[ProduceFrame, ConnectionContext], Any] | None = None,
         accepted_versions: dict[int, tuple[int, int]],
         advertised_versions: dict[int, tuple[int, int]],
         max_frame_bytes: int,
@@ -389,12 +369,26 @@ class NetworkServer:
         while self.waiting and self.parked < self.max_parked:
             self.waiting.pop().pump()
 
-    async def listen(self, name: str, host: str, port: int) -> tuple[str, int]:
+    async def listen(
+        self, name: str, host: str, port: int, security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    ) -> tuple[str, int]:
+        if security_protocol is not SecurityProtocol.PLAINTEXT:
+            # Refused here too, not only by the config check: a TLS listener served as plaintext, or a file
+            # region sendfile'd into what should be a TLS stream, must never happen.
+            raise ValueError(f"listener {name}: security protocol {security_protocol.value} is not served")
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: KafkaProtocol(self, name), host, port, reuse_address=True, backlog=512)
+        server = await loop.create_server(
+            lambda: KafkaProtocol(self, name, security_protocol), host, port, reuse_address=True, backlog=512,
+            start_serving=False,
+        )
         self.servers.append(server)
         sockname = server.sockets[0].getsockname()
         return sockname[0], sockname[1]
+
+    async def start_serving(self) -> None:
+        """Accept connections on every bound listener (bound with `listen`, not serving until now)."""
+        for server in self.servers:
+            await server.start_serving()
 
     def start(self) -> None:
         self.tasks.append(asyncio.get_running_loop().create_task(self._idle_reaper()))

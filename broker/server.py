@@ -11,17 +11,22 @@ clean-shutdown marker.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import Any
 
 import structlog
 
 from . import handlers as handler_registry
+from odradek.coordinator.runtime import Deferred
+
 from .components import arm_timer
-from .config import BrokerConfig
+from .config import BrokerConfig, ConfigError
+from .context import ConnectionContext, RequestContext, SecurityProtocol
 from .handlers.api_versions import build_response
 from .handlers.produce import serve_produce_frame
-from .network import NetworkServer, RequestContext
+from .network import NetworkServer
+from .services import BrokerServices
 
 log = structlog.get_logger("odradek.broker")
 
@@ -43,26 +48,30 @@ class Broker:
         self.network: NetworkServer | None = None
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
         self.metrics = None
-        self.data = None  # the data plane (logs, partitions, purgatories), set by start()
-        self.metadata = None
-        self._groups = None
-        self._groups_factory = None
-        self.topics = None
-        self.log_manager = None
+        self.metrics_server = None
+        # Set by components.start_components, in this order:
         self.timer = None
+        self.log_manager = None
+        self.metadata_log = None
+        self.data = None  # the data plane (logs, partitions, purgatories)
+        self.metadata = None  # the publisher of committed metadata; `.image` is the current image
+        self.controller = None  # the controller channel
+        self.services: BrokerServices | None = None  # what handlers receive
         self._timer_handle = None
         self._timer_deadline: int | None = None
         self._fetches_scheduled = False
+        self._maintenance: list = []
         self._background: list[asyncio.Task] = []
         self._started = False
 
     # -- life cycle --
 
     async def start(self) -> None:
-        from .components import start_components
+        from .components import register_broker, start_components
 
-        await start_components(self)
         cfg = self.config
+        refuse_unserved_settings(cfg)
+        await start_components(self)
         self.network = NetworkServer(
             dispatch=self.dispatch,
             serve_produce_frame=self.serve_produce_frame if self.produce_fast_path else None,
@@ -76,11 +85,17 @@ class Broker:
             metrics=self.metrics,
         )
         self.network.start()
+        # Bind first, serve after registering: the registration carries the ports actually bound.
         for listener in cfg.client_listeners():
             host = listener.host or "0.0.0.0"
-            bound_host, port = await self.network.listen(listener.name, host, listener.port)
+            bound_host, port = await self.network.listen(
+                listener.name, host, listener.port, SecurityProtocol(listener.security_protocol)
+            )
             self.bound.append((listener.name, bound_host, port))
-            log.info("listening", listener=listener.name, host=bound_host, port=port)
+        register_broker(self)
+        await self.network.start_serving()
+        for name, host, port in self.bound:
+            log.info("listening", listener=name, host=host, port=port)
         self._started = True
 
     async def stop(self, drain_timeout_s: float = 5.0) -> None:
@@ -103,8 +118,9 @@ class Broker:
         look for the coordinator again) now, rather than hold shutdown for their timeouts."""
         if self.data is not None:
             self.data.fetch_purgatory.complete_all()
-        if self._groups is not None:
-            self._groups.shutdown()
+        groups = self.services.groups_if_started if self.services is not None else None
+        if groups is not None:
+            groups.shutdown()
 
     async def __aenter__(self) -> "Broker":
         await self.start()
@@ -124,52 +140,20 @@ class Broker:
 
     @property
     def advertised_endpoint(self) -> tuple[str, int]:
-        """The host and port clients are told to use (advertised.listeners, else the bound listener)."""
-        first = self.config.advertised_listener_list()[0]
-        host = first.host if first.host not in ("", "0.0.0.0", "::") else "localhost"
-        return host, first.port or self.bound_port
-
-    # -- services for handlers --
+        """The host and port of this broker's first registered endpoint (what clients of that listener use)."""
+        endpoint = self.metadata.image.brokers[self.node_id].endpoints[0]
+        return endpoint.host, endpoint.port
 
     @property
     def groups(self):
         """The group coordinator, created with `__consumer_offsets` on first use as Kafka does."""
-        if self._groups is None and self._groups_factory is not None:
-            self._groups = self._groups_factory()
-        return self._groups
+        return self.services.groups
 
     @staticmethod
     def now_ms() -> int:
         return time.time_ns() // 1_000_000
 
-    def topic_by_name(self, name: str):
-        return self.metadata.image.topics_by_name.get(name)
-
-    def topic_by_id(self, topic_id):
-        return self.metadata.image.topics_by_id.get(topic_id)
-
-    def is_internal_topic(self, name: str) -> bool:
-        return self.topics.is_internal(name)
-
-    def allows_internal_writes(self, name: str) -> bool:
-        return False
-
-    @staticmethod
-    def future_from(deferred) -> asyncio.Future:
-        """Adapt the coordinator's Deferred (no asyncio below broker/) to an asyncio future."""
-        future = asyncio.get_running_loop().create_future()
-
-        def settle(d) -> None:
-            if future.done():
-                return
-            error = d.failed_with
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(d.result())
-
-        deferred.add_callback(settle)
-        return future
+    future_from = staticmethod(BrokerServices.future_from)
 
     def after_state_change(self) -> None:
         """Re-arm the timing wheel's wake-up after anything that may have added a timer task."""
@@ -183,19 +167,19 @@ class Broker:
         registration = self.registry[ctx.api_key]
         started = time.perf_counter()
         try:
-            result = registration.handler(self, ctx, ctx.request)
+            result = registration.handler(self.services, ctx, ctx.request)
         except Exception:
             log.exception("handler failed", api_key=ctx.api_key, api_version=ctx.api_version)
             self._observe(ctx.api_key, ctx.api_version, ctx.frame_size, started, error=True)
             raise
         return self._handled(ctx.api_key, ctx.api_version, ctx.frame_size, started, result)
 
-    def serve_produce_frame(self, request):
-        """The produce fast path (handlers.produce.serve_produce_frame): response bytes, a future of them, or
-        None when the request must go through `dispatch` after all."""
+    def serve_produce_frame(self, request, connection: ConnectionContext):
+        """The produce fast path (handlers.produce.serve_produce_frame): the packed response, a future of it,
+        or None when the request must go through `dispatch` after all."""
         started = time.perf_counter()
         try:
-            result = serve_produce_frame(self, request)
+            result = serve_produce_frame(self.services, request, connection)
         except Exception:
             log.exception("handler failed", api_key=0, api_version=request.api_version)
             self._observe(0, request.api_version, len(request.frame), started, error=True)
@@ -205,6 +189,10 @@ class Broker:
         return self._handled(0, request.api_version, len(request.frame), started, result)
 
     def _handled(self, api_key: int, api_version: int, frame_size: int, started: float, result):
+        if type(result) is Deferred:  # a coordinator's or the controller's answer
+            result = self.services.answer(result, _same) if result.done else self.future_from(result)
+        elif inspect.iscoroutine(result):  # an async handler (admin requests waiting on the controller)
+            result = asyncio.get_running_loop().create_task(result)
         self.after_state_change()  # a handler may have added timer tasks (delayed ops, group timeouts)
         if self.data.has_deferred_fetches and not self._fetches_scheduled:
             # Wake waiting fetches right after this response is written, not before it.
@@ -228,3 +216,36 @@ class Broker:
     def _count_protocol_error(self) -> None:
         if self.metrics is not None:
             self.metrics.protocol_error()
+
+
+def refuse_unserved_settings(cfg: BrokerConfig) -> None:
+    """Refuse to start on a setting this broker cannot honour yet, rather than silently ignore it.
+
+    * A listener whose security protocol is not served (SSL, SASL_PLAINTEXT, SASL_SSL until the security
+      issue lands) would otherwise be served as plaintext, and zero-copy would sendfile file regions into
+      what should be a TLS stream.
+    * A controller quorum with voters other than this node needs the Raft quorum, which is not served
+      yet: such a node would otherwise run as a cluster of one of its own, with its own cluster id.
+    """
+    for listener in cfg.listener_list():
+        protocol = SecurityProtocol(listener.security_protocol)
+        if not protocol.served:
+            raise ConfigError(
+                f"listener {listener.name} uses security protocol {protocol.value}, which this broker does not "
+                "serve yet (PLAINTEXT only); map the listener to PLAINTEXT or remove it",
+                key="listener.security.protocol.map",
+            )
+    others = sorted(v.node_id for v in cfg.voters() if v.node_id != cfg.node_id)
+    needs_quorum = "controller.quorum.voters names other voters (" + ", ".join(map(str, others)) + ")"
+    if not others and "controller" not in cfg.process_roles:
+        needs_quorum = "process.roles=broker (a broker that follows remote controllers)"
+    if others or "controller" not in cfg.process_roles:
+        raise ConfigError(
+            f"{needs_quorum}: that needs the Raft controller quorum, which this broker does not serve yet; "
+            "leave controller.quorum.voters empty (a quorum of one: this node) with process.roles=broker,controller",
+            key="controller.quorum.voters",
+        )
+
+
+def _same(value):
+    return value

@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from odradek.protocol.connection import ClientConnection
 
@@ -125,6 +125,14 @@ class BrokerThread:
         self._thread = None
         if self._error is not None:
             raise RuntimeError(f"the in-process broker failed while stopping: {self._error!r}") from self._error
+
+    def call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+        """Run `fn()` on the broker's event loop thread (where its state may be touched) and return its result."""
+
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout_s)
 
     def __enter__(self) -> "BrokerThread":
         return self.start()

@@ -234,6 +234,16 @@ class Partition:
         self.isr = tuple(isr)
         self._follower_states = {}
 
+    def make_leaderless(self, *, leader_epoch: int, replicas: Sequence[int], isr: Sequence[int]) -> None:
+        """No leader at the moment (all of the ISR is offline): neither lead nor fetch until one is elected."""
+        if not set(isr) <= set(replicas):
+            raise ValueError(f"ISR {list(isr)} is not a subset of replicas {list(replicas)}")
+        self.leader_id = None
+        self.leader_epoch = leader_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self._follower_states = {}
+
     @staticmethod
     def _check_assignment(leader_id: int, replicas: Sequence[int], isr: Sequence[int]) -> None:
         if leader_id not in replicas:

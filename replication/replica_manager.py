@@ -50,6 +50,7 @@ class FetchRequestPartition:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = NO_LEADER_EPOCH
+    last_fetched_epoch: int = -1  # a follower's (v12+): checked against this leader's epoch history
 
 
 @dataclass(slots=True)
@@ -58,6 +59,11 @@ class FetchResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    # What a plain consumer fetch never carries; a response with any of them is encoded by the codec,
+    # not the packed fast path (protocol.fast_fetch), which cannot say them.
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) where a follower's log diverges
+    aborted_transactions: list | None = None  # [(producer id, first offset)] for read_committed
+    preferred_read_replica: int = -1
     records: list = field(default_factory=list)  # FileRegion-like chunks (fd, position, length)
     size: int = 0
 
@@ -89,9 +95,40 @@ class ReplicaManager:
         self, tp: TopicPartition, *, topic_id, log, leader_epoch: int, replicas: Iterable[int],
         isr: Iterable[int], min_insync_replicas: int, now_ms: int,
     ) -> Partition:
-        partition = Partition(tp, topic_id=topic_id, log=log, local_broker_id=self.node_id, min_insync_replicas=min_insync_replicas)
-        partition.make_leader(leader_epoch=leader_epoch, replicas=list(replicas), isr=list(isr), now_ms=now_ms)
-        self.partitions[tp] = partition
+        return self.apply_partition_state(
+            tp, topic_id=topic_id, log=log, leader_id=self.node_id, leader_epoch=leader_epoch, replicas=replicas,
+            isr=isr, min_insync_replicas=min_insync_replicas, now_ms=now_ms,
+        )
+
+    def apply_partition_state(
+        self, tp: TopicPartition, *, topic_id, log, leader_id: int, leader_epoch: int, replicas: Iterable[int],
+        isr: Iterable[int], min_insync_replicas: int, now_ms: int,
+    ) -> Partition:
+        """Host `tp` as the metadata image says: led here when `leader_id` is this node, else following
+        `leader_id` (-1: no leader at the moment). Calling it again with the same state changes nothing;
+        a new leader epoch or ISR is taken as given, and waiting produce and fetch requests re-check."""
+        partition = self.partitions.get(tp)
+        if partition is None:
+            partition = Partition(
+                tp, topic_id=topic_id, log=log, local_broker_id=self.node_id, min_insync_replicas=min_insync_replicas,
+                first_unstable_offset=lambda: log.first_unstable_offset,
+            )
+            self.partitions[tp] = partition
+        partition.min_insync_replicas = min_insync_replicas
+        replicas, isr = tuple(replicas), tuple(isr)
+        if (partition.leader_id, partition.leader_epoch, partition.replicas, partition.isr) == (
+            leader_id if leader_id >= 0 else None, leader_epoch, replicas, isr
+        ):
+            return partition
+        if leader_id == self.node_id:
+            partition.make_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr, now_ms=now_ms)
+        elif leader_id >= 0:
+            partition.make_follower(leader_id=leader_id, leader_epoch=leader_epoch, replicas=replicas, isr=isr)
+        else:
+            partition.make_leaderless(leader_epoch=leader_epoch, replicas=replicas, isr=isr)
+        # Requests waiting on this partition re-check: a deposed leader's acks=all produce fails now.
+        self.fetch_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp)
         return partition
 
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
@@ -212,8 +249,11 @@ class ReplicaManager:
         isolation: FetchIsolation,
         now_ms: int,
         respond: Callable[[dict[TopicPartition, FetchResult]], None],
+        replica_id: int = -1,
     ) -> None:
-        results = self.read(partitions, max_bytes=max_bytes, isolation=isolation)
+        """A consumer's fetch (`replica_id` -1) or a follower's (its broker id: reads up to the log end
+        and moves that follower's position, which may advance the high watermark)."""
+        results = self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms)
         total = sum(r.size for r in results.values())
         errored = any(r.error_code for r in results.values())
         if max_wait_ms <= 0 or total >= min_bytes or errored or not partitions:
@@ -224,7 +264,7 @@ class ReplicaManager:
         ]
 
         def respond_later() -> None:
-            respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation))
+            respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms))
 
         op = DelayedFetch(
             max_wait_ms, now_ms=now_ms, fetch_partitions=statuses, min_bytes=min_bytes, get_partition=self.get_partition,
@@ -240,7 +280,8 @@ class ReplicaManager:
         return max(1, sum(r[2] for r in info.regions))
 
     def read(
-        self, partitions: list[FetchRequestPartition], *, max_bytes: int, isolation: FetchIsolation
+        self, partitions: list[FetchRequestPartition], *, max_bytes: int, isolation: FetchIsolation,
+        replica_id: int = -1, now_ms: int = 0,
     ) -> dict[TopicPartition, FetchResult]:
         results: dict[TopicPartition, FetchResult] = {}
         remaining = max_bytes
@@ -261,6 +302,15 @@ class ReplicaManager:
                 log_start_offset=snap.log_start_offset,
             )
             end = snap.end_offset(isolation)
+            if replica_id >= 0:
+                if replica_id not in partition.replicas or replica_id == self.node_id:
+                    results[tp] = FetchResult(error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                    continue
+                diverging = self._diverging_epoch(partition, p)
+                if diverging is not None:
+                    result.diverging_epoch = diverging
+                    results[tp] = result
+                    continue
             if p.fetch_offset < snap.log_start_offset or p.fetch_offset > snap.log_end_offset:
                 result.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
             elif p.fetch_offset < end and (remaining > 0 or first_with_data):
@@ -277,5 +327,28 @@ class ReplicaManager:
                     if result.size:
                         first_with_data = False
                         remaining -= result.size
+            if replica_id >= 0 and not result.error_code:
+                self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms)
             results[tp] = result
         return results
+
+    @staticmethod
+    def _diverging_epoch(partition: Partition, p: FetchRequestPartition) -> tuple[int, int] | None:
+        """Where a follower's log stops agreeing with this leader's (KIP-320, as Kafka's Partition does it):
+        its last fetched epoch ends here earlier than its fetch offset, or is not in this log at all."""
+        if p.last_fetched_epoch < 0:
+            return None
+        epoch, end_offset = partition.log.end_offset_for_epoch(p.last_fetched_epoch)
+        if epoch < 0:
+            return None
+        if end_offset < p.fetch_offset or epoch < p.last_fetched_epoch:
+            return epoch, end_offset
+        return None
+
+    def _follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower asked from `fetch_offset`: it holds everything before it. The high watermark may move,
+        and with it acks=all produce waiting here and consumers waiting for data below it."""
+        if partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms):
+            tp = partition.topic_partition
+            self.produce_purgatory.check_and_complete(tp)
+            self._log_grew(tp)

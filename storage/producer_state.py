@@ -147,6 +147,7 @@ class ProducerAppendInfo:
         entry.add_batch(epoch, BatchMetadata(header.base_sequence, header.last_sequence, first_offset, last_offset, timestamp))
         if header.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
+            self._manager.transactions_seen = True
         return None
 
     @staticmethod
@@ -178,6 +179,9 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
         self._snapshots: list[int] | None = None
+        # Whether any entry may hold an open transaction (set on a transactional batch or snapshot entry,
+        # never cleared): `first_unstable_offset` walks the producers only then.
+        self.transactions_seen = False
 
     def prepare(self, origin: AppendOrigin) -> ProducerAppendInfo:
         return ProducerAppendInfo(self, origin)
@@ -222,6 +226,7 @@ class ProducerStateManager:
             self.producers[pid] = entry
         if header.attributes & ATTR_TRANSACTIONAL and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
+            self.transactions_seen = True
         self.map_end_offset = last_offset + 1
 
     def replay(self, header: BatchHeader) -> None:
@@ -234,6 +239,10 @@ class ProducerStateManager:
 
     @property
     def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (what the last stable offset stops at), or None.
+        Asked on every fetch: a log that never held a transactional batch answers without a walk."""
+        if not self.transactions_seen:
+            return None
         entries = list(self.producers.values())
         offsets = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
         return min(offsets) if offsets else None
@@ -307,6 +316,8 @@ class ProducerStateManager:
                 continue
             self.producers = {e.producer_id: e for e in producers}
             self.map_end_offset = offset
+            if any(e.current_txn_first_offset >= 0 for e in producers):
+                self.transactions_seen = True
             return offset
         self.producers = {}
         return None

@@ -1,9 +1,14 @@
 """Request handlers, one module per API family, registered with the versions they serve.
 
-A handler is a plain function `handle(ctx: RequestContext, request) -> response`, where the response is
-a message, `None` (no response: acks=0 produce), or an `asyncio.Future` resolving to one of those (a
-delayed operation completing later from the purgatory). Handlers never block on a long poll: they run
-synchronously on a handler task and return at once.
+A handler is a plain function `handle(services: BrokerServices, ctx: RequestContext, request)`:
+`services` (broker/services.py) is everything it may use, typed and named; `ctx` (broker/context.py)
+says who asks, on which listener, with which security protocol and principal. It answers with a
+message, `Packed` (a frame it packed itself), `None` (no response: acks=0 produce), or something that
+completes later: an `asyncio.Future` (a delayed operation completing from the purgatory), a `Deferred`
+(a coordinator's or the controller channel's answer) or a coroutine (a handler that awaits); the
+dispatcher turns the last two into futures. Handlers never block: they run synchronously on the event
+loop and return at once. A handler that changes metadata asks the controller channel and answers from
+its result, never writing metadata or opening logs itself.
 
 The ApiVersions table is derived from what is registered here, so nothing is advertised that is not
 served. A handler may advertise a wider range than it accepts (Produce v0-2, as Kafka 4 does for old

@@ -13,5 +13,5 @@ def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:
 
 
 @handles(18)
-def handle_api_versions(broker, ctx, request):
-    return broker.api_versions_response
+def handle_api_versions(services, ctx, request):
+    return services.api_versions_response

@@ -1,7 +1,8 @@
 """DescribeCluster (60) and DescribeLogDirs (35).
 
-DescribeCluster answers with this broker (the only one, never fenced), the cluster id and this node as
-the controller, as Metadata does. DescribeLogDirs reports the one data directory: the size of each
+DescribeCluster answers from the metadata image, as Metadata does: every registered broker at its endpoint
+for the listener the request came in on (fenced ones too from v2, flagged, as Kafka lists them), the
+cluster id, and the controller id clients are given (a live broker, which forwards controller requests). DescribeLogDirs reports the one data directory: the size of each
 hosted partition's log (offset lag 0: every replica here is the leader, nothing is a future replica)
 and, from v4, the file system's total and usable bytes.
 """
@@ -25,13 +26,13 @@ ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2
 
 
 @handles(60, (0, 2))
-def handle_describe_cluster(broker, ctx, request):
+def handle_describe_cluster(services, ctx, request):
     version = ctx.api_version
     endpoint_type = request.endpoint_type if version >= 1 else ENDPOINT_BROKERS
     include_ops = request.include_cluster_authorized_operations
     response = DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None,
-        cluster_id=broker.metadata.image.cluster_id, controller_id=broker.node_id, brokers=[],
+        cluster_id=services.metadata.image.cluster_id, controller_id=services.controller_id(), brokers=[],
         cluster_authorized_operations=ALL_CLUSTER_OPERATIONS if include_ops else INT32_MIN,
     )
     if version >= 1:
@@ -43,11 +44,20 @@ def handle_describe_cluster(broker, ctx, request):
         response.error_message = f"The broker does not support DescribeCluster with endpoint type {endpoint_type}."
         response.cluster_authorized_operations = INT32_MIN
         return response
-    host, port = broker.advertised_endpoint
-    entry = CBroker(broker_id=broker.node_id, host=host, port=port, rack=broker.config.broker_rack)
-    if version >= 2:
-        entry.is_fenced = False
-    response.brokers = [entry]
+    brokers = []
+    for registration in sorted(services.metadata.image.brokers.values(), key=lambda b: b.broker_id):
+        if registration.fenced and version < 2:
+            continue
+        endpoint = services.endpoint(registration.broker_id, ctx.listener)
+        if endpoint is None and registration.broker_id == services.node_id:
+            endpoint = registration.endpoints[0]
+        if endpoint is None:
+            continue
+        entry = CBroker(broker_id=registration.broker_id, host=endpoint.host, port=endpoint.port, rack=registration.rack)
+        if version >= 2:
+            entry.is_fenced = registration.fenced
+        brokers.append(entry)
+    response.brokers = brokers
     return response
 
 
@@ -62,11 +72,11 @@ def _partitions_wanted(request):
 
 
 @handles(35, (1, 4))
-def handle_describe_log_dirs(broker, ctx, request):
+def handle_describe_log_dirs(services, ctx, request):
     version = ctx.api_version
     wanted = _partitions_wanted(request)
     by_topic: dict[str, list] = {}
-    for tp, partition in sorted(broker.data.partitions.items(), key=lambda item: (item[0].topic, item[0].partition)):
+    for tp, partition in sorted(services.data.partitions.items(), key=lambda item: (item[0].topic, item[0].partition)):
         if wanted is not None and tp.partition not in wanted.get(tp.topic, ()):
             continue
         by_topic.setdefault(tp.topic, []).append(
@@ -75,7 +85,7 @@ def handle_describe_log_dirs(broker, ctx, request):
                 is_future_key=False,
             )
         )
-    log_dir = broker.log_manager.log_dir
+    log_dir = services.log_manager.log_dir
     result = LResult(
         error_code=0, log_dir=log_dir,
         topics=[LTopic(name=name, partitions=parts) for name, parts in by_topic.items()],

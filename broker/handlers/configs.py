@@ -14,11 +14,11 @@ from collections import Counter
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import AlterConfigsResponse, DescribeConfigsResponse, IncrementalAlterConfigsResponse
-from odradek.replication.metadata import MetadataError, validate_topic_name
+from odradek.replication.metadata_image import MetadataError, validate_topic_name
 
 from ..config import ConfigError, ConfigType, render_value
+from ..controller_channel import ConfigChange
 from ..topic_config import TOPIC_CONFIGS, ConfigResourceType, describe_broker, describe_topic
-from ..topics import TopicError
 from . import handles
 
 DResult = DescribeConfigsResponse.DescribeConfigsResult
@@ -39,16 +39,16 @@ class ResourceError(Exception):
         self.message = message
 
 
-def check_broker_name(broker, name: str) -> None:
+def check_broker_name(services, name: str) -> None:
     """A BROKER resource names this node ("1") or the cluster-wide defaults ("")."""
     if name == "":
         return
     if not (name.isascii() and name.isdigit()):
         raise ResourceError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}")
-    if int(name) != broker.node_id:
+    if int(name) != services.node_id:
         raise ResourceError(
             ErrorCode.INVALID_REQUEST,
-            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}",
+            f"Unexpected broker id, expected {services.node_id} or empty string, but received {name}",
         )
 
 
@@ -67,23 +67,23 @@ def _duplicates(items) -> set:
 # ---- DescribeConfigs
 
 
-def _describe_entries(broker, resource_type: int, name: str, keys):
+def _describe_entries(services, resource_type: int, name: str, keys):
     if resource_type == TOPIC:
         try:
             validate_topic_name(name)
         except MetadataError as e:
             raise ResourceError(e.error_code, e.message) from None
-        if broker.topic_by_name(name) is None:
+        if services.topic_by_name(name) is None:
             raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
         try:
-            return describe_topic(broker.metadata.image.topic_configs(name), broker.config, keys)
+            return describe_topic(services.metadata.image.topic_configs(name), services.config, keys)
         except ConfigError as e:
             raise ResourceError(ErrorCode.INVALID_CONFIG, str(e)) from None
     if resource_type == BROKER:
-        check_broker_name(broker, name)
+        check_broker_name(services, name)
         if name == "":
             return []  # the dynamic cluster-wide defaults, as Kafka answers: there are none
-        return describe_broker(broker.config, keys)
+        return describe_broker(services.config, keys)
     raise _unsupported_type(resource_type)
 
 
@@ -106,7 +106,7 @@ def describe_entry(entry, *, include_synonyms: bool, include_documentation: bool
 
 
 @handles(32, (1, 4))
-def handle_describe_configs(broker, ctx, request):
+def handle_describe_configs(services, ctx, request):
     version = ctx.api_version
     include_documentation = version >= 3 and request.include_documentation
     results = []
@@ -115,7 +115,7 @@ def handle_describe_configs(broker, ctx, request):
             error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name, configs=[]
         )
         try:
-            entries = _describe_entries(broker, r.resource_type, r.resource_name, r.configuration_keys)
+            entries = _describe_entries(services, r.resource_type, r.resource_name, r.configuration_keys)
         except ResourceError as e:
             result.error_code, result.error_message = e.error_code, e.message
         else:
@@ -133,8 +133,8 @@ def handle_describe_configs(broker, ctx, request):
 # ---- shared by both alters
 
 
-def _check_topic(broker, name: str) -> None:
-    if broker.topic_by_name(name) is None:
+def _check_topic(services, name: str) -> None:
+    if services.topic_by_name(name) is None:
         raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
 
 
@@ -145,8 +145,8 @@ def _check_unique_keys(names) -> None:
         raise ResourceError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {shown}")
 
 
-def _refuse_broker_change(broker, name: str, keys) -> None:
-    check_broker_name(broker, name)
+def _refuse_broker_change(services, name: str, keys) -> None:
+    check_broker_name(services, name)
     if keys:
         raise ResourceError(
             ErrorCode.INVALID_REQUEST,
@@ -155,16 +155,13 @@ def _refuse_broker_change(broker, name: str, keys) -> None:
         )
 
 
-def _alter_topic(broker, name: str, changes: dict, validate_only: bool) -> None:
-    try:
-        broker.topics.alter_topic_configs(name, changes, validate_only=validate_only)
-    except TopicError as e:
-        raise ResourceError(e.error_code, e.message) from None
-
-
-def _alter_all(broker, resources, apply_one, result_cls):
+def _alter_all(services, resources, validate_only: bool, change_of, result_cls):
+    """One result per resource: `change_of(r)` gives the resource's ConfigChange (or raises ResourceError);
+    every change goes to the controller in one call, answered once committed."""
     repeated = _duplicates((r.resource_type, r.resource_name) for r in resources)
     results = []
+    changes: list[ConfigChange] = []
+    pending: list[tuple[object, int]] = []
     for r in resources:
         result = result_cls(
             error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name
@@ -172,34 +169,47 @@ def _alter_all(broker, resources, apply_one, result_cls):
         try:
             if (r.resource_type, r.resource_name) in repeated:
                 raise ResourceError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
-            apply_one(r)
+            change = change_of(r)
         except ResourceError as e:
             result.error_code, result.error_message = e.error_code, e.message
+        else:
+            if change is not None:
+                pending.append((result, len(changes)))
+                changes.append(change)
         results.append(result)
-    return results
+
+    def answer(outcomes: list) -> list:
+        for result, index in pending:
+            outcome = outcomes[index]
+            if isinstance(outcome, MetadataError):
+                result.error_code, result.error_message = int(outcome.error_code), outcome.message
+        return results
+
+    return services.controller.alter_configs(changes, validate_only=validate_only), answer
 
 
 # ---- AlterConfigs: the given set replaces the resource's dynamic configs
 
 
 @handles(33, (0, 2))
-def handle_alter_configs(broker, ctx, request):
-    def apply_one(r):
+def handle_alter_configs(services, ctx, request):
+    def change_of(r) -> ConfigChange | None:
         keys = [c.name for c in r.configs]
         if r.resource_type == TOPIC:
             _check_unique_keys(keys)
-            _check_topic(broker, r.resource_name)
+            _check_topic(services, r.resource_name)
             wanted = {c.name: c.value for c in r.configs if c.value is not None}
-            current = broker.metadata.image.topic_configs(r.resource_name)
+            current = services.metadata.image.topic_configs(r.resource_name)
             changes = {key: None for key in current if key not in wanted}
             changes.update(wanted)
-            _alter_topic(broker, r.resource_name, changes, request.validate_only)
-        elif r.resource_type == BROKER:
-            _refuse_broker_change(broker, r.resource_name, keys)
-        else:
-            raise _unsupported_type(r.resource_type)
+            return ConfigChange(TOPIC, r.resource_name, changes)
+        if r.resource_type == BROKER:
+            _refuse_broker_change(services, r.resource_name, keys)
+            return None
+        raise _unsupported_type(r.resource_type)
 
-    return AlterConfigsResponse(throttle_time_ms=0, responses=_alter_all(broker, request.resources, apply_one, AResult))
+    altered, answer = _alter_all(services, request.resources, request.validate_only, change_of, AResult)
+    return services.answer(altered, lambda outcomes: AlterConfigsResponse(throttle_time_ms=0, responses=answer(outcomes)))
 
 
 # ---- IncrementalAlterConfigs
@@ -247,21 +257,21 @@ def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
 
 
 @handles(44, (0, 1))
-def handle_incremental_alter_configs(broker, ctx, request):
-    def apply_one(r):
+def handle_incremental_alter_configs(services, ctx, request):
+    def change_of(r) -> ConfigChange | None:
         keys = [c.name for c in r.configs]
         if r.resource_type == TOPIC:
             _check_unique_keys(keys)
-            _check_topic(broker, r.resource_name)
-            current = broker.metadata.image.topic_configs(r.resource_name)
+            _check_topic(services, r.resource_name)
+            current = services.metadata.image.topic_configs(r.resource_name)
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            changes = incremental_changes(current, ops, broker.config)
-            _alter_topic(broker, r.resource_name, changes, request.validate_only)
-        elif r.resource_type == BROKER:
-            _refuse_broker_change(broker, r.resource_name, keys)
-        else:
-            raise _unsupported_type(r.resource_type)
+            return ConfigChange(TOPIC, r.resource_name, incremental_changes(current, ops, services.config))
+        if r.resource_type == BROKER:
+            _refuse_broker_change(services, r.resource_name, keys)
+            return None
+        raise _unsupported_type(r.resource_type)
 
-    return IncrementalAlterConfigsResponse(
-        throttle_time_ms=0, responses=_alter_all(broker, request.resources, apply_one, IResult)
+    altered, answer = _alter_all(services, request.resources, request.validate_only, change_of, IResult)
+    return services.answer(
+        altered, lambda outcomes: IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=answer(outcomes))
     )

@@ -3,6 +3,17 @@
 Every partition carries its high watermark, last stable offset and log start offset, error paths
 included, and records are never null (librdkafka fails on a null record set). Sessions (KIP-227) are not
 kept: the response always carries session id 0, which clients treat as "full fetch every time".
+
+A fetch from a replica (`replica_id`, or `replica_state.replica_id` from v15) reads up to the log end,
+moves that follower's position (which may advance the high watermark), and learns where its log diverges
+from this leader's (`diverging_epoch`, from its `last_fetched_epoch`). A partition this broker does not
+lead answers NOT_LEADER_OR_FOLLOWER (or FENCED_LEADER_EPOCH) with the leader the image names
+(`current_leader`, v12+) and that leader's endpoint (`node_endpoints`, v16+), so a client can go there
+without a metadata round trip.
+
+The answer is packed straight into its frame (protocol.fast_fetch) when it says only what a consumer's
+fetch usually says; a response that needs more (a diverging epoch, a leader hint, aborted transactions,
+a preferred read replica) is built as a message and encoded by the codec, which can say everything.
 """
 
 from __future__ import annotations
@@ -11,21 +22,40 @@ import asyncio
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_fetch import encode_fetch_response
+from odradek.protocol.messages import FetchResponse
 from odradek.replication.partition import FetchIsolation
 from odradek.replication.replica_manager import FetchRequestPartition, FetchResult
 from odradek.storage.names import TopicPartition
 
+from ..context import Packed
 from . import handles
 
+TopicData = FetchResponse.FetchableTopicResponse
+PartitionData = TopicData.PartitionData
+NodeEndpoint = FetchResponse.NodeEndpoint
+_LEADER_HINT_ERRORS = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH))
+_UNKNOWN, _NOT_LEADER = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def _replica_id(request, version: int) -> int:
+    return request.replica_state.replica_id if version >= 15 else request.replica_id
+
+
 @handles(1)
-def handle_fetch(broker, ctx, request):
+def handle_fetch(services, ctx, request):
     version = ctx.api_version
-    now_ms = broker.now_ms()
-    isolation = FetchIsolation.TXN_COMMITTED if request.isolation_level == 1 else FetchIsolation.HIGH_WATERMARK
+    now_ms = services.now_ms()
+    replica_id = _replica_id(request, version)
+    if replica_id >= 0:
+        isolation = FetchIsolation.LOG_END
+    elif request.isolation_level == 1:
+        isolation = FetchIsolation.TXN_COMMITTED
+    else:
+        isolation = FetchIsolation.HIGH_WATERMARK
     wanted: list[FetchRequestPartition] = []
     layout = []  # (topic name or None, topic id, [(partition index, tp or error code)])
     for topic in request.topics:
-        image = broker.topic_by_id(topic.topic_id) if version >= 13 else broker.topic_by_name(topic.topic)
+        image = services.topic_by_id(topic.topic_id) if version >= 13 else services.topic_by_name(topic.topic)
         parts = []
         for p in topic.partitions:
             if image is None:
@@ -33,32 +63,101 @@ def handle_fetch(broker, ctx, request):
                 parts.append((p.partition, int(code)))
                 continue
             tp = TopicPartition(image.name, p.partition)
-            wanted.append(FetchRequestPartition(tp, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch))
+            wanted.append(FetchRequestPartition(
+                tp, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                p.last_fetched_epoch if version >= 12 else -1,
+            ))
             parts.append((p.partition, tp))
         layout.append((topic.topic, topic.topic_id, parts))
 
     future = asyncio.get_running_loop().create_future()
-
-    aborted = None if isolation is FetchIsolation.HIGH_WATERMARK else []
+    read_committed = isolation is FetchIsolation.TXN_COMMITTED
 
     def respond(results: dict[TopicPartition, FetchResult]) -> None:
         if future.done():
             return
-        topics = []
-        for name, topic_id, parts in layout:
-            out = []
-            for index, tp in parts:
-                if isinstance(tp, int):  # (aborted transactions: an empty list, as Kafka's error entries)
-                    out.append((index, tp, -1, -1, -1, [], ()))
-                    continue
-                r = results[tp]
-                out.append((index, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted,
-                            r.records or ()))  # file regions: small ones go out with the rest, large ones by sendfile
-            topics.append((topic_id.bytes if version >= 13 else name, out))
-        future.set_result(encode_fetch_response(ctx.header.correlation_id, topics, version))
+        for tp, r in results.items():
+            if r.error_code == _UNKNOWN and _leader_of(services, tp) is not None:
+                r.error_code = _NOT_LEADER  # in the image but not hosted here: as Kafka, not "unknown"
+        if all(_packable(r, version) for r in results.values()):
+            future.set_result(Packed(_packed(ctx.header.correlation_id, layout, results, version, read_committed)))
+        else:
+            future.set_result(_message(services, ctx.listener, layout, results, version, read_committed))
 
-    broker.data.fetch_records(
+    services.data.fetch_records(
         wanted, max_bytes=request.max_bytes, min_bytes=request.min_bytes, max_wait_ms=request.max_wait_ms,
-        isolation=isolation, now_ms=now_ms, respond=respond,
+        isolation=isolation, now_ms=now_ms, respond=respond, replica_id=replica_id,
     )
     return future.result() if future.done() else future
+
+
+def _packable(r: FetchResult, version: int) -> bool:
+    """Whether protocol.fast_fetch can say all of this partition's answer."""
+    return (
+        r.diverging_epoch is None and not r.aborted_transactions and r.preferred_read_replica < 0
+        and not (version >= 12 and r.error_code in _LEADER_HINT_ERRORS)
+    )
+
+
+def _packed(correlation_id: int, layout, results, version: int, read_committed: bool) -> list:
+    aborted = [] if read_committed else None
+    topics = []
+    for name, topic_id, parts in layout:
+        out = []
+        for index, tp in parts:
+            if isinstance(tp, int):  # (aborted transactions: an empty list, as Kafka's error entries)
+                out.append((index, tp, -1, -1, -1, [], ()))
+                continue
+            r = results[tp]
+            out.append((index, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted,
+                        r.records or ()))  # file regions: small ones go out with the rest, large ones by sendfile
+        topics.append((topic_id.bytes if version >= 13 else name, out))
+    return encode_fetch_response(correlation_id, topics, version)
+
+
+def _message(services, listener: str, layout, results, version: int, read_committed: bool) -> FetchResponse:
+    """The same answer as a message, with what the packed frame cannot carry."""
+    endpoints: dict[int, NodeEndpoint] = {}
+    topics = []
+    for name, topic_id, parts in layout:
+        out = []
+        for index, tp in parts:
+            if isinstance(tp, int):
+                out.append(PartitionData(partition_index=index, error_code=tp, high_watermark=-1,
+                                         last_stable_offset=-1, log_start_offset=-1, aborted_transactions=[], records=b""))
+                continue
+            r = results[tp]
+            data = PartitionData(
+                partition_index=index, error_code=r.error_code, high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
+                aborted_transactions=(
+                    [PartitionData.AbortedTransaction(producer_id=pid, first_offset=first)
+                     for pid, first in r.aborted_transactions or ()] if read_committed else None
+                ),
+                preferred_read_replica=r.preferred_read_replica, records=r.records or b"",
+            )
+            if version >= 12:
+                if r.diverging_epoch is not None:
+                    data.diverging_epoch = PartitionData.EpochEndOffset(epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1])
+                if r.error_code in _LEADER_HINT_ERRORS:
+                    leader = _leader_of(services, tp)
+                    if leader is not None:
+                        data.current_leader = PartitionData.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+                        endpoint = services.endpoint(leader[0], listener)
+                        if version >= 16 and endpoint is not None and leader[0] not in endpoints:
+                            rack = services.metadata.image.brokers[leader[0]].rack
+                            endpoints[leader[0]] = NodeEndpoint(node_id=leader[0], host=endpoint.host, port=endpoint.port, rack=rack)
+            out.append(data)
+        topics.append(TopicData(topic=name, topic_id=topic_id, partitions=out))
+    response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    if version >= 16:
+        response.node_endpoints = list(endpoints.values())
+    return response
+
+
+def _leader_of(services, tp: TopicPartition) -> tuple[int, int] | None:
+    topic = services.topic_by_name(tp.topic)
+    p = topic.partitions.get(tp.partition) if topic is not None else None
+    if p is None or p.leader < 0:
+        return None
+    return p.leader, p.leader_epoch

@@ -1,4 +1,4 @@
-"""Group coordination APIs, handed to the group coordinator (`broker.groups`, coordinator/group_coordinator.py).
+"""Group coordination APIs, handed to the group coordinator (`services.groups`, coordinator/group_coordinator.py).
 
 FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13), SyncGroup (14), DescribeGroups (15),
 ListGroups (16), DeleteGroups (42), ConsumerGroupHeartbeat (68), ConsumerGroupDescribe (69).
@@ -12,22 +12,30 @@ from odradek.coordinator.runtime import Deferred
 from . import handles
 
 
-def respond(broker, result):
+def respond(services, result):
     """A coordinator result as a handler result: the message, or a future while it is still pending."""
     if not isinstance(result, Deferred):
         return result
     if result.done:
         return result.result()
-    return broker.future_from(result)
+    return services.future_from(result)
 
 
-def _locate(broker):
-    """Who leads an internal topic's partition: the broker's answer, else (one broker) this broker."""
-    leader_of = getattr(broker, "internal_partition_leader", None)
-    if leader_of is not None:
-        return leader_of
-    host, port = broker.advertised_endpoint
-    return lambda topic, partition: (broker.node_id, host, port)
+def _locate(services, listener: str):
+    """Who leads an internal topic's partition, from the metadata image, at its endpoint for the listener
+    the request came in on; None (COORDINATOR_NOT_AVAILABLE) while it has no leader or no such endpoint."""
+
+    def locate(topic: str, partition: int):
+        image = services.metadata.image.topics_by_name.get(topic)
+        p = image.partitions.get(partition) if image is not None else None
+        if p is None or p.leader < 0:
+            return None
+        endpoint = services.endpoint(p.leader, listener)
+        if endpoint is None:
+            return None
+        return p.leader, endpoint.host, endpoint.port
+
+    return locate
 
 
 def _client_id(ctx) -> str:
@@ -35,52 +43,52 @@ def _client_id(ctx) -> str:
 
 
 @handles(10, (0, 6))
-def handle_find_coordinator(broker, ctx, request):
-    return broker.groups.find_coordinator(request, ctx.api_version, _locate(broker))
+def handle_find_coordinator(services, ctx, request):
+    return services.groups.find_coordinator(request, ctx.api_version, _locate(services, ctx.listener))
 
 
 @handles(11, (0, 9))
-def handle_join_group(broker, ctx, request):
-    return respond(broker, broker.groups.join_group(request, ctx.api_version, broker.now_ms(), _client_id(ctx),
+def handle_join_group(services, ctx, request):
+    return respond(services, services.groups.join_group(request, ctx.api_version, services.now_ms(), _client_id(ctx),
                                                     ctx.client_host))
 
 
 @handles(12, (0, 4))
-def handle_heartbeat(broker, ctx, request):
-    return respond(broker, broker.groups.heartbeat(request, ctx.api_version, broker.now_ms()))
+def handle_heartbeat(services, ctx, request):
+    return respond(services, services.groups.heartbeat(request, ctx.api_version, services.now_ms()))
 
 
 @handles(13, (0, 5))
-def handle_leave_group(broker, ctx, request):
-    return respond(broker, broker.groups.leave_group(request, ctx.api_version, broker.now_ms()))
+def handle_leave_group(services, ctx, request):
+    return respond(services, services.groups.leave_group(request, ctx.api_version, services.now_ms()))
 
 
 @handles(14, (0, 5))
-def handle_sync_group(broker, ctx, request):
-    return respond(broker, broker.groups.sync_group(request, ctx.api_version, broker.now_ms()))
+def handle_sync_group(services, ctx, request):
+    return respond(services, services.groups.sync_group(request, ctx.api_version, services.now_ms()))
 
 
 @handles(15, (0, 6))
-def handle_describe_groups(broker, ctx, request):
-    return broker.groups.describe_groups(request, ctx.api_version, broker.now_ms())
+def handle_describe_groups(services, ctx, request):
+    return services.groups.describe_groups(request, ctx.api_version, services.now_ms())
 
 
 @handles(16, (0, 5))
-def handle_list_groups(broker, ctx, request):
-    return broker.groups.list_groups(request, ctx.api_version, broker.now_ms())
+def handle_list_groups(services, ctx, request):
+    return services.groups.list_groups(request, ctx.api_version, services.now_ms())
 
 
 @handles(42, (0, 2))
-def handle_delete_groups(broker, ctx, request):
-    return respond(broker, broker.groups.delete_groups(request, ctx.api_version, broker.now_ms()))
+def handle_delete_groups(services, ctx, request):
+    return respond(services, services.groups.delete_groups(request, ctx.api_version, services.now_ms()))
 
 
 @handles(68, (0, 1))
-def handle_consumer_group_heartbeat(broker, ctx, request):
-    return respond(broker, broker.groups.consumer_group_heartbeat(request, ctx.api_version, broker.now_ms(),
+def handle_consumer_group_heartbeat(services, ctx, request):
+    return respond(services, services.groups.consumer_group_heartbeat(request, ctx.api_version, services.now_ms(),
                                                                   _client_id(ctx), ctx.client_host))
 
 
 @handles(69, (0, 1))
-def handle_consumer_group_describe(broker, ctx, request):
-    return broker.groups.consumer_group_describe(request, ctx.api_version, broker.now_ms())
+def handle_consumer_group_describe(services, ctx, request):
+    return services.groups.consumer_group_describe(request, ctx.api_version, services.now_ms())

@@ -22,8 +22,8 @@ LTopic = ListOffsetsResponse.ListOffsetsTopicResponse
 LPartition = LTopic.ListOffsetsPartitionResponse
 
 
-def _list_one(broker, tp: TopicPartition, p, isolation_level: int, version: int) -> LPartition:
-    partition = broker.data.get_partition(tp)
+def _list_one(services, tp: TopicPartition, p, isolation_level: int, version: int) -> LPartition:
+    partition = services.data.get_partition(tp)
     if partition is None:
         return LPartition(partition_index=p.partition_index, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     try:
@@ -53,15 +53,15 @@ def _list_one(broker, tp: TopicPartition, p, isolation_level: int, version: int)
 
 
 @handles(2)
-def handle_list_offsets(broker, ctx, request):
+def handle_list_offsets(services, ctx, request):
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            if broker.topic_by_name(t.name) is None:
+            if services.topic_by_name(t.name) is None:
                 parts.append(LPartition(partition_index=p.partition_index, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
             else:
-                parts.append(_list_one(broker, TopicPartition(t.name, p.partition_index), p, request.isolation_level, ctx.api_version))
+                parts.append(_list_one(services, TopicPartition(t.name, p.partition_index), p, request.isolation_level, ctx.api_version))
         topics.append(LTopic(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
@@ -71,12 +71,12 @@ EPartition = ETopic.EpochEndOffset
 
 
 @handles(23)
-def handle_offset_for_leader_epoch(broker, ctx, request):
+def handle_offset_for_leader_epoch(services, ctx, request):
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            partition = broker.data.get_partition(TopicPartition(t.topic, p.partition))
+            partition = services.data.get_partition(TopicPartition(t.topic, p.partition))
             if partition is None:
                 parts.append(EPartition(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), partition=p.partition))
                 continue

@@ -1,7 +1,14 @@
 """Metadata (3): brokers, topics with ids and leader epochs, automatic topic creation.
 
-Topic ids are stable non-zero UUIDs (librdkafka caches metadata by id). A topic created on demand is
-created synchronously, so it is returned complete rather than with LEADER_NOT_AVAILABLE.
+Everything comes from the metadata image: every live (registered, unfenced) broker, each at its endpoint
+for the listener the request arrived on (a client on an internal listener is told internal addresses, one
+on an external listener external ones, as Kafka does); each partition's leader, leader epoch, replicas,
+ISR and offline replicas (replicas on brokers that are fenced or gone). A partition without a leader
+answers LEADER_NOT_AVAILABLE; one whose leader has no endpoint on this listener, LISTENER_NOT_FOUND.
+
+Topic ids are stable non-zero UUIDs (librdkafka caches metadata by id). A topic created on demand goes
+through the controller like any other; the answer waits for the creation to commit, so it is returned
+complete rather than with LEADER_NOT_AVAILABLE (with a local controller that is at once).
 """
 
 from __future__ import annotations
@@ -9,7 +16,10 @@ from __future__ import annotations
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import MetadataResponse
+from odradek.replication.metadata_image import MetadataError
 
+from ..controller_channel import NewTopic
+from ..topics import is_valid_name
 from . import handles
 
 Broker_ = MetadataResponse.MetadataResponseBroker
@@ -24,58 +34,99 @@ ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 
-def topic_response(broker, image, version: int, include_ops: bool) -> Topic_:
+def topic_response(services, image, version: int, include_ops: bool, listener: str | None = None) -> Topic_:
+    brokers = services.metadata.image.brokers
     partitions = []
     for index in sorted(image.partitions):
         p = image.partitions[index]
+        offline = [r for r in p.replicas if r not in brokers or brokers[r].fenced]
+        error = 0
+        if p.leader < 0:
+            error = int(ErrorCode.LEADER_NOT_AVAILABLE)
+        elif listener is not None and services.endpoint(p.leader, listener) is None:
+            error = int(ErrorCode.LISTENER_NOT_FOUND)
         partitions.append(Partition_(
-            error_code=0, partition_index=index, leader_id=p.leader, leader_epoch=p.leader_epoch,
-            replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=[],
+            error_code=error, partition_index=index, leader_id=p.leader, leader_epoch=p.leader_epoch,
+            replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=offline,
         ))
     return Topic_(
-        error_code=0, name=image.name, topic_id=image.topic_id, is_internal=broker.is_internal_topic(image.name),
+        error_code=0, name=image.name, topic_id=image.topic_id, is_internal=services.is_internal_topic(image.name),
         partitions=partitions, topic_authorized_operations=ALL_TOPIC_OPERATIONS if include_ops else INT32_MIN,
     )
 
 
+def broker_entries(services, listener: str) -> list[Broker_]:
+    """Every live broker at its endpoint for `listener`; this broker always (at its first endpoint if it
+    has none by that name, so a client is never left without an address to reach it)."""
+    image = services.metadata.image
+    out = []
+    for broker_id in services.live_brokers():
+        endpoint = services.endpoint(broker_id, listener)
+        if endpoint is None and broker_id == services.node_id:
+            endpoint = image.brokers[broker_id].endpoints[0]
+        if endpoint is not None:
+            out.append(Broker_(node_id=broker_id, host=endpoint.host, port=endpoint.port, rack=image.brokers[broker_id].rack))
+    return out
+
+
 @handles(3)
-def handle_metadata(broker, ctx, request):
+def handle_metadata(services, ctx, request):
+    requested = request.topics
+    if requested is not None and (ctx.api_version > 0 or requested):
+        auto_create = request.allow_auto_topic_creation if ctx.api_version >= 4 else True
+        image = services.metadata.image
+        missing = [
+            t.name for t in requested
+            if t.name is not None and t.name not in image.topics_by_name and auto_create and _may_auto_create(services, t.name)
+        ]
+        if missing:
+            # Created through the controller; the answer is made once the creation is committed.
+            names = list(dict.fromkeys(missing))
+            created = services.controller.create_topics([NewTopic(name) for name in names])
+            return services.answer(created, lambda results: _metadata(services, ctx, request, dict(zip(names, results))))
+    return _metadata(services, ctx, request, {})
+
+
+def _may_auto_create(services, name: str) -> bool:
+    return services.config.auto_create_topics_enable and is_valid_name(name) and not services.is_internal_topic(name)
+
+
+def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
     version = ctx.api_version
-    image = broker.metadata.image
+    listener = ctx.listener
+    image = services.metadata.image
     include_ops = version >= 8 and request.include_topic_authorized_operations
     topics = []
     requested = request.topics
     if requested is None or (version == 0 and not requested):
         for name in sorted(image.topics_by_name):
-            topics.append(topic_response(broker, image.topics_by_name[name], version, include_ops))
+            topics.append(topic_response(services, image.topics_by_name[name], version, include_ops, listener))
     else:
-        auto_create = request.allow_auto_topic_creation if version >= 4 else True
         for t in requested:
             if t.name is None:
                 found = image.topics_by_id.get(t.topic_id) if t.topic_id != ZERO_UUID else None
                 if found is None:
                     topics.append(Topic_(error_code=int(ErrorCode.UNKNOWN_TOPIC_ID), name=None, topic_id=t.topic_id))
                 else:
-                    topics.append(topic_response(broker, found, version, include_ops))
+                    topics.append(topic_response(services, found, version, include_ops, listener))
                 continue
             found = image.topics_by_name.get(t.name)
-            if found is None and auto_create:
-                error = broker.topics.auto_create(t.name)
-                if error:
-                    topics.append(Topic_(error_code=int(error), name=t.name, topic_id=ZERO_UUID))
-                    continue
-                found = broker.metadata.image.topics_by_name.get(t.name)
             if found is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if broker.topics.is_valid_name(t.name) else ErrorCode.INVALID_TOPIC_EXCEPTION
+                result = created.get(t.name)
+                if isinstance(result, MetadataError) and result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    code = result.error_code
+                elif is_valid_name(t.name):
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    code = ErrorCode.INVALID_TOPIC_EXCEPTION
                 topics.append(Topic_(error_code=int(code), name=t.name, topic_id=ZERO_UUID))
             else:
-                topics.append(topic_response(broker, found, version, include_ops))
-    host, port = broker.advertised_endpoint
+                topics.append(topic_response(services, found, version, include_ops, listener))
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[Broker_(node_id=broker.node_id, host=host, port=port, rack=broker.config.broker_rack)],
-        cluster_id=broker.metadata.image.cluster_id,
-        controller_id=broker.node_id,
+        brokers=broker_entries(services, listener),
+        cluster_id=image.cluster_id,
+        controller_id=services.controller_id(),
         topics=topics,
         cluster_authorized_operations=(
             ALL_CLUSTER_OPERATIONS if 8 <= version <= 10 and request.include_cluster_authorized_operations else INT32_MIN

@@ -7,7 +7,9 @@ Two ways in, one set of rules. `handle_produce` serves any request the codec dec
 is the fast path for the common case (protocol.fast_produce: a v3-v13 frame read directly, answered with
 packed bytes): it serves a request only when every partition in it passes the same checks
 (`_partition_error`) and acks is 1 or -1, and otherwise hands it back untouched, before anything is
-appended, so that `handle_produce` answers it, errors included.
+appended, so that `handle_produce` answers it, errors included. A partition this broker does not lead
+is such an error: `handle_produce` answers it with the leader the image names (`current_leader`, v10+)
+and that leader's endpoint (`node_endpoints`), which the packed response cannot carry.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from odradek.protocol.fast_produce import ProduceFrame, encode_produce_response
 from odradek.protocol.messages import ProduceResponse
 from odradek.storage.names import TopicPartition
 
+from ..context import ConnectionContext, Packed
 from . import handles
 
 TopicResponse = ProduceResponse.TopicProduceResponse
@@ -27,34 +30,37 @@ PartitionResponse = TopicResponse.PartitionProduceResponse
 _MAGIC_OFFSET = 16  # baseOffset int64 | length int32 | epoch (v2) or CRC (v0/v1) int32 | magic int8
 
 
-def _partition_error(broker, version: int, acks: int, image, name: str, index: int, records) -> ErrorCode | None:
+def _partition_error(services, version: int, acks: int, image, name: str, index: int, records) -> ErrorCode | None:
     """Why a partition's data is refused before any append, or None."""
     if acks not in (-1, 0, 1):
         return ErrorCode.INVALID_REQUIRED_ACKS
     if image is None:
         return ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    if index not in image.partitions:
+    partition = image.partitions.get(index)
+    if partition is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if partition.leader != services.node_id:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
     if records is None or len(records) == 0:
         return ErrorCode.CORRUPT_MESSAGE
     if len(records) > _MAGIC_OFFSET and records[_MAGIC_OFFSET] != 2:
         # Kafka's ProduceRequest.validateRecords: v3+ carries record batch v2 only (magic 0/1 message
         # sets are refused with INVALID_RECORD, not CORRUPT_MESSAGE).
         return ErrorCode.INVALID_RECORD
-    if name.startswith("__") and not broker.allows_internal_writes(name):
+    if name.startswith("__") and not services.allows_internal_writes(name):
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     return None
 
 
-def _topic(broker, version: int, key):
+def _topic(services, version: int, key):
     """The topic image a request names (by id from v13, by name before) and the name to append under."""
     if version >= 13:
-        image = broker.topic_by_id(key)
+        image = services.topic_by_id(key)
         return image, image.name if image is not None else ""
-    return broker.topic_by_name(key), key
+    return services.topic_by_name(key), key
 
 
-def _append_and_answer(broker, entries: dict, acks: int, timeout_ms: int, answer: Callable):
+def _append_and_answer(services, entries: dict, acks: int, timeout_ms: int, answer: Callable):
     """Append `entries` and return `answer(results)` when the append answers at once (acks=1, or acks=all
     with the leader the only in-sync replica), else a future of it completed when the replicas catch up.
     acks=0: None."""
@@ -69,7 +75,7 @@ def _append_and_answer(broker, entries: dict, acks: int, timeout_ms: int, answer
         elif not future.done():
             future.set_result(answer(results))
 
-    broker.data.append_records(entries, required_acks=acks, timeout_ms=timeout_ms, now_ms=broker.now_ms(), respond=respond)
+    services.data.append_records(entries, required_acks=acks, timeout_ms=timeout_ms, now_ms=services.now_ms(), respond=respond)
     if acks == 0:
         return None
     if at_once:
@@ -79,7 +85,7 @@ def _append_and_answer(broker, entries: dict, acks: int, timeout_ms: int, answer
 
 
 @handles(0, (3, 13), advertise_min=0)
-def handle_produce(broker, ctx, request):
+def handle_produce(services, ctx, request):
     version = ctx.api_version
     acks = request.acks
     entries: dict[TopicPartition, object] = {}
@@ -88,13 +94,16 @@ def handle_produce(broker, ctx, request):
     # A partition named more than once is appended and answered once, as its last entry says, in the place
     # of its first (Kafka keeps the last entry of its per-partition map and answers from that map).
     slots: dict[tuple, tuple[list, int]] = {}
+    topic_names: dict[int, str] = {}
+    endpoints: dict[int, object] = {}
     for topic in request.topic_data:
-        image, name = _topic(broker, version, topic.topic_id if version >= 13 else topic.name)
+        image, name = _topic(services, version, topic.topic_id if version >= 13 else topic.name)
+        topic_names[id(topic)] = name
         parts: list = []
         plan.append((topic, parts))
         for p in topic.partition_data:
             records = p.records
-            error = _partition_error(broker, version, acks, image, name, p.index, records)
+            error = _partition_error(services, version, acks, image, name, p.index, records)
             tp = TopicPartition(name, p.index)
             outcome = tp if error is None else PartitionResponse(index=p.index, error_code=int(error), base_offset=-1)
             if error is None:
@@ -120,17 +129,23 @@ def handle_produce(broker, ctx, request):
                         log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset,
                         error_message=res.error_message if res.error_code else None,
                     )
+                if version >= 10 and part.error_code in _LEADER_HINT_ERRORS:
+                    _leader_hint(services, part, topic_names[id(topic)], ctx.listener, endpoints)
                 responses.append(part)
             if responses or not topic.partition_data:  # (a topic whose every entry was a repeat is left out)
                 out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=responses))
-        return ProduceResponse(responses=out, throttle_time_ms=0)
+        response = ProduceResponse(responses=out, throttle_time_ms=0)
+        if version >= 10:
+            response.node_endpoints = list(endpoints.values())
+        return response
 
-    return _append_and_answer(broker, entries, acks, request.timeout_ms, answer)
+    return _append_and_answer(services, entries, acks, request.timeout_ms, answer)
 
 
-def serve_produce_frame(broker, request: ProduceFrame):
-    """The fast path (see the module docstring): the response frame, a future of it (acks=-1 waiting on
-    followers), or None to hand the request to `handle_produce` (nothing has been appended then)."""
+def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionContext):
+    """The fast path (see the module docstring): the packed response, a future of it (acks=-1 waiting on
+    followers), or None to hand the request to `handle_produce` (nothing has been appended then).
+    `connection` says who asks (listener, principal) for the checks the security issue adds."""
     acks = request.acks
     if acks != 1 and acks != -1:
         return None
@@ -138,10 +153,10 @@ def serve_produce_frame(broker, request: ProduceFrame):
     entries: dict[TopicPartition, object] = {}
     plan: list[tuple[bytes, list[TopicPartition]]] = []
     for key, raw, parts in request.topics:
-        image, name = _topic(broker, version, key)
+        image, name = _topic(services, version, key)
         tps = []
         for index, records in parts:
-            if _partition_error(broker, version, acks, image, name, index, records) is not None:
+            if _partition_error(services, version, acks, image, name, index, records) is not None:
                 return None
             tp = TopicPartition(name, index)
             if tp in entries:  # the same partition twice: handle_produce answers it once, as the last entry says
@@ -150,7 +165,7 @@ def serve_produce_frame(broker, request: ProduceFrame):
             tps.append(tp)
         plan.append((raw, tps))
 
-    def answer(results) -> bytearray:
+    def answer(results) -> Packed:
         topics = []
         for raw, tps in plan:
             responses = []
@@ -159,6 +174,23 @@ def serve_produce_frame(broker, request: ProduceFrame):
                 responses.append((tp.partition, res.error_code, res.base_offset, res.log_append_time_ms,
                                   res.log_start_offset, res.error_message if res.error_code else None))
             topics.append((raw, responses))
-        return encode_produce_response(request.correlation_id, topics, version)
+        return Packed([encode_produce_response(request.correlation_id, topics, version)])
 
-    return _append_and_answer(broker, entries, acks, request.timeout_ms, answer)
+    return _append_and_answer(services, entries, acks, request.timeout_ms, answer)
+
+
+_LEADER_HINT_ERRORS = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH))
+NodeEndpoint = ProduceResponse.NodeEndpoint
+
+
+def _leader_hint(services, part, name: str, listener: str, endpoints: dict) -> None:
+    """KIP-951: tell the client who leads the partition now, and where, so it need not ask Metadata."""
+    topic = services.topic_by_name(name)
+    p = topic.partitions.get(part.index) if topic is not None else None
+    if p is None or p.leader < 0 or p.leader == services.node_id:
+        return
+    part.current_leader = PartitionResponse.LeaderIdAndEpoch(leader_id=p.leader, leader_epoch=p.leader_epoch)
+    endpoint = services.endpoint(p.leader, listener)
+    if endpoint is not None and p.leader not in endpoints:
+        rack = services.metadata.image.brokers[p.leader].rack
+        endpoints[p.leader] = NodeEndpoint(node_id=p.leader, host=endpoint.host, port=endpoint.port, rack=rack)

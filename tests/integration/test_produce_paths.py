@@ -108,8 +108,8 @@ def test_fast_and_general_paths_answer_alike(tmp_path, monkeypatch):
     served = []
     real = broker_server.serve_produce_frame
 
-    def counting(broker, request):
-        result = real(broker, request)
+    def counting(services, request, connection):
+        result = real(services, request, connection)
         served.append(result is not None)
         return result
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from types import SimpleNamespace
 
-from odradek.broker.server import Broker
 from odradek.broker.handlers import load_handlers
 from odradek.broker.handlers.groups import handle_find_coordinator, handle_join_group, handle_sync_group
 from odradek.broker.handlers.offsets import handle_offset_commit, handle_offset_fetch
+from odradek.broker.server import Broker
+from odradek.broker.services import BrokerServices
 from odradek.protocol.messages import (
     FindCoordinatorRequest,
     JoinGroupRequest,
@@ -16,21 +18,35 @@ from odradek.protocol.messages import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
+from odradek.replication.metadata_image import BrokerRegistration, Endpoint, MetadataImage, PartitionImage, TopicImage
 
-from .test_group_support import DELAY_MS, Harness, subscription
+from .test_group_support import DELAY_MS, NUM_PARTITIONS, Harness, subscription
 
 VERSIONS = {8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5),
             42: (0, 2), 47: (0, 0), 68: (0, 1), 69: (0, 1)}
 
 
+def _image() -> MetadataImage:
+    """Broker 3 registered at broker-3:9092 and leading every __consumer_offsets partition."""
+    registration = BrokerRegistration(3, uuid.uuid4(), 1, (Endpoint("PLAINTEXT", "broker-3", 9092),), None, False, False)
+    topic_id = uuid.uuid4()
+    partitions = {i: PartitionImage((3,), (3,), 3, 0, 0) for i in range(NUM_PARTITIONS)}
+    topic = TopicImage("__consumer_offsets", topic_id, partitions)
+    return MetadataImage(cluster_id="c", brokers={3: registration}, topics_by_id={topic_id: topic},
+                         topics_by_name={topic.name: topic})
+
+
 class FakeBroker:
+    """The handlers' services as far as these handlers use them."""
+
     node_id = 3
-    advertised_endpoint = ("broker-3", 9092)
+    endpoint = BrokerServices.endpoint
 
     def __init__(self, h: Harness) -> None:
         self.h = h
         self.groups = h.gc
         self.state_changes = 0
+        self.metadata = SimpleNamespace(image=_image())
 
     def now_ms(self) -> int:
         return self.h.now
@@ -42,7 +58,8 @@ class FakeBroker:
 
 
 def ctx(version: int, client_id: str | None = "client"):
-    return SimpleNamespace(api_version=version, header=SimpleNamespace(client_id=client_id), client_host="10.1.2.3")
+    return SimpleNamespace(api_version=version, header=SimpleNamespace(client_id=client_id), client_host="10.1.2.3",
+                           listener="PLAINTEXT")
 
 
 def test_registered_versions():
@@ -52,7 +69,7 @@ def test_registered_versions():
         assert (registration.min_version, registration.max_version) == (low, high), api_key
 
 
-def test_find_coordinator_defaults_to_this_broker():
+def test_find_coordinator_answers_the_leader_of_the_groups_partition():
     broker = FakeBroker(Harness())
     response = handle_find_coordinator(broker, ctx(3), FindCoordinatorRequest(key="g"))
     assert (response.error_code, response.node_id, response.host, response.port) == (0, 3, "broker-3", 9092)

@@ -1,4 +1,5 @@
-"""The cluster metadata log: record framing, replay, operations and their validation, reload after restart."""
+"""The cluster metadata: record framing, replay (metadata_image), the controller's operations and their
+validation (controller), the log's appends and reload after restart (metadata_log)."""
 
 from __future__ import annotations
 
@@ -18,20 +19,19 @@ from odradek.protocol.records import (
     stamp_leader_epoch,
     validate_batch,
 )
-from odradek.replication.metadata import (
+from odradek.replication.controller import Controller
+from odradek.replication.metadata_image import (
     METADATA_VERSION,
     NO_LEADER_CHANGE,
     Endpoint,
     MetadataDelta,
     MetadataError,
     MetadataImage,
-    MetadataLog,
     MetadataReplayError,
     PartitionImage,
-    StorageLogAdapter,
-    metadata_log_config,
     replay_all,
 )
+from odradek.replication.metadata_log import MetadataLog, StorageLogAdapter, metadata_log_config
 from odradek.replication.metadata_records import (
     RECORD_CLASSES,
     BrokerRegistrationChangeRecord,
@@ -104,13 +104,47 @@ class MemoryStorage:
         del self.batches[self.durable :]
 
 
-def open_log(storage: MemoryStorage, seed: int = 0) -> MetadataLog:
-    log = MetadataLog(storage, rng=random.Random(seed))
+class ControlledLog:
+    """A cluster of one's controller over its metadata log, as broker/controller_channel.py composes them:
+    operations are the controller's (deciding against the committed image), appends the log's."""
+
+    def __init__(self, storage, seed: int | None = None) -> None:
+        self.log = MetadataLog(storage)
+        self.controller = Controller(rng=random.Random(seed) if seed is not None else None)
+
+    @property
+    def storage(self):
+        return self.log.storage
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.log.image
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    def load(self):
+        delta = self.log.load()
+        self.controller.advance(self.log.image, self.log.log_end_offset)
+        return delta
+
+    def append(self, records, now_ms: int) -> MetadataDelta:
+        delta = self.log.append(records, now_ms)
+        self.controller.advance(self.log.image, self.log.log_end_offset)
+        return delta
+
+    def __getattr__(self, name: str):
+        return getattr(self.controller, name)
+
+
+def open_log(storage: MemoryStorage, seed: int = 0) -> ControlledLog:
+    log = ControlledLog(storage, seed)
     log.load()
     return log
 
 
-def started(storage: MemoryStorage | None = None, seed: int = 0) -> MetadataLog:
+def started(storage: MemoryStorage | None = None, seed: int = 0) -> ControlledLog:
     log = open_log(storage if storage is not None else MemoryStorage(), seed)
     log.append(log.bootstrap(None, 1, ENDPOINTS), NOW_MS)
     return log
@@ -246,7 +280,7 @@ def test_bootstrap_uses_a_given_cluster_id():
     assert log.image.cluster_id == "MkU3OEVBNTcwNTJENDM2Qk"
 
 
-def run_operations(log: MetadataLog) -> None:
+def run_operations(log: ControlledLog) -> None:
     log.append(log.create_topic("orders", 3, 1, {"retention.ms": "60000", "cleanup.policy": "delete"}), NOW_MS)
     log.append(log.create_topic("payments", 1, 1), NOW_MS)
     log.append(log.create_topic("doomed", 2, 1, {"segment.bytes": "1048576"}), NOW_MS)
@@ -273,8 +307,9 @@ def test_replay_after_reopen_rebuilds_the_same_image():
     assert image.broker_configs(1) == {"log.cleaner.threads": "2"}
     assert image.next_producer_id == 1000
 
-    reopened = MetadataLog(storage)
-    assert reopened.load() == image
+    reopened = ControlledLog(storage)
+    reopened.load()
+    assert reopened.image == image
     assert reopened.image is not image
     assert reopened.log_end_offset == log.log_end_offset
 
@@ -428,7 +463,7 @@ def test_load_skips_control_batches():
 
 
 def test_load_reads_in_chunks(monkeypatch):
-    import odradek.replication.metadata as metadata
+    import odradek.replication.metadata_log as metadata
 
     storage = MemoryStorage()
     log = started(storage)
@@ -662,7 +697,7 @@ operations = st.lists(
 )
 
 
-def apply_operation(log: MetadataLog, op: tuple) -> list:
+def apply_operation(log: ControlledLog, op: tuple) -> list:
     """Run one drawn operation; a topic is drawn as an index into the existing names (then some unknown)."""
     kind = op[0]
     existing = sorted(log.image.topics_by_name) + ["unknown"]
@@ -749,9 +784,9 @@ def _records_of(storage: MemoryStorage):
 # ---------------------------------------------------------------------------------- over storage's Log
 
 
-def open_real(directory, *, clean: bool = False, seed: int = 0) -> MetadataLog:
+def open_real(directory, *, clean: bool = False, seed: int = 0) -> ControlledLog:
     log = Log.open(str(directory), metadata_log_config(), now_ms=NOW_MS, had_clean_shutdown=clean)
-    metadata = MetadataLog(StorageLogAdapter(log), rng=random.Random(seed))
+    metadata = ControlledLog(StorageLogAdapter(log), seed)
     metadata.load()
     return metadata
 
@@ -795,14 +830,15 @@ def test_over_a_real_log_many_segments(tmp_path):
     directory = tmp_path / "__cluster_metadata-0"
     config = dataclasses.replace(metadata_log_config(), segment_bytes=2048)
     storage = StorageLogAdapter(Log.open(str(directory), config, now_ms=NOW_MS))
-    log = MetadataLog(storage, rng=random.Random(0))
+    log = ControlledLog(storage, 0)
     log.load()
     log.append(log.bootstrap(None, 1, ENDPOINTS), NOW_MS)
     for i in range(40):
         log.append(log.create_topic(f"t{i}", 2, 1, {"retention.ms": str(i)}), NOW_MS)
     assert len(storage.log.segments) > 1
     reopened = MetadataLog(StorageLogAdapter(Log.open(str(directory), config, now_ms=NOW_MS)))
-    assert reopened.load() == log.image
+    reopened.load()
+    assert reopened.image == log.image
 
 
 def test_an_operation_too_large_for_one_batch_is_refused_without_failing_the_log():

@@ -1,0 +1,125 @@
+"""Who is asking, on which listener, and what a handler may answer with.
+
+A `ConnectionContext` is made once per accepted connection: the listener it arrived on, that listener's
+security protocol, the client's address, and the principal. Every request on the connection shares it,
+the produce fast path included, so per-request work is one reference. Authentication (the security
+issue) will replace the principal after SASL; until then every connection is `User:ANONYMOUS`, which
+is what Kafka's PLAINTEXT listeners report too.
+
+A `RequestContext` adds the request itself: its header, decoded body, size and arrival time.
+
+A handler answers with one of three things, and the network pump decides how to write it in one place
+(`KafkaProtocol._respond`):
+  * a message object, encoded by the codec at the request's version;
+  * `Packed`, a whole response frame already packed by its handler (fast produce, fast fetch): bytes and
+    file regions written as they are;
+  * None: no response at all (acks=0 produce).
+Any of them may come later, as an `asyncio.Future` (a long poll, acks=all, a group join, a metadata
+change waiting for its commit); `broker.server.Broker.dispatch` adapts coordinators' Deferreds and
+handlers' coroutines to futures, so the pump sees only futures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from odradek.protocol.headers import RequestHeader
+
+
+class SecurityProtocol(str, Enum):
+    """Kafka's security protocols (`listener.security.protocol.map`), by their config names."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+    @property
+    def id(self) -> int:
+        """The id Kafka registers endpoints with (SecurityProtocol.id: 0, 1, 2, 3)."""
+        return _PROTOCOL_IDS[self]
+
+    @property
+    def served(self) -> bool:
+        """Whether this broker serves the protocol yet: TLS and SASL come with the security issue."""
+        return self is SecurityProtocol.PLAINTEXT
+
+
+_PROTOCOL_IDS = {
+    SecurityProtocol.PLAINTEXT: 0, SecurityProtocol.SSL: 1, SecurityProtocol.SASL_PLAINTEXT: 2, SecurityProtocol.SASL_SSL: 3,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaPrincipal:
+    """`User:alice` as Kafka writes principals (type, then name)."""
+
+    principal_type: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.principal_type}:{self.name}"
+
+
+ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
+
+
+@dataclass(slots=True)
+class ConnectionContext:
+    connection_id: str
+    client_host: str
+    listener: str
+    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    principal: KafkaPrincipal = ANONYMOUS
+
+
+@dataclass(slots=True)
+class RequestContext:
+    header: RequestHeader
+    request: Any
+    connection: ConnectionContext
+    received_ns: int
+    frame_size: int
+
+    @property
+    def api_key(self) -> int:
+        return self.header.api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+    @property
+    def listener(self) -> str:
+        return self.connection.listener
+
+    @property
+    def security_protocol(self) -> SecurityProtocol:
+        return self.connection.security_protocol
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.connection.principal
+
+    @property
+    def client_host(self) -> str:
+        return self.connection.client_host
+
+    @property
+    def connection_id(self) -> str:
+        return self.connection.connection_id
+
+
+class Packed:
+    """A response frame packed by its handler: `bytes`-like chunks and `FileRegion`s, written as they are."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: list) -> None:
+        self.chunks = chunks

@@ -1,0 +1,154 @@
+"""What request handlers may use: one typed object, built once when the broker's components have started.
+
+A handler is `handle(services: BrokerServices, ctx: RequestContext, request)`. Everything it reaches
+is named here with its type, and nothing is added to this object from outside its class: a new service
+(the fetchers, the authorizer, the transaction coordinator) is a new field, constructed in
+broker/components.py, where the start and stop order is written down.
+
+  * `metadata`: the publisher of committed metadata; `metadata.image` is the current image, which
+    every answer about brokers, topics, partitions and the controller comes from.
+  * `controller`: the channel every metadata change goes through (broker/controller_channel.py).
+  * `data`: the replica manager (partitions, their logs, the produce and fetch purgatories).
+  * `groups`: the group coordinator, created with `__consumer_offsets` on first use, as Kafka does.
+  * `producer_ids`: producer ids for InitProducerId, from blocks the controller allocates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.coordinator.runtime import Deferred
+from odradek.replication.metadata_image import Endpoint, MetadataImage, TopicImage
+from odradek.replication.metadata_publisher import MetadataPublisher
+from odradek.replication.replica_manager import ReplicaManager
+from odradek.storage.log_manager import LogManager
+
+from .config import BrokerConfig
+from .controller_channel import ControllerChannel
+from .topics import is_internal
+
+if TYPE_CHECKING:
+    from odradek.coordinator.group_coordinator import GroupCoordinator
+
+
+class BrokerServices:
+    __slots__ = (
+        "config", "node_id", "now_ms", "metadata", "controller", "data", "log_manager", "producer_ids",
+        "api_versions_response", "_groups", "_groups_factory",
+    )
+
+    def __init__(
+        self, *, config: BrokerConfig, now_ms: Callable[[], int], metadata: MetadataPublisher,
+        controller: ControllerChannel, data: ReplicaManager, log_manager: LogManager,
+        producer_ids: ProducerIdManager, api_versions_response: Any,
+        groups_factory: Callable[[], GroupCoordinator],
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.now_ms = now_ms
+        self.metadata = metadata
+        self.controller = controller
+        self.data = data
+        self.log_manager = log_manager
+        self.producer_ids = producer_ids
+        self.api_versions_response = api_versions_response
+        self._groups: GroupCoordinator | None = None
+        self._groups_factory = groups_factory
+
+    # -- the group coordinator, on first use
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        if self._groups is None:
+            self._groups = self._groups_factory()
+        return self._groups
+
+    @property
+    def groups_if_started(self) -> GroupCoordinator | None:
+        return self._groups
+
+    # -- the image
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.metadata.image
+
+    def topic_by_name(self, name: str) -> TopicImage | None:
+        return self.metadata.image.topics_by_name.get(name)
+
+    def topic_by_id(self, topic_id) -> TopicImage | None:
+        return self.metadata.image.topics_by_id.get(topic_id)
+
+    @staticmethod
+    def is_internal_topic(name: str) -> bool:
+        return is_internal(name)
+
+    @staticmethod
+    def allows_internal_writes(name: str) -> bool:
+        """Clients never write internal topics directly (coordinators append to them in process)."""
+        return False
+
+    def live_brokers(self) -> list[int]:
+        """Registered, unfenced brokers, by id: the ones Metadata lists."""
+        return sorted(b.broker_id for b in self.metadata.image.brokers.values() if not b.fenced)
+
+    def endpoint(self, broker_id: int, listener: str) -> Endpoint | None:
+        """Where clients of `listener` reach `broker_id`: its registered endpoint of that listener name."""
+        registration = self.metadata.image.brokers.get(broker_id)
+        if registration is None:
+            return None
+        for endpoint in registration.endpoints:
+            if endpoint.name == listener:
+                return endpoint
+        return None
+
+    def controller_id(self) -> int:
+        """The controller id clients are told. As in KRaft, clients never reach the controllers: they are
+        given a live broker, which forwards what is meant for the controller. This node when it is one."""
+        live = self.live_brokers()
+        if self.node_id in live or not live:
+            return self.node_id
+        return live[0]
+
+    # -- answers that come later
+
+    @staticmethod
+    def future_from(deferred: Deferred) -> asyncio.Future:
+        """Adapt a Deferred (coordinators and the controller channel: no asyncio below broker/) to a future."""
+        future = asyncio.get_running_loop().create_future()
+
+        def settle(d: Deferred) -> None:
+            if future.done():
+                return
+            error = d.failed_with
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(d.result())
+
+        deferred.add_callback(settle)
+        return future
+
+    def answer(self, deferred: Deferred, build: Callable[[Any], Any]):
+        """`build(result)` now if the Deferred is complete (a local controller), else a future of it."""
+        if deferred.done:
+            return build(deferred.result())
+        future = asyncio.get_running_loop().create_future()
+
+        def settle(d: Deferred) -> None:
+            if future.done():
+                return
+            error = d.failed_with
+            if error is not None:
+                future.set_exception(error)
+                return
+            try:
+                future.set_result(build(d.result()))
+            except Exception as e:  # noqa: BLE001 - the connection closes, as for any handler failure
+                future.set_exception(e)
+
+        deferred.add_callback(settle)
+        return future
