@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from odradek.coordinator.config import GroupCoordinatorConfig
-from odradek.coordinator.group_coordinator import GroupCoordinator
+from odradek.coordinator.group.config import GroupCoordinatorConfig
+from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.coordinator.topics import TopicMetadata
 from odradek.protocol.records import build_batch, iter_batches, iter_records
 from odradek.storage.names import TopicPartition

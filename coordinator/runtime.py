@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-A coordinator owns some partitions of an internal topic (`__consumer_offsets` for groups). Each owned
-partition has a *shard*: the state of the groups that hash to it. The runtime knows nothing of groups; it
+A coordinator owns some partitions of an internal topic (`__consumer_offsets` for groups, group/). Each
+owned partition has a *shard*: the state of the keys that hash to it. The runtime knows nothing of groups
+or of the topic's record schemas (the coordinator passes `serialize` / `deserialize` for its records); it
 knows three verbs, as Kafka's CoordinatorRuntime does:
 
 - `write(partition, op, now_ms) -> Deferred`: `op(shard) -> Result(records, response)` decides what
@@ -39,8 +40,6 @@ import structlog
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.timing_wheel import Timer, TimerTask
 
-from .records import CoordinatorRecord, deserialize, serialize
-
 __all__ = [
     "Batch",
     "gather",
@@ -57,6 +56,11 @@ __all__ = [
 
 T = TypeVar("T")
 S = TypeVar("S", bound="CoordinatorShard")
+
+# A coordinator's record as its shard replays it (group/records.py: CoordinatorRecord), and the (key, value)
+# bytes it is stored as.
+Record = Any
+KeyValue = tuple[bytes | None, bytes | None]
 
 log = structlog.get_logger("odradek.coordinator")
 
@@ -179,7 +183,7 @@ class Result:
     error), before the response is released: Kafka's append future of a CoordinatorResult.
     """
 
-    records: list[CoordinatorRecord] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     response: Any = None
     callbacks: list[Callable[[BaseException | None], None]] = field(default_factory=list)
 
@@ -190,7 +194,7 @@ class Batch:
     __slots__ = ("records", "callbacks")
 
     def __init__(self) -> None:
-        self.records: list[CoordinatorRecord] = []
+        self.records: list[Record] = []
         self.callbacks: list[Callable[[BaseException | None], None]] = []
 
     def result(self, response: Any = None) -> Result:
@@ -210,7 +214,7 @@ class PartitionWriter(Protocol):
 
 
 class CoordinatorShard(Protocol):
-    def replay(self, record: CoordinatorRecord) -> None: ...
+    def replay(self, record: Record) -> None: ...
 
     def on_loaded(self, now_ms: int) -> None: ...
 
@@ -267,8 +271,11 @@ class _ShardContext(Generic[S]):
 class CoordinatorRuntime(Generic[S]):
     """Shards by partition, a writer to make their records durable, and timers on a shared wheel."""
 
-    def __init__(self, writer: PartitionWriter, shard_factory: Callable[[int], S], timer: Timer) -> None:
+    def __init__(self, writer: PartitionWriter, shard_factory: Callable[[int], S], timer: Timer, *,
+                 serialize: Callable[[Record], KeyValue], deserialize: Callable[[bytes | None, bytes | None], Record | None]) -> None:
         self._writer = writer
+        self._serialize = serialize
+        self._deserialize = deserialize  # None: a record the coordinator skips (a type it does not know)
         self._shard_factory = shard_factory
         self._timer = timer
         self._contexts: dict[int, _ShardContext[S]] = {}
@@ -290,7 +297,7 @@ class CoordinatorRuntime(Generic[S]):
         self.unload(partition)
         shard = self._shard_factory(partition)
         for key, value in self._writer.read_all(partition):
-            record = deserialize(key, value)
+            record = self._deserialize(key, value)
             if record is not None:
                 shard.replay(record)
         self._contexts[partition] = _ShardContext(partition, shard)
@@ -346,6 +353,7 @@ class CoordinatorRuntime(Generic[S]):
             self._settle(context, None, result, deferred)
             return deferred
         try:
+            serialize = self._serialize
             encoded = [serialize(record) for record in result.records]
             offset = self._writer.append(partition, encoded, now_ms)
         except Exception as e:

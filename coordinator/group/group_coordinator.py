@@ -44,8 +44,9 @@ from .classic_group import ClassicGroup, ClassicGroupState
 from .config import GroupCoordinatorConfig
 from .consumer import ALL_GROUP_OPERATIONS
 from .offsets import PartitionCommit
-from .partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
-from .runtime import (
+from .records import deserialize, serialize
+from ..partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
+from ..runtime import (
     CoordinatorError,
     CoordinatorRuntime,
     Deferred,
@@ -54,7 +55,7 @@ from .runtime import (
     gather,
 )
 from .shard import GroupCoordinatorShard
-from .topics import TopicsView
+from ..topics import TopicsView
 
 __all__ = ["CoordinatorLocation", "GroupCoordinator"]
 
@@ -94,7 +95,8 @@ class GroupCoordinator:
         self.topics = topics
         self.timer = timer
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
-            writer, lambda p: GroupCoordinatorShard(p, self.config, self.runtime, topics), timer)
+            writer, lambda p: GroupCoordinatorShard(p, self.config, self.runtime, topics), timer,
+            serialize=serialize, deserialize=deserialize)
 
     # ------------------------------------------------------------------------------------------------
     # Partitions
