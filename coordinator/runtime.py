@@ -20,9 +20,14 @@ knows three verbs, as Kafka's CoordinatorRuntime does:
 
 Durability. `PartitionWriter.append` returns None when the records are durable on return (one broker:
 appended). With replication it returns the log end offset after the append instead, and the runtime
-holds the response until `on_committed(partition, offset)` reports the high watermark has reached it. A
-write with no records also waits for the writes before it, so a response never gets ahead of the state
-it reports on. `unload` fails what is still held with NOT_COORDINATOR.
+holds the response until `on_committed(partition, offset)` reports the high watermark has reached it:
+`load` registers `on_committed` as the partition's high-watermark listener with the writer, `unload`
+deregisters it. A write with no records also waits for the writes before it, so a response never gets
+ahead of the state it reports on. `unload` fails what is still held with NOT_COORDINATOR.
+
+The high watermark may move inside `append` itself (with one replica it always does). What that
+releases waits until the write's records are replayed: a released callback may write again, and must
+not find the shard behind its log.
 
 `Deferred` is the runtime's future: a callback holder completed exactly once, with no event loop (the
 broker adapts it to an asyncio.Future). Callbacks run synchronously inside `complete`/`fail`.
@@ -212,6 +217,12 @@ class PartitionWriter(Protocol):
         """Every record of the partition, oldest first (after compaction, the latest per key survive)."""
         ...
 
+    def register_listener(self, partition: int, on_committed: Callable[[int, int], None]) -> None:
+        """Call `on_committed(partition, high_watermark)` whenever the partition's high watermark advances."""
+        ...
+
+    def deregister_listener(self, partition: int) -> None: ...
+
 
 class CoordinatorShard(Protocol):
     def replay(self, record: Record) -> None: ...
@@ -222,12 +233,14 @@ class CoordinatorShard(Protocol):
 
 
 class InMemoryPartitionWriter:
-    """A PartitionWriter over lists, for tests. With `commit_later` appends return offsets to wait for."""
+    """A PartitionWriter over lists, for tests. With `commit_later` appends return offsets to wait for,
+    and `commit(partition, offset)` stands for the high watermark reaching `offset`."""
 
     def __init__(self, *, commit_later: bool = False) -> None:
         self.logs: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
         self.commit_later = commit_later
         self.fail_next: BaseException | None = None
+        self.listeners: dict[int, Callable[[int, int], None]] = {}
 
     def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> int | None:
         if self.fail_next is not None:
@@ -239,6 +252,18 @@ class InMemoryPartitionWriter:
 
     def read_all(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
         return iter(list(self.logs.get(partition, ())))
+
+    def register_listener(self, partition: int, on_committed: Callable[[int, int], None]) -> None:
+        self.listeners[partition] = on_committed
+
+    def deregister_listener(self, partition: int) -> None:
+        self.listeners.pop(partition, None)
+
+    def commit(self, partition: int, offset: int | None = None) -> None:
+        """The high watermark of `partition` advanced to `offset` (default: the end of its log)."""
+        listener = self.listeners.get(partition)
+        if listener is not None:
+            listener(partition, len(self.logs.get(partition, ())) if offset is None else offset)
 
     def compacted(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
         """The partition as log compaction would leave it: the last record per key, tombstones dropped."""
@@ -258,7 +283,7 @@ class _Held:
 
 
 class _ShardContext(Generic[S]):
-    __slots__ = ("partition", "shard", "timers", "held", "last_written_offset")
+    __slots__ = ("partition", "shard", "timers", "held", "last_written_offset", "appending", "committed_in_append")
 
     def __init__(self, partition: int, shard: S) -> None:
         self.partition = partition
@@ -266,6 +291,8 @@ class _ShardContext(Generic[S]):
         self.timers: dict[Any, TimerTask] = {}
         self.held: deque[_Held] = deque()
         self.last_written_offset: int | None = None
+        self.appending = False  # inside the writer's append: a commit heard now is acted on after replay
+        self.committed_in_append: int | None = None
 
 
 class CoordinatorRuntime(Generic[S]):
@@ -301,6 +328,7 @@ class CoordinatorRuntime(Generic[S]):
             if record is not None:
                 shard.replay(record)
         self._contexts[partition] = _ShardContext(partition, shard)
+        self._writer.register_listener(partition, self.on_committed)
         self._tick(now_ms)
         shard.on_loaded(now_ms)
         return shard
@@ -309,6 +337,7 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.pop(partition, None)
         if context is None:
             return
+        self._writer.deregister_listener(partition)
         for task in context.timers.values():
             task.cancel()
         context.timers.clear()
@@ -355,9 +384,14 @@ class CoordinatorRuntime(Generic[S]):
         try:
             serialize = self._serialize
             encoded = [serialize(record) for record in result.records]
-            offset = self._writer.append(partition, encoded, now_ms)
+            context.appending = True
+            try:
+                offset = self._writer.append(partition, encoded, now_ms)
+            finally:
+                context.appending = False
         except Exception as e:
             log.warning("coordinator append failed", partition=partition, error=repr(e))
+            self._commit_heard_in_append(context)
             for callback in result.callbacks:
                 callback(e)
             deferred.fail(e)
@@ -366,8 +400,15 @@ class CoordinatorRuntime(Generic[S]):
             context.shard.replay(record)
         if offset is not None:
             context.last_written_offset = offset
+        self._commit_heard_in_append(context)
         self._settle(context, offset, result, deferred)
         return deferred
+
+    def _commit_heard_in_append(self, context: _ShardContext[S]) -> None:
+        committed = context.committed_in_append
+        if committed is not None:
+            context.committed_in_append = None
+            self.on_committed(context.partition, committed)
 
     def _settle(self, context: _ShardContext[S], offset: int | None, result: Result, deferred: Deferred) -> None:
         if offset is None and result.records:
@@ -389,6 +430,10 @@ class CoordinatorRuntime(Generic[S]):
         """The partition's high watermark reached `committed_offset`: release what waited for it."""
         context = self._contexts.get(partition)
         if context is None:
+            return
+        if context.appending:
+            previous = context.committed_in_append
+            context.committed_in_append = committed_offset if previous is None else max(previous, committed_offset)
             return
         while context.held and context.held[0].offset <= committed_offset:
             held = context.held.popleft()

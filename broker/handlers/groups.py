@@ -22,10 +22,7 @@ def respond(broker, result):
 
 
 def _locate(broker):
-    """Who leads an internal topic's partition: the broker's answer, else (one broker) this broker."""
-    leader_of = getattr(broker, "internal_partition_leader", None)
-    if leader_of is not None:
-        return leader_of
+    """Who leads an internal topic's partition: this broker, the only one (a cluster asks its metadata)."""
     host, port = broker.advertised_endpoint
     return lambda topic, partition: (broker.node_id, host, port)
 
