@@ -299,10 +299,11 @@ class CoordinatorRuntime(Generic[S]):
     """Shards by partition, a writer to make their records durable, and timers on a shared wheel."""
 
     def __init__(self, writer: PartitionWriter, shard_factory: Callable[[int], S], timer: Timer, *,
-                 serialize: Callable[[Record], KeyValue], deserialize: Callable[[bytes | None, bytes | None], Record | None]) -> None:
+                 serialize: Callable[[Record], KeyValue],
+                 deserialize: Callable[[bytes | None, bytes | None], Record | None]) -> None:
         self._writer = writer
         self._serialize = serialize
-        self._deserialize = deserialize  # None: a record the coordinator skips (a type it does not know)
+        self._deserialize = deserialize  # returns None for a record the coordinator skips (a type it does not know)
         self._shard_factory = shard_factory
         self._timer = timer
         self._contexts: dict[int, _ShardContext[S]] = {}
