@@ -1,81 +1,26 @@
 """Wire the group coordinator to this broker: `__consumer_offsets` logs, the metadata image, the timer.
 
-The coordinator (coordinator/) knows nothing of storage or sockets; it asks for a `PartitionWriter`
-(append records to partition p of `__consumer_offsets`, read them all back for loading) and a view of
-the topics. Which `__consumer_offsets` partitions it serves follows the metadata image
-(`CoordinatorLoader`, a metadata listener): a partition is loaded ("elected") when this broker becomes its
-leader and unloaded ("resigned") when it stops being it; on one broker every partition is led here, so
-each is loaded at start. A deleted topic's committed offsets go with it.
+The coordinator (coordinator/group/) knows nothing of storage or sockets; it asks for a `PartitionWriter`
+(internal_topics.py: append records to partition p of `__consumer_offsets`, read them all back for
+loading, report its high watermark) and a view of the topics. Which `__consumer_offsets` partitions it
+serves follows the metadata image (`CoordinatorLoader`, a metadata listener): a partition is loaded
+("elected") when this broker becomes its leader and unloaded ("resigned") when it stops being it; on one
+broker every partition is led here, so each is loaded at start.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
-from odradek.coordinator.config import GroupCoordinatorConfig
-from odradek.coordinator.group_coordinator import GroupCoordinator
+from odradek.coordinator.group.config import GroupCoordinatorConfig
+from odradek.coordinator.group.group_coordinator import GroupCoordinator
+from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC
 from odradek.coordinator.topics import TopicMetadata
 from odradek.replication.metadata_publisher import MetadataUpdate
-from odradek.protocol.records import build_batch, iter_batches, iter_records
-from odradek.storage.names import TopicPartition
 
-OFFSETS_TOPIC = "__consumer_offsets"
-_READ_CHUNK = 1 << 20
-_MAX_BATCH = 64 << 20
+from .internal_topics import InternalTopicWriter, ensure_internal_topic
 
-
-class OffsetsTopicWriter:
-    def __init__(self, broker):
-        self.broker = broker
-
-    def _partition(self, index: int):
-        partition = self.broker.data.get_partition(TopicPartition(OFFSETS_TOPIC, index))
-        if partition is None:
-            raise RuntimeError(f"{OFFSETS_TOPIC}-{index} is not hosted here")
-        return partition
-
-    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> int | None:
-        if not records:
-            return None
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-        batch = bytearray(build_batch([(k, v, None, now_ms) for k, v in records]))
-        info = self.broker.data.append_internal(tp, batch, now_ms=now_ms)
-        end_offset = info.last_offset + 1
-        # None tells the runtime the records are committed already (one replica: the high watermark moved
-        # with the append); otherwise it holds the response until on_committed reports this offset.
-        return None if self._partition(partition).high_watermark >= end_offset else end_offset
-
-    def read_all(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
-        log = self._partition(partition).log
-        offset = log.log_start_offset
-        while offset < log.log_end_offset:
-            info = log.read(offset, _READ_CHUNK, max_offset=log.log_end_offset, min_one_message=True)
-            if not info.regions:
-                break
-            data = b"".join(_pread_fully(r.fd, r.length, r.position) for r in info.regions)
-            advanced = False
-            for pos, header in iter_batches(data):
-                if header.next_offset <= offset:
-                    continue
-                if not header.is_control:
-                    for record in iter_records(memoryview(data)[pos : pos + header.size], max_uncompressed_bytes=_MAX_BATCH):
-                        if record.offset >= offset:
-                            yield record.key, record.value
-                offset = header.next_offset
-                advanced = True
-            if not advanced:
-                break
-
-
-def _pread_fully(fd: int, length: int, position: int) -> bytes:
-    out = bytearray()
-    while len(out) < length:
-        chunk = os.pread(fd, length - len(out), position + len(out))
-        if not chunk:
-            break
-        out += chunk
-    return bytes(out)
+OFFSETS_TOPIC = CONSUMER_OFFSETS_TOPIC  # the name components.py checks for at start
 
 
 class MetadataTopicsView:
@@ -117,23 +62,11 @@ class CoordinatorLoader:
 
 
 def start_group_coordinator(broker) -> GroupCoordinator:
-    from .controller_channel import NewTopic
-
     cfg = broker.config
-    num_partitions = cfg.offsets_topic_num_partitions
-    if broker.metadata.image.topics_by_name.get(OFFSETS_TOPIC) is None:
-        created = broker.controller.create_topics(
-            [NewTopic(
-                OFFSETS_TOPIC, num_partitions, cfg.offsets_topic_replication_factor,
-                {"cleanup.policy": "compact", "segment.bytes": str(cfg.offsets_topic_segment_bytes)},
-            )],
-            internal=True,
-        )
-        (outcome,) = created.result()
-        if isinstance(outcome, Exception) and getattr(outcome, "error_code", None) != 36:  # TOPIC_ALREADY_EXISTS
-            raise outcome
-    num_partitions = len(broker.metadata.image.topics_by_name[OFFSETS_TOPIC].partitions)
+    num_partitions = ensure_internal_topic(broker, CONSUMER_OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
+                                           cfg.offsets_topic_replication_factor, cfg.offsets_topic_segment_bytes)
     config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions)
-    groups = GroupCoordinator(OffsetsTopicWriter(broker), broker.timer, config, MetadataTopicsView(broker))
+    writer = InternalTopicWriter(broker.data, CONSUMER_OFFSETS_TOPIC)
+    groups = GroupCoordinator(writer, broker.timer, config, MetadataTopicsView(broker))
     broker.metadata.register(CoordinatorLoader(groups, broker.node_id, broker.now_ms))
     return groups

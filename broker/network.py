@@ -50,6 +50,7 @@ from odradek.protocol.codec import FileRegion
 from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
 from odradek.protocol.errors import ProtocolError
 from odradek.protocol.fast_produce import ProduceFrame
+from odradek.storage.segment import read_region
 
 from .context import ConnectionContext, Packed, RequestContext, SecurityProtocol
 
@@ -255,7 +256,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             if isinstance(chunk, FileRegion):
                 sent += chunk.length
                 if chunk.length <= SMALL_REGION_BYTES:
-                    pending.append(_read_region(chunk))
+                    pending.append(read_region(chunk, pad=True))
                     continue
                 self._flush()
                 self._send_region(chunk)
@@ -297,14 +298,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 return
         if remaining > 0:
             # Socket buffer full (or sendfile unavailable): copy the rest through the transport.
-            transport.write(_read_region(FileRegion(region.fd, position, remaining)))
-
-
-def _read_region(region: FileRegion) -> bytes:
-    data = os.pread(region.fd, region.length, region.position)
-    if len(data) < region.length:  # the file shrank under us (truncation): keep the frame length honest
-        data += b"\x00" * (region.length - len(data))
-    return data
+            transport.write(read_region(FileRegion(region.fd, position, remaining), pad=True))
 
 
 class NetworkServer:

@@ -11,9 +11,10 @@ Kafka-compatible broker through the wire protocol alone.
 
 from .admin import Admin, NewTopic
 from .blocking import BlockingAdmin, BlockingConsumer, BlockingProducer
-from .cluster import KafkaClient, TopicPartition
+from .cluster import KafkaClient
+from .common import ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition
 from .config import ClientConfig, ConsumerConfig, ProducerConfig
-from .consumer import Consumer, ConsumerRebalanceListener, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp
+from .consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
 from .errors import (
     ClientClosedError,
     ConfigError,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from odradek.protocol.codec import decode_from, encode
 from odradek.protocol.messages import DATA_CLASSES
 
-from .cluster import TopicPartition
+from .common import TopicPartition
 
 SUBSCRIPTION = DATA_CLASSES["ConsumerProtocolSubscription"]
 ASSIGNMENT = DATA_CLASSES["ConsumerProtocolAssignment"]

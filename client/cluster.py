@@ -30,11 +30,12 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, NamedTuple, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 
+from .common import TopicPartition
 from .config import ClientConfig, parse_bootstrap
 from .connection import BrokerConnection
 from .errors import (
@@ -54,14 +55,6 @@ FIND_COORDINATOR = 10
 
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(slots=True)

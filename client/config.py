@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .assignors import ASSIGNORS
 from .errors import ConfigError
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
@@ -165,8 +166,6 @@ class ConsumerConfig(ClientConfig):
             raise ConfigError(f"auto_offset_reset must be earliest, latest or none (got {self.auto_offset_reset!r})")
         if self.isolation_level not in ("read_uncommitted", "read_committed"):
             raise ConfigError(f"isolation_level must be read_uncommitted or read_committed (got {self.isolation_level!r})")
-        from .assignors import ASSIGNORS
-
         for name in self.assignor_names:
             if name not in ASSIGNORS:
                 raise ConfigError(f"unknown partition assignment strategy {name!r} (known: {', '.join(ASSIGNORS)})")

@@ -40,9 +40,11 @@ from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import REQUESTS
 from odradek.protocol.records import ABORT, iter_batches, iter_records, parse_control_record, validate_batch
 
-from .cluster import KafkaClient, TopicPartition
+from .cluster import KafkaClient
+from .common import ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition
 from .config import ConsumerConfig
 from .errors import ClientClosedError, ConfigError, KafkaError, OdradekError
+from .group import GroupCoordinator
 
 FETCH = 1
 LIST_OFFSETS = 2
@@ -74,13 +76,6 @@ class ConsumerRecord:
 class OffsetAndTimestamp:
     offset: int
     timestamp: int
-
-
-@dataclass(slots=True, frozen=True)
-class OffsetAndMetadata:
-    offset: int
-    metadata: str = ""
-    leader_epoch: int = -1
 
 
 class _PartitionState:
@@ -156,19 +151,6 @@ async def list_offsets(client: KafkaClient, timestamps: dict[TopicPartition, int
     return result
 
 
-class ConsumerRebalanceListener:
-    """Override what you need; methods may be plain functions or coroutines."""
-
-    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> Any:
-        pass
-
-    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> Any:
-        pass
-
-    def on_partitions_lost(self, lost: set[TopicPartition]) -> Any:
-        return self.on_partitions_revoked(lost)
-
-
 class Consumer:
     """An asyncio Kafka consumer. `Consumer("topic", group_id=...)` subscribes at start."""
 
@@ -201,7 +183,7 @@ class Consumer:
         self._started = False
         self._closed = False
         self._last_committed: dict[TopicPartition, int] = {}
-        self.group = None
+        self.group: GroupCoordinator | None = None
         self._initial_topics = list(topics)
         if topics and not config.group_id:
             raise ConfigError("subscribing needs a group_id; use assign() to read without a group")
@@ -216,9 +198,7 @@ class Consumer:
         await self.client.start()
         loop = asyncio.get_running_loop()
         if self.config.group_id:
-            from .group import GroupCoordinator
-
-            self.group = GroupCoordinator(self.client, self.config, self)
+            self.group = GroupCoordinator(self.client, self.config, _Member(self))
         self._fetcher = loop.create_task(self._fetch_loop())
         if self.config.group_id and self.config.enable_auto_commit:
             self._committer = loop.create_task(self._auto_commit_loop())
@@ -811,3 +791,42 @@ class Consumer:
         if not self._started:
             await self.start()
         return await self.client.partitions_for(topic)
+
+
+class _Member:
+    """The consumer as its group sees it (group.GroupMember): the consumer's state stays private to it."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+
+    @property
+    def subscribed(self) -> bool:
+        return self._consumer._mode == "subscribe"
+
+    @property
+    def rebalance_listener(self) -> ConsumerRebalanceListener | None:
+        return self._consumer._listener
+
+    @property
+    def read_committed(self) -> bool:
+        return self._consumer._isolation == 1
+
+    def matching_topics(self) -> set[str]:
+        return self._consumer._matching_topics()
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._consumer.assignment()
+
+    def set_assignment(self, partitions: set[TopicPartition]) -> None:
+        self._consumer._set_assignment(partitions)
+
+    async def commit_positions(self, partitions: set[TopicPartition]) -> None:
+        await self._consumer._commit_positions(partitions)
+
+    def report_error(self, error: BaseException) -> None:
+        self._consumer._errors.append(error)
+
+    def wake(self) -> None:
+        self._consumer._signal_data()

@@ -26,6 +26,10 @@ rejoins on its next call.
 
 `commit_offsets` and `fetch_committed_offsets` (OffsetCommit / OffsetFetch to the coordinator) are also
 used by the admin client and by `assign()`ed consumers that have a group id (generation -1, no member).
+
+The consumer owns the assignment and the fetch positions; the group reaches them only through the
+`GroupMember` it was given (what it may read and change of its consumer), and the consumer only through
+`GroupCoordinator`'s public methods.
 """
 
 from __future__ import annotations
@@ -35,19 +39,17 @@ import inspect
 import logging
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 
 from .assignors import ASSIGNORS, COOPERATIVE, Subscription, decode_assignment, decode_subscription, \
     encode_assignment, encode_subscription
-from .cluster import KafkaClient, TopicPartition
+from .cluster import KafkaClient
+from .common import ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition
 from .config import ConsumerConfig
 from .errors import KafkaError, OdradekError
-
-if TYPE_CHECKING:
-    from .consumer import Consumer, OffsetAndMetadata
 
 log = logging.getLogger("odradek.client.group")
 
@@ -66,6 +68,41 @@ class CommitFailedError(KafkaError):
     """The group rebalanced before the commit: the partitions may now belong to another member."""
 
 
+class GroupMember(Protocol):
+    """What the group needs of the consumer it manages membership for."""
+
+    @property
+    def subscribed(self) -> bool:
+        """Member of the group (subscribe()), not reading assigned partitions (assign()) or nothing."""
+        ...
+
+    @property
+    def rebalance_listener(self) -> ConsumerRebalanceListener | None: ...
+
+    @property
+    def read_committed(self) -> bool: ...
+
+    def matching_topics(self) -> set[str]:
+        """The subscribed topics that exist now (a pattern matched against metadata)."""
+        ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def set_assignment(self, partitions: set[TopicPartition]) -> None: ...
+
+    async def commit_positions(self, partitions: set[TopicPartition]) -> None:
+        """Commit the consumed positions of `partitions` (auto-commit before they are revoked)."""
+        ...
+
+    def report_error(self, error: BaseException) -> None:
+        """An error for the application, raised by getmany() when it next looks (see `wake`)."""
+        ...
+
+    def wake(self) -> None:
+        """Wake a getmany() waiting for records: the assignment changed, or an error is to be raised."""
+        ...
+
+
 async def _call_listener(fn: Any, partitions: set[TopicPartition]) -> None:
     result = fn(partitions)
     if inspect.isawaitable(result):
@@ -75,7 +112,7 @@ async def _call_listener(fn: Any, partitions: set[TopicPartition]) -> None:
 async def commit_offsets(
     client: KafkaClient,
     group_id: str,
-    offsets: dict[TopicPartition, "OffsetAndMetadata"],
+    offsets: dict[TopicPartition, OffsetAndMetadata],
     *,
     generation_id: int = -1,
     member_id: str = "",
@@ -119,10 +156,8 @@ async def fetch_committed_offsets(
     partitions: Iterable[TopicPartition] | None = None,
     *,
     require_stable: bool = False,
-) -> dict[TopicPartition, "OffsetAndMetadata"]:
+) -> dict[TopicPartition, OffsetAndMetadata]:
     """Committed offsets of `group_id` (all of them when `partitions` is None); absent ones are left out."""
-    from .consumer import OffsetAndMetadata
-
     cls = REQUESTS[OFFSET_FETCH]
     wanted: dict[str, list[int]] | None = None
     if partitions is not None:
@@ -170,11 +205,11 @@ async def fetch_committed_offsets(
 
 
 class GroupCoordinator:
-    def __init__(self, client: KafkaClient, config: ConsumerConfig, consumer: "Consumer"):
+    def __init__(self, client: KafkaClient, config: ConsumerConfig, member: GroupMember):
         assert config.group_id
         self.client = client
         self.config = config
-        self.consumer = consumer
+        self.member = member
         self.group_id: str = config.group_id
         self.member_id = ""
         self.generation_id = -1
@@ -216,7 +251,7 @@ class GroupCoordinator:
         if self._left_for_poll_timeout:
             self._left_for_poll_timeout = False
             self.subscription_changed()
-        elif self.consumer._mode == "subscribe":
+        elif self.member.subscribed:
             self._ensure_task()
 
     async def close(self) -> None:
@@ -227,11 +262,12 @@ class GroupCoordinator:
                 await self._task
             except BaseException:
                 pass
-        if self.member_id and self.consumer._mode == "subscribe":
-            owned = self.consumer.assignment()
-            if owned and self.consumer._listener is not None:
+        if self.member_id and self.member.subscribed:
+            owned = self.member.assignment()
+            listener = self.member.rebalance_listener
+            if owned and listener is not None:
                 try:
-                    await _call_listener(self.consumer._listener.on_partitions_revoked, owned)
+                    await _call_listener(listener.on_partitions_revoked, owned)
                 except Exception:
                     log.exception("on_partitions_revoked failed")
             await self._leave()
@@ -259,8 +295,8 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------------------------------ offsets
 
-    async def commit(self, offsets: dict[TopicPartition, "OffsetAndMetadata"]) -> None:
-        member = self.consumer._mode == "subscribe"
+    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        member = self.member.subscribed
         try:
             await commit_offsets(
                 self.client, self.group_id, offsets,
@@ -273,9 +309,9 @@ class GroupCoordinator:
             self._wakeup.set()
             raise
 
-    async def fetch_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, "OffsetAndMetadata"]:
+    async def fetch_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
         return await fetch_committed_offsets(self.client, self.group_id, partitions,
-                                             require_stable=self.consumer._isolation == 1)
+                                             require_stable=self.member.read_committed)
 
     # ------------------------------------------------------------------------------------------ main loop
 
@@ -296,7 +332,7 @@ class GroupCoordinator:
                     continue
                 if time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000:
                     log.warning("no getmany() within max_poll_interval_ms: leaving group %s", self.group_id)
-                    await self._revoke(self.consumer.assignment(), lost=False)
+                    await self._revoke(self.member.assignment(), lost=False)
                     await self._leave()
                     self._left_for_poll_timeout = True
                     return
@@ -315,14 +351,14 @@ class GroupCoordinator:
                 benign = isinstance(e, KafkaError) and (
                     e.code in _MEMBER_ERRORS or e.code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.MEMBER_ID_REQUIRED))
                 if not e.retriable and not benign:
-                    self.consumer._errors.append(e)
-                    self.consumer._signal_data()
+                    self.member.report_error(e)
+                    self.member.wake()
                 self._rejoin = self._rejoin or benign
                 await asyncio.sleep(self.client.backoff_s(attempt))
                 attempt += 1
 
     def _check_subscription(self) -> None:
-        topics = self.consumer._matching_topics()
+        topics = self.member.matching_topics()
         if topics != self._joined_topics and self.generation_id >= 0:
             self._rejoin = True
         if self.leader_id is not None and self.leader_id == self.member_id:
@@ -358,30 +394,30 @@ class GroupCoordinator:
         self.member_id = ""
         self.generation_id = -1
         self._rejoin = True
-        await self._revoke(self.consumer.assignment(), lost=True)
+        await self._revoke(self.member.assignment(), lost=True)
 
     async def _revoke(self, partitions: set[TopicPartition], *, lost: bool) -> None:
         if not partitions:
             return
         if not lost and self.config.enable_auto_commit:
             try:
-                await self.consumer._commit_positions(partitions)
+                await self.member.commit_positions(partitions)
             except OdradekError as e:
                 log.info("commit before revocation failed: %s", e)
-        listener = self.consumer._listener
+        listener = self.member.rebalance_listener
         if listener is not None:
             try:
                 fn = listener.on_partitions_lost if lost else listener.on_partitions_revoked
                 await _call_listener(fn, set(partitions))
             except Exception as e:  # a listener's error reaches the caller through getmany()
-                self.consumer._errors.append(e)
-        remaining = self.consumer.assignment() - set(partitions)
-        self.consumer._set_assignment(remaining)
+                self.member.report_error(e)
+        remaining = self.member.assignment() - set(partitions)
+        self.member.set_assignment(remaining)
 
     async def _rebalance(self) -> None:
         if not self.cooperative:
-            await self._revoke(self.consumer.assignment(), lost=False)
-        topics = self.consumer._matching_topics()
+            await self._revoke(self.member.assignment(), lost=False)
+        topics = self.member.matching_topics()
         self._rejoin = False
         try:
             join = await self._join(topics)
@@ -398,26 +434,26 @@ class GroupCoordinator:
         if self._rejoin:
             return
         new = set(assignment)
-        owned = self.consumer.assignment()
+        owned = self.member.assignment()
         revoked = owned - new
         added = new - owned
         if revoked:
             await self._revoke(revoked, lost=False)
             if self.cooperative:
                 self._rejoin = True
-        self.consumer._set_assignment(new)
+        self.member.set_assignment(new)
         self.client.add_topics({tp.topic for tp in new})
-        listener = self.consumer._listener
+        listener = self.member.rebalance_listener
         if listener is not None:
             try:
                 await _call_listener(listener.on_partitions_assigned, added if self.cooperative else new)
             except Exception as e:
-                self.consumer._errors.append(e)
-        self.consumer._signal_data()
+                self.member.report_error(e)
+        self.member.wake()
 
     async def _join(self, topics: set[str]) -> Any:
         cls = REQUESTS[JOIN_GROUP]
-        owned = sorted(self.consumer.assignment()) if self.cooperative else []
+        owned = sorted(self.member.assignment()) if self.cooperative else []
         metadata = encode_subscription(Subscription(sorted(topics), owned, self.generation_id))
         protocols = [cls.JoinGroupRequestProtocol(name=a.name, metadata=metadata) for a in self._assignors]
         while True:

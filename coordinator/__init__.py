@@ -1,7 +1,8 @@
-"""Group and transaction coordinators as state machines replayed from compacted internal topics.
+"""Coordinators as state machines replayed from compacted internal topics.
 
-The group coordinator: `group_coordinator.GroupCoordinator` (one method per API) over `runtime`
-(shards, durable writes, timers), `shard` (one `__consumer_offsets` partition: replay and groups),
-`classic` / `classic_group` (JoinGroup/SyncGroup), `offsets`, `consumer` / `consumer_group` /
-`assignors` (KIP-848), `records` (the topic's key/value schemas) and `partitioning` (which partition).
+Shared by every coordinator: `runtime` (shards of an internal topic's partitions, durable writes through
+a `PartitionWriter`, timers on the shared timing wheel), `partitioning` (which partition of an internal
+topic a key lives in, as Kafka computes it) and `topics` (the view of the broker's topics a coordinator
+needs). Each coordinator has its folder on top: `group/` (classic and KIP-848 consumer groups over
+`__consumer_offsets`).
 """

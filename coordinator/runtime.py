@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-A coordinator owns some partitions of an internal topic (`__consumer_offsets` for groups). Each owned
-partition has a *shard*: the state of the groups that hash to it. The runtime knows nothing of groups; it
+A coordinator owns some partitions of an internal topic (`__consumer_offsets` for groups, group/). Each
+owned partition has a *shard*: the state of the keys that hash to it. The runtime knows nothing of groups
+or of the topic's record schemas (the coordinator passes `serialize` / `deserialize` for its records); it
 knows three verbs, as Kafka's CoordinatorRuntime does:
 
 - `write(partition, op, now_ms) -> Deferred`: `op(shard) -> Result(records, response)` decides what
@@ -19,9 +20,14 @@ knows three verbs, as Kafka's CoordinatorRuntime does:
 
 Durability. `PartitionWriter.append` returns None when the records are durable on return (one broker:
 appended). With replication it returns the log end offset after the append instead, and the runtime
-holds the response until `on_committed(partition, offset)` reports the high watermark has reached it. A
-write with no records also waits for the writes before it, so a response never gets ahead of the state
-it reports on. `unload` fails what is still held with NOT_COORDINATOR.
+holds the response until `on_committed(partition, offset)` reports the high watermark has reached it:
+`load` registers `on_committed` as the partition's high-watermark listener with the writer, `unload`
+deregisters it. A write with no records also waits for the writes before it, so a response never gets
+ahead of the state it reports on. `unload` fails what is still held with NOT_COORDINATOR.
+
+The high watermark may move inside `append` itself (with one replica it always does). What that
+releases waits until the write's records are replayed: a released callback may write again, and must
+not find the shard behind its log.
 
 `Deferred` is the runtime's future: a callback holder completed exactly once, with no event loop (the
 broker adapts it to an asyncio.Future). Callbacks run synchronously inside `complete`/`fail`.
@@ -39,8 +45,6 @@ import structlog
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.timing_wheel import Timer, TimerTask
 
-from .records import CoordinatorRecord, deserialize, serialize
-
 __all__ = [
     "Batch",
     "gather",
@@ -57,6 +61,11 @@ __all__ = [
 
 T = TypeVar("T")
 S = TypeVar("S", bound="CoordinatorShard")
+
+# A coordinator's record as its shard replays it (group/records.py: CoordinatorRecord), and the (key, value)
+# bytes it is stored as.
+Record = Any
+KeyValue = tuple[bytes | None, bytes | None]
 
 log = structlog.get_logger("odradek.coordinator")
 
@@ -179,7 +188,7 @@ class Result:
     error), before the response is released: Kafka's append future of a CoordinatorResult.
     """
 
-    records: list[CoordinatorRecord] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     response: Any = None
     callbacks: list[Callable[[BaseException | None], None]] = field(default_factory=list)
 
@@ -190,7 +199,7 @@ class Batch:
     __slots__ = ("records", "callbacks")
 
     def __init__(self) -> None:
-        self.records: list[CoordinatorRecord] = []
+        self.records: list[Record] = []
         self.callbacks: list[Callable[[BaseException | None], None]] = []
 
     def result(self, response: Any = None) -> Result:
@@ -208,9 +217,15 @@ class PartitionWriter(Protocol):
         """Every record of the partition, oldest first (after compaction, the latest per key survive)."""
         ...
 
+    def register_listener(self, partition: int, on_committed: Callable[[int, int], None]) -> None:
+        """Call `on_committed(partition, high_watermark)` whenever the partition's high watermark advances."""
+        ...
+
+    def deregister_listener(self, partition: int) -> None: ...
+
 
 class CoordinatorShard(Protocol):
-    def replay(self, record: CoordinatorRecord) -> None: ...
+    def replay(self, record: Record) -> None: ...
 
     def on_loaded(self, now_ms: int) -> None: ...
 
@@ -218,12 +233,14 @@ class CoordinatorShard(Protocol):
 
 
 class InMemoryPartitionWriter:
-    """A PartitionWriter over lists, for tests. With `commit_later` appends return offsets to wait for."""
+    """A PartitionWriter over lists, for tests. With `commit_later` appends return offsets to wait for,
+    and `commit(partition, offset)` stands for the high watermark reaching `offset`."""
 
     def __init__(self, *, commit_later: bool = False) -> None:
         self.logs: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
         self.commit_later = commit_later
         self.fail_next: BaseException | None = None
+        self.listeners: dict[int, Callable[[int, int], None]] = {}
 
     def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> int | None:
         if self.fail_next is not None:
@@ -235,6 +252,18 @@ class InMemoryPartitionWriter:
 
     def read_all(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
         return iter(list(self.logs.get(partition, ())))
+
+    def register_listener(self, partition: int, on_committed: Callable[[int, int], None]) -> None:
+        self.listeners[partition] = on_committed
+
+    def deregister_listener(self, partition: int) -> None:
+        self.listeners.pop(partition, None)
+
+    def commit(self, partition: int, offset: int | None = None) -> None:
+        """The high watermark of `partition` advanced to `offset` (default: the end of its log)."""
+        listener = self.listeners.get(partition)
+        if listener is not None:
+            listener(partition, len(self.logs.get(partition, ())) if offset is None else offset)
 
     def compacted(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
         """The partition as log compaction would leave it: the last record per key, tombstones dropped."""
@@ -254,7 +283,7 @@ class _Held:
 
 
 class _ShardContext(Generic[S]):
-    __slots__ = ("partition", "shard", "timers", "held", "last_written_offset")
+    __slots__ = ("partition", "shard", "timers", "held", "last_written_offset", "appending", "committed_in_append")
 
     def __init__(self, partition: int, shard: S) -> None:
         self.partition = partition
@@ -262,13 +291,19 @@ class _ShardContext(Generic[S]):
         self.timers: dict[Any, TimerTask] = {}
         self.held: deque[_Held] = deque()
         self.last_written_offset: int | None = None
+        self.appending = False  # inside the writer's append: a commit heard now is acted on after replay
+        self.committed_in_append: int | None = None
 
 
 class CoordinatorRuntime(Generic[S]):
     """Shards by partition, a writer to make their records durable, and timers on a shared wheel."""
 
-    def __init__(self, writer: PartitionWriter, shard_factory: Callable[[int], S], timer: Timer) -> None:
+    def __init__(self, writer: PartitionWriter, shard_factory: Callable[[int], S], timer: Timer, *,
+                 serialize: Callable[[Record], KeyValue],
+                 deserialize: Callable[[bytes | None, bytes | None], Record | None]) -> None:
         self._writer = writer
+        self._serialize = serialize
+        self._deserialize = deserialize  # returns None for a record the coordinator skips (a type it does not know)
         self._shard_factory = shard_factory
         self._timer = timer
         self._contexts: dict[int, _ShardContext[S]] = {}
@@ -290,10 +325,11 @@ class CoordinatorRuntime(Generic[S]):
         self.unload(partition)
         shard = self._shard_factory(partition)
         for key, value in self._writer.read_all(partition):
-            record = deserialize(key, value)
+            record = self._deserialize(key, value)
             if record is not None:
                 shard.replay(record)
         self._contexts[partition] = _ShardContext(partition, shard)
+        self._writer.register_listener(partition, self.on_committed)
         self._tick(now_ms)
         shard.on_loaded(now_ms)
         return shard
@@ -302,6 +338,7 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.pop(partition, None)
         if context is None:
             return
+        self._writer.deregister_listener(partition)
         for task in context.timers.values():
             task.cancel()
         context.timers.clear()
@@ -346,10 +383,16 @@ class CoordinatorRuntime(Generic[S]):
             self._settle(context, None, result, deferred)
             return deferred
         try:
+            serialize = self._serialize
             encoded = [serialize(record) for record in result.records]
-            offset = self._writer.append(partition, encoded, now_ms)
+            context.appending = True
+            try:
+                offset = self._writer.append(partition, encoded, now_ms)
+            finally:
+                context.appending = False
         except Exception as e:
             log.warning("coordinator append failed", partition=partition, error=repr(e))
+            self._commit_heard_in_append(context)
             for callback in result.callbacks:
                 callback(e)
             deferred.fail(e)
@@ -358,8 +401,15 @@ class CoordinatorRuntime(Generic[S]):
             context.shard.replay(record)
         if offset is not None:
             context.last_written_offset = offset
+        self._commit_heard_in_append(context)
         self._settle(context, offset, result, deferred)
         return deferred
+
+    def _commit_heard_in_append(self, context: _ShardContext[S]) -> None:
+        committed = context.committed_in_append
+        if committed is not None:
+            context.committed_in_append = None
+            self.on_committed(context.partition, committed)
 
     def _settle(self, context: _ShardContext[S], offset: int | None, result: Result, deferred: Deferred) -> None:
         if offset is None and result.records:
@@ -381,6 +431,10 @@ class CoordinatorRuntime(Generic[S]):
         """The partition's high watermark reached `committed_offset`: release what waited for it."""
         context = self._contexts.get(partition)
         if context is None:
+            return
+        if context.appending:
+            previous = context.committed_in_append
+            context.committed_in_append = committed_offset if previous is None else max(previous, committed_offset)
             return
         while context.held and context.held[0].offset <= committed_offset:
             held = context.held.popleft()

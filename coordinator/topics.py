@@ -1,8 +1,9 @@
-"""What the group coordinator needs to know of topics: names, ids and partition counts.
+"""What coordinators need to know of topics: names, ids and partition counts.
 
 The broker passes an object with these three methods (its metadata image); `TopicsImage` is a plain
-in-memory one, for tests and for a broker without a metadata image yet. The consumer protocol (KIP-848)
-needs it to assign partitions; OffsetCommit uses it to refuse offsets for partitions that do not exist.
+in-memory one, for tests and for a broker without a metadata image yet. The group coordinator's consumer
+protocol (KIP-848) needs it to assign partitions; OffsetCommit uses it to refuse offsets for partitions
+that do not exist.
 """
 
 from __future__ import annotations

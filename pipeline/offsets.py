@@ -17,7 +17,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from odradek.client.cluster import TopicPartition
+from odradek.client.common import TopicPartition
+
+from .errors import OptionError
 
 __all__ = [
     "EARLIEST", "LATEST", "OffsetRange", "offsets_from_json", "offsets_to_json", "parse_assign",
@@ -26,12 +28,6 @@ __all__ = [
 
 EARLIEST = -2  # Kafka's ListOffsets timestamp for the log start; also Spark's JSON convention
 LATEST = -1  # the high watermark
-
-
-def _option_error(message: str) -> Exception:
-    from .options import OptionError  # options imports this module
-
-    return OptionError(message)
 
 
 def offsets_to_json(offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]]) -> dict:
@@ -61,23 +57,23 @@ def parse_partition_values(text: str, name: str) -> dict[TopicPartition, int]:
     try:
         data = json.loads(text)
     except (TypeError, ValueError) as e:
-        raise _option_error(f"option {name!r} must be earliest, latest or JSON like "
+        raise OptionError(f"option {name!r} must be earliest, latest or JSON like "
                             f'{{"topic":{{"0":23,"1":-2}}}} (got {text!r}: {e})') from None
     if not isinstance(data, dict):
-        raise _option_error(f"option {name!r} must be a JSON object of topics (got {text!r})")
+        raise OptionError(f"option {name!r} must be a JSON object of topics (got {text!r})")
     out: dict[TopicPartition, int] = {}
     for topic, partitions in data.items():
         if not isinstance(partitions, dict):
-            raise _option_error(f"option {name!r}: topic {topic!r} must map partitions to numbers")
+            raise OptionError(f"option {name!r}: topic {topic!r} must map partitions to numbers")
         for partition, value in partitions.items():
             try:
                 p = int(partition)
             except ValueError:
-                raise _option_error(f"option {name!r}: partition {partition!r} of {topic!r} is not a number") from None
+                raise OptionError(f"option {name!r}: partition {partition!r} of {topic!r} is not a number") from None
             if isinstance(value, bool) or not isinstance(value, int):
-                raise _option_error(f"option {name!r}: value of {topic}-{partition} must be an integer")
+                raise OptionError(f"option {name!r}: value of {topic}-{partition} must be an integer")
             if p < 0:
-                raise _option_error(f"option {name!r}: partition {p} of {topic!r} is negative")
+                raise OptionError(f"option {name!r}: partition {p} of {topic!r} is negative")
             out[TopicPartition(topic, p)] = value
     return out
 
@@ -87,13 +83,13 @@ def parse_assign(text: str) -> list[TopicPartition]:
     try:
         data = json.loads(text)
     except (TypeError, ValueError) as e:
-        raise _option_error(f'option \'assign\' must be JSON like {{"topicA":[0,1]}} (got {text!r}: {e})') from None
+        raise OptionError(f'option \'assign\' must be JSON like {{"topicA":[0,1]}} (got {text!r}: {e})') from None
     if not isinstance(data, dict):
-        raise _option_error(f"option 'assign' must be a JSON object of topics (got {text!r})")
+        raise OptionError(f"option 'assign' must be a JSON object of topics (got {text!r})")
     out = []
     for topic, partitions in data.items():
         if not isinstance(partitions, list) or not all(isinstance(p, int) and p >= 0 for p in partitions):
-            raise _option_error(f"option 'assign': topic {topic!r} must map to a list of partition numbers")
+            raise OptionError(f"option 'assign': topic {topic!r} must map to a list of partition numbers")
         out.extend(TopicPartition(topic, p) for p in partitions)
     return sorted(set(out))
 

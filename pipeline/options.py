@@ -25,16 +25,13 @@ from typing import Any, Mapping
 from odradek.client.cluster import TopicPartition
 from odradek.client.config import ClientConfig, ConsumerConfig, ProducerConfig, parse_bootstrap
 
-from .offsets import EARLIEST, LATEST, parse_assign, parse_partition_values
+from .errors import OptionError
+from .offsets import EARLIEST, LATEST, offsets_to_json, parse_assign, parse_partition_values
 
 __all__ = [
     "ClientOptions", "OffsetSpec", "OptionError", "SinkOptions", "SourceOptions", "Subscription",
     "parse_bool", "parse_duration_ms",
 ]
-
-
-class OptionError(ValueError):
-    """An option of the data source is missing, malformed or not allowed here."""
 
 
 # kafka.* settings the connector owns (Spark's KafkaSourceProvider refuses the same ones).
@@ -421,6 +418,4 @@ class SinkOptions:
 
 def dumps_offsets_option(offsets: Mapping[TopicPartition, int]) -> str:
     """The JSON for startingOffsets / endingOffsets from {TopicPartition: offset}."""
-    from .offsets import offsets_to_json
-
     return json.dumps(offsets_to_json(offsets))

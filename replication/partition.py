@@ -19,6 +19,10 @@ moves:
 - both return True when the HW advanced: then `check_and_complete(topic_partition)` on the produce and
   fetch purgatories.
 
+Listeners (`add_listener`) hear every advance of the HW, synchronously, as `listener(topic_partition,
+high_watermark)`: a coordinator holds the responses of its internal topic's writes until the HW passes
+them (Kafka's PartitionListener.onHighWatermarkUpdated).
+
 acks=all is refused up front with NOT_ENOUGH_REPLICAS when the ISR is smaller than
 `min_insync_replicas` (`check_append_as_leader`); once appended, the DelayedProduce waits until
 `check_enough_replicas_reach_offset` says the HW has passed the batch. With a single replica the ISR is
@@ -151,6 +155,7 @@ class Partition:
         self._high_watermark = min(max(start, log.log_start_offset), log.log_end_offset)
         self._follower_states: dict[int, FollowerState] = {}
         self._first_unstable_offset = first_unstable_offset
+        self._listeners: tuple[Callable[[TopicPartition, int], None], ...] = ()
 
     @property
     def topic(self) -> str:
@@ -184,6 +189,13 @@ class Partition:
             if first_unstable is not None:
                 return min(first_unstable, self._high_watermark)
         return self._high_watermark
+
+    def add_listener(self, listener: Callable[[TopicPartition, int], None]) -> None:
+        """Call `listener(topic_partition, high_watermark)` after every advance of the HW."""
+        self._listeners += (listener,)
+
+    def remove_listener(self, listener: Callable[[TopicPartition, int], None]) -> None:
+        self._listeners = tuple(registered for registered in self._listeners if registered is not listener)
 
     def follower_state(self, replica_id: int) -> FollowerState | None:
         return self._follower_states.get(replica_id)
@@ -290,6 +302,8 @@ class Partition:
                 new_high_watermark = state.log_end_offset
         if new_high_watermark > self._high_watermark:
             self._high_watermark = new_high_watermark
+            for listener in self._listeners:
+                listener(self.topic_partition, new_high_watermark)
             return True
         return False
 

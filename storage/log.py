@@ -102,7 +102,7 @@ from .names import (
 )
 from .producer_state import AppendOrigin, ProducerStateManager
 from .scan import check_stored_batch, iter_headers
-from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion, drop_cache
+from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion, drop_cache, read_regions
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -644,6 +644,13 @@ class Log:
                 break
             i += 1
         return ReadInfo([], offset)
+
+    def read_bytes(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+                   min_one_message: bool = True) -> bytes:
+        """`read`'s batches as bytes, for readers that decode them here (coordinators loading their
+        partition, the metadata log) rather than send them on. Shorter than `read(...).size` only when a
+        segment file was truncated under the read; the bytes then end at most with one partial batch."""
+        return read_regions(self.read(offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message).regions)
 
     def _position_of(self, segment: LogSegment, offset: int) -> int:
         cached = self._position_cache

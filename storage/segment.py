@@ -95,6 +95,52 @@ def write_fully(fd: int, data, position: int) -> None:
         position += written
 
 
+def read_region(region: FileRegion, *, pad: bool = False) -> bytes:
+    """The `region.length` bytes of `region`'s file from `region.position`.
+
+    A file that ends inside the region (truncated after the read that handed the region out) gives what
+    it still holds, shorter; with `pad`, zeros up to the region's length instead, for a response frame
+    whose length was computed from the region and must stay honest (a client reading zeros where a batch
+    was sees a partial batch and drops it). One pread in the usual case: this is the fetch path's copy of
+    small regions."""
+    length = region.length
+    data = os.pread(region.fd, length, region.position)
+    if len(data) < length:
+        data = _read_rest(region, data)
+        if pad and len(data) < length:
+            data += bytes(length - len(data))
+    return data
+
+
+def _read_rest(region: FileRegion, data: bytes) -> bytes:
+    # pread may return less than asked (Linux caps one read at 2 GiB - 4 KiB): go on until the file ends.
+    out = bytearray(data)
+    position, length = region.position, region.length
+    while len(out) < length:
+        chunk = os.pread(region.fd, length - len(out), position + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def read_regions(regions: Sequence[FileRegion]) -> bytes:
+    """The bytes of `regions` one after another (`Log.read`'s batches, of one segment or several).
+
+    Stops after the first region the file no longer holds whole: what follows would not continue the
+    batches before it. The caller sees whole batches and at most one partial one at the end, which
+    `protocol.records.iter_batches` skips."""
+    if len(regions) == 1:
+        return read_region(regions[0])
+    out = bytearray()
+    for region in regions:
+        data = read_region(region)
+        out += data
+        if len(data) < region.length:
+            break
+    return bytes(out)
+
+
 RECENT_BATCHES = 8
 
 

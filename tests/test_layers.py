@@ -1,7 +1,9 @@
 """Imports run downward only: broker -> coordinator -> replication -> storage -> protocol.
 
 client/ and pipeline/ use protocol (pipeline also uses client), never broker internals; protocol/ stays
-sans-I/O. Checked on the source text with ast, so a violation fails here even if never executed.
+sans-I/O; storage/, replication/ and coordinator/ are synchronous and take time as an argument (no event
+loop, sockets, threads or clock); modules of client/ and pipeline/ do not import each other in a circle.
+Checked on the source text with ast, so a violation fails here even if never executed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ ALLOWED = {
     "pipeline": {"client", "protocol"},
 }
 SANS_IO_FORBIDDEN = {"asyncio", "socket", "uvloop", "selectors", "time", "threading"}
+# Below broker/ nothing runs an event loop, opens a socket, starts a thread or reads the clock: the broker
+# drives these layers and passes now_ms. storage/ may take threading's locks (SYNC_LAYER_LOCKS): a log and
+# its indexes are also used from the broker's worker threads (the cleaner, flushes, page-cache release).
+SYNC_LAYERS = ("storage", "replication", "coordinator")
+SYNC_LAYER_FORBIDDEN = {"asyncio", "socket", "uvloop", "selectors", "time", "threading", "concurrent"}
+SYNC_LAYER_LOCKS = {"storage": {"threading.Lock", "threading.RLock"}}
+ACYCLIC_LAYERS = ("client", "pipeline")
 
 
 def _imports(path: pathlib.Path) -> list[tuple[str, int]]:
@@ -39,6 +48,21 @@ def _imports(path: pathlib.Path) -> list[tuple[str, int]]:
             elif node.module:
                 found.append((node.module, node.lineno))
     return found
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(("odradek",) + (parts[:-1] if parts[-1] == "__init__" else parts))
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Lines under `if TYPE_CHECKING:`, whose imports never run."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
 
 
 def _layer_of(module: str) -> str | None:
@@ -81,3 +105,116 @@ def test_every_package_is_listed_for_installation():
             rel = init.parent.relative_to(ROOT / folder).parts
             expected.add(".".join((package,) + rel))
     assert expected <= listed, f"add to pyproject packages: {sorted(expected - listed)}"
+
+
+def test_sync_layers_run_no_event_loop_socket_thread_or_clock():
+    problems = []
+    for layer in SYNC_LAYERS:
+        allowed_uses = SYNC_LAYER_LOCKS.get(layer, set())
+        allowed_modules = {name.split(".")[0] for name in allowed_uses}
+        for path in (ROOT / layer).rglob("*.py"):
+            tree = ast.parse(path.read_text(), str(path))
+            for module, line in _imports(path):
+                top = module.split(".")[0]
+                if top in SYNC_LAYER_FORBIDDEN and top not in allowed_modules:
+                    problems.append(f"{path.relative_to(ROOT)}:{line} ({layer}) imports {module}")
+            for node in ast.walk(tree):
+                # what a layer allowed a module for may use of it: threading.Lock, not threading.Thread
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                        and node.value.id in allowed_modules and f"{node.value.id}.{node.attr}" not in allowed_uses):
+                    problems.append(f"{path.relative_to(ROOT)}:{node.lineno} ({layer}) uses {node.value.id}.{node.attr}")
+                if isinstance(node, ast.ImportFrom) and node.module in allowed_modules:
+                    for alias in node.names:
+                        if f"{node.module}.{alias.name}" not in allowed_uses:
+                            problems.append(f"{path.relative_to(ROOT)}:{node.lineno} ({layer}) imports "
+                                            f"{node.module}.{alias.name}")
+    assert not problems, "\n".join(problems)
+
+
+def _import_graph(layer: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same layer it imports, anywhere in its body (a function's import is
+    how a cycle hides), except under TYPE_CHECKING."""
+    paths = {_module_name(path): path for path in (ROOT / layer).rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skipped = _type_checking_lines(tree)
+        targets = set()
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or node.lineno in skipped:
+                continue
+            for module in _imported_modules(node, path, paths):
+                if module != name:
+                    targets.add(module)
+        graph[name] = targets
+    return graph
+
+
+def _imported_modules(node: ast.Import | ast.ImportFrom, path: pathlib.Path, modules) -> set[str]:
+    """The modules among `modules` that an import statement loads for its names."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            package = path.relative_to(ROOT).parent.parts
+            base = ".".join(("odradek",) + package[: len(package) - node.level + 1])
+            source = f"{base}.{node.module}" if node.module else base
+        else:
+            source = node.module or ""
+        # `from package import module` depends on the module; `from module import name` on the module
+        submodules = [f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in modules]
+        names = submodules if len(submodules) == len(node.names) else submodules + [source]
+    found = set()
+    for module in names:
+        while module and module not in modules:  # `import odradek.client.x.y`: the nearest module
+            module = module.rpartition(".")[0]
+        if module:
+            found.add(module)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles_inside_client_and_pipeline():
+    problems = [f"{layer}: {' <-> '.join(cycle)}" for layer in ACYCLIC_LAYERS for cycle in _cycles(_import_graph(layer))]
+    assert not problems, "modules importing each other (move what they share to a module both import):\n" + \
+        "\n".join(problems)
+
+
+def test_the_cycle_finder_sees_function_level_imports():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

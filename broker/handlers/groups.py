@@ -1,4 +1,4 @@
-"""Group coordination APIs, handed to the group coordinator (`services.groups`, coordinator/group_coordinator.py).
+"""Group coordination APIs, handed to the group coordinator (`services.groups`, coordinator/group/group_coordinator.py).
 
 FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13), SyncGroup (14), DescribeGroups (15),
 ListGroups (16), DeleteGroups (42), ConsumerGroupHeartbeat (68), ConsumerGroupDescribe (69).

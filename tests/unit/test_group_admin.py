@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from odradek.coordinator import records as r
+from odradek.coordinator.group import records as r
 from odradek.coordinator.partitioning import java_string_hash_code, partition_for
 from odradek.coordinator.runtime import Deferred, gather
 from odradek.protocol.errors import ErrorCode

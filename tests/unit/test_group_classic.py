@@ -6,14 +6,14 @@ import itertools
 
 import pytest
 
-from odradek.coordinator.classic_group import (
+from odradek.coordinator.group.classic_group import (
     TRANSITIONS,
     ClassicGroup,
     ClassicGroupMember,
     ClassicGroupState,
     IllegalStateTransition,
 )
-from odradek.coordinator.records import RecordType
+from odradek.coordinator.group.records import RecordType
 from odradek.protocol.errors import ErrorCode
 
 from .test_group_support import DELAY_MS, REBALANCE_MS, SESSION_MS, Harness, form_group, subscription

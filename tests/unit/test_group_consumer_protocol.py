@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from odradek.coordinator.assignors import range_assignor, uniform_assignor
-from odradek.coordinator.consumer_group import MemberState
+from odradek.coordinator.group.assignors import range_assignor, uniform_assignor
+from odradek.coordinator.group.consumer_group import MemberState
 from odradek.coordinator.topics import TopicsImage
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (

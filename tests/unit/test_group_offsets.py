@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from odradek.coordinator.records import RecordType
+from odradek.coordinator.group.records import RecordType
 from odradek.coordinator.topics import TopicsImage
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import OffsetDeleteRequest, OffsetFetchRequest

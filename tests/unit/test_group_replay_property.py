@@ -9,9 +9,9 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odradek.coordinator.classic_group import ClassicGroupState
-from odradek.coordinator.records import deserialize
-from odradek.coordinator.shard import GroupCoordinatorShard
+from odradek.coordinator.group.classic_group import ClassicGroupState
+from odradek.coordinator.group.records import deserialize
+from odradek.coordinator.group.shard import GroupCoordinatorShard
 from odradek.coordinator.topics import TopicsImage
 from odradek.protocol.messages import (
     ConsumerGroupHeartbeatRequest,

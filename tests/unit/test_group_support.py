@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 import uuid
 
-from odradek.coordinator.config import GroupCoordinatorConfig
-from odradek.coordinator.group_coordinator import GroupCoordinator
-from odradek.coordinator.records import deserialize
+from odradek.coordinator.group.config import GroupCoordinatorConfig
+from odradek.coordinator.group.group_coordinator import GroupCoordinator
+from odradek.coordinator.group.records import deserialize
+from odradek.coordinator.group.shard import GroupCoordinatorShard
 from odradek.coordinator.runtime import InMemoryPartitionWriter
-from odradek.coordinator.shard import GroupCoordinatorShard
 from odradek.protocol.messages import (
     ConsumerProtocolSubscription,
     HeartbeatRequest,

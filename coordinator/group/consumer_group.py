@@ -34,7 +34,7 @@ from enum import Enum, IntEnum
 
 from odradek.protocol.errors import ErrorCode
 
-from .runtime import CoordinatorError
+from ..runtime import CoordinatorError
 
 __all__ = [
     "Assignment",

@@ -39,7 +39,7 @@ from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import ConsumerProtocolSubscription
 
 from .records import GroupMetadataValue
-from .runtime import CoordinatorError, Deferred
+from ..runtime import CoordinatorError, Deferred
 
 __all__ = [
     "ClassicGroup",

@@ -37,7 +37,7 @@ from odradek.protocol.messages import JoinGroupResponse, SyncGroupResponse
 
 from .classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
 from .records import group_metadata_record
-from .runtime import Batch, CoordinatorError, Deferred, NotCoordinatorError, Result
+from ..runtime import Batch, CoordinatorError, Deferred, NotCoordinatorError, Result
 
 if TYPE_CHECKING:
     from .shard import GroupCoordinatorShard

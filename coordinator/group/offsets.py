@@ -34,7 +34,7 @@ from odradek.protocol.errors import ErrorCode
 
 from .classic_group import ClassicGroup, ClassicGroupState
 from .records import CoordinatorRecord, offset_commit_record, offset_commit_tombstone
-from .runtime import Batch, CoordinatorError, Result
+from ..runtime import Batch, CoordinatorError, Result
 
 if TYPE_CHECKING:
     from .shard import GroupCoordinatorShard

@@ -62,7 +62,7 @@ from .records import (
     target_assignment_member_record,
     target_assignment_member_tombstone,
 )
-from .runtime import Batch, CoordinatorError, Result
+from ..runtime import Batch, CoordinatorError, Result
 
 if TYPE_CHECKING:
     from .shard import GroupCoordinatorShard

@@ -32,11 +32,11 @@ from .consumer import ConsumerGroupManager
 from .consumer_group import ConsumerGroup
 from .offsets import OffsetAndMetadata, OffsetManager
 from .records import CoordinatorRecord, RecordType, group_metadata_tombstone
-from .runtime import Batch, CoordinatorError, Result
-from .topics import TopicsView
+from ..runtime import Batch, CoordinatorError, Result
+from ..topics import TopicsView
 
 if TYPE_CHECKING:
-    from .runtime import CoordinatorRuntime
+    from ..runtime import CoordinatorRuntime
 
 __all__ = ["GroupCoordinatorShard"]
 

@@ -14,7 +14,8 @@ never fails: errors are answered in the response, as Kafka answers them.
 
 Timers (session expiry, rebalance and initial delays, offset retention) are tasks on the shared timing
 wheel passed in as `timer`; the broker advances it. The broker tells the coordinator which partitions it
-leads (`on_elected` / `on_resigned`) and, with replication, how far they are committed (`on_committed`).
+leads (`on_elected` / `on_resigned`); how far they are committed (`on_committed`) comes from the writer,
+whose high-watermark listener the runtime registers for each partition it loads.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ from .classic_group import ClassicGroup, ClassicGroupState
 from .config import GroupCoordinatorConfig
 from .consumer import ALL_GROUP_OPERATIONS
 from .offsets import PartitionCommit
-from .partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
-from .runtime import (
+from .records import deserialize, serialize
+from ..partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
+from ..runtime import (
     CoordinatorError,
     CoordinatorRuntime,
     Deferred,
@@ -54,7 +56,7 @@ from .runtime import (
     gather,
 )
 from .shard import GroupCoordinatorShard
-from .topics import TopicsView
+from ..topics import TopicsView
 
 __all__ = ["CoordinatorLocation", "GroupCoordinator"]
 
@@ -94,7 +96,8 @@ class GroupCoordinator:
         self.topics = topics
         self.timer = timer
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
-            writer, lambda p: GroupCoordinatorShard(p, self.config, self.runtime, topics), timer)
+            writer, lambda p: GroupCoordinatorShard(p, self.config, self.runtime, topics), timer,
+            serialize=serialize, deserialize=deserialize)
 
     # ------------------------------------------------------------------------------------------------
     # Partitions
@@ -119,7 +122,8 @@ class GroupCoordinator:
             self.on_resigned(p)
 
     def on_committed(self, partition: int, committed_offset: int) -> None:
-        """The partition's high watermark reached `committed_offset` (replication's hook)."""
+        """The partition's high watermark reached `committed_offset`. The writer's listener calls the runtime's
+        `on_committed` directly; this is the same entry for callers holding the coordinator."""
         self.runtime.on_committed(partition, committed_offset)
 
     def shard_for(self, group_id: str) -> GroupCoordinatorShard:

@@ -1,0 +1,108 @@
+"""The internal topics coordinators keep their state in (`__consumer_offsets`, later `__transaction_state`).
+
+A coordinator (coordinator/runtime.py) knows nothing of storage: it writes and loads its partitions
+through a `PartitionWriter`. `InternalTopicWriter` is that writer for one internal topic of this broker:
+
+- `append` writes the records as one batch through the replica manager (as the coordinator's, never a
+  client's, append) and says whether they are committed already. With one replica the high watermark
+  moves with the append, so they are; otherwise it returns the offset to wait for.
+- `register_listener` hooks the partition's high watermark (replication/partition.py): every time it
+  advances the coordinator hears `on_committed(partition, high_watermark)`, which releases the responses
+  held for records now on every in-sync replica. The runtime registers on load and deregisters on unload.
+- `read_all` reads the partition back, batch by batch, for a coordinator loading it.
+
+`ensure_internal_topic` creates the topic on first use, compacted, with its own segment size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.records import build_batch, iter_batches, iter_records
+from odradek.replication.metadata_image import MetadataError
+from odradek.replication.partition import Partition
+from odradek.replication.replica_manager import ReplicaManager
+from odradek.storage.names import TopicPartition
+
+__all__ = ["InternalTopicWriter", "ensure_internal_topic"]
+
+_READ_CHUNK_BYTES = 1 << 20
+_MAX_UNCOMPRESSED_BATCH_BYTES = 64 << 20
+
+
+class InternalTopicWriter:
+    """A coordinator's `PartitionWriter` over the partitions of internal topic `topic` hosted here."""
+
+    def __init__(self, replicas: ReplicaManager, topic: str) -> None:
+        self.replicas = replicas
+        self.topic = topic
+        self._listeners: dict[int, tuple[Partition, Callable[[TopicPartition, int], None]]] = {}
+
+    def _partition(self, index: int) -> Partition:
+        partition = self.replicas.get_partition(TopicPartition(self.topic, index))
+        if partition is None:
+            raise RuntimeError(f"{self.topic}-{index} is not hosted here")
+        return partition
+
+    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> int | None:
+        if not records:
+            return None
+        batch = bytearray(build_batch([(key, value, None, now_ms) for key, value in records]))
+        info = self.replicas.append_internal(TopicPartition(self.topic, partition), batch, now_ms=now_ms)
+        end_offset = info.last_offset + 1
+        # None: committed already (the high watermark moved with the append); otherwise the runtime holds
+        # the response until the partition's listener reports a high watermark at or past this offset.
+        return None if self._partition(partition).high_watermark >= end_offset else end_offset
+
+    def read_all(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
+        log = self._partition(partition).log
+        offset = log.log_start_offset
+        while offset < log.log_end_offset:
+            data = log.read_bytes(offset, _READ_CHUNK_BYTES, max_offset=log.log_end_offset, min_one_message=True)
+            advanced = False
+            for pos, header in iter_batches(data):
+                if header.next_offset <= offset:
+                    continue
+                if not header.is_control:
+                    batch = memoryview(data)[pos : pos + header.size]
+                    for record in iter_records(batch, max_uncompressed_bytes=_MAX_UNCOMPRESSED_BATCH_BYTES):
+                        if record.offset >= offset:
+                            yield record.key, record.value
+                offset = header.next_offset
+                advanced = True
+            if not advanced:
+                break
+
+    def register_listener(self, partition: int, on_committed: Callable[[int, int], None]) -> None:
+        """Call `on_committed(partition, high_watermark)` whenever the partition's high watermark advances;
+        replaces the listener registered for `partition` before."""
+        self.deregister_listener(partition)
+        hosted = self._partition(partition)
+
+        def listener(_: TopicPartition, high_watermark: int) -> None:
+            on_committed(partition, high_watermark)
+
+        hosted.add_listener(listener)
+        self._listeners[partition] = (hosted, listener)
+
+    def deregister_listener(self, partition: int) -> None:
+        registered = self._listeners.pop(partition, None)
+        if registered is not None:
+            hosted, listener = registered
+            hosted.remove_listener(listener)
+
+
+def ensure_internal_topic(broker, name: str, num_partitions: int, replication_factor: int, segment_bytes: int) -> int:
+    """Create internal topic `name` (compacted) through the controller if it does not exist; its number
+    of partitions. Waits for the creation (a local controller commits at once)."""
+    from .controller_channel import NewTopic
+
+    existing = broker.metadata.image.topics_by_name.get(name)
+    if existing is None:
+        config = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+        created = broker.controller.create_topics([NewTopic(name, num_partitions, replication_factor, config)], internal=True)
+        (outcome,) = created.result()
+        if isinstance(outcome, MetadataError) and outcome.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise outcome
+    return len(broker.metadata.image.topics_by_name[name].partitions)
