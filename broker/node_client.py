@@ -1,0 +1,201 @@
+"""Requests from this node to another: the inter-node half of the network layer (Kafka's NetworkClient).
+
+The controller quorum (Vote, BeginQuorumEpoch, Fetch of `__cluster_metadata`), the brokers' lifecycle
+(BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds, forwarded admin requests) and
+the replica fetchers all speak Kafka's own RPCs to other nodes. They do it through a `NodeConnection`: one
+TCP connection to one node, opened on first use, with the sans-I/O `protocol.ClientConnection` doing the
+framing; `request(message, version, timeout_s)` sends and returns the decoded response.
+
+Theory of operation
+-------------------
+Requests are pipelined on the connection and answered in order (Kafka's rule), so a reader task matches
+each response frame to the oldest request in flight. Whatever goes wrong with the connection (refused,
+reset, closed by the peer, a malformed response, a timeout) fails every request in flight with
+`NodeUnavailable` and closes it; the next request opens a new connection, no sooner than `backoff_s` after
+the last failure, so that a dead node costs one connect attempt per backoff, not one per request. A node
+that lies (a response the codec cannot read, a correlation id out of order) is a protocol error: the
+connection closes and callers see `NodeUnavailable`, never a half-read answer.
+
+A caller that wants its own ordering (a long-polling fetch must not hold up heartbeats) uses its own
+`NodeConnection`; they are cheap. `NodeConnections` keeps one per (node id, purpose).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+
+import structlog
+
+from odradek.protocol.connection import ClientConnection
+from odradek.protocol.errors import ProtocolError
+
+log = structlog.get_logger("odradek.node_client")
+
+_READ_BYTES = 1 << 16
+
+
+class NodeUnavailable(ConnectionError):
+    """The node could not be reached, or the connection failed before the response arrived."""
+
+
+class NodeConnection:
+    def __init__(
+        self, node_id: int, host: str, port: int, *, client_id: str = "odradek-node",
+        backoff_s: float = 0.05, connect_timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.backoff_s = backoff_s
+        self.connect_timeout_s = connect_timeout_s
+        self._clock = clock
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+        self._conn: ClientConnection | None = None
+        self._in_flight: deque[asyncio.Future] = deque()
+        self._connecting: asyncio.Future | None = None
+        self._failed_at = float("-inf")
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<NodeConnection {self.node_id} {self.host}:{self.port}>"
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    def set_address(self, host: str, port: int) -> None:
+        """The node moved (a new registration): the next connection goes to the new address."""
+        if (host, port) != (self.host, self.port):
+            self.host, self.port = host, port
+            self._drop(NodeUnavailable(f"node {self.node_id} moved to {host}:{port}"))
+
+    async def request(self, message, version: int, timeout_s: float = 30.0):
+        """Send `message` at `version`; the decoded response. Raises NodeUnavailable (and closes the
+        connection) on any connection failure or on timeout."""
+        if self._closed:
+            raise NodeUnavailable(f"connection to node {self.node_id} is closed")
+        await self._ensure_connected()
+        conn, writer = self._conn, self._writer
+        if conn is None or writer is None:
+            raise NodeUnavailable(f"node {self.node_id} is not connected")
+        future = asyncio.get_running_loop().create_future()
+        try:
+            _, data = conn.send_request(message, version)
+        except ProtocolError:  # a request this client cannot encode: the caller's bug, not the node's
+            raise
+        self._in_flight.append(future)
+        writer.write(data)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except asyncio.TimeoutError:
+            self._drop(NodeUnavailable(f"node {self.node_id} did not answer within {timeout_s}s"))
+            raise NodeUnavailable(f"node {self.node_id} did not answer within {timeout_s}s") from None
+
+    async def close(self) -> None:
+        self._closed = True
+        self._drop(NodeUnavailable(f"connection to node {self.node_id} closed"))
+        if self._reader_task is not None:
+            await asyncio.gather(self._reader_task, return_exceptions=True)
+
+    # -- the connection
+
+    async def _ensure_connected(self) -> None:
+        if self.connected:
+            return
+        if self._connecting is not None:
+            await asyncio.shield(self._connecting)
+            if not self.connected:
+                raise NodeUnavailable(f"node {self.node_id} at {self.host}:{self.port} is unreachable")
+            return
+        wait_s = self._failed_at + self.backoff_s - self._clock()
+        if wait_s > 0:
+            raise NodeUnavailable(f"node {self.node_id} failed {self.backoff_s - wait_s:.3f}s ago; backing off")
+        loop = asyncio.get_running_loop()
+        self._connecting = loop.create_future()
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.connect_timeout_s)
+        except (OSError, asyncio.TimeoutError) as e:
+            self._failed_at = self._clock()
+            raise NodeUnavailable(f"node {self.node_id} at {self.host}:{self.port} is unreachable: {e}") from None
+        finally:
+            connecting, self._connecting = self._connecting, None
+            connecting.set_result(None)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._writer = writer
+        self._conn = ClientConnection(client_id=self.client_id)
+        self._reader_task = loop.create_task(self._read(reader, writer, self._conn))
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: ClientConnection) -> None:
+        error: Exception = NodeUnavailable(f"node {self.node_id} closed the connection")
+        try:
+            while True:
+                data = await reader.read(_READ_BYTES)
+                if not data:
+                    break
+                for event in conn.receive_data(data):
+                    if not self._in_flight:
+                        raise NodeUnavailable(f"node {self.node_id} answered a request never sent")
+                    future = self._in_flight.popleft()
+                    if not future.done():
+                        future.set_result(event.response)
+        except ProtocolError as e:
+            log.warning("closing a connection to a node that broke the protocol", node=self.node_id, error=str(e))
+            error = NodeUnavailable(f"node {self.node_id} broke the protocol: {e}")
+        except (OSError, NodeUnavailable) as e:
+            error = e if isinstance(e, NodeUnavailable) else NodeUnavailable(f"node {self.node_id}: {e}")
+        except asyncio.CancelledError:
+            pass
+        if self._writer is writer:
+            self._drop(error)
+
+    def _drop(self, error: Exception) -> None:
+        writer, self._writer, self._conn = self._writer, None, None
+        if writer is not None:
+            self._failed_at = self._clock()
+            writer.close()
+        in_flight, self._in_flight = self._in_flight, deque()
+        for future in in_flight:
+            if not future.done():
+                future.set_exception(error)
+        task, self._reader_task = self._reader_task, None
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
+
+
+class NodeConnections:
+    """One `NodeConnection` per (node id, purpose), addressed by a resolver (node id -> host, port or None)."""
+
+    def __init__(self, resolve: Callable[[int], tuple[str, int] | None], *, client_id: str = "odradek-node",
+                 backoff_s: float = 0.05) -> None:
+        self._resolve = resolve
+        self.client_id = client_id
+        self.backoff_s = backoff_s
+        self._connections: dict[tuple[int, str], NodeConnection] = {}
+
+    def get(self, node_id: int, purpose: str = "default") -> NodeConnection:
+        address = self._resolve(node_id)
+        if address is None:
+            raise NodeUnavailable(f"no address known for node {node_id}")
+        key = (node_id, purpose)
+        connection = self._connections.get(key)
+        if connection is None:
+            connection = NodeConnection(node_id, *address, client_id=f"{self.client_id}-{purpose}", backoff_s=self.backoff_s)
+            self._connections[key] = connection
+        else:
+            connection.set_address(*address)
+        return connection
+
+    async def request(self, node_id: int, message, version: int, *, purpose: str = "default", timeout_s: float = 30.0):
+        return await self.get(node_id, purpose).request(message, version, timeout_s)
+
+    async def close(self) -> None:
+        connections, self._connections = list(self._connections.values()), {}
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
