@@ -15,6 +15,7 @@ The timing wheel is driven by one timer handle: after every state change the bro
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import structlog
@@ -27,6 +28,7 @@ from odradek.replication.metadata_publisher import MetadataPublisher, MetadataUp
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.replication.timing_wheel import Timer
 from odradek.storage.log_manager import LogManager
+from odradek.storage.meta_properties import read_meta_properties
 from odradek.storage.names import TopicPartition
 from odradek.storage.segment import drop_cache
 
@@ -49,9 +51,12 @@ async def start_components(broker) -> None:
     loop = asyncio.get_running_loop()
     broker.timer = Timer(tick_ms=1, wheel_size=20, start_ms=now_ms())
 
-    # One data directory today (JBOD is future work): the first of log.dirs.
+    # One data directory today (JBOD is future work): the first of log.dirs. A directory formatted by
+    # `odradek storage format` names the cluster this node belongs to; the metadata log must agree.
+    formatted = read_meta_properties(os.path.abspath(os.path.expanduser(cfg.data_dirs[0]))) or {}
+    broker.cluster_id = formatted.get("cluster.id")
     broker.log_manager = LogManager(
-        cfg.data_dirs[0], now_ms=now_ms(), node_id=cfg.node_id,
+        cfg.data_dirs[0], now_ms=now_ms(), node_id=cfg.node_id, cluster_id=broker.cluster_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
     )
@@ -86,7 +91,9 @@ def register_broker(broker) -> None:
 
     cfg = broker.config
     endpoints = registration_endpoints(cfg, {name: port for name, _host, port in broker.bound})
-    registered = broker.controller.register_broker(cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=None)
+    registered = broker.controller.register_broker(
+        cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=broker.cluster_id
+    )
     registered.result()  # raises what refused the registration: the node must not start
     image = broker.metadata.image
     if image.topics_by_name.get(OFFSETS_TOPIC) is not None:

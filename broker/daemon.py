@@ -62,8 +62,10 @@ def _raise_open_file_limit() -> None:
 
 
 async def _run(config) -> int:
-    from .server import Broker
+    from odradek.replication.errors import ReplicationError
     from odradek.storage.errors import StorageError
+
+    from .server import Broker
 
     broker = Broker(config)
     # Handlers first: a signal that arrives once "listening" is printed (or during start-up) must stop the
@@ -74,7 +76,7 @@ async def _run(config) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
-    except (StorageError, ConfigError, OSError) as e:
+    except (StorageError, ReplicationError, ConfigError, OSError) as e:
         print(f"odradek: cannot start: {e}", file=sys.stderr)
         await broker.stop()
         return 1

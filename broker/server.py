@@ -57,6 +57,7 @@ class Broker:
         self.metadata = None  # the publisher of committed metadata; `.image` is the current image
         self.controller = None  # the controller channel
         self.services: BrokerServices | None = None  # what handlers receive
+        self.cluster_id: str | None = None  # from meta.properties when the storage was formatted
         self._timer_handle = None
         self._timer_deadline: int | None = None
         self._fetches_scheduled = False

@@ -14,6 +14,10 @@ def main(argv: list[str] | None = None) -> int:
         from odradek.broker.daemon import main as broker_main
 
         return broker_main(args[1:])
+    if args and args[0] == "storage":
+        from odradek.broker.storage_tool import main as storage_main
+
+        return storage_main(args[1:])
     from odradek.client.cli import main as client_main
 
     return client_main(args)

@@ -1,0 +1,59 @@
+"""`meta.properties`: which node and cluster a log directory belongs to, as Kafka's KRaft nodes write it.
+
+    version=1
+    cluster.id=<22-character base64 uuid>
+    node.id=<int>
+    directory.id=<22-character base64 uuid>
+
+`odradek storage format` writes it into every log directory of a node before the node's first start (as
+`kafka-storage format` does); a lone node with no voters configured claims an empty directory at start
+instead (log_manager.py), so that `odradek broker start` stays one command. A directory whose file names
+another cluster or node is refused, never "repaired".
+"""
+
+from __future__ import annotations
+
+import os
+
+from .checkpoints import atomic_write
+from .errors import ForeignLogDirectoryError
+from .names import META_PROPERTIES
+
+
+def read_meta_properties(log_dir: str) -> dict[str, str] | None:
+    """The directory's meta.properties as a dict, or None when it has none."""
+    path = os.path.join(log_dir, META_PROPERTIES)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    props = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            props[key.strip()] = value.strip()
+    return props
+
+
+def format_log_dir(log_dir: str, *, node_id: int, cluster_id: str, directory_id: str, ignore_formatted: bool = False) -> bool:
+    """Write meta.properties into `log_dir` (made if missing). Returns False when it was formatted already
+    for this node and cluster and `ignore_formatted` is set; raises ForeignLogDirectoryError when it holds
+    another identity, or holds anything at all without `ignore_formatted`."""
+    os.makedirs(log_dir, exist_ok=True)
+    existing = read_meta_properties(log_dir)
+    if existing is not None:
+        same = existing.get("cluster.id") == cluster_id and existing.get("node.id") == str(node_id)
+        if same and ignore_formatted:
+            return False
+        raise ForeignLogDirectoryError(
+            f"{log_dir} is already formatted (cluster.id={existing.get('cluster.id')}, "
+            f"node.id={existing.get('node.id')})" + ("" if same else "; refusing to reformat it for another identity")
+        )
+    others = [n for n in os.listdir(log_dir) if n != "lost+found"]
+    if others:
+        raise ForeignLogDirectoryError(f"{log_dir} is not empty (found {sorted(others)[:3]}); refusing to format it")
+    lines = ["version=1", f"cluster.id={cluster_id}", f"node.id={node_id}", f"directory.id={directory_id}"]
+    atomic_write(os.path.join(log_dir, META_PROPERTIES), ("\n".join(lines) + "\n").encode())
+    return True
