@@ -116,19 +116,17 @@ def _guard(item_op: Callable[[], tuple[list, object]]) -> tuple[list, object]:
         return [], e
 
 
-class LocalControllerChannel:
-    """A cluster of one: see the module doc. `clock()` gives the time stamped on metadata batches."""
+class ControllerDecisions:
+    """The controller's side of every call: the broker's rules, the controller's decisions, one batch of
+    records per call. How the records are committed is the subclass's (`_commit`): appended to the local
+    log (a cluster of one) or to the Raft quorum's log (the active controller of a cluster)."""
 
-    def __init__(
-        self, controller: Controller, metadata_log: MetadataLog, publisher: MetadataPublisher,
-        config: BrokerConfig, clock: Callable[[], int],
-    ) -> None:
+    is_active = True  # this node decides (the controller runs here)
+
+    def __init__(self, controller: Controller, config: BrokerConfig, clock: Callable[[], int]) -> None:
         self.controller = controller
-        self.metadata_log = metadata_log
-        self.publisher = publisher
         self.config = config
         self.clock = clock
-        controller.advance(metadata_log.image, metadata_log.log_end_offset)
 
     # -- the calls
 
@@ -184,9 +182,12 @@ class LocalControllerChannel:
 
     def _run(self, ops: Sequence[Callable[[], tuple[list, object]]], validate_only: bool) -> Deferred[Results]:
         """Run each item's decision against the image as the items before it leave it, then commit all of
-        their records as one batch and publish. Each item's result is its value or its MetadataError."""
+        their records as one batch. Each item's result is its value or its MetadataError; the Deferred
+        completes once the batch is committed."""
+        if not self.is_active:
+            return Deferred.failed(MetadataError(ErrorCode.NOT_CONTROLLER, "This node is not the active controller."))
         controller = self.controller
-        committed = controller.image
+        before = controller.image
         results: Results = []
         records: list = []
         try:
@@ -198,25 +199,31 @@ class LocalControllerChannel:
                     records.extend(item_records)
                 results.append(result)
         except MetadataReplayError as e:  # a decision the image cannot take: a bug, refuse the request
-            controller.image = committed
             return Deferred.failed(e)
         finally:
-            controller.image = committed
+            working, controller.image = controller.image, before
         if validate_only or not records:
             return Deferred.completed(results)
         try:
-            self._commit(records)
+            committed = self._commit(records, working)
         except MetadataError as e:
             return Deferred.completed([e if not isinstance(r, MetadataError) else r for r in results])
         except Exception as e:  # noqa: BLE001 - a storage failure: the log refuses further appends
             return Deferred.failed(e)
-        return Deferred.completed(results)
+        out: Deferred[Results] = Deferred()
 
-    def _commit(self, records: list) -> None:
-        log = self.metadata_log
-        delta = log.append(records, self.clock())
-        self.controller.advance(log.image, log.log_end_offset)
-        self.publisher.publish(MetadataUpdate.from_delta(delta, log.image, log.log_end_offset))
+        def done(d: Deferred) -> None:
+            if d.failed_with is not None:
+                out.fail(d.failed_with)
+            else:
+                out.complete(results)
+
+        committed.add_callback(done)
+        return out
+
+    def _commit(self, records: list, working) -> Deferred:
+        """Commit `records` (decided against the image `working` they lead to); a Deferred of their commit."""
+        raise NotImplementedError
 
     # -- items
 
@@ -266,3 +273,22 @@ class LocalControllerChannel:
                 raise MetadataError(ErrorCode.INVALID_CONFIG, str(e)) from None
         return self.controller.alter_configs(c.resource_type, c.resource_name, c.changes), None
 
+
+class LocalControllerChannel(ControllerDecisions):
+    """A cluster of one: see the module doc. `clock()` gives the time stamped on metadata batches."""
+
+    def __init__(
+        self, controller: Controller, metadata_log: MetadataLog, publisher: MetadataPublisher,
+        config: BrokerConfig, clock: Callable[[], int],
+    ) -> None:
+        super().__init__(controller, config, clock)
+        self.metadata_log = metadata_log
+        self.publisher = publisher
+        controller.advance(metadata_log.image, metadata_log.log_end_offset)
+
+    def _commit(self, records: list, working) -> Deferred:
+        log = self.metadata_log
+        delta = log.append(records, self.clock())
+        self.controller.advance(log.image, log.log_end_offset)
+        self.publisher.publish(MetadataUpdate.from_delta(delta, log.image, log.log_end_offset))
+        return Deferred.completed(None)
