@@ -1,0 +1,33 @@
+"""The KRaft controller quorum: a sans-I/O Raft core (`core.RaftNode`) over Kafka's own RPCs, with the
+log and quorum-state interfaces it is driven through (`log`, `quorum_state`)."""
+
+from odradek.replication.raft.core import (
+    API_VERSIONS,
+    METADATA_TOPIC,
+    METADATA_TOPIC_ID,
+    CommittedBatch,
+    NotLeaderError,
+    Outbound,
+    OutboundRequest,
+    OutboundResponse,
+    RaftConfig,
+    RaftInvariantError,
+    RaftListener,
+    RaftNode,
+    ReplicaState,
+    Role,
+)
+from odradek.replication.raft.log import AppendedRange, MemoryRaftLog, RaftLog, SnapshotId
+from odradek.replication.raft.quorum_state import (
+    FileQuorumStateStore,
+    MemoryQuorumStateStore,
+    QuorumStateData,
+    QuorumStateStore,
+)
+
+__all__ = [
+    "API_VERSIONS", "METADATA_TOPIC", "METADATA_TOPIC_ID", "AppendedRange", "CommittedBatch",
+    "FileQuorumStateStore", "MemoryQuorumStateStore", "MemoryRaftLog", "NotLeaderError", "Outbound",
+    "OutboundRequest", "OutboundResponse", "QuorumStateData", "QuorumStateStore", "RaftConfig",
+    "RaftInvariantError", "RaftListener", "RaftLog", "RaftNode", "ReplicaState", "Role", "SnapshotId",
+]

@@ -1,0 +1,1253 @@
+"""The KRaft controller quorum: a deterministic, sans-I/O Raft node for the `__cluster_metadata` log.
+
+Theory of operation
+-------------------
+A `RaftNode` is a state machine with no clock, no sockets and no tasks. The driver (the broker's
+network layer, or the simulation in tests/sim) feeds it what happened and when:
+
+    out = node.handle_request(source, request_id, request, now_ms)     # an inbound Kafka request
+    out = node.handle_response(source, correlation_id, response, now_ms)  # None: the request failed
+    out = node.poll(now_ms)                                            # timers; call by next_deadline_ms
+    offset = node.append([b"record", ...], now_ms)                     # as leader
+
+and sends what comes back: `OutboundRequest`s (to a node, with a correlation id the node picked) and
+`OutboundResponse`s (to the request id the driver gave). Payloads are the protocol package's own
+message classes (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot, DescribeQuorum), built
+for the versions in `API_VERSIONS` (what Kafka 4.x controllers speak), so a driver puts them on the
+wire unchanged. Durable state goes through two injected interfaces, a `RaftLog` (record batches,
+leader-epoch cache, snapshots, a flush point) and a `QuorumStateStore` (Kafka's `quorum-state`).
+Randomness (election timeouts, which voter an observer asks first) comes from an injected rng.
+
+The protocol is KRaft's (KIP-595, pre-vote from KIP-996), not textbook Raft:
+  * Replication is pull. Followers and observers send Fetch(fetch_offset, last_fetched_epoch) to the
+    leader; the fetch offset doubles as the acknowledgement. The leader checks the pair against its
+    log: a follower whose epoch history diverges gets `diverging_epoch` (the leader's
+    end_offset_for_epoch) and truncates to min(that end, its own end for that epoch); one below the
+    leader's log start gets `snapshot_id` and pulls the snapshot in chunks with FetchSnapshot.
+    An idle fetch is parked at the leader for max_wait_ms and answered when records are appended or
+    the high watermark moves.
+  * The leader's high watermark is the offset a majority of voters have; the leader counts only
+    what it has flushed, followers flush before they fetch again (their fetch offset is flushed),
+    and it must be above the epoch's start offset: a new leader first appends a LeaderChange control
+    batch, and records of earlier epochs commit only with it.
+  * Elections: a voter that hears nothing from a leader for fetch_timeout_ms (or from nobody for a
+    randomized election timeout) becomes Prospective and asks for pre-votes at its current epoch;
+    nobody changes state for a pre-vote, and a follower still fetching from a live leader refuses
+    one, so a node cut off from the quorum cannot disrupt it when it returns. With a majority of
+    pre-votes it becomes Candidate (epoch + 1, votes for itself, persisted before any request goes
+    out) and asks for votes; votes are persisted before they are answered. The winner sends
+    BeginQuorumEpoch to the voters. A leader that has not been fetched from by a majority for
+    1.5 x fetch_timeout_ms resigns (check quorum) and tells the voters with EndQuorumEpoch, so that
+    the most caught-up one stands first.
+  * Every response carries the responder's leader and epoch; a higher epoch anywhere moves this node
+    to it (as follower when the leader is named, else unattached) before anything else is done.
+  * The upper layer sees committed batches in order (`RaftListener.handle_commit`) once the high
+    watermark passes them, a snapshot first when its state starts above what it has applied
+    (`handle_load_snapshot`: on restart, or after a FetchSnapshot), and can store a snapshot of its
+    own state at any applied offset (`create_snapshot`); the log below the newest snapshot is removed.
+    A restarted node therefore loads its snapshot and the log after it, never replays from 0.
+
+Why our own Raft rather than a Python Raft library: KRaft is not generic Raft. Its log IS a Kafka
+partition, `__cluster_metadata-0`, stored by storage/ like any other (record batches, the
+leader-epoch cache, segments, snapshots); replication is Kafka's pull-based Fetch with leader epochs
+and diverging-epoch truncation instead of AppendEntries; and the peers speak Kafka's own RPCs, which
+Kafka's tools (DescribeQuorum from any admin client) understand. A library brings its own log format,
+push replication and RPCs, and an event loop; fitting those to this log and these messages would be
+more code than the protocol itself, and would lose the deterministic, time-as-an-argument core that the
+simulation tests depend on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from random import Random
+from typing import NamedTuple, Protocol
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from odradek.protocol.records import build_batch, iter_batches, iter_records
+from odradek.replication.raft.log import RaftLog, SnapshotId
+from odradek.replication.raft.quorum_state import NO_ID, QuorumStateData, QuorumStateStore
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION = 0
+# Kafka's Uuid.METADATA_TOPIC_ID (new Uuid(0L, 1L)): Fetch v13+ names the metadata topic by it.
+METADATA_TOPIC_ID = uuid.UUID(int=1)
+
+FETCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 1, 52, 53, 54, 55, 59
+# The versions a Kafka 4.x controller sends and accepts (Vote v2 carries PreVote; Fetch v17 is the last
+# before the v18 HighWatermark tag, which 4.1 added).
+API_VERSIONS: dict[int, int] = {
+    FETCH: 17,
+    VOTE: 2,
+    BEGIN_QUORUM_EPOCH: 1,
+    END_QUORUM_EPOCH: 1,
+    DESCRIBE_QUORUM: 2,
+    FETCH_SNAPSHOT: 1,
+}
+
+# Control record type of Kafka's LeaderChangeMessage (ControlRecordType.LEADER_CHANGE).
+LEADER_CHANGE_CONTROL_TYPE = 2
+_MAX_BATCH_BYTES = 64 * 1024 * 1024
+# next_deadline_ms when nothing is due (a lone leader with nothing to flush).
+NO_DEADLINE_MS = 1 << 62
+
+
+class Role(IntEnum):
+    UNATTACHED = 0
+    PROSPECTIVE = 1
+    CANDIDATE = 2
+    LEADER = 3
+    FOLLOWER = 4
+    RESIGNED = 5
+
+
+class NotLeaderError(Exception):
+    """append() on a node that is not the leader (or is, but of an epoch it no longer holds)."""
+
+
+class RaftInvariantError(AssertionError):
+    """Something Raft guarantees cannot happen did (a second leader in an epoch, truncation below the
+    high watermark). Raised rather than carried on from, so that the simulation stops on it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """Kafka's controller.quorum.* settings (same defaults) and this node's identity."""
+
+    node_id: int
+    voters: tuple[int, ...]
+    cluster_id: str | None = None
+    election_timeout_ms: int = 1000  # controller.quorum.election.timeout.ms
+    election_backoff_max_ms: int = 1000  # controller.quorum.election.backoff.max.ms
+    fetch_timeout_ms: int = 2000  # controller.quorum.fetch.timeout.ms
+    request_timeout_ms: int = 2000  # controller.quorum.request.timeout.ms
+    retry_backoff_ms: int = 20  # controller.quorum.retry.backoff.ms
+    fetch_max_wait_ms: int = 500  # KafkaRaftClient's FETCH_MAX_WAIT_MS
+    fetch_max_bytes: int = 8 * 1024 * 1024
+    snapshot_chunk_bytes: int = 1024 * 1024
+    # Group commit: the leader flushes appended records at most this often (0: at every poll). What it
+    # has not flushed does not count toward the high watermark, so this trades commit latency for
+    # fewer fsyncs, never safety.
+    leader_flush_interval_ms: int = 0
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+
+class CommittedBatch(NamedTuple):
+    """One batch below the high watermark. Control batches (LeaderChange) come with no records."""
+
+    base_offset: int
+    last_offset: int
+    epoch: int
+    records: list[bytes]
+    is_control: bool
+
+
+class RaftListener(Protocol):
+    def handle_commit(self, batch: CommittedBatch) -> None: ...
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None: ...
+    def handle_leader_change(self, leader_id: int, epoch: int) -> None: ...
+
+
+class OutboundRequest(NamedTuple):
+    destination: int
+    correlation_id: int
+    message: object
+    api_version: int
+
+
+class OutboundResponse(NamedTuple):
+    destination: int
+    request_id: int
+    message: object
+    api_version: int
+
+
+Outbound = OutboundRequest | OutboundResponse
+
+
+@dataclass(slots=True)
+class _InFlight:
+    destination: int
+    api_key: int
+    deadline_ms: int
+    generation: int
+    pre_vote: bool = False
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """The leader's view of one fetching replica (DescribeQuorum's ReplicaState)."""
+
+    replica_id: int
+    end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+
+
+@dataclass(slots=True)
+class _ParkedFetch:
+    source: int
+    request_id: int
+    replica_id: int
+    partition: object
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class _SnapshotFetch:
+    snapshot_id: SnapshotId
+    data: bytearray = field(default_factory=bytearray)
+
+
+class _Validity(IntEnum):
+    VALID = 0
+    DIVERGING = 1
+    SNAPSHOT = 2
+
+
+_LEADER_ONLY_ERRORS = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH)
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def leader_change_record(leader_id: int, voters: Sequence[int], granting: Sequence[int]) -> tuple[bytes, bytes]:
+    """Key and value of Kafka's LeaderChangeMessage control record (version 0, a flexible struct)."""
+    key = (0).to_bytes(2, "big") + LEADER_CHANGE_CONTROL_TYPE.to_bytes(2, "big")
+    value = bytearray((0).to_bytes(2, "big"))
+    value += leader_id.to_bytes(4, "big", signed=True)
+    for ids in (voters, granting):
+        value += _uvarint(len(ids) + 1)
+        for v in ids:
+            value += v.to_bytes(4, "big", signed=True) + b"\x00"
+    value += b"\x00"
+    return key, bytes(value)
+
+
+class RaftNode:
+    """One member of the quorum: a voter (its id is in config.voters) or an observer."""
+
+    def __init__(self, config: RaftConfig, log: RaftLog, store: QuorumStateStore, listener: RaftListener,
+                 rng: Random, now_ms: int) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.log = log
+        self.store = store
+        self.listener = listener
+        self.rng = rng
+        self._now_ms = now_ms
+        self._out: list[Outbound] = []
+        self._inflight: dict[int, _InFlight] = {}
+        self._next_correlation = 0
+        self._generation = 0
+
+        self.epoch = 0
+        self.role = Role.UNATTACHED
+        self.leader_id = NO_ID
+        self.voted_id = NO_ID
+        self._timer_ms = now_ms
+        # Pre-vote / vote round
+        self._granted: set[int] = set()
+        self._rejected: set[int] = set()
+        self._vote_retry_ms: dict[int, int] = {}
+        # Follower
+        self._next_fetch_ms = now_ms
+        self._has_fetched = False
+        self._last_fetch_ok_ms = -1
+        self._end_quorum_received = False
+        self._snapshot_fetch: _SnapshotFetch | None = None
+        self._discovery_target = NO_ID
+        # Leader
+        self._epoch_start_offset = -1
+        self._replicas: dict[int, ReplicaState] = {}
+        self._begin_pending: dict[int, int] = {}  # voter -> when to (re)send BeginQuorumEpoch
+        self._check_quorum_ms = 0
+        self._fetched_voters: set[int] = set()
+        self._parked: list[_ParkedFetch] = []
+        self._last_flush_ms = now_ms
+        # Commitment: the high watermark only grows within a node's life. It starts at the snapshot's
+        # end, which is committed by construction.
+        snapshot = log.latest_snapshot_id()
+        self.high_watermark = max(log.log_start_offset, snapshot.end_offset if snapshot else 0)
+        self.applied_end_offset = 0
+        self._load_quorum_state(now_ms)
+
+    # ------------------------------------------------------------------------------ public surface
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == Role.LEADER
+
+    @property
+    def is_voter(self) -> bool:
+        return self.config.is_voter
+
+    @property
+    def next_deadline_ms(self) -> int:
+        """When poll() has work next (timers, retries, request timeouts, a leader's pending flush)."""
+        deadlines = [f.deadline_ms for f in self._inflight.values()]
+        if self.role != Role.LEADER and (self.is_voter or self.role == Role.FOLLOWER):
+            deadlines.append(self._timer_ms)
+        if self.role == Role.LEADER:
+            if self.log.flushed_end_offset < self.log.log_end_offset:
+                deadlines.append(max(self._now_ms, self._last_flush_ms + self.config.leader_flush_interval_ms))
+            deadlines.extend(p.deadline_ms for p in self._parked)
+            deadlines.extend(self._begin_pending.values())
+            if len(self.config.voters) > 1:
+                deadlines.append(self._check_quorum_ms)
+        elif self.role == Role.FOLLOWER or (self.role == Role.UNATTACHED and not self.is_voter):
+            if not self._has_inflight_fetch():
+                deadlines.append(self._next_fetch_ms)
+        elif self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
+            deadlines.extend(self._vote_retry_ms.values())
+        return min(deadlines, default=NO_DEADLINE_MS)
+
+    def poll(self, now_ms: int) -> list[Outbound]:
+        self._now_ms = max(self._now_ms, now_ms)
+        self._step()
+        return self._drain()
+
+    def handle_request(self, source: int, request_id: int, request, now_ms: int) -> list[Outbound]:
+        self._now_ms = max(self._now_ms, now_ms)
+        handler = {
+            VoteRequest: self._on_vote_request,
+            BeginQuorumEpochRequest: self._on_begin_quorum_epoch_request,
+            EndQuorumEpochRequest: self._on_end_quorum_epoch_request,
+            FetchRequest: self._on_fetch_request,
+            FetchSnapshotRequest: self._on_fetch_snapshot_request,
+            DescribeQuorumRequest: self._on_describe_quorum_request,
+        }.get(type(request))
+        if handler is None:
+            raise ValueError(f"the quorum does not serve {type(request).__name__}")
+        handler(source, request_id, request)
+        self._step()
+        return self._drain()
+
+    def handle_response(self, source: int, correlation_id: int, response, now_ms: int) -> list[Outbound]:
+        """A response to one of our requests, or None when it failed (disconnect, timeout at the driver)."""
+        self._now_ms = max(self._now_ms, now_ms)
+        inflight = self._inflight.get(correlation_id)
+        if inflight is not None and inflight.destination == source:
+            del self._inflight[correlation_id]
+            self._dispatch_response(inflight, response)
+            self._step()
+        return self._drain()
+
+    def append(self, records: Sequence[bytes], now_ms: int) -> int:
+        """Append records as one batch in the leader's epoch; returns the offset of the last one. They are
+        committed once the high watermark passes it (handle_commit reports them)."""
+        self._now_ms = max(self._now_ms, now_ms)
+        if self.role != Role.LEADER:
+            raise NotLeaderError(f"node {self.node_id} is {self.role.name}, leader is {self.leader_id}")
+        batch = build_batch([(None, r, None, self._now_ms) for r in records])
+        appended = self.log.append_as_leader(batch, self.epoch)
+        self._complete_parked(only_due=False)
+        return appended.last_offset
+
+    def create_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
+        """Store the upper layer's state for offsets below `end_offset` (applied and committed) and remove
+        the log below it. A snapshot at or below the latest one is not stored again."""
+        if end_offset > self.applied_end_offset or end_offset > self.high_watermark:
+            raise ValueError(f"snapshot end {end_offset} is above what is applied ({self.applied_end_offset}) "
+                             f"or committed ({self.high_watermark})")
+        latest = self.log.latest_snapshot_id()
+        if latest is not None and end_offset <= latest.end_offset:
+            return latest
+        if end_offset <= self.log.log_start_offset:
+            raise ValueError(f"snapshot end {end_offset} is not above the log start {self.log.log_start_offset}")
+        snapshot_id = SnapshotId(end_offset, self.log.epoch_for_offset(end_offset - 1))
+        self.log.store_snapshot(snapshot_id, data)
+        self.log.delete_before(end_offset)
+        return snapshot_id
+
+    def resign(self, now_ms: int) -> list[Outbound]:
+        """A graceful leader resignation (shutdown): stop leading and hand over with EndQuorumEpoch."""
+        self._now_ms = max(self._now_ms, now_ms)
+        if self.role == Role.LEADER:
+            self._become_resigned()
+        return self._drain()
+
+    def describe_quorum(self) -> DescribeQuorumResponse:
+        return self._describe_quorum_response()
+
+    # ------------------------------------------------------------------------------ state changes
+
+    def _load_quorum_state(self, now_ms: int) -> None:
+        state = self.store.read()
+        if state is None:
+            self._persist()
+            self._enter_unattached()
+            return
+        self.epoch = state.leader_epoch
+        self.voted_id = state.voted_id
+        if state.leader_id == self.node_id:
+            # A leader that restarts cannot pick up its epoch where it was: it resigns it.
+            self.leader_id = self.node_id
+            self.role = Role.RESIGNED
+            self._timer_ms = now_ms + self._random_election_timeout()
+        elif state.leader_id != NO_ID:
+            self.leader_id = state.leader_id
+            self.role = Role.FOLLOWER
+            self._enter_follower()
+        else:
+            self._enter_unattached()
+
+    def _persist(self) -> None:
+        self.store.write(QuorumStateData(
+            leader_epoch=self.epoch,
+            leader_id=self.leader_id,
+            voted_id=self.voted_id,
+            current_voters=tuple(sorted(self.config.voters)),
+            cluster_id=self.config.cluster_id or "",
+        ))
+
+    def _leave_state(self) -> None:
+        was_leader = self.role == Role.LEADER
+        self._generation += 1
+        self._granted.clear()
+        self._rejected.clear()
+        self._vote_retry_ms.clear()
+        self._snapshot_fetch = None
+        self._has_fetched = False
+        self._end_quorum_received = False
+        self._begin_pending.clear()
+        self._fetched_voters.clear()
+        if was_leader:
+            parked, self._parked = self._parked, []
+            for p in parked:
+                self._respond_fetch(p, self._fetch_error_response(ErrorCode.NOT_LEADER_OR_FOLLOWER, leader_id=NO_ID))
+
+    def _enter_unattached(self) -> None:
+        self.role = Role.UNATTACHED
+        self.leader_id = NO_ID
+        if self.is_voter:
+            self._timer_ms = self._now_ms + self._random_election_timeout()
+        else:
+            self._timer_ms = self._now_ms + self.config.fetch_timeout_ms
+            self._next_fetch_ms = self._now_ms
+            self._discovery_target = NO_ID
+
+    def _become_unattached(self, epoch: int, voted_id: int = NO_ID) -> None:
+        self._leave_state()
+        if epoch != self.epoch:
+            self.voted_id = NO_ID
+        self.epoch = epoch
+        if voted_id != NO_ID:
+            self.voted_id = voted_id
+        self.leader_id = NO_ID
+        self._persist()
+        self._enter_unattached()
+
+    def _enter_follower(self) -> None:
+        self._timer_ms = self._now_ms + self.config.fetch_timeout_ms
+        self._next_fetch_ms = self._now_ms
+
+    def _become_follower(self, epoch: int, leader_id: int) -> None:
+        if self.role == Role.LEADER and epoch == self.epoch:
+            raise RaftInvariantError(f"node {self.node_id} leads epoch {epoch} but {leader_id} claims it")
+        self._leave_state()
+        if epoch != self.epoch:
+            self.voted_id = NO_ID
+        self.epoch = epoch
+        self.leader_id = leader_id
+        self.role = Role.FOLLOWER
+        self._persist()
+        self._enter_follower()
+        self.listener.handle_leader_change(leader_id, epoch)
+
+    def _become_prospective(self) -> None:
+        # Nothing is persisted: a pre-vote round changes neither the epoch nor the vote. A follower keeps
+        # the leader it gave up on (leader_id): answers naming that leader do not pull it back, and a lost
+        # round returns it to following that leader (KIP-996's Prospective state).
+        self._leave_state()
+        if self.role in (Role.RESIGNED, Role.CANDIDATE, Role.UNATTACHED):
+            self.leader_id = NO_ID
+        self.role = Role.PROSPECTIVE
+        self._start_vote_round()
+
+    def _become_candidate(self) -> None:
+        self._leave_state()
+        self.epoch += 1
+        self.voted_id = self.node_id
+        self.leader_id = NO_ID
+        self.role = Role.CANDIDATE
+        self._persist()
+        self._start_vote_round()
+
+    def _start_vote_round(self) -> None:
+        self._granted = {self.node_id}
+        self._rejected = set()
+        self._timer_ms = self._now_ms + self._random_election_timeout()
+        self._vote_retry_ms = {v: self._now_ms for v in self.config.voters if v != self.node_id}
+        self._maybe_win_round()
+
+    def _maybe_win_round(self) -> None:
+        if len(self._granted) < self.config.majority:
+            return
+        if self.role == Role.PROSPECTIVE:
+            self._become_candidate()
+        elif self.role == Role.CANDIDATE:
+            self._become_leader()
+
+    def _become_leader(self) -> None:
+        granting = sorted(self._granted)
+        self._leave_state()
+        self.role = Role.LEADER
+        self.leader_id = self.node_id
+        self._persist()
+        self._epoch_start_offset = self.log.log_end_offset
+        self._replicas = {v: ReplicaState(v) for v in self.config.voters}
+        self._begin_pending = {v: self._now_ms for v in self.config.voters if v != self.node_id}
+        self._check_quorum_ms = self._now_ms + self._check_quorum_timeout()
+        key, value = leader_change_record(self.node_id, sorted(self.config.voters), granting)
+        batch = build_batch([(key, value, None, self._now_ms)], control=True)
+        self.log.append_as_leader(batch, self.epoch)
+        self.listener.handle_leader_change(self.node_id, self.epoch)
+        self._update_high_watermark()
+
+    def _become_resigned(self) -> None:
+        successors = sorted(
+            (r for r in self._replicas.values() if r.replica_id != self.node_id and r.replica_id in self.config.voters),
+            key=lambda r: (-r.end_offset, r.replica_id),
+        )
+        self._leave_state()
+        self.role = Role.RESIGNED
+        self._timer_ms = self._now_ms + self._random_election_timeout()
+        preferred = [r.replica_id for r in successors]
+        for voter in sorted(self.config.voters):
+            if voter != self.node_id:
+                self._send(voter, END_QUORUM_EPOCH, self._end_quorum_epoch_request(preferred))
+
+    # ------------------------------------------------------------------------------ the step
+
+    def _step(self) -> None:
+        now = self._now_ms
+        for correlation_id in [c for c, f in self._inflight.items() if f.deadline_ms <= now]:
+            inflight = self._inflight.pop(correlation_id)
+            self._dispatch_response(inflight, None)
+        # A state change inside a step gets the new state's first step at once (a fetch timeout becomes
+        # a pre-vote round whose requests go out now, not at the next poll).
+        for _ in range(4):
+            generation = self._generation
+            self._role_step(now)
+            if generation == self._generation:
+                break
+        self._deliver_committed()
+
+    def _role_step(self, now: int) -> None:
+        role = self.role
+        if role == Role.LEADER:
+            self._leader_step(now)
+        elif role == Role.FOLLOWER:
+            if now >= self._timer_ms:
+                self._on_fetch_timeout()
+            else:
+                self._maybe_send_fetch(now)
+        elif role == Role.UNATTACHED:
+            if now >= self._timer_ms and self.is_voter:
+                self._become_prospective()
+            elif not self.is_voter:
+                self._maybe_send_fetch(now)
+        elif role == Role.PROSPECTIVE or role == Role.CANDIDATE:
+            if now >= self._timer_ms:
+                # Lost or undecided round: a candidate falls back to pre-voting; a prospective goes back to
+                # the leader it knew, or tries again.
+                if role == Role.PROSPECTIVE and self.leader_id != NO_ID:
+                    self._become_follower(self.epoch, self.leader_id)
+                else:
+                    self._become_prospective()
+            else:
+                self._send_votes(now)
+        elif role == Role.RESIGNED:
+            if now >= self._timer_ms:
+                self._become_prospective()
+
+    def _on_fetch_timeout(self) -> None:
+        if self.is_voter:
+            self._become_prospective()
+        else:
+            self._become_unattached(self.epoch)
+
+    def _leader_step(self, now: int) -> None:
+        if (self.log.flushed_end_offset < self.log.log_end_offset
+                and now >= self._last_flush_ms + self.config.leader_flush_interval_ms):
+            self.log.flush()
+            self._last_flush_ms = now
+        self._update_high_watermark()
+        if len(self.config.voters) > 1 and now >= self._check_quorum_ms:
+            self._become_resigned()
+            return
+        self._complete_parked(only_due=True)
+        for voter, due in list(self._begin_pending.items()):
+            if due <= now:
+                self._send(voter, BEGIN_QUORUM_EPOCH, self._begin_quorum_epoch_request(voter))
+                self._begin_pending[voter] = now + self.config.request_timeout_ms
+
+    def _send_votes(self, now: int) -> None:
+        pre_vote = self.role == Role.PROSPECTIVE
+        for voter, due in list(self._vote_retry_ms.items()):
+            if due <= now:
+                self._send(voter, VOTE, self._vote_request(voter, pre_vote), pre_vote=pre_vote)
+                self._vote_retry_ms[voter] = now + self.config.request_timeout_ms
+
+    def _maybe_send_fetch(self, now: int) -> None:
+        if self._has_inflight_fetch() or now < self._next_fetch_ms:
+            return
+        if self.role == Role.FOLLOWER:
+            target = self.leader_id
+        else:
+            # An observer that knows no leader asks a voter; the answer names the leader.
+            target = self.rng.choice(sorted(self.config.voters))
+        if self._snapshot_fetch is not None:
+            self._send(target, FETCH_SNAPSHOT, self._fetch_snapshot_request())
+        else:
+            self._send(target, FETCH, self._fetch_request())
+
+    def _has_inflight(self, destination: int, api_key: int) -> bool:
+        return any(f.destination == destination and f.api_key == api_key for f in self._inflight.values())
+
+    def _has_inflight_fetch(self) -> bool:
+        return any(f.api_key in (FETCH, FETCH_SNAPSHOT) for f in self._inflight.values())
+
+    def _send(self, destination: int, api_key: int, message, *, pre_vote: bool = False) -> None:
+        self._next_correlation += 1
+        timeout = self.config.request_timeout_ms
+        self._inflight[self._next_correlation] = _InFlight(destination, api_key, self._now_ms + timeout,
+                                                           self._generation, pre_vote)
+        self._out.append(OutboundRequest(destination, self._next_correlation, message, API_VERSIONS[api_key]))
+
+    def _reply(self, destination: int, request_id: int, api_key: int, message) -> None:
+        self._out.append(OutboundResponse(destination, request_id, message, API_VERSIONS[api_key]))
+
+    def _drain(self) -> list[Outbound]:
+        out, self._out = self._out, []
+        return out
+
+    def _random_election_timeout(self) -> int:
+        return self.config.election_timeout_ms + self.rng.randrange(self.config.election_timeout_ms)
+
+    def _random_backoff(self) -> int:
+        return self.rng.randrange(1, max(2, self.config.election_backoff_max_ms))
+
+    def _check_quorum_timeout(self) -> int:
+        return self.config.fetch_timeout_ms * 3 // 2
+
+    # ------------------------------------------------------------------------------ log views
+
+    def _last_epoch(self) -> int:
+        epoch = self.log.latest_epoch
+        if epoch >= 0:
+            return epoch
+        snapshot = self.log.latest_snapshot_id()
+        return snapshot.epoch if snapshot is not None else 0
+
+    def _end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """KafkaMetadataLog.endOffsetForEpoch: the log's answer, with the snapshot at the log start
+        standing in for the epochs the log no longer holds."""
+        found_epoch, found_offset = self.log.end_offset_for_epoch(epoch)
+        if found_offset < 0:
+            return self._last_epoch(), self.log.log_end_offset
+        snapshot = self.log.latest_snapshot_id()
+        if (snapshot is not None and snapshot.end_offset == self.log.log_start_offset
+                and found_offset == snapshot.end_offset and found_epoch == epoch):
+            return snapshot.epoch, snapshot.end_offset
+        return found_epoch, found_offset
+
+    def _validate_offset_and_epoch(self, offset: int, epoch: int) -> tuple[_Validity, int, int]:
+        """ReplicatedLog.validateOffsetAndEpoch: is (fetch offset, last fetched epoch) a prefix of our log?"""
+        start = self.log.log_start_offset
+        if start == 0 and offset == 0:
+            return _Validity.VALID, 0, 0
+        snapshot = self.log.latest_snapshot_id()
+        if snapshot is not None and start > 0 and (
+            offset < start or (offset == start and epoch != snapshot.epoch) or epoch < snapshot.epoch
+        ):
+            return _Validity.SNAPSHOT, snapshot.end_offset, snapshot.epoch
+        end_epoch, end_offset = self._end_offset_for_epoch(epoch)
+        if end_epoch != epoch or end_offset < offset:
+            return _Validity.DIVERGING, end_offset, end_epoch
+        return _Validity.VALID, offset, epoch
+
+    def _log_up_to_date(self, last_epoch: int, last_offset: int) -> bool:
+        return (last_epoch, last_offset) >= (self._last_epoch(), self.log.log_end_offset)
+
+    # ------------------------------------------------------------------------------ common checks
+
+    def _cluster_ok(self, cluster_id) -> bool:
+        return cluster_id is None or self.config.cluster_id is None or cluster_id == self.config.cluster_id
+
+    def _validate_leader_only(self, request_epoch: int) -> ErrorCode:
+        if request_epoch < self.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if request_epoch > self.epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if self.role != Role.LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.NONE
+
+    def _known_leader(self) -> int:
+        return self.leader_id if self.role in (Role.LEADER, Role.FOLLOWER) else NO_ID
+
+    def _handle_common(self, error: int, leader_id: int, epoch: int) -> bool:
+        """KafkaRaftClient.maybeHandleCommonResponse: act on the leader and epoch a response names. True
+        when the response needs nothing more (it moved us, it is stale, or it carries a leader error)."""
+        if epoch > self.epoch:
+            if leader_id >= 0 and leader_id != self.node_id:
+                self._become_follower(epoch, leader_id)
+            else:
+                self._become_unattached(epoch)
+            return True
+        if epoch < self.epoch:
+            return True
+        if leader_id >= 0 and leader_id != self.node_id and not (
+            self.role in (Role.FOLLOWER, Role.PROSPECTIVE) and self.leader_id == leader_id
+        ):
+            self._become_follower(epoch, leader_id)
+            return True
+        return error in _LEADER_ONLY_ERRORS
+
+    # ------------------------------------------------------------------------------ Vote
+
+    def _vote_request(self, voter: int, pre_vote: bool) -> VoteRequest:
+        partition = VoteRequest.TopicData.PartitionData(
+            partition_index=METADATA_PARTITION,
+            replica_epoch=self.epoch,
+            replica_id=self.node_id,
+            last_offset_epoch=self._last_epoch(),
+            last_offset=self.log.log_end_offset,
+            pre_vote=pre_vote,
+        )
+        return VoteRequest(cluster_id=self.config.cluster_id, voter_id=voter,
+                           topics=[VoteRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+
+    def _vote_response(self, error: ErrorCode, granted: bool, pre_vote: bool, top_error=ErrorCode.NONE) -> VoteResponse:
+        partition = VoteResponse.TopicData.PartitionData(
+            partition_index=METADATA_PARTITION, error_code=error, leader_id=self._known_leader(),
+            leader_epoch=self.epoch, vote_granted=granted, pre_vote=pre_vote,
+        )
+        return VoteResponse(error_code=top_error,
+                            topics=[VoteResponse.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+
+    def _on_vote_request(self, source: int, request_id: int, request: VoteRequest) -> None:
+        def reply(response):
+            self._reply(source, request_id, VOTE, response)
+
+        if not self._cluster_ok(request.cluster_id):
+            reply(self._vote_response(ErrorCode.NONE, False, False, ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        p = request.topics[0].partitions[0]
+        candidate, candidate_epoch, pre_vote = p.replica_id, p.replica_epoch, p.pre_vote
+        if (p.last_offset < 0 or p.last_offset_epoch < 0 or p.last_offset_epoch > candidate_epoch
+                or (not pre_vote and p.last_offset_epoch == candidate_epoch)):
+            reply(self._vote_response(ErrorCode.INVALID_REQUEST, False, pre_vote))
+            return
+        if not self.is_voter or candidate not in self.config.voters:
+            reply(self._vote_response(ErrorCode.INCONSISTENT_VOTER_SET, False, pre_vote))
+            return
+        if candidate_epoch < self.epoch:
+            reply(self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False, pre_vote))
+            return
+        if candidate_epoch > self.epoch and not pre_vote:
+            self._become_unattached(candidate_epoch)
+        up_to_date = self._log_up_to_date(p.last_offset_epoch, p.last_offset)
+        role = self.role
+        if pre_vote:
+            if role == Role.FOLLOWER:
+                leader_alive = (self._has_fetched and not self._end_quorum_received
+                                and self._now_ms - self._last_fetch_ok_ms < self.config.fetch_timeout_ms)
+                granted = up_to_date and not leader_alive
+            else:
+                granted = up_to_date and role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
+        else:
+            if role in (Role.UNATTACHED, Role.PROSPECTIVE):
+                granted = up_to_date and self.voted_id in (NO_ID, candidate)
+            else:
+                granted = role == Role.CANDIDATE and candidate == self.node_id
+            if granted and self.voted_id == NO_ID:
+                # The vote is durable before the candidate hears of it.
+                self._become_unattached(self.epoch, voted_id=candidate)
+        reply(self._vote_response(ErrorCode.NONE, granted, pre_vote))
+
+    def _on_vote_response(self, inflight: _InFlight, response: VoteResponse | None) -> None:
+        source = inflight.destination
+        if response is None or response.error_code != ErrorCode.NONE:
+            self._retry_vote(source, inflight)
+            return
+        p = response.topics[0].partitions[0]
+        # A voter does not move to a pre-voter's epoch, so a pre-vote answer may name an older epoch
+        # than ours (we are a candidate that fell back to pre-voting); it still answers our question.
+        stale_pre_vote_answer = (inflight.pre_vote and p.leader_epoch < self.epoch and p.leader_id < 0
+                                 and p.error_code == ErrorCode.NONE)
+        if not stale_pre_vote_answer and self._handle_common(p.error_code, p.leader_id, p.leader_epoch):
+            if inflight.generation == self._generation:
+                self._retry_vote(source, inflight)
+            return
+        if inflight.generation != self._generation or self.role not in (Role.PROSPECTIVE, Role.CANDIDATE):
+            return
+        if p.error_code != ErrorCode.NONE:
+            self._retry_vote(source, inflight)
+            return
+        self._vote_retry_ms.pop(source, None)
+        if p.vote_granted:
+            self._granted.add(source)
+            self._maybe_win_round()
+        else:
+            self._rejected.add(source)
+            if len(self._rejected) >= self.config.majority:
+                # Lost: wait a random backoff before the next round instead of the full timeout.
+                self._timer_ms = min(self._timer_ms, self._now_ms + self._random_backoff())
+
+    def _retry_vote(self, source: int, inflight: _InFlight) -> None:
+        if inflight.generation == self._generation and source in self._vote_retry_ms:
+            self._vote_retry_ms[source] = self._now_ms + self.config.retry_backoff_ms
+
+    # ------------------------------------------------------------------------------ Begin/EndQuorumEpoch
+
+    def _begin_quorum_epoch_request(self, voter: int) -> BeginQuorumEpochRequest:
+        partition = BeginQuorumEpochRequest.TopicData.PartitionData(
+            partition_index=METADATA_PARTITION, leader_id=self.node_id, leader_epoch=self.epoch)
+        return BeginQuorumEpochRequest(
+            cluster_id=self.config.cluster_id, voter_id=voter,
+            topics=[BeginQuorumEpochRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+
+    def _end_quorum_epoch_request(self, preferred: list[int]) -> EndQuorumEpochRequest:
+        P = EndQuorumEpochRequest.TopicData.PartitionData
+        partition = P(partition_index=METADATA_PARTITION, leader_id=self.node_id, leader_epoch=self.epoch,
+                      # v1 names successors in preferred_candidates; preferred_successors is v0's field.
+                      preferred_candidates=[P.ReplicaInfo(candidate_id=v) for v in preferred])
+        return EndQuorumEpochRequest(
+            cluster_id=self.config.cluster_id,
+            topics=[EndQuorumEpochRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+
+    def _epoch_response(self, cls, error: ErrorCode, top_error=ErrorCode.NONE):
+        partition = cls.TopicData.PartitionData(partition_index=METADATA_PARTITION, error_code=error,
+                                                leader_id=self._known_leader(), leader_epoch=self.epoch)
+        return cls(error_code=top_error, topics=[cls.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+
+    def _on_begin_quorum_epoch_request(self, source: int, request_id: int, request) -> None:
+        if not self._cluster_ok(request.cluster_id):
+            self._reply(source, request_id, BEGIN_QUORUM_EPOCH, self._epoch_response(
+                BeginQuorumEpochResponse, ErrorCode.NONE, ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        p = request.topics[0].partitions[0]
+        if p.leader_epoch < self.epoch:
+            error = ErrorCode.FENCED_LEADER_EPOCH
+        else:
+            error = ErrorCode.NONE
+            if p.leader_epoch > self.epoch or not (self.role == Role.FOLLOWER and self.leader_id == p.leader_id):
+                self._become_follower(p.leader_epoch, p.leader_id)
+        self._reply(source, request_id, BEGIN_QUORUM_EPOCH, self._epoch_response(BeginQuorumEpochResponse, error))
+
+    def _on_begin_quorum_epoch_response(self, inflight: _InFlight, response) -> None:
+        voter = inflight.destination
+        if response is None or response.error_code != ErrorCode.NONE:
+            if voter in self._begin_pending and inflight.generation == self._generation:
+                self._begin_pending[voter] = self._now_ms + self.config.retry_backoff_ms
+            return
+        p = response.topics[0].partitions[0]
+        if self._handle_common(p.error_code, p.leader_id, p.leader_epoch):
+            return
+        if inflight.generation == self._generation and p.error_code == ErrorCode.NONE:
+            self._begin_pending.pop(voter, None)
+
+    def _on_end_quorum_epoch_request(self, source: int, request_id: int, request) -> None:
+        if not self._cluster_ok(request.cluster_id):
+            self._reply(source, request_id, END_QUORUM_EPOCH, self._epoch_response(
+                EndQuorumEpochResponse, ErrorCode.NONE, ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        p = request.topics[0].partitions[0]
+        if p.leader_epoch < self.epoch:
+            self._reply(source, request_id, END_QUORUM_EPOCH,
+                        self._epoch_response(EndQuorumEpochResponse, ErrorCode.FENCED_LEADER_EPOCH))
+            return
+        if p.leader_epoch > self.epoch or (self.role != Role.FOLLOWER and self.role != Role.RESIGNED
+                                            and p.leader_id != self.node_id):
+            self._become_follower(p.leader_epoch, p.leader_id)
+        if self.role == Role.FOLLOWER and self.leader_id == p.leader_id and self.is_voter:
+            self._end_quorum_received = True
+            preferred = list(p.preferred_candidates and [c.candidate_id for c in p.preferred_candidates]
+                             or p.preferred_successors)
+            if self.node_id in preferred:
+                position = preferred.index(self.node_id)
+                delay = 0 if position == 0 else min(self.config.election_backoff_max_ms,
+                                                    self.config.retry_backoff_ms << position)
+            else:
+                delay = self._random_backoff()
+            self._timer_ms = min(self._timer_ms, self._now_ms + delay)
+        self._reply(source, request_id, END_QUORUM_EPOCH, self._epoch_response(EndQuorumEpochResponse, ErrorCode.NONE))
+
+    def _on_end_quorum_epoch_response(self, inflight: _InFlight, response) -> None:
+        if response is None or response.error_code != ErrorCode.NONE:
+            return
+        p = response.topics[0].partitions[0]
+        self._handle_common(p.error_code, p.leader_id, p.leader_epoch)
+
+    # ------------------------------------------------------------------------------ Fetch (follower side)
+
+    def _fetch_request(self) -> FetchRequest:
+        partition = FetchRequest.FetchTopic.FetchPartition(
+            partition=METADATA_PARTITION,
+            current_leader_epoch=self.epoch,
+            # A follower's fetch offset is its acknowledgement, so it must be durable: the log is
+            # flushed after every append, and only the flushed end is offered.
+            fetch_offset=self.log.flushed_end_offset,
+            last_fetched_epoch=self._last_epoch(),
+            log_start_offset=self.log.log_start_offset,
+            partition_max_bytes=self.config.fetch_max_bytes,
+        )
+        return FetchRequest(
+            cluster_id=self.config.cluster_id,
+            replica_state=FetchRequest.ReplicaState(replica_id=self.node_id, replica_epoch=-1),
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            min_bytes=0,
+            max_bytes=self.config.fetch_max_bytes,
+            topics=[FetchRequest.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=[partition])],
+        )
+
+    def _fetch_failed(self) -> None:
+        self._next_fetch_ms = self._now_ms + self.config.retry_backoff_ms
+
+    def _on_fetch_response(self, inflight: _InFlight, response: FetchResponse | None) -> None:
+        if response is None or response.error_code != ErrorCode.NONE:
+            self._fetch_failed()
+            return
+        p = response.responses[0].partitions[0]
+        leader = p.current_leader
+        if self._handle_common(p.error_code, leader.leader_id, leader.leader_epoch):
+            self._fetch_failed()
+            return
+        if (inflight.generation != self._generation or self.role != Role.FOLLOWER
+                or inflight.destination != self.leader_id):
+            return
+        if p.error_code != ErrorCode.NONE:
+            self._fetch_failed()
+            return
+        self._has_fetched = True
+        self._last_fetch_ok_ms = self._now_ms
+        self._timer_ms = self._now_ms + self.config.fetch_timeout_ms
+        self._next_fetch_ms = self._now_ms
+        diverging, snapshot = p.diverging_epoch, p.snapshot_id
+        if diverging.epoch >= 0 or diverging.end_offset >= 0:
+            self._truncate_to_end_offset(diverging.end_offset, diverging.epoch)
+        elif snapshot.epoch >= 0 or snapshot.end_offset >= 0:
+            if snapshot.epoch < 0 or snapshot.end_offset < 0:
+                return
+            snapshot_id = SnapshotId(snapshot.end_offset, snapshot.epoch)
+            if snapshot_id != self.log.latest_snapshot_id():
+                self._snapshot_fetch = _SnapshotFetch(snapshot_id)
+        else:
+            records = p.records
+            if records:
+                first = next(iter_batches(records), None)
+                if first is None or first[1].base_offset != self.log.log_end_offset:
+                    return  # not where our log ends (a stale answer); fetch again from the end
+                self.log.append_as_follower(bytes(records))
+                self.log.flush()
+            self._follower_high_watermark(p.high_watermark)
+
+    def _follower_high_watermark(self, leader_high_watermark: int) -> None:
+        new = min(leader_high_watermark, self.log.flushed_end_offset)
+        if new > self.high_watermark:
+            self.high_watermark = new
+
+    def _truncate_to_end_offset(self, end_offset: int, epoch: int) -> None:
+        """ReplicatedLog.truncateToEndOffset. When we hold the leader's epoch, cut where the shorter of the
+        two ends; when we do not, cut at the end of our largest epoch below it (a batch boundary of ours)
+        and let the next fetch, asking about that epoch, find the rest."""
+        if epoch == 0:
+            offset = min(end_offset, self.log.log_end_offset)
+        else:
+            local_epoch, local_end = self._end_offset_for_epoch(epoch)
+            offset = min(local_end, end_offset) if local_epoch == epoch else local_end
+        if offset < self.high_watermark:
+            raise RaftInvariantError(f"node {self.node_id}: leader {self.leader_id} asks to truncate to {offset}, "
+                                     f"below the high watermark {self.high_watermark}")
+        if offset < self.log.log_start_offset:
+            raise RaftInvariantError(f"node {self.node_id}: truncation to {offset} is below the log start")
+        self.log.truncate_to(offset)
+
+    # ------------------------------------------------------------------------------ FetchSnapshot (follower)
+
+    def _fetch_snapshot_request(self) -> FetchSnapshotRequest:
+        assert self._snapshot_fetch is not None
+        snapshot_id = self._snapshot_fetch.snapshot_id
+        P = FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot
+        partition = P(partition=METADATA_PARTITION, current_leader_epoch=self.epoch,
+                      snapshot_id=P.SnapshotId(end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch),
+                      position=len(self._snapshot_fetch.data))
+        return FetchSnapshotRequest(
+            cluster_id=self.config.cluster_id, replica_id=self.node_id, max_bytes=self.config.snapshot_chunk_bytes,
+            topics=[FetchSnapshotRequest.TopicSnapshot(name=METADATA_TOPIC, partitions=[partition])])
+
+    def _on_fetch_snapshot_response(self, inflight: _InFlight, response) -> None:
+        if response is None or response.error_code != ErrorCode.NONE:
+            self._fetch_failed()
+            return
+        p = response.topics[0].partitions[0]
+        leader = p.current_leader
+        if self._handle_common(p.error_code, leader.leader_id, leader.leader_epoch):
+            self._fetch_failed()
+            return
+        fetch = self._snapshot_fetch
+        if (inflight.generation != self._generation or self.role != Role.FOLLOWER or fetch is None
+                or inflight.destination != self.leader_id):
+            return
+        if p.error_code != ErrorCode.NONE:
+            # SNAPSHOT_NOT_FOUND (the leader moved on to a newer one) or a bad position: fetch the log
+            # again, and the leader names the snapshot to take.
+            self._snapshot_fetch = None
+            self._fetch_failed()
+            return
+        self._has_fetched = True
+        self._last_fetch_ok_ms = self._now_ms
+        self._timer_ms = self._now_ms + self.config.fetch_timeout_ms
+        self._next_fetch_ms = self._now_ms
+        if (SnapshotId(p.snapshot_id.end_offset, p.snapshot_id.epoch) != fetch.snapshot_id
+                or p.position != len(fetch.data)):
+            return
+        fetch.data += bytes(p.unaligned_records or b"")
+        if len(fetch.data) < p.size:
+            return
+        self._snapshot_fetch = None
+        snapshot_id = fetch.snapshot_id
+        self.log.store_snapshot(snapshot_id, bytes(fetch.data))
+        self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
+        # The snapshot holds committed offsets only, and the listener loads it in _deliver_committed.
+        self.high_watermark = max(self.high_watermark, snapshot_id.end_offset)
+
+    # ------------------------------------------------------------------------------ Fetch (leader side)
+
+    def _fetch_error_response(self, error: ErrorCode, top_error: ErrorCode = ErrorCode.NONE,
+                              leader_id: int | None = None) -> FetchResponse:
+        PD = FetchResponse.FetchableTopicResponse.PartitionData
+        leader = self._known_leader() if leader_id is None else leader_id
+        partition = PD(partition_index=METADATA_PARTITION, error_code=error, high_watermark=-1,
+                       current_leader=PD.LeaderIdAndEpoch(leader_id=leader, leader_epoch=self.epoch),
+                       records=b"")
+        return FetchResponse(error_code=top_error, responses=[FetchResponse.FetchableTopicResponse(
+            topic_id=METADATA_TOPIC_ID, partitions=[partition])])
+
+    def _on_fetch_request(self, source: int, request_id: int, request: FetchRequest) -> None:
+        if not self._cluster_ok(request.cluster_id):
+            self._reply(source, request_id, FETCH,
+                        self._fetch_error_response(ErrorCode.NONE, ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        partition = request.topics[0].partitions[0]
+        replica_id = request.replica_state.replica_id
+        error = self._validate_leader_only(partition.current_leader_epoch)
+        if error != ErrorCode.NONE:
+            self._reply(source, request_id, FETCH, self._fetch_error_response(error))
+            return
+        hw_before = self.high_watermark
+        response, empty = self._try_complete_fetch(replica_id, partition, update=True)
+        # Park an idle fetch, unless it just moved the high watermark: the fetcher must hear of that.
+        if empty and request.max_wait_ms > 0 and self.high_watermark == hw_before:
+            self._parked.append(_ParkedFetch(source, request_id, replica_id, partition,
+                                             self._now_ms + request.max_wait_ms))
+        else:
+            self._reply(source, request_id, FETCH, response)
+
+    def _try_complete_fetch(self, replica_id: int, partition, update: bool) -> tuple[FetchResponse, bool]:
+        fetch_offset, last_fetched_epoch = partition.fetch_offset, partition.last_fetched_epoch
+        snapshot = self.log.latest_snapshot_id()
+        if fetch_offset == 0 and snapshot is not None:
+            validity, v_offset, v_epoch = _Validity.SNAPSHOT, snapshot.end_offset, snapshot.epoch
+        else:
+            validity, v_offset, v_epoch = self._validate_offset_and_epoch(fetch_offset, last_fetched_epoch)
+        records = b""
+        if validity == _Validity.VALID:
+            if fetch_offset < self.log.log_end_offset:
+                records = self.log.read(fetch_offset, partition.partition_max_bytes)
+            if update:
+                self._update_replica(replica_id, fetch_offset)
+        PD = FetchResponse.FetchableTopicResponse.PartitionData
+        pd = PD(partition_index=METADATA_PARTITION, error_code=ErrorCode.NONE,
+                high_watermark=self.high_watermark, log_start_offset=self.log.log_start_offset,
+                current_leader=PD.LeaderIdAndEpoch(leader_id=self.node_id, leader_epoch=self.epoch),
+                records=records)
+        if validity == _Validity.DIVERGING:
+            pd.diverging_epoch = PD.EpochEndOffset(epoch=v_epoch, end_offset=v_offset)
+        elif validity == _Validity.SNAPSHOT:
+            pd.snapshot_id = PD.SnapshotId(end_offset=v_offset, epoch=v_epoch)
+        response = FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
+            topic_id=METADATA_TOPIC_ID, partitions=[pd])])
+        return response, validity == _Validity.VALID and not records
+
+    def _update_replica(self, replica_id: int, fetch_offset: int) -> None:
+        if replica_id < 0 or replica_id == self.node_id:
+            return
+        state = self._replicas.get(replica_id)
+        if state is None:
+            state = self._replicas[replica_id] = ReplicaState(replica_id)
+        state.end_offset = fetch_offset
+        state.last_fetch_ms = self._now_ms
+        if fetch_offset >= self.log.log_end_offset:
+            state.last_caught_up_ms = self._now_ms
+        if replica_id in self.config.voters:
+            self._begin_pending.pop(replica_id, None)
+            self._fetched_voters.add(replica_id)
+            if len(self._fetched_voters) + 1 >= self.config.majority:
+                self._fetched_voters.clear()
+                self._check_quorum_ms = self._now_ms + self._check_quorum_timeout()
+            self._update_high_watermark()
+
+    def _update_high_watermark(self) -> None:
+        if self.role != Role.LEADER:
+            return
+        # The leader counts what it has flushed, not what it has appended: an acknowledgement must
+        # survive the leader's crash like any follower's.
+        mine = self.log.flushed_end_offset
+        self._replicas[self.node_id].end_offset = mine
+        offsets = sorted((self._replicas[v].end_offset for v in self.config.voters), reverse=True)
+        candidate = offsets[self.config.majority - 1]
+        if candidate > self._epoch_start_offset and candidate > self.high_watermark:
+            self.high_watermark = candidate
+            self._complete_parked(only_due=False)
+
+    def _complete_parked(self, only_due: bool) -> None:
+        if not self._parked:
+            return
+        keep: list[_ParkedFetch] = []
+        due: list[_ParkedFetch] = []
+        for p in self._parked:
+            (due if not only_due or p.deadline_ms <= self._now_ms else keep).append(p)
+        self._parked = keep
+        for p in due:
+            response, _ = self._try_complete_fetch(p.replica_id, p.partition, update=False)
+            self._respond_fetch(p, response)
+
+    def _respond_fetch(self, parked: _ParkedFetch, response: FetchResponse) -> None:
+        self._reply(parked.source, parked.request_id, FETCH, response)
+
+    # ------------------------------------------------------------------------------ FetchSnapshot (leader)
+
+    def _on_fetch_snapshot_request(self, source: int, request_id: int, request: FetchSnapshotRequest) -> None:
+        P = FetchSnapshotResponse.TopicSnapshot.PartitionSnapshot
+
+        def reply(error: ErrorCode, top_error=ErrorCode.NONE, **fields) -> None:
+            partition = P(index=METADATA_PARTITION, error_code=error,
+                          current_leader=P.LeaderIdAndEpoch(leader_id=self._known_leader(), leader_epoch=self.epoch),
+                          unaligned_records=fields.pop("records", b""), **fields)
+            self._reply(source, request_id, FETCH_SNAPSHOT, FetchSnapshotResponse(
+                error_code=top_error, topics=[FetchSnapshotResponse.TopicSnapshot(name=METADATA_TOPIC,
+                                                                                  partitions=[partition])]))
+
+        if not self._cluster_ok(request.cluster_id):
+            reply(ErrorCode.NONE, ErrorCode.INCONSISTENT_CLUSTER_ID)
+            return
+        p = request.topics[0].partitions[0]
+        error = self._validate_leader_only(p.current_leader_epoch)
+        if error != ErrorCode.NONE:
+            reply(error)
+            return
+        snapshot_id = SnapshotId(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+        data = self.log.read_snapshot(snapshot_id)
+        if data is None:
+            reply(ErrorCode.SNAPSHOT_NOT_FOUND)
+            return
+        if p.position < 0 or p.position > len(data):
+            reply(ErrorCode.POSITION_OUT_OF_RANGE)
+            return
+        chunk = data[p.position : p.position + min(max(request.max_bytes, 1), self.config.snapshot_chunk_bytes)]
+        reply(ErrorCode.NONE, snapshot_id=P.SnapshotId(end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch),
+              size=len(data), position=p.position, records=chunk)
+
+    # ------------------------------------------------------------------------------ DescribeQuorum
+
+    def _describe_quorum_response(self) -> DescribeQuorumResponse:
+        PD = DescribeQuorumResponse.TopicData.PartitionData
+        if self.role != Role.LEADER:
+            partition = PD(partition_index=METADATA_PARTITION, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           leader_id=self._known_leader(), leader_epoch=self.epoch, high_watermark=-1)
+        else:
+            def state(r: ReplicaState):
+                end = self.log.log_end_offset if r.replica_id == self.node_id else r.end_offset
+                seen = self._now_ms if r.replica_id == self.node_id else r.last_fetch_ms
+                caught = self._now_ms if r.replica_id == self.node_id else r.last_caught_up_ms
+                return PD.ReplicaState(replica_id=r.replica_id, log_end_offset=end,
+                                       last_fetch_timestamp=seen, last_caught_up_timestamp=caught)
+
+            replicas = sorted(self._replicas.values(), key=lambda r: r.replica_id)
+            partition = PD(
+                partition_index=METADATA_PARTITION, error_code=ErrorCode.NONE, leader_id=self.node_id,
+                leader_epoch=self.epoch, high_watermark=self.high_watermark,
+                current_voters=[state(r) for r in replicas if r.replica_id in self.config.voters],
+                observers=[state(r) for r in replicas if r.replica_id not in self.config.voters],
+            )
+        return DescribeQuorumResponse(topics=[DescribeQuorumResponse.TopicData(topic_name=METADATA_TOPIC,
+                                                                               partitions=[partition])])
+
+    def _on_describe_quorum_request(self, source: int, request_id: int, request) -> None:
+        self._reply(source, request_id, DESCRIBE_QUORUM, self._describe_quorum_response())
+
+    # ------------------------------------------------------------------------------ dispatch, delivery
+
+    def _dispatch_response(self, inflight: _InFlight, response) -> None:
+        api = inflight.api_key
+        if api == FETCH:
+            self._on_fetch_response(inflight, response)
+        elif api == VOTE:
+            self._on_vote_response(inflight, response)
+        elif api == BEGIN_QUORUM_EPOCH:
+            self._on_begin_quorum_epoch_response(inflight, response)
+        elif api == END_QUORUM_EPOCH:
+            self._on_end_quorum_epoch_response(inflight, response)
+        elif api == FETCH_SNAPSHOT:
+            self._on_fetch_snapshot_response(inflight, response)
+
+    def _deliver_committed(self) -> None:
+        if self.applied_end_offset < self.log.log_start_offset:
+            snapshot_id = self.log.latest_snapshot_id()
+            if snapshot_id is None or snapshot_id.end_offset != self.log.log_start_offset:
+                raise RaftInvariantError(f"node {self.node_id}: log starts at {self.log.log_start_offset} "
+                                         f"without a snapshot there ({snapshot_id})")
+            self.listener.handle_load_snapshot(snapshot_id, self.log.read_snapshot(snapshot_id) or b"")
+            self.applied_end_offset = snapshot_id.end_offset
+        while self.applied_end_offset < self.high_watermark:
+            data = self.log.read(self.applied_end_offset, self.config.fetch_max_bytes)
+            progressed = False
+            for pos, header in iter_batches(data):
+                if header.last_offset < self.applied_end_offset:
+                    continue
+                if header.next_offset > self.high_watermark:
+                    break
+                batch = memoryview(data)[pos : pos + header.size]
+                records = [] if header.is_control else [
+                    r.value or b"" for r in iter_records(batch, max_uncompressed_bytes=_MAX_BATCH_BYTES)]
+                self.listener.handle_commit(CommittedBatch(header.base_offset, header.last_offset,
+                                                           header.partition_leader_epoch, records,
+                                                           header.is_control))
+                self.applied_end_offset = header.next_offset
+                progressed = True
+            if not progressed:
+                break

@@ -1,0 +1,325 @@
+"""Scenarios of the KRaft quorum core on a manual clock: elections, pre-vote, check quorum, divergence,
+snapshots, restarts, and the wire form of everything the core sends."""
+
+from __future__ import annotations
+
+import pytest
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from odradek.replication.raft import API_VERSIONS, NotLeaderError, OutboundResponse, QuorumStateData, Role, SnapshotId
+from odradek.replication.raft.core import METADATA_TOPIC_ID
+
+from .raft_harness import Cluster
+
+
+def elect(cluster: Cluster) -> int:
+    cluster.run_until(lambda: len(cluster.leaders()) == 1 and all(
+        n is None or n.leader_id == cluster.leaders()[0] for n in cluster.nodes.values()))
+    return cluster.leaders()[0]
+
+
+def test_single_voter_elects_itself_and_commits():
+    cluster = Cluster(voters=(1,))
+    elect(cluster)
+    assert cluster[1].epoch == 1
+    offset = cluster.append(b"a", b"b")
+    cluster.run_until(lambda: cluster.committed_everywhere(offset))
+    assert cluster.machines[1].values == [(1, b"a"), (2, b"b")]  # offset 0 is the LeaderChange control batch
+    assert cluster.machines[1].commits[0].is_control
+
+
+@pytest.mark.parametrize("voters", [(1, 2, 3), (1, 2, 3, 4, 5)])
+def test_voters_elect_one_leader_and_replicate_to_observers(voters):
+    cluster = Cluster(voters=voters, observers=(100,))
+    leader = elect(cluster)
+    assert all(n.epoch == 1 for n in cluster.nodes.values() if n.is_voter)
+    offsets = [cluster.append(f"r{i}".encode()) for i in range(5)]
+    cluster.run_until(lambda: cluster.committed_everywhere(offsets[-1]))
+    for node_id in cluster.nodes:
+        assert [v for _, v in cluster.machines[node_id].values] == [b"r0", b"r1", b"r2", b"r3", b"r4"]
+        assert cluster[node_id].leader_id == leader
+    assert not cluster[100].is_voter and cluster[100].role == Role.FOLLOWER
+    # Pre-vote came first: a candidate's epoch only rises after a majority said it would vote.
+    votes = cluster.messages(VoteRequest)
+    assert votes[0].topics[0].partitions[0].pre_vote
+
+
+def test_append_needs_the_lead():
+    cluster = Cluster()
+    leader = elect(cluster)
+    follower = next(i for i in cluster.nodes if i != leader)
+    with pytest.raises(NotLeaderError):
+        cluster[follower].append([b"x"], cluster.now)
+
+
+def test_votes_are_persisted_before_they_are_answered():
+    cluster = Cluster()
+    elect(cluster)
+    checked = 0
+    for source, message in cluster.sent:
+        if isinstance(message, OutboundResponse) and isinstance(message.message, VoteResponse):
+            p = message.message.topics[0].partitions[0]
+            if p.vote_granted and not p.pre_vote:
+                state = cluster.stores[source].state
+                assert state.voted_id == message.destination and state.leader_epoch >= p.leader_epoch
+                checked += 1
+    assert checked >= 1
+    # The leader persisted its own election: a restart finds it, and resigns the epoch.
+    leader = cluster.leaders()[0]
+    assert cluster.stores[leader].state.leader_id == leader
+
+
+def test_persisted_state_survives_a_restart_and_a_restarted_leader_resigns():
+    cluster = Cluster()
+    leader = elect(cluster)
+    epoch = cluster[leader].epoch
+    cluster.crash(leader)
+    node = cluster.restart(leader)
+    assert node.epoch == epoch and node.role == Role.RESIGNED
+    new_leader = elect(cluster)
+    assert cluster[new_leader].epoch > epoch
+
+
+def test_pre_vote_does_not_disrupt_a_stable_leader():
+    cluster = Cluster(voters=(1, 2, 3))
+    leader = elect(cluster)
+    epoch = cluster[leader].epoch
+    x = next(i for i in cluster.nodes if i != leader)
+    # x loses the leader (both ways) but still reaches the third voter, which fetches happily.
+    cluster.cut |= {(x, leader), (leader, x)}
+    cluster.advance(10_000)
+    pre_votes = [m for m in cluster.messages(VoteRequest) if m.topics[0].partitions[0].replica_id == x]
+    assert pre_votes and all(m.topics[0].partitions[0].pre_vote for m in pre_votes)
+    assert cluster[leader].role == Role.LEADER and cluster[leader].epoch == epoch
+    assert cluster[x].epoch == epoch  # never bumped: no disruptive election
+    cluster.heal()
+    cluster.run_until(lambda: cluster[x].role == Role.FOLLOWER and cluster[x].leader_id == leader)
+    assert cluster[leader].epoch == epoch
+
+
+def test_check_quorum_resigns_a_leader_cut_from_the_majority():
+    cluster = Cluster(voters=(1, 2, 3), fetch_timeout_ms=2000)
+    leader = elect(cluster)
+    epoch = cluster[leader].epoch
+    cut_at = cluster.now
+    cluster.isolate(leader)
+    took = cluster.run_until(lambda: cluster[leader].role != Role.LEADER)
+    assert took <= 3000 + 10  # 1.5 x fetch timeout
+    assert cluster[leader].role in (Role.RESIGNED, Role.PROSPECTIVE)
+    cluster.run_until(lambda: any(cluster[i].role == Role.LEADER for i in cluster.nodes if i != leader))
+    new_leader = next(i for i in cluster.nodes if i != leader and cluster[i].role == Role.LEADER)
+    assert cluster[new_leader].epoch > epoch
+    assert cluster.now - cut_at < 10_000
+    cluster.heal()
+    cluster.run_until(lambda: cluster[leader].leader_id == new_leader and cluster[leader].role == Role.FOLLOWER)
+
+
+def test_divergent_follower_log_is_truncated_by_epoch():
+    cluster = Cluster(voters=(1, 2, 3))
+    old = elect(cluster)
+    committed = cluster.append(b"committed")
+    cluster.run_until(lambda: cluster.committed_everywhere(committed))
+    # The leader appends records nobody receives, then loses the lead to the others.
+    cluster.isolate(old)
+    cluster[old].append([b"lost-1"], cluster.now)
+    cluster[old].append([b"lost-2"], cluster.now)
+    cluster.advance(10)
+    old_end = cluster.logs[old].log_end_offset
+    cluster.run_until(lambda: any(cluster[i].role == Role.LEADER for i in cluster.nodes if i != old))
+    new = next(i for i in cluster.nodes if i != old and cluster[i].role == Role.LEADER)
+    offset = cluster[new].append([b"new-1"], cluster.now)
+    cluster.tick()
+    cluster.heal()
+    cluster.run_until(lambda: cluster.committed_everywhere(offset))
+    diverging = [m for m in cluster.messages(FetchResponse)
+                 if m.responses[0].partitions[0].diverging_epoch.epoch >= 0]
+    assert diverging, "the old leader was told where its log diverges"
+    assert old_end > cluster.logs[new].log_end_offset - 2  # it really had a suffix of its own
+    assert cluster.logs[old].batches() == cluster.logs[new].batches()
+    assert [v for _, v in cluster.machines[old].values] == [b"committed", b"new-1"]
+
+
+def test_divergence_across_epochs_the_follower_never_held_takes_two_rounds():
+    # The leader's epoch 1 ends at 5, then epochs 3 and 5. The follower's epoch 1 runs on to 10 (one
+    # batch spans 5..8) and then has epoch 4. Asked about epoch 4, the leader answers (3, 8); the follower
+    # has no epoch 3, so it cuts at the end of its epoch 1 (10, a boundary of its own), not at 8 (inside
+    # a batch), and the next answer, about epoch 1, brings it to 5.
+    from odradek.protocol.records import build_batch
+    from odradek.replication.raft import MemoryRaftLog
+
+    def log_of(*batches):
+        log = MemoryRaftLog()
+        for count, epoch in batches:
+            log.append_as_leader(build_batch([(None, b"x", None, 0)] * count), epoch)
+        log.flush()
+        return log
+
+    state = QuorumStateData(leader_epoch=5)
+    leader_log = ((2, 1), (3, 1), (2, 3), (1, 3), (1, 5))
+    preload = {1: (log_of(*leader_log), state), 2: (log_of(*leader_log), state),
+               3: (log_of((2, 1), (3, 1), (4, 1), (1, 1), (2, 4)), state)}
+    cluster = Cluster(voters=(1, 2, 3), preload=preload)
+    leader = elect(cluster)
+    assert leader != 3
+    offset = cluster.append(b"after")
+    cluster.run_until(lambda: cluster.committed_everywhere(offset))
+    assert cluster.logs[3].batches() == cluster.logs[leader].batches()
+    diverging = [m.responses[0].partitions[0].diverging_epoch for m in cluster.messages(FetchResponse)
+                 if m.responses[0].partitions[0].diverging_epoch.epoch >= 0]
+    assert [(d.epoch, d.end_offset) for d in diverging] == [(3, 8), (1, 5)]
+
+
+def test_lagging_observer_catches_up_through_a_chunked_snapshot():
+    cluster = Cluster(voters=(1, 2, 3), observers=(100,), snapshot_chunk_bytes=16)
+    leader = elect(cluster)
+    cluster.isolate(100)
+    last = 0
+    for i in range(20):
+        last = cluster.append(f"v{i}".encode())
+    cluster.run_until(lambda: all(cluster[v].high_watermark > last for v in (1, 2, 3))
+                      and all(cluster.machines[v].next_offset > last for v in (1, 2, 3)))
+    for v in (1, 2, 3):
+        cluster[v].create_snapshot(cluster.machines[v].next_offset, cluster.machines[v].snapshot())
+        assert cluster.logs[v].log_start_offset == last + 1
+    after = cluster.append(b"after-snapshot")
+    cluster.heal()
+    cluster.run_until(lambda: cluster.committed_everywhere(after))
+    machine = cluster.machines[100]
+    assert machine.loads == [SnapshotId(last + 1, cluster[leader].epoch)]
+    assert [v for _, v in machine.values] == [f"v{i}".encode() for i in range(20)] + [b"after-snapshot"]
+    chunks = cluster.messages(FetchSnapshotRequest)
+    assert len(chunks) > 3 and [c.topics[0].partitions[0].position for c in chunks][:2] == [0, 16]
+    assert cluster.logs[100].log_start_offset == last + 1
+
+
+def test_restart_loads_the_snapshot_then_the_log_after_it():
+    cluster = Cluster(voters=(1, 2, 3))
+    elect(cluster)
+    first = [cluster.append(f"a{i}".encode()) for i in range(5)]
+    cluster.run_until(lambda: cluster.committed_everywhere(first[-1]))
+    node_id = next(i for i in cluster.nodes if cluster[i].role == Role.FOLLOWER)
+    snap = cluster[node_id].create_snapshot(cluster.machines[node_id].next_offset,
+                                            cluster.machines[node_id].snapshot())
+    second = [cluster.append(f"b{i}".encode()) for i in range(3)]
+    cluster.run_until(lambda: cluster.committed_everywhere(second[-1]))
+    cluster.crash(node_id)
+    cluster.restart(node_id)
+    machine = cluster.machines[node_id]
+    cluster.run_until(lambda: machine.next_offset > second[-1])
+    assert machine.loads == [snap]
+    assert machine.commits[0].base_offset == snap.end_offset  # nothing below the snapshot replayed
+    assert [v for _, v in machine.values] == [f"a{i}".encode() for i in range(5)] + [f"b{i}".encode() for i in range(3)]
+
+
+def test_unflushed_leader_records_do_not_count_toward_the_high_watermark():
+    cluster = Cluster(voters=(1,), leader_flush_interval_ms=1000)
+    elect(cluster)
+    cluster.advance(1000)
+    first = cluster.append(b"x")  # flushed at once: the last flush is more than an interval ago
+    assert cluster[1].high_watermark == first + 1
+    offset = cluster.append(b"y")
+    cluster.advance(100)
+    assert cluster[1].high_watermark == first + 1  # appended, not flushed, so not committed
+    cluster.advance(1000)
+    assert cluster[1].high_watermark == offset + 1
+
+
+def test_graceful_resignation_hands_over_with_end_quorum_epoch():
+    cluster = Cluster(voters=(1, 2, 3))
+    leader = elect(cluster)
+    epoch = cluster[leader].epoch
+    cluster.emit(leader, cluster[leader].resign(cluster.now))
+    took = cluster.run_until(lambda: any(cluster[i].role == Role.LEADER and cluster[i].epoch > epoch
+                                         for i in cluster.nodes))
+    assert cluster.messages(EndQuorumEpochRequest)
+    assert took < 1000  # the preferred successor stands at once, not after an election timeout
+
+
+def test_describe_quorum_reports_voters_and_observers():
+    cluster = Cluster(voters=(1, 2, 3), observers=(100,))
+    leader = elect(cluster)
+    offset = cluster.append(b"x")
+    cluster.run_until(lambda: cluster.committed_everywhere(offset))
+    cluster.advance(600)  # a round of fetches after the commit
+    response = cluster[leader].describe_quorum()
+    p = response.topics[0].partitions[0]
+    assert (p.error_code, p.leader_id, p.high_watermark) == (ErrorCode.NONE, leader, offset + 1)
+    assert [r.replica_id for r in p.current_voters] == [1, 2, 3]
+    assert [r.replica_id for r in p.observers] == [100]
+    assert all(r.log_end_offset == offset + 1 for r in p.current_voters + p.observers)
+    follower = next(i for i in cluster.nodes if i != leader)
+    out = cluster[follower].handle_request(100, 1, DescribeQuorumRequest(), cluster.now)
+    assert out[0].message.topics[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_requests_from_other_clusters_are_refused():
+    cluster = Cluster()
+    leader = elect(cluster)
+    request = VoteRequest(cluster_id="other", topics=[])
+    out = cluster[leader].handle_request(2, 1, request, cluster.now)
+    assert out[0].message.error_code == ErrorCode.INCONSISTENT_CLUSTER_ID
+
+
+def test_every_emitted_message_encodes_at_the_versions_kafka_controllers_speak():
+    cluster = Cluster(voters=(1, 2, 3), observers=(100,), snapshot_chunk_bytes=32)
+    leader = elect(cluster)
+    cluster.isolate(100)
+    last = 0
+    for i in range(10):
+        last = cluster.append(f"v{i}".encode())
+    cluster.run_until(lambda: all(cluster.machines[v].next_offset > last for v in (1, 2, 3)))
+    for v in (1, 2, 3):
+        cluster[v].create_snapshot(cluster.machines[v].next_offset, cluster.machines[v].snapshot())
+    cluster.heal()
+    cluster.run_until(lambda: cluster.committed_everywhere(last))
+    cluster.emit(leader, cluster[leader].handle_request(100, 10**6, DescribeQuorumRequest(), cluster.now))
+    cluster.emit(leader, cluster[leader].resign(cluster.now))
+    cluster.run_until(lambda: len(cluster.leaders()) == 1 and cluster.leaders()[0] != leader)
+    seen: dict[type, int] = {}
+    for _, outbound in cluster.sent:
+        message = outbound.message
+        version = outbound.api_version
+        assert version == API_VERSIONS[message.API_KEY]
+        data = message.encode(version)
+        decoded = type(message).decode(data, version)
+        assert decoded.encode(version) == data
+        assert decoded == message, type(message).__name__
+        seen[type(message)] = seen.get(type(message), 0) + 1
+    expected = {VoteRequest, VoteResponse, BeginQuorumEpochRequest, BeginQuorumEpochResponse,
+                EndQuorumEpochRequest, EndQuorumEpochResponse, FetchRequest, FetchResponse,
+                FetchSnapshotRequest, FetchSnapshotResponse, DescribeQuorumResponse}
+    assert expected <= set(seen), expected - set(seen)
+    fetch = cluster.messages(FetchRequest)[0]
+    assert fetch.topics[0].topic_id == METADATA_TOPIC_ID and fetch.replica_state.replica_id >= 0
+
+
+def test_quorum_state_speaks_kafkas_json(tmp_path):
+    from odradek.replication.raft import FileQuorumStateStore
+
+    kafka_v0 = ('{"clusterId":"","leaderId":1,"leaderEpoch":2,"votedId":-1,"appliedOffset":0,'
+                '"currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}')
+    state = QuorumStateData.from_json(kafka_v0)
+    assert state == QuorumStateData(leader_epoch=2, leader_id=1, voted_id=-1, current_voters=(1, 2, 3))
+    assert QuorumStateData.from_json(state.to_json()) == state
+    kafka_v1 = ('{"leaderId":-1,"leaderEpoch":5,"votedId":3,"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA",'
+                '"data_version":1}')
+    assert QuorumStateData.from_json(kafka_v1) == QuorumStateData(leader_epoch=5, voted_id=3)
+    store = FileQuorumStateStore(str(tmp_path))
+    assert store.read() is None
+    store.write(state)
+    assert FileQuorumStateStore(str(tmp_path)).read() == state
+    assert (tmp_path / "quorum-state").read_text().startswith('{"clusterId"')
