@@ -1,0 +1,256 @@
+"""The controller quorum on the event loop: the Raft node's timers and messages, the metadata it commits.
+
+Three parts, each small, around the sans-I/O `replication.raft.RaftNode`:
+
+* `QuorumDriver` runs the node: it arms one timer for the node's next deadline, sends the node's requests
+  to other nodes (`NodeConnections`: long-polling Fetch and FetchSnapshot on a connection of their own,
+  so that they never hold up a vote), hands it their responses (None when a request failed), and answers
+  the quorum requests other nodes send here (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch of
+  `__cluster_metadata`, FetchSnapshot, DescribeQuorum) with futures the node completes.
+* `MetadataLoader` is the node's listener: committed batches are decoded into metadata records and
+  published (the same `MetadataPublisher` a cluster of one uses, so the partitions, the logs and the
+  coordinators follow a quorum's metadata the way they follow a local log's), a snapshot fetched or found
+  at start is published as a whole image, and snapshots of the image are taken every
+  `snapshot_max_bytes` of committed records (metadata.log.max.record.bytes.between.snapshots).
+* `QuorumControllerChannel` is the controller channel of a node that may be the active controller: while
+  this node leads the quorum and has applied everything before its epoch (its LeaderChange batch is
+  committed), it decides and appends through Raft and answers each call once its batch is committed;
+  otherwise it is not active, and callers forward to the active controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import structlog
+
+from odradek.coordinator.runtime import Deferred
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import FetchRequest, FetchSnapshotRequest
+from odradek.replication.controller import Controller
+from odradek.replication.metadata_image import MetadataDelta, MetadataError, MetadataImage
+from odradek.replication.metadata_publisher import EMPTY_IMAGE, MetadataPublisher, MetadataUpdate
+from odradek.replication.metadata_records import decode_metadata_record, encode_metadata_record
+from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapshot
+from odradek.replication.raft import CommittedBatch, NotLeaderError, OutboundRequest, OutboundResponse, RaftNode
+from odradek.replication.raft.log import SnapshotId
+
+from .config import BrokerConfig
+from .controller_channel import ControllerDecisions
+from .node_client import NodeConnections, NodeUnavailable
+
+log = structlog.get_logger("odradek.quorum")
+
+_LONG_POLLS = (FetchRequest, FetchSnapshotRequest)
+
+
+class QuorumDriver:
+    def __init__(self, raft: RaftNode, connections: NodeConnections, clock: Callable[[], int], *,
+                 request_timeout_ms: int = 2000) -> None:
+        self.raft = raft
+        self.connections = connections
+        self.clock = clock
+        self.request_timeout_ms = request_timeout_ms
+        self._pending: dict[int, asyncio.Future] = {}
+        self._next_request_id = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._stopped = False
+
+    def start(self) -> None:
+        self.process(self.raft.poll(self.clock()))
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for future in self._pending.values():
+            if not future.done():
+                future.cancel()
+
+    # -- inbound
+
+    def handle_request(self, request) -> asyncio.Future:
+        """A quorum request from another node: a future of the node's response."""
+        self._next_request_id += 1
+        request_id = self._next_request_id
+        future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            self.process(self.raft.handle_request(-1, request_id, request, self.clock()))
+        except Exception:
+            self._pending.pop(request_id, None)
+            raise
+        return future
+
+    def append(self, records: list[bytes]) -> int:
+        """Append as leader (NotLeaderError otherwise); the offset of the last record."""
+        offset = self.raft.append(records, self.clock())
+        self.process(self.raft.poll(self.clock()))
+        return offset
+
+    # -- the node's output
+
+    def process(self, outbound: list) -> None:
+        if self._stopped:
+            return
+        for message in outbound:
+            if type(message) is OutboundResponse:
+                future = self._pending.pop(message.request_id, None)
+                if future is not None and not future.done():
+                    future.set_result(message.message)
+            elif type(message) is OutboundRequest:
+                task = asyncio.get_running_loop().create_task(self._send(message))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        self._rearm()
+
+    async def _send(self, request: OutboundRequest) -> None:
+        purpose = "raft-fetch" if isinstance(request.message, _LONG_POLLS) else "raft"
+        timeout_s = self.request_timeout_ms / 1000 + (1.0 if purpose == "raft-fetch" else 0.0)
+        try:
+            response = await self.connections.request(
+                request.destination, request.message, request.api_version, purpose=purpose, timeout_s=timeout_s,
+            )
+        except NodeUnavailable:
+            response = None
+        if not self._stopped:
+            self.process(self.raft.handle_response(request.destination, request.correlation_id, response, self.clock()))
+
+    def _rearm(self) -> None:
+        deadline = self.raft.next_deadline_ms
+        if self._timer is not None and self._timer_at == deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_at = deadline
+        self._timer = loop.call_later(max(0.0, (deadline - self.clock()) / 1000), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.process(self.raft.poll(self.clock()))
+
+
+class MetadataLoader:
+    """The Raft node's listener: committed metadata published as images (see the module doc)."""
+
+    def __init__(self, publisher: MetadataPublisher, *, clock: Callable[[], int], snapshot_max_bytes: int = 20 << 20) -> None:
+        self.publisher = publisher
+        self.clock = clock
+        self.snapshot_max_bytes = snapshot_max_bytes
+        self.image: MetadataImage = EMPTY_IMAGE
+        self.applied_end_offset = 0
+        self.leader_id = -1
+        self.epoch = 0
+        self.raft: RaftNode | None = None  # set once the node exists (it needs this listener first)
+        self._bytes_since_snapshot = 0
+        self._commit_listeners: list[Callable[[CommittedBatch], None]] = []
+        self._leader_listeners: list[Callable[[int, int], None]] = []
+
+    def on_commit(self, listener: Callable[[CommittedBatch], None]) -> None:
+        self._commit_listeners.append(listener)
+
+    def on_leader_change(self, listener: Callable[[int, int], None]) -> None:
+        self._leader_listeners.append(listener)
+
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        if batch.records:
+            delta = MetadataDelta(self.image)
+            for value in batch.records:
+                delta.replay(decode_metadata_record(value))
+            image = delta.apply()
+            previous, self.image = self.image, image
+            self.applied_end_offset = batch.last_offset + 1
+            self.publisher.publish(MetadataUpdate(previous, image, frozenset(delta.changed_topic_ids),
+                                                  dict(delta.removed_topics), self.applied_end_offset))
+            self._bytes_since_snapshot += sum(len(r) for r in batch.records)
+        else:
+            self.applied_end_offset = batch.last_offset + 1
+        for listener in list(self._commit_listeners):
+            listener(batch)
+        self._maybe_snapshot()
+
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        image = decode_snapshot(data)
+        previous, self.image = self.image, image
+        removed = {t: topic for t, topic in previous.topics_by_id.items() if t not in image.topics_by_id}
+        self.applied_end_offset = snapshot_id.end_offset
+        self._bytes_since_snapshot = 0
+        self.publisher.publish(MetadataUpdate(previous, image, frozenset(image.topics_by_id), removed, snapshot_id.end_offset))
+
+    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        self.leader_id, self.epoch = leader_id, epoch
+        for listener in list(self._leader_listeners):
+            listener(leader_id, epoch)
+
+    def _maybe_snapshot(self) -> None:
+        raft = self.raft
+        if raft is None or self._bytes_since_snapshot < self.snapshot_max_bytes:
+            return
+        end = min(self.applied_end_offset, raft.high_watermark)
+        try:
+            raft.create_snapshot(end, encode_snapshot(self.image, self.clock()))
+        except ValueError as e:  # nothing new to snapshot (already at or below the log start)
+            log.debug("no metadata snapshot", reason=str(e))
+            return
+        self._bytes_since_snapshot = 0
+        log.info("metadata snapshot", end_offset=end)
+
+
+class QuorumControllerChannel(ControllerDecisions):
+    """The controller channel of a node in the quorum (see the module doc)."""
+
+    def __init__(self, controller: Controller, config: BrokerConfig, clock: Callable[[], int],
+                 driver: QuorumDriver, loader: MetadataLoader) -> None:
+        super().__init__(controller, config, clock)
+        self.driver = driver
+        self.loader = loader
+        self.is_active = False
+        self._waiting: list[tuple[int, Deferred]] = []  # (last offset, commit) in offset order
+        loader.on_commit(self._committed)
+        loader.on_leader_change(self._leader_changed)
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    def _leader_changed(self, leader_id: int, epoch: int) -> None:
+        if self.is_active:
+            log.info("no longer the active controller", leader=leader_id, epoch=epoch)
+        self.is_active = False
+        self._fail_waiting(MetadataError(ErrorCode.NOT_CONTROLLER, f"The active controller moved to node {leader_id}."))
+
+    def _committed(self, batch: CommittedBatch) -> None:
+        raft = self.driver.raft
+        if not self.is_active and raft.is_leader and batch.is_control and batch.epoch == raft.epoch:
+            # Everything before this epoch is applied: the controller may decide from the image now.
+            self.controller.advance(self.loader.image, batch.last_offset + 1)
+            self.is_active = True
+            log.info("active controller", epoch=raft.epoch)
+        while self._waiting and self._waiting[0][0] <= batch.last_offset:
+            _, commit = self._waiting.pop(0)
+            commit.complete(None)
+
+    def _commit(self, records: list, working) -> Deferred:
+        try:
+            last = self.driver.append([encode_metadata_record(r) for r in records])
+        except NotLeaderError:
+            self.is_active = False
+            raise MetadataError(ErrorCode.NOT_CONTROLLER, "This node is not the active controller.") from None
+        self.controller.advance(working, last + 1)  # later decisions see these records before they commit
+        commit: Deferred = Deferred()
+        self._waiting.append((last, commit))
+        return commit
+
+    def _fail_waiting(self, error: Exception) -> None:
+        waiting, self._waiting = self._waiting, []
+        for _, commit in waiting:
+            commit.fail(error)
+        self.controller.advance(self.loader.image, self.loader.applied_end_offset)
