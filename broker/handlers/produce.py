@@ -24,6 +24,7 @@ from . import handles
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
+RecordError = PartitionResponse.BatchIndexAndErrorMessage
 _MAGIC_OFFSET = 16  # baseOffset int64 | length int32 | epoch (v2) or CRC (v0/v1) int32 | magic int8
 
 
@@ -119,6 +120,8 @@ def handle_produce(broker, ctx, request):
                         index=part.partition, error_code=res.error_code, base_offset=res.base_offset,
                         log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset,
                         error_message=res.error_message if res.error_code else None,
+                        record_errors=[RecordError(batch_index=i, batch_index_error_message=m)
+                                       for i, m in res.record_errors],
                     )
                 responses.append(part)
             if responses or not topic.partition_data:  # (a topic whose every entry was a repeat is left out)
@@ -157,7 +160,8 @@ def serve_produce_frame(broker, request: ProduceFrame):
             for tp in tps:
                 res = results[tp]
                 responses.append((tp.partition, res.error_code, res.base_offset, res.log_append_time_ms,
-                                  res.log_start_offset, res.error_message if res.error_code else None))
+                                  res.log_start_offset, res.error_message if res.error_code else None,
+                                  res.record_errors))
             topics.append((raw, responses))
         return encode_produce_response(request.correlation_id, topics, version)
 
