@@ -177,15 +177,15 @@ class Server:
             data.mkdir(parents=True, exist_ok=True)
             args = [
                 sys.executable, "-m", "odradek", "broker", "start",
-                "-o", f"listeners=PLAINTEXT://127.0.0.1:{self.port or 0}",
-                "-o", f"log.dirs={data}",
-                "-o", "node.id=1",
+                "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port or 0}",
+                "--override", f"log.dirs={data}",
+                "--override", "node.id=1",
                 # Without CreateTopics the topics are created on first Metadata request with this count.
-                "-o", f"num.partitions={self.partitions}",
-                "-o", "log.level=WARNING",
+                "--override", f"num.partitions={self.partitions}",
+                "--override", "log.level=WARNING",
             ]
             for o in self.extra:
-                args += ["-o", o]
+                args += ["--override", o]
             return args
         if self.kind in ("null", "floor"):
             return [sys.executable, "-m", "bench.null_sink", "--port", str(self.port or 0), "--partitions", str(self.partitions)] + (

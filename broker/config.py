@@ -1075,6 +1075,14 @@ def broker_config_keys() -> list[tuple[str, ConfigType, str]]:
     return result
 
 
+def broker_default(key: str) -> str | None:
+    """A broker property's default in Kafka's text form (None when it has none): what Kafka's
+    DescribeConfigs reports as the DEFAULT_CONFIG synonym (DynamicBrokerConfig.staticDefaultConfigs,
+    which leaves out null defaults)."""
+    info = BrokerConfig.model_fields[_field_by_key()[key]]
+    return render_value(info.get_default(call_default_factory=True))
+
+
 def env_var_name(key: str) -> str:
     """`log.dirs` -> `ODRADEK_LOG_DIRS`."""
     return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")

@@ -17,8 +17,9 @@ def _parser() -> argparse.ArgumentParser:
     start = sub.add_parser("start", help="start a broker (defaults: localhost:9092, data in ./odradek-data)")
     start.add_argument("--config", "-c", metavar="FILE", help="a server.properties file")
     start.add_argument(
-        "--override", "-o", metavar="KEY=VALUE", action="append", default=[],
-        help="set a property (repeatable); wins over the file and ODRADEK_* environment variables",
+        "--override", metavar="KEY=VALUE", action="append", default=[],
+        help="set a property (repeatable); wins over the file and ODRADEK_* environment variables "
+             "(Kafka's kafka-server-start.sh spelling; -o is the client commands' --output)",
     )
     return parser
 

@@ -48,7 +48,7 @@ import structlog
 
 from odradek.protocol.codec import FileRegion
 from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
-from odradek.protocol.errors import ProtocolError
+from odradek.protocol.errors import ProtocolError, UnsupportedApiError
 from odradek.protocol.fast_produce import ProduceFrame
 from odradek.storage.segment import read_region
 
@@ -232,6 +232,10 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def _protocol_error(self, e: Exception) -> None:
+        if isinstance(e, UnsupportedApiError) and self.server.first_unserved(e.client_id, e.api_key):
+            # A client that checked ApiVersions and still asks: say which API, once per client id.
+            log.warning("client asked for an API Odradek does not serve; closing its connection", api=e.api_name,
+                        api_key=e.api_key, api_version=e.api_version, client_id=e.client_id, client=self.connection_id)
         log.info("closing connection after a protocol error", client=self.connection_id, error=str(e))
         self.server.metrics_protocol_error()
         self.close()
@@ -337,7 +341,18 @@ class NetworkServer:
         self.servers: list[asyncio.base_events.Server] = []
         self.tasks: list[asyncio.Task] = []
         self._on_protocol_error = on_protocol_error
+        self._unserved_seen: set[tuple[str | None, int]] = set()
         self.draining = False
+
+    def first_unserved(self, client_id: str | None, api_key: int) -> bool:
+        """True the first time this client id asks for this unserved API (bounded: forgets at 10,000)."""
+        key = (client_id, api_key)
+        if key in self._unserved_seen:
+            return False
+        if len(self._unserved_seen) >= 10_000:
+            self._unserved_seen.clear()
+        self._unserved_seen.add(key)
+        return True
 
     def metrics_protocol_error(self) -> None:
         if self._on_protocol_error:

@@ -6,9 +6,10 @@ broker properties that supply its default ("synonyms", most specific first: `ret
 `log.retention.ms`, else `log.retention.minutes`, else `log.retention.hours`). A topic's *effective*
 config is therefore: its own override if it has one, else the broker's value, else Kafka's default.
 
-DescribeConfigs reports where each value comes from with Kafka's ConfigSource numbers:
-DYNAMIC_TOPIC_CONFIG for a topic override, STATIC_BROKER_CONFIG when server.properties (or env, or an
-override) set the broker synonym, DEFAULT_CONFIG otherwise.
+DescribeConfigs reports where each value comes from with Kafka's ConfigSource numbers and synonyms, built
+as Kafka builds them (see "DescribeConfigs" below): DYNAMIC_TOPIC_CONFIG for a topic override,
+STATIC_BROKER_CONFIG when server.properties (or env, or an override) set the broker property,
+DEFAULT_CONFIG otherwise.
 
 The storage layer's `LogConfig` uses snake_case names (`retention_ms`); `to_log_config_kwargs` maps an
 effective config onto them without importing storage.
@@ -32,6 +33,7 @@ from .config import (
     ConfigError,
     ConfigType,
     broker_config_keys,
+    broker_default,
     parse_bool,
     parse_double,
     parse_int32,
@@ -166,9 +168,10 @@ def _one_of(*allowed: str, case_sensitive: bool = True) -> Callable[[Any], str]:
 
 
 def _cleanup_policy(value: Any) -> tuple[str, ...]:
+    # Kafka's ValidList.in("compact", "delete") checks each item and so lets an empty list through: the
+    # value IncrementalAlterConfigs SUBTRACT leaves when it removes the only policy (Kafka 4.2 keeps that
+    # explicitly, KAFKA-19112: no deletion, no compaction).
     items = tuple(item.lower() for item in parse_list(value))
-    if not items:
-        raise ValueError("must not be empty")
     if any(item not in CLEANUP_POLICIES for item in items):
         raise ValueError(f"each item must be one of: {', '.join(CLEANUP_POLICIES)}")
     return tuple(dict.fromkeys(items))
@@ -495,10 +498,40 @@ def to_log_config_kwargs(effective: Mapping[str, Any], fields: Iterable[str] | N
 
 
 # ---- DescribeConfigs
+#
+# Kafka builds each entry's synonyms the same way for topic and broker resources (ConfigHelper.scala,
+# configSynonyms): for the broker property behind the config and the properties that stand in for it
+# (DynamicBrokerConfig.brokerConfigSynonyms: log.retention.ms, .minutes, .hours; log.roll.ms, .hours;
+# log.roll.jitter.ms, .hours; log.flush.interval.ms, log.flush.scheduler.interval.ms), every one set in
+# the broker's properties (STATIC_BROKER_CONFIG), then every one with a non-null default (DEFAULT_CONFIG),
+# each group in that order; then it drops the leading synonyms until the first one named as the property
+# itself. A topic override (DYNAMIC_TOPIC_CONFIG) goes first. The entry's config_source is the first
+# synonym's source, DEFAULT_CONFIG when none is left. (So with only log.retention.hours set, retention.ms
+# reports DEFAULT_CONFIG and no synonyms, as Kafka does.) Dynamic broker configs are not supported, so
+# DYNAMIC_BROKER_CONFIG and DYNAMIC_DEFAULT_BROKER_CONFIG never appear.
+
+_BROKER_SYNONYMS = {key: chain for chain in (_MS_RETENTION, _MS_ROLL, _MS_JITTER) for key in chain}
+_BROKER_SYNONYMS[_MS_FLUSH[0]] = _MS_FLUSH
 
 
-def _broker_source(broker: BrokerConfig, key: str) -> ConfigSource:
-    return ConfigSource.STATIC_BROKER_CONFIG if key in broker.explicit_keys else ConfigSource.DEFAULT_CONFIG
+def broker_synonym_chain(key: str) -> tuple[str, ...]:
+    """DynamicBrokerConfig.brokerConfigSynonyms (listener-prefixed overrides aside)."""
+    return _BROKER_SYNONYMS.get(key, (key,))
+
+
+def broker_synonyms(broker: BrokerConfig, key: str) -> list[ConfigSynonym]:
+    """Kafka's configSynonyms(key, brokerConfigSynonyms(key)) for this broker's static configuration."""
+    chain = broker_synonym_chain(key)
+    explicit = broker.explicit_keys
+    found = [ConfigSynonym(k, render_value(broker.get(k)), ConfigSource.STATIC_BROKER_CONFIG)
+             for k in chain if k in explicit]
+    for k in chain:
+        default = broker_default(k)
+        if default is not None:
+            found.append(ConfigSynonym(k, default, ConfigSource.DEFAULT_CONFIG))
+    while found and found[0].name != key:
+        found.pop(0)
+    return found
 
 
 def describe_topic(
@@ -508,39 +541,22 @@ def describe_topic(
     configuration_keys) restricts the answer; unknown names are left out, as Kafka does."""
     wanted = None if keys is None else set(keys)
     overrides = {k: v for k, v in validate_topic_configs(topic_overrides).items() if v is not None}
-    explicit = broker.explicit_keys
     entries = []
     for name, definition in TOPIC_CONFIGS.items():
         if wanted is not None and name not in wanted:
             continue
-        synonyms: list[ConfigSynonym] = []
+        synonyms = broker_synonyms(broker, definition.synonyms[0]) if definition.synonyms else []
         if name in overrides:
             value = render_value(overrides[name])
-            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
-            synonyms.append(ConfigSynonym(name, value, source))
+            synonyms.insert(0, ConfigSynonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
         else:
             value = render_value(definition.default_from(broker))
-            set_synonyms = [s for s in definition.synonyms if s in explicit]
-            source = ConfigSource.STATIC_BROKER_CONFIG if set_synonyms else ConfigSource.DEFAULT_CONFIG
-        for synonym in definition.synonyms:
-            if synonym in explicit:
-                synonyms.append(
-                    ConfigSynonym(
-                        synonym, render_value(broker.get(synonym)), ConfigSource.STATIC_BROKER_CONFIG
-                    )
-                )
-        if definition.synonyms and not any(s.source == ConfigSource.STATIC_BROKER_CONFIG for s in synonyms):
-            # Nothing set on the broker: the default comes from the least specific synonym's default.
-            fallback = definition.synonyms[-1]
-            synonyms.append(
-                ConfigSynonym(fallback, render_value(broker.get(fallback)), ConfigSource.DEFAULT_CONFIG)
-            )
         entries.append(
             ConfigEntry(
                 name=name,
                 value=value,
                 read_only=False,
-                source=source,
+                source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
                 is_sensitive=False,
                 type=definition.type,
                 documentation=definition.doc,
@@ -555,25 +571,25 @@ describe = describe_topic
 
 
 def describe_broker(broker: BrokerConfig, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
-    """DescribeConfigs entries for a BROKER resource: every property, read-only (no dynamic broker
-    configs yet), STATIC_BROKER_CONFIG if it was set, DEFAULT_CONFIG otherwise."""
+    """DescribeConfigs entries for a BROKER resource (ConfigHelper.createBrokerConfigEntry): every property
+    with its value, source and synonyms as above; read-only, since dynamic broker configs are not
+    supported (Kafka marks the dynamically updatable ones read_only=false)."""
     wanted = None if keys is None else set(keys)
     entries = []
     for key, ktype, doc in sorted(broker_config_keys()):
         if wanted is not None and key not in wanted:
             continue
-        value = render_value(broker.get(key))
-        source = _broker_source(broker, key)
+        synonyms = broker_synonyms(broker, key)
         entries.append(
             ConfigEntry(
                 name=key,
-                value=value,
+                value=render_value(broker.get(key)),
                 read_only=True,
-                source=source,
+                source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
                 is_sensitive=False,
                 type=ktype,
                 documentation=doc,
-                synonyms=(ConfigSynonym(key, value, source),),
+                synonyms=tuple(synonyms),
             )
         )
     return entries

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import functools
 import json
 import re
 import sys
@@ -176,155 +178,293 @@ def _seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _offset(text: str) -> int | str:
+    """A start offset: a number, or Kafka's console consumer words earliest / latest."""
+    if text in ("earliest", "latest", "beginning", "end"):
+        return {"beginning": "earliest", "end": "latest"}.get(text, text)
+    return _non_negative(text)
+
+
+def _milliseconds(text: str) -> float:
+    return _positive(text) / 1000
+
+
+_RESOURCE_TYPES = {"topic": "topic", "topics": "topic", "broker": "broker", "brokers": "broker",
+                   "group": "group", "groups": "group"}
+
+
+def _resource_type(text: str) -> str:
+    """topic, broker or group; kafka-configs.sh's plural entity types too."""
+    try:
+        return _RESOURCE_TYPES[text]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected topic, broker or group, got {text!r}") from None
+
+
+def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command takes, before or after the subcommand.
+
+    Kafka's tutorials put `--bootstrap-server` last (`kafka-topics.sh --create --topic t --bootstrap-server
+    h:9092`), kcat users put `-b` first: both must work. The top parser holds the defaults; every subcommand
+    parser declares the same options with SUPPRESS defaults, so a value given after the subcommand overrides
+    one given before it and an absent one leaves the top's value alone. `-X` collects into its own list
+    after the subcommand (an append action would otherwise replace the list given before it).
+    """
+    keep = (lambda value: value) if top else (lambda value: argparse.SUPPRESS)
+    group = parser.add_argument_group("global options (before or after the command)") if not top else parser
+    group.add_argument("--bootstrap-server", "--bootstrap-servers", "-b", type=_bootstrap, default=keep(None),
+                       metavar="HOSTS",
+                       help="HOST:PORT[,HOST:PORT...] (default: $ODRADEK_BOOTSTRAP_SERVERS or localhost:9092)")
+    group.add_argument("--output", "-o", choices=["text", "json"], default=keep("text"), help="output format")
+    group.add_argument("--timeout", type=_seconds, default=keep(10.0),
+                       help="seconds to wait for the cluster before giving up (default 10)")
+    group.add_argument("--command-config", "--producer.config", "--consumer.config", default=keep(None),
+                       metavar="FILE", help="client properties file (Kafka's key=value format)")
+    group.add_argument("-X", "--producer-property", "--consumer-property", type=_key_value, action="append",
+                       dest="properties" if top else "late_properties", default=keep([]), metavar="KEY=VALUE",
+                       help="a client property, as kcat's -X (repeatable; wins over --command-config)")
+    group.add_argument("--client-id", default=keep("odradek-cli"), help=argparse.SUPPRESS)
+
+
+class _SubParsers:
+    """Adds subcommand parsers that all take the global options."""
+
+    def __init__(self, parent: argparse.ArgumentParser, dest: str):
+        self.actions = parent.add_subparsers(dest=dest, metavar=dest.upper(), parser_class=_Parser)
+        self.actions.required = True
+
+    def add(self, name: str, *, globals_: bool = True, **kw: Any) -> argparse.ArgumentParser:
+        parser = self.actions.add_parser(name, **kw)
+        if globals_:
+            _global_options(parser, top=False)
+        return parser
+
+
+def _topic_argument(p: argparse.ArgumentParser, *, many: bool = False) -> None:
+    """TOPIC as a positional (rpk, kcat -t aside) or as Kafka's `--topic` (kafka-topics.sh, console tools)."""
+    if many:
+        p.add_argument("names", nargs="*", metavar="TOPIC")
+        p.add_argument("--topic", "-t", dest="topic_options", action="append", default=[], metavar="TOPIC",
+                       help="Kafka's spelling of TOPIC (repeatable)")
+    else:
+        p.add_argument("name", nargs="?", metavar="TOPIC")
+        p.add_argument("--topic", "-t", dest="topic_option", default=None, metavar="TOPIC",
+                       help="Kafka's spelling of TOPIC")
+
+
+def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="odradek", description="Odradek command line: topics, records, groups, configs, perf.",
         epilog="exit codes: 0 success, 1 the cluster refused or failed the operation, 2 bad usage, "
                "3 no broker reachable or timed out, 130 interrupted",
     )
-    parser.add_argument("--bootstrap-server", "-b", type=_bootstrap, default=None,
-                        help="HOST:PORT[,HOST:PORT...] (default: $ODRADEK_BOOTSTRAP_SERVERS or localhost:9092)")
-    parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="output format")
-    parser.add_argument("--timeout", type=_seconds, default=10.0,
-                        help="seconds to wait for the cluster before giving up (default 10)")
-    parser.add_argument("--client-id", default="odradek-cli", help=argparse.SUPPRESS)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
+    _global_options(parser, top=True)
+    sub = _SubParsers(parser, "command")
+    # Commands that odradek/cli.py sends elsewhere before this parser runs (`broker start`): listed here
+    # so that `odradek --help` shows every command.
+    for name, help_text in server_commands:
+        sub.add(name, globals_=False, help=help_text, add_help=False).add_argument(
+            "rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     # topic
-    topic = sub.add_parser("topic", help="create, list, describe, alter and delete topics")
-    tsub = topic.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
-    tsub.required = True
-    p = tsub.add_parser("create", help="create a topic")
-    p.add_argument("name")
+    tsub = _SubParsers(sub.add("topic", help="create, list, describe, alter and delete topics"), "action")
+    p = tsub.add("create", help="create a topic")
+    _topic_argument(p)
     p.add_argument("--partitions", "-p", type=_positive, default=None)
-    p.add_argument("--replication-factor", "-r", type=_positive, default=None)
-    p.add_argument("--config", "-c", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--replication-factor", "--replicas", "-r", type=_positive, default=None)
+    p.add_argument("--config", "--topic-config", "-c", type=_key_value, action="append", default=[],
+                   metavar="KEY=VALUE")
     p.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
-    p = tsub.add_parser("list", help="list topics")
+    p = tsub.add("list", help="list topics")
     p.add_argument("--internal", action="store_true", help="include internal topics")
-    p = tsub.add_parser("describe", help="partitions, leaders, replicas and offsets of topics")
-    p.add_argument("names", nargs="*")
+    p = tsub.add("describe", help="partitions, leaders, replicas and offsets of topics")
+    _topic_argument(p, many=True)
     p.add_argument("--internal", action="store_true")
-    p = tsub.add_parser("delete", help="delete topics")
-    p.add_argument("names", nargs="+")
+    p = tsub.add("delete", help="delete topics")
+    _topic_argument(p, many=True)
     p.add_argument("--if-exists", action="store_true", help="succeed if a topic does not exist")
-    p = tsub.add_parser("alter", help="add partitions or change configs")
-    p.add_argument("name")
+    p = tsub.add("alter", help="add partitions or change configs")
+    _topic_argument(p)
     p.add_argument("--partitions", "-p", type=_positive, default=None, help="new total partition count")
-    p.add_argument("--config", "-c", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--config", "--topic-config", "-c", type=_key_value, action="append", default=[],
+                   metavar="KEY=VALUE")
     p.add_argument("--delete-config", action="append", default=[], metavar="KEY")
 
     # produce
-    p = sub.add_parser("produce", help="send lines from stdin or a file as records")
-    p.add_argument("topic")
+    p = sub.add("produce", help="send lines from stdin or a file as records")
+    _topic_argument(p)
     p.add_argument("--file", "-f", default="-", help="read lines from this file (default stdin)")
     p.add_argument("--key-separator", "-K", default=None, help="split each line into KEY<sep>VALUE")
+    p.add_argument("--key", "-k", default=None, help="the same key for every record")
+    p.add_argument("--property", dest="reader_properties", type=_key_value, action="append", default=[],
+                   metavar="KEY=VALUE",
+                   help="Kafka's console producer properties: parse.key, key.separator, null.marker")
     p.add_argument("--header", "-H", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--partition", "-p", type=_non_negative, default=None)
-    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none")
-    p.add_argument("--acks", choices=["0", "1", "all"], default="all")
-    p.add_argument("--linger-ms", type=_non_negative, default=5)
-    p.add_argument("--null-empty", action="store_true", help="send an empty value as null (a tombstone)")
+    p.add_argument("--compression", "--compression-codec", "-z", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                   default=None)
+    p.add_argument("--acks", "--request-required-acks", choices=["0", "1", "-1", "all"], default=None)
+    p.add_argument("--linger-ms", type=_non_negative, default=None)
+    p.add_argument("--null-empty", "--tombstone", "-Z", action="store_true",
+                   help="send an empty value as null (a tombstone)")
 
     # consume
-    p = sub.add_parser("consume", help="print records")
-    p.add_argument("topic")
+    p = sub.add("consume", help="print records")
+    _topic_argument(p)
     p.add_argument("--group", "-g", default=None, help="consume as a member of this group (commits offsets)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true")
     start.add_argument("--from-end", action="store_true")
-    start.add_argument("--offset", type=_non_negative, default=None, help="start at this offset (needs --partition)")
+    start.add_argument("--offset", type=_offset, default=None, metavar="OFFSET|earliest|latest",
+                       help="start at this offset (a number needs --partition)")
     start.add_argument("--timestamp", type=_timestamp, default=None, metavar="MS|ISO-8601",
                        help="start at the first record at or after this time")
-    p.add_argument("--partition", "-p", type=_non_negative, action="append", default=None)
-    p.add_argument("--count", "-n", type=_positive, default=None, help="exit after this many records")
-    p.add_argument("--idle-timeout", type=_seconds, default=None,
-                   help="exit when no record arrives for this many seconds")
-    p.add_argument("--format", "-F", default=None,
+    p.add_argument("--partition", "--partitions", "-p", type=_non_negative, action="append", default=None)
+    p.add_argument("--count", "--max-messages", "--num", "-n", "-c", type=_positive, default=None,
+                   help="exit after this many records")
+    idle = p.add_mutually_exclusive_group()
+    idle.add_argument("--idle-timeout", type=_seconds, default=None,
+                      help="exit when no record arrives for this many seconds")
+    idle.add_argument("--timeout-ms", dest="idle_timeout", type=_milliseconds, default=None,
+                      help="the same in milliseconds (Kafka's console consumer)")
+    p.add_argument("--format", "-F", "-f", default=None,
                    help="template: {topic} {partition} {offset} {timestamp} {key} {value} {headers}")
     p.add_argument("--print-key", action="store_true", help="print KEY<tab>VALUE")
-    p.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted")
+    p.add_argument("--property", dest="formatter_properties", type=_key_value, action="append", default=[],
+                   metavar="KEY=VALUE",
+                   help="Kafka's console consumer properties: print.key, print.timestamp, print.partition, "
+                        "print.offset, print.headers, print.value, key.separator, line.separator, "
+                        "headers.separator, null.literal")
+    p.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default=None)
     p.add_argument("--no-commit", action="store_true", help="with --group: do not commit offsets")
 
     # group
-    group = sub.add_parser("group", help="list, describe, delete consumer groups and reset their offsets")
-    gsub = group.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
-    gsub.required = True
-    gsub.add_parser("list", help="list groups")
-    p = gsub.add_parser("describe", help="members, committed offsets and lag per partition")
-    p.add_argument("group")
-    p = gsub.add_parser("delete", help="delete groups (they must have no members)")
-    p.add_argument("groups", nargs="+")
-    p = gsub.add_parser("reset-offsets", help="move a group's committed offsets (dry run unless --execute)")
-    p.add_argument("group")
+    gsub = _SubParsers(sub.add("group", help="list, describe, delete consumer groups and reset their offsets"),
+                       "action")
+    gsub.add("list", help="list groups")
+    p = gsub.add("describe", help="members, committed offsets and lag per partition")
+    _group_argument(p)
+    p = gsub.add("delete", help="delete groups (they must have no members)")
+    _group_argument(p, many=True)
+    p = gsub.add("reset-offsets", help="move a group's committed offsets (dry run unless --execute)")
+    _group_argument(p)
     p.add_argument("--topic", "-t", action="append", required=True, help="TOPIC or TOPIC:P1,P2")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
     target.add_argument("--to-offset", type=_non_negative, default=None)
-    target.add_argument("--to-timestamp", type=_timestamp, default=None, metavar="MS|ISO-8601")
+    target.add_argument("--to-timestamp", "--to-datetime", type=_timestamp, default=None, metavar="MS|ISO-8601")
     target.add_argument("--shift-by", type=int, default=None)
-    p.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
+    mode.add_argument("--dry-run", action="store_true", help="only show the new offsets (the default)")
 
     # config
-    config = sub.add_parser("config", help="read and change topic, broker and group configs")
-    csub = config.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
-    csub.required = True
-    p = csub.add_parser("get", help="show configs")
-    p.add_argument("resource_type", choices=["topic", "broker", "group"])
+    csub = _SubParsers(sub.add("config", help="read and change topic, broker and group configs"), "action")
+    p = csub.add("get", help="show configs")
+    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group}")
     p.add_argument("name")
     p.add_argument("keys", nargs="*")
     p.add_argument("--all", action="store_true", help="include defaults")
-    p = csub.add_parser("set", help="set or delete configs (incremental)")
-    p.add_argument("resource_type", choices=["topic", "broker", "group"])
+    p = csub.add("set", help="set or delete configs (incremental)")
+    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group}")
     p.add_argument("name")
     p.add_argument("pairs", nargs="*", type=_key_value, metavar="KEY=VALUE")
-    p.add_argument("--delete", action="append", default=[], metavar="KEY")
+    p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V...]",
+                   help="kafka-configs.sh's spelling of KEY=VALUE pairs")
+    p.add_argument("--delete", "--delete-config", action="append", default=[], metavar="KEY")
 
     # cluster
-    cluster = sub.add_parser("cluster", help="brokers, controller and log dirs")
-    ksub = cluster.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
-    ksub.required = True
-    ksub.add_parser("describe", help="cluster id, controller and brokers")
-    ksub.add_parser("log-dirs", help="log directories and partition sizes per broker")
+    ksub = _SubParsers(sub.add("cluster", help="brokers, controller and log dirs"), "action")
+    ksub.add("describe", help="cluster id, controller and brokers")
+    ksub.add("log-dirs", help="log directories and partition sizes per broker")
 
     # perf
-    perf = sub.add_parser("perf", help="measure throughput and latency")
-    psub = perf.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
-    psub.required = True
-    p = psub.add_parser("produce", help="produce records as fast as allowed")
-    p.add_argument("topic")
+    psub = _SubParsers(sub.add("perf", help="measure throughput and latency"), "action")
+    p = psub.add("produce", help="produce records as fast as allowed")
+    _topic_argument(p)
     p.add_argument("--num-records", "-n", type=_positive, default=100_000)
     p.add_argument("--record-size", "-s", type=_positive, default=100)
     p.add_argument("--throughput", type=_positive, default=None, help="records per second (default: unlimited)")
-    p.add_argument("--acks", choices=["0", "1", "all"], default="all")
-    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none")
-    p.add_argument("--batch-size", type=_positive, default=65_536)
-    p.add_argument("--linger-ms", type=_non_negative, default=5)
+    p.add_argument("--acks", choices=["0", "1", "-1", "all"], default=None)
+    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default=None)
+    p.add_argument("--batch-size", type=_positive, default=None)
+    p.add_argument("--linger-ms", type=_non_negative, default=None)
     p.add_argument("--keys", type=_non_negative, default=0, help="use this many distinct keys (0: no keys)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw throughput and latency (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true")
-    p = psub.add_parser("consume", help="consume records as fast as possible")
-    p.add_argument("topic")
-    p.add_argument("--num-records", "-n", type=_positive, default=100_000)
+    p = psub.add("consume", help="consume records as fast as possible")
+    _topic_argument(p)
+    p.add_argument("--num-records", "--messages", "-n", type=_positive, default=100_000)
     p.add_argument("--group", "-g", default=None)
     p.add_argument("--plot", default=None, metavar="FILE.png")
     p.add_argument("--no-progress", action="store_true")
     return parser
 
 
+def _group_argument(p: argparse.ArgumentParser, *, many: bool = False) -> None:
+    """GROUP as a positional or as kafka-consumer-groups.sh's `--group`."""
+    if many:
+        p.add_argument("groups", nargs="*", metavar="GROUP")
+        p.add_argument("--group", "-g", dest="group_options", action="append", default=[], metavar="GROUP")
+    else:
+        p.add_argument("group", nargs="?", metavar="GROUP")
+        p.add_argument("--group", "-g", dest="group_option", default=None, metavar="GROUP")
+
+
+def _normalize(args: argparse.Namespace) -> None:
+    """One spelling per value after parsing: positional or Kafka's option, -X before and after the command."""
+    args.properties = list(args.properties) + list(getattr(args, "late_properties", []))
+    if hasattr(args, "topic_option"):
+        if args.name is not None and args.topic_option is not None and args.name != args.topic_option:
+            raise UsageError(f"two topics given: {args.name!r} and --topic {args.topic_option!r}")
+        args.name = args.name or args.topic_option
+        if args.name is None:
+            raise UsageError("no topic given: add TOPIC or --topic TOPIC")
+        args.topic = args.name
+    if hasattr(args, "topic_options"):
+        args.names = list(args.names) + [t for t in args.topic_options if t not in args.names]
+        if args.action == "delete" and not args.names:
+            raise UsageError("no topic given: add TOPIC or --topic TOPIC")
+    if hasattr(args, "group_option"):
+        if args.group is not None and args.group_option is not None and args.group != args.group_option:
+            raise UsageError(f"two groups given: {args.group!r} and --group {args.group_option!r}")
+        args.group = args.group or args.group_option
+        if args.group is None:
+            raise UsageError("no group given: add GROUP or --group GROUP")
+    if hasattr(args, "group_options"):
+        args.groups = list(args.groups) + [g for g in args.group_options if g not in args.groups]
+        if not args.groups:
+            raise UsageError("no group given: add GROUP or --group GROUP")
+    if getattr(args, "add_config", None):
+        for item in args.add_config:
+            args.pairs += [_key_value(pair) for pair in item.split(",") if pair]
+
+
 # ---------------------------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, server_commands: tuple[tuple[str, str], ...] = ()) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(server_commands)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0) if not isinstance(e.code, str) else EXIT_USAGE
-    args.bootstrap_server = args.bootstrap_server or default_bootstrap()
+    if args.command in dict(server_commands):
+        _err(f"put '{args.command}' first: odradek {args.command} ... (it takes no client options)")
+        return EXIT_USAGE
+    try:
+        _normalize(args)
+        args.client_properties = _client_properties(args)
+    except (UsageError, ConfigError, argparse.ArgumentTypeError) as e:
+        _err(str(e))
+        return EXIT_USAGE
+    except OSError as e:
+        _err(f"cannot read {args.command_config}: {e.strerror or e}")
+        return EXIT_USAGE
+    args.bootstrap_server = (args.bootstrap_server or args.client_properties.pop("bootstrap_servers", None)
+                             or default_bootstrap())
     try:
         parse_bootstrap(args.bootstrap_server)
     except ConfigError as e:
@@ -376,8 +516,74 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
                 connect_timeout_ms=min(timeout_ms, 10_000))
 
 
+# Security settings are accepted in the client-properties syntax so that a properties file written for
+# Kafka's tools is understood; only what the bundled client can do is allowed through.
+_PLAINTEXT_ONLY = {"security.protocol": "PLAINTEXT"}
+
+
+def _read_properties(path: str) -> dict[str, str]:
+    """A Java properties file as Kafka's tools read it: key=value or key: value, # and ! comments."""
+    props = {}
+    with open(path, encoding="utf-8") as f:
+        for number, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line or line[0] in "#!":
+                continue
+            cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+            if cut <= 0:
+                raise UsageError(f"{path}:{number}: expected key=value, got {line!r}")
+            props[line[:cut].strip()] = line[cut + 1:].strip()
+    return props
+
+
+def _client_properties(args: argparse.Namespace) -> dict[str, Any]:
+    """--command-config FILE, then -X key=value, as ClientConfig field names (dotted names to snake_case)."""
+    props: dict[str, str] = _read_properties(args.command_config) if args.command_config else {}
+    props.update(dict(args.properties))
+    out: dict[str, Any] = {}
+    for key, value in props.items():
+        if key in _PLAINTEXT_ONLY:
+            if value.upper() != _PLAINTEXT_ONLY[key]:
+                raise UsageError(f"{key}={value} is not supported yet (only {_PLAINTEXT_ONLY[key]})")
+            continue
+        if key.startswith(("sasl.", "ssl.")):
+            raise UsageError(f"{key} is not supported yet (the client speaks PLAINTEXT only)")
+        out[key.replace(".", "_").replace("-", "_")] = value
+    return out
+
+
+def _config(cls: type, args: argparse.Namespace, defaults: dict[str, Any] | None = None, **options: Any) -> Any:
+    """A client config: the command's defaults, then client properties, then options typed on the line.
+
+    `options` holds the command's own settings; a None there means "not given" and yields to a property.
+    """
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    merged: dict[str, Any] = {**_common(args), **(defaults or {})}
+    for name, raw in args.client_properties.items():
+        if name not in fields:
+            raise UsageError(f"unknown client property {name.replace('_', '.')!r} for this command")
+        merged[name] = _convert(name, raw, fields[name].type)
+    merged.update({k: v for k, v in options.items() if v is not None})
+    return cls(**merged)
+
+
+def _convert(name: str, raw: str, annotation: Any) -> Any:
+    """A property's text as the field's type (the dataclass annotations are strings: "int | None", ...)."""
+    kinds = str(annotation).replace(" ", "").split("|")
+    if "bool" in kinds:
+        if raw.lower() not in ("true", "false"):
+            raise UsageError(f"{name.replace('_', '.')} expects true or false, got {raw!r}")
+        return raw.lower() == "true"
+    if "int" in kinds and "str" not in kinds:
+        try:
+            return int(raw)
+        except ValueError:
+            raise UsageError(f"{name.replace('_', '.')} expects a whole number, got {raw!r}") from None
+    return raw
+
+
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(ClientConfig(**_common(args)))
+    return Admin(_config(ClientConfig, args))
 
 
 # ---------------------------------------------------------------------------------------------- topics
@@ -490,14 +696,44 @@ async def topic_alter(args: argparse.Namespace, out: Output) -> int:
 # ---------------------------------------------------------------------------------------------- produce / consume
 
 
+# Kafka's console producer (LineMessageReader) and console consumer (DefaultMessageFormatter) properties.
+_READER_PROPERTIES = {"parse.key": "false", "key.separator": "\t", "null.marker": None}
+_FORMATTER_PROPERTIES = {"print.timestamp": "false", "print.key": "false", "print.value": "true",
+                         "print.partition": "false", "print.offset": "false", "print.headers": "false",
+                         "key.separator": "\t", "line.separator": "\n", "headers.separator": ",",
+                         "null.literal": "null"}
+
+
+def _known_properties(given: list[tuple[str, str]], known: dict[str, str | None], option: str) -> dict[str, str]:
+    props = {k: v for k, v in known.items() if v is not None}
+    for key, value in given:
+        if key not in known:
+            raise UsageError(f"unknown {option} {key!r} (known: {', '.join(known)})")
+        props[key] = value.strip().lower() if key.startswith(("print.", "parse.")) else value
+    return props
+
+
+def _reader_properties(args: argparse.Namespace) -> dict[str, str]:
+    """--property (Kafka's spelling) and --key-separator (kcat's -K) as one reader configuration."""
+    props = _known_properties(args.reader_properties, _READER_PROPERTIES, "--property")
+    if args.key_separator is not None:
+        props.update({"parse.key": "true", "key.separator": args.key_separator})
+    if props["parse.key"] == "true" and args.key is not None:
+        raise UsageError("--key and a key separator both give the key: pick one")
+    return props
+
+
 async def produce(args: argparse.Namespace, out: Output) -> int:
     from .producer import Producer
 
-    config = ProducerConfig(**_common(args), acks=args.acks, compression_type=args.compression,
-                            linger_ms=args.linger_ms, max_block_ms=int(args.timeout * 1000))
+    config = _config(ProducerConfig, args, acks=args.acks, compression_type=args.compression,
+                     linger_ms=args.linger_ms, max_block_ms=int(args.timeout * 1000))
+    reader = _reader_properties(args)
     headers = [(k, v.encode()) for k, v in args.header]
+    sep = reader["key.separator"].encode() if reader.get("parse.key") == "true" else None
+    null_marker = reader["null.marker"].encode() if "null.marker" in reader else None
+    fixed_key = args.key.encode() if args.key is not None else None
     stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
-    sep = args.key_separator.encode() if args.key_separator is not None else None
     sent = 0
     failures: list[BaseException] = []
     partitions: dict[int, int] = {}
@@ -513,12 +749,15 @@ async def produce(args: argparse.Namespace, out: Output) -> int:
 
             for raw in stream:
                 line = raw.rstrip(b"\r\n") if raw.endswith(b"\n") else raw
-                key = None
+                key = fixed_key
                 value: bytes | None = line
                 if sep is not None:
                     if sep not in line:
-                        raise UsageError(f"line {sent + 1} has no key separator {args.key_separator!r}")
+                        raise UsageError(f"line {sent + 1} has no key separator {sep.decode()!r}")
                     key, value = line.split(sep, 1)
+                if null_marker is not None:
+                    key = None if key == null_marker else key
+                    value = None if value == null_marker else value
                 if args.null_empty and not value:
                     value = None
                 await producer.send(args.topic, value, key, partition=args.partition, headers=headers,
@@ -574,16 +813,60 @@ class _Template:
         return self.template.format(**fields)
 
 
+class _KafkaFormatter:
+    """kafka-console-consumer.sh's DefaultMessageFormatter: `--property print.key=true` and friends.
+
+    The layout is Kafka's: [CreateTime:TS] [Partition:P] [Offset:O] [HEADERS|NO_HEADERS] [KEY] [VALUE], the
+    columns joined by key.separator, each record ended by line.separator, null keys and values as
+    null.literal. `--print-key` is print.key=true.
+    """
+
+    def __init__(self, args: argparse.Namespace):
+        props = _known_properties(args.formatter_properties, _FORMATTER_PROPERTIES, "--property")
+        if args.print_key:
+            props["print.key"] = "true"
+        self.columns = [name for name in ("timestamp", "partition", "offset", "headers", "key", "value")
+                        if props[f"print.{name}"] == "true"]
+        self.column_separator = props["key.separator"]
+        self.line_separator = props["line.separator"]
+        self.headers_separator = props["headers.separator"]
+        self.null_literal = props["null.literal"]
+
+    def _bytes(self, value: bytes | None) -> str:
+        return self.null_literal if value is None else value.decode("utf-8", "backslashreplace")
+
+    def render(self, record: Any) -> str:
+        cells = []
+        for column in self.columns:
+            if column == "timestamp":
+                kind = "LogAppendTime" if record.timestamp_type else "CreateTime"
+                cells.append(f"{kind}:{record.timestamp}")
+            elif column == "partition":
+                cells.append(f"Partition:{record.partition}")
+            elif column == "offset":
+                cells.append(f"Offset:{record.offset}")
+            elif column == "headers":
+                cells.append(self.headers_separator.join(f"{k}:{self._bytes(v)}" for k, v in record.headers)
+                             or "NO_HEADERS")
+            else:
+                cells.append(self._bytes(record.key if column == "key" else record.value))
+        # After the last column Kafka writes the line separator instead of the column separator.
+        return self.column_separator.join(cells) + self.line_separator if cells else ""
+
+
 async def consume(args: argparse.Namespace, out: Output) -> int:
     from .consumer import Consumer
 
+    if args.offset in ("earliest", "latest"):  # Kafka's console consumer spells the two ends as offsets
+        args.from_beginning, args.from_end, args.offset = args.offset == "earliest", args.offset == "latest", None
     if args.offset is not None and not args.partition:
         raise UsageError("--offset needs --partition")
     template = _Template(args.format) if args.format else None
+    formatter = _KafkaFormatter(args) if args.formatter_properties or args.print_key else None
     reset = "earliest" if args.from_beginning else "latest"
-    config = ConsumerConfig(**_common(args), group_id=args.group, auto_offset_reset=reset,
-                            enable_auto_commit=bool(args.group) and not args.no_commit,
-                            isolation_level=args.isolation_level, allow_auto_create_topics=False)
+    config = _config(ConsumerConfig, args, group_id=args.group, auto_offset_reset=reset,
+                     enable_auto_commit=bool(args.group) and not args.no_commit,
+                     isolation_level=args.isolation_level, allow_auto_create_topics=False)
     count = 0
     async with Consumer(config=config) as consumer:
         parts = await consumer.client.partitions_for(args.topic, must_exist=True)
@@ -631,8 +914,8 @@ async def consume(args: argparse.Namespace, out: Output) -> int:
                     write(json.dumps(_record_json(r)) + "\n")
                 elif template is not None:
                     write(template.render(r) + "\n")
-                elif args.print_key:
-                    write(f"{_text(r.key)}\t{_text(r.value)}\n")
+                elif formatter is not None:
+                    write(formatter.render(r))
                 else:
                     write(_text(r.value) + "\n")
                 count += 1
@@ -799,13 +1082,13 @@ async def cluster_log_dirs(args: argparse.Namespace, out: Output) -> int:
 async def _perf_produce(args: argparse.Namespace, out: Output) -> int:
     from .cli_perf import perf_produce
 
-    return await perf_produce(args, out, _common(args))
+    return await perf_produce(args, out, functools.partial(_config, args=args))
 
 
 async def _perf_consume(args: argparse.Namespace, out: Output) -> int:
     from .cli_perf import perf_consume
 
-    return await perf_consume(args, out, _common(args))
+    return await perf_consume(args, out, functools.partial(_config, args=args))
 
 
 _HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace, Output], Any]] = {

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from array import array
-from typing import Any
+from typing import Any, Callable
 
 from .cluster import TopicPartition
 from .config import ConsumerConfig, ProducerConfig
@@ -139,12 +139,16 @@ class _Progress:
             self._progress.stop()
 
 
-async def perf_produce(args: argparse.Namespace, out: Any, common: dict[str, Any]) -> int:
+async def perf_produce(args: argparse.Namespace, out: Any, make_config: Callable[..., Any]) -> int:
+    """`make_config(cls, defaults=..., **options)`: the CLI's config, client properties (-X) included."""
     from .producer import Producer
 
     _check_plot(args.plot)
-    config = ProducerConfig(**common, acks=args.acks, compression_type=args.compression, batch_size=args.batch_size,
-                            linger_ms=args.linger_ms, max_block_ms=max(common["default_api_timeout_ms"], 30_000))
+    config = make_config(ProducerConfig, defaults=dict(acks="all", compression_type="none", batch_size=65_536,
+                                                       linger_ms=5),
+                         acks=args.acks, compression_type=args.compression, batch_size=args.batch_size,
+                         linger_ms=args.linger_ms)
+    config = config.replace(max_block_ms=max(config.default_api_timeout_ms, 30_000))
     payload = os.urandom(args.record_size)
     keys = [str(i).encode() for i in range(args.keys)] if args.keys else None
     n = args.num_records
@@ -187,11 +191,11 @@ async def perf_produce(args: argparse.Namespace, out: Any, common: dict[str, Any
             elapsed = time.perf_counter() - start
             progress.update(acked, elapsed)
     stats = summarize(acked, acked * args.record_size, elapsed, latencies, len(errors))
-    stats.update({"topic": args.topic, "record_size": args.record_size, "acks": args.acks,
-                  "compression": args.compression})
+    stats.update({"topic": args.topic, "record_size": args.record_size, "acks": str(config.acks),
+                  "compression": config.compression_type})
     _print_summary(out, "produced", stats)
     if args.plot:
-        draw_plot(args.plot, f"odradek perf produce {args.topic} ({args.record_size} B, acks={args.acks})",
+        draw_plot(args.plot, f"odradek perf produce {args.topic} ({args.record_size} B, acks={config.acks})",
                   done_at, latencies)
         sys.stderr.write(f"plot written to {args.plot}\n")
     if errors:
@@ -200,13 +204,13 @@ async def perf_produce(args: argparse.Namespace, out: Any, common: dict[str, Any
     return 0
 
 
-async def perf_consume(args: argparse.Namespace, out: Any, common: dict[str, Any]) -> int:
+async def perf_consume(args: argparse.Namespace, out: Any, make_config: Callable[..., Any]) -> int:
     from .consumer import Consumer
 
     _check_plot(args.plot)
-    config = ConsumerConfig(**common, group_id=args.group, auto_offset_reset="earliest",
-                            enable_auto_commit=bool(args.group), allow_auto_create_topics=False,
-                            max_poll_records=10_000)
+    config = make_config(ConsumerConfig, defaults=dict(max_poll_records=10_000), group_id=args.group,
+                         auto_offset_reset="earliest", enable_auto_commit=bool(args.group),
+                         allow_auto_create_topics=False)
     n = args.num_records
     latencies = array("d")
     times = array("d")
@@ -219,7 +223,7 @@ async def perf_consume(args: argparse.Namespace, out: Any, common: dict[str, Any
         else:
             consumer.assign([TopicPartition(args.topic, p) for p in parts])
             consumer.seek_to_beginning()
-        idle_limit = common["default_api_timeout_ms"] / 1000
+        idle_limit = config.default_api_timeout_ms / 1000
         with _Progress(n, "consume", not args.no_progress and not out.json) as progress:
             start = time.perf_counter()
             last_data = start

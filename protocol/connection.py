@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .codec import FileRegion, Message, decode, decode_from, encode_into
-from .errors import LocalProtocolError, RemoteProtocolError
+from .errors import LocalProtocolError, RemoteProtocolError, UnsupportedApiError
 from .fast_produce import FAST_VERSIONS, PRODUCE_KEY, ProduceFrame, parse_produce
 from .headers import (
     API_VERSIONS_KEY,
@@ -53,6 +53,42 @@ class RequestReceived:
     header: RequestHeader
     request: Message
     frame_size: int
+
+
+_UNSEEN = object()
+
+# Kafka's names for the API keys the message definitions here do not cover (ApiKeys.java), so that a
+# request for one can be named in the broker's log.
+_OTHER_API_NAMES = {
+    4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata", 7: "ControlledShutdown",
+    38: "CreateDelegationToken", 39: "RenewDelegationToken", 40: "ExpireDelegationToken",
+    41: "DescribeDelegationToken", 58: "Envelope", 70: "ControllerRegistration",
+    71: "GetTelemetrySubscriptions", 72: "PushTelemetry", 73: "AssignReplicasToDirs", 76: "ShareGroupHeartbeat",
+    77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge", 80: "AddRaftVoter", 81: "RemoveRaftVoter",
+    82: "UpdateRaftVoter", 83: "InitializeShareGroupState", 84: "ReadShareGroupState",
+    85: "WriteShareGroupState", 86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary",
+    88: "StreamsGroupHeartbeat", 89: "StreamsGroupDescribe", 90: "DescribeShareGroupOffsets",
+    91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets",
+}
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API key ("DescribeAcls"), or "unknown api key N"."""
+    cls = REQUESTS.get(api_key)
+    if cls is not None:
+        return cls.__name__.removesuffix("Request")
+    return _OTHER_API_NAMES.get(api_key, f"unknown api key {api_key}")
+
+
+def _peek_client_id(frame: bytearray) -> str | None:
+    """The client id of a request header (v1 and v2 alike: an int16-length string after the correlation
+    id), or None when absent or unreadable."""
+    if len(frame) < 10:
+        return None
+    (n,) = struct.unpack_from(">h", frame, 8)
+    if n < 0 or 10 + n > len(frame):
+        return None
+    return bytes(frame[10 : 10 + n]).decode("utf-8", "replace")
 
 
 @dataclass(slots=True)
@@ -196,9 +232,11 @@ class ServerConnection:
         if len(frame) < 4:
             raise RemoteProtocolError("frame too short for a request header")
         api_key, api_version = struct.unpack_from(">hh", frame, 0)
-        rng = self._ranges.get(api_key)
-        if rng is None:
+        rng = self._ranges.get(api_key, _UNSEEN)
+        if rng is _UNSEEN:
             rng = self._ranges[api_key] = self._range(api_key)
+        if rng is None:
+            raise UnsupportedApiError(api_key, api_version, api_name(api_key), _peek_client_id(frame))
         low, high = rng
         if not low <= api_version <= high:
             if api_key == API_VERSIONS_KEY:
@@ -221,17 +259,16 @@ class ServerConnection:
         request, _ = decode_from(REQUESTS[header.api_key], view[pos:], header.api_version)
         return RequestReceived(header, request, len(frame))
 
-    def _range(self, api_key: int) -> tuple[int, int]:
-        """Versions accepted: the broker's table, never wider than what the schema defines."""
+    def _range(self, api_key: int) -> tuple[int, int] | None:
+        """Versions accepted: the broker's table, never wider than what the schema defines; None for an API
+        not served."""
         cls = REQUESTS.get(api_key)
         rng = cls.VALID_VERSIONS if cls is not None else None
         if self.supported is not None and rng is not None:
             served = self.supported.get(api_key)
             rng = None if served is None else (max(served[0], rng[0]), min(served[1], rng[1]))
-        if rng is None:
-            if api_key == API_VERSIONS_KEY:
-                return (0, -1)
-            raise RemoteProtocolError(f"unknown or unsupported api key {api_key}")
+        if rng is None and api_key == API_VERSIONS_KEY:
+            return (0, -1)
         return rng
 
     def send_response(self, header: RequestHeader, response: Message, version: int | None = None) -> list:

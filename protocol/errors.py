@@ -27,6 +27,18 @@ class RecordTooLargeError(RemoteProtocolError):
     """Decompression would exceed the configured bound."""
 
 
+class UnsupportedApiError(RemoteProtocolError):
+    """A request for an API this server does not serve (unknown to Kafka, or not served yet). Kafka closes
+    the connection on an unknown key too; the fields let the server say which API a client wanted."""
+
+    def __init__(self, api_key: int, api_version: int, api_name: str, client_id: str | None) -> None:
+        super().__init__(f"unknown or unsupported api key {api_key} ({api_name})")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.api_name = api_name
+        self.client_id = client_id
+
+
 # ---------------------------------------------------------------------------------------------------
 # Kafka's error codes (Kafka 4.x, codes -1 to 133). The names and numbers are the protocol's; the names
 # are Kafka's own, so that logs and tests read the same as Kafka's documentation.

@@ -34,6 +34,7 @@ TOPIC_IDS_FROM = 13
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqqqB")  # ...log start offset, then record_errors: an empty compact array
+_PARTITION_HEAD = struct.Struct(">ihqqq")  # the same without record_errors, for a partition that has some
 _CORRELATION = struct.Struct(">iiB")  # frame size, correlation id, header tagged fields (none)
 _TAIL = b"\x00\x00\x00\x00\x00"  # throttle_time_ms 0, no tagged fields
 _I16 = struct.Struct(">h")
@@ -193,10 +194,11 @@ def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
 
 
 def encode_produce_response(correlation_id: int, topics, api_version: int) -> bytearray:
-    """A whole Produce v3-v13 response frame, size included, with throttle_time_ms 0 and no record errors.
+    """A whole Produce v3-v13 response frame, size included, with throttle_time_ms 0.
 
     `topics`: [(name bytes, or from v13 the topic id's 16 bytes, [(index, error_code, base_offset,
-    log_append_time_ms, log_start_offset, error_message or None)])] in the order to send."""
+    log_append_time_ms, log_start_offset, error_message or None, record_errors)])] in the order to send;
+    record_errors (v8+) is [(batch index, message or None)], nearly always empty."""
     if api_version < FLEXIBLE_FROM:
         return _encode_classic(correlation_id, topics, api_version)
     out = bytearray(_CORRELATION.pack(0, correlation_id, 0))
@@ -208,8 +210,16 @@ def encode_produce_response(correlation_id: int, topics, api_version: int) -> by
             _put_length(out, len(name))
         out += name
         _put_length(out, len(partitions))
-        for index, error_code, base_offset, append_time, log_start_offset, message in partitions:
-            out += pack(index, error_code, base_offset, append_time, log_start_offset, 1)
+        for index, error_code, base_offset, append_time, log_start_offset, message, record_errors in partitions:
+            if record_errors:  # KIP-467: the records that made the batch fail
+                out += _PARTITION_HEAD.pack(index, error_code, base_offset, append_time, log_start_offset)
+                _put_length(out, len(record_errors))
+                for batch_index, text in record_errors:
+                    out += _I32.pack(batch_index)
+                    _put_compact_string(out, text)
+                    out.append(0)  # tagged fields
+            else:
+                out += pack(index, error_code, base_offset, append_time, log_start_offset, 1)
             if message is None:
                 out += b"\x00\x00"  # error_message null, no tagged fields
             else:
@@ -221,6 +231,24 @@ def encode_produce_response(correlation_id: int, topics, api_version: int) -> by
     out += _TAIL
     _I32.pack_into(out, 0, len(out) - 4)
     return out
+
+
+def _put_compact_string(out: bytearray, text: str | None) -> None:
+    if text is None:
+        out.append(0)
+    else:
+        data = text.encode("utf-8")
+        _put_length(out, len(data))
+        out += data
+
+
+def _put_string(out: bytearray, text: str | None) -> None:
+    if text is None:
+        out += b"\xff\xff"
+    else:
+        data = text.encode("utf-8")
+        out += _I16.pack(len(data))
+        out += data
 
 
 def _put_length(out: bytearray, n: int) -> None:
@@ -240,18 +268,16 @@ def _encode_classic(correlation_id: int, topics, api_version: int) -> bytearray:
         out += _I16.pack(len(name))
         out += name
         out += _I32.pack(len(partitions))
-        for index, error_code, base_offset, append_time, log_start_offset, message in partitions:
+        for index, error_code, base_offset, append_time, log_start_offset, message, record_errors in partitions:
             out += pack(index, error_code, base_offset, append_time)
             if with_start:
                 out += _I64.pack(log_start_offset)
             if with_errors:
-                out += b"\x00\x00\x00\x00"  # record_errors: empty
-                if message is None:
-                    out += b"\xff\xff"
-                else:
-                    data = message.encode("utf-8")
-                    out += _I16.pack(len(data))
-                    out += data
+                out += _I32.pack(len(record_errors))
+                for batch_index, text in record_errors:
+                    out += _I32.pack(batch_index)
+                    _put_string(out, text)
+                _put_string(out, message)
     out += b"\x00\x00\x00\x00"  # throttle_time_ms
     _I32.pack_into(out, 0, len(out) - 4)
     return out

@@ -42,6 +42,7 @@ class ProduceResult:
     log_start_offset: int = -1
     error_message: str | None = None
     last_offset: int = -1
+    record_errors: list[tuple[int, str]] | tuple = ()  # (batch index, message): KIP-467's per-record errors
 
 
 @dataclass(slots=True)
@@ -194,7 +195,8 @@ class ReplicaManager:
             partition.check_append_as_leader(required_acks)
             info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
         except (StorageError, ReplicationError) as e:
-            return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset, error_message=str(e) or None)
+            return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset,
+                                 error_message=str(e) or None, record_errors=getattr(e, "record_errors", ()))
         except OSError as e:  # the disk failed under us: the client may retry elsewhere
             return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR), error_message=str(e))
         if partition.maybe_advance_high_watermark(now_ms):

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 LONG_MAX = 2**63 - 1
 
-CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+# "": neither (Kafka allows an empty list, what SUBTRACT of the last policy leaves): nothing is compacted and
+# only DeleteRecords moves the log start.
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 
 class StorageError(Exception):
-    """Base of every storage-layer error. `error_code` is Kafka's UNKNOWN_SERVER_ERROR unless overridden."""
+    """Base of every storage-layer error. `error_code` is Kafka's UNKNOWN_SERVER_ERROR unless overridden.
+
+    `record_errors`: for a batch refused because of some of its records, (index in the batch, why) for each
+    of them, answered as ProduceResponse's record_errors (KIP-467); empty otherwise."""
 
     error_code: int = -1
+
+    def __init__(self, *args: object, record_errors: list[tuple[int, str]] | tuple = ()) -> None:
+        super().__init__(*args)
+        self.record_errors = record_errors
 
 
 class OffsetOutOfRangeError(StorageError):

@@ -32,13 +32,13 @@ class BrokerProcess:
         listen_port = self.port or 0
         args = [
             sys.executable, "-m", "odradek", "broker", "start",
-            "-o", f"listeners=PLAINTEXT://127.0.0.1:{listen_port}",
-            "-o", f"log.dirs={self.data_dir}",
-            "-o", f"node.id={self.node_id}",
-            "-o", "group.initial.rebalance.delay.ms=0",
+            "--override", f"listeners=PLAINTEXT://127.0.0.1:{listen_port}",
+            "--override", f"log.dirs={self.data_dir}",
+            "--override", f"node.id={self.node_id}",
+            "--override", "group.initial.rebalance.delay.ms=0",
         ]
         for o in self.overrides:
-            args += ["-o", o]
+            args += ["--override", o]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         ready = threading.Event()

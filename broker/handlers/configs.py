@@ -225,8 +225,13 @@ def _list_items(value) -> list[str]:
 
 def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
     """The topic override changes `ops` ((name, operation, value) triples) make to `current` (the topic's
-    overrides as stored). APPEND and SUBTRACT start from the override, else the topic's default as this
-    broker supplies it. Raises ResourceError."""
+    overrides as stored). Raises ResourceError.
+
+    APPEND and SUBTRACT work as KRaft's ConfigurationControlManager.incrementalAlterConfigResource: they
+    start from the override, else the topic config's own default (getParts: KafkaConfigSchema.getDefault,
+    not the broker's log.* value); APPEND adds each item not yet there, SUBTRACT removes each; the result is
+    joined with commas, and may be empty ("" for cleanup.policy: neither delete nor compact, which Kafka
+    accepts and describes as the empty string from DYNAMIC_TOPIC_CONFIG)."""
     changes: dict[str, str | None] = {}
     for key, op, value in ops:
         if op not in OP_NAMES:
@@ -246,7 +251,7 @@ def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
                     ErrorCode.INVALID_CONFIG, f"Can't {OP_NAMES[op]} to key {key} because its type is not LIST."
                 )
             base = current.get(key)
-            items = _list_items(base if base is not None else render_value(definition.default_from(broker_config)))
+            items = _list_items(base if base is not None else render_value(definition.default))
             for item in _list_items(value):
                 if op == APPEND and item not in items:
                     items.append(item)

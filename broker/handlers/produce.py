@@ -27,6 +27,7 @@ from . import handles
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
+RecordError = PartitionResponse.BatchIndexAndErrorMessage
 _MAGIC_OFFSET = 16  # baseOffset int64 | length int32 | epoch (v2) or CRC (v0/v1) int32 | magic int8
 
 
@@ -128,6 +129,8 @@ def handle_produce(services, ctx, request):
                         index=part.partition, error_code=res.error_code, base_offset=res.base_offset,
                         log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset,
                         error_message=res.error_message if res.error_code else None,
+                        record_errors=[RecordError(batch_index=i, batch_index_error_message=m)
+                                       for i, m in res.record_errors],
                     )
                 if version >= 10 and part.error_code in _LEADER_HINT_ERRORS:
                     _leader_hint(services, part, topic_names[id(topic)], ctx.listener, endpoints)
@@ -172,7 +175,8 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
             for tp in tps:
                 res = results[tp]
                 responses.append((tp.partition, res.error_code, res.base_offset, res.log_append_time_ms,
-                                  res.log_start_offset, res.error_message if res.error_code else None))
+                                  res.log_start_offset, res.error_message if res.error_code else None,
+                                  res.record_errors))
             topics.append((raw, responses))
         return Packed([encode_produce_response(request.correlation_id, topics, version)])
 

@@ -170,3 +170,124 @@ def test_bad_usage_and_unreachable_brokers(bs):
     missing = run("--timeout", "3", "consume", _name("absent"), "-n", "1", bootstrap=bs)
     assert "UNKNOWN_TOPIC_OR_PARTITION" in one_line_error(missing, 1)
     assert ok(run("--help")).startswith("usage: odradek")
+
+
+# ---------------------------------------------------------------------------------------------- Kafka's habits
+
+GLOBAL_PLACES = ("before", "after")
+
+
+def _placed(where: str, global_args: list[str], *command: str) -> list[str]:
+    """The same command with the global options before the command word or after everything."""
+    return [*global_args, *command] if where == "before" else [*command, *global_args]
+
+
+@pytest.mark.parametrize("where", GLOBAL_PLACES)
+def test_every_command_takes_the_global_options_before_and_after(bs, tmp_path, where):
+    """Kafka's tutorials write `kafka-topics.sh --create --topic t --bootstrap-server h:9092`; kcat users
+    write `-b` first. Every command accepts -b/--bootstrap-server, --output, --timeout, -X and
+    --command-config in both places (no ODRADEK_BOOTSTRAP_SERVERS here: -b must be what reaches the broker)."""
+    topic, group = _name(), _name("grp")
+    props = tmp_path / "client.properties"
+    props.write_text("# Kafka's properties format\nclient.id=habits-cli\nsecurity.protocol=PLAINTEXT\n")
+    g = ["--bootstrap-server", bs, "--timeout", "20", "--command-config", str(props), "-X", "retry.backoff.ms=50"]
+    j = [*g, "--output", "json"]
+    ok(run(*_placed(where, g, "topic", "create", topic, "--partitions", "2")))
+    assert topic in [t["topic"] for t in json.loads(ok(run(*_placed(where, j, "topic", "list"))))]
+    assert json.loads(ok(run(*_placed(where, j, "topic", "describe", topic))))[0]["topic"] == topic
+    ok(run(*_placed(where, g, "topic", "alter", topic, "-c", "retention.ms=3600000")))
+    summary = json.loads(ok(run(*_placed(where, j, "produce", topic), stdin="a\nb\nc\n")))
+    assert summary["records"] == 3
+    records = ok(run(*_placed(where, j, "consume", topic, "--from-beginning", "-n", "3", "--group", group)))
+    assert sorted(json.loads(line)["value"] for line in records.splitlines()) == ["a", "b", "c"]
+    assert group in [x["group"] for x in json.loads(ok(run(*_placed(where, j, "group", "list"))))]
+    assert json.loads(ok(run(*_placed(where, j, "group", "describe", group))))["total_lag"] == 0
+    ok(run(*_placed(where, g, "group", "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute")))
+    ok(run(*_placed(where, g, "config", "set", "topic", topic, "segment.ms=600000")))
+    configs = json.loads(ok(run(*_placed(where, j, "config", "get", "topic", topic))))
+    assert configs["segment.ms"]["value"] == "600000"
+    assert json.loads(ok(run(*_placed(where, j, "cluster", "describe"))))["controller_id"] == 1
+    assert topic in ok(run(*_placed(where, g, "cluster", "log-dirs")))
+    stats = json.loads(ok(run(*_placed(where, j, "perf", "produce", topic, "-n", "200", "--no-progress"))))
+    assert stats["records"] == 200
+    ok(run(*_placed(where, j, "perf", "consume", topic, "-n", "203", "--no-progress")))
+    ok(run(*_placed(where, g, "group", "delete", group)))
+    ok(run(*_placed(where, g, "topic", "delete", topic)))
+
+
+def test_after_the_command_wins_and_x_properties_add_up(bs):
+    """A value after the command overrides one before it (argparse's last-wins), -X lists from both places
+    add up, and an unreachable -b before the command is replaced by a good one after it."""
+    ok(run("-b", "127.0.0.1:1", "--timeout", "2", "topic", "list", "-b", bs))
+    ok(run("-X", "client.id=first", "topic", "list", "-X", "retry.backoff.ms=20", "-b", bs))
+    assert "nope" in one_line_error(run("-X", "nope=1", "topic", "list", "-X", "client.id=x", "-b", bs), 2)
+    assert "sasl.mechanism" in one_line_error(run("topic", "list", "-X", "sasl.mechanism=PLAIN", "-b", bs), 2)
+    assert "SASL_SSL" in one_line_error(run("topic", "list", "-X", "security.protocol=SASL_SSL", "-b", bs), 2)
+    assert "retry.backoff.ms" in one_line_error(run("topic", "list", "-X", "retry.backoff.ms=soon", "-b", bs), 2)
+    one_line_error(run("topic", "list", "--command-config", "/nonexistent/client.properties", "-b", bs), 2)
+
+
+def test_kafka_tool_spellings(bs):
+    """The lines of Kafka's quickstart and tool docs, with `odradek` and a command word in front.
+
+    Expected output follows Kafka's DefaultMessageFormatter (tools/.../consumer/DefaultMessageFormatter.java):
+    columns CreateTime:TS, Partition:P, Offset:O, headers (k:v joined by ',' or NO_HEADERS), key, value,
+    joined by key.separator (tab by default) and ended by line.separator; null as null.literal. The console
+    producer's LineMessageReader splits on key.separator when parse.key=true and reads null.marker as null.
+    """
+    topic, group = _name(), _name("grp")
+    ok(run("topic", "create", "--topic", topic, "--partitions", "1", "--replication-factor", "1",
+           "--config", "cleanup.policy=delete", "--bootstrap-server", bs))
+    assert "TOPIC_ALREADY_EXISTS" in one_line_error(run("topic", "create", "--topic", topic, "-b", bs), 1)
+    assert json.loads(ok(run("topic", "describe", "--topic", topic, "-b", bs, "-o", "json")))[0]["topic"] == topic
+    ok(run("topic", "alter", "--topic", topic, "--partitions", "2", "--bootstrap-server", bs))
+    ok(run("produce", "--topic", topic, "--partition", "0", "--property", "parse.key=true",
+           "--property", "key.separator=:", "--property", "null.marker=NULL", "--bootstrap-server", bs,
+           stdin="k1:v1\nk2:v2\nNULL:v3\nk4:NULL\n"))
+    out = ok(run("consume", "--topic", topic, "--partition", "0", "--offset", "earliest", "--max-messages", "4",
+                 "--property", "print.key=true", "--property", "print.offset=true",
+                 "--property", "print.partition=true", "--property", "key.separator=|", "--bootstrap-server", bs))
+    assert out.splitlines() == ["Partition:0|Offset:0|k1|v1", "Partition:0|Offset:1|k2|v2",
+                                "Partition:0|Offset:2|null|v3", "Partition:0|Offset:3|k4|null"]
+    stamped = ok(run("consume", "--topic", topic, "--partition", "0", "--offset", "1", "--max-messages", "1",
+                     "--property", "print.timestamp=true", "--property", "print.headers=true",
+                     "--property", "print.value=false", "--property", "print.key=true", "-b", bs))
+    kind, rest = stamped.split(":", 1)
+    assert kind == "CreateTime" and rest.split("\t")[1:] == ["NO_HEADERS", "k2\n"]
+    assert "print.nonsense" in one_line_error(run("consume", "-t", topic, "--property", "print.nonsense=true",
+                                                  "-b", bs), 2)
+    # --timeout-ms: the console consumer's idle exit; --offset latest: nothing new arrives, exit 0 with no output
+    assert ok(run("consume", "--topic", topic, "--partition", "0", "--offset", "latest", "--timeout-ms", "1000",
+                  "-b", bs)) == ""
+    # rpk's and kcat's short forms
+    ok(run("produce", topic, "-k", "fixed", "-p", "1", "-z", "lz4", "-b", bs, stdin="x\ny\n"))
+    assert ok(run("consume", topic, "-p", "1", "--from-beginning", "-c", "2", "--print-key", "-b", bs)).splitlines() \
+        == ["fixed\tx", "fixed\ty"]
+    ok(run("consume", "--topic", topic, "--group", group, "--from-beginning", "--max-messages", "6", "-b", bs))
+    plan = json.loads(ok(run("group", "reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+                             "--dry-run", "--bootstrap-server", bs, "--output", "json")))
+    assert plan["executed"] is False and {o["new"] for o in plan["offsets"]} == {0}
+    assert json.loads(ok(run("group", "describe", "--group", group, "-b", bs, "-o", "json")))["total_lag"] == 0
+    ok(run("config", "set", "topics", topic, "--add-config", "retention.ms=7200000,segment.ms=600000",
+           "--bootstrap-server", bs))
+    configs = json.loads(ok(run("config", "get", "topics", topic, "-b", bs, "-o", "json")))
+    assert configs["retention.ms"]["value"] == "7200000" and configs["segment.ms"]["value"] == "600000"
+    ok(run("config", "set", "topic", topic, "--delete-config", "segment.ms", "-b", bs))
+    assert "segment.ms" not in json.loads(ok(run("config", "get", "topic", topic, "-b", bs, "-o", "json")))
+    ok(run("group", "delete", "--group", group, "-b", bs))
+    ok(run("topic", "delete", "--topic", topic, "--bootstrap-server", bs))
+    assert "two topics" in one_line_error(run("topic", "create", "a", "--topic", "b", "-b", bs), 2)
+    assert "no topic" in one_line_error(run("produce", "-b", bs, stdin="x\n"), 2)
+
+
+def test_help_lists_every_command_and_o_means_output():
+    """`odradek --help` lists the commands odradek/cli.py runs itself (broker) beside the client's; -o is
+    --output in every client command, and `broker start` spells Kafka's --override long-only."""
+    text = ok(run("--help"))
+    for command in ("broker", "topic", "produce", "consume", "group", "config", "cluster", "perf"):
+        assert f"    {command} " in text, command
+    assert "--output {text,json}, -o {text,json}" in text
+    assert "--override KEY=VALUE" in ok(run("broker", "start", "--help"))
+    assert run("broker", "start", "-o", "log.dirs=/nonexistent").returncode == 2  # -o is not --override
+    assert "-o {text,json}" in ok(run("consume", "--help"))
+    assert "put 'broker' first" in one_line_error(run("-b", "127.0.0.1:1", "broker", "start"), 2)

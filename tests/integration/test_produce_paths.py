@@ -11,13 +11,20 @@ second back before appending anything.
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
 
 from odradek.broker import server as broker_server
 from odradek.broker.testing import BrokerThread, RawClient
-from odradek.protocol.messages import FetchRequest, InitProducerIdRequest, MetadataRequest, ProduceRequest
+from odradek.protocol.messages import (
+    CreateTopicsRequest,
+    FetchRequest,
+    InitProducerIdRequest,
+    MetadataRequest,
+    ProduceRequest,
+)
 from odradek.protocol.records import build_batch
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,6 +80,12 @@ def script(producer_id: int, epoch: int, ids: dict[str, object]) -> list[tuple[P
         (produce_by_id([(ids["a"], 1, batch(b"by-id")), (ids["b"], 0, batch(b"by-id-b"))]), 13),  # topic ids
         (produce_by_id([(uuid.UUID(int=7), 0, batch(b"unknown-id"))]), 13),  # UNKNOWN_TOPIC_ID
         (produce([("b", 0, batch(b"then-bad")), ("b", 0, b"")]), 11),  # the last entry (an error) decides
+        # KIP-467's record_errors: the keyless record (index 1) on a compacted topic, flexible and classic
+        (produce([("c", 0, batch(b"keyless"))]), 12),
+        (produce([("c", 0, batch(b"keyless"))]), 8),
+        (produce([("a", 0, build_batch([(b"k", b"now", [], 1_700_000_000_000),
+                                        (b"k", b"future", [], 4_000_000_000_000)]))]), 11),  # INVALID_TIMESTAMP
+        (produce([("c", 0, build_batch([(b"k", b"keyed", [], 1_700_000_000_000)]))]), 9),
     ]
 
 
@@ -84,8 +97,19 @@ def run(bootstrap: str) -> tuple[list, list]:
                                                   allow_auto_topic_creation=True), 12)
             assert meta.topics[0].error_code == 0
             ids[name] = meta.topics[0].topic_id
+        created = client.request(CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+            name="c", num_partitions=1, replication_factor=1, assignments=[],
+            configs=[CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name="cleanup.policy", value="compact")])]), 7)
+        assert created.topics[0].error_code == 0
         ip = client.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000), 4)
         responses = [client.request(req, version) for req, version in script(ip.producer_id, ip.producer_epoch, ids)]
+        # A timestamp error's bounds come from each broker's clock: cut them, so that the answers compare.
+        for response in responses:
+            for topic in response.responses:
+                for p in topic.partition_responses:
+                    for e in p.record_errors:
+                        e.batch_index_error_message = re.sub(r"within \[.*\]", "within [...]",
+                                                             e.batch_index_error_message)
         # Each broker made its own topic ids: name them, so that the two brokers' answers compare.
         names = {topic_id: name for name, topic_id in ids.items()}
         for response in responses:
@@ -95,7 +119,7 @@ def run(bootstrap: str) -> tuple[list, list]:
         client.send(produce([("a", 1, batch(b"acks-0"))], acks=0), 9, expect_response=False)
         responses.append(client.request(produce([("a", 1, batch(b"after-acks-0"))], acks=1), 9))
         logs = []
-        for name, index in (("a", 0), ("a", 1), ("a", 2), ("b", 0)):
+        for name, index in (("a", 0), ("a", 1), ("a", 2), ("b", 0), ("c", 0)):
             fetch = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=10 << 20, isolation_level=0, topics=[
                 FetchRequest.FetchTopic(topic=name, partitions=[FetchRequest.FetchTopic.FetchPartition(
                     partition=index, fetch_offset=0, partition_max_bytes=10 << 20)])])
@@ -135,9 +159,25 @@ def test_fast_and_general_paths_answer_alike(tmp_path, monkeypatch):
     # handed back the others before appending.
     # (null records never reach it: the wire half declines them.)
     T, F = True, False
-    assert taken == [T, T, T, F, F, T, F, F, F, F, T, T, T, F, T, T, T, F, F, F, T]
+    assert taken == [T, T, T, F, F, T, F, F, F, F, T, T, T, F, T, T, T, F, F, T, T, T, T, F, T]
     codes = [[p.error_code for t in r.responses for p in t.partition_responses] for r in fast_responses]
     assert codes[5] == [2] and codes[12] == [0] and codes[13] == [45]  # CORRUPT_MESSAGE, duplicate, out of order
+    # Kafka's answers (LogValidator.validateKey / validateTimestamp / processRecordErrors, ReplicaManager's
+    # RecordValidationException case: the exception's message as error_message): INVALID_RECORD (87) naming
+    # record 1, at v12 and v8 alike; INVALID_TIMESTAMP (32) naming record 1; the keyed batch appended.
+    keyless = "Compacted topic cannot accept message without key in topic partition c-0"
+    for response in fast_responses[20:22]:
+        (part,) = response.responses[0].partition_responses
+        assert (part.error_code, part.base_offset) == (87, -1)
+        assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [(1, keyless)]
+        assert part.error_message == ("One or more records have been rejected due to 1 record errors in total, and "
+                                      f"only showing the first three errors at most: [RecordError(batchIndex=1, "
+                                      f"message='{keyless}')]")
+    (part,) = fast_responses[22].responses[0].partition_responses
+    assert part.error_code == 32 and part.error_message == "One or more records have been rejected due to invalid timestamp"
+    assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [
+        (1, "Timestamp 4000000000000 of message with offset 1 is out of range. The timestamp should be within [...]")]
+    assert codes[23] == [0]
     assert fast_responses[12].responses[0].partition_responses[0].base_offset == \
         fast_responses[11].responses[0].partition_responses[0].base_offset
     # A partition named twice is answered once, and only its last entry is written (as Kafka does).

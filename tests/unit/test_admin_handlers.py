@@ -50,9 +50,19 @@ def test_incremental_append_starts_from_the_default_then_the_override():
     assert incremental_changes({"cleanup.policy": "compact,delete"}, [("cleanup.policy", SUBTRACT, "delete")], cfg) == {
         "cleanup.policy": "compact"
     }
+    # Kafka starts from the topic config's own default, not the broker's log.cleanup.policy
+    # (ConfigurationControlManager.getParts -> KafkaConfigSchema.getDefault(TOPIC, key)).
     broker_compacts = BrokerConfig.from_properties({"log.cleanup.policy": "compact"})
     assert incremental_changes({}, [("cleanup.policy", APPEND, "delete")], broker_compacts) == {
-        "cleanup.policy": "compact,delete"
+        "cleanup.policy": "delete"
+    }
+    # SUBTRACT of the only item leaves the empty list, as Kafka's String.join(",", []) does.
+    assert incremental_changes({"cleanup.policy": "compact"}, [("cleanup.policy", SUBTRACT, "compact")], cfg) == {
+        "cleanup.policy": ""
+    }
+    assert incremental_changes({}, [("cleanup.policy", SUBTRACT, "delete")], cfg) == {"cleanup.policy": ""}
+    assert incremental_changes({}, [("leader.replication.throttled.replicas", APPEND, "0:1,1:1")], cfg) == {
+        "leader.replication.throttled.replicas": "0:1,1:1"
     }
 
 
@@ -315,7 +325,8 @@ async def test_describe_configs_every_version(call):
         assert len(by_name) > 20
         retention = by_name["retention.ms"]
         assert (retention.value, retention.config_source, retention.read_only) == ("60000", 1, False)
-        assert [s.name for s in retention.synonyms][:2] == ["retention.ms", "log.retention.hours"]
+        # (log.retention.ms has no default: Kafka lists no broker synonym after the override)
+        assert [s.name for s in retention.synonyms] == ["retention.ms"]
         assert [c.name for c in some.configs] == ["retention.ms"]
         (partitions,) = node.configs
         assert (partitions.name, partitions.value, partitions.config_source, partitions.read_only) == ("num.partitions", "2", 4, True)
@@ -410,13 +421,16 @@ async def test_incremental_alter_configs(call):
     ))
     E = ErrorCode
     assert [r.error_code for r in response.responses] == [E.INVALID_REQUEST, E.INVALID_REQUEST, E.INVALID_REQUEST, E.UNKNOWN_TOPIC_OR_PARTITION]
+    # SUBTRACT of the last policy: Kafka stores "" (ValidList lets the empty list through): no deletion, no
+    # compaction (ConfigurationControlManager.incrementalAlterConfigResource, UnifiedLog.deleteOldSegments).
     response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request((TOPIC, "iac", [("cleanup.policy", SUBTRACT, "compact")])))
-    assert response.responses[0].error_code == E.INVALID_CONFIG and "cleanup.policy" in response.responses[0].error_message
+    assert response.responses[0].error_code == 0 and image()["cleanup.policy"] == ""
     response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request((TOPIC, "iac", [("retention.ms", SET, "77")]), validate_only=True))
     assert response.responses[0].error_code == 0 and "retention.ms" not in image()
 
     partition = call.broker.data.get_partition(TopicPartition("iac", 0))
-    assert partition.log.config.cleanup_policy == "compact" and partition.log.config.segment_bytes == 1048576
+    assert partition.log.config.cleanup_policy == "" and partition.log.config.segment_bytes == 1048576
+    assert not partition.log.config.compact and not partition.log.config.delete
     call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request((TOPIC, "iac", [("min.insync.replicas", SET, "2")])))
     assert partition.min_insync_replicas == 2
 

@@ -95,7 +95,7 @@ def _outcome(log: Log, data: bytearray, epoch: int, now: int):
     try:
         return log.append(data, leader_epoch=epoch, now_ms=now)
     except Exception as e:  # noqa: BLE001 - the comparison is of which error, with which message
-        return type(e).__name__, str(e)
+        return type(e).__name__, str(e), list(getattr(e, "record_errors", ()))  # (KIP-467's per-record errors)
 
 
 def _files(directory: str) -> dict[str, bytes]:

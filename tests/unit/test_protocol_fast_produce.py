@@ -138,10 +138,12 @@ def test_server_connection_hands_out_produce_frames_only_when_asked():
             assert again.request == got_slow.request and again.header == got_slow.header
 
 
+texts = st.one_of(st.none(), st.text(alphabet=st.characters(codec="utf-8"), max_size=150))
 partition_results = st.tuples(
     st.integers(-(2**31), 2**31 - 1), st.integers(-(2**15), 2**15 - 1), st.integers(-(2**63), 2**63 - 1),
-    st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1),
-    st.one_of(st.none(), st.text(alphabet=st.characters(codec="utf-8"), max_size=150)),
+    st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1), texts,
+    # KIP-467's record_errors: (batch index, message), nearly always none
+    st.one_of(st.just(()), st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), texts), max_size=130)),
 )
 
 
@@ -155,8 +157,10 @@ def test_encodes_the_codecs_bytes(correlation_id, topics, version):
     ids = [uuid.uuid5(uuid.NAMESPACE_URL, name) for name, _ in topics]
     response = ProduceResponse(throttle_time_ms=0, responses=[
         TopicResponse(name=name, topic_id=topic_id, partition_responses=[
-            PartResponse(index=i, error_code=e, base_offset=b, log_append_time_ms=a, log_start_offset=s, error_message=m)
-            for i, e, b, a, s, m in parts])
+            PartResponse(index=i, error_code=e, base_offset=b, log_append_time_ms=a, log_start_offset=s, error_message=m,
+                         record_errors=[PartResponse.BatchIndexAndErrorMessage(batch_index=bi, batch_index_error_message=bm)
+                                        for bi, bm in r])
+            for i, e, b, a, s, m, r in parts])
         for (name, parts), topic_id in zip(topics, ids)])
     (codec,) = ServerConnection().send_response(RequestHeader(0, version, correlation_id), response)
     keys = [topic_id.bytes if version >= 13 else name.encode() for (name, _), topic_id in zip(topics, ids)]
@@ -165,12 +169,12 @@ def test_encodes_the_codecs_bytes(correlation_id, topics, version):
 
 
 def test_many_topics_and_partitions_take_multi_byte_lengths():
-    parts = [(i, 0, i, -1, 0, None) for i in range(130)]
+    parts = [(i, 0, i, -1, 0, None, ()) for i in range(130)]
     topics = [(b"t%d" % n, parts) for n in range(128)]
     response = ProduceResponse(throttle_time_ms=0, responses=[
         TopicResponse(name=name.decode(), partition_responses=[
             PartResponse(index=i, error_code=e, base_offset=b, log_append_time_ms=a, log_start_offset=s)
-            for i, e, b, a, s, _ in ps])
+            for i, e, b, a, s, _, _ in ps])
         for name, ps in topics])
     for version in (8, 12):
         (codec,) = ServerConnection().send_response(RequestHeader(0, version, 5), response)

@@ -205,6 +205,52 @@ def test_compacted_topic_requires_keys(tmp_path):
     log.append(batch(2), leader_epoch=0, now_ms=NOW)
 
 
+def test_per_record_errors_name_each_bad_record_as_kafka_does(tmp_path):
+    """KIP-467, as Kafka's LogValidator builds it (storage/.../log/LogValidator.java, validateKey,
+    validateTimestamp, processRecordErrors): each bad record's index in its batch and why; the key is checked
+    before the timestamp, so a record has one error; INVALID_TIMESTAMP (32) if any timestamp is bad, else
+    INVALID_RECORD (87), whose message shows at most three RecordError(batchIndex=..., message='...')."""
+    log = Log.open(str(tmp_path / "events-3"), LogConfig(cleanup_policy="compact", message_timestamp_before_max_ms=1000,
+                                                         message_timestamp_after_max_ms=500), now_ms=NOW)
+    records = [(b"k%d" % i, b"v", None, NOW) for i in range(10)]
+    records[4] = (None, b"v", None, NOW)
+    for codec in (0, 1, 4):  # uncompressed, gzip, zstd: compressed batches are read too
+        with pytest.raises(InvalidRecordError) as e:
+            log.append(bytearray(build_batch(records, compression=codec)), leader_epoch=0, now_ms=NOW)
+        key_error = "Compacted topic cannot accept message without key in topic partition events-3"
+        assert e.value.error_code == 87 and e.value.record_errors == [(4, key_error)]
+        assert str(e.value) == ("One or more records have been rejected due to 1 record errors in total, and only "
+                                f"showing the first three errors at most: [RecordError(batchIndex=4, message='{key_error}')]")
+    keyless = [(None, b"v", None, NOW)] * 5
+    with pytest.raises(InvalidRecordError) as e:
+        log.append(bytearray(build_batch(keyless)), leader_epoch=0, now_ms=NOW)
+    assert [i for i, _ in e.value.record_errors] == [0, 1, 2, 3, 4]
+    assert "5 record errors in total" in str(e.value) and str(e.value).count("RecordError(") == 3
+    # A timestamp out of range on one record, a missing key on another: INVALID_TIMESTAMP lists both.
+    mixed = [(b"a", b"v", None, NOW), (None, b"v", None, NOW + 1), (b"c", b"v", None, NOW + 600)]
+    with pytest.raises(InvalidTimestampError) as e:
+        log.append(bytearray(build_batch(mixed)), leader_epoch=0, now_ms=NOW)
+    assert e.value.error_code == 32 and str(e.value) == "One or more records have been rejected due to invalid timestamp"
+    assert e.value.record_errors == [
+        (1, key_error),
+        (2, f"Timestamp {NOW + 600} of message with offset 2 is out of range. The timestamp should be within "
+            f"[{NOW - 1000}, {NOW + 500}]")]
+    assert log.log_end_offset == 0
+
+
+def test_timestamp_errors_name_the_records_on_a_plain_topic(tmp_path):
+    """An uncompacted CreateTime topic reads records only when the batch's base or max timestamp is out of
+    range (the common append decodes none); then every bad record is named."""
+    log = Log.open(str(tmp_path / "t-0"), LogConfig(message_timestamp_after_max_ms=500), now_ms=NOW)
+    records = [(None, b"v", None, NOW + i * 300) for i in range(4)]  # the last two are past NOW + 500
+    with pytest.raises(InvalidTimestampError) as e:
+        log.append(bytearray(build_batch(records)), leader_epoch=0, now_ms=NOW)
+    assert [i for i, _ in e.value.record_errors] == [2, 3]
+    assert e.value.record_errors[0][1].startswith(f"Timestamp {NOW + 600} of message with offset 2 is out of range")
+    log.append(bytearray(build_batch(records[:2])), leader_epoch=0, now_ms=NOW)  # keyless is fine here
+    assert log.log_end_offset == 2
+
+
 def test_truncate_to(tmp_path, small):
     log = Log.open(str(tmp_path / "t-0"), small, now_ms=NOW)
     for i in range(40):

@@ -192,15 +192,11 @@ def test_describe_sources():
     )
     assert not seg.is_default
 
+    # Kafka's ConfigHelper.configSynonyms drops the synonyms before the first one named log.retention.ms:
+    # with only log.retention.hours set, retention.ms reports its value from it but DEFAULT_CONFIG and none.
     ret = entries["retention.ms"]
-    assert (ret.value, ret.source, ret.type) == (
-        str(24 * 3600000),
-        ConfigSource.STATIC_BROKER_CONFIG,
-        ConfigType.LONG,
-    )
-    assert [(s.name, s.value, s.source) for s in ret.synonyms] == [
-        ("log.retention.hours", "24", ConfigSource.STATIC_BROKER_CONFIG)
-    ]
+    assert (ret.value, ret.source, ret.type, ret.synonyms) == (
+        str(24 * 3600000), ConfigSource.DEFAULT_CONFIG, ConfigType.LONG, ())
 
     policy = entries["cleanup.policy"]
     assert (policy.value, policy.source, policy.type) == (
@@ -212,6 +208,41 @@ def test_describe_sources():
     assert entries["min.cleanable.dirty.ratio"].value == "0.5"
     assert entries["preallocate"].value == "false"
     assert entries["leader.replication.throttled.replicas"].value == ""
+
+
+def test_describe_synonyms_as_kafka_builds_them():
+    """ConfigHelper.configSynonyms (Kafka 3.x/4.x): static settings of the broker property and its stand-ins
+    (log.retention.ms, .minutes, .hours) first, then their non-null defaults, then the leading ones not
+    named as the property dropped; config_source is the first synonym's."""
+    broker = load_config(None, ["log.retention.ms=5000", "log.retention.hours=24", "log.cleanup.policy=compact"], {})
+    entries = by_name(describe({"cleanup.policy": "delete"}, broker))
+    ret = entries["retention.ms"]
+    assert (ret.value, ret.source) == ("5000", ConfigSource.STATIC_BROKER_CONFIG)
+    assert [(s.name, s.value, s.source) for s in ret.synonyms] == [
+        ("log.retention.ms", "5000", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "24", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
+    ]
+    policy = entries["cleanup.policy"]
+    assert (policy.value, policy.source) == ("delete", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert [(s.name, s.value, s.source) for s in policy.synonyms] == [
+        ("cleanup.policy", "delete", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        ("log.cleanup.policy", "compact", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.cleanup.policy", "delete", ConfigSource.DEFAULT_CONFIG),
+    ]
+    # Nothing set anywhere: log.retention.ms has no default (null), so no synonym survives the drop.
+    plain = by_name(describe({}, BrokerConfig()))
+    assert (plain["retention.ms"].source, plain["retention.ms"].synonyms) == (ConfigSource.DEFAULT_CONFIG, ())
+    assert [(s.name, s.source) for s in plain["segment.bytes"].synonyms] == [("log.segment.bytes", ConfigSource.DEFAULT_CONFIG)]
+    nodes = by_name(describe_broker(broker))
+    assert [(s.name, s.value, s.source) for s in nodes["log.retention.hours"].synonyms] == [
+        ("log.retention.hours", "24", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
+    ]
+    assert nodes["log.retention.minutes"].synonyms == () and nodes["log.retention.minutes"].is_default
+    assert nodes["log.retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG
+    assert [s.name for s in nodes["log.retention.ms"].synonyms] == ["log.retention.ms", "log.retention.hours",
+                                                                      "log.retention.hours"]
 
 
 def test_describe_selected_keys():
@@ -227,6 +258,9 @@ def test_describe_broker():
     assert entries["num.partitions"].type == ConfigType.INT
     assert entries["log.retention.ms"].value is None
     assert entries["log.retention.ms"].source == ConfigSource.DEFAULT_CONFIG
+    assert entries["log.retention.ms"].synonyms == ()  # a null default is no synonym (staticDefaultConfigs)
+    assert [(s.value, s.source) for s in entries["num.partitions"].synonyms] == [
+        ("3", ConfigSource.STATIC_BROKER_CONFIG), ("1", ConfigSource.DEFAULT_CONFIG)]
     assert entries["listeners"].value == "PLAINTEXT://localhost:9092"
     assert entries["auto.create.topics.enable"].type == ConfigType.BOOLEAN
     assert all(
