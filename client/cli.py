@@ -556,12 +556,18 @@ def _config(cls: type, args: argparse.Namespace, defaults: dict[str, Any] | None
     """A client config: the command's defaults, then client properties, then options typed on the line.
 
     `options` holds the command's own settings; a None there means "not given" and yields to a property.
+    A property of another kind of client (acks for a consumer) is ignored with a note, as Kafka's tools
+    ignore configs they do not use, so that one properties file serves every command; a name no client
+    knows is a usage error (a typo).
     """
     fields = {f.name: f for f in dataclasses.fields(cls)}
     merged: dict[str, Any] = {**_common(args), **(defaults or {})}
     for name, raw in args.client_properties.items():
         if name not in fields:
-            raise UsageError(f"unknown client property {name.replace('_', '.')!r} for this command")
+            if any(name in {f.name for f in dataclasses.fields(other)} for other in (ProducerConfig, ConsumerConfig)):
+                _warn(f"ignoring client property {name.replace('_', '.')!r}: this command does not use it")
+                continue
+            raise UsageError(f"unknown client property {name.replace('_', '.')!r}")
         merged[name] = _convert(name, raw, fields[name].type)
     merged.update({k: v for k, v in options.items() if v is not None})
     return cls(**merged)

@@ -225,6 +225,9 @@ def test_after_the_command_wins_and_x_properties_add_up(bs):
     assert "SASL_SSL" in one_line_error(run("topic", "list", "-X", "security.protocol=SASL_SSL", "-b", bs), 2)
     assert "retry.backoff.ms" in one_line_error(run("topic", "list", "-X", "retry.backoff.ms=soon", "-b", bs), 2)
     one_line_error(run("topic", "list", "--command-config", "/nonexistent/client.properties", "-b", bs), 2)
+    # One properties file for every command: a producer's setting is ignored by the admin commands, with a note.
+    listed = run("topic", "list", "-X", "acks=all", "-X", "linger.ms=5", "-b", bs)
+    assert ok(listed) and "ignoring client property 'acks'" in listed.stderr
 
 
 def test_kafka_tool_spellings(bs):
