@@ -61,15 +61,17 @@ async def start_components(broker) -> None:
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
     )
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
-    metadata_log = MetadataLog(StorageLogAdapter(broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())))
-    metadata_log.load()
-    broker.metadata_log = metadata_log
-
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True)
     publisher = broker.metadata = MetadataPublisher()
     publisher.register(PartitionHosting(cfg.node_id, cfg, broker.log_manager, broker.data, now_ms))
-    publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
-    broker.controller = LocalControllerChannel(Controller(), metadata_log, publisher, cfg, now_ms)
+    if in_quorum_mode(cfg):
+        _start_quorum(broker, publisher)
+    else:
+        metadata_log = MetadataLog(StorageLogAdapter(broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())))
+        metadata_log.load()
+        broker.metadata_log = metadata_log
+        publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
+        broker.controller = LocalControllerChannel(Controller(), metadata_log, publisher, cfg, now_ms)
 
     from .groups_wiring import start_group_coordinator
 
@@ -78,19 +80,79 @@ async def start_components(broker) -> None:
         log_manager=broker.log_manager,
         producer_ids=ProducerIdManager(lambda: broker.controller.allocate_producer_ids(cfg.node_id)),
         api_versions_response=broker.api_versions_response,
-        groups_factory=lambda: start_group_coordinator(broker),
+        controller_api_versions_response=broker.controller_api_versions_response,
+        groups_factory=lambda: start_group_coordinator(broker), quorum=broker.quorum,
     )
     _start_metrics(broker, loop)
     broker.spawn(_housekeeping(broker))
 
 
+def in_quorum_mode(cfg) -> bool:
+    """A node of a cluster: voters other than itself, or a broker that follows remote controllers. A lone
+    node (no voters, or only itself) keeps its metadata log local: a quorum of one needs no Raft."""
+    return any(v.node_id != cfg.node_id for v in cfg.voters()) or "controller" not in cfg.process_roles
+
+
+def _start_quorum(broker, publisher: MetadataPublisher) -> None:
+    """The metadata log replicated by the Raft quorum (broker/quorum.py): this node a voter when it is in
+    controller.quorum.voters, else an observer; the controller channel decides here while this node is the
+    active controller and forwards otherwise."""
+    import random
+
+    from odradek.replication.raft import FileQuorumStateStore, RaftConfig, RaftNode
+    from odradek.replication.raft.storage_log import StorageRaftLog
+
+    from .config import ConfigError
+    from .node_client import NodeConnections
+    from .quorum import ClusterControllerChannel, MetadataLoader, QuorumControllerChannel, QuorumDriver
+
+    cfg = broker.config
+    if broker.cluster_id is None:
+        raise ConfigError(
+            "a node of a controller quorum needs formatted storage: run `odradek storage format --cluster-id ID "
+            "-c <this server.properties>` on every node with the same id (`odradek storage random-uuid`)",
+            key="log.dirs",
+        )
+    log_ = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())
+    raft_log = StorageRaftLog(log_, log_.directory, now_ms)
+    voters = {v.node_id: (v.host, v.port) for v in cfg.voters()}
+    loader = MetadataLoader(publisher, clock=now_ms, snapshot_max_bytes=cfg.metadata_log_max_record_bytes_between_snapshots)
+    raft = RaftNode(
+        RaftConfig(
+            node_id=cfg.node_id, voters=tuple(sorted(voters)), cluster_id=broker.cluster_id,
+            election_timeout_ms=cfg.controller_quorum_election_timeout_ms,
+            election_backoff_max_ms=cfg.controller_quorum_election_backoff_max_ms,
+            fetch_timeout_ms=cfg.controller_quorum_fetch_timeout_ms,
+            request_timeout_ms=cfg.controller_quorum_request_timeout_ms,
+            # A parked fetch must be answered well within the fetcher's request timeout.
+            fetch_max_wait_ms=min(500, cfg.controller_quorum_request_timeout_ms // 2),
+        ),
+        raft_log, FileQuorumStateStore(log_.directory), loader, random.Random(), now_ms(),
+    )
+    loader.raft = raft
+    connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}")
+    driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms)
+    local = None
+    if raft.is_voter and "controller" in cfg.process_roles:
+        local = QuorumControllerChannel(Controller(), cfg, now_ms, driver, loader)
+        local.cluster_id = broker.cluster_id
+    broker.quorum = driver
+    broker.metadata_loader = loader
+    broker.controller = ClusterControllerChannel(local, loader, connections, node_id=cfg.node_id)
+
+
 def register_broker(broker) -> None:
     """Register this node with the endpoints of the listeners it bound (on an empty log, bootstrap the
-    cluster first), then start the group coordinator if groups exist already."""
+    cluster first), then start the group coordinator if groups exist already. A node of a cluster does
+    it in the background instead (BrokerRegistration to the active controller, then heartbeats)."""
     from .groups_wiring import OFFSETS_TOPIC
 
     cfg = broker.config
     endpoints = registration_endpoints(cfg, {name: port for name, _host, port in broker.bound})
+    if broker.quorum is not None:
+        broker.quorum.start()
+        broker.spawn(_lifecycle(broker, endpoints))
+        return
     registered = broker.controller.register_broker(
         cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=broker.cluster_id
     )
@@ -99,6 +161,39 @@ def register_broker(broker) -> None:
     if image.topics_by_name.get(OFFSETS_TOPIC) is not None:
         broker.services.groups  # load the coordinator's partitions at start when groups exist already
     log.info("components started", cluster_id=image.cluster_id, topics=len(image.topics_by_name))
+
+
+async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
+    """A node of a cluster: register with the active controller (retrying until one answers), then
+    heartbeat every broker.heartbeat.interval.ms with how far this node has applied the metadata log."""
+    from odradek.protocol.messages import BrokerHeartbeatRequest
+
+    cfg = broker.config
+    controller = broker.controller
+    delay_s = 0.1
+    while True:
+        try:
+            broker.broker_epoch = await broker.services.future_from(
+                controller.register_broker(cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=broker.cluster_id)
+            )
+            break
+        except Exception as e:  # noqa: BLE001 - no controller yet, a controller change: try again
+            log.debug("registration not done yet", error=str(e))
+            await asyncio.sleep(delay_s)
+    log.info("registered", broker_epoch=broker.broker_epoch)
+    while True:
+        await asyncio.sleep(cfg.broker_heartbeat_interval_ms / 1000)
+        request = BrokerHeartbeatRequest(
+            broker_id=cfg.node_id, broker_epoch=broker.broker_epoch,
+            current_metadata_offset=broker.metadata_loader.applied_end_offset, want_fence=False, want_shut_down=False,
+        )
+        try:
+            response = await broker.services.future_from(controller.heartbeat(request))
+        except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
+            log.debug("heartbeat failed", error=str(e))
+            continue
+        if response.error_code == 0:
+            broker.fenced = response.is_fenced
 
 
 def registration_endpoints(cfg, bound_ports: dict[str, int]) -> list[Endpoint]:
@@ -239,5 +334,9 @@ async def stop_components(broker) -> None:
         broker.metrics_server.stop()
     # Let a flush or cleaning that is running in a worker thread finish before the logs close under it.
     await asyncio.gather(*broker._maintenance, return_exceptions=True)
+    if broker.quorum is not None:
+        await broker.quorum.stop()
+        await broker.controller.close()
+        await broker.quorum.connections.close()
     if broker.log_manager is not None:
         broker.log_manager.close()

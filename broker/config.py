@@ -449,6 +449,27 @@ class BrokerConfig(BaseModel):
         T.LIST,
         "host:port list used to discover the controller quorum.",
     )
+    controller_quorum_election_timeout_ms: Int = _f(
+        "controller.quorum.election.timeout.ms", 1000, T.INT,
+        "How long a voter waits without hearing from a leader before it stands for election (randomized up to 2x).",
+        ge=1,
+    )
+    controller_quorum_election_backoff_max_ms: Int = _f(
+        "controller.quorum.election.backoff.max.ms", 1000, T.INT, "Longest wait before a failed election is retried.", ge=1
+    )
+    controller_quorum_fetch_timeout_ms: Int = _f(
+        "controller.quorum.fetch.timeout.ms", 2000, T.INT,
+        "A follower that cannot fetch from the leader this long stands for election; a leader not fetched from "
+        "by a majority for 1.5x this long resigns.",
+        ge=1,
+    )
+    controller_quorum_request_timeout_ms: Int = _f(
+        "controller.quorum.request.timeout.ms", 2000, T.INT, "Timeout of the quorum's requests between nodes.", ge=1
+    )
+    metadata_log_max_record_bytes_between_snapshots: Int = _f(
+        "metadata.log.max.record.bytes.between.snapshots", 20971520, T.LONG,
+        "Committed metadata record bytes after which a new metadata snapshot is taken.", ge=1
+    )
     controller_listener_names: StrList = _f(
         "controller.listener.names",
         "CONTROLLER",

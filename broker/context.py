@@ -73,6 +73,7 @@ class ConnectionContext:
     listener: str
     security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
     principal: KafkaPrincipal = ANONYMOUS
+    scope: str = "broker"  # "controller" on a controller listener (broker.handlers: BROKER, CONTROLLER)
 
 
 @dataclass(slots=True)

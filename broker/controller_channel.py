@@ -162,6 +162,34 @@ class ControllerDecisions:
 
         return self._single(op)
 
+    def unregister_broker(self, broker_id: int) -> Deferred:
+        return self._single(lambda: (self.controller.unregister_broker(broker_id), None))
+
+    def heartbeat(self, request) -> Deferred:
+        """BrokerHeartbeat: the broker's lease. A broker caught up with the metadata log (its current offset
+        at or past its registration's) and not asking to be fenced is unfenced; one asking to be fenced is
+        fenced. Answers the BrokerHeartbeatResponse."""
+        from odradek.protocol.messages import BrokerHeartbeatResponse
+
+        def op():
+            broker = self.controller.image.brokers.get(request.broker_id)
+            if broker is None:
+                raise MetadataError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker {request.broker_id} is not registered.")
+            if request.broker_epoch != broker.broker_epoch:
+                raise MetadataError(ErrorCode.STALE_BROKER_EPOCH, f"Expected broker epoch {broker.broker_epoch}.")
+            caught_up = request.current_metadata_offset >= broker.broker_epoch
+            records: list = []
+            fenced = broker.fenced
+            if request.want_fence and not broker.fenced:
+                records, fenced = self.controller.fence_broker(request.broker_id), True
+            elif caught_up and broker.fenced and not request.want_fence:
+                records, fenced = self.controller.unfence_broker(request.broker_id), False
+            response = BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=caught_up, is_fenced=fenced,
+                                               should_shut_down=bool(request.want_shut_down))
+            return records, response
+
+        return self._single(op)
+
     # -- one road for every change
 
     def _single(self, op: Callable[[], tuple[list, object]]) -> Deferred:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import structlog
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import build_batch, iter_batches, iter_records
 from odradek.replication.metadata_image import MetadataError
@@ -26,6 +28,8 @@ from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.names import TopicPartition
 
 __all__ = ["InternalTopicWriter", "ensure_internal_topic"]
+
+log = structlog.get_logger("odradek.internal_topics")
 
 _READ_CHUNK_BYTES = 1 << 20
 _MAX_UNCOMPRESSED_BATCH_BYTES = 64 << 20
@@ -95,14 +99,29 @@ class InternalTopicWriter:
 
 def ensure_internal_topic(broker, name: str, num_partitions: int, replication_factor: int, segment_bytes: int) -> int:
     """Create internal topic `name` (compacted) through the controller if it does not exist; its number
-    of partitions. Waits for the creation (a local controller commits at once)."""
+    of partitions. A local controller creates it at once; in a cluster the creation goes to the active
+    controller and this returns the number asked for: the coordinator's partitions load as their
+    leadership reaches this broker, and FindCoordinator answers COORDINATOR_NOT_AVAILABLE until then."""
     from .controller_channel import NewTopic
 
     existing = broker.metadata.image.topics_by_name.get(name)
-    if existing is None:
-        config = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
-        created = broker.controller.create_topics([NewTopic(name, num_partitions, replication_factor, config)], internal=True)
+    if existing is not None:
+        return len(existing.partitions)
+    config = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+    created = broker.controller.create_topics([NewTopic(name, num_partitions, replication_factor, config)], internal=True)
+
+    def check(d) -> None:
+        error = d.failed_with
+        if error is None:
+            (outcome,) = d.result()
+            error = outcome if isinstance(outcome, MetadataError) else None
+        if error is not None and getattr(error, "error_code", None) != ErrorCode.TOPIC_ALREADY_EXISTS:
+            log.warning("internal topic not created", topic=name, error=str(error))
+
+    created.add_callback(check)
+    if created.done and created.failed_with is None:
         (outcome,) = created.result()
         if isinstance(outcome, MetadataError) and outcome.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
             raise outcome
-    return len(broker.metadata.image.topics_by_name[name].partitions)
+    existing = broker.metadata.image.topics_by_name.get(name)
+    return len(existing.partitions) if existing is not None else num_partitions

@@ -63,13 +63,15 @@ SMALL_REGION_BYTES = 16 * 1024
 
 
 class KafkaProtocol(asyncio.BufferedProtocol):
-    def __init__(self, server: "NetworkServer", listener: str, security_protocol: SecurityProtocol):
+    def __init__(self, server: "NetworkServer", listener: str, security_protocol: SecurityProtocol, scope: str = "broker"):
         self.server = server
         self.listener = listener
         self.security_protocol = security_protocol
+        self.scope = scope
+        self.advertised_versions = server.scopes[scope][1]
         self.conn = ServerConnection(
-            max_frame_bytes=server.max_frame_bytes, supported=server.accepted_versions,
-            fast_produce=server.serve_produce_frame is not None,
+            max_frame_bytes=server.max_frame_bytes, supported=server.scopes[scope][0],
+            fast_produce=server.serve_produce_frame is not None and scope == "broker",
         )
         self.transport: asyncio.Transport | None = None
         self.inbox: deque = deque()
@@ -91,7 +93,9 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("sockname") or ("?", 0)
         self.client_host = str(peer[0])
         self.connection_id = f"{sock[0]}:{sock[1]}-{peer[0]}:{peer[1]}"
-        self.context = ConnectionContext(self.connection_id, self.client_host, self.listener, self.security_protocol)
+        self.context = ConnectionContext(
+            self.connection_id, self.client_host, self.listener, self.security_protocol, scope=self.scope
+        )
         if self.server.draining or not self.server.register(self):
             log.warning("connection refused", client=self.connection_id, draining=self.server.draining)
             transport.abort()
@@ -161,7 +165,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                         return
             if result is None:
                 if isinstance(event, ApiVersionsUnsupported):
-                    self._write(self.conn.send_api_versions_unsupported(event.header, server.advertised_versions))
+                    self._write(self.conn.send_api_versions_unsupported(event.header, self.advertised_versions))
                     continue
                 ctx = RequestContext(event.header, event.request, self.context, time.monotonic_ns(), event.frame_size)
                 try:
@@ -328,6 +332,8 @@ class NetworkServer:
         self.serve_produce_frame = serve_produce_frame
         self.accepted_versions = accepted_versions
         self.advertised_versions = advertised_versions
+        # What each kind of listener serves: (accepted, advertised) versions by scope (broker.handlers).
+        self.scopes: dict[str, tuple[dict, dict]] = {"broker": (accepted_versions, advertised_versions)}
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
         self.max_inbox = 16
@@ -378,8 +384,12 @@ class NetworkServer:
         while self.waiting and self.parked < self.max_parked:
             self.waiting.pop().pump()
 
+    def add_scope(self, scope: str, accepted: dict[int, tuple[int, int]], advertised: dict[int, tuple[int, int]]) -> None:
+        self.scopes[scope] = (accepted, advertised)
+
     async def listen(
-        self, name: str, host: str, port: int, security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+        self, name: str, host: str, port: int, security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
+        scope: str = "broker",
     ) -> tuple[str, int]:
         if security_protocol is not SecurityProtocol.PLAINTEXT:
             # Refused here too, not only by the config check: a TLS listener served as plaintext, or a file
@@ -387,7 +397,7 @@ class NetworkServer:
             raise ValueError(f"listener {name}: security protocol {security_protocol.value} is not served")
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: KafkaProtocol(self, name, security_protocol), host, port, reuse_address=True, backlog=512,
+            lambda: KafkaProtocol(self, name, security_protocol, scope), host, port, reuse_address=True, backlog=512,
             start_serving=False,
         )
         self.servers.append(server)

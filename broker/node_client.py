@@ -85,6 +85,7 @@ class NodeConnection:
         if conn is None or writer is None:
             raise NodeUnavailable(f"node {self.node_id} is not connected")
         future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_retrieved)  # a caller that timed out no longer awaits it
         try:
             _, data = conn.send_request(message, version)
         except ProtocolError:  # a request this client cannot encode: the caller's bug, not the node's
@@ -168,6 +169,11 @@ class NodeConnection:
         task, self._reader_task = self._reader_task, None
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class NodeConnections:

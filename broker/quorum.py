@@ -234,9 +234,23 @@ class QuorumControllerChannel(ControllerDecisions):
             self.controller.advance(self.loader.image, batch.last_offset + 1)
             self.is_active = True
             log.info("active controller", epoch=raft.epoch)
+            if self.loader.image.cluster_id is None and self.cluster_id is not None:
+                self._bootstrap()
         while self._waiting and self._waiting[0][0] <= batch.last_offset:
             _, commit = self._waiting.pop(0)
             commit.complete(None)
+
+    cluster_id: str | None = None  # from meta.properties: written by the first active controller
+
+    def _bootstrap(self) -> None:
+        """The first active controller of a new cluster writes what `odradek storage format` decided: the
+        metadata.version feature level and the cluster id (Kafka's bootstrap records)."""
+        from odradek.replication.metadata_image import METADATA_VERSION, METADATA_VERSION_FEATURE
+        from odradek.replication.metadata_records import ClusterIdRecord, FeatureLevelRecord
+
+        records = [FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
+                   ClusterIdRecord(cluster_id=self.cluster_id)]
+        self._single(lambda: (records, None))
 
     def _commit(self, records: list, working) -> Deferred:
         try:
@@ -254,3 +268,164 @@ class QuorumControllerChannel(ControllerDecisions):
         for _, commit in waiting:
             commit.fail(error)
         self.controller.advance(self.loader.image, self.loader.applied_end_offset)
+
+
+class ClusterControllerChannel:
+    """`services.controller` on a node of a cluster: the calls are decided here while this node is the
+    active controller, else sent to it as Kafka's controller RPCs over its controller listener
+    (CreateTopics for internal topics, AllocateProducerIds, BrokerRegistration). Client admin requests
+    (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs) are forwarded
+    whole by their handlers (`forward`), as KIP-590 brokers do, so they never reach the other calls here
+    on a node that is not the active controller."""
+
+    def __init__(self, local: QuorumControllerChannel | None, loader: MetadataLoader, connections: NodeConnections,
+                 *, node_id: int, request_timeout_s: float = 30.0) -> None:
+        self.local = local
+        self.loader = loader
+        self.connections = connections
+        self.node_id = node_id
+        self.request_timeout_s = request_timeout_s
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def is_active(self) -> bool:
+        return self.local is not None and self.local.is_active
+
+    @property
+    def active_controller_id(self) -> int:
+        return self.loader.leader_id
+
+    # -- forwarding
+
+    async def forward(self, request, version: int):
+        """Send a client's request as it came to the active controller; its response."""
+        leader = await self._leader()
+        return await self.connections.request(leader, request, version, purpose="forward", timeout_s=self.request_timeout_s)
+
+    async def _leader(self) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_s
+        while self.loader.leader_id < 0 or self.loader.leader_id == self.node_id and not self.is_active:
+            if loop.time() > deadline:
+                raise NodeUnavailable("no active controller")
+            await asyncio.sleep(0.05)
+        return self.loader.leader_id
+
+    def _remote(self, coro_fn) -> Deferred:
+        out: Deferred = Deferred()
+
+        async def run() -> None:
+            try:
+                out.complete(await coro_fn())
+            except Exception as e:  # noqa: BLE001 - the caller sees the failure on its Deferred
+                out.fail(e)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return out
+
+    # -- the calls
+
+    def create_topics(self, topics, *, validate_only: bool = False, internal: bool = False) -> Deferred:
+        if self.is_active:
+            return self.local.create_topics(topics, validate_only=validate_only, internal=internal)
+        from odradek.protocol.messages import CreateTopicsRequest
+
+        request = CreateTopicsRequest(validate_only=validate_only, timeout_ms=int(self.request_timeout_s * 1000), topics=[
+            CreateTopicsRequest.CreatableTopic(
+                name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+                assignments=[CreateTopicsRequest.CreatableTopic.CreatableReplicaAssignment(partition_index=i, broker_ids=list(b))
+                             for i, b in sorted((t.assignments or {}).items())],
+                configs=[CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v) for k, v in t.configs.items()],
+            )
+            for t in topics
+        ])
+
+        async def call():
+            from .controller_channel import CreatedTopic
+
+            response = await self.forward(request, 7)
+            results = []
+            for r in response.topics:
+                if r.error_code:
+                    results.append(MetadataError(ErrorCode(r.error_code), r.error_message or ""))
+                else:
+                    results.append(CreatedTopic(r.name, r.topic_id, r.num_partitions, r.replication_factor, {}))
+            return results
+
+        return self._remote(call)
+
+    def delete_topics(self, topics) -> Deferred:
+        return self._local_only("delete_topics", topics)
+
+    def create_partitions(self, topics, *, validate_only: bool = False) -> Deferred:
+        return self._local_only("create_partitions", topics, validate_only=validate_only)
+
+    def alter_configs(self, changes, *, validate_only: bool = False) -> Deferred:
+        return self._local_only("alter_configs", changes, validate_only=validate_only)
+
+    def _local_only(self, name: str, *args, **kwargs) -> Deferred:
+        if self.is_active:
+            return getattr(self.local, name)(*args, **kwargs)
+        return Deferred.failed(MetadataError(ErrorCode.NOT_CONTROLLER, "This node is not the active controller."))
+
+    def allocate_producer_ids(self, broker_id: int) -> Deferred:
+        if self.is_active:
+            return self.local.allocate_producer_ids(broker_id)
+        from odradek.protocol.messages import AllocateProducerIdsRequest
+        from odradek.replication.metadata_image import ProducerIdsBlock
+
+        async def call():
+            epoch = self.loader.image.brokers.get(broker_id)
+            request = AllocateProducerIdsRequest(broker_id=broker_id, broker_epoch=epoch.broker_epoch if epoch else -1)
+            response = await self.forward(request, 0)
+            if response.error_code:
+                raise MetadataError(ErrorCode(response.error_code), "AllocateProducerIds failed")
+            return ProducerIdsBlock(broker_id, response.producer_id_start, response.producer_id_len)
+
+        return self._remote(call)
+
+    def heartbeat(self, request) -> Deferred:
+        if self.is_active:
+            return self.local.heartbeat(request)
+        return self._remote(lambda: self.forward(request, 0))
+
+    def unregister_broker(self, broker_id: int) -> Deferred:
+        if self.is_active:
+            return self.local.unregister_broker(broker_id)
+        from odradek.protocol.messages import UnregisterBrokerRequest
+
+        async def call():
+            response = await self.forward(UnregisterBrokerRequest(broker_id=broker_id), 0)
+            if response.error_code:
+                raise MetadataError(ErrorCode(response.error_code), response.error_message or "UnregisterBroker failed")
+
+        return self._remote(call)
+
+    def register_broker(self, broker_id: int, endpoints, *, rack, cluster_id) -> Deferred:
+        if self.is_active:
+            return self.local.register_broker(broker_id, endpoints, rack=rack, cluster_id=cluster_id)
+        import uuid as _uuid
+
+        from odradek.protocol.messages import BrokerRegistrationRequest
+
+        request = BrokerRegistrationRequest(
+            broker_id=broker_id, cluster_id=cluster_id or "", incarnation_id=_uuid.uuid4(), rack=rack,
+            listeners=[BrokerRegistrationRequest.Listener(name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol)
+                       for e in endpoints],
+            features=[],
+        )
+
+        async def call():
+            response = await self.forward(request, 0)
+            if response.error_code:
+                raise MetadataError(ErrorCode(response.error_code), "BrokerRegistration failed")
+            return response.broker_epoch
+
+        return self._remote(call)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -45,8 +45,14 @@ class Broker:
         self.accepted_versions = handler_registry.accepted_versions(self.registry)
         self.advertised_versions = handler_registry.advertised_versions(self.registry)
         self.api_versions_response = build_response(self.advertised_versions)
+        # The controller listeners serve the quorum's and the brokers' RPCs, with their own ApiVersions.
+        self.controller_registry = handler_registry.load_handlers(handler_registry.CONTROLLER)
+        self.controller_api_versions_response = build_response(
+            handler_registry.advertised_versions(self.controller_registry)
+        )
         self.network: NetworkServer | None = None
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
+        self.controller_bound: list[tuple[str, str, int]] = []
         self.metrics = None
         self.metrics_server = None
         # Set by components.start_components, in this order:
@@ -58,6 +64,10 @@ class Broker:
         self.controller = None  # the controller channel
         self.services: BrokerServices | None = None  # what handlers receive
         self.cluster_id: str | None = None  # from meta.properties when the storage was formatted
+        self.quorum = None  # the Raft driver, in a cluster (broker/quorum.py)
+        self.metadata_loader = None
+        self.broker_epoch = -1
+        self.fenced = False
         self._timer_handle = None
         self._timer_deadline: int | None = None
         self._fetches_scheduled = False
@@ -93,6 +103,17 @@ class Broker:
                 listener.name, host, listener.port, SecurityProtocol(listener.security_protocol)
             )
             self.bound.append((listener.name, bound_host, port))
+        if self.quorum is not None and "controller" in cfg.process_roles:
+            self.network.add_scope(
+                handler_registry.CONTROLLER, handler_registry.accepted_versions(self.controller_registry),
+                handler_registry.advertised_versions(self.controller_registry),
+            )
+            for listener in cfg.controller_listeners():
+                bound_host, port = await self.network.listen(
+                    listener.name, listener.host or "0.0.0.0", listener.port,
+                    SecurityProtocol(listener.security_protocol), scope=handler_registry.CONTROLLER,
+                )
+                self.controller_bound.append((listener.name, bound_host, port))
         register_broker(self)
         await self.network.start_serving()
         for name, host, port in self.bound:
@@ -165,7 +186,8 @@ class Broker:
     def dispatch(self, ctx: RequestContext):
         """Run the handler registered for the request: a response, None (acks=0), or a future of one.
         A handler's exception is logged and re-raised; the connection then closes."""
-        registration = self.registry[ctx.api_key]
+        registry = self.controller_registry if ctx.connection.scope == handler_registry.CONTROLLER else self.registry
+        registration = registry[ctx.api_key]
         started = time.perf_counter()
         try:
             result = registration.handler(self.services, ctx, ctx.request)
@@ -225,8 +247,10 @@ def refuse_unserved_settings(cfg: BrokerConfig) -> None:
     * A listener whose security protocol is not served (SSL, SASL_PLAINTEXT, SASL_SSL until the security
       issue lands) would otherwise be served as plaintext, and zero-copy would sendfile file regions into
       what should be a TLS stream.
-    * A controller quorum with voters other than this node needs the Raft quorum, which is not served
-      yet: such a node would otherwise run as a cluster of one of its own, with its own cluster id.
+    * `controller.quorum.bootstrap.servers` without `controller.quorum.voters` asks for a dynamic quorum
+      (KIP-853), which is not served: the voters must be listed.
+    * A controller (process.roles has it) in a quorum with other voters needs a controller listener to be
+      reached on.
     """
     for listener in cfg.listener_list():
         protocol = SecurityProtocol(listener.security_protocol)
@@ -236,15 +260,19 @@ def refuse_unserved_settings(cfg: BrokerConfig) -> None:
                 "serve yet (PLAINTEXT only); map the listener to PLAINTEXT or remove it",
                 key="listener.security.protocol.map",
             )
-    others = sorted(v.node_id for v in cfg.voters() if v.node_id != cfg.node_id)
-    needs_quorum = "controller.quorum.voters names other voters (" + ", ".join(map(str, others)) + ")"
-    if not others and "controller" not in cfg.process_roles:
-        needs_quorum = "process.roles=broker (a broker that follows remote controllers)"
-    if others or "controller" not in cfg.process_roles:
+    voters = cfg.voters()
+    if not voters and cfg.controller_quorum_bootstrap_servers:
         raise ConfigError(
-            f"{needs_quorum}: that needs the Raft controller quorum, which this broker does not serve yet; "
-            "leave controller.quorum.voters empty (a quorum of one: this node) with process.roles=broker,controller",
-            key="controller.quorum.voters",
+            "a dynamic controller quorum (controller.quorum.bootstrap.servers without controller.quorum.voters) is "
+            "not served; list the voters in controller.quorum.voters (id@host:port,...)",
+            key="controller.quorum.bootstrap.servers",
+        )
+    others = [v for v in voters if v.node_id != cfg.node_id]
+    if others and "controller" in cfg.process_roles and cfg.node_id in {v.node_id for v in voters} and not cfg.controller_listeners():
+        raise ConfigError(
+            f"node {cfg.node_id} is a voter of a quorum with other nodes but has no controller listener "
+            f"({', '.join(cfg.controller_listener_names)}) in listeners",
+            key="listeners",
         )
 
 

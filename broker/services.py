@@ -11,6 +11,8 @@ broker/components.py, where the start and stop order is written down.
   * `data`: the replica manager (partitions, their logs, the produce and fetch purgatories).
   * `groups`: the group coordinator, created with `__consumer_offsets` on first use, as Kafka does.
   * `producer_ids`: producer ids for InitProducerId, from blocks the controller allocates.
+  * `quorum`: the Raft driver of a node in a cluster (broker/quorum.py); None in a cluster of one, whose
+    metadata log is local.
 """
 
 from __future__ import annotations
@@ -37,14 +39,15 @@ if TYPE_CHECKING:
 class BrokerServices:
     __slots__ = (
         "config", "node_id", "now_ms", "metadata", "controller", "data", "log_manager", "producer_ids",
-        "api_versions_response", "_groups", "_groups_factory",
+        "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
     )
 
     def __init__(
         self, *, config: BrokerConfig, now_ms: Callable[[], int], metadata: MetadataPublisher,
         controller: ControllerChannel, data: ReplicaManager, log_manager: LogManager,
         producer_ids: ProducerIdManager, api_versions_response: Any,
-        groups_factory: Callable[[], GroupCoordinator],
+        groups_factory: Callable[[], GroupCoordinator], controller_api_versions_response: Any = None,
+        quorum=None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -55,6 +58,8 @@ class BrokerServices:
         self.log_manager = log_manager
         self.producer_ids = producer_ids
         self.api_versions_response = api_versions_response
+        self.controller_api_versions_response = controller_api_versions_response
+        self.quorum = quorum  # the Raft driver (broker/quorum.py) of a node in a cluster; None in a cluster of one
         self._groups: GroupCoordinator | None = None
         self._groups_factory = groups_factory
 
@@ -149,6 +154,23 @@ class BrokerServices:
                 future.set_result(build(d.result()))
             except Exception as e:  # noqa: BLE001 - the connection closes, as for any handler failure
                 future.set_exception(e)
+
+        deferred.add_callback(settle)
+        return future
+
+    def settle(self, deferred: Deferred, build: Callable[[Deferred], Any]):
+        """`build(deferred)` once it is complete (now if it is), failed or not: for answers that report
+        a failure as an error code rather than by closing the connection."""
+        if deferred.done:
+            return build(deferred)
+        future = asyncio.get_running_loop().create_future()
+
+        def settle(d: Deferred) -> None:
+            if not future.done():
+                try:
+                    future.set_result(build(d))
+                except Exception as e:  # noqa: BLE001 - the connection closes, as for any handler failure
+                    future.set_exception(e)
 
         deferred.add_callback(settle)
         return future

@@ -33,7 +33,10 @@ class Registration:
     handler: Callable[..., Any]
 
 
-_REGISTRY: dict[int, Registration] = {}
+# Which listeners serve an API: the broker listeners (clients, other brokers) or the controller listeners
+# (the quorum and brokers talking to the controller), each with its own ApiVersions, as Kafka's are.
+BROKER, CONTROLLER = "broker", "controller"
+_REGISTRY: dict[str, dict[int, Registration]] = {BROKER: {}, CONTROLLER: {}}
 
 FAMILIES = (
     "api_versions",
@@ -47,30 +50,36 @@ FAMILIES = (
     "producer_ids",
     "groups",
     "offsets",
+    "quorum",
 )
 
 
-def handles(api_key: int, versions: tuple[int, int] | None = None, *, advertise_min: int | None = None):
-    """Register a handler for `api_key` over `versions` (default: every version the schema defines)."""
+def handles(
+    api_key: int, versions: tuple[int, int] | None = None, *, advertise_min: int | None = None,
+    listeners: tuple[str, ...] = (BROKER,),
+):
+    """Register a handler for `api_key` over `versions` (default: every version the schema defines), on
+    the broker listeners, the controller listeners, or both."""
 
     def register(fn):
         low, high = versions if versions is not None else REQUESTS[api_key].VALID_VERSIONS
-        if api_key in _REGISTRY:
-            raise RuntimeError(f"api key {api_key} registered twice")
-        _REGISTRY[api_key] = Registration(api_key, low, high, low if advertise_min is None else advertise_min, fn)
+        for scope in listeners:
+            if api_key in _REGISTRY[scope]:
+                raise RuntimeError(f"api key {api_key} registered twice for {scope} listeners")
+            _REGISTRY[scope][api_key] = Registration(api_key, low, high, low if advertise_min is None else advertise_min, fn)
         return fn
 
     return register
 
 
-def load_handlers() -> dict[int, Registration]:
+def load_handlers(scope: str = BROKER) -> dict[int, Registration]:
     for family in FAMILIES:
         try:
             importlib.import_module(f"{__name__}.{family}")
         except ModuleNotFoundError as e:
             if e.name != f"{__name__}.{family}":
                 raise
-    return dict(_REGISTRY)
+    return dict(_REGISTRY[scope])
 
 
 def accepted_versions(registry: dict[int, Registration]) -> dict[int, tuple[int, int]]:

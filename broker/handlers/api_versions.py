@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from odradek.protocol.messages import ApiVersionsResponse
 
-from . import handles
+from . import BROKER, CONTROLLER, handles
 
 
 def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:
@@ -12,6 +12,10 @@ def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:
     return ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
 
 
-@handles(18)
+@handles(18, listeners=(BROKER, CONTROLLER))
 def handle_api_versions(services, ctx, request):
+    """Each kind of listener lists what it serves: the broker listeners the client APIs, the controller
+    listeners the quorum's and the brokers' RPCs."""
+    if ctx.connection.scope == CONTROLLER:
+        return services.controller_api_versions_response
     return services.api_versions_response

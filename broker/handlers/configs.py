@@ -19,6 +19,8 @@ from odradek.replication.metadata_image import MetadataError, validate_topic_nam
 from ..config import ConfigError, ConfigType, render_value
 from ..controller_channel import ConfigChange
 from ..topic_config import TOPIC_CONFIGS, ConfigResourceType, describe_broker, describe_topic
+from . import BROKER as BROKER_LISTENERS
+from . import CONTROLLER as CONTROLLER_LISTENERS
 from . import handles
 
 DResult = DescribeConfigsResponse.DescribeConfigsResult
@@ -191,8 +193,10 @@ def _alter_all(services, resources, validate_only: bool, change_of, result_cls):
 # ---- AlterConfigs: the given set replaces the resource's dynamic configs
 
 
-@handles(33, (0, 2))
+@handles(33, (0, 2), listeners=(BROKER_LISTENERS, CONTROLLER_LISTENERS))
 def handle_alter_configs(services, ctx, request):
+    if not services.controller.is_active:
+        return services.controller.forward(request, ctx.api_version)
     def change_of(r) -> ConfigChange | None:
         keys = [c.name for c in r.configs]
         if r.resource_type == TOPIC:
@@ -261,8 +265,10 @@ def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
     return changes
 
 
-@handles(44, (0, 1))
+@handles(44, (0, 1), listeners=(BROKER_LISTENERS, CONTROLLER_LISTENERS))
 def handle_incremental_alter_configs(services, ctx, request):
+    if not services.controller.is_active:
+        return services.controller.forward(request, ctx.api_version)
     def change_of(r) -> ConfigChange | None:
         keys = [c.name for c in r.configs]
         if r.resource_type == TOPIC:

@@ -28,7 +28,7 @@ from odradek.storage.names import TopicPartition
 from ..config import ConfigError
 from ..controller_channel import CreatedTopic, NewPartitions, NewTopic, TopicToDelete
 from ..topic_config import describe_topic
-from . import handles
+from . import BROKER, CONTROLLER, handles
 
 CTResult = CreateTopicsResponse.CreatableTopicResult
 CTConfig = CTResult.CreatableTopicConfigs
@@ -86,9 +86,12 @@ def _created(services, created: CreatedTopic, version: int) -> CTResult:
     return result
 
 
-@handles(19, (2, 7))
+@handles(19, (2, 7), listeners=(BROKER, CONTROLLER))
 def handle_create_topics(services, ctx, request):
+    if not services.controller.is_active:
+        return services.controller.forward(request, ctx.api_version)  # KIP-590: the active controller answers
     version = ctx.api_version
+    internal = ctx.connection.scope == CONTROLLER  # brokers create internal topics through the controller
     duplicated = _duplicates(t.name for t in request.topics)
     results: list = []  # a CTResult made here, or the index of the topic's item in the controller call
     items: list[NewTopic] = []
@@ -121,14 +124,17 @@ def handle_create_topics(services, ctx, request):
             topics.append(r)
         return CreateTopicsResponse(throttle_time_ms=0, topics=topics)
 
-    return services.answer(services.controller.create_topics(items, validate_only=request.validate_only), answer)
+    created = services.controller.create_topics(items, validate_only=request.validate_only, internal=internal)
+    return services.answer(created, answer)
 
 
 # ---- DeleteTopics
 
 
-@handles(20, (1, 6))
+@handles(20, (1, 6), listeners=(BROKER, CONTROLLER))
 def handle_delete_topics(services, ctx, request):
+    if not services.controller.is_active:
+        return services.controller.forward(request, ctx.api_version)
     version = ctx.api_version
     if version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -183,8 +189,10 @@ def handle_delete_topics(services, ctx, request):
 # ---- CreatePartitions
 
 
-@handles(37, (0, 3))
+@handles(37, (0, 3), listeners=(BROKER, CONTROLLER))
 def handle_create_partitions(services, ctx, request):
+    if not services.controller.is_active:
+        return services.controller.forward(request, ctx.api_version)
     duplicated = _duplicates(t.name for t in request.topics)
     results: list = []
     items: list[NewPartitions] = []

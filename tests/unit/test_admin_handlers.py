@@ -104,7 +104,8 @@ class Calls:
     def __call__(self, api_key: int, version: int, request):
         registration = self.broker.registry[api_key]
         assert registration.min_version <= version <= registration.max_version
-        ctx = types.SimpleNamespace(api_key=api_key, api_version=version, listener="PLAINTEXT")
+        ctx = types.SimpleNamespace(api_key=api_key, api_version=version, listener="PLAINTEXT",
+                                    connection=types.SimpleNamespace(scope="broker"))
         response = registration.handler(self.broker.services, ctx, request)
         response.encode(version)  # the codec refuses fields outside their versions
         return response

@@ -1,0 +1,170 @@
+"""The controller listener's APIs: the Raft quorum's RPCs, and the brokers' RPCs to the active controller.
+
+Vote (52), BeginQuorumEpoch (53), EndQuorumEpoch (54), FetchSnapshot (59) and Fetch (1) of
+`__cluster_metadata` go to the node's Raft core (broker/quorum.py), which answers them, a parked Fetch
+later. DescribeQuorum (55) is served on both listeners, as Kafka's admin clients send it to any broker: the
+leader answers from its core, any other node forwards it to the leader, and a cluster of one
+(no Raft: its metadata log is local) describes itself as a quorum of one.
+
+BrokerRegistration (62), BrokerHeartbeat (63), UnregisterBroker (64) and AllocateProducerIds (67) are
+answered by the active controller only; elsewhere NOT_CONTROLLER, which brokers take as "look for the
+controller again".
+"""
+
+from __future__ import annotations
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import (
+    AllocateProducerIdsResponse,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationResponse,
+    DescribeQuorumResponse,
+    FetchResponse,
+    UnregisterBrokerResponse,
+)
+from odradek.replication.metadata_image import Endpoint, MetadataError
+from odradek.replication.raft import METADATA_TOPIC, METADATA_TOPIC_ID
+
+from . import BROKER, CONTROLLER, handles
+
+QTopic = DescribeQuorumResponse.TopicData
+QPartition = QTopic.PartitionData
+
+
+def _quorum(services):
+    if services.quorum is None:
+        raise MetadataError(ErrorCode.UNSUPPORTED_VERSION, "this node runs no controller quorum")
+    return services.quorum
+
+
+@handles(52, (0, 2), listeners=(CONTROLLER,))
+def handle_vote(services, ctx, request):
+    return _quorum(services).handle_request(request)
+
+
+@handles(53, (0, 1), listeners=(CONTROLLER,))
+def handle_begin_quorum_epoch(services, ctx, request):
+    return _quorum(services).handle_request(request)
+
+
+@handles(54, (0, 1), listeners=(CONTROLLER,))
+def handle_end_quorum_epoch(services, ctx, request):
+    return _quorum(services).handle_request(request)
+
+
+@handles(59, (0, 1), listeners=(CONTROLLER,))
+def handle_fetch_snapshot(services, ctx, request):
+    return _quorum(services).handle_request(request)
+
+
+@handles(1, (4, 17), listeners=(CONTROLLER,))
+def handle_metadata_fetch(services, ctx, request):
+    """Fetch on the controller listener: only `__cluster_metadata-0`, by the quorum's voters and observers."""
+    topic = request.topics[0] if len(request.topics) == 1 else None
+    ours = topic is not None and (topic.topic_id == METADATA_TOPIC_ID if ctx.api_version >= 13 else topic.topic == METADATA_TOPIC)
+    if not ours or services.quorum is None:
+        return FetchResponse(throttle_time_ms=0, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), session_id=0, responses=[])
+    return services.quorum.handle_request(request)
+
+
+@handles(55, (0, 2), listeners=(BROKER, CONTROLLER))
+def handle_describe_quorum(services, ctx, request):
+    quorum = services.quorum
+    if quorum is not None and quorum.raft.is_leader:
+        return quorum.handle_request(request)
+    if quorum is not None:  # only the leader knows every voter's lag
+        return services.controller.forward(request, ctx.api_version)
+    return _quorum_of_one(services)
+
+
+def _quorum_of_one(services) -> DescribeQuorumResponse:
+    """A cluster of one: this node is the only voter and the leader; its metadata log is the quorum's."""
+    end = services.metadata.offset if services.metadata.offset >= 0 else 0
+    me = services.node_id
+    voter = QPartition.ReplicaState(replica_id=me, log_end_offset=end, last_fetch_timestamp=-1, last_caught_up_timestamp=-1)
+    partition = QPartition(partition_index=0, error_code=0, error_message=None, leader_id=me, leader_epoch=0,
+                           high_watermark=end, current_voters=[voter], observers=[])
+    registration = services.metadata.image.brokers.get(me)
+    nodes = []
+    if registration is not None:
+        nodes = [DescribeQuorumResponse.Node(node_id=me, listeners=[
+            DescribeQuorumResponse.Node.Listener(name=e.name, host=e.host, port=e.port) for e in registration.endpoints
+        ])]
+    return DescribeQuorumResponse(error_code=0, error_message=None,
+                                  topics=[QTopic(topic_name=METADATA_TOPIC, partitions=[partition])], nodes=nodes)
+
+
+# -- brokers to the active controller
+
+
+def _not_controller(services) -> bool:
+    return not services.controller.is_active
+
+
+@handles(62, (0, 5), listeners=(CONTROLLER,))
+def handle_broker_registration(services, ctx, request):
+    if _not_controller(services):
+        return BrokerRegistrationResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), broker_epoch=-1)
+    endpoints = [Endpoint(lst.name, lst.host, lst.port, lst.security_protocol) for lst in request.listeners]
+    registered = services.controller.register_broker(
+        request.broker_id, endpoints, rack=request.rack, cluster_id=request.cluster_id or None,
+    )
+
+    def answer(d):
+        error = d.failed_with
+        if error is not None:
+            code = int(getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+            return BrokerRegistrationResponse(throttle_time_ms=0, error_code=code, broker_epoch=-1)
+        return BrokerRegistrationResponse(throttle_time_ms=0, error_code=0, broker_epoch=d.result())
+
+    return services.settle(registered, answer)
+
+
+@handles(63, (0, 2), listeners=(CONTROLLER,))
+def handle_broker_heartbeat(services, ctx, request):
+    if _not_controller(services):
+        return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), is_caught_up=False,
+                                       is_fenced=True, should_shut_down=False)
+    return services.settle(services.controller.heartbeat(request), _heartbeat_answer)
+
+
+def _heartbeat_answer(d):
+    error = d.failed_with
+    if error is not None:
+        code = int(getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+        return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=code, is_caught_up=False, is_fenced=True,
+                                       should_shut_down=False)
+    return d.result()
+
+
+@handles(64, (0, 0), listeners=(CONTROLLER,))
+def handle_unregister_broker(services, ctx, request):
+    if _not_controller(services):
+        return UnregisterBrokerResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), error_message=None)
+
+    def answer(d):
+        error = d.failed_with
+        if error is not None:
+            return UnregisterBrokerResponse(throttle_time_ms=0, error_code=int(getattr(error, "error_code", -1)),
+                                            error_message=str(error))
+        return UnregisterBrokerResponse(throttle_time_ms=0, error_code=0, error_message=None)
+
+    return services.settle(services.controller.unregister_broker(request.broker_id), answer)
+
+
+@handles(67, (0, 0), listeners=(CONTROLLER,))
+def handle_allocate_producer_ids(services, ctx, request):
+    if _not_controller(services):
+        return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER),
+                                           producer_id_start=-1, producer_id_len=-1)
+
+    def answer(d):
+        error = d.failed_with
+        if error is not None:
+            return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=int(getattr(error, "error_code", -1)),
+                                               producer_id_start=-1, producer_id_len=-1)
+        block = d.result()
+        return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=0, producer_id_start=block.first_producer_id,
+                                           producer_id_len=block.size)
+
+    return services.settle(services.controller.allocate_producer_ids(request.broker_id), answer)

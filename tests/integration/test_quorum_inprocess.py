@@ -1,0 +1,116 @@
+"""Three nodes (brokers and controllers both) in one process: the Raft quorum on real sockets.
+
+The nodes are formatted with one cluster id, elect a leader, which becomes the active controller and
+writes the cluster's bootstrap records; every node registers with it and follows the metadata log. A
+topic created through any node (forwarded to the active controller, KIP-590) reaches every node's image,
+and each partition is hosted where the image places it. When the active controller stops, another node
+takes over and metadata changes keep working. (Real processes and kill -9: test_cluster_processes.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from odradek.broker.node_client import NodeConnection
+from odradek.broker.server import Broker
+from odradek.broker.testing import broker_config
+from odradek.protocol.messages import CreateTopicsRequest, DescribeQuorumRequest, MetadataRequest
+from odradek.replication.metadata_image import new_cluster_id
+from odradek.storage.meta_properties import format_log_dir
+
+pytestmark = pytest.mark.timeout(120)
+
+QUICK = {
+    "controller.quorum.election.timeout.ms": 300,
+    "controller.quorum.fetch.timeout.ms": 600,
+    "controller.quorum.request.timeout.ms": 1000,
+    "broker.heartbeat.interval.ms": 200,
+}
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def cluster_configs(tmp_path, n: int = 3):
+    cluster_id = new_cluster_id()
+    ports = free_ports(2 * n)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{ports[n + i]}" for i in range(n))
+    configs = []
+    for i in range(n):
+        data = tmp_path / f"node{i + 1}"
+        format_log_dir(str(data), node_id=i + 1, cluster_id=cluster_id, directory_id=new_cluster_id())
+        configs.append(broker_config(data, **{
+            "node.id": i + 1, "process.roles": "broker,controller", "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{ports[i]},CONTROLLER://127.0.0.1:{ports[n + i]}", **QUICK,
+        }))
+    return cluster_id, configs
+
+
+async def until(predicate, timeout_s: float = 30.0, what: str = "condition"):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def active(nodes):
+    return [b for b in nodes if b.controller.is_active]
+
+
+async def test_three_nodes_elect_register_and_follow_the_metadata_log(tmp_path):
+    cluster_id, configs = cluster_configs(tmp_path)
+    nodes = [Broker(c) for c in configs]
+    try:
+        await asyncio.gather(*(b.start() for b in nodes))
+        await until(lambda: len(active(nodes)) == 1, what="an active controller")
+        await until(lambda: all(len(b.metadata.image.brokers) == 3 for b in nodes), what="three registrations")
+        assert {b.metadata.image.cluster_id for b in nodes} == {cluster_id}
+
+        leader = active(nodes)[0]
+        follower = next(b for b in nodes if b is not leader)
+        conn = NodeConnection(follower.node_id, "127.0.0.1", follower.bound_port)
+        created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+            CreateTopicsRequest.CreatableTopic(name="events", num_partitions=6, replication_factor=1, assignments=[], configs=[]),
+        ]), 7)
+        assert created.topics[0].error_code == 0, created
+        await until(lambda: all("events" in b.metadata.image.topics_by_name for b in nodes), what="the topic everywhere")
+        image = follower.metadata.image
+        placement = {i: p.leader for i, p in image.topics_by_name["events"].partitions.items()}
+        assert set(placement.values()) == {1, 2, 3}  # spread over the three brokers
+        for b in nodes:  # each partition hosted, and led, where the image says
+            hosted = {tp.partition for tp, p in b.data.partitions.items() if tp.topic == "events" and p.is_leader}
+            assert hosted == {i for i, leader_id in placement.items() if leader_id == b.node_id}
+        md = await conn.request(MetadataRequest(topics=None), 12)
+        assert sorted(x.node_id for x in md.brokers) == [1, 2, 3]
+        quorum = await conn.request(DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+            topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])]), 2)
+        part = quorum.topics[0].partitions[0]
+        assert part.leader_id == leader.node_id and sorted(v.replica_id for v in part.current_voters) == [1, 2, 3]
+        await conn.close()
+
+        # The active controller goes away: another takes over, and changes keep working.
+        await leader.stop()
+        nodes.remove(leader)
+        await until(lambda: len(active(nodes)) == 1, what="a new active controller")
+        survivor = nodes[0]
+        conn = NodeConnection(survivor.node_id, "127.0.0.1", survivor.bound_port)
+        created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+            CreateTopicsRequest.CreatableTopic(name="after", num_partitions=2, replication_factor=1, assignments=[], configs=[]),
+        ]), 7)
+        assert created.topics[0].error_code == 0, created
+        await until(lambda: all("after" in b.metadata.image.topics_by_name for b in nodes), what="the second topic")
+        await conn.close()
+    finally:
+        await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
