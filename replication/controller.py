@@ -420,7 +420,7 @@ class Controller:
         run), INVALID_REQUEST, BROKER_ID_NOT_REGISTERED (a ZooKeeper broker).
 
         The same incarnation again is idempotent: same broker epoch and state, a record only if its
-        endpoints, rack or features changed. A new incarnation registers FENCED with a new broker epoch, the
+        endpoints or rack changed (the image keeps no features). A new incarnation registers FENCED with a new broker epoch, the
         offset its RegisterBrokerRecord gets when the records are appended next (`log_end_offset` plus
         what precedes it); if the previous incarnation was still unfenced, it first leaves every ISR and
         leadership, as a fenced broker does. The heartbeat unfences it once it has replayed that offset."""
@@ -471,7 +471,6 @@ class Controller:
             record.broker_epoch = existing.broker_epoch
             record.in_controlled_shutdown = existing.in_controlled_shutdown
             record.features = features
-            # The image keeps no features: a change of endpoints or rack is what needs a record.
             if existing.endpoints != tuple(endpoints) or existing.rack != request.rack:
                 changes.add_records([record])
         else:

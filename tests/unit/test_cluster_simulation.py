@@ -60,8 +60,8 @@ class Simulation:
         self.alter_partition_isr = {}
         action = self.rng.choices(
             ["brokers", "register", "silence", "revive", "shutdown", "topic", "alter_partition", "reassign",
-             "cancel", "elect", "unclean", "tick", "unregister"],
-            weights=[30, 6, 2, 3, 2, 4, 20, 4, 2, 3, 1, 8, 1],
+             "cancel", "elect", "unclean", "tick", "unregister", "garbage"],
+            weights=[30, 6, 2, 3, 2, 4, 20, 4, 2, 3, 1, 8, 1, 4],
         )[0]
         self.trace.append(f"{self.now_ms} {action}")
         before = c.image
@@ -220,6 +220,46 @@ class Simulation:
             b = self.rng.choice(down)
             self.cluster.unregister(b)
             self.trace.append(f"  unregistered {b}")
+
+    def do_garbage(self) -> None:
+        """Requests with random fields: answered with an error or carried out, never anything else."""
+        c = self.cluster
+        rng = self.rng
+        chosen = self._random_partition()
+        if chosen is None:
+            return
+        name, partition_id = chosen
+        p = c.partition(name, partition_id)
+        kind = rng.choice(["alter_partition", "reassign", "heartbeat"])
+        if kind == "alter_partition":
+            broker_id = rng.choice([p.leader, rng.randint(-1, 8)])
+            isr = [rng.randint(-1, 8) for _ in range(rng.randint(0, 4))]
+            if rng.random() < 0.5:
+                isr.append(p.leader)
+            self.alter_partition_isr[chosen] = tuple(isr)
+            c.alter_partition(
+                name, partition_id, isr, broker_id=broker_id,
+                leader_epoch=p.leader_epoch + rng.randint(-1, 1), partition_epoch=p.partition_epoch + rng.randint(-1, 1),
+                version=rng.choice([2, 3]), leader_recovery_state=rng.randint(-1, 2),
+                member_epochs={b: rng.choice([-1, c.epochs.get(b, -1), 12345]) for b in isr},
+                broker_epoch=rng.choice([c.epochs.get(broker_id, -1), -1]),
+            )
+            self.reassigned.add(chosen)
+        elif kind == "reassign":
+            target = [rng.randint(-1, 8) for _ in range(rng.randint(0, 4))]
+            results = c.reassign({chosen: target}, allow_replication_factor_change=rng.random() < 0.5)
+            assert results[chosen] in (
+                ErrorCode.NONE, ErrorCode.INVALID_REPLICA_ASSIGNMENT, ErrorCode.INVALID_REPLICATION_FACTOR
+            ), results
+            self.reassigned.add(chosen)
+        else:
+            b = rng.choice(list(BROKERS))
+            registered = c.image.brokers.get(b)
+            epoch = registered.broker_epoch if registered is not None and rng.random() < 0.5 else rng.randint(-1, 50)
+            if registered is not None and epoch == registered.broker_epoch and self.state[b] == "down":
+                return  # a broker that is down sends nothing
+            c.heartbeat(b, self.now_ms, epoch=epoch, offset=rng.randint(-1, c.log_end_offset + 2),
+                        want_fence=rng.random() < 0.2, want_shut_down=rng.random() < 0.1)
 
     def _unclean_enabled(self, name: str) -> bool:
         return self.cluster.image.topic_configs(name).get("unclean.leader.election.enable") == "true"
