@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import IntEnum
 
 from odradek.protocol.errors import ErrorCode

@@ -10,9 +10,17 @@ from collections import Counter
 import pytest
 
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.messages import BrokerRegistrationRequest
+from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from odradek.replication.controller import ElectionType
-from odradek.replication.metadata_image import NO_LEADER, PartitionImage, merge_partition_change
+from odradek.replication.broker_heartbeats import BrokerHeartbeatManager
+from odradek.replication.controller import Controller
+from odradek.replication.metadata_image import (
+    NO_LEADER,
+    Endpoint,
+    PartitionImage,
+    merge_partition_change,
+    replay_all,
+)
 from odradek.replication.metadata_records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
@@ -23,7 +31,7 @@ from odradek.replication.metadata_records import (
 from odradek.replication.partition_change import Election, build_partition_change
 from odradek.replication.replica_placement import place_replicas
 
-from .cluster_harness import CLUSTER_ID, Cluster, error_of
+from .cluster_harness import AP, CLUSTER_ID, Cluster, error_of
 
 TIMEOUT_MS = 9000
 
@@ -121,8 +129,6 @@ def test_heartbeat_unfences_once_caught_up_with_the_registration():
 
 
 def _heartbeat_request(cluster, broker_id, **fields):
-    from odradek.protocol.messages import BrokerHeartbeatRequest
-
     return BrokerHeartbeatRequest(
         broker_id=broker_id, broker_epoch=cluster.epochs[broker_id],
         current_metadata_offset=cluster.log_end_offset - 1, **fields
@@ -310,8 +316,6 @@ def test_alter_partition_from_a_stale_broker_epoch_is_refused_whole():
 def test_alter_partition_unknown_topic_and_partition():
     cluster = cluster_of(1)
     cluster.create_topic("t", 1, 1)
-    from .cluster_harness import AP
-
     request = AP(broker_id=1, broker_epoch=cluster.epochs[1], topics=[
         AP.TopicData(topic_id=uuid.UUID(int=77), partitions=[AP.TopicData.PartitionData(partition_index=0)]),
         AP.TopicData(topic_id=cluster.image.topics_by_name["t"].topic_id,
@@ -564,3 +568,33 @@ def test_configs_records_are_config_records():
     assert isinstance(cluster.written[-1], ConfigRecord)
     assert cluster.image.broker_configs()["unclean.leader.election.enable"] == "true"
     assert CLUSTER_ID == cluster.image.cluster_id
+
+
+# ------------------------------------------------------------------------------------------- a cluster of one
+
+
+def test_the_bootstrapped_node_of_a_cluster_of_one_is_unfenced_and_has_no_session_to_expire():
+    controller = Controller(rng=random.Random(4))
+    records = controller.bootstrap(None, 1, [Endpoint("PLAINTEXT", "localhost", 9092)])
+    image = replay_all(records)
+    controller.advance(image, len(records))
+    assert not image.brokers[1].fenced
+    controller.advance(replay_all(controller.create_topic("t", 3, 1), image), len(records) + 4)
+    assert controller.tick(10 * TIMEOUT_MS) == []  # no heartbeats, and no session to time out
+    assert controller.next_deadline_ms() == 10 * TIMEOUT_MS + 300_000  # only the leader-balance check
+
+
+def test_heartbeat_manager_sessions():
+    heartbeats = BrokerHeartbeatManager(1000)
+    heartbeats.touch(1, False, 5, 0)
+    heartbeats.touch(2, False, 3, 100)
+    heartbeats.touch(3, True, 0, 0)
+    assert heartbeats.stale_brokers(1000) == [] and heartbeats.stale_brokers(1001) == [1]
+    assert heartbeats.stale_brokers(5000) == [1, 2]  # longest silent first; fenced brokers are not stale
+    assert heartbeats.next_expiry_ms() == 1001
+    assert heartbeats.lowest_active_offset() == 3
+    heartbeats.enter_controlled_shutdown(2, 9)
+    assert heartbeats.lowest_active_offset() == 5  # a broker shutting down is not active
+    heartbeats.touch(2, True, 3, 200)
+    assert not heartbeats.sessions[2].shutting_down  # fencing ends the controlled shutdown
+    assert not heartbeats.has_valid_session(3, 0) and heartbeats.has_valid_session(1, 1000)
