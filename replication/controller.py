@@ -1,25 +1,50 @@
 """The controller's decisions: which metadata records carry out an operation, or why it is refused.
 
 Each operation (create a topic, delete one, add partitions, alter configs, hand out a producer-id block,
-register, fence or unregister a broker) validates against the controller's current image and returns the
-records that carry it out, or raises `MetadataError` with Kafka's error code and message. It changes
-nothing: the records take effect when they are committed to the metadata log and replayed, by the
-controller (which then sees its own change in `image`) and by every broker following the log.
+register, heartbeat, fence or unregister a broker, change an ISR, elect leaders, reassign replicas)
+validates against the controller's current image and returns the records that carry it out, or raises
+`MetadataError` with Kafka's error code and message. The operations that are Kafka controller RPCs take
+the request message and return `(records, response)`; per-partition errors are in the response, errors of
+the whole request are raised. The records take effect when they are committed to the metadata log and
+replayed, by the controller (which then sees its own change in `image`) and by every broker following the
+log.
 
 The controller is sans-I/O. What drives it is the controller channel in broker/ (today the local
 channel of a cluster of one: run the operation, append, publish; with the quorum, the active
-controller's request handlers). `image` and `log_end_offset` are the state of the committed log the
-owner keeps current; `rng` draws topic ids, incarnation ids, cluster ids and replica placement (a seeded
-Random makes them reproducible in tests).
+controller's request handlers). `image` and `log_end_offset` are the state of the log the owner keeps
+current: decisions must see every record already decided (Kafka's controller decides against its
+uncommitted state), so with a quorum that is the image including records appended but not yet committed,
+or operations wait for the previous one's commit. `rng` draws topic ids, incarnation ids, cluster ids and
+replica placement (a seeded Random makes them reproducible in tests).
+
+The only state outside the image is the brokers' sessions (`heartbeats`, broker_heartbeats.py: last
+contact, reported metadata offset), soft state as in Kafka, and the time of the next leader-balance
+check. Time is an argument: `heartbeat(request, now_ms)`, and the periodic decisions `tick(now_ms)`
+(= `maybe_fence_stale_brokers`, `maybe_elect_unclean_leaders`, `maybe_balance_partition_leaders`),
+due at `next_deadline_ms()`.
+
+How one partition changes is partition_change.py (Kafka's PartitionChangeBuilder); where replicas go,
+replica_placement.py (Kafka's StripedReplicaPlacer).
 """
 
 from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from enum import IntEnum
 
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import (
+    AlterPartitionReassignmentsResponse,
+    AlterPartitionResponse,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationResponse,
+    ElectLeadersResponse,
+    ListPartitionReassignmentsResponse,
+    UnregisterBrokerResponse,
+)
+from odradek.replication.broker_heartbeats import DEFAULT_SESSION_TIMEOUT_MS, BrokerHeartbeatManager
 from odradek.replication.metadata_image import (
     METADATA_TOPIC,
     METADATA_VERSION,
@@ -27,11 +52,17 @@ from odradek.replication.metadata_image import (
     MAX_PARTITIONS_PER_REQUEST,
     BrokerRegistration,
     Endpoint,
+    NO_LEADER,
+    NO_LEADER_CHANGE,
     MetadataError,
     MetadataImage,
+    PartitionImage,
     ProducerIdsBlock,
+    TopicImage,
+    merge_partition_change,
     new_cluster_id,
     random_uuid,
+    replay_all,
     validate_topic_name,
 )
 from odradek.replication.metadata_records import (
@@ -40,6 +71,7 @@ from odradek.replication.metadata_records import (
     ConfigRecord,
     ConfigResourceType,
     FeatureLevelRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
@@ -47,22 +79,88 @@ from odradek.replication.metadata_records import (
     TopicRecord,
     UnregisterBrokerRecord,
 )
+from odradek.replication.partition_change import (
+    Election,
+    LeaderRecoveryState,
+    ReassignmentReplicas,
+    build_partition_change,
+    is_reassigning,
+    revert_reassignment,
+)
+from odradek.replication.replica_placement import place_replicas
 
 DEFAULT_PRODUCER_ID_BLOCK_SIZE = 1000
 _INT64_MAX = (1 << 63) - 1
 
 
-class Controller:
-    """See the module doc. `advance(image, log_end_offset)` after every commit the controller should see."""
+class BrokerState(IntEnum):
+    """Where a heartbeat leaves a broker (Kafka's BrokerControlState)."""
 
-    def __init__(self, *, rng: random.Random | None = None) -> None:
+    FENCED = 0
+    UNFENCED = 1
+    CONTROLLED_SHUTDOWN = 2
+    SHUTDOWN_NOW = 3
+
+    @property
+    def fenced(self) -> bool:
+        return self in (BrokerState.FENCED, BrokerState.SHUTDOWN_NOW)
+
+
+class ElectionType(IntEnum):
+    """ElectLeadersRequest.election_type."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
+AUTO_LEADER_REBALANCE_ENABLE = "auto.leader.rebalance.enable"
+DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS = 300_000  # leader.imbalance.check.interval.seconds = 300
+DEFAULT_MAX_ELECTIONS_PER_IMBALANCE = 1000
+
+# Kafka's default messages of these errors (an ApiError without its own message answers with them).
+_ELECTION_MESSAGES = {
+    ErrorCode.ELECTION_NOT_NEEDED: "Leader election not needed for topic partition.",
+    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: "The preferred leader was not available.",
+    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "Eligible topic partition leaders are not available.",
+}
+
+
+class Controller:
+    """See the module doc. `advance(image, log_end_offset)` after every commit the controller should see.
+
+    `session_timeout_ms` is broker.session.timeout.ms; `unclean_leader_election_enable` and
+    `auto_leader_rebalance_enable` are the static defaults under the cluster-wide dynamic configs (broker
+    resource "") and, for unclean election, each topic's config."""
+
+    def __init__(
+        self,
+        *,
+        rng: random.Random | None = None,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        unclean_leader_election_enable: bool = False,
+        auto_leader_rebalance_enable: bool = True,
+        leader_imbalance_check_interval_ms: int = DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS,
+        max_elections_per_imbalance: int = DEFAULT_MAX_ELECTIONS_PER_IMBALANCE,
+    ) -> None:
         self.image = MetadataImage()
         self.log_end_offset = 0
         self._rng = rng or random.SystemRandom()
+        self.heartbeats = BrokerHeartbeatManager(session_timeout_ms)
+        self.unclean_leader_election_enable = unclean_leader_election_enable
+        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
+        self.leader_imbalance_check_interval_ms = leader_imbalance_check_interval_ms
+        self.max_elections_per_imbalance = max_elections_per_imbalance
+        self._next_balance_ms: int | None = None
 
     def advance(self, image: MetadataImage, log_end_offset: int) -> None:
         self.image = image
         self.log_end_offset = log_end_offset
+
+    def activate(self, now_ms: int) -> None:
+        """This controller became the active one: every registered broker gets a session starting now (the
+        sessions of a previous controller are not known here), as Kafka's activation does."""
+        self.heartbeats.start_sessions({b.broker_id: b.fenced for b in self.image.brokers.values()}, now_ms)
 
     # -- operations: each validates against the current image and returns records; nothing changes
 
@@ -117,14 +215,29 @@ class Controller:
         ]
 
     def unregister_broker(self, broker_id: int) -> list:
+        """UnregisterBroker: the broker leaves every ISR and leadership, then its registration goes."""
         broker = self._broker(broker_id)
-        return [UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=broker.broker_epoch)]
+        changes = _Changes(self)
+        changes.remove_broker(broker_id)
+        changes.add_records([UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=broker.broker_epoch)])
+        return changes.records
 
     def fence_broker(self, broker_id: int) -> list:
-        return self._registration_change(broker_id, 1)
+        """Fence the broker (Kafka's handleBrokerFenced): it leaves every ISR (but for a last member), the
+        partitions it led elect new leaders, then the registration change. No-op records if fenced."""
+        broker = self._broker(broker_id)
+        changes = _Changes(self)
+        changes.fence(broker)
+        self.heartbeats.fence(broker_id)  # its session ends: a new incarnation may register
+        return changes.records
 
     def unfence_broker(self, broker_id: int) -> list:
-        return self._registration_change(broker_id, -1)
+        """Unfence the broker (Kafka's handleBrokerUnfenced): the registration change, then leaderless
+        partitions whose ISR holds it elect it."""
+        broker = self._broker(broker_id)
+        changes = _Changes(self)
+        changes.unfence(broker)
+        return changes.records
 
     def create_topic(
         self,
@@ -298,7 +411,550 @@ class Controller:
         )
         return [record], block
 
+    # -- broker lifecycle: BrokerRegistration, BrokerHeartbeat, UnregisterBroker, session expiry
+
+    def register(self, request, now_ms: int) -> tuple[list, object]:
+        """BrokerRegistration (Kafka's ClusterControlManager.registerBroker): (records,
+        BrokerRegistrationResponse). Raises MetadataError: INCONSISTENT_CLUSTER_ID, DUPLICATE_BROKER_REGISTRATION
+        (another incarnation holds a live session), UNSUPPORTED_VERSION (a feature level the broker cannot
+        run), INVALID_REQUEST, BROKER_ID_NOT_REGISTERED (a ZooKeeper broker).
+
+        The same incarnation again is idempotent: same broker epoch and state, a record only if its
+        endpoints or rack changed (the image keeps no features). A new incarnation registers FENCED with a new broker epoch, the
+        offset its RegisterBrokerRecord gets when the records are appended next (`log_end_offset` plus
+        what precedes it); if the previous incarnation was still unfenced, it first leaves every ISR and
+        leadership, as a fenced broker does. The heartbeat unfences it once it has replayed that offset."""
+        image = self.image
+        if request.cluster_id != image.cluster_id:
+            raise MetadataError(
+                ErrorCode.INCONSISTENT_CLUSTER_ID,
+                f"Expected cluster ID {image.cluster_id}, but got cluster ID {request.cluster_id}",
+            )
+        broker_id = request.broker_id
+        if broker_id < 0:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, f"Invalid broker id {broker_id}")
+        existing = image.brokers.get(broker_id)
+        if (
+            existing is not None
+            and existing.incarnation_id != request.incarnation_id
+            and self.heartbeats.has_valid_session(broker_id, now_ms)
+        ):
+            raise MetadataError(
+                ErrorCode.DUPLICATE_BROKER_REGISTRATION, "Another broker is registered with that broker id."
+            )
+        if request.is_migrating_zk_broker:
+            raise MetadataError(
+                ErrorCode.BROKER_ID_NOT_REGISTERED, "Controller does not support registering ZK brokers."
+            )
+        for feature in request.features:
+            level = image.features.get(feature.name, 0)
+            if level and not feature.min_supported_version <= level <= feature.max_supported_version:
+                raise MetadataError(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    f"Unable to register because the broker does not support finalized version {level} of "
+                    f"{feature.name}. The broker wants a version between {feature.min_supported_version} and "
+                    f"{feature.max_supported_version}, inclusive.",
+                )
+        endpoints = [Endpoint(e.name, e.host, e.port, e.security_protocol) for e in request.listeners]
+        features = [
+            RegisterBrokerRecord.BrokerFeature(
+                name=f.name,
+                min_supported_version=f.min_supported_version,
+                max_supported_version=f.max_supported_version,
+            )
+            for f in request.features
+        ]
+        changes = _Changes(self)
+        if existing is not None and existing.incarnation_id == request.incarnation_id:
+            (record,) = self.register_broker(broker_id, endpoints, rack=request.rack, fenced=existing.fenced)
+            record.incarnation_id = existing.incarnation_id
+            record.broker_epoch = existing.broker_epoch
+            record.in_controlled_shutdown = existing.in_controlled_shutdown
+            record.features = features
+            if existing.endpoints != tuple(endpoints) or existing.rack != request.rack:
+                changes.add_records([record])
+        else:
+            if existing is not None and not existing.fenced:
+                changes.remove_broker(broker_id)
+            (record,) = self.register_broker(broker_id, endpoints, rack=request.rack, fenced=True)
+            record.incarnation_id = request.incarnation_id
+            record.broker_epoch = self.log_end_offset + len(changes.records)
+            if existing is not None:
+                record.broker_epoch = max(record.broker_epoch, existing.broker_epoch + 1)
+            record.features = features
+            changes.add_records([record])
+            self.heartbeats.remove(broker_id)
+        self.heartbeats.register(broker_id, record.fenced, now_ms)
+        return changes.records, BrokerRegistrationResponse(error_code=0, broker_epoch=record.broker_epoch)
+
+    def heartbeat(self, request, now_ms: int) -> tuple[list, object]:
+        """BrokerHeartbeat (Kafka's processBrokerHeartbeat): (records, BrokerHeartbeatResponse). Raises
+        MetadataError(STALE_BROKER_EPOCH) for an unknown broker or another broker epoch.
+
+        The broker's next state (Kafka's BrokerHeartbeatManager.calculateNextBrokerState):
+        FENCED: want_shut_down -> SHUTDOWN_NOW; caught up (current_metadata_offset >= the registration's
+        offset, its broker epoch) and not want_fence -> UNFENCED (a broker that went through controlled
+        shutdown stays fenced until it registers again). UNFENCED: want_fence -> FENCED (or SHUTDOWN_NOW
+        with want_shut_down); want_shut_down -> CONTROLLED_SHUTDOWN if it leads anything, else
+        SHUTDOWN_NOW. CONTROLLED_SHUTDOWN: SHUTDOWN_NOW once it leads nothing and every active broker has
+        replayed the records that moved its leaderships. A change of state writes its records: fencing
+        (and SHUTDOWN_NOW) as `fence_broker`, unfencing as `unfence_broker`, controlled shutdown marks the
+        registration and moves every leadership away, removing the broker from each ISR."""
+        broker_id = request.broker_id
+        broker = self._check_broker_epoch(broker_id, request.broker_epoch)
+        heartbeats = self.heartbeats
+        if broker_id not in heartbeats.sessions:
+            heartbeats.register(broker_id, broker.fenced, now_ms)
+        session = heartbeats.sessions[broker_id]
+        offset = request.current_metadata_offset
+        if broker.fenced:
+            current = BrokerState.FENCED
+        elif broker.in_controlled_shutdown:
+            current = BrokerState.CONTROLLED_SHUTDOWN
+            if not session.shutting_down:  # a new controller: what is committed is what it moved
+                heartbeats.enter_controlled_shutdown(broker_id, self.log_end_offset - 1)
+        else:
+            current = BrokerState.UNFENCED
+        registration_offset = broker.broker_epoch
+        if current == BrokerState.FENCED:
+            if request.want_shut_down:
+                next_state = BrokerState.SHUTDOWN_NOW
+            elif not request.want_fence and offset >= registration_offset and not broker.in_controlled_shutdown:
+                next_state = BrokerState.UNFENCED
+            else:
+                next_state = BrokerState.FENCED
+        elif current == BrokerState.UNFENCED:
+            if request.want_fence:
+                next_state = BrokerState.SHUTDOWN_NOW if request.want_shut_down else BrokerState.FENCED
+            elif request.want_shut_down:
+                next_state = (
+                    BrokerState.CONTROLLED_SHUTDOWN if self._has_leaderships(broker_id) else BrokerState.SHUTDOWN_NOW
+                )
+            else:
+                next_state = BrokerState.UNFENCED
+        elif self._has_leaderships(broker_id):
+            next_state = BrokerState.CONTROLLED_SHUTDOWN
+        elif session.controlled_shutdown_offset <= heartbeats.lowest_active_offset():
+            next_state = BrokerState.SHUTDOWN_NOW
+        else:
+            next_state = BrokerState.CONTROLLED_SHUTDOWN
+
+        changes = _Changes(self)
+        if next_state != current:
+            if next_state.fenced and not broker.fenced:
+                changes.fence(broker)
+            elif next_state == BrokerState.UNFENCED:
+                changes.unfence(broker)
+            elif next_state == BrokerState.CONTROLLED_SHUTDOWN:
+                changes.add_records([
+                    BrokerRegistrationChangeRecord(
+                        broker_id=broker_id, broker_epoch=broker.broker_epoch, in_controlled_shutdown=1
+                    )
+                ])
+                changes.remove_broker(broker_id)
+        heartbeats.touch(broker_id, next_state.fenced, offset, now_ms)
+        if next_state == BrokerState.CONTROLLED_SHUTDOWN:
+            # Shut down once every active broker has replayed the last of these records.
+            heartbeats.enter_controlled_shutdown(broker_id, self.log_end_offset + len(changes.records) - 1)
+        response = BrokerHeartbeatResponse(
+            error_code=0,
+            is_caught_up=offset >= registration_offset,
+            is_fenced=next_state.fenced,
+            should_shut_down=next_state == BrokerState.SHUTDOWN_NOW,
+        )
+        return changes.records, response
+
+    def unregister(self, request) -> tuple[list, object]:
+        """UnregisterBroker: (records, UnregisterBrokerResponse). Raises MetadataError(BROKER_ID_NOT_REGISTERED)."""
+        records = self.unregister_broker(request.broker_id)
+        self.heartbeats.remove(request.broker_id)
+        return records, UnregisterBrokerResponse(error_code=0, error_message=None)
+
+    def maybe_fence_stale_brokers(self, now_ms: int) -> list:
+        """Records fencing every broker whose session expired (no heartbeat for session_timeout_ms), each
+        as `fence_broker`, one after the other. Only brokers with a session are considered: those that
+        registered or heartbeated here, or all registered ones after `activate`."""
+        changes = _Changes(self)
+        for broker_id in self.heartbeats.stale_brokers(now_ms):
+            broker = self.image.brokers.get(broker_id)
+            if broker is None:
+                self.heartbeats.remove(broker_id)
+                continue
+            if not broker.fenced:
+                changes.fence(broker)
+            self.heartbeats.fence(broker_id)
+        return changes.records
+
+    # -- partitions: AlterPartition, ElectLeaders, reassignments, leader balance
+
+    def alter_partition(self, request, version: int = 3) -> tuple[list, object]:
+        """AlterPartition v2+ (topic ids) from a partition leader: (records, AlterPartitionResponse) with an
+        error per partition (UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, NOT_CONTROLLER for epochs newer
+        than ours, FENCED_LEADER_EPOCH, INVALID_REQUEST (not the leader, an ISR outside the replicas or
+        without the leader, a bad recovery state), INVALID_UPDATE_VERSION (an older partition epoch),
+        INELIGIBLE_REPLICA (a member fenced, shutting down, unregistered or of another broker epoch)) or the
+        partition as it will be. Raises MetadataError(STALE_BROKER_EPOCH) for the sender's broker epoch.
+
+        A new ISR that completes a reassignment completes it; if that moves the leader, the answer is
+        NEW_LEADER_ELECTED (and the records are written all the same), as in Kafka."""
+        self._check_broker_epoch(request.broker_id, request.broker_epoch)
+        changes = _Changes(self)
+        response = AlterPartitionResponse(error_code=0, topics=[])
+        for topic_data in request.topics:
+            topic = self.image.topics_by_id.get(topic_data.topic_id)
+            out = AlterPartitionResponse.TopicData(topic_id=topic_data.topic_id, partitions=[])
+            response.topics.append(out)
+            for p in topic_data.partitions:
+                if topic is None:
+                    error = ErrorCode.UNKNOWN_TOPIC_ID
+                else:
+                    if version >= 3:
+                        new_isr = [(b.broker_id, b.broker_epoch) for b in p.new_isr_with_epochs]
+                    else:
+                        new_isr = [(b, -1) for b in p.new_isr]
+                    partition = changes.partition(topic.topic_id, p.partition_index)
+                    error = self._validate_alter_partition(request.broker_id, partition, p, new_isr, version)
+                if error != ErrorCode.NONE:
+                    out.partitions.append(
+                        AlterPartitionResponse.TopicData.PartitionData(
+                            partition_index=p.partition_index, error_code=error
+                        )
+                    )
+                    continue
+                record = build_partition_change(
+                    partition,
+                    topic.topic_id,
+                    p.partition_index,
+                    changes.active,
+                    election=self._election_for(topic.name),
+                    target_isr=[b for b, _ in new_isr],
+                    target_leader_recovery_state=p.leader_recovery_state,
+                )
+                if record is not None:
+                    changes.add_records([record])
+                    partition = changes.partition(topic.topic_id, p.partition_index)
+                    if record.leader not in (request.broker_id, NO_LEADER_CHANGE):
+                        error = ErrorCode.NEW_LEADER_ELECTED if version > 1 else ErrorCode.FENCED_LEADER_EPOCH
+                        out.partitions.append(
+                            AlterPartitionResponse.TopicData.PartitionData(
+                                partition_index=p.partition_index, error_code=error
+                            )
+                        )
+                        continue
+                out.partitions.append(
+                    AlterPartitionResponse.TopicData.PartitionData(
+                        partition_index=p.partition_index,
+                        error_code=0,
+                        leader_id=partition.leader,
+                        leader_epoch=partition.leader_epoch,
+                        isr=list(partition.isr),
+                        leader_recovery_state=partition.leader_recovery_state,
+                        partition_epoch=partition.partition_epoch,
+                    )
+                )
+        return changes.records, response
+
+    def elect_leaders(self, request) -> tuple[list, object]:
+        """ElectLeaders: (records, ElectLeadersResponse), a result per partition: NONE (elected),
+        ELECTION_NOT_NEEDED (PREFERRED: the preferred replica leads; UNCLEAN: there is a leader),
+        PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION. Null
+        topic_partitions means every partition, and then ELECTION_NOT_NEEDED ones are left out. Raises
+        MetadataError(INVALID_REQUEST) for an unknown election type."""
+        try:
+            election_type = ElectionType(request.election_type)
+        except ValueError:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, f"Unknown election type {request.election_type}") from None
+        changes = _Changes(self)
+        response = ElectLeadersResponse(error_code=0, replica_election_results=[])
+        Result = ElectLeadersResponse.ReplicaElectionResult
+        if request.topic_partitions is None:
+            for name in sorted(self.image.topics_by_name):
+                topic = self.image.topics_by_name[name]
+                out = Result(topic=name, partition_result=[])
+                response.replica_election_results.append(out)
+                for partition_id in sorted(topic.partitions):
+                    error, message = self._elect_leader(changes, name, partition_id, election_type)
+                    if error != ErrorCode.ELECTION_NOT_NEEDED:
+                        out.partition_result.append(
+                            Result.PartitionResult(partition_id=partition_id, error_code=error, error_message=message)
+                        )
+        else:
+            for t in request.topic_partitions:
+                out = Result(topic=t.topic, partition_result=[])
+                response.replica_election_results.append(out)
+                for partition_id in t.partitions:
+                    error, message = self._elect_leader(changes, t.topic, partition_id, election_type)
+                    out.partition_result.append(
+                        Result.PartitionResult(partition_id=partition_id, error_code=error, error_message=message)
+                    )
+        return changes.records, response
+
+    def alter_partition_reassignments(self, request) -> tuple[list, object]:
+        """AlterPartitionReassignments: (records, AlterPartitionReassignmentsResponse), an error per
+        partition (UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT, INVALID_REPLICATION_FACTOR when
+        v1's allow_replication_factor_change is false, NO_REASSIGNMENT_IN_PROGRESS for a cancel).
+
+        Replicas start a reassignment (or replace the one in progress): the partition's replicas become the
+        target followed by the replicas to remove, adding/removing say which; it completes (replicas =
+        target, the removed ones out of ISR and replicas, the leader moved if it was removed) in the same
+        record when the ISR already holds the target, else when an ISR change (AlterPartition) brings the
+        last target replica in. Null replicas cancel: the added replicas go, the removed ones stay."""
+        changes = _Changes(self)
+        response = AlterPartitionReassignmentsResponse(
+            error_code=0, error_message=None, responses=[],
+            allow_replication_factor_change=request.allow_replication_factor_change,
+        )
+        Topic = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
+        for t in request.topics:
+            out = Topic(name=t.name, partitions=[])
+            response.responses.append(out)
+            for p in t.partitions:
+                try:
+                    self._alter_reassignment(changes, t.name, p, request.allow_replication_factor_change)
+                    error, message = ErrorCode.NONE, None
+                except MetadataError as e:
+                    error, message = e.error_code, e.message
+                out.partitions.append(
+                    Topic.ReassignablePartitionResponse(
+                        partition_index=p.partition_index, error_code=error, error_message=message
+                    )
+                )
+        return changes.records, response
+
+    def list_partition_reassignments(self, request) -> object:
+        """ListPartitionReassignments: the response (no records). Null topics lists every reassignment in
+        progress; unknown topics and partitions not being reassigned are left out, as in Kafka."""
+        response = ListPartitionReassignmentsResponse(error_code=0, error_message=None, topics=[])
+        Ongoing = ListPartitionReassignmentsResponse.OngoingTopicReassignment
+        image = self.image
+        if request.topics is None:
+            wanted = [(name, sorted(image.topics_by_name[name].partitions)) for name in sorted(image.topics_by_name)]
+        else:
+            wanted = [(t.name, list(t.partition_indexes)) for t in request.topics]
+        for name, partition_ids in wanted:
+            topic = image.topics_by_name.get(name)
+            if topic is None:
+                continue
+            ongoing = []
+            for partition_id in partition_ids:
+                partition = topic.partitions.get(partition_id)
+                if partition is not None and is_reassigning(partition):
+                    ongoing.append(
+                        Ongoing.OngoingPartitionReassignment(
+                            partition_index=partition_id,
+                            replicas=list(partition.replicas),
+                            adding_replicas=list(partition.adding_replicas),
+                            removing_replicas=list(partition.removing_replicas),
+                        )
+                    )
+            if ongoing:
+                response.topics.append(Ongoing(name=name, partitions=ongoing))
+        return response
+
+    def maybe_balance_partition_leaders(self, now_ms: int) -> list:
+        """auto.leader.rebalance.enable: every leader.imbalance.check.interval (the first call checks at once),
+        a preferred-leader election for each partition led by another replica than its first, where the
+        first can lead (in the ISR, active); at most max_elections_per_imbalance records."""
+        if not self._auto_leader_rebalance_enabled():
+            self._next_balance_ms = None
+            return []
+        if self._next_balance_ms is not None and now_ms < self._next_balance_ms:
+            return []
+        self._next_balance_ms = now_ms + self.leader_imbalance_check_interval_ms
+        changes = _Changes(self)
+        for topic, partition_id, partition in _partitions(self.image):
+            if len(changes.records) >= self.max_elections_per_imbalance:
+                break
+            if partition.leader == NO_LEADER or not partition.replicas or partition.leader == partition.replicas[0]:
+                continue
+            record = build_partition_change(
+                partition, topic.topic_id, partition_id, changes.active, election=Election.PREFERRED
+            )
+            if record is not None:
+                changes.add_records([record])
+        return changes.records
+
+    def maybe_elect_unclean_leaders(self) -> list:
+        """For each leaderless partition of a topic with unclean.leader.election.enable, an unclean
+        election (as Kafka's periodic task: unclean election may have been enabled since it went offline)."""
+        changes = _Changes(self)
+        for topic, partition_id, partition in _partitions(self.image):
+            if len(changes.records) >= self.max_elections_per_imbalance:
+                break
+            if partition.leader != NO_LEADER or not self._unclean_enabled(topic.name):
+                continue
+            record = build_partition_change(
+                partition, topic.topic_id, partition_id, changes.active, election=Election.UNCLEAN
+            )
+            if record is not None:
+                changes.add_records([record])
+        return changes.records
+
+    def tick(self, now_ms: int) -> list:
+        """The periodic decisions at `now_ms`, in Kafka's order: fence stale brokers, elect unclean leaders
+        where enabled, balance leaders. Each sees the records of the one before it."""
+        records = self.maybe_fence_stale_brokers(now_ms)
+        committed = self.image
+        try:
+            if records:
+                self.image = replay_all(records, committed)
+            more = self.maybe_elect_unclean_leaders()
+            if more:
+                records += more
+                self.image = replay_all(more, self.image)
+            records += self.maybe_balance_partition_leaders(now_ms)
+        finally:
+            self.image = committed
+        return records
+
+    def next_deadline_ms(self) -> int | None:
+        """When `tick` may next have something to do (a session expiring or the next balance check)."""
+        deadlines = [d for d in (self.heartbeats.next_expiry_ms(), self._next_balance_ms) if d is not None]
+        return min(deadlines) if deadlines else None
+
     # -- helpers
+
+    def _check_broker_epoch(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:
+        broker = self.image.brokers.get(broker_id)
+        if broker is None:
+            raise MetadataError(ErrorCode.STALE_BROKER_EPOCH, f"No broker registration found for broker id {broker_id}")
+        if broker.broker_epoch != broker_epoch:
+            raise MetadataError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"Expected broker epoch {broker.broker_epoch}, but got broker epoch {broker_epoch}",
+            )
+        return broker
+
+    def _has_leaderships(self, broker_id: int) -> bool:
+        return any(p.leader == broker_id for _, _, p in _partitions(self.image))
+
+    def _config_flag(self, name: str, default: bool, topic: str | None = None) -> bool:
+        value = None
+        if topic is not None:
+            value = self.image.topic_configs(topic).get(name)
+        if value is None:
+            value = self.image.broker_configs().get(name)
+        return default if value is None else value.strip().lower() == "true"
+
+    def _unclean_enabled(self, topic: str) -> bool:
+        return self._config_flag(UNCLEAN_LEADER_ELECTION_ENABLE, self.unclean_leader_election_enable, topic)
+
+    def _auto_leader_rebalance_enabled(self) -> bool:
+        return self._config_flag(AUTO_LEADER_REBALANCE_ENABLE, self.auto_leader_rebalance_enable)
+
+    def _election_for(self, topic: str) -> Election:
+        return Election.UNCLEAN if self._unclean_enabled(topic) else Election.ONLINE
+
+    def _validate_alter_partition(
+        self, broker_id: int, partition: PartitionImage | None, p, new_isr: list[tuple[int, int]], version: int
+    ) -> ErrorCode:
+        """Kafka's validateAlterPartitionData, in its order."""
+        if partition is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        # Newer epochs than ours: this controller is behind, the leader should find the active one.
+        if p.leader_epoch > partition.leader_epoch or p.partition_epoch > partition.partition_epoch:
+            return ErrorCode.NOT_CONTROLLER
+        if p.leader_epoch < partition.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if broker_id != partition.leader:
+            return ErrorCode.INVALID_REQUEST
+        if p.partition_epoch < partition.partition_epoch:
+            return ErrorCode.INVALID_UPDATE_VERSION
+        members = [b for b, _ in new_isr]
+        if len(set(members)) != len(members) or not set(members) <= set(partition.replicas):
+            return ErrorCode.INVALID_REQUEST
+        if partition.leader not in members:
+            return ErrorCode.INVALID_REQUEST
+        if p.leader_recovery_state not in (LeaderRecoveryState.RECOVERED, LeaderRecoveryState.RECOVERING):
+            return ErrorCode.INVALID_REQUEST
+        if p.leader_recovery_state == LeaderRecoveryState.RECOVERING and len(members) > 1:
+            return ErrorCode.INVALID_REQUEST
+        if (
+            partition.leader_recovery_state == LeaderRecoveryState.RECOVERED
+            and p.leader_recovery_state == LeaderRecoveryState.RECOVERING
+        ):
+            return ErrorCode.INVALID_REQUEST
+        for member, member_epoch in new_isr:
+            broker = self.image.brokers.get(member)
+            if (
+                broker is None
+                or broker.in_controlled_shutdown
+                or broker.fenced
+                or (member_epoch != -1 and member_epoch != broker.broker_epoch)
+            ):
+                return ErrorCode.INELIGIBLE_REPLICA if version > 1 else ErrorCode.OPERATION_NOT_ATTEMPTED
+        return ErrorCode.NONE
+
+    def _elect_leader(
+        self, changes: _Changes, topic_name: str, partition_id: int, election_type: ElectionType
+    ) -> tuple[ErrorCode, str | None]:
+        topic = self.image.topics_by_name.get(topic_name)
+        if topic is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic_name}"
+        partition = changes.partition(topic.topic_id, partition_id)
+        if partition is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic_name}-{partition_id}"
+        has_preferred = bool(partition.replicas) and partition.leader == partition.replicas[0]
+        if (election_type == ElectionType.PREFERRED and has_preferred) or (
+            election_type == ElectionType.UNCLEAN and partition.leader != NO_LEADER
+        ):
+            return ErrorCode.ELECTION_NOT_NEEDED, _ELECTION_MESSAGES[ErrorCode.ELECTION_NOT_NEEDED]
+        election = Election.PREFERRED if election_type == ElectionType.PREFERRED else Election.UNCLEAN
+        record = build_partition_change(partition, topic.topic_id, partition_id, changes.active, election=election)
+        if record is None:
+            if election_type == ElectionType.PREFERRED:
+                error = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            else:
+                error = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+            return error, _ELECTION_MESSAGES[error]
+        changes.add_records([record])
+        return ErrorCode.NONE, None
+
+    def _alter_reassignment(self, changes: _Changes, topic_name: str, p, allow_replication_factor_change: bool) -> None:
+        topic = self.image.topics_by_name.get(topic_name)
+        if topic is None:
+            raise MetadataError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic_name}.")
+        partition = changes.partition(topic.topic_id, p.partition_index)
+        if partition is None:
+            raise MetadataError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic_name}:{p.partition_index}."
+            )
+        if p.replicas is None:
+            if not is_reassigning(partition):
+                raise MetadataError(
+                    ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                    "No partition reassignment is in progress for this topic-partition.",
+                )
+            replicas, isr, unclean = revert_reassignment(partition)
+            if unclean and not self._unclean_enabled(topic_name):
+                raise MetadataError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Unable to revert partition assignment for {topic_name}:{p.partition_index} because it would "
+                    "require an unclean leader election.",
+                )
+            record = build_partition_change(
+                partition, topic.topic_id, p.partition_index, changes.active,
+                election=self._election_for(topic_name),
+                target_isr=isr, target_replicas=replicas, target_removing=(), target_adding=(),
+            )
+        else:
+            self._checked_assignments([p.replicas], p.partition_index)
+            original = ReassignmentReplicas(
+                partition.replicas, partition.adding_replicas, partition.removing_replicas
+            ).original()
+            if not allow_replication_factor_change and len(p.replicas) != len(original):
+                raise MetadataError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"The replication factor is changed from {len(original)} to {len(p.replicas)} but "
+                    "allowReplicationFactorChange is false",
+                )
+            target = ReassignmentReplicas.of(partition.replicas, p.replicas)
+            record = build_partition_change(
+                partition, topic.topic_id, p.partition_index, changes.active,
+                target_replicas=target.replicas, target_removing=target.removing, target_adding=target.adding,
+            )
+        if record is not None:
+            changes.add_records([record])
 
     def _broker(self, broker_id: int) -> BrokerRegistration:
         broker = self.image.brokers.get(broker_id)
@@ -314,17 +970,8 @@ class Controller:
         return sorted(b.broker_id for b in self.image.brokers.values() if not b.fenced and not b.in_controlled_shutdown)
 
     def _place(self, first_partition: int, count: int, replication_factor: int) -> list[list[int]]:
-        brokers = self._usable_brokers()
-        if replication_factor > len(brokers):
-            raise MetadataError(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
-                f"of {replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered.",
-            )
-        n = len(brokers)
-        start = self._rng.randrange(n)
-        partitions = range(first_partition, first_partition + count)
-        return [[brokers[(start + p + i) % n] for i in range(replication_factor)] for p in partitions]
+        usable = [(b.broker_id, b.rack) for b in self.image.brokers.values() if _is_active(b)]
+        return place_replicas(usable, count, replication_factor, self._rng)
 
     def _checked_assignments(
         self, assignments: Sequence[Sequence[int]], first_partition: int | None
@@ -415,3 +1062,87 @@ def _first_duplicate(values: Sequence[int]) -> int:
             return v
         seen.add(v)
     raise ValueError("no duplicate")
+
+
+def _is_active(broker: BrokerRegistration) -> bool:
+    """Kafka's ClusterControlManager.isActive: may lead, join an ISR, be placed on."""
+    return not broker.fenced and not broker.in_controlled_shutdown
+
+
+def _partitions(image: MetadataImage) -> Iterator[tuple[TopicImage, int, PartitionImage]]:
+    """Every partition, in topic name then partition order (decisions walk them deterministically)."""
+    for name in sorted(image.topics_by_name):
+        topic = image.topics_by_name[name]
+        for partition_id in sorted(topic.partitions):
+            yield topic, partition_id, topic.partitions[partition_id]
+
+
+class _Changes:
+    """The records one operation decides so far, and the partitions and brokers as they will be once those
+    records are replayed, so that a later step of the operation sees an earlier one (a partition named
+    twice, a second broker fenced after a first) without replaying whole images."""
+
+    def __init__(self, controller: Controller) -> None:
+        self._controller = controller
+        self.image = controller.image
+        self.records: list = []
+        self._partitions: dict[tuple[uuid.UUID, int], PartitionImage] = {}
+        self._active: dict[int, bool] = {}  # brokers whose activity these records change
+
+    def partition(self, topic_id: uuid.UUID, partition_id: int) -> PartitionImage | None:
+        changed = self._partitions.get((topic_id, partition_id))
+        if changed is not None:
+            return changed
+        topic = self.image.topics_by_id.get(topic_id)
+        return None if topic is None else topic.partitions.get(partition_id)
+
+    def active(self, broker_id: int) -> bool:
+        if broker_id in self._active:
+            return self._active[broker_id]
+        broker = self.image.brokers.get(broker_id)
+        return broker is not None and _is_active(broker)
+
+    def add_records(self, records: Iterable) -> None:
+        for record in records:
+            if isinstance(record, PartitionChangeRecord):
+                key = (record.topic_id, record.partition_id)
+                self._partitions[key] = merge_partition_change(self.partition(*key), record)
+            self.records.append(record)
+
+    def partitions(self) -> Iterator[tuple[uuid.UUID, int, PartitionImage]]:
+        for topic, partition_id, _ in _partitions(self.image):
+            yield topic.topic_id, partition_id, self.partition(topic.topic_id, partition_id)
+
+    def remove_broker(self, broker_id: int) -> None:
+        """The broker leaves every ISR it is in (but as the last member) and every leadership: Kafka's
+        generateLeaderAndIsrUpdates with brokerToRemove, under each topic's unclean election setting."""
+        self._active[broker_id] = False
+        for topic_id, partition_id, partition in list(self.partitions()):
+            if broker_id not in partition.isr and partition.leader != broker_id:
+                continue
+            self._update(topic_id, partition_id, partition, [b for b in partition.isr if b != broker_id])
+
+    def fence(self, broker: BrokerRegistration) -> None:
+        self.remove_broker(broker.broker_id)
+        if not broker.fenced:
+            self.add_records([
+                BrokerRegistrationChangeRecord(broker_id=broker.broker_id, broker_epoch=broker.broker_epoch, fenced=1)
+            ])
+
+    def unfence(self, broker: BrokerRegistration) -> None:
+        self.add_records([
+            BrokerRegistrationChangeRecord(broker_id=broker.broker_id, broker_epoch=broker.broker_epoch, fenced=-1)
+        ])
+        self._active[broker.broker_id] = not broker.in_controlled_shutdown
+        for topic_id, partition_id, partition in list(self.partitions()):
+            if partition.leader == NO_LEADER:
+                self._update(topic_id, partition_id, partition, None)
+
+    def _update(self, topic_id: uuid.UUID, partition_id: int, partition: PartitionImage, target_isr) -> None:
+        topic = self.image.topics_by_id[topic_id]
+        record = build_partition_change(
+            partition, topic_id, partition_id, self.active,
+            election=self._controller._election_for(topic.name), target_isr=target_isr,
+        )
+        if record is not None:
+            self.add_records([record])

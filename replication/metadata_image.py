@@ -150,6 +150,25 @@ class MetadataImage:
         return self.configs.get((ConfigResourceType.BROKER, name), {})
 
 
+def merge_partition_change(p: PartitionImage, r) -> PartitionImage:
+    """The partition after PartitionChangeRecord `r`, as Kafka's PartitionRegistration.merge: naming a
+    leader, even the same one, starts a new leader epoch; every record starts a new partition epoch; a
+    null list, leader -2 (NO_LEADER_CHANGE) and leader_recovery_state -1 leave that field as it was."""
+    leader, leader_epoch = p.leader, p.leader_epoch
+    if r.leader != NO_LEADER_CHANGE:
+        leader, leader_epoch = r.leader, p.leader_epoch + 1
+    return PartitionImage(
+        replicas=p.replicas if r.replicas is None else tuple(r.replicas),
+        isr=p.isr if r.isr is None else tuple(r.isr),
+        leader=leader,
+        leader_epoch=leader_epoch,
+        partition_epoch=p.partition_epoch + 1,
+        removing_replicas=p.removing_replicas if r.removing_replicas is None else tuple(r.removing_replicas),
+        adding_replicas=p.adding_replicas if r.adding_replicas is None else tuple(r.adding_replicas),
+        leader_recovery_state=p.leader_recovery_state if r.leader_recovery_state == -1 else r.leader_recovery_state,
+    )
+
+
 class MetadataDelta:
     """Records replayed on top of `image`. `apply()` returns the next image and leaves `image` as it was;
     a delta is used once. `changed_topic_ids` and `removed_topics` say what moved, for whoever reacts
@@ -323,21 +342,7 @@ class MetadataDelta:
         p = partitions.get(r.partition_id)
         if p is None:
             raise MetadataReplayError(f"PartitionChangeRecord for unknown partition {r.topic_id}:{r.partition_id}")
-        # As Kafka's PartitionRegistration.merge: naming a leader, even the same one, starts a new leader
-        # epoch; any change starts a new partition epoch.
-        leader, leader_epoch = p.leader, p.leader_epoch
-        if r.leader != NO_LEADER_CHANGE:
-            leader, leader_epoch = r.leader, p.leader_epoch + 1
-        partitions[r.partition_id] = PartitionImage(
-            replicas=p.replicas if r.replicas is None else tuple(r.replicas),
-            isr=p.isr if r.isr is None else tuple(r.isr),
-            leader=leader,
-            leader_epoch=leader_epoch,
-            partition_epoch=p.partition_epoch + 1,
-            removing_replicas=p.removing_replicas if r.removing_replicas is None else tuple(r.removing_replicas),
-            adding_replicas=p.adding_replicas if r.adding_replicas is None else tuple(r.adding_replicas),
-            leader_recovery_state=p.leader_recovery_state if r.leader_recovery_state == -1 else r.leader_recovery_state,
-        )
+        partitions[r.partition_id] = merge_partition_change(p, r)
 
     def _replay_config(self, r) -> None:
         resource = (r.resource_type, r.resource_name)
