@@ -21,6 +21,7 @@ import time
 import structlog
 
 from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.protocol.errors import ErrorCode
 from odradek.replication.controller import Controller
 from odradek.replication.metadata_image import Endpoint
 from odradek.replication.metadata_log import MetadataLog, StorageLogAdapter, metadata_log_config
@@ -134,7 +135,11 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms)
     local = None
     if raft.is_voter and "controller" in cfg.process_roles:
-        local = QuorumControllerChannel(Controller(), cfg, now_ms, driver, loader)
+        controller = Controller(
+            session_timeout_ms=cfg.broker_session_timeout_ms,
+            unclean_leader_election_enable=cfg.unclean_leader_election_enable,
+        )
+        local = QuorumControllerChannel(controller, cfg, now_ms, driver, loader)
         local.cluster_id = broker.cluster_id
     broker.quorum = driver
     broker.metadata_loader = loader
@@ -164,36 +169,57 @@ def register_broker(broker) -> None:
 
 
 async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
-    """A node of a cluster: register with the active controller (retrying until one answers), then
-    heartbeat every broker.heartbeat.interval.ms with how far this node has applied the metadata log."""
-    from odradek.protocol.messages import BrokerHeartbeatRequest
+    """A node of a cluster (Kafka's BrokerLifecycleManager): register with the active controller (fenced,
+    retrying until one answers), then heartbeat every broker.heartbeat.interval.ms with the offset of the
+    last metadata record applied here; the controller unfences this broker once it has caught up, and
+    fences it when its heartbeats stop for broker.session.timeout.ms."""
+    import uuid
+
+    from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
+    from odradek.replication.metadata_image import METADATA_VERSION, METADATA_VERSION_FEATURE
 
     cfg = broker.config
     controller = broker.controller
-    delay_s = 0.1
+    request = BrokerRegistrationRequest(
+        broker_id=cfg.node_id, cluster_id=broker.cluster_id, incarnation_id=uuid.uuid4(), rack=cfg.broker_rack,
+        listeners=[BrokerRegistrationRequest.Listener(name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol)
+                   for e in endpoints],
+        features=[BrokerRegistrationRequest.Feature(name=METADATA_VERSION_FEATURE, min_supported_version=1,
+                                                    max_supported_version=METADATA_VERSION)],
+    )
+    interval_s = cfg.broker_heartbeat_interval_ms / 1000
     while True:
         try:
-            broker.broker_epoch = await broker.services.future_from(
-                controller.register_broker(cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=broker.cluster_id)
-            )
-            break
+            response = await broker.services.future_from(controller.broker_registration(request))
+            if response.error_code == 0:
+                broker.broker_epoch = response.broker_epoch
+                break
+            log.debug("registration refused", error_code=response.error_code)
         except Exception as e:  # noqa: BLE001 - no controller yet, a controller change: try again
             log.debug("registration not done yet", error=str(e))
-            await asyncio.sleep(delay_s)
+        await asyncio.sleep(min(interval_s, 0.2))
     log.info("registered", broker_epoch=broker.broker_epoch)
     while True:
-        await asyncio.sleep(cfg.broker_heartbeat_interval_ms / 1000)
-        request = BrokerHeartbeatRequest(
+        heartbeat = BrokerHeartbeatRequest(
             broker_id=cfg.node_id, broker_epoch=broker.broker_epoch,
-            current_metadata_offset=broker.metadata_loader.applied_end_offset, want_fence=False, want_shut_down=False,
+            current_metadata_offset=broker.metadata_loader.applied_end_offset - 1, want_fence=False,
+            want_shut_down=broker.shutting_down,
         )
         try:
-            response = await broker.services.future_from(controller.heartbeat(request))
+            response = await broker.services.future_from(controller.heartbeat(heartbeat))
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
-            continue
-        if response.error_code == 0:
-            broker.fenced = response.is_fenced
+        else:
+            if response.error_code == 0:
+                if broker.fenced and not response.is_fenced:
+                    log.info("unfenced", broker_epoch=broker.broker_epoch)
+                broker.fenced = response.is_fenced
+                if response.should_shut_down:
+                    broker.shutdown_granted.set()
+            elif response.error_code in (int(ErrorCode.STALE_BROKER_EPOCH), int(ErrorCode.BROKER_ID_NOT_REGISTERED)):
+                log.warning("the controller no longer knows this registration; registering again")
+                return await _lifecycle(broker, endpoints)
+        await asyncio.sleep(interval_s)
 
 
 def registration_endpoints(cfg, bound_ports: dict[str, int]) -> list[Endpoint]:

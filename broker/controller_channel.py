@@ -162,33 +162,36 @@ class ControllerDecisions:
 
         return self._single(op)
 
-    def unregister_broker(self, broker_id: int) -> Deferred:
-        return self._single(lambda: (self.controller.unregister_broker(broker_id), None))
+    # -- the brokers' and the leaders' RPCs to the controller: (records, response) decisions
+
+    def broker_registration(self, request) -> Deferred:
+        """BrokerRegistration: a new incarnation registers fenced (the heartbeat unfences it once it has
+        caught up); the same incarnation again is idempotent. Answers the response."""
+        return self._single(lambda: self.controller.register(request, self.clock()))
 
     def heartbeat(self, request) -> Deferred:
-        """BrokerHeartbeat: the broker's lease. A broker caught up with the metadata log (its current offset
-        at or past its registration's) and not asking to be fenced is unfenced; one asking to be fenced is
-        fenced. Answers the BrokerHeartbeatResponse."""
-        from odradek.protocol.messages import BrokerHeartbeatResponse
+        """BrokerHeartbeat: the broker's session, unfencing, fencing, controlled shutdown."""
+        return self._single(lambda: self.controller.heartbeat(request, self.clock()))
 
-        def op():
-            broker = self.controller.image.brokers.get(request.broker_id)
-            if broker is None:
-                raise MetadataError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker {request.broker_id} is not registered.")
-            if request.broker_epoch != broker.broker_epoch:
-                raise MetadataError(ErrorCode.STALE_BROKER_EPOCH, f"Expected broker epoch {broker.broker_epoch}.")
-            caught_up = request.current_metadata_offset >= broker.broker_epoch
-            records: list = []
-            fenced = broker.fenced
-            if request.want_fence and not broker.fenced:
-                records, fenced = self.controller.fence_broker(request.broker_id), True
-            elif caught_up and broker.fenced and not request.want_fence:
-                records, fenced = self.controller.unfence_broker(request.broker_id), False
-            response = BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=caught_up, is_fenced=fenced,
-                                               should_shut_down=bool(request.want_shut_down))
-            return records, response
+    def unregister(self, request) -> Deferred:
+        return self._single(lambda: self.controller.unregister(request))
 
-        return self._single(op)
+    def alter_partition(self, request, version: int) -> Deferred:
+        return self._single(lambda: self.controller.alter_partition(request, version))
+
+    def elect_leaders(self, request) -> Deferred:
+        return self._single(lambda: self.controller.elect_leaders(request))
+
+    def alter_partition_reassignments(self, request) -> Deferred:
+        return self._single(lambda: self.controller.alter_partition_reassignments(request))
+
+    def list_partition_reassignments(self, request):
+        return self.controller.list_partition_reassignments(request)
+
+    def tick(self) -> Deferred:
+        """The controller's periodic decisions (fencing brokers whose session expired, unclean and preferred
+        leader elections), committed like any other change."""
+        return self._single(lambda: (self.controller.tick(self.clock()), None))
 
     # -- one road for every change
 

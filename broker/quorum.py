@@ -232,8 +232,10 @@ class QuorumControllerChannel(ControllerDecisions):
         if not self.is_active and raft.is_leader and batch.is_control and batch.epoch == raft.epoch:
             # Everything before this epoch is applied: the controller may decide from the image now.
             self.controller.advance(self.loader.image, batch.last_offset + 1)
+            self.controller.activate(self.clock())
             self.is_active = True
             log.info("active controller", epoch=raft.epoch)
+            self._schedule_tick()
             if self.loader.image.cluster_id is None and self.cluster_id is not None:
                 self._bootstrap()
         while self._waiting and self._waiting[0][0] <= batch.last_offset:
@@ -241,6 +243,26 @@ class QuorumControllerChannel(ControllerDecisions):
             commit.complete(None)
 
     cluster_id: str | None = None  # from meta.properties: written by the first active controller
+    _tick_handle: asyncio.TimerHandle | None = None
+
+    def _schedule_tick(self) -> None:
+        """The controller's periodic decisions (expired broker sessions, leader elections) at its deadline."""
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        if not self.is_active:
+            return
+        deadline = self.controller.next_deadline_ms()
+        delay_s = 1.0 if deadline is None else max(0.0, min(1.0, (deadline - self.clock()) / 1000))
+        self._tick_handle = asyncio.get_running_loop().call_later(delay_s, self._tick)
+
+    def _tick(self) -> None:
+        self._tick_handle = None
+        if self.is_active:
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - the next tick tries again
+                log.exception("controller tick failed")
+            self._schedule_tick()
 
     def _bootstrap(self) -> None:
         """The first active controller of a new cluster writes what `odradek storage format` decided: the
@@ -386,44 +408,39 @@ class ClusterControllerChannel:
 
         return self._remote(call)
 
+    # -- the brokers' RPCs: decided here when active, else sent to the active controller as they are
+
+    def _decide_or_forward(self, name: str, request, version: int) -> Deferred:
+        if self.is_active:
+            return getattr(self.local, name)(request)
+        return self._remote(lambda: self.forward(request, version))
+
+    def broker_registration(self, request) -> Deferred:
+        return self._decide_or_forward("broker_registration", request, 0)
+
     def heartbeat(self, request) -> Deferred:
+        return self._decide_or_forward("heartbeat", request, 0)
+
+    def unregister(self, request) -> Deferred:
+        return self._decide_or_forward("unregister", request, 0)
+
+    def alter_partition(self, request, version: int) -> Deferred:
         if self.is_active:
-            return self.local.heartbeat(request)
-        return self._remote(lambda: self.forward(request, 0))
+            return self.local.alter_partition(request, version)
+        return self._remote(lambda: self.forward(request, version))
 
-    def unregister_broker(self, broker_id: int) -> Deferred:
-        if self.is_active:
-            return self.local.unregister_broker(broker_id)
-        from odradek.protocol.messages import UnregisterBrokerRequest
+    def elect_leaders(self, request) -> Deferred:
+        return self._local_only("elect_leaders", request)
 
-        async def call():
-            response = await self.forward(UnregisterBrokerRequest(broker_id=broker_id), 0)
-            if response.error_code:
-                raise MetadataError(ErrorCode(response.error_code), response.error_message or "UnregisterBroker failed")
+    def alter_partition_reassignments(self, request) -> Deferred:
+        return self._local_only("alter_partition_reassignments", request)
 
-        return self._remote(call)
+    def list_partition_reassignments(self, request):
+        return self.local.list_partition_reassignments(request)
 
     def register_broker(self, broker_id: int, endpoints, *, rack, cluster_id) -> Deferred:
-        if self.is_active:
-            return self.local.register_broker(broker_id, endpoints, rack=rack, cluster_id=cluster_id)
-        import uuid as _uuid
-
-        from odradek.protocol.messages import BrokerRegistrationRequest
-
-        request = BrokerRegistrationRequest(
-            broker_id=broker_id, cluster_id=cluster_id or "", incarnation_id=_uuid.uuid4(), rack=rack,
-            listeners=[BrokerRegistrationRequest.Listener(name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol)
-                       for e in endpoints],
-            features=[],
-        )
-
-        async def call():
-            response = await self.forward(request, 0)
-            if response.error_code:
-                raise MetadataError(ErrorCode(response.error_code), "BrokerRegistration failed")
-            return response.broker_epoch
-
-        return self._remote(call)
+        """Used by a cluster of one only; a node of a cluster registers with `broker_registration`."""
+        return self._local_only("register_broker", broker_id, endpoints, rack=rack, cluster_id=cluster_id)
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -67,7 +67,9 @@ class Broker:
         self.quorum = None  # the Raft driver, in a cluster (broker/quorum.py)
         self.metadata_loader = None
         self.broker_epoch = -1
-        self.fenced = False
+        self.fenced = True  # in a cluster, until the controller unfences this broker
+        self.shutting_down = False  # controlled shutdown asked for (heartbeats say want_shut_down)
+        self.shutdown_granted = asyncio.Event()
         self._timer_handle = None
         self._timer_deadline: int | None = None
         self._fetches_scheduled = False

@@ -6,9 +6,12 @@ later. DescribeQuorum (55) is served on both listeners, as Kafka's admin clients
 leader answers from its core, any other node forwards it to the leader, and a cluster of one
 (no Raft: its metadata log is local) describes itself as a quorum of one.
 
-BrokerRegistration (62), BrokerHeartbeat (63), UnregisterBroker (64) and AllocateProducerIds (67) are
-answered by the active controller only; elsewhere NOT_CONTROLLER, which brokers take as "look for the
-controller again".
+BrokerRegistration (62), BrokerHeartbeat (63), UnregisterBroker (64), AlterPartition (56) and
+AllocateProducerIds (67) are answered by the active controller only (replication/controller.py decides,
+the records are committed, then the response goes out); elsewhere NOT_CONTROLLER, which brokers take as
+"look for the controller again". ElectLeaders (43), AlterPartitionReassignments (45) and
+ListPartitionReassignments (46) are admin requests: any broker takes them and forwards them whole to the
+active controller.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsResponse,
+    AlterPartitionResponse,
+    ElectLeadersResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
     DescribeQuorumResponse,
@@ -101,55 +107,93 @@ def _not_controller(services) -> bool:
     return not services.controller.is_active
 
 
-@handles(62, (0, 5), listeners=(CONTROLLER,))
-def handle_broker_registration(services, ctx, request):
-    if _not_controller(services):
-        return BrokerRegistrationResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), broker_epoch=-1)
-    endpoints = [Endpoint(lst.name, lst.host, lst.port, lst.security_protocol) for lst in request.listeners]
-    registered = services.controller.register_broker(
-        request.broker_id, endpoints, rack=request.rack, cluster_id=request.cluster_id or None,
-    )
+def _error_code(error: BaseException) -> int:
+    return int(getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+
+
+def _decided(services, deferred, failed):
+    """The controller's response once its records are committed, or `failed(error code, message)`."""
 
     def answer(d):
         error = d.failed_with
         if error is not None:
-            code = int(getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
-            return BrokerRegistrationResponse(throttle_time_ms=0, error_code=code, broker_epoch=-1)
-        return BrokerRegistrationResponse(throttle_time_ms=0, error_code=0, broker_epoch=d.result())
+            return failed(_error_code(error), getattr(error, "message", str(error)))
+        return d.result()
 
-    return services.settle(registered, answer)
+    return services.settle(deferred, answer)
+
+
+@handles(62, (0, 5), listeners=(CONTROLLER,))
+def handle_broker_registration(services, ctx, request):
+    def failed(code, _message):
+        return BrokerRegistrationResponse(throttle_time_ms=0, error_code=code, broker_epoch=-1)
+
+    if _not_controller(services):
+        return failed(int(ErrorCode.NOT_CONTROLLER), None)
+    return _decided(services, services.controller.broker_registration(request), failed)
 
 
 @handles(63, (0, 2), listeners=(CONTROLLER,))
 def handle_broker_heartbeat(services, ctx, request):
-    if _not_controller(services):
-        return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), is_caught_up=False,
-                                       is_fenced=True, should_shut_down=False)
-    return services.settle(services.controller.heartbeat(request), _heartbeat_answer)
-
-
-def _heartbeat_answer(d):
-    error = d.failed_with
-    if error is not None:
-        code = int(getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+    def failed(code, _message):
         return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=code, is_caught_up=False, is_fenced=True,
                                        should_shut_down=False)
-    return d.result()
+
+    if _not_controller(services):
+        return failed(int(ErrorCode.NOT_CONTROLLER), None)
+    return _decided(services, services.controller.heartbeat(request), failed)
 
 
 @handles(64, (0, 0), listeners=(CONTROLLER,))
 def handle_unregister_broker(services, ctx, request):
+    def failed(code, message):
+        return UnregisterBrokerResponse(throttle_time_ms=0, error_code=code, error_message=message)
+
     if _not_controller(services):
-        return UnregisterBrokerResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), error_message=None)
+        return failed(int(ErrorCode.NOT_CONTROLLER), None)
+    return _decided(services, services.controller.unregister(request), failed)
 
-    def answer(d):
-        error = d.failed_with
-        if error is not None:
-            return UnregisterBrokerResponse(throttle_time_ms=0, error_code=int(getattr(error, "error_code", -1)),
-                                            error_message=str(error))
-        return UnregisterBrokerResponse(throttle_time_ms=0, error_code=0, error_message=None)
 
-    return services.settle(services.controller.unregister_broker(request.broker_id), answer)
+@handles(56, (2, 3), listeners=(CONTROLLER,))
+def handle_alter_partition(services, ctx, request):
+    def failed(code, _message):
+        return AlterPartitionResponse(throttle_time_ms=0, error_code=code, topics=[])
+
+    if _not_controller(services):
+        return failed(int(ErrorCode.NOT_CONTROLLER), None)
+    return _decided(services, services.controller.alter_partition(request, ctx.api_version), failed)
+
+
+# -- admin requests the controller answers (forwarded whole by a broker that is not the active controller)
+
+
+@handles(43, listeners=(BROKER, CONTROLLER))
+def handle_elect_leaders(services, ctx, request):
+    if not services.controller.is_active:
+        return services.controller.forward(request, ctx.api_version)
+
+    def failed(code, message):
+        return ElectLeadersResponse(throttle_time_ms=0, error_code=code, replica_election_results=[])
+
+    return _decided(services, services.controller.elect_leaders(request), failed)
+
+
+@handles(45, listeners=(BROKER, CONTROLLER))
+def handle_alter_partition_reassignments(services, ctx, request):
+    if not services.controller.is_active:
+        return services.controller.forward(request, ctx.api_version)
+
+    def failed(code, message):
+        return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
+
+    return _decided(services, services.controller.alter_partition_reassignments(request), failed)
+
+
+@handles(46, listeners=(BROKER, CONTROLLER))
+def handle_list_partition_reassignments(services, ctx, request):
+    if not services.controller.is_active:
+        return services.controller.forward(request, ctx.api_version)
+    return services.controller.list_partition_reassignments(request)
 
 
 @handles(67, (0, 0), listeners=(CONTROLLER,))

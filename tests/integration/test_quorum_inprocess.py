@@ -28,6 +28,7 @@ QUICK = {
     "controller.quorum.fetch.timeout.ms": 600,
     "controller.quorum.request.timeout.ms": 1000,
     "broker.heartbeat.interval.ms": 200,
+    "broker.session.timeout.ms": 1500,
 }
 
 
@@ -75,7 +76,7 @@ async def test_three_nodes_elect_register_and_follow_the_metadata_log(tmp_path):
     try:
         await asyncio.gather(*(b.start() for b in nodes))
         await until(lambda: len(active(nodes)) == 1, what="an active controller")
-        await until(lambda: all(len(b.metadata.image.brokers) == 3 for b in nodes), what="three registrations")
+        await until(lambda: all(b.services.live_brokers() == [1, 2, 3] for b in nodes), what="three unfenced brokers")
         assert {b.metadata.image.cluster_id for b in nodes} == {cluster_id}
 
         leader = active(nodes)[0]
@@ -100,10 +101,15 @@ async def test_three_nodes_elect_register_and_follow_the_metadata_log(tmp_path):
         assert part.leader_id == leader.node_id and sorted(v.replica_id for v in part.current_voters) == [1, 2, 3]
         await conn.close()
 
-        # The active controller goes away: another takes over, and changes keep working.
+        # The active controller goes away: another takes over, fences it once its session expires (its
+        # partitions, with no other replica, go offline: no unclean election), and changes keep working.
         await leader.stop()
         nodes.remove(leader)
         await until(lambda: len(active(nodes)) == 1, what="a new active controller")
+        gone = leader.node_id
+        await until(lambda: all(b.metadata.image.brokers[gone].fenced for b in nodes), what="the stopped broker fenced")
+        offline = {i for i, p in nodes[0].metadata.image.topics_by_name["events"].partitions.items() if p.leader == -1}
+        assert offline == {i for i, leader_id in placement.items() if leader_id == gone}
         survivor = nodes[0]
         conn = NodeConnection(survivor.node_id, "127.0.0.1", survivor.bound_port)
         created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
