@@ -16,9 +16,17 @@ SERVER_COMMANDS: dict[str, tuple[str, str]] = {
     "storage": ("odradek.broker.storage_tool", "format log directories: storage random-uuid | format --cluster-id ID -c FILE | info"),
 }
 
+# `odradek cluster up|down|status|compose` run a local cluster (broker/cluster_tool.py); every other
+# `cluster` command (describe, log-dirs) asks a running cluster, through the client CLI.
+LOCAL_CLUSTER_COMMANDS = ("up", "down", "status", "compose")
+
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["cluster"] and args[1:2] and args[1] in LOCAL_CLUSTER_COMMANDS:
+        from odradek.broker.cluster_tool import main as cluster_main
+
+        return cluster_main(args[1:])
     if args and args[0] in SERVER_COMMANDS:
         module = importlib.import_module(SERVER_COMMANDS[args[0]][0])
         return module.main(args[1:])
