@@ -283,10 +283,10 @@ def compose(nodes: int) -> str:
             f"  odradek{i}:",
             "    <<: *odradek",
             f"    hostname: odradek{i}",
-            "    command: [\"sh\", \"-c\", \"odradek storage format --ignore-formatted --cluster-id $$ODRADEK_CLUSTER_ID"
+            "    command: [\"sh\", \"-c\", \"odradek storage format --ignore-formatted --cluster-id $$CLUSTER_ID"
             " -c /etc/odradek/server.properties && exec odradek broker start -c /etc/odradek/server.properties\"]",
             "    environment:",
-            f"      ODRADEK_CLUSTER_ID: \"{COMPOSE_CLUSTER_ID}\"",
+            f"      CLUSTER_ID: \"{COMPOSE_CLUSTER_ID}\"  # not ODRADEK_*: that prefix is for broker properties",
         ]
         out += [f"      ODRADEK_{k.upper().replace('.', '_')}: \"{v}\"" for k, v in props.items()]
         out += [

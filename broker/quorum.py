@@ -320,13 +320,24 @@ class ClusterControllerChannel:
     # -- forwarding
 
     async def forward(self, request, version: int):
-        """Send a client's request as it came to the active controller; its response."""
-        leader = await self._leader()
-        return await self.connections.request(leader, request, version, purpose="forward", timeout_s=self.request_timeout_s)
-
-    async def _leader(self) -> int:
+        """Send a client's request as it came to the active controller; its response. While the quorum has
+        no leader, or the one it names cannot be reached (it just died), wait and try again, as Kafka's
+        forwarding manager does, until `request_timeout_s`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_s
+        while True:
+            leader = await self._leader(deadline)
+            try:
+                return await self.connections.request(
+                    leader, request, version, purpose="forward", timeout_s=max(0.1, deadline - loop.time()),
+                )
+            except NodeUnavailable:
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def _leader(self, deadline: float) -> int:
+        loop = asyncio.get_running_loop()
         while self.loader.leader_id < 0 or self.loader.leader_id == self.node_id and not self.is_active:
             if loop.time() > deadline:
                 raise NodeUnavailable("no active controller")

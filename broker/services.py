@@ -111,12 +111,10 @@ class BrokerServices:
         return None
 
     def controller_id(self) -> int:
-        """The controller id clients are told. As in KRaft, clients never reach the controllers: they are
-        given a live broker, which forwards what is meant for the controller. This node when it is one."""
-        live = self.live_brokers()
-        if self.node_id in live or not live:
-            return self.node_id
-        return live[0]
+        """The controller id clients are told: this node. As in KRaft, clients never reach the controllers;
+        they send what is meant for the controller to a broker, which forwards it (KIP-590), and the node
+        that answered is the one surely up (a fenced node forwards as well as any)."""
+        return self.node_id
 
     # -- answers that come later
 

@@ -56,11 +56,15 @@ def topic_response(services, image, version: int, include_ops: bool, listener: s
 
 
 def broker_entries(services, listener: str) -> list[Broker_]:
-    """Every live broker at its endpoint for `listener`; this broker always (at its first endpoint if it
-    has none by that name, so a client is never left without an address to reach it)."""
+    """Every live broker at its endpoint for `listener`, and this broker always, even while fenced (it is
+    the controller id clients are given: they must be able to reach it), at its first endpoint if it has
+    none by that name."""
     image = services.metadata.image
     out = []
-    for broker_id in services.live_brokers():
+    ids = services.live_brokers()
+    if services.node_id not in ids and services.node_id in image.brokers:
+        ids = sorted([*ids, services.node_id])
+    for broker_id in ids:
         endpoint = services.endpoint(broker_id, listener)
         if endpoint is None and broker_id == services.node_id:
             endpoint = image.brokers[broker_id].endpoints[0]
