@@ -981,8 +981,14 @@ class RaftNode:
             self.high_watermark = new
 
     def _truncate_to_end_offset(self, end_offset: int, epoch: int) -> None:
-        local_epoch, local_end = self._end_offset_for_epoch(epoch)
-        offset = min(local_end, end_offset)
+        """ReplicatedLog.truncateToEndOffset. When we hold the leader's epoch, cut where the shorter of the
+        two ends; when we do not, cut at the end of our largest epoch below it (a batch boundary of ours)
+        and let the next fetch, asking about that epoch, find the rest."""
+        if epoch == 0:
+            offset = min(end_offset, self.log.log_end_offset)
+        else:
+            local_epoch, local_end = self._end_offset_for_epoch(epoch)
+            offset = min(local_end, end_offset) if local_epoch == epoch else local_end
         if offset < self.high_watermark:
             raise RaftInvariantError(f"node {self.node_id}: leader {self.leader_id} asks to truncate to {offset}, "
                                      f"below the high watermark {self.high_watermark}")

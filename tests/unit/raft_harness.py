@@ -49,7 +49,8 @@ class Machine:
 
 
 class Cluster:
-    def __init__(self, voters=(1, 2, 3), observers=(), seed: int = 0, **config) -> None:
+    def __init__(self, voters=(1, 2, 3), observers=(), seed: int = 0, preload=None, **config) -> None:
+        """`preload` maps a node id to the (MemoryRaftLog, QuorumStateData) it starts from."""
         self.now = 0
         self.rng = random.Random(seed)
         self.voters = tuple(voters)
@@ -65,8 +66,9 @@ class Cluster:
         self.next_request_id = 0
         self.sent: list[tuple[int, object]] = []  # (source, Outbound)
         for node_id in list(voters) + list(observers):
-            self.logs[node_id] = MemoryRaftLog()
-            self.stores[node_id] = MemoryQuorumStateStore()
+            log, state = (preload or {}).get(node_id, (MemoryRaftLog(), None))
+            self.logs[node_id] = log
+            self.stores[node_id] = MemoryQuorumStateStore(state)
             self.incarnation[node_id] = 0
             self.start(node_id)
 

@@ -153,6 +153,36 @@ def test_divergent_follower_log_is_truncated_by_epoch():
     assert [v for _, v in cluster.machines[old].values] == [b"committed", b"new-1"]
 
 
+def test_divergence_across_epochs_the_follower_never_held_takes_two_rounds():
+    # The leader's epoch 1 ends at 5, then epochs 3 and 5. The follower's epoch 1 runs on to 10 (one
+    # batch spans 5..8) and then has epoch 4. Asked about epoch 4, the leader answers (3, 8); the follower
+    # has no epoch 3, so it cuts at the end of its epoch 1 (10, a boundary of its own), not at 8 (inside
+    # a batch), and the next answer, about epoch 1, brings it to 5.
+    from odradek.protocol.records import build_batch
+    from odradek.replication.raft import MemoryRaftLog
+
+    def log_of(*batches):
+        log = MemoryRaftLog()
+        for count, epoch in batches:
+            log.append_as_leader(build_batch([(None, b"x", None, 0)] * count), epoch)
+        log.flush()
+        return log
+
+    state = QuorumStateData(leader_epoch=5)
+    leader_log = ((2, 1), (3, 1), (2, 3), (1, 3), (1, 5))
+    preload = {1: (log_of(*leader_log), state), 2: (log_of(*leader_log), state),
+               3: (log_of((2, 1), (3, 1), (4, 1), (1, 1), (2, 4)), state)}
+    cluster = Cluster(voters=(1, 2, 3), preload=preload)
+    leader = elect(cluster)
+    assert leader != 3
+    offset = cluster.append(b"after")
+    cluster.run_until(lambda: cluster.committed_everywhere(offset))
+    assert cluster.logs[3].batches() == cluster.logs[leader].batches()
+    diverging = [m.responses[0].partitions[0].diverging_epoch for m in cluster.messages(FetchResponse)
+                 if m.responses[0].partitions[0].diverging_epoch.epoch >= 0]
+    assert [(d.epoch, d.end_offset) for d in diverging] == [(3, 8), (1, 5)]
+
+
 def test_lagging_observer_catches_up_through_a_chunked_snapshot():
     cluster = Cluster(voters=(1, 2, 3), observers=(100,), snapshot_chunk_bytes=16)
     leader = elect(cluster)
