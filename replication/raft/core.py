@@ -630,6 +630,8 @@ class RaftNode:
         else:
             # An observer that knows no leader asks a voter; the answer names the leader.
             target = self.rng.choice(sorted(self.config.voters))
+        if self.log.flushed_end_offset < self.log.log_end_offset:
+            self.log.flush(now_ms=now)  # e.g. a log reopened with a recovery point below its end
         if self._snapshot_fetch is not None:
             self._send(target, FETCH_SNAPSHOT, self._fetch_snapshot_request())
         else:
