@@ -1067,7 +1067,8 @@ class RaftNode:
                         self._fetch_error_response(ErrorCode.NONE, ErrorCode.INCONSISTENT_CLUSTER_ID))
             return
         partition = request.topics[0].partitions[0]
-        replica_id = request.replica_state.replica_id
+        # Fetch v15+ names the fetching replica in ReplicaState, older versions in ReplicaId.
+        replica_id = request.replica_state.replica_id if request.replica_state.replica_id >= 0 else request.replica_id
         error = self._validate_leader_only(partition.current_leader_epoch)
         if error != ErrorCode.NONE:
             self._reply(source, request_id, FETCH, self._fetch_error_response(error))
