@@ -18,6 +18,7 @@ from odradek.replication.raft.core import (
     Role,
 )
 from odradek.replication.raft.log import AppendedRange, MemoryRaftLog, RaftLog, SnapshotId
+from odradek.replication.raft.storage_log import StorageRaftLog
 from odradek.replication.raft.quorum_state import (
     FileQuorumStateStore,
     MemoryQuorumStateStore,
@@ -30,4 +31,5 @@ __all__ = [
     "FileQuorumStateStore", "MemoryQuorumStateStore", "MemoryRaftLog", "NotLeaderError", "Outbound",
     "OutboundRequest", "OutboundResponse", "QuorumStateData", "QuorumStateStore", "RaftConfig",
     "RaftInvariantError", "RaftListener", "RaftLog", "RaftNode", "ReplicaState", "Role", "SnapshotId",
+    "StorageRaftLog",
 ]

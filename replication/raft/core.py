@@ -370,13 +370,15 @@ class RaftNode:
         if self.role != Role.LEADER:
             raise NotLeaderError(f"node {self.node_id} is {self.role.name}, leader is {self.leader_id}")
         batch = build_batch([(None, r, None, self._now_ms) for r in records])
-        appended = self.log.append_as_leader(batch, self.epoch)
+        appended = self.log.append_as_leader(batch, self.epoch, now_ms=self._now_ms)
         self._complete_parked(only_due=False)
         return appended.last_offset
 
-    def create_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
+    def create_snapshot(self, end_offset: int, data: bytes, now_ms: int | None = None) -> SnapshotId:
         """Store the upper layer's state for offsets below `end_offset` (applied and committed) and remove
         the log below it. A snapshot at or below the latest one is not stored again."""
+        if now_ms is not None:
+            self._now_ms = max(self._now_ms, now_ms)
         if end_offset > self.applied_end_offset or end_offset > self.high_watermark:
             raise ValueError(f"snapshot end {end_offset} is above what is applied ({self.applied_end_offset}) "
                              f"or committed ({self.high_watermark})")
@@ -387,7 +389,7 @@ class RaftNode:
             raise ValueError(f"snapshot end {end_offset} is not above the log start {self.log.log_start_offset}")
         snapshot_id = SnapshotId(end_offset, self.log.epoch_for_offset(end_offset - 1))
         self.log.store_snapshot(snapshot_id, data)
-        self.log.delete_before(end_offset)
+        self.log.delete_before(end_offset, now_ms=self._now_ms)
         return snapshot_id
 
     def resign(self, now_ms: int) -> list[Outbound]:
@@ -531,7 +533,7 @@ class RaftNode:
         self._check_quorum_ms = self._now_ms + self._check_quorum_timeout()
         key, value = leader_change_record(self.node_id, sorted(self.config.voters), granting)
         batch = build_batch([(key, value, None, self._now_ms)], control=True)
-        self.log.append_as_leader(batch, self.epoch)
+        self.log.append_as_leader(batch, self.epoch, now_ms=self._now_ms)
         self.listener.handle_leader_change(self.node_id, self.epoch)
         self._update_high_watermark()
 
@@ -601,7 +603,7 @@ class RaftNode:
     def _leader_step(self, now: int) -> None:
         if (self.log.flushed_end_offset < self.log.log_end_offset
                 and now >= self._last_flush_ms + self.config.leader_flush_interval_ms):
-            self.log.flush()
+            self.log.flush(now_ms=now)
             self._last_flush_ms = now
         self._update_high_watermark()
         if len(self.config.voters) > 1 and now >= self._check_quorum_ms:
@@ -628,6 +630,8 @@ class RaftNode:
         else:
             # An observer that knows no leader asks a voter; the answer names the leader.
             target = self.rng.choice(sorted(self.config.voters))
+        if self.log.flushed_end_offset < self.log.log_end_offset:
+            self.log.flush(now_ms=now)  # e.g. a log reopened with a recovery point below its end
         if self._snapshot_fetch is not None:
             self._send(target, FETCH_SNAPSHOT, self._fetch_snapshot_request())
         else:
@@ -971,8 +975,8 @@ class RaftNode:
                 first = next(iter_batches(records), None)
                 if first is None or first[1].base_offset != self.log.log_end_offset:
                     return  # not where our log ends (a stale answer); fetch again from the end
-                self.log.append_as_follower(bytes(records))
-                self.log.flush()
+                self.log.append_as_follower(bytes(records), now_ms=self._now_ms)
+                self.log.flush(now_ms=self._now_ms)
             self._follower_high_watermark(p.high_watermark)
 
     def _follower_high_watermark(self, leader_high_watermark: int) -> None:
@@ -1041,7 +1045,7 @@ class RaftNode:
         self._snapshot_fetch = None
         snapshot_id = fetch.snapshot_id
         self.log.store_snapshot(snapshot_id, bytes(fetch.data))
-        self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
+        self.log.truncate_fully_and_start_at(snapshot_id.end_offset, now_ms=self._now_ms)
         # The snapshot holds committed offsets only, and the listener loads it in _deliver_committed.
         self.high_watermark = max(self.high_watermark, snapshot_id.end_offset)
 
@@ -1063,7 +1067,8 @@ class RaftNode:
                         self._fetch_error_response(ErrorCode.NONE, ErrorCode.INCONSISTENT_CLUSTER_ID))
             return
         partition = request.topics[0].partitions[0]
-        replica_id = request.replica_state.replica_id
+        # Fetch v15+ names the fetching replica in ReplicaState, older versions in ReplicaId.
+        replica_id = request.replica_state.replica_id if request.replica_state.replica_id >= 0 else request.replica_id
         error = self._validate_leader_only(partition.current_leader_epoch)
         if error != ErrorCode.NONE:
             self._reply(source, request_id, FETCH, self._fetch_error_response(error))

@@ -6,6 +6,8 @@ its epoch and the log stamps offsets and the partitionLeaderEpoch (`Log.append(.
 a follower appends batches that already carry offsets (`Log.append_as_follower`), `truncate_to`,
 `end_offset_for_epoch` with the leader-epoch cache's semantics (`LeaderEpochCache.end_offset_for`),
 `log_start_offset` and `flush`. `flushed_end_offset` is the recovery point: what survives a crash.
+The methods storage needs a clock for (segment rolls, file times) take `now_ms`, which the core passes
+from the time it was given.
 Snapshots (`SnapshotId` = end offset and the epoch of the record before it, as Kafka's OffsetAndEpoch)
 are opaque bytes owned by the upper layer; storing one is durable before it returns.
 
@@ -50,9 +52,9 @@ class RaftLog(Protocol):
     def latest_epoch(self) -> int:
         """The epoch of the last batch in the log, UNDEFINED_EPOCH (-1) when the log holds none."""
 
-    def append_as_leader(self, batches: bytes, epoch: int) -> AppendedRange:
+    def append_as_leader(self, batches: bytes, epoch: int, *, now_ms: int) -> AppendedRange:
         """Assign offsets from log_end_offset and stamp `epoch` into every batch."""
-    def append_as_follower(self, batches: bytes) -> AppendedRange:
+    def append_as_follower(self, batches: bytes, *, now_ms: int) -> AppendedRange:
         """Append batches that carry their offsets and epochs; the first must start at log_end_offset."""
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from the one holding `offset` (at least one batch when any, even over max_bytes)."""
@@ -61,15 +63,16 @@ class RaftLog(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(largest epoch <= epoch, its end offset) as `LeaderEpochCache.end_offset_for`; (-1, -1) if unknown."""
     def epoch_for_offset(self, offset: int) -> int: ...
-    def flush(self) -> None: ...
+    def flush(self, *, now_ms: int) -> None:
+        """Make everything appended durable (storage: Log.flush, which advances the recovery point)."""
 
     def latest_snapshot_id(self) -> SnapshotId | None: ...
     def read_snapshot(self, snapshot_id: SnapshotId) -> bytes | None: ...
     def store_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         """Write a snapshot durably and drop older ones; the log start offset is not changed."""
-    def delete_before(self, offset: int) -> None:
+    def delete_before(self, offset: int, *, now_ms: int) -> None:
         """Advance the log start offset to `offset` (at most the log end), dropping whole batches below."""
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int) -> None:
         """Empty the log and start it at `offset` (a snapshot was installed there)."""
 
 
@@ -129,7 +132,7 @@ class MemoryRaftLog:
 
     # -- appends
 
-    def append_as_leader(self, batches: bytes, epoch: int) -> AppendedRange:
+    def append_as_leader(self, batches: bytes, epoch: int, *, now_ms: int = 0) -> AppendedRange:
         buf = bytearray(batches)
         first = offset = self.log_end_offset
         new = []
@@ -143,7 +146,7 @@ class MemoryRaftLog:
             self._add(_Batch(base, last, epoch, bytes(buf[pos : pos + size])))
         return AppendedRange(first, offset - 1)
 
-    def append_as_follower(self, batches: bytes) -> AppendedRange:
+    def append_as_follower(self, batches: bytes, *, now_ms: int = 0) -> AppendedRange:
         added = []
         for pos, header in iter_batches(batches):
             if header.base_offset != self.log_end_offset:
@@ -200,12 +203,12 @@ class MemoryRaftLog:
         self._flushed_count = min(self._flushed_count, keep)
         self._epochs.truncate_from_end(offset)
 
-    def flush(self) -> None:
+    def flush(self, *, now_ms: int = 0) -> None:
         if self._flushed_count != len(self._batches):
             self._flushed_count = len(self._batches)
             self.flush_count += 1
 
-    def delete_before(self, offset: int) -> None:
+    def delete_before(self, offset: int, *, now_ms: int = 0) -> None:
         offset = min(offset, self.log_end_offset)
         if offset <= self._start:
             return
@@ -220,7 +223,7 @@ class MemoryRaftLog:
         self._start = offset
         self._epochs.truncate_from_start(offset)
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int = 0) -> None:
         self._batches.clear()
         self._bases.clear()
         self._flushed_count = 0

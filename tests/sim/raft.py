@@ -26,6 +26,7 @@ set or dict is iterated where its order could depend on hashing).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import heapq
 import random
 import sys
@@ -152,6 +153,7 @@ class Stats:
     snapshots_loaded: int = 0
     max_epoch: int = 0
     settle_ms: int = 0
+    digest: str = ""  # of the committed log, for comparing runs
 
 
 def params_for_seed(seed: int, rng: random.Random) -> Params:
@@ -471,6 +473,10 @@ class Simulation:
                     final = self._final_append(final)
                     if self._converged(final):
                         self.stats.settle_ms = self.now - p.chaos_ms
+                        digest = hashlib.sha256()
+                        for base in sorted(self.committed):
+                            digest.update(self.committed[base][1])
+                        self.stats.digest = digest.hexdigest()[:16]
                         return self.stats
                     self.schedule(self.now + 100, "final")
                 elif self.chaos:
@@ -555,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
+    digests = hashlib.sha256()
     failures = []
     totals = Stats()
     settle = []
@@ -570,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
             setattr(totals, name, getattr(totals, name) + getattr(stats, name))
         totals.committed_offsets += stats.committed_offsets
         totals.max_epoch = max(totals.max_epoch, stats.max_epoch)
+        digests.update(stats.digest.encode())
         settle.append(stats.settle_ms)
     elapsed = time.process_time() - started
     settle.sort()
@@ -578,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"events {totals.events}, messages {totals.messages}, crashes {totals.crashes}, "
           f"partition changes {totals.partitions}, appends {totals.appends}, snapshots {totals.snapshots}, "
           f"committed offsets {totals.committed_offsets}, highest epoch {totals.max_epoch}")
+    print(f"digest of the committed logs: {digests.hexdigest()[:16]}")
     if settle:
         print(f"time to converge after the faults stopped: median {settle[len(settle) // 2]} ms, "
               f"max {settle[-1]} ms")

@@ -50,7 +50,7 @@ class Machine:
 
 class Cluster:
     def __init__(self, voters=(1, 2, 3), observers=(), seed: int = 0, preload=None, **config) -> None:
-        """`preload` maps a node id to the (MemoryRaftLog, QuorumStateData) it starts from."""
+        """`preload` maps a node id to the (log, QuorumStateData or a store) it starts from."""
         self.now = 0
         self.rng = random.Random(seed)
         self.voters = tuple(voters)
@@ -68,7 +68,7 @@ class Cluster:
         for node_id in list(voters) + list(observers):
             log, state = (preload or {}).get(node_id, (MemoryRaftLog(), None))
             self.logs[node_id] = log
-            self.stores[node_id] = MemoryQuorumStateStore(state)
+            self.stores[node_id] = state if hasattr(state, "write") else MemoryQuorumStateStore(state)
             self.incarnation[node_id] = 0
             self.start(node_id)
 

@@ -183,6 +183,34 @@ def test_divergence_across_epochs_the_follower_never_held_takes_two_rounds():
     assert [(d.epoch, d.end_offset) for d in diverging] == [(3, 8), (1, 5)]
 
 
+def test_records_of_earlier_epochs_commit_only_with_one_of_the_new_leaders_own():
+    # Every voter holds offsets 0-4 from epoch 1, uncommitted. When the new leader's first follower
+    # fetches at 5, a majority has 0-4, but the high watermark must wait for the LeaderChange batch at 5
+    # (Raft's rule against committing an earlier term's entries by counting, Figure 8 of the paper).
+    from odradek.protocol.records import build_batch
+    from odradek.replication.raft import MemoryRaftLog
+
+    def preload():
+        log = MemoryRaftLog()
+        log.append_as_leader(build_batch([(None, b"old", None, 0)] * 5), 1)
+        log.flush()
+        return log, QuorumStateData(leader_epoch=1)
+
+    cluster = Cluster(voters=(1, 2, 3), preload={i: preload() for i in (1, 2, 3)})
+    seen: set[int] = set()
+    for node_id, node in cluster.nodes.items():
+        def watched(source, request_id, request, now_ms, node=node, inner=node.handle_request):
+            out = inner(source, request_id, request, now_ms)
+            if node.role == Role.LEADER:
+                seen.add(node.high_watermark)
+            return out
+        node.handle_request = watched
+    elect(cluster)
+    cluster.run_until(lambda: cluster.committed_everywhere(5))
+    assert 5 not in seen and 6 in seen
+    assert [v for _, v in cluster.machines[1].values] == [b"old"] * 5
+
+
 def test_lagging_observer_catches_up_through_a_chunked_snapshot():
     cluster = Cluster(voters=(1, 2, 3), observers=(100,), snapshot_chunk_bytes=16)
     leader = elect(cluster)
