@@ -115,7 +115,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
             key="log.dirs",
         )
     log_ = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())
-    raft_log = StorageRaftLog(log_, log_.directory, now_ms)
+    raft_log = StorageRaftLog(log_)
     voters = {v.node_id: (v.host, v.port) for v in cfg.voters()}
     loader = MetadataLoader(publisher, clock=now_ms, snapshot_max_bytes=cfg.metadata_log_max_record_bytes_between_snapshots)
     raft = RaftNode(
@@ -206,7 +206,10 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
             want_shut_down=broker.shutting_down,
         )
         try:
-            response = await broker.services.future_from(controller.heartbeat(heartbeat))
+            # A heartbeat that cannot be answered within half a session is given up for the next one.
+            response = await broker.services.future_from(
+                controller.heartbeat(heartbeat, timeout_s=cfg.broker_session_timeout_ms / 2000)
+            )
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
         else:

@@ -319,22 +319,34 @@ class ClusterControllerChannel:
 
     # -- forwarding
 
-    async def forward(self, request, version: int):
+    async def forward(self, request, version: int, *, timeout_s: float | None = None):
         """Send a client's request as it came to the active controller; its response. While the quorum has
-        no leader, or the one it names cannot be reached (it just died), wait and try again, as Kafka's
-        forwarding manager does, until `request_timeout_s`."""
+        no leader, or the one it names cannot be reached (it just died) or stops being the leader while
+        the request waits (it froze, and the quorum moved on), wait and send it to the new one, as Kafka's
+        forwarding manager does, until `timeout_s` (default `request_timeout_s`)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.request_timeout_s
+        deadline = loop.time() + (self.request_timeout_s if timeout_s is None else timeout_s)
         while True:
             leader = await self._leader(deadline)
+            sent = loop.create_task(self.connections.request(
+                leader, request, version, purpose="forward", timeout_s=max(0.1, deadline - loop.time()),
+            ))
             try:
-                return await self.connections.request(
-                    leader, request, version, purpose="forward", timeout_s=max(0.1, deadline - loop.time()),
-                )
+                while not sent.done():
+                    await asyncio.wait({sent}, timeout=0.1)
+                    if not sent.done() and (self.loader.leader_id != leader or loop.time() > deadline):
+                        sent.cancel()
+                        break
+                if sent.done() and not sent.cancelled():
+                    return sent.result()
             except NodeUnavailable:
-                if loop.time() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
+                pass
+            finally:
+                if not sent.done():
+                    sent.cancel()
+            if loop.time() > deadline:
+                raise NodeUnavailable(f"no answer from the active controller within the request timeout")
+            await asyncio.sleep(0.05)
 
     async def _leader(self, deadline: float) -> int:
         loop = asyncio.get_running_loop()
@@ -429,8 +441,10 @@ class ClusterControllerChannel:
     def broker_registration(self, request) -> Deferred:
         return self._decide_or_forward("broker_registration", request, 0)
 
-    def heartbeat(self, request) -> Deferred:
-        return self._decide_or_forward("heartbeat", request, 0)
+    def heartbeat(self, request, *, timeout_s: float | None = None) -> Deferred:
+        if self.is_active:
+            return self.local.heartbeat(request)
+        return self._remote(lambda: self.forward(request, 0, timeout_s=timeout_s))
 
     def unregister(self, request) -> Deferred:
         return self._decide_or_forward("unregister", request, 0)
