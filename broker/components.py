@@ -200,6 +200,8 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
         await asyncio.sleep(min(interval_s, 0.2))
     log.info("registered", broker_epoch=broker.broker_epoch)
     while True:
+        if broker.shutting_down:
+            interval_s = min(interval_s, 0.2)  # controlled shutdown: ask often
         heartbeat = BrokerHeartbeatRequest(
             broker_id=cfg.node_id, broker_epoch=broker.broker_epoch,
             current_metadata_offset=broker.metadata_loader.applied_end_offset - 1, want_fence=False,
@@ -207,11 +209,14 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
         )
         try:
             # A heartbeat that cannot be answered within half a session is given up for the next one.
-            response = await broker.services.future_from(
-                controller.heartbeat(heartbeat, timeout_s=cfg.broker_session_timeout_ms / 2000)
+            half_session_s = cfg.broker_session_timeout_ms / 2000
+            response = await asyncio.wait_for(
+                broker.services.future_from(controller.heartbeat(heartbeat, timeout_s=half_session_s)), half_session_s
             )
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
+            if broker.shutting_down:  # no controller to move leaderships away (the quorum is going too)
+                broker.shutdown_granted.set()
         else:
             if response.error_code == 0:
                 if broker.fenced and not response.is_fenced:

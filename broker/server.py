@@ -128,6 +128,8 @@ class Broker:
         self._started = False
         from .components import stop_components
 
+        if self.quorum is not None:
+            await self._controlled_shutdown()
         await self.network.stop_accepting()
         self._answer_long_polls()
         await self.network.drain(drain_timeout_s)
@@ -136,6 +138,21 @@ class Broker:
         await asyncio.gather(*self._background, return_exceptions=True)
         await stop_components(self)
         log.info("stopped")
+
+    async def _controlled_shutdown(self, timeout_s: float = 10.0) -> None:
+        """A node of a cluster leaves in order (Kafka's controlled shutdown): its heartbeats ask to shut
+        down until the controller has moved its leaderships away and says it may; then, if it leads the
+        quorum, it resigns (EndQuorumEpoch) so that another voter takes over at once, not after a timeout."""
+        if self.broker_epoch >= 0:
+            self.shutting_down = True
+            try:
+                await asyncio.wait_for(self.shutdown_granted.wait(), timeout_s)
+                log.info("controlled shutdown granted")
+            except asyncio.TimeoutError:
+                log.warning("controlled shutdown not granted in time; stopping anyway", timeout_s=timeout_s)
+        if self.quorum.raft.is_leader:
+            self.quorum.process(self.quorum.raft.resign(self.quorum.clock()))
+            await asyncio.sleep(0.1)  # let EndQuorumEpoch go out
 
     def _answer_long_polls(self) -> None:
         """Answer parked fetches (with what they have) and pending group joins (NOT_COORDINATOR, so clients

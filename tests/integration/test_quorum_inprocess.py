@@ -101,9 +101,20 @@ async def test_three_nodes_elect_register_and_follow_the_metadata_log(tmp_path):
         assert part.leader_id == leader.node_id and sorted(v.replica_id for v in part.current_voters) == [1, 2, 3]
         await conn.close()
 
-        # The active controller goes away: another takes over, fences it once its session expires (its
-        # partitions, with no other replica, go offline: no unclean election), and changes keep working.
+        conn = NodeConnection(follower.node_id, "127.0.0.1", follower.bound_port)
+        created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+            CreateTopicsRequest.CreatableTopic(name="replicated", num_partitions=6, replication_factor=3, assignments=[], configs=[]),
+        ]), 7)
+        assert created.topics[0].error_code == 0, created
+        await until(lambda: all("replicated" in b.metadata.image.topics_by_name for b in nodes), what="the RF=3 topic")
+        await conn.close()
+
+        # The active controller goes away in order (controlled shutdown: its leaderships move before it
+        # exits), another takes over, fences it once its session expires (its partitions with no other
+        # replica go offline: no unclean election), and changes keep working.
         await leader.stop()
+        replicated = nodes[0].metadata.image.topics_by_name["replicated"] if nodes[0] is not leader else nodes[1].metadata.image.topics_by_name["replicated"]
+        assert all(p.leader != leader.node_id for p in replicated.partitions.values())  # moved before it exited
         nodes.remove(leader)
         await until(lambda: len(active(nodes)) == 1, what="a new active controller")
         gone = leader.node_id
@@ -117,6 +128,35 @@ async def test_three_nodes_elect_register_and_follow_the_metadata_log(tmp_path):
         ]), 7)
         assert created.topics[0].error_code == 0, created
         await until(lambda: all("after" in b.metadata.image.topics_by_name for b in nodes), what="the second topic")
+        await conn.close()
+    finally:
+        await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
+
+
+async def test_a_broker_only_node_follows_as_an_observer(tmp_path):
+    cluster_id, configs = cluster_configs(tmp_path)
+    voters = configs[0].controller_quorum_voters
+    data = tmp_path / "node4"
+    format_log_dir(str(data), node_id=4, cluster_id=cluster_id, directory_id=new_cluster_id())
+    observer_config = broker_config(data, **{
+        "node.id": 4, "process.roles": "broker", "controller.quorum.voters": ",".join(voters), **QUICK,
+    })
+    nodes = [Broker(c) for c in (*configs, observer_config)]
+    try:
+        await asyncio.gather(*(b.start() for b in nodes))
+        observer = nodes[3]
+        assert not observer.quorum.raft.is_voter and observer.controller_bound == []
+        await until(lambda: all(b.services.live_brokers() == [1, 2, 3, 4] for b in nodes), what="four unfenced brokers")
+        conn = NodeConnection(4, "127.0.0.1", observer.bound_port)
+        created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+            CreateTopicsRequest.CreatableTopic(name="seen", num_partitions=8, replication_factor=1, assignments=[], configs=[]),
+        ]), 7)
+        assert created.topics[0].error_code == 0, created  # forwarded by the observer to the active controller
+        await until(lambda: "seen" in observer.metadata.image.topics_by_name, what="the observer following")
+        quorum = await conn.request(DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+            topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])]), 2)
+        part = quorum.topics[0].partitions[0]
+        assert sorted(v.replica_id for v in part.current_voters) == [1, 2, 3] and [o.replica_id for o in part.observers] == [4]
         await conn.close()
     finally:
         await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
