@@ -117,7 +117,10 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     log_ = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())
     raft_log = StorageRaftLog(log_)
     voters = {v.node_id: (v.host, v.port) for v in cfg.voters()}
-    loader = MetadataLoader(publisher, clock=now_ms, snapshot_max_bytes=cfg.metadata_log_max_record_bytes_between_snapshots)
+    loader = MetadataLoader(
+        publisher, clock=now_ms, snapshot_max_bytes=cfg.metadata_log_max_record_bytes_between_snapshots,
+        snapshot_max_interval_ms=cfg.metadata_log_max_snapshot_interval_ms,
+    )
     raft = RaftNode(
         RaftConfig(
             node_id=cfg.node_id, voters=tuple(sorted(voters)), cluster_id=broker.cluster_id,
@@ -133,6 +136,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     loader.raft = raft
     connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}")
     driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms)
+    driver.after_each_call = loader.maybe_snapshot
     local = None
     if raft.is_voter and "controller" in cfg.process_roles:
         controller = Controller(

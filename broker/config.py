@@ -470,6 +470,10 @@ class BrokerConfig(BaseModel):
         "metadata.log.max.record.bytes.between.snapshots", 20971520, T.LONG,
         "Committed metadata record bytes after which a new metadata snapshot is taken.", ge=1
     )
+    metadata_log_max_snapshot_interval_ms: Int = _f(
+        "metadata.log.max.snapshot.interval.ms", 3600000, T.LONG,
+        "Longest time between metadata snapshots while new records are committed (0: by size only).", ge=0
+    )
     controller_listener_names: StrList = _f(
         "controller.listener.names",
         "CONTROLLER",

@@ -11,7 +11,8 @@ Three parts, each small, around the sans-I/O `replication.raft.RaftNode`:
   published (the same `MetadataPublisher` a cluster of one uses, so the partitions, the logs and the
   coordinators follow a quorum's metadata the way they follow a local log's), a snapshot fetched or found
   at start is published as a whole image, and snapshots of the image are taken every
-  `snapshot_max_bytes` of committed records (metadata.log.max.record.bytes.between.snapshots).
+  `snapshot_max_bytes` of committed records (metadata.log.max.record.bytes.between.snapshots), or after
+  `snapshot_max_interval_ms` with anything new (metadata.log.max.snapshot.interval.ms).
 * `QuorumControllerChannel` is the controller channel of a node that may be the active controller: while
   this node leads the quorum and has applied everything before its epoch (its LeaderChange batch is
   committed), it decides and appends through Raft and answers each call once its batch is committed;
@@ -58,6 +59,7 @@ class QuorumDriver:
         self._timer_at: int | None = None
         self._tasks: set[asyncio.Task] = set()
         self._stopped = False
+        self.after_each_call: Callable[[], None] | None = None  # e.g. the loader's snapshots
 
     def start(self) -> None:
         self.process(self.raft.poll(self.clock()))
@@ -108,6 +110,8 @@ class QuorumDriver:
                 task = asyncio.get_running_loop().create_task(self._send(message))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+        if self.after_each_call is not None:
+            self.after_each_call()
         self._rearm()
 
     async def _send(self, request: OutboundRequest) -> None:
@@ -141,10 +145,13 @@ class QuorumDriver:
 class MetadataLoader:
     """The Raft node's listener: committed metadata published as images (see the module doc)."""
 
-    def __init__(self, publisher: MetadataPublisher, *, clock: Callable[[], int], snapshot_max_bytes: int = 20 << 20) -> None:
+    def __init__(self, publisher: MetadataPublisher, *, clock: Callable[[], int], snapshot_max_bytes: int = 20 << 20,
+                 snapshot_max_interval_ms: int = 3_600_000) -> None:
         self.publisher = publisher
         self.clock = clock
         self.snapshot_max_bytes = snapshot_max_bytes
+        self.snapshot_max_interval_ms = snapshot_max_interval_ms
+        self._last_snapshot_ms = clock()
         self.image: MetadataImage = EMPTY_IMAGE
         self.applied_end_offset = 0
         self.leader_id = -1
@@ -175,7 +182,6 @@ class MetadataLoader:
             self.applied_end_offset = batch.last_offset + 1
         for listener in list(self._commit_listeners):
             listener(batch)
-        self._maybe_snapshot()
 
     def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         image = decode_snapshot(data)
@@ -190,17 +196,25 @@ class MetadataLoader:
         for listener in list(self._leader_listeners):
             listener(leader_id, epoch)
 
-    def _maybe_snapshot(self) -> None:
+    def maybe_snapshot(self) -> None:
+        """Called by the driver after each call into the node (not from inside handle_commit, where the
+        node has not yet counted the batch as applied: a snapshot must hold exactly the offsets below it)."""
         raft = self.raft
-        if raft is None or self._bytes_since_snapshot < self.snapshot_max_bytes:
+        if raft is None or self._bytes_since_snapshot == 0:
             return
-        end = min(self.applied_end_offset, raft.high_watermark)
+        due_by_time = 0 < self.snapshot_max_interval_ms <= self.clock() - self._last_snapshot_ms
+        if self._bytes_since_snapshot < self.snapshot_max_bytes and not due_by_time:
+            return
+        end = self.applied_end_offset
+        if end != raft.applied_end_offset or end > raft.high_watermark:
+            return
         try:
             raft.create_snapshot(end, encode_snapshot(self.image, self.clock()))
         except ValueError as e:  # nothing new to snapshot (already at or below the log start)
             log.debug("no metadata snapshot", reason=str(e))
             return
         self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = self.clock()
         log.info("metadata snapshot", end_offset=end)
 
 

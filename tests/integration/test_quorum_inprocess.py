@@ -42,7 +42,7 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def cluster_configs(tmp_path, n: int = 3):
+def cluster_configs(tmp_path, n: int = 3, **extra):
     cluster_id = new_cluster_id()
     ports = free_ports(2 * n)
     voters = ",".join(f"{i + 1}@127.0.0.1:{ports[n + i]}" for i in range(n))
@@ -52,7 +52,7 @@ def cluster_configs(tmp_path, n: int = 3):
         format_log_dir(str(data), node_id=i + 1, cluster_id=cluster_id, directory_id=new_cluster_id())
         configs.append(broker_config(data, **{
             "node.id": i + 1, "process.roles": "broker,controller", "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{ports[i]},CONTROLLER://127.0.0.1:{ports[n + i]}", **QUICK,
+            "listeners": f"PLAINTEXT://127.0.0.1:{ports[i]},CONTROLLER://127.0.0.1:{ports[n + i]}", **QUICK, **extra,
         }))
     return cluster_id, configs
 
@@ -160,3 +160,33 @@ async def test_a_broker_only_node_follows_as_an_observer(tmp_path):
         await conn.close()
     finally:
         await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
+
+
+async def test_snapshots_bound_the_log_and_a_restart_starts_from_one(tmp_path):
+    cluster_id, small = cluster_configs(tmp_path, **{"metadata.log.max.record.bytes.between.snapshots": 2000})
+    nodes = [Broker(c) for c in small]
+    try:
+        await asyncio.gather(*(b.start() for b in nodes))
+        await until(lambda: len(active(nodes)) == 1 and all(b.services.live_brokers() == [1, 2, 3] for b in nodes),
+                    what="the cluster")
+        conn = NodeConnection(1, "127.0.0.1", nodes[0].bound_port)
+        for i in range(12):
+            created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+                CreateTopicsRequest.CreatableTopic(name=f"t{i}", num_partitions=4, replication_factor=1, assignments=[], configs=[]),
+            ]), 7)
+            assert created.topics[0].error_code == 0
+        await conn.close()
+        await until(lambda: all(len(b.metadata.image.topics_by_name) >= 12 for b in nodes), what="the topics")
+        await until(lambda: all(b.quorum.raft.log.latest_snapshot_id() is not None for b in nodes), what="snapshots")
+        victim = next(b for b in nodes if not b.controller.is_active)
+        image = victim.metadata.image
+        await victim.stop()
+        index = nodes.index(victim)
+        restarted = nodes[index] = Broker(small[index])
+        await restarted.start()
+        snapshot = restarted.quorum.raft.log.latest_snapshot_id()
+        assert snapshot is not None and restarted.quorum.raft.log.log_start_offset == snapshot.end_offset > 0
+        await until(lambda: restarted.metadata.image.topics_by_name.keys() == image.topics_by_name.keys(), what="the restarted node's image")
+    finally:
+        await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
+
