@@ -686,7 +686,8 @@ class Admin:
 
 
 __all__ = [
-    "Admin", "BrokerDescription", "ClusterDescription", "ConfigEntry", "GroupDescription", "GroupListing", "MemberDescription",
+    "Admin", "BrokerDescription", "ClusterDescription", "ConfigEntry", "GroupDescription", "GroupListing",
+    "MemberDescription",
     "NewTopic", "PartitionLag", "QuorumDescription", "QuorumNode", "QuorumReplica", "TopicDescription",
     "quorum_from_response",
 ]

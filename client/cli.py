@@ -4,7 +4,7 @@
 
     topic create|list|describe|delete|alter    produce TOPIC    consume TOPIC
     group list|describe|delete|reset-offsets   config get|set   perf produce|consume
-    cluster describe|quorum|log-dirs    (cluster up|down|status: odradek/cli.py, server-side)
+    cluster describe|quorum|log-dirs    (cluster up|down|status|compose: odradek/cli.py, server-side)
 
 Human output is aligned tables (rich); `--output json` prints one JSON document (JSON lines for
 `consume`) for scripts. Diagnostics go to stderr as one line, `odradek: error: ...`, never a traceback.
@@ -275,7 +275,7 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     # Commands that odradek/cli.py sends elsewhere before this parser runs (`broker start`): listed here
     # so that `odradek --help` shows every command.
     for name, help_text in server_commands:
-        if name in CLIENT_COMMANDS:  # `cluster up|down|status` share the client's `cluster`: its help names them
+        if name in CLIENT_COMMANDS:  # `cluster up|down|...` share the client's `cluster`, whose help names them
             continue
         sub.add(name, globals_=False, help=help_text, add_help=False).add_argument(
             "rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -393,11 +393,12 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     p.add_argument("--delete", "--delete-config", action="append", default=[], metavar="KEY")
 
     # cluster
-    # `cluster up|down|status` are odradek/cli.py's own (they run brokers on this machine) and never reach
+    # `cluster up|down|status|compose` are odradek/cli.py's own (they run brokers on this machine) and never reach
     # this parser; the help names them so that `odradek cluster --help` shows the whole family.
     ksub = _SubParsers(sub.add(
-        "cluster", help="brokers, controller, metadata quorum and log dirs; up|down|status run a local cluster",
-        epilog="cluster up|down|status: run a local cluster (server-side; see odradek cluster up --help)"),
+        "cluster",
+        help="brokers, controller, metadata quorum and log dirs; up|down|status|compose run a local cluster",
+        epilog="cluster up|down|status|compose: run a local cluster (server-side; see odradek cluster up --help)"),
         "action")
     ksub.add("describe", help="cluster id, controller, brokers (fenced or not) and the metadata quorum")
     p = ksub.add("quorum", help="the metadata quorum, as kafka-metadata-quorum describe --status|--replication")
@@ -682,7 +683,8 @@ def render_topics(out: Output, descs: list[Any], live_brokers: set[int], *, star
         parts = []
         for p in d.partitions:
             flags = partition_flags(p, live_brokers)
-            if not filtered or (under_replicated and flags["under_replicated"]) or (unavailable and flags["unavailable"]):
+            wanted = (under_replicated and flags["under_replicated"]) or (unavailable and flags["unavailable"])
+            if wanted or not filtered:
                 parts.append((p, flags))
         if parts or not filtered:
             shown.append((d, parts))
@@ -701,7 +703,8 @@ def render_topics(out: Output, descs: list[Any], live_brokers: set[int], *, star
         if i:
             out.line("")
         extra = ", ".join(f"{k}={v}" for k, v in sorted(configs.get(d.name, {}).items()))
-        out.line(f"topic {d.name}  id {d.topic_id}  partitions {len(d.partitions)}" + (f"  configs {extra}" if extra else ""))
+        out.line(f"topic {d.name}  id {d.topic_id}  partitions {len(d.partitions)}"
+                 + (f"  configs {extra}" if extra else ""))
         rows = []
         for p, flags in parts:
             tp = TopicPartition(d.name, p.partition)

@@ -155,7 +155,8 @@ def _text(render, *args, fmt: str = "text", **kw) -> str:
 
 
 def test_cluster_describe_without_a_quorum():
-    desc = ClusterDescription("c1", 0, [BrokerDescription(0, "h0", 9092, "r1"), BrokerDescription(2, "h2", 9094, None, True)])
+    desc = ClusterDescription("c1", 0, [BrokerDescription(0, "h0", 9092, "r1"),
+                                        BrokerDescription(2, "h2", 9094, None, True)])
     text = _text(render_cluster, desc, None, "the broker does not serve DescribeQuorum")
     lines = text.splitlines()
     assert lines[0] == "cluster c1  controller 0"
@@ -198,7 +199,8 @@ def test_cluster_quorum_status_and_replication_as_kafka_metadata_quorum():
         ("1", "100", "0", "5000", "5000", "Leader"), ("2", "90", "10", "4990", "4000", "Follower"),
         ("3", "100", "0", "4995", "4995", "Follower"), ("4", "50", "50", "4900", "-1", "Observer")]
     human = _text(render_quorum, quorum, "c1", replication=True, human_readable=True, now_ms=6_000).splitlines()
-    assert "1010 ms ago" in human[2] and "2000 ms ago" in human[2] and human[4].split()[-3:] == ["ago", "-1", "Observer"]
+    assert "1010 ms ago" in human[2] and "2000 ms ago" in human[2]  # voter 2: fetched at 4990, caught up at 4000
+    assert human[4].split()[-3:] == ["ago", "-1", "Observer"]
 
 
 def _metadata_topics() -> tuple[list[TopicDescription], set[int]]:
