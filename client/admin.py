@@ -637,9 +637,15 @@ class Admin:
         conn = await self.client.connection(node)
         if conn.supports(DESCRIBE_CLUSTER):
             cls = REQUESTS[DESCRIBE_CLUSTER]
-            # v2 lists fenced brokers too (flagged) when asked; older versions leave them out.
-            response = await self.client.send(node, cls(include_cluster_authorized_operations=False,
-                                                         include_fenced_brokers=True))
+            def build(version: int) -> Any:
+                # v2 lists fenced brokers too (flagged) when asked; older versions leave them out (and the
+                # codec refuses a field a version does not have).
+                request = cls(include_cluster_authorized_operations=False)
+                if version >= 2:
+                    request.include_fenced_brokers = True
+                return request
+
+            response = await self.client.send(node, build, api_key=DESCRIBE_CLUSTER)
             if not response.error_code:
                 brokers = [BrokerDescription(b.broker_id, b.host, b.port, b.rack, bool(getattr(b, "is_fenced", False)))
                            for b in response.brokers]

@@ -102,8 +102,9 @@ def test_quorum_errors_raise():
 class QuorumBroker(FakeBroker):
     """The scripted broker, also answering DescribeQuorum and DescribeCluster (v2: one fenced broker)."""
 
-    def __init__(self, quorum_versions: tuple[int, int] | None = (0, 2)):
-        supported = {k: REQUESTS[k].VALID_VERSIONS for k in (3, 18, 60)}
+    def __init__(self, quorum_versions: tuple[int, int] | None = (0, 2), cluster_versions: tuple[int, int] = (0, 2)):
+        supported = {k: REQUESTS[k].VALID_VERSIONS for k in (3, 18)}
+        supported[60] = cluster_versions
         if quorum_versions is not None:
             supported[55] = quorum_versions
         super().__init__(supported)
@@ -115,9 +116,11 @@ class QuorumBroker(FakeBroker):
             return _response(version=self.versions[55])
         if key == 60:
             cls = RESPONSES[60]
-            return cls(error_code=0, cluster_id="fake", controller_id=0, brokers=[
-                cls.DescribeClusterBroker(broker_id=0, host="127.0.0.1", port=self.port, rack="r1"),
-                cls.DescribeClusterBroker(broker_id=2, host="127.0.0.1", port=1, rack=None, is_fenced=True)])
+            brokers = [cls.DescribeClusterBroker(broker_id=0, host="127.0.0.1", port=self.port, rack="r1")]
+            if self.versions[60] >= 2:  # before v2 a fenced broker is left out
+                brokers.append(cls.DescribeClusterBroker(broker_id=2, host="127.0.0.1", port=1, rack=None,
+                                                         is_fenced=True))
+            return cls(error_code=0, cluster_id="fake", controller_id=0, brokers=brokers)
         return super()._answer(key, request)
 
 
@@ -132,6 +135,14 @@ async def test_describe_quorum_negotiates_the_version_and_asks_for_the_metadata_
         ("__cluster_metadata", [0])]
     assert fake.versions[60] == 2
     assert [(b.node_id, b.rack, b.is_fenced) for b in cluster.brokers] == [(0, "r1", False), (2, None, True)]
+
+
+async def test_describe_cluster_before_v2_knows_no_fenced_brokers():
+    async with QuorumBroker(cluster_versions=(0, 1)) as fake:
+        async with Admin(bootstrap_servers=fake.bootstrap) as admin:
+            cluster = await admin.describe_cluster()
+    assert fake.versions[60] == 1
+    assert [(b.node_id, b.is_fenced) for b in cluster.brokers] == [(0, False)]
 
 
 async def test_describe_quorum_on_a_broker_that_does_not_serve_it():
