@@ -17,6 +17,11 @@ partition's end offset (ListOffsets latest) and the difference; `reset_group_off
 offsets (earliest, latest, a timestamp, an absolute offset or a shift) and commits them with generation
 -1, which the coordinator only accepts while the group has no active members, as in
 `kafka-consumer-groups --reset-offsets`.
+
+Cluster: `describe_cluster` asks DescribeCluster (v2 also lists fenced brokers) and falls back to the
+Metadata cache on brokers that do not serve it. `describe_quorum` asks DescribeQuorum for partition 0 of
+`__cluster_metadata` on any broker (a broker forwards it to the active controller) and computes each
+replica's lag as kafka-metadata-quorum does: the leader's log end offset minus the replica's.
 """
 
 from __future__ import annotations
@@ -30,10 +35,10 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 
 from .assignors import decode_assignment
-from .cluster import BrokerInfo, KafkaClient, PartitionInfo, TopicPartition
+from .cluster import KafkaClient, PartitionInfo, TopicPartition
 from .config import ClientConfig
 from .consumer import EARLIEST, LATEST, OffsetAndMetadata, list_offsets
-from .errors import ConfigError, KafkaError, OdradekError
+from .errors import ConfigError, KafkaError, OdradekError, UnsupportedVersionError
 from .group import commit_offsets, fetch_committed_offsets
 
 CREATE_TOPICS = 19
@@ -47,6 +52,9 @@ INCREMENTAL_ALTER_CONFIGS = 44
 CREATE_PARTITIONS = 37
 DESCRIBE_LOG_DIRS = 35
 DESCRIBE_CLUSTER = 60
+DESCRIBE_QUORUM = 55
+
+METADATA_TOPIC = "__cluster_metadata"
 
 RESOURCE_TYPES = {"topic": 2, "group": 3, "broker": 4, "broker_logger": 8}
 CONFIG_SOURCES = {
@@ -121,10 +129,112 @@ class PartitionLag:
 
 
 @dataclass
+class BrokerDescription:
+    """A broker as DescribeCluster lists it; `is_fenced` is only known from v2 (older answers omit fenced
+    brokers altogether, so False is then true of every broker listed)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    is_fenced: bool = False
+
+
+@dataclass
 class ClusterDescription:
     cluster_id: str | None
     controller_id: int
-    brokers: list[BrokerInfo]
+    brokers: list[BrokerDescription]
+
+
+@dataclass
+class QuorumReplica:
+    """A voter or observer of the metadata quorum, as the leader sees it.
+
+    `lag` is the leader's log end offset minus this replica's (kafka-metadata-quorum's "Lag"); the
+    timestamps are the leader's wall clock in ms, None where the leader does not know them (-1 on the wire).
+    """
+
+    replica_id: int
+    log_end_offset: int
+    lag: int
+    last_fetch_timestamp_ms: int | None = None
+    last_caught_up_timestamp_ms: int | None = None
+    directory_id: Any = None
+
+
+@dataclass
+class QuorumNode:
+    """A quorum member's listeners (DescribeQuorum v2): [(listener name, host, port)]."""
+
+    node_id: int
+    endpoints: list[tuple[str, str, int]]
+
+
+@dataclass
+class QuorumDescription:
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: list[QuorumReplica]
+    observers: list[QuorumReplica]
+    nodes: list[QuorumNode] = field(default_factory=list)
+
+    @property
+    def leader(self) -> QuorumReplica | None:
+        return next((v for v in self.voters if v.replica_id == self.leader_id), None)
+
+    @property
+    def max_follower_lag(self) -> int:
+        """kafka-metadata-quorum's MaxFollowerLag: the lag of the voter with the smallest log end offset."""
+        return max((v.lag for v in self.voters), default=0)
+
+    @property
+    def max_follower_lag_time_ms(self) -> int:
+        """kafka-metadata-quorum's MaxFollowerLagTimeMs: how long ago, relative to the leader, the furthest
+        behind voter was last caught up (0 when that is the leader itself, -1 when a timestamp is unknown)."""
+        leader = self.leader
+        if leader is None or not self.voters:
+            return -1
+        furthest = min(self.voters, key=lambda v: v.log_end_offset)
+        if furthest.log_end_offset >= leader.log_end_offset:
+            return 0
+        if leader.last_caught_up_timestamp_ms is None or furthest.last_caught_up_timestamp_ms is None:
+            return -1
+        return leader.last_caught_up_timestamp_ms - furthest.last_caught_up_timestamp_ms
+
+
+def _timestamp_ms(value: int) -> int | None:
+    return None if value < 0 else value
+
+
+def quorum_from_response(response: Any) -> QuorumDescription:
+    """A DescribeQuorum response as a `QuorumDescription`; its errors (top level or the partition's) raise."""
+    if response.error_code:
+        raise KafkaError(response.error_code, getattr(response, "error_message", None), context="DescribeQuorum")
+    partition = next((p for t in response.topics if t.topic_name == METADATA_TOPIC
+                      for p in t.partitions if p.partition_index == 0), None)
+    if partition is None:
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no {METADATA_TOPIC}-0 in the answer",
+                         context="DescribeQuorum")
+    if partition.error_code:
+        raise KafkaError(partition.error_code, getattr(partition, "error_message", None),
+                         context=f"DescribeQuorum {METADATA_TOPIC}-0")
+    leader_end = next((v.log_end_offset for v in partition.current_voters if v.replica_id == partition.leader_id),
+                      partition.high_watermark)
+
+    def replicas(states: list[Any]) -> list[QuorumReplica]:
+        return [QuorumReplica(
+            s.replica_id, s.log_end_offset, leader_end - s.log_end_offset,
+            _timestamp_ms(getattr(s, "last_fetch_timestamp", -1)),
+            _timestamp_ms(getattr(s, "last_caught_up_timestamp", -1)),
+            getattr(s, "replica_directory_id", None)) for s in states]
+
+    nodes = [QuorumNode(n.node_id, [(ln.name, ln.host, ln.port) for ln in n.listeners])
+             for n in (getattr(response, "nodes", None) or [])]
+    return QuorumDescription(partition.leader_id, partition.leader_epoch, partition.high_watermark,
+                             replicas(partition.current_voters), replicas(partition.observers),
+                             sorted(nodes, key=lambda n: n.node_id))
 
 
 class Admin:
@@ -527,13 +637,38 @@ class Admin:
         conn = await self.client.connection(node)
         if conn.supports(DESCRIBE_CLUSTER):
             cls = REQUESTS[DESCRIBE_CLUSTER]
-            response = await self.client.send(node, cls(include_cluster_authorized_operations=False))
+            def build(version: int) -> Any:
+                # v2 lists fenced brokers too (flagged) when asked; older versions leave them out (and the
+                # codec refuses a field a version does not have).
+                request = cls(include_cluster_authorized_operations=False)
+                if version >= 2:
+                    request.include_fenced_brokers = True
+                return request
+
+            response = await self.client.send(node, build, api_key=DESCRIBE_CLUSTER)
             if not response.error_code:
-                brokers = [BrokerInfo(b.broker_id, b.host, b.port, b.rack) for b in response.brokers]
+                brokers = [BrokerDescription(b.broker_id, b.host, b.port, b.rack, bool(getattr(b, "is_fenced", False)))
+                           for b in response.brokers]
                 return ClusterDescription(response.cluster_id, response.controller_id,
                                           sorted(brokers, key=lambda b: b.node_id))
         return ClusterDescription(cluster.cluster_id, cluster.controller_id,
-                                  sorted(cluster.brokers.values(), key=lambda b: b.node_id))
+                                  [BrokerDescription(b.node_id, b.host, b.port, b.rack)
+                                   for b in sorted(cluster.brokers.values(), key=lambda b: b.node_id)])
+
+    async def describe_quorum(self) -> QuorumDescription:
+        """The metadata quorum (DescribeQuorum); `UnsupportedVersionError` from a broker that does not serve it."""
+        cls = REQUESTS[DESCRIBE_QUORUM]
+        request = cls(topics=[cls.TopicData(topic_name=METADATA_TOPIC,
+                                            partitions=[cls.TopicData.PartitionData(partition_index=0)])])
+
+        async def attempt() -> QuorumDescription:
+            node = self.client.least_loaded_node()
+            conn = await self.client.connection(node)
+            if not conn.supports(DESCRIBE_QUORUM):
+                raise UnsupportedVersionError(f"broker {node} does not serve DescribeQuorum")
+            return quorum_from_response(await self.client.send(node, request))
+
+        return await self.client.call(attempt, what="DescribeQuorum")
 
     async def describe_log_dirs(self, broker_ids: list[int] | None = None) -> dict[int, list[dict]]:
         """Per broker: [{"log_dir", "error", "total_bytes", "usable_bytes", "partitions": {tp: size}}]."""
@@ -557,6 +692,8 @@ class Admin:
 
 
 __all__ = [
-    "Admin", "ClusterDescription", "ConfigEntry", "GroupDescription", "GroupListing", "MemberDescription",
-    "NewTopic", "PartitionLag", "TopicDescription",
+    "Admin", "BrokerDescription", "ClusterDescription", "ConfigEntry", "GroupDescription", "GroupListing",
+    "MemberDescription",
+    "NewTopic", "PartitionLag", "QuorumDescription", "QuorumNode", "QuorumReplica", "TopicDescription",
+    "quorum_from_response",
 ]

@@ -4,7 +4,7 @@
 
     topic create|list|describe|delete|alter    produce TOPIC    consume TOPIC
     group list|describe|delete|reset-offsets   config get|set   perf produce|consume
-    cluster describe|log-dirs
+    cluster describe|quorum|log-dirs    (cluster up|down|status|compose: odradek/cli.py, server-side)
 
 Human output is aligned tables (rich); `--output json` prints one JSON document (JSON lines for
 `consume`) for scripts. Diagnostics go to stderr as one line, `odradek: error: ...`, never a traceback.
@@ -36,13 +36,25 @@ from typing import Any, Callable
 from .admin import Admin
 from .cluster import TopicPartition
 from .config import ClientConfig, ConsumerConfig, ProducerConfig, default_bootstrap, parse_bootstrap
-from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, OdradekError
+from .errors import (
+    ConfigError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    OdradekError,
+    UnsupportedVersionError,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
+
+
+# The commands this parser runs itself; a server-side command of the same name (odradek/cli.py's `cluster up`)
+# is dispatched before this parser sees it.
+CLIENT_COMMANDS = frozenset({"topic", "produce", "consume", "group", "config", "cluster", "perf"})
 
 
 class UsageError(Exception):
@@ -263,6 +275,8 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     # Commands that odradek/cli.py sends elsewhere before this parser runs (`broker start`): listed here
     # so that `odradek --help` shows every command.
     for name, help_text in server_commands:
+        if name in CLIENT_COMMANDS:  # `cluster up|down|...` share the client's `cluster`, whose help names them
+            continue
         sub.add(name, globals_=False, help=help_text, add_help=False).add_argument(
             "rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
@@ -277,9 +291,13 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     p.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
     p = tsub.add("list", help="list topics")
     p.add_argument("--internal", action="store_true", help="include internal topics")
-    p = tsub.add("describe", help="partitions, leaders, replicas and offsets of topics")
+    p = tsub.add("describe", help="partitions, leaders, replicas, ISR and offsets of topics")
     _topic_argument(p, many=True)
     p.add_argument("--internal", action="store_true")
+    p.add_argument("--under-replicated-partitions", action="store_true",
+                   help="only partitions whose ISR is smaller than their replicas")
+    p.add_argument("--unavailable-partitions", action="store_true",
+                   help="only partitions without a live leader")
     p = tsub.add("delete", help="delete topics")
     _topic_argument(p, many=True)
     p.add_argument("--if-exists", action="store_true", help="succeed if a topic does not exist")
@@ -375,8 +393,20 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     p.add_argument("--delete", "--delete-config", action="append", default=[], metavar="KEY")
 
     # cluster
-    ksub = _SubParsers(sub.add("cluster", help="brokers, controller and log dirs"), "action")
-    ksub.add("describe", help="cluster id, controller and brokers")
+    # `cluster up|down|status|compose` are odradek/cli.py's own (they run brokers on this machine) and never reach
+    # this parser; the help names them so that `odradek cluster --help` shows the whole family.
+    ksub = _SubParsers(sub.add(
+        "cluster",
+        help="brokers, controller, metadata quorum and log dirs; up|down|status|compose run a local cluster",
+        epilog="cluster up|down|status|compose: run a local cluster (server-side; see odradek cluster up --help)"),
+        "action")
+    ksub.add("describe", help="cluster id, controller, brokers (fenced or not) and the metadata quorum")
+    p = ksub.add("quorum", help="the metadata quorum, as kafka-metadata-quorum describe --status|--replication")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--status", action="store_true", help="a summary: leader, epoch, high watermark, lag (default)")
+    view.add_argument("--replication", action="store_true",
+                      help="one row per voter and observer: log end offset, lag, last fetch and caught-up times")
+    p.add_argument("--human-readable", action="store_true", help="with --replication: times as 'N ms ago'")
     ksub.add("log-dirs", help="log directories and partition sizes per broker")
 
     # perf
@@ -451,7 +481,7 @@ def main(argv: list[str] | None = None, server_commands: tuple[tuple[str, str], 
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0) if not isinstance(e.code, str) else EXIT_USAGE
-    if args.command in dict(server_commands):
+    if args.command in dict(server_commands) and args.command not in CLIENT_COMMANDS:
         _err(f"put '{args.command}' first: odradek {args.command} ... (it takes no client options)")
         return EXIT_USAGE
     try:
@@ -623,10 +653,73 @@ async def topic_list(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def partition_flags(p: Any, live_brokers: set[int]) -> dict[str, bool]:
+    """kafka-topics --describe's partition tests: under-replicated (ISR smaller than the replicas) and
+    unavailable (no leader, or a leader that is not a live broker)."""
+    return {"under_replicated": len(p.isr) < len(p.replicas),
+            "unavailable": p.leader < 0 or p.leader not in live_brokers}
+
+
+def _partition_state(flags: dict[str, bool]) -> str:
+    if flags["unavailable"]:
+        return "offline"
+    return "under-replicated" if flags["under_replicated"] else "ok"
+
+
+def _ids(nodes: list[int]) -> str:
+    return ",".join(map(str, nodes))
+
+
+def render_topics(out: Output, descs: list[Any], live_brokers: set[int], *, starts: dict | None = None,
+                  ends: dict | None = None, configs: dict[str, dict[str, str]] | None = None,
+                  under_replicated: bool = False, unavailable: bool = False) -> None:
+    """`topic describe`'s output. With a filter (Kafka's --under-replicated-partitions,
+    --unavailable-partitions; both: either) only the matching partitions are shown, and topics without one
+    are left out, as kafka-topics does."""
+    starts, ends, configs = starts or {}, ends or {}, configs or {}
+    filtered = under_replicated or unavailable
+    shown = []
+    for d in descs:
+        parts = []
+        for p in d.partitions:
+            flags = partition_flags(p, live_brokers)
+            wanted = (under_replicated and flags["under_replicated"]) or (unavailable and flags["unavailable"])
+            if wanted or not filtered:
+                parts.append((p, flags))
+        if parts or not filtered:
+            shown.append((d, parts))
+    if out.json:
+        out.emit_json([{
+            "topic": d.name, "topic_id": str(d.topic_id), "internal": d.is_internal,
+            "configs": configs.get(d.name, {}),
+            "partitions": [{"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                            "replicas": p.replicas, "isr": p.isr, "offline_replicas": p.offline_replicas,
+                            **flags,
+                            "start_offset": starts.get(TopicPartition(d.name, p.partition)),
+                            "end_offset": ends.get(TopicPartition(d.name, p.partition))} for p, flags in parts],
+        } for d, parts in shown])
+        return
+    for i, (d, parts) in enumerate(shown):
+        if i:
+            out.line("")
+        extra = ", ".join(f"{k}={v}" for k, v in sorted(configs.get(d.name, {}).items()))
+        out.line(f"topic {d.name}  id {d.topic_id}  partitions {len(d.partitions)}"
+                 + (f"  configs {extra}" if extra else ""))
+        rows = []
+        for p, flags in parts:
+            tp = TopicPartition(d.name, p.partition)
+            rows.append([p.partition, p.leader, p.leader_epoch, _ids(p.replicas), _ids(p.isr),
+                         _ids(p.offline_replicas) or None, _partition_state(flags), starts.get(tp), ends.get(tp)])
+        out.table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "STATE", "START", "END"], rows)
+
+
 async def topic_describe(args: argparse.Namespace, out: Output) -> int:
     async with _admin(args) as admin:
         descs = await admin.describe_topics(args.names or None, internal=args.internal)
-        tps = [TopicPartition(d.name, p.partition) for d in descs for p in d.partitions]
+        live = set(admin.client.cluster.brokers)
+        # An offline partition has no leader to answer ListOffsets: asking would only wait for the timeout.
+        tps = [TopicPartition(d.name, p.partition) for d in descs for p in d.partitions
+               if not partition_flags(p, live)["unavailable"]]
         starts = await admin.beginning_offsets(tps) if tps else {}
         ends = await admin.end_offsets(tps) if tps else {}
         configs = {}
@@ -636,26 +729,8 @@ async def topic_describe(args: argparse.Namespace, out: Output) -> int:
                                    if not c.is_default}
             except OdradekError:
                 configs[d.name] = {}
-    if out.json:
-        out.emit_json([{
-            "topic": d.name, "topic_id": str(d.topic_id), "internal": d.is_internal, "configs": configs[d.name],
-            "partitions": [{"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
-                            "replicas": p.replicas, "isr": p.isr,
-                            "start_offset": starts.get(TopicPartition(d.name, p.partition)),
-                            "end_offset": ends.get(TopicPartition(d.name, p.partition))} for p in d.partitions],
-        } for d in descs])
-        return EXIT_OK
-    for i, d in enumerate(descs):
-        if i:
-            out.line("")
-        extra = ", ".join(f"{k}={v}" for k, v in sorted(configs[d.name].items()))
-        out.line(f"topic {d.name}  id {d.topic_id}  partitions {len(d.partitions)}" + (f"  configs {extra}" if extra else ""))
-        rows = []
-        for p in d.partitions:
-            tp = TopicPartition(d.name, p.partition)
-            rows.append([p.partition, p.leader, p.leader_epoch, ",".join(map(str, p.replicas)),
-                         ",".join(map(str, p.isr)), starts.get(tp), ends.get(tp)])
-        out.table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "START", "END"], rows)
+    render_topics(out, descs, live, starts=starts, ends=ends, configs=configs,
+                  under_replicated=args.under_replicated_partitions, unavailable=args.unavailable_partitions)
     return EXIT_OK
 
 
@@ -1056,16 +1131,128 @@ async def config_set(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def quorum_json(quorum: Any) -> dict[str, Any]:
+    def replica(r: Any, status: str) -> dict[str, Any]:
+        return {"node_id": r.replica_id, "directory_id": None if r.directory_id is None else str(r.directory_id),
+                "log_end_offset": r.log_end_offset, "lag": r.lag,
+                "last_fetch_timestamp_ms": r.last_fetch_timestamp_ms,
+                "last_caught_up_timestamp_ms": r.last_caught_up_timestamp_ms, "status": status}
+
+    return {
+        "leader_id": quorum.leader_id, "leader_epoch": quorum.leader_epoch,
+        "high_watermark": quorum.high_watermark, "max_follower_lag": quorum.max_follower_lag,
+        "max_follower_lag_time_ms": quorum.max_follower_lag_time_ms,
+        "voters": [replica(v, "Leader" if v.replica_id == quorum.leader_id else "Follower") for v in quorum.voters],
+        "observers": [replica(o, "Observer") for o in quorum.observers],
+        "nodes": [{"node_id": n.node_id, "endpoints": [{"listener": name, "host": host, "port": port}
+                                                       for name, host, port in n.endpoints]}
+                  for n in quorum.nodes],
+    }
+
+
+def _quorum_rows(quorum: Any) -> list[tuple[Any, str]]:
+    """Leader first, then the other voters, then observers: kafka-metadata-quorum --replication's order."""
+    leader = [v for v in quorum.voters if v.replica_id == quorum.leader_id]
+    followers = [v for v in quorum.voters if v.replica_id != quorum.leader_id]
+    return ([(v, "Leader") for v in leader] + [(v, "Follower") for v in followers]
+            + [(o, "Observer") for o in quorum.observers])
+
+
+def render_cluster(out: Output, desc: Any, quorum: Any, quorum_error: str | None = None) -> None:
+    """`cluster describe`: id, controller, the brokers and (where the broker serves DescribeQuorum) the quorum."""
+    if out.json:
+        out.emit_json({
+            "cluster_id": desc.cluster_id, "controller_id": desc.controller_id,
+            "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
+                         "is_fenced": b.is_fenced} for b in desc.brokers],
+            "quorum": None if quorum is None else quorum_json(quorum),
+            **({"quorum_error": quorum_error} if quorum is None else {}),
+        })
+        return
+    out.line(f"cluster {desc.cluster_id}  controller {desc.controller_id}")
+    out.table(["BROKER", "ADDRESS", "RACK", "FENCED"],
+              [[b.node_id, f"{b.host}:{b.port}", b.rack, "yes" if b.is_fenced else "no"] for b in desc.brokers])
+    out.line("")
+    if quorum is None:
+        out.line(f"quorum: not available ({quorum_error})")
+        return
+    out.line(f"quorum leader {quorum.leader_id}  epoch {quorum.leader_epoch}  "
+             f"high watermark {quorum.high_watermark}  max follower lag {quorum.max_follower_lag}")
+    out.table(["NODE", "ROLE", "LOG END OFFSET", "LAG"],
+              [[r.replica_id, status.lower(), r.log_end_offset, r.lag] for r, status in _quorum_rows(quorum)])
+
+
+async def _describe_quorum_or_reason(admin: Admin) -> tuple[Any, str | None]:
+    """The quorum, or None and why not: an older broker (or one in front of an old-style controller) does not
+    serve DescribeQuorum, and a quorum without a leader answers with an error; neither hides the rest."""
+    try:
+        return await admin.describe_quorum(), None
+    except UnsupportedVersionError:
+        return None, "the broker does not serve DescribeQuorum"
+    except (KafkaError, KafkaTimeoutError) as e:
+        return None, str(e)
+
+
 async def cluster_describe(args: argparse.Namespace, out: Output) -> int:
     async with _admin(args) as admin:
         desc = await admin.describe_cluster()
+        quorum, reason = await _describe_quorum_or_reason(admin)
+    render_cluster(out, desc, quorum, reason)
+    return EXIT_OK
+
+
+def _ago(timestamp_ms: int | None, now_ms: int, human_readable: bool) -> str:
+    if timestamp_ms is None:
+        return "-1"
+    return f"{max(now_ms - timestamp_ms, 0)} ms ago" if human_readable else str(timestamp_ms)
+
+
+def _quorum_members(quorum: Any, replicas: list[Any]) -> str:
+    """kafka-metadata-quorum's CurrentVoters/CurrentObservers: [{"id": 1, "endpoints": ["NAME://host:port"]}]."""
+    endpoints = {n.node_id: n.endpoints for n in quorum.nodes}
+    items = []
+    for r in replicas:
+        item = f'{{"id": {r.replica_id}'
+        if r.directory_id is not None and r.directory_id.int:
+            item += f', "directoryId": "{r.directory_id}"'
+        if endpoints.get(r.replica_id):
+            item += ', "endpoints": [' + ", ".join(
+                f'"{name}://{f"[{host}]" if ":" in host else host}:{port}"'
+                for name, host, port in endpoints[r.replica_id]) + "]"
+        items.append(item + "}")
+    return "[" + ", ".join(items) + "]"
+
+
+def render_quorum(out: Output, quorum: Any, cluster_id: str | None, *, replication: bool,
+                  human_readable: bool = False, now_ms: int | None = None) -> None:
+    """`cluster quorum`: kafka-metadata-quorum describe --status (key: value lines, the same keys) or
+    --replication (one row per replica, the same columns and Lag = leader's log end offset - replica's)."""
     if out.json:
-        out.emit_json({"cluster_id": desc.cluster_id, "controller_id": desc.controller_id,
-                       "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-                                   for b in desc.brokers]})
-    else:
-        out.line(f"cluster {desc.cluster_id}  controller {desc.controller_id}")
-        out.table(["NODE", "HOST", "PORT", "RACK"], [[b.node_id, b.host, b.port, b.rack] for b in desc.brokers])
+        out.emit_json({"cluster_id": cluster_id, **quorum_json(quorum)})
+        return
+    if replication:
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        rows = [[r.replica_id, r.directory_id, r.log_end_offset, r.lag,
+                 _ago(r.last_fetch_timestamp_ms, now_ms, human_readable),
+                 _ago(r.last_caught_up_timestamp_ms, now_ms, human_readable), status]
+                for r, status in _quorum_rows(quorum)]
+        out.table(["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp",
+                   "Status"], rows)
+        return
+    for key, value in [("ClusterId", cluster_id), ("LeaderId", quorum.leader_id),
+                       ("LeaderEpoch", quorum.leader_epoch), ("HighWatermark", quorum.high_watermark),
+                       ("MaxFollowerLag", quorum.max_follower_lag),
+                       ("MaxFollowerLagTimeMs", quorum.max_follower_lag_time_ms),
+                       ("CurrentVoters", _quorum_members(quorum, quorum.voters)),
+                       ("CurrentObservers", _quorum_members(quorum, quorum.observers))]:
+        out.line(f"{key + ':':<24}{value}")
+
+
+async def cluster_quorum(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        quorum = await admin.describe_quorum()
+        cluster_id = admin.client.cluster.cluster_id
+    render_quorum(out, quorum, cluster_id, replication=args.replication, human_readable=args.human_readable)
     return EXIT_OK
 
 
@@ -1112,6 +1299,7 @@ _HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace, Output], A
     ("config", "get"): config_get,
     ("config", "set"): config_set,
     ("cluster", "describe"): cluster_describe,
+    ("cluster", "quorum"): cluster_quorum,
     ("cluster", "log-dirs"): cluster_log_dirs,
     ("perf", "produce"): _perf_produce,
     ("perf", "consume"): _perf_consume,

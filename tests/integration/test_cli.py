@@ -61,7 +61,8 @@ def test_topic_commands(bs):
     ok(run("topic", "alter", topic, "--partitions", "4", "-c", "cleanup.policy=compact", bootstrap=bs))
     text = ok(run("topic", "describe", topic, bootstrap=bs))
     assert "partitions 4" in text and "cleanup.policy=compact" in text
-    assert text.splitlines()[1].split() == ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "START", "END"]
+    assert text.splitlines()[1].split() == ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "STATE",
+                                            "START", "END"]
     assert "deleted topic" in ok(run("topic", "delete", topic, bootstrap=bs))
     assert "UNKNOWN_TOPIC_OR_PARTITION" in one_line_error(run("topic", "delete", topic, bootstrap=bs), 1)
     ok(run("topic", "delete", topic, "--if-exists", bootstrap=bs))
@@ -136,6 +137,56 @@ def test_configs_and_cluster(bs):
     cluster = json.loads(ok(run("-o", "json", "cluster", "describe", bootstrap=bs)))
     assert cluster["controller_id"] == 1 and cluster["brokers"][0]["port"] == int(bs.rsplit(":", 1)[1])
     assert topic in ok(run("cluster", "log-dirs", bootstrap=bs))
+
+
+def test_cluster_describe_shows_the_broker_and_a_quorum_of_one(bs):
+    port = int(bs.rsplit(":", 1)[1])
+    text = ok(run("cluster", "describe", bootstrap=bs))
+    lines = text.splitlines()
+    assert lines[1].split() == ["BROKER", "ADDRESS", "RACK", "FENCED"]
+    assert lines[2].split() == ["1", f"127.0.0.1:{port}", "-", "no"]
+    assert any(line.startswith("quorum leader 1  epoch ") for line in lines)
+    header = lines.index("NODE  ROLE    LOG END OFFSET  LAG")
+    node, role, end, lag = lines[header + 1].split()
+    assert (node, role, lag) == ("1", "leader", "0") and int(end) > 0
+    described = json.loads(ok(run("-o", "json", "cluster", "describe", bootstrap=bs)))
+    assert described["brokers"] == [{"node_id": 1, "host": "127.0.0.1", "port": port, "rack": None,
+                                     "is_fenced": False}]
+    quorum = described["quorum"]
+    assert quorum["leader_id"] == 1 and quorum["observers"] == [] and quorum["max_follower_lag"] == 0
+    assert [(v["node_id"], v["lag"], v["status"]) for v in quorum["voters"]] == [(1, 0, "Leader")]
+    assert quorum["voters"][0]["log_end_offset"] == quorum["high_watermark"]
+    assert quorum["nodes"] == [{"node_id": 1, "endpoints": [{"listener": "PLAINTEXT", "host": "127.0.0.1",
+                                                             "port": port}]}]
+
+
+def test_cluster_quorum_as_kafka_metadata_quorum(bs):
+    port = int(bs.rsplit(":", 1)[1])
+    status = dict(line.split(":", 1) for line in ok(run("cluster", "quorum", bootstrap=bs)).splitlines())
+    assert list(status) == ["ClusterId", "LeaderId", "LeaderEpoch", "HighWatermark", "MaxFollowerLag",
+                            "MaxFollowerLagTimeMs", "CurrentVoters", "CurrentObservers"]
+    assert status["LeaderId"].strip() == "1" and status["MaxFollowerLag"].strip() == "0"
+    assert status["CurrentVoters"].strip() == f'[{{"id": 1, "endpoints": ["PLAINTEXT://127.0.0.1:{port}"]}}]'
+    assert status["CurrentObservers"].strip() == "[]"
+    header, row = ok(run("cluster", "quorum", "--replication", bootstrap=bs)).splitlines()
+    assert header.split() == ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
+                              "LastCaughtUpTimestamp", "Status"]
+    assert row.split()[0] == "1" and row.split()[3] == "0" and row.split()[-1] == "Leader"
+    assert json.loads(ok(run("-o", "json", "cluster", "quorum", bootstrap=bs)))["leader_id"] == 1
+    assert run("cluster", "quorum", "--status", "--replication", bootstrap=bs).returncode == 2
+
+
+def test_topic_describe_filters(bs):
+    topic = _name()
+    ok(run("topic", "create", topic, "-p", "2", bootstrap=bs))
+    # One broker: every partition is fully replicated and led, so both filters show nothing.
+    assert ok(run("topic", "describe", topic, "--under-replicated-partitions", bootstrap=bs)) == ""
+    assert ok(run("topic", "describe", "--topic", topic, "--unavailable-partitions", bootstrap=bs)) == ""
+    assert json.loads(ok(run("-o", "json", "topic", "describe", topic, "--under-replicated-partitions",
+                             bootstrap=bs))) == []
+    (described,) = json.loads(ok(run("-o", "json", "topic", "describe", topic, bootstrap=bs)))
+    assert [(p["leader"], p["replicas"], p["isr"], p["offline_replicas"], p["under_replicated"], p["unavailable"])
+            for p in described["partitions"]] == [(1, [1], [1], [], False, False)] * 2
 
 
 def test_perf(bs, tmp_path):
@@ -289,6 +340,8 @@ def test_help_lists_every_command_and_o_means_output():
     text = ok(run("--help"))
     for command in ("broker", "topic", "produce", "consume", "group", "config", "cluster", "perf"):
         assert f"    {command} " in text, command
+    assert "up|down|status" in text  # odradek/cli.py runs those; the client's `cluster` help names them
+    assert "cluster up|down|status" in ok(run("cluster", "--help"))
     assert "--output {text,json}, -o {text,json}" in text
     assert "--override KEY=VALUE" in ok(run("broker", "start", "--help"))
     assert run("broker", "start", "-o", "log.dirs=/nonexistent").returncode == 2  # -o is not --override
