@@ -11,8 +11,8 @@ clean-shutdown marker.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
+from types import CoroutineType
 from typing import Any
 
 import structlog
@@ -231,9 +231,10 @@ class Broker:
         return self._handled(0, request.api_version, len(request.frame), started, result)
 
     def _handled(self, api_key: int, api_version: int, frame_size: int, started: float, result):
-        if type(result) is Deferred:  # a coordinator's or the controller's answer
+        kind = type(result)
+        if kind is Deferred:  # a coordinator's or the controller's answer
             result = self.services.answer(result, _same) if result.done else self.future_from(result)
-        elif inspect.iscoroutine(result):  # an async handler (admin requests waiting on the controller)
+        elif kind is CoroutineType:  # an async handler (a request forwarded to the active controller)
             result = asyncio.get_running_loop().create_task(result)
         self.after_state_change()  # a handler may have added timer tasks (delayed ops, group timeouts)
         if self.data.has_deferred_fetches and not self._fetches_scheduled:

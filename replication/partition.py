@@ -140,6 +140,7 @@ class Partition:
         replica_lag_time_max_ms: int = 30_000,
         high_watermark: int | None = None,
         first_unstable_offset: Callable[[], int | None] | None = None,
+        producer_state=None,
     ) -> None:
         self.topic_partition = topic_partition
         self.topic_id = topic_id
@@ -155,6 +156,9 @@ class Partition:
         self._high_watermark = min(max(start, log.log_start_offset), log.log_end_offset)
         self._follower_states: dict[int, FollowerState] = {}
         self._first_unstable_offset = first_unstable_offset
+        # The log's producer state, when given: its `transactions_seen` says at no cost (asked on every
+        # fetch) whether any transaction may be open, before `first_unstable_offset` looks.
+        self._producer_state = producer_state
         self._listeners: tuple[Callable[[TopicPartition, int], None], ...] = ()
 
     @property
@@ -183,19 +187,15 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """The HW, lowered to the first offset of a still-open transaction once transactions exist."""
+        """The HW, lowered to the first offset of a still-open transaction."""
         if self._first_unstable_offset is not None:
+            state = self._producer_state
+            if state is not None and not state.transactions_seen:
+                return self._high_watermark
             first_unstable = self._first_unstable_offset()
             if first_unstable is not None:
                 return min(first_unstable, self._high_watermark)
         return self._high_watermark
-
-    def add_listener(self, listener: Callable[[TopicPartition, int], None]) -> None:
-        """Call `listener(topic_partition, high_watermark)` after every advance of the HW."""
-        self._listeners += (listener,)
-
-    def remove_listener(self, listener: Callable[[TopicPartition, int], None]) -> None:
-        self._listeners = tuple(registered for registered in self._listeners if registered is not listener)
 
     def follower_state(self, replica_id: int) -> FollowerState | None:
         return self._follower_states.get(replica_id)

@@ -113,6 +113,7 @@ class ReplicaManager:
             partition = Partition(
                 tp, topic_id=topic_id, log=log, local_broker_id=self.node_id, min_insync_replicas=min_insync_replicas,
                 first_unstable_offset=lambda: log.first_unstable_offset,
+                producer_state=getattr(log, "producer_state", None),
             )
             self.partitions[tp] = partition
         partition.min_insync_replicas = min_insync_replicas

@@ -37,15 +37,11 @@ _LEADER_HINT_ERRORS = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENC
 _UNKNOWN, _NOT_LEADER = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
 
-def _replica_id(request, version: int) -> int:
-    return request.replica_state.replica_id if version >= 15 else request.replica_id
-
-
 @handles(1)
 def handle_fetch(services, ctx, request):
     version = ctx.api_version
     now_ms = services.now_ms()
-    replica_id = _replica_id(request, version)
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     if replica_id >= 0:
         isolation = FetchIsolation.LOG_END
     elif request.isolation_level == 1:
@@ -63,10 +59,8 @@ def handle_fetch(services, ctx, request):
                 parts.append((p.partition, int(code)))
                 continue
             tp = TopicPartition(image.name, p.partition)
-            wanted.append(FetchRequestPartition(
-                tp, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
-                p.last_fetched_epoch if version >= 12 else -1,
-            ))
+            wanted.append(FetchRequestPartition(tp, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                                                p.last_fetched_epoch))  # (-1 before v12: the field's default)
             parts.append((p.partition, tp))
         layout.append((topic.topic, topic.topic_id, parts))
 
@@ -76,10 +70,16 @@ def handle_fetch(services, ctx, request):
     def respond(results: dict[TopicPartition, FetchResult]) -> None:
         if future.done():
             return
+        packable = True
         for tp, r in results.items():
-            if r.error_code == _UNKNOWN and _leader_of(services, tp) is not None:
-                r.error_code = _NOT_LEADER  # in the image but not hosted here: as Kafka, not "unknown"
-        if all(_packable(r, version) for r in results.values()):
+            if r.error_code:
+                if r.error_code == _UNKNOWN and _leader_of(services, tp) is not None:
+                    r.error_code = _NOT_LEADER  # in the image but not hosted here: as Kafka, not "unknown"
+                if version >= 12 and r.error_code in _LEADER_HINT_ERRORS:
+                    packable = False
+            if r.diverging_epoch is not None or r.aborted_transactions or r.preferred_read_replica >= 0:
+                packable = False
+        if packable:
             future.set_result(Packed(_packed(ctx.header.correlation_id, layout, results, version, read_committed)))
         else:
             future.set_result(_message(services, ctx.listener, layout, results, version, read_committed))
@@ -89,14 +89,6 @@ def handle_fetch(services, ctx, request):
         isolation=isolation, now_ms=now_ms, respond=respond, replica_id=replica_id,
     )
     return future.result() if future.done() else future
-
-
-def _packable(r: FetchResult, version: int) -> bool:
-    """Whether protocol.fast_fetch can say all of this partition's answer."""
-    return (
-        r.diverging_epoch is None and not r.aborted_transactions and r.preferred_read_replica < 0
-        and not (version >= 12 and r.error_code in _LEADER_HINT_ERRORS)
-    )
 
 
 def _packed(correlation_id: int, layout, results, version: int, read_committed: bool) -> list:
