@@ -197,6 +197,13 @@ class Partition:
                 return min(first_unstable, self._high_watermark)
         return self._high_watermark
 
+    def add_listener(self, listener: Callable[[TopicPartition, int], None]) -> None:
+        """Call `listener(topic_partition, high_watermark)` after every advance of the HW."""
+        self._listeners += (listener,)
+
+    def remove_listener(self, listener: Callable[[TopicPartition, int], None]) -> None:
+        self._listeners = tuple(registered for registered in self._listeners if registered is not listener)
+
     def follower_state(self, replica_id: int) -> FollowerState | None:
         return self._follower_states.get(replica_id)
 
