@@ -142,6 +142,8 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
         controller = Controller(
             session_timeout_ms=cfg.broker_session_timeout_ms,
             unclean_leader_election_enable=cfg.unclean_leader_election_enable,
+            auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_seconds * 1000,
         )
         local = QuorumControllerChannel(controller, cfg, now_ms, driver, loader)
         local.cluster_id = broker.cluster_id
@@ -160,7 +162,8 @@ def register_broker(broker) -> None:
     endpoints = registration_endpoints(cfg, {name: port for name, _host, port in broker.bound})
     if broker.quorum is not None:
         broker.quorum.start()
-        broker.spawn(_lifecycle(broker, endpoints))
+        if "broker" in cfg.process_roles:  # a controller-only node is no broker: it does not register
+            broker.spawn(_lifecycle(broker, endpoints))
         return
     registered = broker.controller.register_broker(
         cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=broker.cluster_id

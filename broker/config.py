@@ -716,6 +716,13 @@ class BrokerConfig(BaseModel):
     compression_zstd_level: Int = _f(
         "compression.zstd.level", 3, T.INT, "zstd level, -131072..22.", ge=-131072, le=22
     )
+    auto_leader_rebalance_enable: Bool = _f(
+        "auto.leader.rebalance.enable", True, T.BOOLEAN,
+        "The active controller moves leadership back to preferred replicas when the imbalance check finds it off.",
+    )
+    leader_imbalance_check_interval_seconds: Int = _f(
+        "leader.imbalance.check.interval.seconds", 300, T.LONG, "How often the controller checks leader balance.", ge=1
+    )
     unclean_leader_election_enable: Bool = _f(
         "unclean.leader.election.enable",
         False,
@@ -896,8 +903,14 @@ class BrokerConfig(BaseModel):
             raise _KeyedError("listeners", "must name at least one listener")
         names = {listener.name for listener in listeners}
         controller_names = {name.upper() for name in self.controller_listener_names}
-        if not names - controller_names:
+        if "broker" in self.process_roles and not names - controller_names:
             raise _KeyedError("listeners", "needs a listener that is not a controller listener")
+        if set(self.process_roles) == {"controller"} and names - controller_names:
+            raise _KeyedError(
+                "listeners",
+                f"a controller-only node (process.roles=controller) serves only its controller listeners "
+                f"({', '.join(sorted(controller_names))}), not {', '.join(sorted(names - controller_names))}",
+            )
         if (
             self.inter_broker_listener_name is not None
             and self.inter_broker_listener_name.upper() not in names

@@ -81,7 +81,7 @@ async def _run(config) -> int:
         print(f"odradek: cannot start: {e}", file=sys.stderr)
         await broker.stop()
         return 1
-    for name, host, port in broker.bound:
+    for name, host, port in [*broker.bound, *broker.controller_bound]:
         print(f"odradek broker {config.node_id} listening on {name}://{host}:{port}", flush=True)
     await stop.wait()
     print("odradek: shutting down", flush=True)

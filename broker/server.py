@@ -118,7 +118,7 @@ class Broker:
                 self.controller_bound.append((listener.name, bound_host, port))
         register_broker(self)
         await self.network.start_serving()
-        for name, host, port in self.bound:
+        for name, host, port in [*self.bound, *self.controller_bound]:
             log.info("listening", listener=name, host=host, port=port)
         self._started = True
 
@@ -177,7 +177,7 @@ class Broker:
 
     @property
     def bound_port(self) -> int:
-        return self.bound[0][2]
+        return (self.bound or self.controller_bound)[0][2]
 
     @property
     def advertised_endpoint(self) -> tuple[str, int]:

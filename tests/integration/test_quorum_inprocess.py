@@ -190,3 +190,43 @@ async def test_snapshots_bound_the_log_and_a_restart_starts_from_one(tmp_path):
     finally:
         await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
 
+
+
+async def test_controller_only_voters_and_broker_only_nodes(tmp_path):
+    """KRaft's separate roles: three controller-only voters (process.roles=controller, a CONTROLLER listener
+    only) and two broker-only observers; topics go to the brokers, the quorum is the controllers."""
+    cluster_id = new_cluster_id()
+    ports = free_ports(5)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{ports[i]}" for i in range(3))
+    configs = []
+    for node_id in range(1, 6):
+        data = tmp_path / f"node{node_id}"
+        format_log_dir(str(data), node_id=node_id, cluster_id=cluster_id, directory_id=new_cluster_id())
+        if node_id <= 3:
+            props = {"process.roles": "controller", "listeners": f"CONTROLLER://127.0.0.1:{ports[node_id - 1]}"}
+        else:
+            props = {"process.roles": "broker", "listeners": f"PLAINTEXT://127.0.0.1:{ports[node_id - 1]}"}
+        configs.append(broker_config(data, **{"node.id": node_id, "controller.quorum.voters": voters, **props, **QUICK}))
+    nodes = [Broker(c) for c in configs]
+    try:
+        await asyncio.gather(*(b.start() for b in nodes))
+        controllers, brokers = nodes[:3], nodes[3:]
+        await until(lambda: len(active(controllers)) == 1, what="an active controller")
+        await until(lambda: all(b.services.live_brokers() == [4, 5] for b in brokers), what="two unfenced brokers")
+        assert all(not c.bound and c.controller_bound for c in controllers)
+        conn = NodeConnection(4, "127.0.0.1", brokers[0].bound_port)
+        created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+            CreateTopicsRequest.CreatableTopic(name="split", num_partitions=4, replication_factor=2, assignments=[], configs=[]),
+        ]), 7)
+        assert created.topics[0].error_code == 0, created
+        await until(lambda: "split" in brokers[1].metadata.image.topics_by_name, what="the topic on the brokers")
+        topic = brokers[1].metadata.image.topics_by_name["split"]
+        assert all(sorted(p.replicas) == [4, 5] for p in topic.partitions.values())
+        quorum = await conn.request(DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+            topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])]), 2)
+        part = quorum.topics[0].partitions[0]
+        assert sorted(v.replica_id for v in part.current_voters) == [1, 2, 3]
+        assert sorted(o.replica_id for o in part.observers) == [4, 5]
+        await conn.close()
+    finally:
+        await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
