@@ -77,10 +77,35 @@ def handle_metadata_fetch(services, ctx, request):
 def handle_describe_quorum(services, ctx, request):
     quorum = services.quorum
     if quorum is not None and quorum.raft.is_leader:
-        return quorum.handle_request(request)
+        answered = quorum.handle_request(request)
+        return _with_voter_endpoints(services, answered) if ctx.api_version >= 2 else answered
     if quorum is not None:  # only the leader knows every voter's lag
         return services.controller.forward(request, ctx.api_version)
     return _quorum_of_one(services)
+
+
+def _with_voter_endpoints(services, answered):
+    """v2 lists each voter's endpoints (`nodes`): the controller listener of controller.quorum.voters."""
+    import asyncio
+
+    listener = services.config.controller_listener_names[0].upper()
+    nodes = [DescribeQuorumResponse.Node(node_id=v.node_id, listeners=[
+        DescribeQuorumResponse.Node.Listener(name=listener, host=v.host, port=v.port)]) for v in services.config.voters()]
+    out = asyncio.get_running_loop().create_future()
+
+    def done(f) -> None:
+        if out.done():
+            return
+        if f.cancelled() or f.exception() is not None:
+            out.set_exception(f.exception() or asyncio.CancelledError())
+            return
+        response = f.result()
+        if not response.nodes:
+            response.nodes = nodes
+        out.set_result(response)
+
+    answered.add_done_callback(done)
+    return out
 
 
 def _quorum_of_one(services) -> DescribeQuorumResponse:
