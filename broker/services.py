@@ -136,25 +136,13 @@ class BrokerServices:
         return future
 
     def answer(self, deferred: Deferred, build: Callable[[Any], Any]):
-        """`build(result)` now if the Deferred is complete (a local controller), else a future of it."""
-        if deferred.done:
-            return build(deferred.result())
-        future = asyncio.get_running_loop().create_future()
+        """`build(result)` now if the Deferred is complete (a local controller), else a future of it; a
+        failure becomes the handler's failure (the connection closes)."""
 
-        def settle(d: Deferred) -> None:
-            if future.done():
-                return
-            error = d.failed_with
-            if error is not None:
-                future.set_exception(error)
-                return
-            try:
-                future.set_result(build(d.result()))
-            except Exception as e:  # noqa: BLE001 - the connection closes, as for any handler failure
-                future.set_exception(e)
+        def built(d: Deferred):
+            return build(d.result())  # (result() raises what the Deferred failed with)
 
-        deferred.add_callback(settle)
-        return future
+        return self.settle(deferred, built)
 
     def settle(self, deferred: Deferred, build: Callable[[Deferred], Any]):
         """`build(deferred)` once it is complete (now if it is), failed or not: for answers that report
