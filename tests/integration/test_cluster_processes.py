@@ -29,6 +29,8 @@ from odradek.broker.cluster_tool import node_ports
 from odradek.broker.node_client import NodeConnection, NodeUnavailable
 from odradek.protocol.messages import DescribeQuorumRequest, MetadataRequest
 
+from ..checker import Seen, Sent, check
+
 pytestmark = pytest.mark.timeout(240)
 
 OVERRIDES = ["broker.session.timeout.ms=4000", "broker.heartbeat.interval.ms=500"]
@@ -174,18 +176,26 @@ def test_admin_clients_through_any_node_and_failover_of_the_active_controller(cl
                      f"the topics on node {node_id}")
 
     producer = Producer({"bootstrap.servers": cluster.bootstrap(1), "enable.idempotence": True})
+    sent: list[Sent] = []
+
+    def delivered(err, msg) -> None:
+        if err is None:
+            sent.append(Sent(msg.topic(), msg.partition(), msg.offset(), msg.value(), "p", int(msg.key())))
+
     for i in range(300):
-        producer.produce("by-confluent", key=b"%d" % i, value=b"v%d" % i)
+        producer.produce("by-confluent", key=b"%d" % i, value=b"v%d" % i, on_delivery=delivered)
     assert producer.flush(30) == 0
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap(2), "group.id": "g", "auto.offset.reset": "earliest"})
     consumer.subscribe(["by-confluent"])
-    seen, deadline = set(), time.monotonic() + 60
+    seen: list[Seen] = []
+    deadline = time.monotonic() + 60
     while len(seen) < 300 and time.monotonic() < deadline:
         m = consumer.poll(0.5)
         if m is not None and m.error() is None:
-            seen.add(m.value())
+            seen.append(Seen(m.topic(), m.partition(), m.offset(), m.value()))
     consumer.close()
-    assert len(seen) == 300
+    report = check(sent, seen)
+    assert len(sent) == 300 and report.problems() == {}, report.summary()
 
     # kill -9 the active controller: another takes over; changes keep working through a survivor.
     leader = cluster.wait(lambda: cluster.leader([1, 2, 3]), "a leader")
