@@ -259,9 +259,28 @@ def _start_metrics(broker, loop) -> None:
     metrics.set_log_size_source(
         lambda: [(tp.topic, tp.partition, p.log.size_bytes) for tp, p in broker.data.partitions.items()]
     )
+    metrics.set_replication_source(lambda: replication_counts(broker))
     broker.metrics = metrics
     port = broker.config.metrics_port
     broker.metrics_server = metrics.start_http_server(port, broker.config.metrics_host) if port else None
+
+
+def replication_counts(broker) -> dict[str, int]:
+    """The replication gauges: partitions led here (and how many lack replicas in their ISR, or fall below
+    min.insync.replicas), partitions of the cluster without a leader, fenced brokers."""
+    leaders = under = under_min = 0
+    for partition in broker.data.partitions.values():
+        if partition.is_leader:
+            leaders += 1
+            if len(partition.isr) < len(partition.replicas):
+                under += 1
+            if len(partition.isr) < partition.min_insync_replicas:
+                under_min += 1
+    image = broker.metadata.image
+    offline = sum(1 for t in image.topics_by_id.values() for p in t.partitions.values() if p.leader < 0)
+    fenced = sum(1 for b in image.brokers.values() if b.fenced)
+    return {"leaders": leaders, "under_replicated": under, "under_min_isr": under_min, "offline": offline,
+            "fenced_brokers": fenced}
 
 
 def arm_timer(broker) -> None:

@@ -112,6 +112,7 @@ class _StateCollector(Collector):
             GaugeMetricFamily(
                 "odradek_purgatory_size", "Delayed operations waiting in a purgatory", labels=["purgatory"]
             ),
+            *(GaugeMetricFamily(name, text) for name, text in _REPLICATION_GAUGES.values()),
         ]
 
     def collect(self) -> Iterable[Any]:
@@ -132,6 +133,24 @@ class _StateCollector(Collector):
         for name, size in sorted(snapshot["purgatories"].items()):
             purgatory.add_metric([name], size)
         yield purgatory
+        replication = snapshot["replication"]
+        for key, (name, text) in _REPLICATION_GAUGES.items():
+            gauge = GaugeMetricFamily(name, text)
+            if key in replication:
+                gauge.add_metric([], replication[key])
+            yield gauge
+
+
+# What set_replication_source's callback reports (Kafka's ReplicaManager and controller gauges).
+_REPLICATION_GAUGES = {
+    "leaders": ("odradek_partitions_leader", "Partitions led by this broker"),
+    "under_replicated": ("odradek_partitions_under_replicated",
+                         "Partitions led by this broker whose ISR is smaller than their replicas"),
+    "under_min_isr": ("odradek_partitions_under_min_isr",
+                      "Partitions led by this broker whose ISR is smaller than min.insync.replicas"),
+    "offline": ("odradek_partitions_offline", "Partitions of the cluster without a leader (from the metadata image)"),
+    "fenced_brokers": ("odradek_brokers_fenced", "Registered brokers the controller has fenced"),
+}
 
 
 class _RequestStats:
@@ -222,6 +241,7 @@ class Metrics:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._log_size_source: LogSizeSource | None = None
         self._partition_count_source: PartitionCountSource | None = None
+        self._replication_source: Callable[[], dict[str, int]] | None = None
         self._purgatory_sources: dict[str, Callable[[], int]] = {}
         self._purgatory_source: PurgatorySource | None = None
         ns = "odradek"
@@ -304,6 +324,10 @@ class Metrics:
     def set_partition_count_source(self, source: PartitionCountSource | None) -> None:
         self._partition_count_source = source
 
+    def set_replication_source(self, source: Callable[[], dict[str, int]] | None) -> None:
+        """`source()` returns counts by the keys of _REPLICATION_GAUGES (leaders, under_replicated, ...)."""
+        self._replication_source = source
+
     def set_purgatory_source(self, source: PurgatorySource | None) -> None:
         """`source()` returns `{purgatory name: size}` (e.g. {"produce": 3, "fetch": 10})."""
         self._purgatory_source = source
@@ -324,7 +348,8 @@ class Metrics:
             purgatories[name] = size()
         if count is None and self._log_size_source is not None:
             count = len(sizes)
-        return {"partitions": count, "log_sizes": sizes, "purgatories": purgatories}
+        replication = dict(self._replication_source()) if self._replication_source else {}
+        return {"partitions": count, "log_sizes": sizes, "purgatories": purgatories, "replication": replication}
 
     def _snapshot(self) -> dict[str, Any]:
         loop = self._loop

@@ -14,6 +14,7 @@ import socket
 
 import pytest
 
+from odradek.broker.components import replication_counts
 from odradek.broker.node_client import NodeConnection
 from odradek.broker.server import Broker
 from odradek.broker.testing import broker_config
@@ -121,6 +122,8 @@ async def test_three_nodes_elect_register_and_follow_the_metadata_log(tmp_path):
         await until(lambda: all(b.metadata.image.brokers[gone].fenced for b in nodes), what="the stopped broker fenced")
         offline = {i for i, p in nodes[0].metadata.image.topics_by_name["events"].partitions.items() if p.leader == -1}
         assert offline == {i for i, leader_id in placement.items() if leader_id == gone}
+        gauges = replication_counts(nodes[0])  # what /metrics reports (odradek_partitions_offline, ...)
+        assert gauges["offline"] == len(offline) and gauges["fenced_brokers"] == 1
         survivor = nodes[0]
         conn = NodeConnection(survivor.node_id, "127.0.0.1", survivor.bound_port)
         created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
