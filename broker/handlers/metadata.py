@@ -119,6 +119,10 @@ def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
                 result = created.get(t.name)
                 if isinstance(result, MetadataError) and result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     code = result.error_code
+                elif result is not None:
+                    # Created by the active controller, not in this broker's image yet: Kafka's answer for a
+                    # topic being created, which clients retry.
+                    code = ErrorCode.LEADER_NOT_AVAILABLE
                 elif is_valid_name(t.name):
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:

@@ -96,6 +96,12 @@ async def test_three_nodes_elect_register_and_follow_the_metadata_log(tmp_path):
             assert hosted == {i for i, leader_id in placement.items() if leader_id == b.node_id}
         md = await conn.request(MetadataRequest(topics=None), 12)
         assert sorted(x.node_id for x in md.brokers) == [1, 2, 3]
+        # Automatic creation through a follower: created by the active controller; until this broker's
+        # image has it, LEADER_NOT_AVAILABLE (Kafka's answer, which clients retry), then the topic.
+        auto = await conn.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="auto")],
+                                                  allow_auto_topic_creation=True), 12)
+        assert auto.topics[0].error_code in (0, 5), auto.topics[0]
+        await until(lambda: all("auto" in b.metadata.image.topics_by_name for b in nodes), what="the auto-created topic")
         quorum = await conn.request(DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
             topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])]), 2)
         part = quorum.topics[0].partitions[0]
