@@ -42,6 +42,7 @@ from .errors import ConfigError, KafkaError, OdradekError, UnsupportedVersionErr
 from .group import commit_offsets, fetch_committed_offsets
 
 CREATE_TOPICS = 19
+ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
 DELETE_TOPICS = 20
 DELETE_RECORDS = 21
 LIST_GROUPS = 16
@@ -669,6 +670,74 @@ class Admin:
             return quorum_from_response(await self.client.send(node, request))
 
         return await self.client.call(attempt, what="DescribeQuorum")
+
+    # ------------------------------------------------------------------------ leaders and reassignments
+
+    async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None, *,
+                            election_type: str = "preferred", timeout_ms: int = 30_000) -> dict[TopicPartition, KafkaError | None]:
+        """ElectLeaders (kafka-leader-election.sh): PREFERRED moves leadership back to each partition's first
+        replica, UNCLEAN elects an out-of-sync replica where no in-sync one is left. `partitions` None: all.
+        A partition whose preferred replica leads already answers ELECTION_NOT_NEEDED."""
+        cls = REQUESTS[ELECT_LEADERS]
+        kind = {"preferred": 0, "unclean": 1}[election_type.lower()]
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions or ():
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = cls(election_type=kind, timeout_ms=timeout_ms, topic_partitions=None if partitions is None else [
+            cls.TopicPartitions(topic=t, partitions=sorted(ps)) for t, ps in sorted(by_topic.items())])
+
+        async def attempt() -> dict[TopicPartition, KafkaError | None]:
+            response = await self.client.send(await self._controller(), request)
+            if response.error_code:
+                raise KafkaError(ErrorCode.for_code(response.error_code), context="ElectLeaders")
+            out: dict[TopicPartition, KafkaError | None] = {}
+            for topic in response.replica_election_results:
+                for r in topic.partition_result:
+                    tp = TopicPartition(topic.topic, r.partition_id)
+                    out[tp] = None if r.error_code == 0 else KafkaError(
+                        ErrorCode.for_code(r.error_code), r.error_message, context=str(tp))
+            return out
+
+        return await self.client.call(attempt, what="ElectLeaders")
+
+    async def alter_partition_reassignments(self, targets: dict[TopicPartition, list[int] | None], *,
+                                            timeout_ms: int = 30_000) -> dict[TopicPartition, KafkaError | None]:
+        """Move partitions to new replica lists (None cancels a pending move), as kafka-reassign-partitions.sh
+        --execute / --cancel: the new replicas catch up, then the controller switches the assignment."""
+        cls = REQUESTS[ALTER_PARTITION_REASSIGNMENTS]
+        by_topic: dict[str, list] = {}
+        for tp, replicas in sorted(targets.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                cls.ReassignableTopic.ReassignablePartition(partition_index=tp.partition, replicas=replicas))
+        request = cls(timeout_ms=timeout_ms, topics=[cls.ReassignableTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+        async def attempt() -> dict[TopicPartition, KafkaError | None]:
+            response = await self.client.send(await self._controller(), request)
+            if response.error_code:
+                raise KafkaError(ErrorCode.for_code(response.error_code), response.error_message, context="reassignment")
+            out: dict[TopicPartition, KafkaError | None] = {}
+            for topic in response.responses:
+                for r in topic.partitions:
+                    tp = TopicPartition(topic.name, r.partition_index)
+                    out[tp] = None if r.error_code == 0 else KafkaError(
+                        ErrorCode.for_code(r.error_code), r.error_message, context=str(tp))
+            return out
+
+        return await self.client.call(attempt, what="AlterPartitionReassignments")
+
+    async def list_partition_reassignments(self) -> dict[TopicPartition, dict[str, list[int]]]:
+        """Pending moves: {partition: {"replicas", "adding", "removing"}}."""
+        cls = REQUESTS[LIST_PARTITION_REASSIGNMENTS]
+
+        async def attempt() -> dict[TopicPartition, dict[str, list[int]]]:
+            response = await self.client.send(await self._controller(), cls(timeout_ms=30_000, topics=None))
+            if response.error_code:
+                raise KafkaError(ErrorCode.for_code(response.error_code), response.error_message, context="reassignments")
+            return {TopicPartition(t.name, p.partition_index): {"replicas": list(p.replicas), "adding": list(p.adding_replicas),
+                                                                "removing": list(p.removing_replicas)}
+                    for t in response.topics for p in t.partitions}
+
+        return await self.client.call(attempt, what="ListPartitionReassignments")
 
     async def describe_log_dirs(self, broker_ids: list[int] | None = None) -> dict[int, list[dict]]:
         """Per broker: [{"log_dir", "error", "total_bytes", "usable_bytes", "partitions": {tp: size}}]."""

@@ -307,6 +307,19 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     p.add_argument("--config", "--topic-config", "-c", type=_key_value, action="append", default=[],
                    metavar="KEY=VALUE")
     p.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    p = tsub.add("elect-leaders", help="move leadership back to preferred replicas (kafka-leader-election)")
+    p.add_argument("--topic", "-t", dest="topic", default=None, help="one topic (default: every partition)")
+    p.add_argument("--partition", type=int, action="append", default=[], help="partitions of --topic (repeatable)")
+    p.add_argument("--election-type", choices=["preferred", "unclean", "PREFERRED", "UNCLEAN"], default="preferred")
+    p.add_argument("--all-topic-partitions", action="store_true", help="every partition (Kafka's spelling; the default)")
+    p = tsub.add("reassign", help="move partitions to new replicas, or cancel a move (kafka-reassign-partitions)")
+    _topic_argument(p)
+    p.add_argument("--partition", type=int, action="append", required=True, help="partition to move (repeatable)")
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--replicas", type=lambda v: [int(x) for x in v.split(",")], metavar="ID,ID,...",
+                       help="the new replica list (the first is the preferred leader)")
+    group.add_argument("--cancel", action="store_true", help="cancel the pending move")
+    tsub.add("reassignments", help="list pending partition moves")
 
     # produce
     p = sub.add("produce", help="send lines from stdin or a file as records")
@@ -749,6 +762,53 @@ async def topic_delete(args: argparse.Namespace, out: Output) -> int:
     for n, e in failed.items():
         _err(str(e))
     return EXIT_FAILED if failed else EXIT_OK
+
+
+async def topic_elect_leaders(args: argparse.Namespace, out: Output) -> int:
+    partitions = None
+    if args.topic is not None:
+        async with _admin(args) as admin:
+            wanted = args.partition or [p.partition for p in (await admin.describe_topics([args.topic]))[0].partitions]
+        partitions = [TopicPartition(args.topic, p) for p in wanted]
+    async with _admin(args) as admin:
+        results = await admin.elect_leaders(partitions, election_type=args.election_type)
+    rows, failed = [], 0
+    for tp, error in sorted(results.items()):
+        state = "elected" if error is None else error.code.name
+        if error is not None and error.code.name != "ELECTION_NOT_NEEDED":
+            failed += 1
+        rows.append([tp.topic, tp.partition, state])
+    if out.json:
+        out.emit_json([{"topic": t, "partition": p, "result": r} for t, p, r in rows])
+    else:
+        out.table(["TOPIC", "PARTITION", "RESULT"], rows)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+async def topic_reassign(args: argparse.Namespace, out: Output) -> int:
+    targets = {TopicPartition(args.name, p): (None if args.cancel else args.replicas) for p in args.partition}
+    async with _admin(args) as admin:
+        results = await admin.alter_partition_reassignments(targets)
+    rows = [[tp.topic, tp.partition, "cancelled" if args.cancel and e is None else "started" if e is None else e.code.name]
+            for tp, e in sorted(results.items())]
+    if out.json:
+        out.emit_json([{"topic": t, "partition": p, "result": r} for t, p, r in rows])
+    else:
+        out.table(["TOPIC", "PARTITION", "RESULT"], rows)
+    return EXIT_FAILED if any(e is not None for e in results.values()) else EXIT_OK
+
+
+async def topic_reassignments(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        pending = await admin.list_partition_reassignments()
+    rows = [[tp.topic, tp.partition, ",".join(map(str, m["replicas"])), ",".join(map(str, m["adding"])),
+             ",".join(map(str, m["removing"]))] for tp, m in sorted(pending.items())]
+    if out.json:
+        out.emit_json([{"topic": r[0], "partition": r[1], "replicas": m["replicas"], "adding": m["adding"],
+                        "removing": m["removing"]} for r, m in zip(rows, [pending[k] for k in sorted(pending)])])
+    else:
+        out.table(["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"], rows)
+    return EXIT_OK
 
 
 async def topic_alter(args: argparse.Namespace, out: Output) -> int:
@@ -1290,6 +1350,9 @@ _HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace, Output], A
     ("topic", "describe"): topic_describe,
     ("topic", "delete"): topic_delete,
     ("topic", "alter"): topic_alter,
+    ("topic", "elect-leaders"): topic_elect_leaders,
+    ("topic", "reassign"): topic_reassign,
+    ("topic", "reassignments"): topic_reassignments,
     ("produce", None): produce,
     ("consume", None): consume,
     ("group", "list"): group_list,

@@ -77,3 +77,52 @@ async def test_quorum_brokers_and_under_replicated_partitions_of_three_nodes(tmp
                        for p in shown["partitions"])
     finally:
         await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
+
+
+async def test_elect_leaders_and_reassignments_through_any_broker(tmp_path):
+    """ElectLeaders and the reassignment APIs through a broker that is not the active controller (forwarded),
+    with the bundled admin client and the CLI: a preferred leader that leads already needs no election; a
+    move within the ISR (a new order of the same replicas) completes at once and makes the new first replica
+    the leader once elected; a move to an unknown broker is refused; cancelling with nothing pending is
+    NO_REASSIGNMENT_IN_PROGRESS."""
+    import subprocess
+    import sys
+
+    from odradek.client.cluster import TopicPartition
+
+    _, configs = cluster_configs(tmp_path)
+    nodes = [Broker(c) for c in configs]
+    try:
+        await asyncio.gather(*(b.start() for b in nodes))
+        await until(lambda: len(active(nodes)) == 1, what="an active controller")
+        await until(lambda: all(b.services.live_brokers() == [1, 2, 3] for b in nodes), what="three brokers")
+        follower = next(b for b in nodes if not b.controller.is_active)
+        bootstrap = follower.config.listeners[0].split("//")[1]
+        async with Admin(bootstrap_servers=bootstrap) as admin:
+            await admin.create_topic("moves", 2, 3)
+            results = await admin.elect_leaders([TopicPartition("moves", 0)])
+            assert results[TopicPartition("moves", 0)].code.name == "ELECTION_NOT_NEEDED"
+            (desc,) = await admin.describe_topics(["moves"])
+            replicas = list(desc.partitions[0].replicas)
+            reordered = replicas[1:] + replicas[:1]
+            moved = await admin.alter_partition_reassignments({TopicPartition("moves", 0): reordered})
+            assert moved == {TopicPartition("moves", 0): None}
+            assert await admin.list_partition_reassignments() == {}  # within the ISR: done at once
+            refused = await admin.alter_partition_reassignments({TopicPartition("moves", 1): [1, 2, 9]})
+            assert refused[TopicPartition("moves", 1)] is not None
+            cancel = await admin.alter_partition_reassignments({TopicPartition("moves", 1): None})
+            assert cancel[TopicPartition("moves", 1)].code.name == "NO_REASSIGNMENT_IN_PROGRESS"
+
+        def cli(*args):
+            return subprocess.run([sys.executable, "-m", "odradek", *args, "-b", bootstrap, "-o", "json"],
+                                  capture_output=True, text=True, timeout=60)
+
+        elected = await asyncio.to_thread(cli, "topic", "elect-leaders", "--topic", "moves")
+        assert elected.returncode == 0, elected.stderr
+        assert {r["partition"] for r in json.loads(elected.stdout)} == {0, 1}
+        pending = await asyncio.to_thread(cli, "topic", "reassignments")
+        assert pending.returncode == 0 and json.loads(pending.stdout) == []
+        cancel = await asyncio.to_thread(cli, "topic", "reassign", "moves", "--partition", "1", "--cancel")
+        assert cancel.returncode == 1 and json.loads(cancel.stdout)[0]["result"] == "NO_REASSIGNMENT_IN_PROGRESS"
+    finally:
+        await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
