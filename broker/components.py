@@ -1,12 +1,13 @@
 """Start and stop the broker's components in order, and drive their clocks.
 
-Start: log manager (directory lock, recovery) -> metadata log (replayed) -> the publisher of committed
-metadata, with its listeners (the partitions and their logs follow the image) -> the controller channel
+Start: log manager (directory lock, recovery) -> (in a cluster) the replica fetcher manager -> metadata log
+(replayed) -> the publisher of committed metadata, with its listeners (the partitions and their logs follow
+the image, followed partitions are fetched from their leaders) -> the controller channel
 -> producer ids -> the services handlers receive -> metrics -> background schedules. The loaded image is
 published as one update, the same road as any live change. Then the broker binds its listeners, and
 `register_broker` registers this node with the endpoints it bound (a metadata change like any other)
-before any request is served. Stop runs the other way and ends with flushed logs, checkpoints and the
-clean-shutdown marker.
+before any request is served. Stop runs the other way (the fetchers stop before the logs close) and ends
+with flushed logs, checkpoints and the clean-shutdown marker.
 
 The timing wheel is driven by one timer handle: after every state change the broker calls
 `after_state_change()`, which (re)arms a `loop.call_at` for the wheel's next deadline. Nothing polls.
@@ -64,7 +65,15 @@ async def start_components(broker) -> None:
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True)
     publisher = broker.metadata = MetadataPublisher()
-    publisher.register(PartitionHosting(cfg.node_id, cfg, broker.log_manager, broker.data, now_ms))
+    if in_quorum_mode(cfg):
+        from .replica_fetcher import ReplicaFetcherManager
+
+        broker.replica_fetchers = ReplicaFetcherManager(
+            node_id=cfg.node_id, config=cfg, data=broker.data, image=lambda: publisher.image,
+            broker_epoch=lambda: broker.broker_epoch, clock=now_ms,
+        )
+    publisher.register(PartitionHosting(cfg.node_id, cfg, broker.log_manager, broker.data, now_ms,
+                                        fetchers=broker.replica_fetchers))
     if in_quorum_mode(cfg):
         _start_quorum(broker, publisher)
     else:
@@ -372,6 +381,8 @@ async def stop_components(broker) -> None:
         broker.metrics_server.stop()
     # Let a flush or cleaning that is running in a worker thread finish before the logs close under it.
     await asyncio.gather(*broker._maintenance, return_exceptions=True)
+    if broker.replica_fetchers is not None:  # before the logs they append to close
+        await broker.replica_fetchers.shutdown()
     if broker.quorum is not None:
         await broker.quorum.stop()
         await broker.controller.close()

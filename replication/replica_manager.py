@@ -86,6 +86,8 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
+        # Brokers that may not join an ISR now (fenced, or in controlled shutdown), from the image.
+        self.ineligible_replicas: frozenset[int] = frozenset()
 
     # -- hosting --
 
@@ -113,7 +115,7 @@ class ReplicaManager:
             partition = Partition(
                 tp, topic_id=topic_id, log=log, local_broker_id=self.node_id, min_insync_replicas=min_insync_replicas,
                 first_unstable_offset=lambda: log.first_unstable_offset,
-                producer_state=getattr(log, "producer_state", None),
+                producer_state=getattr(log, "producer_state", None), is_replica_eligible=self._is_replica_eligible,
             )
             self.partitions[tp] = partition
         partition.min_insync_replicas = min_insync_replicas
@@ -132,6 +134,21 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
         return partition
+
+    def _is_replica_eligible(self, replica_id: int) -> bool:
+        return replica_id not in self.ineligible_replicas
+
+    def set_ineligible_replicas(self, broker_ids, now_ms: int) -> None:
+        """The brokers that may not join an ISR changed (fenced, shutting down): a caught-up follower among
+        them no longer holds the high watermark of the partitions led here, which may move now."""
+        broker_ids = frozenset(broker_ids)
+        if broker_ids == self.ineligible_replicas:
+            return
+        self.ineligible_replicas = broker_ids
+        for tp, partition in self.partitions.items():
+            if partition.is_leader and partition.maybe_advance_high_watermark(now_ms):
+                self.produce_purgatory.check_and_complete(tp)
+                self._log_grew(tp)
 
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         partition = self.partitions.pop(tp, None)
