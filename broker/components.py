@@ -63,7 +63,8 @@ async def start_components(broker) -> None:
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
     )
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
-    broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True)
+    broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True,
+                                 replica_lag_time_max_ms=cfg.replica_lag_time_max_ms)
     publisher = broker.metadata = MetadataPublisher()
     if in_quorum_mode(cfg):
         from .replica_fetcher import ReplicaFetcherManager
@@ -168,8 +169,11 @@ def register_broker(broker) -> None:
     cfg = broker.config
     endpoints = registration_endpoints(cfg, {name: port for name, _host, port in broker.bound})
     if broker.quorum is not None:
+        from .replica_fetcher import maintain_isr
+
         broker.quorum.start()
         broker.spawn(_lifecycle(broker, endpoints))
+        broker.spawn(maintain_isr(broker))
         return
     registered = broker.controller.register_broker(
         cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=broker.cluster_id

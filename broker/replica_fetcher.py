@@ -201,3 +201,64 @@ class ReplicaFetcherManager:
         fetchers, self.fetchers = list(self.fetchers.values()), {}
         self._source_of.clear()
         await asyncio.gather(*(f.stop() for f in fetchers), *self._stopping, return_exceptions=True)
+
+
+async def maintain_isr(broker) -> None:
+    """The leader's side of the ISR (Kafka's isr-expiration task and AlterPartitionManager): every
+    min(replica.lag.time.max.ms / 2, 500 ms), the partitions led here whose ISR should change (a follower
+    lagging longer than replica.lag.time.max.ms leaves it, a caught-up eligible one joins it:
+    Partition.proposed_isr) are sent in one AlterPartition (v3, members with their broker epochs) to the
+    active controller. A partition has at most one change in flight; the committed change reaches this
+    broker as any metadata does, and only then is the ISR what it says. A refused change is proposed
+    again, from the then current state, at a later check."""
+    cfg = broker.config
+    interval_s = max(0.01, min(cfg.replica_lag_time_max_ms / 2, 500) / 1000)
+    while True:
+        await asyncio.sleep(interval_s)
+        if broker.broker_epoch < 0 or broker.shutting_down:
+            continue
+        try:
+            changes = broker.data.proposed_isr_changes(broker.now_ms())
+            if changes:
+                await _alter_partition(broker, changes, timeout_s=cfg.replica_lag_time_max_ms / 1000 + 5)
+        except Exception:  # the next check tries again
+            log.exception("proposing ISR changes failed")
+
+
+async def _alter_partition(broker, changes, *, timeout_s: float) -> None:
+    from odradek.protocol.messages import AlterPartitionRequest
+
+    Topic = AlterPartitionRequest.TopicData
+    image = broker.metadata.image
+    by_topic: dict[uuid.UUID, list] = {}
+    for partition, new_isr in changes:
+        partition.pending_isr = new_isr
+        members = [Topic.PartitionData.BrokerState(
+            broker_id=b, broker_epoch=image.brokers[b].broker_epoch if b in image.brokers else -1) for b in new_isr]
+        by_topic.setdefault(partition.topic_id, []).append(Topic.PartitionData(
+            partition_index=partition.partition, leader_epoch=partition.leader_epoch, new_isr_with_epochs=members,
+            leader_recovery_state=0, partition_epoch=partition.partition_epoch,
+        ))
+        log.info("proposing an ISR change", partition=str(partition.topic_partition), isr=list(partition.isr),
+                 new_isr=list(new_isr))
+    request = AlterPartitionRequest(broker_id=broker.node_id, broker_epoch=broker.broker_epoch, topics=[
+        Topic(topic_id=topic_id, partitions=parts) for topic_id, parts in by_topic.items()])
+    sent = {(p.topic_id, p.partition): p for p, _ in changes}
+    try:
+        response = await asyncio.wait_for(
+            broker.services.future_from(broker.controller.alter_partition(request, 3)), timeout_s)
+    except Exception as e:  # noqa: BLE001 - no controller at the moment: propose again later
+        log.info("AlterPartition failed; will propose again", error=str(e))
+        for partition, _ in changes:
+            partition.pending_isr = None
+        return
+    for topic in response.topics:
+        for p in topic.partitions:
+            partition = sent.get((topic.topic_id, p.partition_index))
+            if partition is None:
+                continue
+            if p.error_code:
+                log.info("ISR change refused", partition=str(partition.topic_partition), error_code=p.error_code)
+                partition.pending_isr = None
+            elif partition.partition_epoch >= p.partition_epoch:
+                partition.pending_isr = None  # the image has it already

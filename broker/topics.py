@@ -90,6 +90,7 @@ class PartitionHosting:
                 data.apply_partition_state(
                     tp, topic_id=topic.topic_id, log=plog, leader_id=p.leader, leader_epoch=p.leader_epoch,
                     replicas=p.replicas, isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
+                    partition_epoch=p.partition_epoch,
                 )
                 fetchers = self.fetchers
                 if fetchers is not None:

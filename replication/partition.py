@@ -154,6 +154,10 @@ class Partition:
         self.leader_epoch = NO_LEADER_EPOCH
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
+        self.partition_epoch = -1  # the image's, which an AlterPartition from the leader must name
+        # An ISR this leader has proposed (AlterPartition in flight) and the image does not say yet: no
+        # other change is proposed meanwhile (Kafka's PendingExpandIsr / PendingShrinkIsr).
+        self.pending_isr: tuple[int, ...] | None = None
         start = log.log_start_offset if high_watermark is None else high_watermark
         self._high_watermark = min(max(start, log.log_start_offset), log.log_end_offset)
         self._follower_states: dict[int, FollowerState] = {}
@@ -352,6 +356,23 @@ class Partition:
                 leader_end_offset, now_ms, self.replica_lag_time_max_ms
             )
         ]
+
+    def proposed_isr(self, now_ms: int) -> tuple[int, ...] | None:
+        """The ISR this leader should ask the controller for now, or None (Kafka's maybeShrinkIsr and
+        maybeExpandIsr in one): ISR followers not caught up within replica.lag.time.max.ms leave it, and
+        followers outside it that have fetched in this leadership up to the HW, and may join, join it."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        out = set(self.out_of_sync_replicas(now_ms))
+        eligible = self._is_replica_eligible
+        joining = [
+            replica_id for replica_id, state in self._follower_states.items()
+            if replica_id not in self.isr and state.last_fetch_time_ms is not None
+            and state.log_end_offset >= self._high_watermark and (eligible is None or eligible(replica_id))
+        ]
+        if not out and not joining:
+            return None
+        return tuple(r for r in self.isr if r not in out) + tuple(sorted(joining))
 
     def check_append_as_leader(self, required_acks: int) -> None:
         """Refuse an append this broker must not take: not the leader, or acks=all with too small an ISR."""

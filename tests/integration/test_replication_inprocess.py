@@ -162,3 +162,61 @@ async def test_an_rf3_topic_replicates_and_survives_its_leader(tmp_path):
         assert sorted(got) == sorted(first + second)  # nothing acknowledged was lost
     finally:
         await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
+
+
+def isr_of(node, index: int = 0) -> tuple[int, ...]:
+    return node.metadata.image.topics_by_name[TOPIC].partitions[index].isr
+
+
+async def test_the_leader_shrinks_the_isr_of_a_follower_that_stops_fetching_and_expands_it_again(tmp_path):
+    from odradek.broker.replica_fetcher import ReplicaFetcherManager
+    from odradek.broker.topics import PartitionHosting
+
+    _, configs = cluster_configs(tmp_path, **FAST, **{"replica.lag.time.max.ms": 1000})
+    nodes = [Broker(c) for c in configs]
+    try:
+        await asyncio.gather(*(b.start() for b in nodes))
+        await until(lambda: len(active(nodes)) == 1 and all(b.services.live_brokers() == [1, 2, 3] for b in nodes),
+                    what="the cluster")
+        conn = NodeConnection(1, "127.0.0.1", nodes[0].bound_port)
+        created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+            CreateTopicsRequest.CreatableTopic(name=TOPIC, num_partitions=PARTITIONS, replication_factor=3,
+                                               assignments=[], configs=[]),
+        ]), 7)
+        await conn.close()
+        assert created.topics[0].error_code == 0, created
+        await until(lambda: all(len(replicas_of(nodes, TopicPartition(TOPIC, i))) == 3 for i in range(PARTITIONS)),
+                    what="every replica hosted")
+        bootstrap = ",".join(f"127.0.0.1:{b.bound_port}" for b in nodes)
+        assert await asyncio.to_thread(produce, bootstrap, [b"a-%d" % i for i in range(30)]) == []
+        await until(lambda: in_sync(nodes, 3), what="replicas in sync")
+        assert all(len(isr_of(b, i)) == 3 for b in nodes for i in range(PARTITIONS))
+
+        # One follower stops fetching (its broker stays registered and heartbeating): acks=all still
+        # completes, once the leaders have dropped it from their ISRs.
+        tp0 = TopicPartition(TOPIC, 0)
+        lagging = next(b for b in nodes if not b.data.get_partition(tp0).is_leader)
+        await lagging.replica_fetchers.shutdown()
+        assert await asyncio.to_thread(produce, bootstrap, [b"b-%d" % i for i in range(30)]) == []
+        await until(lambda: all(lagging.node_id not in isr_of(b, i) for b in nodes for i in range(PARTITIONS)
+                                if b.metadata.image.topics_by_name[TOPIC].partitions[i].leader != lagging.node_id),
+                    what="the lagging follower out of the ISRs")
+
+        # It fetches again: it catches up and the leaders take it back into their ISRs.
+        fetchers = ReplicaFetcherManager(node_id=lagging.node_id, config=lagging.config, data=lagging.data,
+                                         image=lambda: lagging.metadata.image, broker_epoch=lambda: lagging.broker_epoch,
+                                         clock=lagging.now_ms)
+        lagging.replica_fetchers = fetchers
+        hosting = next(listener for listener in lagging.metadata._listeners if isinstance(listener, PartitionHosting))
+        hosting.fetchers = fetchers
+        topic = lagging.metadata.image.topics_by_name[TOPIC]
+        for i, p in topic.partitions.items():
+            if p.leader != lagging.node_id:
+                fetchers.follow(TopicPartition(TOPIC, i), topic_id=topic.topic_id, leader_id=p.leader,
+                                leader_epoch=p.leader_epoch)
+        await until(lambda: all(len(isr_of(b, i)) == 3 for b in nodes for i in range(PARTITIONS)),
+                    what="the follower back in every ISR")
+        await until(lambda: in_sync(nodes, 3), what="replicas in sync again")
+        assert assert_identical(nodes, 3) == 60
+    finally:
+        await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
