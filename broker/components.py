@@ -144,6 +144,11 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
         raft_log, FileQuorumStateStore(log_.directory), loader, random.Random(), now_ms(),
     )
     loader.raft = raft
+    if raft.leader_id >= 0 and raft.leader_id != cfg.node_id:
+        # A voter restarting as a follower of the leader its quorum state names is not told of it by the
+        # node (no change happens): without this it would know no active controller to register with
+        # until the next election.
+        loader.handle_leader_change(raft.leader_id, raft.epoch)
     connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}")
     driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms)
     driver.after_each_call = loader.maybe_snapshot

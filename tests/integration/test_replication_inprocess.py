@@ -4,7 +4,9 @@ Followers fetch from their leaders (broker/replica_fetcher.py): an acks=all prod
 every in-sync replica has it, the three replicas' logs end up byte for byte the same, the high watermark
 reaches the log end on the leader and the followers, and consumers read everything. A follower refuses
 consumers' fetches (NOT_LEADER_OR_FOLLOWER). When a leader stops (controlled shutdown: its leaderships
-move to in-sync replicas first), the new leaders serve what was acknowledged and take new writes.
+move to in-sync replicas first), the new leaders serve what was acknowledged and take new writes; when
+it comes back it catches up and rejoins the ISRs. A follower that stops fetching leaves the ISRs (acks=all
+goes on without it) and rejoins them once it fetches again.
 """
 
 from __future__ import annotations
@@ -160,6 +162,15 @@ async def test_an_rf3_topic_replicates_and_survives_its_leader(tmp_path):
         assert assert_identical(nodes, 2) == len(first) + len(second)
         got = await asyncio.to_thread(consume, bootstrap, len(first) + len(second))
         assert sorted(got) == sorted(first + second)  # nothing acknowledged was lost
+
+        # The stopped broker comes back: it follows from its own log, catches up and rejoins every ISR.
+        restarted = Broker(configs[victim.node_id - 1])
+        nodes.append(restarted)
+        await restarted.start()
+        await until(lambda: all(len(b.metadata.image.topics_by_name[TOPIC].partitions[i].isr) == 3
+                                for b in nodes for i in range(PARTITIONS)), what="the restarted broker back in the ISRs")
+        await until(lambda: in_sync(nodes, 3), what="all three in sync again")
+        assert assert_identical(nodes, 3) == len(first) + len(second)
     finally:
         await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
 
