@@ -1,12 +1,13 @@
 """Start and stop the broker's components in order, and drive their clocks.
 
-Start: log manager (directory lock, recovery) -> metadata log (replayed) -> the publisher of committed
-metadata, with its listeners (the partitions and their logs follow the image) -> the controller channel
+Start: log manager (directory lock, recovery) -> (in a cluster) the replica fetcher manager -> metadata log
+(replayed) -> the publisher of committed metadata, with its listeners (the partitions and their logs follow
+the image, followed partitions are fetched from their leaders) -> the controller channel
 -> producer ids -> the services handlers receive -> metrics -> background schedules. The loaded image is
 published as one update, the same road as any live change. Then the broker binds its listeners, and
 `register_broker` registers this node with the endpoints it bound (a metadata change like any other)
-before any request is served. Stop runs the other way and ends with flushed logs, checkpoints and the
-clean-shutdown marker.
+before any request is served. Stop runs the other way (the fetchers stop before the logs close) and ends
+with flushed logs, checkpoints and the clean-shutdown marker.
 
 The timing wheel is driven by one timer handle: after every state change the broker calls
 `after_state_change()`, which (re)arms a `loop.call_at` for the wheel's next deadline. Nothing polls.
@@ -62,9 +63,18 @@ async def start_components(broker) -> None:
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
     )
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
-    broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True)
+    broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True,
+                                 replica_lag_time_max_ms=cfg.replica_lag_time_max_ms)
     publisher = broker.metadata = MetadataPublisher()
-    publisher.register(PartitionHosting(cfg.node_id, cfg, broker.log_manager, broker.data, now_ms))
+    if in_quorum_mode(cfg) and "broker" in cfg.process_roles:  # a controller-only node hosts no partitions
+        from .replica_fetcher import ReplicaFetcherManager
+
+        broker.replica_fetchers = ReplicaFetcherManager(
+            node_id=cfg.node_id, config=cfg, data=broker.data, image=lambda: publisher.image,
+            broker_epoch=lambda: broker.broker_epoch, clock=now_ms,
+        )
+    publisher.register(PartitionHosting(cfg.node_id, cfg, broker.log_manager, broker.data, now_ms,
+                                        fetchers=broker.replica_fetchers))
     if in_quorum_mode(cfg):
         _start_quorum(broker, publisher)
     else:
@@ -134,6 +144,11 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
         raft_log, FileQuorumStateStore(log_.directory), loader, random.Random(), now_ms(),
     )
     loader.raft = raft
+    if raft.leader_id >= 0 and raft.leader_id != cfg.node_id:
+        # A voter restarting as a follower of the leader its quorum state names is not told of it by the
+        # node (no change happens): without this it would know no active controller to register with
+        # until the next election.
+        loader.handle_leader_change(raft.leader_id, raft.epoch)
     connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}")
     driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms)
     driver.after_each_call = loader.maybe_snapshot
@@ -161,9 +176,12 @@ def register_broker(broker) -> None:
     cfg = broker.config
     endpoints = registration_endpoints(cfg, {name: port for name, _host, port in broker.bound})
     if broker.quorum is not None:
+        from .replica_fetcher import maintain_isr
+
         broker.quorum.start()
         if "broker" in cfg.process_roles:  # a controller-only node is no broker: it does not register
             broker.spawn(_lifecycle(broker, endpoints))
+            broker.spawn(maintain_isr(broker))
         return
     registered = broker.controller.register_broker(
         cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=broker.cluster_id
@@ -394,6 +412,8 @@ async def stop_components(broker) -> None:
         broker.metrics_server.stop()
     # Let a flush or cleaning that is running in a worker thread finish before the logs close under it.
     await asyncio.gather(*broker._maintenance, return_exceptions=True)
+    if broker.replica_fetchers is not None:  # before the logs they append to close
+        await broker.replica_fetchers.shutdown()
     if broker.quorum is not None:
         await broker.quorum.stop()
         await broker.controller.close()

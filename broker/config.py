@@ -746,6 +746,16 @@ class BrokerConfig(BaseModel):
     replica_socket_timeout_ms: Int = _f(
         "replica.socket.timeout.ms", 30000, T.INT, "Socket timeout of follower fetches."
     )
+    replica_fetch_backoff_ms: Int = _f(
+        "replica.fetch.backoff.ms", 1000, T.INT, "How long a follower waits before fetching a partition again "
+        "after an error.", ge=0
+    )
+    replica_fetch_response_max_bytes: Int = _f(
+        "replica.fetch.response.max.bytes", 10485760, T.INT, "Bytes a follower fetch asks for in all.", ge=0
+    )
+    num_replica_fetchers: Int = _f(
+        "num.replica.fetchers", 1, T.INT, "Accepted for compatibility: one fetcher per source broker.", ge=1
+    )
     fetch_max_bytes: Int = _f(
         "fetch.max.bytes", 57671680, T.INT, "Most bytes returned by one Fetch.", ge=1024
     )

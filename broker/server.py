@@ -66,6 +66,7 @@ class Broker:
         self.cluster_id: str | None = None  # from meta.properties when the storage was formatted
         self.quorum = None  # the Raft driver, in a cluster (broker/quorum.py)
         self.metadata_loader = None
+        self.replica_fetchers = None  # in a cluster: the follower fetchers (broker/replica_fetcher.py)
         self.broker_epoch = -1
         self.fenced = True  # in a cluster, until the controller unfences this broker
         self.shutting_down = False  # controlled shutdown asked for (heartbeats say want_shut_down)

@@ -6,8 +6,9 @@ creation, DeleteTopics, CreatePartitions and config changes are metadata records
 says, for every update the publisher hands it, start-up's whole image included:
 
   * a partition with this node among its replicas gets its log (opened, or created empty) and becomes
-    led here when the image names this node its leader, else follows the named leader (fetching from it
-    is the replication issue's part; the role, the epochs and the refusals are already right);
+    led here when the image names this node its leader, else follows the named leader: the replica
+    fetcher manager (broker/replica_fetcher.py) fetches it from that leader; led here or leaderless, it
+    is fetched from nowhere;
   * a partition no longer assigned here, or of a removed topic, is dropped and its log deleted;
   * changed topic configs reach the open logs and the partitions' min.insync.replicas.
 """
@@ -50,17 +51,22 @@ def log_config(image: MetadataImage, name: str, config: BrokerConfig) -> LogConf
 class PartitionHosting:
     """The replica manager and the log manager following the image; see the module doc."""
 
-    def __init__(self, node_id: int, config: BrokerConfig, log_manager: LogManager, data: ReplicaManager, clock) -> None:
+    def __init__(self, node_id: int, config: BrokerConfig, log_manager: LogManager, data: ReplicaManager, clock,
+                 fetchers=None) -> None:
         self.node_id = node_id
         self.config = config
         self.log_manager = log_manager
         self.data = data
         self.clock = clock
+        self.fetchers = fetchers  # the ReplicaFetcherManager: follow(tp, ...) / unfollow(tp)
 
     def on_metadata_update(self, update: MetadataUpdate) -> None:
         image = update.image
         now_ms = self.clock()
         data = self.data
+        data.set_ineligible_replicas(
+            (b.broker_id for b in image.brokers.values() if b.fenced or b.in_controlled_shutdown), now_ms
+        )
         for topic in update.removed_topics.values():
             for tp in [tp for tp in data.partitions if tp.topic == topic.name]:
                 self._drop(tp)
@@ -84,8 +90,17 @@ class PartitionHosting:
                 data.apply_partition_state(
                     tp, topic_id=topic.topic_id, log=plog, leader_id=p.leader, leader_epoch=p.leader_epoch,
                     replicas=p.replicas, isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
+                    partition_epoch=p.partition_epoch,
                 )
+                fetchers = self.fetchers
+                if fetchers is not None:
+                    if p.leader >= 0 and p.leader != self.node_id:
+                        fetchers.follow(tp, topic_id=topic.topic_id, leader_id=p.leader, leader_epoch=p.leader_epoch)
+                    else:
+                        fetchers.unfollow(tp)
 
     def _drop(self, tp: TopicPartition) -> None:
+        if self.fetchers is not None:
+            self.fetchers.unfollow(tp)
         self.data.remove_partition(tp)
         self.log_manager.delete_log(tp)

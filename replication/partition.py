@@ -8,7 +8,8 @@ read below the HW (below the last stable offset under read_committed); followers
 
 On the leader, HW = the smallest LEO among the leader itself, the ISR, and followers that are caught up
 within `replica_lag_time_max_ms` but not yet in the ISR (as Kafka does, so that a replica about to join
-the ISR already holds everything below the HW). The HW never moves backwards while leading; a follower
+the ISR already holds everything below the HW), unless they may not join it (fenced or shutting down:
+`is_replica_eligible`), so that a broker leaving in a controlled shutdown does not hold the HW. The HW never moves backwards while leading; a follower
 whose position is unknown (-1, right after an election) holds it where it is.
 
 The broker drives it at the points where state moves, and completes delayed operations when the HW
@@ -141,6 +142,7 @@ class Partition:
         high_watermark: int | None = None,
         first_unstable_offset: Callable[[], int | None] | None = None,
         producer_state=None,
+        is_replica_eligible: Callable[[int], bool] | None = None,
     ) -> None:
         self.topic_partition = topic_partition
         self.topic_id = topic_id
@@ -152,6 +154,10 @@ class Partition:
         self.leader_epoch = NO_LEADER_EPOCH
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
+        self.partition_epoch = -1  # the image's, which an AlterPartition from the leader must name
+        # An ISR this leader has proposed (AlterPartition in flight) and the image does not say yet: no
+        # other change is proposed meanwhile (Kafka's PendingExpandIsr / PendingShrinkIsr).
+        self.pending_isr: tuple[int, ...] | None = None
         start = log.log_start_offset if high_watermark is None else high_watermark
         self._high_watermark = min(max(start, log.log_start_offset), log.log_end_offset)
         self._follower_states: dict[int, FollowerState] = {}
@@ -160,6 +166,9 @@ class Partition:
         # fetch) whether any transaction may be open, before `first_unstable_offset` looks.
         self._producer_state = producer_state
         self._listeners: tuple[Callable[[TopicPartition, int], None], ...] = ()
+        # Whether a replica may join the ISR (Kafka's isReplicaIsrEligible: not fenced, not shutting
+        # down): only such a replica, caught up but outside the ISR, holds the HW for itself.
+        self._is_replica_eligible = is_replica_eligible
 
     @property
     def topic(self) -> str:
@@ -295,16 +304,36 @@ class Partition:
         state.last_fetch_time_ms = now_ms
         return self.maybe_advance_high_watermark(now_ms)
 
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
+        """A follower learns the leader's HW from a fetch response: its own is min(the leader's, its log end
+        offset), as Kafka's Partition.updateFollowerFetchState sets it (it may move back after a change of
+        leader). True when it changed."""
+        if self.is_leader or leader_high_watermark < 0:
+            return False
+        new_high_watermark = max(min(leader_high_watermark, self.log.log_end_offset), self.log.log_start_offset)
+        if new_high_watermark == self._high_watermark:
+            return False
+        self._high_watermark = new_high_watermark
+        return True
+
+    def after_follower_truncation(self) -> None:
+        """The follower's log was truncated (or started over): the HW stays within the log."""
+        self._high_watermark = max(min(self._high_watermark, self.log.log_end_offset), self.log.log_start_offset)
+
     def maybe_advance_high_watermark(self, now_ms: int) -> bool:
         """Raise the HW to the smallest LEO that must hold it; True when it moved."""
         if not self.is_leader:
             return False
         leader_end_offset = self.log.log_end_offset
         new_high_watermark = leader_end_offset
+        eligible = self._is_replica_eligible
         for replica_id, state in self._follower_states.items():
             if state.log_end_offset < new_high_watermark and (
                 replica_id in self.isr
-                or state.is_caught_up(leader_end_offset, now_ms, self.replica_lag_time_max_ms)
+                or (
+                    (eligible is None or eligible(replica_id))
+                    and state.is_caught_up(leader_end_offset, now_ms, self.replica_lag_time_max_ms)
+                )
             ):
                 new_high_watermark = state.log_end_offset
         if new_high_watermark > self._high_watermark:
@@ -327,6 +356,23 @@ class Partition:
                 leader_end_offset, now_ms, self.replica_lag_time_max_ms
             )
         ]
+
+    def proposed_isr(self, now_ms: int) -> tuple[int, ...] | None:
+        """The ISR this leader should ask the controller for now, or None (Kafka's maybeShrinkIsr and
+        maybeExpandIsr in one): ISR followers not caught up within replica.lag.time.max.ms leave it, and
+        followers outside it that have fetched in this leadership up to the HW, and may join, join it."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        out = set(self.out_of_sync_replicas(now_ms))
+        eligible = self._is_replica_eligible
+        joining = [
+            replica_id for replica_id, state in self._follower_states.items()
+            if replica_id not in self.isr and state.last_fetch_time_ms is not None
+            and state.log_end_offset >= self._high_watermark and (eligible is None or eligible(replica_id))
+        ]
+        if not out and not joining:
+            return None
+        return tuple(r for r in self.isr if r not in out) + tuple(sorted(joining))
 
     def check_append_as_leader(self, required_acks: int) -> None:
         """Refuse an append this broker must not take: not the leader, or acks=all with too small an ISR."""

@@ -75,8 +75,10 @@ def _error_of(e: Exception) -> int:
 
 
 class ReplicaManager:
-    def __init__(self, *, node_id: int, timer: Timer, defer_fetch_completion: bool = False):
+    def __init__(self, *, node_id: int, timer: Timer, defer_fetch_completion: bool = False,
+                 replica_lag_time_max_ms: int = 30_000):
         self.node_id = node_id
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.timer = timer
         # With deferral, appends only note which partitions moved; the caller completes the waiting fetches
         # (`complete_delayed_fetches`) once the produce response is on its way, so that a consumer being
@@ -86,6 +88,8 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
+        # Brokers that may not join an ISR now (fenced, or in controlled shutdown), from the image.
+        self.ineligible_replicas: frozenset[int] = frozenset()
 
     # -- hosting --
 
@@ -103,7 +107,7 @@ class ReplicaManager:
 
     def apply_partition_state(
         self, tp: TopicPartition, *, topic_id, log, leader_id: int, leader_epoch: int, replicas: Iterable[int],
-        isr: Iterable[int], min_insync_replicas: int, now_ms: int,
+        isr: Iterable[int], min_insync_replicas: int, now_ms: int, partition_epoch: int = -1,
     ) -> Partition:
         """Host `tp` as the metadata image says: led here when `leader_id` is this node, else following
         `leader_id` (-1: no leader at the moment). Calling it again with the same state changes nothing;
@@ -113,10 +117,14 @@ class ReplicaManager:
             partition = Partition(
                 tp, topic_id=topic_id, log=log, local_broker_id=self.node_id, min_insync_replicas=min_insync_replicas,
                 first_unstable_offset=lambda: log.first_unstable_offset,
-                producer_state=getattr(log, "producer_state", None),
+                producer_state=getattr(log, "producer_state", None), is_replica_eligible=self._is_replica_eligible,
+                replica_lag_time_max_ms=self.replica_lag_time_max_ms,
             )
             self.partitions[tp] = partition
         partition.min_insync_replicas = min_insync_replicas
+        if partition_epoch != partition.partition_epoch:
+            partition.partition_epoch = partition_epoch
+            partition.pending_isr = None  # the image moved on: whatever was proposed is answered
         replicas, isr = tuple(replicas), tuple(isr)
         if (partition.leader_id, partition.leader_epoch, partition.replicas, partition.isr) == (
             leader_id if leader_id >= 0 else None, leader_epoch, replicas, isr
@@ -132,6 +140,31 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
         return partition
+
+    def _is_replica_eligible(self, replica_id: int) -> bool:
+        return replica_id not in self.ineligible_replicas
+
+    def set_ineligible_replicas(self, broker_ids, now_ms: int) -> None:
+        """The brokers that may not join an ISR changed (fenced, shutting down): a caught-up follower among
+        them no longer holds the high watermark of the partitions led here, which may move now."""
+        broker_ids = frozenset(broker_ids)
+        if broker_ids == self.ineligible_replicas:
+            return
+        self.ineligible_replicas = broker_ids
+        for tp, partition in self.partitions.items():
+            if partition.is_leader and partition.maybe_advance_high_watermark(now_ms):
+                self.produce_purgatory.check_and_complete(tp)
+                self._log_grew(tp)
+
+    def proposed_isr_changes(self, now_ms: int) -> list[tuple[Partition, tuple[int, ...]]]:
+        """The ISR changes the partitions led here should ask the controller for (see Partition.proposed_isr)."""
+        changes = []
+        for partition in self.partitions.values():
+            if partition.is_leader and len(partition.replicas) > 1:
+                new_isr = partition.proposed_isr(now_ms)
+                if new_isr is not None:
+                    changes.append((partition, new_isr))
+        return changes
 
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         partition = self.partitions.pop(tp, None)

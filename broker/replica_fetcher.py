@@ -1,0 +1,264 @@
+"""Follower fetchers: the tasks that keep this broker's follower replicas up with their leaders.
+
+Theory of operation
+-------------------
+Kafka's ReplicaFetcherManager and ReplicaFetcherThread, one task per source broker (num.replica.fetchers
+is 1 per source). The decisions are the sans-I/O `replication.fetcher_state.FollowerFetcher`: which
+partitions to ask for, at which offsets and epochs, and what an answer does to each log (append as
+follower, the follower's high watermark, truncation on a diverging epoch, the reset on an offset out of
+range, back-off on errors). This module only owns the loop and the connection:
+
+    build the Fetch (None: every partition is backing off, or there is none: sleep until one is ready or
+    a partition is added) -> send it on this fetcher's own connection to the leader's inter-broker
+    listener (the endpoint the metadata image has for it) -> hand the answer (or the failure) back.
+
+`PartitionHosting` (broker/topics.py) tells the manager what the image says: `follow(tp, ...)` for a
+partition followed here (a new leader moves it to that leader's fetcher; the same leader and epoch
+changes nothing), `unfollow(tp)` when it is led here, leaderless or dropped. A fetcher left with no
+partitions stops. The leader holds a fetch up to replica.fetch.wait.max.ms when it has nothing new, so a
+fetcher that is up to date costs one parked request per leader, not polling.
+
+A broker whose partitions are all led here (a cluster of one) starts no fetcher at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from odradek.protocol.errors import ProtocolError
+from odradek.replication.fetcher_state import FollowerFetcher
+from odradek.replication.metadata_image import MetadataImage
+from odradek.replication.replica_manager import ReplicaManager
+from odradek.storage.names import TopicPartition
+
+from .config import BrokerConfig
+from .node_client import NodeConnection, NodeUnavailable
+
+log = structlog.get_logger("odradek.replica_fetcher")
+
+FETCH_VERSION = 17  # flexible, topic ids (13+), replica_state with the broker epoch (15+)
+
+
+class ReplicaFetcher:
+    """One source broker's fetcher task; see the module doc."""
+
+    def __init__(self, manager: ReplicaFetcherManager, source_id: int) -> None:
+        cfg = manager.config
+        self.manager = manager
+        self.source_id = source_id
+        self.state = FollowerFetcher(
+            source_id, node_id=manager.node_id, get_partition=manager.data.get_partition,
+            max_bytes=cfg.replica_fetch_max_bytes, min_bytes=cfg.replica_fetch_min_bytes,
+            max_wait_ms=cfg.replica_fetch_wait_max_ms, response_max_bytes=cfg.replica_fetch_response_max_bytes,
+            backoff_ms=cfg.replica_fetch_backoff_ms,
+        )
+        # The leader parks a fetch up to replica.fetch.wait.max.ms: the request timeout must outlast it.
+        self.timeout_s = max(cfg.replica_socket_timeout_ms, cfg.replica_fetch_wait_max_ms + 1000) / 1000
+        self.connection: NodeConnection | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._stopped = False
+        self.fetches = 0  # responses handled (for tests and metrics)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source_id}")
+
+    def add(self, tp: TopicPartition, topic_id: uuid.UUID, leader_epoch: int) -> None:
+        if self.state.add_partition(tp, topic_id=topic_id, leader_epoch=leader_epoch):
+            self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.state.remove_partition(tp)
+
+    async def stop(self) -> None:
+        # The flag, not only the cancel: a cancel that lands as a wait_for's inner wait completes is lost
+        # (Python 3.11), and the loop must end anyway.
+        self._stopped = True
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self.connection is not None:
+            await self.connection.close()
+
+    def _connect(self) -> NodeConnection | None:
+        """This fetcher's connection to the leader, at its inter-broker endpoint in the current image."""
+        manager = self.manager
+        registration = manager.image().brokers.get(self.source_id)
+        endpoint = None
+        if registration is not None:
+            endpoint = next((e for e in registration.endpoints if e.name == manager.listener), None)
+        if endpoint is None:
+            return None
+        if self.connection is None:
+            self.connection = NodeConnection(
+                self.source_id, endpoint.host, endpoint.port,
+                client_id=f"odradek-replica-fetcher-{manager.node_id}-{self.source_id}",
+                backoff_s=manager.config.replica_fetch_backoff_ms / 1000,
+            )
+        else:
+            self.connection.set_address(endpoint.host, endpoint.port)
+        return self.connection
+
+    async def _run(self) -> None:
+        clock = self.manager.clock
+        state = self.state
+        while not self._stopped:
+            now = clock()
+            built = state.build_request(now, version=FETCH_VERSION, broker_epoch=self.manager.broker_epoch())
+            if built is None:
+                ready_ms = state.next_ready_ms()
+                self._wake.clear()
+                try:
+                    timeout_s = None if ready_ms is None else max(0.0, (ready_ms - now) / 1000)
+                    await asyncio.wait_for(self._wake.wait(), timeout_s)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            request, sent = built
+            connection = self._connect()
+            if connection is None:
+                log.debug("no endpoint for the leader yet", source=self.source_id, listener=self.manager.listener)
+                state.handle_failure(sent, clock())
+                continue
+            try:
+                response = await connection.request(request, FETCH_VERSION, self.timeout_s)
+            except (NodeUnavailable, ProtocolError) as e:
+                log.debug("fetch from leader failed", source=self.source_id, error=str(e))
+                state.handle_failure(sent, clock())
+                continue
+            if self._stopped:
+                break
+            try:
+                state.handle_response(sent, response, clock())
+            except Exception:  # a bug must not stop replication of every other partition for good
+                log.exception("handling a fetch response failed", source=self.source_id)
+                state.handle_failure(sent, clock())
+            self.fetches += 1
+
+
+class ReplicaFetcherManager:
+    """The fetchers of this broker, one per leader it follows partitions of; see the module doc."""
+
+    def __init__(
+        self, *, node_id: int, config: BrokerConfig, data: ReplicaManager, image: Callable[[], MetadataImage],
+        broker_epoch: Callable[[], int], clock: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.listener = config.inter_broker_listener
+        self.data = data
+        self.image = image
+        self.broker_epoch = broker_epoch
+        self.clock = clock
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._source_of: dict[TopicPartition, int] = {}
+        self._stopping: set[asyncio.Task] = set()
+        self._closed = False
+
+    def follow(self, tp: TopicPartition, *, topic_id: uuid.UUID, leader_id: int, leader_epoch: int) -> None:
+        """Fetch `tp` from `leader_id` (moving it off another leader's fetcher), at `leader_epoch`."""
+        if self._closed:
+            return
+        previous = self._source_of.get(tp)
+        if previous is not None and previous != leader_id:
+            self._remove_from(previous, tp)
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self, leader_id)
+            fetcher.start()
+            log.info("replica fetcher started", source=leader_id)
+        self._source_of[tp] = leader_id
+        fetcher.add(tp, topic_id, leader_epoch)
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        source = self._source_of.pop(tp, None)
+        if source is not None:
+            self._remove_from(source, tp)
+
+    def source_of(self, tp: TopicPartition) -> int | None:
+        return self._source_of.get(tp)
+
+    def _remove_from(self, source: int, tp: TopicPartition) -> None:
+        fetcher = self.fetchers.get(source)
+        if fetcher is None:
+            return
+        fetcher.remove(tp)
+        if not len(fetcher.state):
+            del self.fetchers[source]
+            task = asyncio.get_running_loop().create_task(fetcher.stop())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+            log.info("replica fetcher stopped: no partitions left", source=source)
+
+    async def shutdown(self) -> None:
+        self._closed = True
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        self._source_of.clear()
+        await asyncio.gather(*(f.stop() for f in fetchers), *self._stopping, return_exceptions=True)
+
+
+async def maintain_isr(broker) -> None:
+    """The leader's side of the ISR (Kafka's isr-expiration task and AlterPartitionManager): every
+    min(replica.lag.time.max.ms / 2, 500 ms), the partitions led here whose ISR should change (a follower
+    lagging longer than replica.lag.time.max.ms leaves it, a caught-up eligible one joins it:
+    Partition.proposed_isr) are sent in one AlterPartition (v3, members with their broker epochs) to the
+    active controller. A partition has at most one change in flight; the committed change reaches this
+    broker as any metadata does, and only then is the ISR what it says. A refused change is proposed
+    again, from the then current state, at a later check."""
+    cfg = broker.config
+    interval_s = max(0.01, min(cfg.replica_lag_time_max_ms / 2, 500) / 1000)
+    while True:
+        await asyncio.sleep(interval_s)
+        if broker.broker_epoch < 0 or broker.shutting_down:
+            continue
+        try:
+            changes = broker.data.proposed_isr_changes(broker.now_ms())
+            if changes:
+                await _alter_partition(broker, changes, timeout_s=cfg.replica_lag_time_max_ms / 1000 + 5)
+        except Exception:  # the next check tries again
+            log.exception("proposing ISR changes failed")
+
+
+async def _alter_partition(broker, changes, *, timeout_s: float) -> None:
+    from odradek.protocol.messages import AlterPartitionRequest
+
+    Topic = AlterPartitionRequest.TopicData
+    image = broker.metadata.image
+    by_topic: dict[uuid.UUID, list] = {}
+    for partition, new_isr in changes:
+        partition.pending_isr = new_isr
+        members = [Topic.PartitionData.BrokerState(
+            broker_id=b, broker_epoch=image.brokers[b].broker_epoch if b in image.brokers else -1) for b in new_isr]
+        by_topic.setdefault(partition.topic_id, []).append(Topic.PartitionData(
+            partition_index=partition.partition, leader_epoch=partition.leader_epoch, new_isr_with_epochs=members,
+            leader_recovery_state=0, partition_epoch=partition.partition_epoch,
+        ))
+        log.info("proposing an ISR change", partition=str(partition.topic_partition), isr=list(partition.isr),
+                 new_isr=list(new_isr))
+    request = AlterPartitionRequest(broker_id=broker.node_id, broker_epoch=broker.broker_epoch, topics=[
+        Topic(topic_id=topic_id, partitions=parts) for topic_id, parts in by_topic.items()])
+    sent = {(p.topic_id, p.partition): p for p, _ in changes}
+    try:
+        response = await asyncio.wait_for(
+            broker.services.future_from(broker.controller.alter_partition(request, 3)), timeout_s)
+    except Exception as e:  # noqa: BLE001 - no controller at the moment: propose again later
+        log.info("AlterPartition failed; will propose again", error=str(e))
+        for partition, _ in changes:
+            partition.pending_isr = None
+        return
+    for topic in response.topics:
+        for p in topic.partitions:
+            partition = sent.get((topic.topic_id, p.partition_index))
+            if partition is None:
+                continue
+            if p.error_code:
+                log.info("ISR change refused", partition=str(partition.topic_partition), error_code=p.error_code)
+                partition.pending_isr = None
+            elif partition.partition_epoch >= p.partition_epoch:
+                partition.pending_isr = None  # the image has it already
