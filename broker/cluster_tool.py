@@ -66,10 +66,11 @@ def node_properties(node_id: int, nodes: int, *, port: int = DEFAULT_PORT, host:
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": data_dir,
-        # Replicated partitions are "The cluster, part 2": until followers fetch, a replication factor
-        # above 1 would hold every high watermark at 0. Raise these with it.
-        "default.replication.factor": "1",
-        "offsets.topic.replication.factor": "1",
+        # Kafka's production defaults for a cluster: three copies of everything, two of them in sync before
+        # an acks=all write is acknowledged (fewer when the cluster is smaller).
+        "default.replication.factor": str(min(3, nodes)),
+        "offsets.topic.replication.factor": str(min(3, nodes)),
+        "min.insync.replicas": str(2 if nodes >= 3 else 1),
         "num.partitions": "3",
         "group.initial.rebalance.delay.ms": "0",
     }

@@ -156,7 +156,8 @@ def test_admin_clients_through_any_node_and_failover_of_the_active_controller(cl
     from kafka.admin import NewTopic as KafkaNewTopic
 
     # Three admin clients, each through another node.
-    create_with_confluent(cluster.bootstrap(3), "by-confluent", 3)
+    # The data topic is replicated three times (the cluster's min.insync.replicas is 2).
+    create_with_confluent(cluster.bootstrap(3), "by-confluent", 3, replication=3)
     kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(2), request_timeout_ms=20000)
     kp.create_topics([KafkaNewTopic("by-kafka-python", 3, 1)])
     kp.close()
@@ -213,11 +214,29 @@ def test_admin_clients_through_any_node_and_failover_of_the_active_controller(cl
     kp.close()
     cluster.wait(lambda: "by-kafka-python" not in {t.name for t in cluster.metadata(survivors[0]).topics}, "the deletion")
 
+    # Acknowledged records survive the kill (RF=3, min.insync.replicas=2): 200 more through a survivor,
+    # then every one of the 500 is read back from the start, at the offset it was acknowledged at.
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(survivors[0]), "enable.idempotence": True})
+    for i in range(300, 500):
+        producer.produce("by-confluent", key=b"%d" % i, value=b"v%d" % i, on_delivery=delivered)
+    assert producer.flush(60) == 0
+
     # The killed node restarts with its data and catches up.
     cluster.up()
     cluster.wait(lambda: (lambda p: p is not None and all(v.log_end_offset >= p.high_watermark for v in p.current_voters))(
         cluster.quorum(survivors[0])), "every voter caught up")
     assert "after-kill" in {t.name for t in cluster.metadata(leader).topics}
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(leader), "group.id": "after", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["by-confluent"])
+    seen = []
+    deadline = time.monotonic() + 60
+    while len({r.value for r in seen}) < 500 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            seen.append(Seen(m.topic(), m.partition(), m.offset(), m.value()))
+    consumer.close()
+    report = check(sent, seen)
+    assert len(sent) == 500 and report.problems() == {}, report.summary()
 
     # SIGSTOP the active controller: the others carry on; after SIGCONT it follows the new leader.
     stopped = cluster.wait(lambda: cluster.leader([1, 2, 3]), "a leader")
