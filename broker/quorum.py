@@ -227,6 +227,8 @@ class QuorumControllerChannel(ControllerDecisions):
         self.driver = driver
         self.loader = loader
         self.is_active = False
+        self.cluster_id: str | None = None  # from meta.properties: written by the first active controller
+        self._tick_handle: asyncio.TimerHandle | None = None
         self._waiting: list[tuple[int, Deferred]] = []  # (last offset, commit) in offset order
         loader.on_commit(self._committed)
         loader.on_leader_change(self._leader_changed)
@@ -256,9 +258,6 @@ class QuorumControllerChannel(ControllerDecisions):
             _, commit = self._waiting.pop(0)
             commit.complete(None)
 
-    cluster_id: str | None = None  # from meta.properties: written by the first active controller
-    _tick_handle: asyncio.TimerHandle | None = None
-
     def _schedule_tick(self) -> None:
         """The controller's periodic decisions (expired broker sessions, leader elections) at its deadline."""
         if self._tick_handle is not None:
@@ -281,11 +280,7 @@ class QuorumControllerChannel(ControllerDecisions):
     def _bootstrap(self) -> None:
         """The first active controller of a new cluster writes what `odradek storage format` decided: the
         metadata.version feature level and the cluster id (Kafka's bootstrap records)."""
-        from odradek.replication.metadata_image import METADATA_VERSION, METADATA_VERSION_FEATURE
-        from odradek.replication.metadata_records import ClusterIdRecord, FeatureLevelRecord
-
-        records = [FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
-                   ClusterIdRecord(cluster_id=self.cluster_id)]
+        records = self.controller.bootstrap_records(self.cluster_id)
         self._single(lambda: (records, None))
 
     def _commit(self, records: list, working) -> Deferred:
@@ -482,6 +477,10 @@ class ClusterControllerChannel:
         return self._local_only("register_broker", broker_id, endpoints, rack=rack, cluster_id=cluster_id)
 
     async def close(self) -> None:
+        if self.local is not None:  # no more periodic decisions: the log is about to close
+            self.local.is_active = False
+            if self.local._tick_handle is not None:
+                self.local._tick_handle.cancel()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -110,6 +110,22 @@ class BrokerServices:
                 return endpoint
         return None
 
+    def partition_leader(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(leader id, leader epoch) of a partition in the image; None when it has no leader or is unknown."""
+        image = self.metadata.image.topics_by_name.get(topic)
+        p = image.partitions.get(partition) if image is not None else None
+        if p is None or p.leader < 0:
+            return None
+        return p.leader, p.leader_epoch
+
+    def node_endpoint(self, node_endpoint_class, broker_id: int, listener: str):
+        """A response's NodeEndpoint entry (KIP-951 hints) for `broker_id` on `listener`, or None."""
+        endpoint = self.endpoint(broker_id, listener)
+        if endpoint is None:
+            return None
+        rack = self.metadata.image.brokers[broker_id].rack
+        return node_endpoint_class(node_id=broker_id, host=endpoint.host, port=endpoint.port, rack=rack)
+
     def controller_id(self) -> int:
         """The controller id clients are told: this node. As in KRaft, clients never reach the controllers;
         they send what is meant for the controller to a broker, which forwards it (KIP-590), and the node

@@ -164,6 +164,13 @@ class Controller:
 
     # -- operations: each validates against the current image and returns records; nothing changes
 
+    @staticmethod
+    def bootstrap_records(cluster_id: str) -> list:
+        """What a new cluster's log starts with (Kafka's bootstrap records): the metadata.version feature
+        level and the cluster id."""
+        return [FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
+                ClusterIdRecord(cluster_id=cluster_id)]
+
     def bootstrap(
         self, cluster_id: str | None, node_id: int, endpoints: Sequence[Endpoint], *, rack: str | None = None
     ) -> list:
@@ -174,8 +181,7 @@ class Controller:
         image = self.image
         records: list = []
         if image.cluster_id is None:
-            records.append(FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION))
-            records.append(ClusterIdRecord(cluster_id=cluster_id or new_cluster_id(self._rng)))
+            records.extend(self.bootstrap_records(cluster_id or new_cluster_id(self._rng)))
         elif cluster_id is not None and cluster_id != image.cluster_id:
             raise MetadataError(
                 ErrorCode.INCONSISTENT_CLUSTER_ID,

@@ -73,7 +73,7 @@ def handle_fetch(services, ctx, request):
         packable = True
         for tp, r in results.items():
             if r.error_code:
-                if r.error_code == _UNKNOWN and _leader_of(services, tp) is not None:
+                if r.error_code == _UNKNOWN and services.partition_leader(tp.topic, tp.partition) is not None:
                     r.error_code = _NOT_LEADER  # in the image but not hosted here: as Kafka, not "unknown"
                 if version >= 12 and r.error_code in _LEADER_HINT_ERRORS:
                     packable = False
@@ -132,13 +132,13 @@ def _message(services, listener: str, layout, results, version: int, read_commit
                 if r.diverging_epoch is not None:
                     data.diverging_epoch = PartitionData.EpochEndOffset(epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1])
                 if r.error_code in _LEADER_HINT_ERRORS:
-                    leader = _leader_of(services, tp)
+                    leader = services.partition_leader(tp.topic, tp.partition)
                     if leader is not None:
                         data.current_leader = PartitionData.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
-                        endpoint = services.endpoint(leader[0], listener)
-                        if version >= 16 and endpoint is not None and leader[0] not in endpoints:
-                            rack = services.metadata.image.brokers[leader[0]].rack
-                            endpoints[leader[0]] = NodeEndpoint(node_id=leader[0], host=endpoint.host, port=endpoint.port, rack=rack)
+                        if version >= 16 and leader[0] not in endpoints:
+                            entry = services.node_endpoint(NodeEndpoint, leader[0], listener)
+                            if entry is not None:
+                                endpoints[leader[0]] = entry
             out.append(data)
         topics.append(TopicData(topic=name, topic_id=topic_id, partitions=out))
     response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
@@ -146,10 +146,3 @@ def _message(services, listener: str, layout, results, version: int, read_commit
         response.node_endpoints = list(endpoints.values())
     return response
 
-
-def _leader_of(services, tp: TopicPartition) -> tuple[int, int] | None:
-    topic = services.topic_by_name(tp.topic)
-    p = topic.partitions.get(tp.partition) if topic is not None else None
-    if p is None or p.leader < 0:
-        return None
-    return p.leader, p.leader_epoch

@@ -26,14 +26,11 @@ def _locate(services, listener: str):
     the request came in on; None (COORDINATOR_NOT_AVAILABLE) while it has no leader or no such endpoint."""
 
     def locate(topic: str, partition: int):
-        image = services.metadata.image.topics_by_name.get(topic)
-        p = image.partitions.get(partition) if image is not None else None
-        if p is None or p.leader < 0:
-            return None
-        endpoint = services.endpoint(p.leader, listener)
+        leader = services.partition_leader(topic, partition)
+        endpoint = services.endpoint(leader[0], listener) if leader is not None else None
         if endpoint is None:
             return None
-        return p.leader, endpoint.host, endpoint.port
+        return leader[0], endpoint.host, endpoint.port
 
     return locate
 

@@ -189,12 +189,11 @@ NodeEndpoint = ProduceResponse.NodeEndpoint
 
 def _leader_hint(services, part, name: str, listener: str, endpoints: dict) -> None:
     """KIP-951: tell the client who leads the partition now, and where, so it need not ask Metadata."""
-    topic = services.topic_by_name(name)
-    p = topic.partitions.get(part.index) if topic is not None else None
-    if p is None or p.leader < 0 or p.leader == services.node_id:
+    leader = services.partition_leader(name, part.index)
+    if leader is None or leader[0] == services.node_id:
         return
-    part.current_leader = PartitionResponse.LeaderIdAndEpoch(leader_id=p.leader, leader_epoch=p.leader_epoch)
-    endpoint = services.endpoint(p.leader, listener)
-    if endpoint is not None and p.leader not in endpoints:
-        rack = services.metadata.image.brokers[p.leader].rack
-        endpoints[p.leader] = NodeEndpoint(node_id=p.leader, host=endpoint.host, port=endpoint.port, rack=rack)
+    part.current_leader = PartitionResponse.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+    if leader[0] not in endpoints:
+        entry = services.node_endpoint(NodeEndpoint, leader[0], listener)
+        if entry is not None:
+            endpoints[leader[0]] = entry

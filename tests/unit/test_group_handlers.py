@@ -41,6 +41,7 @@ class FakeBroker:
 
     node_id = 3
     endpoint = BrokerServices.endpoint
+    partition_leader = BrokerServices.partition_leader
 
     def __init__(self, h: Harness) -> None:
         self.h = h
