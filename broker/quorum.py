@@ -233,10 +233,6 @@ class QuorumControllerChannel(ControllerDecisions):
         loader.on_commit(self._committed)
         loader.on_leader_change(self._leader_changed)
 
-    @property
-    def node_id(self) -> int:
-        return self.config.node_id
-
     def _leader_changed(self, leader_id: int, epoch: int) -> None:
         if self.is_active:
             log.info("no longer the active controller", leader=leader_id, epoch=epoch)
@@ -321,10 +317,6 @@ class ClusterControllerChannel:
     @property
     def is_active(self) -> bool:
         return self.local is not None and self.local.is_active
-
-    @property
-    def active_controller_id(self) -> int:
-        return self.loader.leader_id
 
     # -- forwarding
 
@@ -471,10 +463,6 @@ class ClusterControllerChannel:
 
     def list_partition_reassignments(self, request):
         return self.local.list_partition_reassignments(request)
-
-    def register_broker(self, broker_id: int, endpoints, *, rack, cluster_id) -> Deferred:
-        """Used by a cluster of one only; a node of a cluster registers with `broker_registration`."""
-        return self._local_only("register_broker", broker_id, endpoints, rack=rack, cluster_id=cluster_id)
 
     async def close(self) -> None:
         if self.local is not None:  # no more periodic decisions: the log is about to close
