@@ -232,25 +232,17 @@ class FollowerFetcher:
             self.handle_failure(sent, now_ms)
             return 0
         appended = 0
-        answered = set()
+        by_id = {(s.topic_id, tp.partition): tp for tp, s in sent.items()}
         for topic in response.responses:
             for p in topic.partitions:
-                tp = self._topic_partition(sent, topic, p.partition_index)
+                tp = by_id.get((topic.topic_id, p.partition_index))
                 if tp is None:
-                    continue
-                answered.add(tp)
+                    continue  # not asked for: ignored
                 state = sent[tp]
                 if self.states.get(tp) is not state:
                     continue  # removed or re-added while the fetch was out: an answer to an old question
                 appended += self._handle_partition(tp, state, p, now_ms)
         return appended
-
-    @staticmethod
-    def _topic_partition(sent, topic, index: int) -> TopicPartition | None:
-        for tp, s in sent.items():
-            if tp.partition == index and (s.topic_id == topic.topic_id or tp.topic == topic.topic):
-                return tp
-        return None
 
     def _handle_partition(self, tp: TopicPartition, state: PartitionFetchState, p, now_ms: int) -> int:
         partition = self.get_partition(tp)
