@@ -15,8 +15,9 @@ was out: a state is replaced, never mutated by the metadata, so identity tells a
 request. Per partition (Kafka's processFetchRequest):
 
   * data: the batches are appended as follower (`Log.append_as_follower`, offsets and leader epochs kept,
-    producer state rebuilt from them), the fetch offset moves to the new log end, and the follower's high
-    watermark becomes min(the leader's, its own log end offset);
+    producer state rebuilt from them), the fetch offset moves to the new log end, the follower's high
+    watermark becomes min(the leader's, its own log end offset), and its log start offset follows the
+    leader's up to that high watermark;
   * `diverging_epoch` (the leader's log ends `epoch` at `end_offset`, earlier than this replica's): the
     log is truncated to `truncation_offset(...)`, as Kafka's getOffsetTruncationState decides, and the next
     fetch carries the new last epoch; when this replica did not know the leader's epoch, the truncation
@@ -272,6 +273,11 @@ class FollowerFetcher:
                     state.last_fetched_epoch = _latest_epoch(plog)
             state.fetch_offset = plog.log_end_offset
             partition.update_follower_high_watermark(p.high_watermark)
+            leader_log_start = p.log_start_offset
+            if plog.log_start_offset < leader_log_start <= partition.high_watermark:
+                # The leader's log start moved (retention, DeleteRecords): the follower's follows it, as
+                # Kafka's maybeIncrementLogStartOffset does, never past what is committed here.
+                plog.delete_records_before(leader_log_start, now_ms=now_ms)
             return appended
         if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             reset = out_of_range_reset(state.fetch_offset, plog.log_end_offset, p.log_start_offset, p.high_watermark)

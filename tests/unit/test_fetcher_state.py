@@ -301,3 +301,15 @@ def test_producer_state_is_rebuilt_from_replicated_batches(tmp_path):
     f = fetcher(follower)
     round_trip(f, leader)
     assert follower.get_partition(TP).log.producer_last_offsets() == log.producer_last_offsets() == {77: 2}
+
+
+def test_the_followers_log_start_follows_the_leaders(tmp_path):
+    leader, follower = manager(tmp_path, LEADER, LEADER), manager(tmp_path, FOLLOWER, LEADER)
+    append(leader, 6, epoch=0)
+    f = fetcher(follower)
+    for _ in range(3):
+        round_trip(f, leader)
+    assert follower.get_partition(TP).high_watermark == 6
+    leader.get_partition(TP).log.delete_records_before(4, now_ms=NOW)  # DeleteRecords on the leader
+    round_trip(f, leader)
+    assert follower.get_partition(TP).log.log_start_offset == 4
