@@ -132,13 +132,30 @@ class FaultCluster:
                 proc.kill()
                 proc.wait()
 
-    def logs(self, tail: int = 4000) -> str:
-        out = []
+    def logs(self, tail: int = 6000) -> str:
+        """Every node's view (quorum, brokers, TOPIC) and the end of its log, less the chattiest lines."""
+        out = ["\n" + self.views()]
         for node_id in sorted(self.procs):
             path = self.dir / f"node-{node_id}" / "node.log"
             if path.exists():
-                out.append(f"\n--- node {node_id}\n" + path.read_text(errors="replace")[-tail:])
+                lines = [line for line in path.read_text(errors="replace").splitlines()
+                         if "proposing an ISR change" not in line and "replica fetcher st" not in line]
+                out.append(f"\n--- node {node_id}\n" + "\n".join(lines)[-tail:])
         return "".join(out)
+
+    def views(self) -> str:
+        out = []
+        for node_id in sorted(self.procs):
+            try:
+                md = self.request(node_id, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)]), 12)
+            except (NodeUnavailable, OSError) as e:
+                out.append(f"node {node_id}: no answer ({e})")
+                continue
+            parts = [f"{p.partition_index}: leader {p.leader_id} epoch {p.leader_epoch} isr {list(p.isr_nodes)} "
+                     f"replicas {list(p.replica_nodes)}" for t in md.topics for p in t.partitions]
+            out.append(f"node {node_id}: controller {md.controller_id}, quorum leader {self.quorum_leader([node_id])}, "
+                       f"brokers {sorted(b.node_id for b in md.brokers)}; " + "; ".join(parts))
+        return "\n".join(out)
 
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.proxy[n][0]}" for n in VOTERS)
@@ -495,6 +512,9 @@ def move_partition_to_new_broker(cluster: FaultCluster, load: Load, new_node: in
         assert not listing, listing  # nothing left in flight
     finally:
         admin.close()
+    # The dropped replica's log is gone from its broker (it stopped following and deleted it).
+    cluster.wait(lambda: not (cluster.dir / f"node-{dropped}" / "data" / f"{TOPIC}-0").exists(),
+                 f"the log of {TOPIC}-0 deleted on node {dropped}")
     wait_progress(cluster, load, 100, "after the move")
     on_new = cluster.partitions(new_node)
     assert on_new is not None and sorted(on_new[0].isr_nodes) == sorted(target)
