@@ -15,7 +15,9 @@ while the test
 
 At the end everything acknowledged is read back from offset 0 and tests/checker.py must find nothing lost,
 duplicated, moved or reordered. The default run is one bounded scenario of these; ODRADEK_LONG=1 adds the
-full rolling restart and a loop of random faults whose seed is printed (ODRADEK_FAULT_SEED=... replays it).
+full rolling restart and a loop of random faults (also kill -9 and SIGSTOP of leaders, kill -9 of the active
+controller) whose seed is printed: ODRADEK_FAULT_SEED=... replays the same sequence of faults and choices,
+though which node a choice hits depends on where leaderships are at that moment.
 Waits are bounded polls of the cluster's own answers (Metadata, DescribeQuorum), never timed assertions.
 """
 
@@ -481,6 +483,42 @@ def kill_leader(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOT
     cluster.wait_all_in_sync(observer)
 
 
+def restart_any(cluster: FaultCluster, load: Load, rng: random.Random) -> None:
+    restart_node(cluster, load, rng.choice(VOTERS))
+
+
+def pause_leader(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOTERS) -> None:
+    """SIGSTOP a partition's leader past its session (another leads), then SIGCONT: it finds out it was
+    deposed, truncates what it alone held and follows; back in sync."""
+    parts = cluster.wait_all_in_sync(alive[0])
+    partition = rng.randrange(PARTITIONS)
+    victim = parts[partition].leader_id
+    print(f"SIGSTOP node {victim} (leader of partition {partition})")
+    cluster.procs[victim].send_signal(signal.SIGSTOP)
+    try:
+        observer = next(n for n in alive if n != victim)
+        cluster.wait(lambda: (lambda ps: ps is not None and ps[partition].leader_id not in (-1, victim))(cluster.partitions(observer)),
+                     f"a new leader of partition {partition} while {victim} is stopped")
+        wait_progress(cluster, load, 30, f"to partition {partition} while {victim} is stopped", partition=partition)
+    finally:
+        cluster.procs[victim].send_signal(signal.SIGCONT)
+    cluster.wait_all_in_sync(observer)
+    cluster.wait_all_in_sync(victim)
+
+
+def kill_controller(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOTERS) -> None:
+    """kill -9 the active controller; the others elect one and carry on; restart it; back in sync."""
+    cluster.wait_all_in_sync(alive[0])
+    victim = cluster.wait(lambda: cluster.quorum_leader(alive), "a quorum leader")
+    print(f"kill -9 the active controller {victim}")
+    cluster.stop(victim, signal.SIGKILL)
+    others = [n for n in alive if n != victim]
+    cluster.wait(lambda: (lambda x: x is not None and x != victim)(cluster.quorum_leader(others)), "a new active controller")
+    wait_progress(cluster, load, 50, f"while the old controller {victim} is dead")
+    cluster.start(victim)
+    cluster.wait_all_in_sync(others[0])
+
+
 def move_partition_to_new_broker(cluster: FaultCluster, load: Load, new_node: int = 4) -> None:
     """Start a broker-only fourth node; move partition 0 to it with AlterPartitionReassignments (kafka-python's
     admin client: confluent-kafka's has none) dropping one of its replicas; wait until the target is the replica set and the ISR."""
@@ -558,10 +596,10 @@ def test_random_faults_loop(fault_cluster):
     load = Load(cluster.bootstrap()).start()
     group = GroupConsumer(cluster.bootstrap(), "loop-group").start()
     wait_progress(cluster, load, 100, "at start")
-    steps = [cut_leader_off, cut_follower_off, cut_one_way, kill_leader,
-             lambda c, l, r: restart_node(c, l, r.choice(VOTERS))]
+    steps = [cut_leader_off, cut_follower_off, cut_one_way, kill_leader, pause_leader, kill_controller,
+             restart_any]
     for round_ in range(rounds):
         step = rng.choice(steps)
-        print(f"round {round_}: {getattr(step, '__name__', 'restart_node')}")
+        print(f"round {round_}: {step.__name__}")
         step(cluster, load, rng)
     verify(cluster, load, group)
