@@ -456,6 +456,21 @@ def cut_one_way(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOT
     cluster.wait_all_in_sync(alive[0])
 
 
+def cut_clients_from_leader(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOTERS) -> None:
+    """Cut the clients off from a partition's leader (the nodes still reach it: nothing fails over, as in
+    Kafka): its partition waits while the others go on; heal: it goes on where it stopped."""
+    parts = cluster.wait_all_in_sync(alive[0])
+    partition = rng.randrange(PARTITIONS)
+    victim = parts[partition].leader_id
+    print(f"cut clients off from node {victim} (leader of partition {partition})")
+    cluster.fabric.isolate(victim, [], clients=True, reset=rng.random() < 0.5)
+    others = [p for p, part in parts.items() if part.leader_id != victim]
+    if others:
+        wait_progress(cluster, load, 50, f"to partition {others[0]} while clients cannot reach {victim}", partition=others[0])
+    cluster.fabric.heal()
+    wait_progress(cluster, load, 30, f"to partition {partition} after the heal", partition=partition)
+
+
 def restart_node(cluster: FaultCluster, load: Load, node_id: int) -> None:
     """SIGTERM (controlled shutdown), start again, wait until it is back in every ISR."""
     print(f"restart node {node_id}")
@@ -596,7 +611,7 @@ def test_random_faults_loop(fault_cluster):
     load = Load(cluster.bootstrap()).start()
     group = GroupConsumer(cluster.bootstrap(), "loop-group").start()
     wait_progress(cluster, load, 100, "at start")
-    steps = [cut_leader_off, cut_follower_off, cut_one_way, kill_leader, pause_leader, kill_controller,
+    steps = [cut_leader_off, cut_follower_off, cut_one_way, cut_clients_from_leader, kill_leader, pause_leader, kill_controller,
              restart_any]
     for round_ in range(rounds):
         step = rng.choice(steps)
