@@ -276,10 +276,12 @@ def failover(cluster: Cluster, rounds: int) -> dict:
         probe = _Probe(cluster.bootstrap(), "rf3")
         cluster.wait(lambda: len(probe.acks) > 20, "the probe producing")
         survivor = next(n for n in NODES if n != target)
+        before = cluster.wait(lambda: (lambda p: p if p is not None and p.leader_id == target else None)(
+            cluster.partition(survivor, "rf3")), "the survivor seeing the leader")
         t0 = time.monotonic()
         os.kill(cluster.pid(target), signal.SIGKILL)
-        cluster.wait(lambda: (lambda p: p is not None and p.leader_id not in (-1, target))(cluster.partition(survivor, "rf3")),
-                     "a new leader")
+        cluster.wait(lambda: (lambda p: p is not None and p.leader_id not in (-1, target) and p.leader_epoch > before.leader_epoch)(
+            cluster.partition(survivor, "rf3")), "a new leader")
         t_meta = time.monotonic()
         t_client = cluster.wait(lambda: probe.first_ack_sent_after(t0), "the producer acknowledged by the new leader", 120)
         probe.close()
