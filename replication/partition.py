@@ -317,6 +317,8 @@ class Partition:
         if new_high_watermark == self._high_watermark:
             return False
         self._high_watermark = new_high_watermark
+        if self._producer_state is not None:
+            self._producer_state.on_high_watermark_updated(new_high_watermark)
         return True
 
     def after_follower_truncation(self) -> None:
@@ -341,6 +343,8 @@ class Partition:
                 new_high_watermark = state.log_end_offset
         if new_high_watermark > self._high_watermark:
             self._high_watermark = new_high_watermark
+            if self._producer_state is not None:
+                self._producer_state.on_high_watermark_updated(new_high_watermark)
             for listener in self._listeners:
                 listener(self.topic_partition, new_high_watermark)
             return True

@@ -208,6 +208,7 @@ class Log:
         needs_rebuild = set()
         for swap_base in swaps:
             needs_rebuild.add(self._complete_swap(swap_base, bases))
+        swapped = set(needs_rebuild)
         segments = [self._existing_segment(b, now_ms) for b in sorted(bases)]
         # An empty segment may have no index files (they come with the first entry); one with data needs both.
         needs_rebuild.update(s.base_offset for s in segments if s.base_offset not in indexed and s.size)
@@ -256,11 +257,14 @@ class Log:
         self._epoch_cache.truncate_from_start(self._log_start_offset)
         # The aborted-transaction indexes of the segments recovery replays are rebuilt with the producer
         # state (from a snapshot at or below the first of them), as Kafka's LogSegment.recover does.
-        rebuild_from = None
-        if not (had_clean_shutdown or fresh) and unflushed_from < len(kept):
-            rebuild_from = kept[unflushed_from].base_offset
-            for segment in kept[unflushed_from:]:
-                segment.txn_index.reset()
+        # A swap completed here lost the cleaned segment's index with its transient name: rebuilt likewise.
+        starts = [kept[unflushed_from].base_offset] if not (had_clean_shutdown or fresh) and unflushed_from < len(kept) else []
+        starts += [s.base_offset for s in kept if s.base_offset in swapped]
+        rebuild_from = min(starts) if starts else None
+        if rebuild_from is not None:
+            for segment in kept:
+                if segment.base_offset >= rebuild_from:
+                    segment.txn_index.reset()
         self._load_producer_state(self._log_end_offset, rebuild_from=rebuild_from)
         self._producer_state.remove_expired_producers(now_ms)
 
