@@ -1,8 +1,9 @@
 """DescribeProducers (61): the active producers of partitions led here (kafka-transactions.sh
 describe-producers), from each log's producer state: id, epoch, last sequence, last timestamp,
 coordinator epoch and the first offset of the open transaction (-1 when none), as Kafka's
-Partition.activeProducerState. A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER,
-one the image does not know UNKNOWN_TOPIC_OR_PARTITION.
+Partition.activeProducerState: any replica hosted here answers (admin clients ask the leader unless told
+otherwise). A partition not hosted here answers NOT_LEADER_OR_FOLLOWER, one the image does not know
+UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ ProducerState = PartitionResponse.ProducerState
 
 def _describe(services, tp: TopicPartition) -> PartitionResponse:
     partition = services.data.get_partition(tp)
-    if partition is None or not partition.is_leader:
+    if partition is None:
         image = services.topic_by_name(tp.topic)
         known = image is not None and tp.partition in image.partitions
         code = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

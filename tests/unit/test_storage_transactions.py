@@ -246,3 +246,59 @@ def test_the_cleaner_carries_index_entries_of_aborted_data_it_keeps(tmp_path):
     assert [t for _, t in index_entries(log)] == before
     assert [pid for control, pid, _ in records_of(log) if control] == [2]
     assert [vals for control, pid, vals in records_of(log) if pid == 2 and not control] == [[]]
+
+
+# -- the replica manager: marker appends with acks=all, read_committed reads ---------------------------
+
+def replicated_leader(tmp_path):
+    import uuid
+
+    from odradek.replication.replica_manager import ReplicaManager
+    from odradek.replication.timing_wheel import Timer
+    from odradek.storage.names import TopicPartition
+
+    rm = ReplicaManager(node_id=1, timer=Timer(tick_ms=1, wheel_size=20, start_ms=NOW))
+    log = Log.open(str(tmp_path / "t-0"), LogConfig(segment_bytes=400), now_ms=NOW)
+    tp = TopicPartition("t", 0)
+    rm.apply_partition_state(tp, topic_id=uuid.UUID(int=1), log=log, leader_id=1, leader_epoch=0, replicas=(1, 2),
+                             isr=(1, 2), min_insync_replicas=1, now_ms=NOW, partition_epoch=0)
+    return rm, tp, log
+
+
+def read(rm, tp, offset: int, isolation, replica_id: int = -1):
+    from odradek.replication.replica_manager import FetchRequestPartition
+
+    got = {}
+    rm.fetch_records([FetchRequestPartition(tp, offset, 1 << 20)], max_bytes=1 << 20, min_bytes=1, max_wait_ms=0,
+                     isolation=isolation, now_ms=NOW, respond=got.update, replica_id=replica_id)
+    return got[tp]
+
+
+def test_a_marker_waits_for_the_isr_and_read_committed_stops_at_the_lso(tmp_path):
+    from odradek.replication.partition import FetchIsolation
+
+    rm, tp, log = replicated_leader(tmp_path)
+    put(log, data(1, 0, 2))                             # 0-1, aborted later
+    put(log, data(3, 0, transactional=False))           # 2
+    read(rm, tp, 3, FetchIsolation.LOG_END, replica_id=2)  # the follower has it all: HW 3
+    committed = read(rm, tp, 0, FetchIsolation.TXN_COMMITTED)
+    assert (committed.high_watermark, committed.last_stable_offset, committed.size) == (3, 0, 0)
+    answers = []
+    rm.append_records({tp: bytearray(build_control_batch(ABORT, 1, 0, 0, NOW))}, required_acks=-1, timeout_ms=1000,
+                      now_ms=NOW, respond=answers.append, origin=AppendOrigin.COORDINATOR)
+    assert answers == []  # acks=all: waits for the follower
+    assert read(rm, tp, 0, FetchIsolation.TXN_COMMITTED).last_stable_offset == 0  # decided, not yet replicated
+    read(rm, tp, 4, FetchIsolation.LOG_END, replica_id=2)
+    assert answers and answers[0][tp].error_code == 0 and answers[0][tp].base_offset == 3
+    committed = read(rm, tp, 0, FetchIsolation.TXN_COMMITTED)
+    assert committed.last_stable_offset == 4 and committed.aborted_transactions == [(1, 0)]
+    # Past the aborted range (or with none at all, read_uncommitted): nothing to say, so the packed path.
+    assert read(rm, tp, 2, FetchIsolation.TXN_COMMITTED).aborted_transactions == [(1, 0)]  # its marker is at 3
+    put(log, data(3, 1, transactional=False))           # 4
+    read(rm, tp, 5, FetchIsolation.LOG_END, replica_id=2)
+    assert read(rm, tp, 4, FetchIsolation.TXN_COMMITTED).aborted_transactions is None
+    assert read(rm, tp, 0, FetchIsolation.HIGH_WATERMARK).aborted_transactions is None
+    # A client may not write markers.
+    rm.append_records({tp: bytearray(build_control_batch(ABORT, 1, 0, 0, NOW))}, required_acks=1, timeout_ms=1000,
+                      now_ms=NOW, respond=answers.append)
+    assert answers[-1][tp].error_code == 87  # INVALID_RECORD
