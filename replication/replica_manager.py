@@ -9,7 +9,10 @@ learns that the state moved. acks=all waits in the produce purgatory as a `Delay
 replica the high watermark equals the log end offset after the append, so it completes on its first try.
 
 `fetch_records` reads whole batches below the end offset the isolation level allows (high watermark for
-consumers, last stable offset for read_committed, log end for followers) and returns them as file regions.
+consumers, last stable offset for read_committed, log end for followers) and returns them as file regions;
+a read_committed read that meets aborted transactions lists them (`FetchResult.aborted_transactions`,
+from the logs' aborted-transaction indexes), and says nothing when it meets none, so that the answer can
+still be packed. Transaction markers come in through `append_records` with origin COORDINATOR.
 When fewer than `min_bytes` are available it parks a `DelayedFetch`, woken by appends, never by polling;
 on completion or expiry the read is done again and the result delivered through `respond`.
 

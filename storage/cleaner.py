@@ -146,8 +146,8 @@ class Cleaner:
         if not candidates:
             return None
         last_offsets = log.producer_last_offsets()
+        txns = _TxnState(log.producer_marker_epochs())
         stats = _Stats(bytes_read=bytes_read)
-        txns = _TxnState()
         for group in _group_by_size(candidates, following, log.config.segment_bytes):
             new = log.new_cleaned_segment(group[0].base_offset, now_ms)
             txns.cleaned_index = new.txn_index
@@ -224,6 +224,7 @@ class Cleaner:
                       now_ms: int, delete_retention_ms: int, stats: _Stats, txns: _TxnState):
         is_producers_last = header.producer_id >= 0 and last_offsets.get(header.producer_id) == header.last_offset
         if header.is_control:
+            is_producers_last = txns.marker_epochs.get(header.producer_id) == header.producer_epoch
             return _filter_marker(batch, header, txns.on_control_batch(batch, header), is_producers_last, now_ms,
                                   delete_retention_ms, stats)
         if txns.on_batch(header):  # an aborted transaction's batch: its records go
@@ -279,7 +280,8 @@ class _TxnState:
     """Kafka's CleanedTransactionMetadata: which batches belong to aborted transactions, and which markers
     may go, as the cleaner walks batches in offset order."""
 
-    def __init__(self) -> None:
+    def __init__(self, marker_epochs: dict[int, int] | None = None) -> None:
+        self.marker_epochs = marker_epochs or {}  # see ProducerStateManager.marker_epochs
         self._aborted: list[AbortedTxn] = []  # not yet reached, by first offset
         self._seen: set[tuple[int, int]] = set()  # (producer id, first offset) already added
         self._ongoing_aborted: dict[int, list] = {}  # producer id -> [AbortedTxn, a batch of it seen]

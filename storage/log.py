@@ -21,6 +21,13 @@ critical section that exists for the cleaner, which runs in another thread on a 
 and swaps its output in with `replace_segments` only if the segments it cleaned are still there and the
 log has not been truncated meanwhile (`generation`).
 
+Transactions: a transaction marker (a control batch the partition leader appends for the transaction
+coordinator, origin COORDINATOR; clients may not) closes its producer's open transaction in the producer
+state (producer_state.py); an ABORT that closes one appends an entry to the active segment's
+aborted-transaction index (txn_index.py), which a read_committed fetch collects
+(`collect_aborted_transactions`). Followers append the same batches through the same producer-state path
+and so build the same index; recovery rebuilds the index of every segment it replays.
+
 Reads hand out file regions of whole batches (see segment.py): a region holds its file open, so it stays
 valid after its segment is deleted, replaced or truncated away (a truncation shortens the file in place,
 so a region over truncated bytes reads short, as in Kafka).
@@ -943,6 +950,9 @@ class Log:
 
     def producer_last_offsets(self) -> dict[int, int]:
         return self._producer_state.last_offsets()
+
+    def producer_marker_epochs(self) -> dict[int, int]:
+        return self._producer_state.marker_epochs()
 
     # ------------------------------------------------------------------------------------------ flushing
 

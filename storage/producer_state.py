@@ -327,6 +327,13 @@ class ProducerStateManager:
         entries = list(self.producers.values())
         return {e.producer_id: e.last_offset for e in entries}
 
+    def marker_epochs(self) -> dict[int, int]:
+        """Epoch of each producer whose last write was a marker that bumped its epoch (no data batch in the
+        epoch): the cleaner keeps that marker, which holds the epoch that fences its zombies (Kafka's
+        LastRecord without a data offset)."""
+        entries = list(self.producers.values())
+        return {e.producer_id: e.producer_epoch for e in entries if not e.batches}
+
     def remove_expired_producers(self, now_ms: int) -> int:
         expired = [pid for pid, e in self.producers.items()
                    if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.producer_id_expiration_ms]

@@ -302,3 +302,20 @@ def test_a_marker_waits_for_the_isr_and_read_committed_stops_at_the_lso(tmp_path
     rm.append_records({tp: bytearray(build_control_batch(ABORT, 1, 0, 0, NOW))}, required_acks=1, timeout_ms=1000,
                       now_ms=NOW, respond=answers.append)
     assert answers[-1][tp].error_code == 87  # INVALID_RECORD
+
+
+def test_the_cleaner_keeps_a_marker_that_is_its_active_producers_last_write(tmp_path):
+    # An abort that bumped the epoch (transaction version 2) is the producer's last write: kept, emptied,
+    # after its horizon, so the epoch that fences the producer's zombies survives a replay.
+    config = LogConfig(cleanup_policy="compact", segment_bytes=300, min_cleanable_dirty_ratio=0.0,
+                       delete_retention_ms=DAY)
+    log = Log.open(str(tmp_path / "t-0"), config, now_ms=NOW)
+    put(log, data(7, 0, key=b"a"))
+    marker(log, 7, ABORT, epoch=1)
+    for i in range(6):
+        put(log, data(5, i, key=b"z%d" % i, transactional=False))
+    log.producer_state.on_high_watermark_updated(log.log_end_offset)
+    for now_ms in (NOW, NOW, NOW + 2 * DAY):
+        Cleaner().clean(log, now_ms=now_ms)
+    kept = [(control, pid, vals) for control, pid, vals in records_of(log) if pid == 7]
+    assert kept == [(True, 7, [])]
