@@ -18,12 +18,14 @@ Everything here is synchronous and takes `now_ms`; callers (the broker) own the 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from odradek.protocol.errors import ErrorCode
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
+from odradek.storage.producer_state import AppendOrigin
 
 from .delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from .errors import ReplicationError
@@ -67,6 +69,10 @@ class FetchResult:
     preferred_read_replica: int = -1
     records: list = field(default_factory=list)  # FileRegion-like chunks (fd, position, length)
     size: int = 0
+
+
+def _base_offset(segment) -> int:
+    return segment.base_offset
 
 
 def _error_of(e: Exception) -> int:
@@ -184,11 +190,13 @@ class ReplicaManager:
         timeout_ms: int,
         now_ms: int,
         respond: Callable[[dict[TopicPartition, ProduceResult]], None],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> None:
-        """Append each partition's batches; `respond` gets the results now, or later for acks=all."""
+        """Append each partition's batches; `respond` gets the results now, or later for acks=all.
+        `origin` COORDINATOR: batches this broker built (transaction markers), which clients may not send."""
         results: dict[TopicPartition, ProduceResult] = {}
         for tp, records in entries.items():
-            results[tp] = self._append_one(tp, records, required_acks, now_ms)
+            results[tp] = self._append_one(tp, records, required_acks, now_ms, origin)
         if required_acks != -1 or all(r.error_code for r in results.values()) or self._replicated(results):
             respond(results)
             return
@@ -221,13 +229,17 @@ class ReplicaManager:
                 return False
         return True
 
-    def _append_one(self, tp: TopicPartition, records, required_acks: int, now_ms: int) -> ProduceResult:
+    def _append_one(self, tp: TopicPartition, records, required_acks: int, now_ms: int,
+                    origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
             return ProduceResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         try:
             partition.check_append_as_leader(required_acks)
-            info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+            if origin == AppendOrigin.CLIENT:
+                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+            else:
+                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms, origin=origin)
         except (StorageError, ReplicationError) as e:
             return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset,
                                  error_message=str(e) or None, record_errors=getattr(e, "record_errors", ()))
@@ -245,8 +257,6 @@ class ReplicaManager:
 
     def append_internal(self, tp: TopicPartition, batches, *, now_ms: int):
         """Append batches written by this broker's coordinators (trusted, never a client's)."""
-        from odradek.storage.log import AppendOrigin
-
         partition = self.partitions.get(tp)
         if partition is None:
             raise ReplicationError(f"{tp} is not hosted here")
@@ -363,10 +373,26 @@ class ReplicaManager:
                     if result.size:
                         first_with_data = False
                         remaining -= result.size
+                        if isolation is FetchIsolation.TXN_COMMITTED:
+                            result.aborted_transactions = self._aborted_in(partition, p.fetch_offset, end)
             if replica_id >= 0 and not result.error_code:
                 self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms)
             results[tp] = result
         return results
+
+    @staticmethod
+    def _aborted_in(partition: Partition, fetch_offset: int, end_offset: int) -> list[tuple[int, int]] | None:
+        """(producer id, first offset) of the aborted transactions a read_committed fetch from
+        `fetch_offset` may meet: up to the end of the segment it read from (a read stays in one), or the
+        LSO. None when there are none, so the answer can still be packed."""
+        log = partition.log
+        if not getattr(log, "has_aborted_txns", False):
+            return None
+        segments = log.segments
+        following = bisect.bisect_right(segments, fetch_offset, key=_base_offset)
+        upper = min(end_offset, segments[following].base_offset) if following < len(segments) else end_offset
+        found = log.collect_aborted_transactions(fetch_offset, upper)
+        return [(t.producer_id, t.first_offset) for t in found] or None
 
     @staticmethod
     def _diverging_epoch(partition: Partition, p: FetchRequestPartition) -> tuple[int, int] | None:

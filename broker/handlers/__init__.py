@@ -48,6 +48,8 @@ FAMILIES = (
     "configs",
     "cluster",
     "producer_ids",
+    "txn_markers",
+    "producers",
     "groups",
     "offsets",
     "quorum",
