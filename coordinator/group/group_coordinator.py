@@ -301,6 +301,12 @@ class GroupCoordinator:
             request.producer_id, request.producer_epoch, partitions, version, now_ms), now_ms)
         return written.then(respond, lambda e: respond([error_code_of(e)] * len(partitions)))
 
+    def on_transaction_completed(self, producer_id: int, partitions, committed: bool) -> None:
+        """The WriteTxnMarkers handler's hook: markers of `producer_id` written to these partitions of
+        __consumer_offsets (TopicPartitions)."""
+        for tp in partitions:
+            self.complete_transaction(tp.partition, producer_id, committed)
+
     def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> None:
         """A COMMIT/ABORT marker of `producer_id` was written to `partition` of __consumer_offsets (the
         partition's WriteTxnMarkers calls this after the append): its pending offsets take effect or go."""
