@@ -85,6 +85,7 @@ async def start_components(broker) -> None:
         broker.controller = LocalControllerChannel(Controller(), metadata_log, publisher, cfg, now_ms)
 
     from .groups_wiring import start_group_coordinator
+    from .txn_wiring import start_transaction_coordinator
 
     broker.services = BrokerServices(
         config=cfg, now_ms=now_ms, metadata=publisher, controller=broker.controller, data=broker.data,
@@ -93,6 +94,7 @@ async def start_components(broker) -> None:
         api_versions_response=broker.api_versions_response,
         controller_api_versions_response=broker.controller_api_versions_response,
         groups_factory=lambda: start_group_coordinator(broker), quorum=broker.quorum,
+        transactions_factory=lambda: start_transaction_coordinator(broker),
     )
     _start_metrics(broker, loop)
     broker.spawn(_housekeeping(broker))
@@ -171,6 +173,8 @@ def register_broker(broker) -> None:
     """Register this node with the endpoints of the listeners it bound (on an empty log, bootstrap the
     cluster first), then start the group coordinator if groups exist already. A node of a cluster does
     it in the background instead (BrokerRegistration to the active controller, then heartbeats)."""
+    from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC
+
     from .groups_wiring import OFFSETS_TOPIC
 
     cfg = broker.config
@@ -190,6 +194,8 @@ def register_broker(broker) -> None:
     image = broker.metadata.image
     if image.topics_by_name.get(OFFSETS_TOPIC) is not None:
         broker.services.groups  # load the coordinator's partitions at start when groups exist already
+    if image.topics_by_name.get(TRANSACTION_STATE_TOPIC) is not None:
+        broker.services.transactions  # and the transaction coordinator's, resuming markers of ended transactions
     log.info("components started", cluster_id=image.cluster_id, topics=len(image.topics_by_name))
 
 
@@ -408,6 +414,9 @@ def _high_watermark(broker, tp) -> int | None:
 async def stop_components(broker) -> None:
     if broker._timer_handle is not None:
         broker._timer_handle.cancel()
+    sender = getattr(broker, "txn_marker_sender", None)
+    if sender is not None:
+        await sender.close()
     if broker.metrics_server is not None:
         broker.metrics_server.stop()
     # Let a flush or cleaning that is running in a worker thread finish before the logs close under it.

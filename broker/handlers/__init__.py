@@ -53,6 +53,7 @@ FAMILIES = (
     "groups",
     "offsets",
     "quorum",
+    "transactions",
 )
 
 
