@@ -66,6 +66,7 @@ async def start_components(broker) -> None:
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True,
                                  replica_lag_time_max_ms=cfg.replica_lag_time_max_ms)
     publisher = broker.metadata = MetadataPublisher()
+    _wire_replica_selection(broker.data, cfg, publisher)
     if in_quorum_mode(cfg) and "broker" in cfg.process_roles:  # a controller-only node hosts no partitions
         from .replica_fetcher import ReplicaFetcherManager
 
@@ -98,6 +99,21 @@ async def start_components(broker) -> None:
     )
     _start_metrics(broker, loop)
     broker.spawn(_housekeeping(broker))
+
+
+def _wire_replica_selection(data: ReplicaManager, cfg, publisher: MetadataPublisher) -> None:
+    """KIP-392: the configured replica selector, and each broker's rack and reachability from the image."""
+    from odradek.replication.replica_selector import replica_selector_for
+
+    data.replica_selector = replica_selector_for(cfg.replica_selector_class)
+
+    def replica_rack(broker_id: int, listener: str) -> tuple[bool, str | None]:
+        registration = publisher.image.brokers.get(broker_id)
+        if registration is None or registration.fenced:
+            return False, None
+        return any(e.name == listener for e in registration.endpoints), registration.rack
+
+    data.replica_rack = replica_rack
 
 
 def in_quorum_mode(cfg) -> bool:
@@ -304,7 +320,8 @@ def replication_counts(broker) -> dict[str, int]:
     offline = sum(1 for t in image.topics_by_id.values() for p in t.partitions.values() if p.leader < 0)
     fenced = sum(1 for b in image.brokers.values() if b.fenced)
     return {"leaders": leaders, "under_replicated": under, "under_min_isr": under_min, "offline": offline,
-            "fenced_brokers": fenced}
+            "fenced_brokers": fenced, "follower_consumer_reads": broker.data.follower_consumer_reads,
+            "preferred_replica_answers": broker.data.preferred_replica_answers}
 
 
 def arm_timer(broker) -> None:

@@ -50,6 +50,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from odradek.replication.replica_selector import replica_selector_for
+
 __all__ = [
     "ConfigError",
     "ConfigType",
@@ -410,6 +412,15 @@ CompressionType = Annotated[str, BeforeValidator(_choice(*COMPRESSION_TYPES, cas
 TimestampType = Annotated[str, BeforeValidator(_choice(*TIMESTAMP_TYPES))]
 LogFormat = Annotated[str, BeforeValidator(_choice(*LOG_FORMATS, case_sensitive=False))]
 LogLevel = Annotated[str, BeforeValidator(_parse_log_level)]
+
+
+def _parse_replica_selector(value: Any) -> str | None:
+    text = parse_optional_string(value)
+    replica_selector_for(text)  # (ValueError: a class this broker does not have refuses the start)
+    return text
+
+
+ReplicaSelectorClass = Annotated[str | None, BeforeValidator(_parse_replica_selector)]
 Port = Annotated[int, BeforeValidator(_parse_port)]
 
 
@@ -752,6 +763,12 @@ class BrokerConfig(BaseModel):
     )
     replica_fetch_response_max_bytes: Int = _f(
         "replica.fetch.response.max.bytes", 10485760, T.INT, "Bytes a follower fetch asks for in all.", ge=0
+    )
+    replica_selector_class: ReplicaSelectorClass = _f(
+        "replica.selector.class", None, T.CLASS,
+        "Which replica a consumer in another rack is pointed to (KIP-392): "
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector for the closest in-sync replica, "
+        "org.apache.kafka.common.replica.LeaderSelector or unset for the leader.",
     )
     num_replica_fetchers: Int = _f(
         "num.replica.fetchers", 1, T.INT, "Accepted for compatibility: one fetcher per source broker.", ge=1
