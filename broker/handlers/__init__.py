@@ -51,6 +51,7 @@ FAMILIES = (
     "groups",
     "offsets",
     "quorum",
+    "sasl",
 )
 
 
