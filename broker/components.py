@@ -34,6 +34,7 @@ from odradek.storage.meta_properties import read_meta_properties
 from odradek.storage.names import TopicPartition
 from odradek.storage.segment import drop_cache
 
+from .storage_tool import read_bootstrap_records
 from .context import SecurityProtocol
 from .controller_channel import LocalControllerChannel
 from .services import BrokerServices
@@ -83,7 +84,9 @@ async def start_components(broker) -> None:
         metadata_log.load()
         broker.metadata_log = metadata_log
         publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
-        broker.controller = LocalControllerChannel(Controller(), metadata_log, publisher, cfg, now_ms)
+        controller = Controller()
+        controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
+        broker.controller = LocalControllerChannel(controller, metadata_log, publisher, cfg, now_ms)
 
     from .groups_wiring import start_group_coordinator
     from .txn_wiring import start_transaction_coordinator
@@ -178,6 +181,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
             auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_seconds * 1000,
         )
+        controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
         local = QuorumControllerChannel(controller, cfg, now_ms, driver, loader)
         local.cluster_id = broker.cluster_id
     broker.quorum = driver

@@ -54,6 +54,7 @@ FAMILIES = (
     "offsets",
     "quorum",
     "transactions",
+    "sasl",
 )
 
 
