@@ -51,6 +51,8 @@ FAMILIES = (
     "groups",
     "offsets",
     "quorum",
+    "acls",
+    "quotas",
 )
 
 

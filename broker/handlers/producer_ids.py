@@ -14,6 +14,7 @@ from __future__ import annotations
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import InitProducerIdResponse
 
+from ..authorizer import producer_id_refusal
 from . import handles
 
 MAX_EPOCH = 32767
@@ -25,6 +26,8 @@ def _failed(code: ErrorCode) -> InitProducerIdResponse:
 
 @handles(22, (0, 5))
 def handle_init_producer_id(services, ctx, request):
+    if (refused := producer_id_refusal(services, ctx, request.transactional_id)) is not None:
+        return _failed(refused)
     if request.transactional_id is not None:
         return _failed(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if ctx.api_version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
