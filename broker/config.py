@@ -426,6 +426,18 @@ SslStoreType = Annotated[str, BeforeValidator(_choice("JKS", "PKCS12", "PEM", ca
 SslClientAuth = Annotated[str, BeforeValidator(_choice("none", "requested", "required", case_sensitive=False))]
 
 
+AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",)
+
+
+def _parse_super_users(value: Any) -> tuple[str, ...]:
+    principals = tuple(p.strip() for p in _text(value).split(";") if p.strip())
+    for p in principals:
+        kind, sep, name = p.partition(":")
+        if not sep or not kind or not name:
+            raise ValueError(f"{p!r} is not a principal (Type:name, e.g. User:admin)")
+    return principals
+
+
 def _f(alias: str, default: Any, ktype: ConfigType, doc: str, **constraints: Any) -> Any:
     return Field(
         default, alias=alias, description=doc, json_schema_extra={"kafka_type": int(ktype)}, **constraints
@@ -915,6 +927,25 @@ class BrokerConfig(BaseModel):
         T.SHORT,
         "Accepted for compatibility; share groups are not supported.",
         ge=1,
+    )
+
+    # ---- authorization and quotas
+    authorizer_class_name: Annotated[str, BeforeValidator(_choice("", *AUTHORIZER_CLASS_NAMES))] = _f(
+        "authorizer.class.name", "", T.STRING,
+        "The authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACLs on; empty turns them off.",
+    )
+    super_users: Annotated[tuple[str, ...], BeforeValidator(_parse_super_users)] = _f(
+        "super.users", "", T.STRING, "Principals allowed everything, separated by semicolons: User:admin;User:broker.",
+    )
+    allow_everyone_if_no_acl_found: Bool = _f(
+        "allow.everyone.if.no.acl.found", False, T.BOOLEAN,
+        "With an authorizer: whether a resource no ACL covers is open to everyone.",
+    )
+    quota_window_num: Int = _f(
+        "quota.window.num", 11, T.INT, "Number of samples a client quota's rate is measured over.", ge=2,
+    )
+    quota_window_size_seconds: Int = _f(
+        "quota.window.size.seconds", 1, T.INT, "Length of one client quota sample.", ge=1,
     )
 
     # ---- Odradek's own

@@ -14,6 +14,9 @@ broker/components.py, where the start and stop order is written down.
   * `transactions`: the transaction coordinator, created with `__transaction_state` on first use.
   * `quorum`: the Raft driver of a node in a cluster (broker/quorum.py); None in a cluster of one, whose
     metadata log is local.
+  * `authorizer`: the ACL decisions (broker/authorizer.py), None unless `authorizer.class.name` is set;
+    handlers ask through `authorized` / `authorized_names`, one attribute test when it is off.
+  * `quotas`: client quota measurements and throttle times (broker/quotas.py).
 """
 
 from __future__ import annotations
@@ -29,8 +32,12 @@ from odradek.replication.metadata_publisher import MetadataPublisher
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.log_manager import LogManager
 
+from odradek.replication.acl import CLUSTER_NAME, AclOperation, ResourceType
+
+from .authorizer import Authorizer
 from .config import BrokerConfig
 from .controller_channel import ControllerChannel
+from .quotas import ClientQuotas
 from .topics import is_internal
 
 if TYPE_CHECKING:
@@ -43,6 +50,7 @@ class BrokerServices:
         "config", "node_id", "now_ms", "metadata", "controller", "data", "log_manager", "producer_ids",
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
         "_transactions", "_transactions_factory",
+        "authorizer", "quotas",
     )
 
     def __init__(
@@ -67,6 +75,20 @@ class BrokerServices:
         self._groups_factory = groups_factory
         self._transactions: TransactionCoordinator | None = None
         self._transactions_factory = transactions_factory
+        self.authorizer = Authorizer.from_config(config, metadata)
+        self.quotas = ClientQuotas(config, metadata)
+
+    # -- authorization: every check one line in its handler
+
+    def authorized(self, ctx, op: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
+        """Whether the request's principal may do `op` on the resource; True when no authorizer is configured."""
+        return self.authorizer is None or self.authorizer.authorize(ctx, op, resource_type, name)
+
+    def authorized_names(self, ctx, op: AclOperation, resource_type: ResourceType, names) -> set:
+        """The names among `names` the principal may do `op` on (all of them with no authorizer)."""
+        if self.authorizer is None:
+            return set(names)
+        return self.authorizer.authorized_names(ctx, op, resource_type, names)
 
     # -- the group coordinator, on first use
 

@@ -55,6 +55,8 @@ FAMILIES = (
     "quorum",
     "transactions",
     "sasl",
+    "acls",
+    "quotas",
 )
 
 
