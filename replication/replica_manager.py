@@ -31,9 +31,10 @@ from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import AppendOrigin
 
 from .delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
-from .errors import ReplicationError
+from .errors import NotLeaderOrFollowerError, ReplicationError
 from .partition import NO_LEADER_EPOCH, FetchIsolation, Partition
 from .purgatory import DelayedOperationPurgatory
+from .replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
 from .timing_wheel import Timer
 
 NO_TIMESTAMP = -1
@@ -99,6 +100,14 @@ class ReplicaManager:
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         # Brokers that may not join an ISR now (fenced, or in controlled shutdown), from the image.
         self.ineligible_replicas: frozenset[int] = frozenset()
+        # KIP-392 (replica_selector.py): the selector (None: consumers read from leaders only) and where a
+        # broker is for a listener: `replica_rack(broker_id, listener)` is (reachable there, its rack).
+        self.replica_selector: ReplicaSelector | None = None
+        self.replica_rack: Callable[[int, str], tuple[bool, str | None]] = lambda broker_id, listener: (False, None)
+        # Consumer fetches of a partition answered here as a follower (with records), and answered with a
+        # preferred read replica as leader: the metrics say which broker serves whom.
+        self.follower_consumer_reads = 0
+        self.preferred_replica_answers = 0
 
     # -- hosting --
 
@@ -299,12 +308,16 @@ class ReplicaManager:
         now_ms: int,
         respond: Callable[[dict[TopicPartition, FetchResult]], None],
         replica_id: int = -1,
+        client_metadata: ClientMetadata | None = None,
     ) -> None:
         """A consumer's fetch (`replica_id` -1) or a follower's (its broker id: reads up to the log end
-        and moves that follower's position, which may advance the high watermark)."""
-        results = self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms)
+        and moves that follower's position, which may advance the high watermark). A consumer's fetch
+        with `client_metadata` (Fetch v11+) may be served by a follower, and may be pointed elsewhere by
+        the leader (a preferred read replica, answered at once)."""
+        results = self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms,
+                            client_metadata=client_metadata)
         total = sum(r.size for r in results.values())
-        errored = any(r.error_code for r in results.values())
+        errored = any(r.error_code or r.preferred_read_replica >= 0 for r in results.values())
         if max_wait_ms <= 0 or total >= min_bytes or errored or not partitions:
             respond(results)
             return
@@ -313,11 +326,13 @@ class ReplicaManager:
         ]
 
         def respond_later() -> None:
-            respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms))
+            respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms,
+                              client_metadata=client_metadata))
 
         op = DelayedFetch(
             max_wait_ms, now_ms=now_ms, fetch_partitions=statuses, min_bytes=min_bytes, get_partition=self.get_partition,
             bytes_available=self._bytes_available, respond=respond_later, isolation=isolation,
+            fetch_only_from_leader=replica_id >= 0 or client_metadata is None,
         )
         self.fetch_purgatory.try_complete_else_watch(op, op.watch_keys)
 
@@ -330,11 +345,13 @@ class ReplicaManager:
 
     def read(
         self, partitions: list[FetchRequestPartition], *, max_bytes: int, isolation: FetchIsolation,
-        replica_id: int = -1, now_ms: int = 0,
+        replica_id: int = -1, now_ms: int = 0, client_metadata: ClientMetadata | None = None,
     ) -> dict[TopicPartition, FetchResult]:
         results: dict[TopicPartition, FetchResult] = {}
         remaining = max_bytes
         first_with_data = True
+        # Followers fetch from the leader only; so do consumers before Fetch v11, which know no other replica.
+        only_from_leader = replica_id >= 0 or client_metadata is None
         for p in partitions:
             tp = p.topic_partition
             partition = self.partitions.get(tp)
@@ -342,7 +359,13 @@ class ReplicaManager:
                 results[tp] = FetchResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             try:
-                snap = partition.fetch_offset_snapshot(p.current_leader_epoch)
+                if not only_from_leader:
+                    preferred = self._preferred_read_replica(partition, p, client_metadata, now_ms)
+                    if preferred is not None:
+                        results[tp] = preferred
+                        continue
+                    self._check_serves_consumers(partition)
+                snap = partition.fetch_offset_snapshot(p.current_leader_epoch, fetch_only_from_leader=only_from_leader)
             except (StorageError, ReplicationError) as e:
                 results[tp] = FetchResult(error_code=_error_of(e))
                 continue
@@ -378,10 +401,66 @@ class ReplicaManager:
                         remaining -= result.size
                         if isolation is FetchIsolation.TXN_COMMITTED:
                             result.aborted_transactions = self._aborted_in(partition, p.fetch_offset, end)
+                        if not partition.is_leader:
+                            self.follower_consumer_reads += 1
             if replica_id >= 0 and not result.error_code:
                 self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms)
             results[tp] = result
         return results
+
+    def _preferred_read_replica(self, partition: Partition, p: FetchRequestPartition, client: ClientMetadata,
+                                now_ms: int) -> FetchResult | None:
+        """As leader, the answer pointing a consumer to another replica (KIP-392, as Kafka's
+        findPreferredReadReplica): the candidates are the leader and the in-sync followers known to hold
+        the fetch offset (reachable on the client's listener); None when the selector keeps the leader."""
+        selector = self.replica_selector
+        if selector is None or not partition.is_leader:
+            return None
+        listener = client.listener_name
+        leader_reachable, leader_rack = self.replica_rack(self.node_id, listener)
+        leader = ReplicaView(self.node_id, leader_rack, partition.log_end_offset, 0)
+        candidates = [leader]
+        for replica_id in partition.isr:
+            if replica_id == self.node_id:
+                continue
+            state = partition.follower_state(replica_id)
+            # (Kafka also checks the follower's own log start offset, which it sends in its fetches; a
+            # follower's log start follows the leader's, so the leader's stands in for it.)
+            if state is None or not partition.log_start_offset <= p.fetch_offset <= state.log_end_offset:
+                continue
+            reachable, rack = self.replica_rack(replica_id, listener)
+            if not reachable:
+                continue
+            caught_up = state.last_caught_up_time_ms
+            since_ms = now_ms - caught_up if caught_up is not None else now_ms
+            candidates.append(ReplicaView(replica_id, rack, state.log_end_offset, since_ms))
+        chosen = selector.select(client, leader, candidates)
+        if chosen.broker_id == self.node_id:
+            return None
+        snap = partition.fetch_offset_snapshot(p.current_leader_epoch)
+        self.preferred_replica_answers += 1
+        return FetchResult(
+            high_watermark=snap.high_watermark, last_stable_offset=snap.last_stable_offset,
+            log_start_offset=snap.log_start_offset, preferred_read_replica=chosen.broker_id,
+        )
+
+    def _check_serves_consumers(self, partition: Partition) -> None:
+        """A follower serves consumers while it is in the ISR. Kafka's follower serves any consumer that
+        comes; here one that left the ISR answers NOT_LEADER_OR_FOLLOWER, which sends the consumer back to
+        the leader (Java and librdkafka clients both do so) rather than leaving it on a replica that lags."""
+        if partition.is_leader:
+            return
+        if partition.leader_id is None or self.node_id not in partition.isr:
+            raise NotLeaderOrFollowerError(f"{partition.topic_partition}: this replica is not in sync; fetch from the leader")
+
+    def follower_high_watermarks_moved(self, tps: Iterable[TopicPartition]) -> int:
+        """A follower's fetcher applied a response: the consumers waiting here for data below these
+        partitions' high watermarks (KIP-392 reads from a follower) look again."""
+        done = 0
+        for tp in tps:
+            if self.fetch_purgatory.watched(tp):
+                done += self.fetch_purgatory.check_and_complete(tp)
+        return done
 
     @staticmethod
     def _aborted_in(partition: Partition, fetch_offset: int, end_offset: int) -> list[tuple[int, int]] | None:

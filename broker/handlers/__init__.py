@@ -53,6 +53,10 @@ FAMILIES = (
     "groups",
     "offsets",
     "quorum",
+    "transactions",
+    "sasl",
+    "acls",
+    "quotas",
 )
 
 

@@ -13,7 +13,9 @@ import os
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import DescribeClusterResponse, DescribeLogDirsResponse
+from odradek.replication.acl import AclOperation, ResourceType
 
+from ..authorizer import requires
 from . import handles
 from .metadata import ALL_CLUSTER_OPERATIONS, INT32_MIN
 
@@ -58,6 +60,10 @@ def handle_describe_cluster(services, ctx, request):
             entry.is_fenced = registration.fenced
         brokers.append(entry)
     response.brokers = brokers
+    if include_ops and services.authorizer is not None:
+        response.cluster_authorized_operations = (
+            services.authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
+            if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER) else INT32_MIN)
     return response
 
 
@@ -72,6 +78,7 @@ def _partitions_wanted(request):
 
 
 @handles(35, (1, 4))
+@requires(AclOperation.DESCRIBE)
 def handle_describe_log_dirs(services, ctx, request):
     version = ctx.api_version
     wanted = _partitions_wanted(request)

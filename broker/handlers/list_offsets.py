@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import ListOffsetsResponse, OffsetForLeaderEpochResponse
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.replication.errors import ReplicationError
 from odradek.storage.errors import StorageError
 from odradek.storage.names import TopicPartition
@@ -57,10 +58,13 @@ def _list_one(services, tp: TopicPartition, p, isolation_level: int, version: in
 @handles(2)
 def handle_list_offsets(services, ctx, request):
     topics = []
+    allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.name for t in request.topics])
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            if services.topic_by_name(t.name) is None:
+            if t.name not in allowed:
+                parts.append(LPartition(partition_index=p.partition_index, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+            elif services.topic_by_name(t.name) is None:
                 parts.append(LPartition(partition_index=p.partition_index, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
             else:
                 parts.append(_list_one(services, TopicPartition(t.name, p.partition_index), p, request.isolation_level, ctx.api_version))
@@ -75,10 +79,15 @@ EPartition = ETopic.EpochEndOffset
 @handles(23)
 def handle_offset_for_leader_epoch(services, ctx, request):
     topics = []
+    allowed = (set(t.topic for t in request.topics) if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+               else services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.topic for t in request.topics]))
     for t in request.topics:
         parts = []
         for p in t.partitions:
             partition = services.data.get_partition(TopicPartition(t.topic, p.partition))
+            if t.topic not in allowed:
+                parts.append(EPartition(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), partition=p.partition))
+                continue
             if partition is None:
                 parts.append(EPartition(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), partition=p.partition))
                 continue
