@@ -11,7 +11,8 @@ A partition unknown to the image answers UNKNOWN_TOPIC_OR_PARTITION, one not led
 NOT_LEADER_OR_FOLLOWER; the coordinator retries those elsewhere.
 
 Versions 1+ (v0, removed in Kafka 4, is not served, as the Java broker). The coordinator sends it to
-every partition leader; Kafka guards it with the ClusterAction ACL, which this broker does not check yet.
+every partition leader; a principal without CLUSTER_ACTION on the cluster gets CLUSTER_AUTHORIZATION_FAILED
+for every partition, as Kafka's.
 A group coordinator with an `on_transaction_completed(producer_id, partitions, committed)` hook hears of
 markers written to `__consumer_offsets` (pending transactional offset commits become visible or go).
 """
@@ -23,6 +24,7 @@ import asyncio
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import WriteTxnMarkersResponse
 from odradek.protocol.records import ABORT, COMMIT, build_control_batch
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import AppendOrigin
 
@@ -48,6 +50,11 @@ def handle_write_txn_markers(services, ctx, request):
             future.set_result(_response(request, results))
 
     if not request.markers:
+        return _response(request, results)
+    if not services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        denied = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        results = [{TopicPartition(t.name, i): denied for t in m.topics for i in t.partition_indexes}
+                   for m in request.markers]
         return _response(request, results)
     for marker in request.markers:
         errors: dict[TopicPartition, int] = {}
