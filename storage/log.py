@@ -69,8 +69,8 @@ from odradek.protocol.errors import CorruptRecordError, ProtocolError
 from odradek.protocol.records import (
     ABORT,
     ATTR_CONTROL,
-    COMMIT,
     ATTR_TRANSACTIONAL,
+    COMMIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
@@ -350,7 +350,10 @@ class Log:
                         continue
                     marker = None
                     if header.is_control and header.producer_id >= 0:
-                        marker = _marker_of(segment.read_at(batch_position, header.size), 0, header)
+                        try:
+                            marker = _marker_of(segment.read_at(batch_position, header.size), 0, header)
+                        except CorruptMessageError:
+                            pass  # (its CRC held, its record does not parse: applied as an emptied marker)
                     completed = producer_state.replay(header, marker)
                     if completed and rebuild_from is not None and header.base_offset >= rebuild_from:
                         self._index_aborted(segment, completed)

@@ -317,10 +317,10 @@ class ProducerStateManager:
         never held a transactional batch answers without a look."""
         if not self.transactions_seen:
             return None
-        ongoing, unreplicated = self.ongoing, self.unreplicated
-        if not ongoing and not unreplicated:
+        if not self.ongoing and not self.unreplicated:
             return None
-        return min(min(ongoing, default=INT64_MAX), min(unreplicated, default=INT64_MAX))
+        # (copies: the cleaner asks from its thread while appends change both)
+        return min(min(list(self.ongoing), default=INT64_MAX), min(list(self.unreplicated), default=INT64_MAX))
 
     def last_offsets(self) -> dict[int, int]:
         """Last offset of each producer's last batch (the cleaner keeps those batches, even emptied)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+import threading
 from typing import NamedTuple
 
 from .errors import KafkaStorageError
@@ -27,6 +28,7 @@ from .errors import KafkaStorageError
 TXN_INDEX_VERSION = 0
 _ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = _ENTRY.size  # 34
+_FIRST_LOAD = threading.Lock()
 
 
 class AbortedTxn(NamedTuple):
@@ -44,9 +46,14 @@ class TransactionIndex:
 
     @property
     def entries(self) -> list[AbortedTxn]:
-        if self._entries is None:
-            self._entries = _read_entries(self.path)
-        return self._entries
+        entries = self._entries
+        if entries is None:
+            loaded = _read_entries(self.path)
+            with _FIRST_LOAD:  # the cleaner's thread may load it too: the first list set is the one kept
+                if self._entries is None:
+                    self._entries = loaded
+                entries = self._entries
+        return entries
 
     def append(self, txn: AbortedTxn) -> None:
         entries = self.entries
