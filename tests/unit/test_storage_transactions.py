@@ -319,3 +319,86 @@ def test_the_cleaner_keeps_a_marker_that_is_its_active_producers_last_write(tmp_
         Cleaner().clean(log, now_ms=now_ms)
     kept = [(control, pid, vals) for control, pid, vals in records_of(log) if pid == 7]
     assert kept == [(True, 7, [])]
+
+
+def read_committed_view(log: Log) -> dict[bytes, bytes | None]:
+    """Latest value per key as a read_committed consumer sees the log: the aborted transactions of the
+    whole range from the index, applied batch by batch as Kafka's consumer does (a producer's batches are
+    skipped from the first offset of an aborted transaction until its ABORT marker)."""
+    pending = sorted(log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset),
+                     key=lambda t: t.first_offset)
+    aborting: set[int] = set()
+    latest: dict[bytes, bytes | None] = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        raw = log.read_bytes(offset, 1 << 20)
+        batches = list(iter_batches(raw))
+        if not batches:
+            break
+        for pos, header in batches:
+            while pending and pending[0].first_offset <= header.last_offset:
+                aborting.add(pending.pop(0).producer_id)
+            records = list(iter_records(raw[pos : pos + header.size], max_uncompressed_bytes=1 << 24))
+            if header.is_control:
+                if records and records[0].key[2:4] == b"\x00\x00":  # ABORT
+                    aborting.discard(header.producer_id)
+            elif not (header.is_transactional and header.producer_id in aborting):
+                latest.update((r.key, r.value) for r in records)
+            offset = header.next_offset
+    return latest
+
+
+def _transactional_log(directory: str, config: LogConfig) -> Log:
+    import random
+
+    rng = random.Random(11)
+    log = Log.open(directory, config, now_ms=NOW)
+    seqs = {1: 0, 2: 0, 3: 0}
+    open_txn = set()
+    for i in range(120):
+        pid = rng.choice((1, 2, 3))
+        if pid in open_txn and rng.random() < 0.3:
+            marker(log, pid, COMMIT if rng.random() < 0.5 else ABORT)
+            open_txn.discard(pid)
+        elif rng.random() < 0.2:
+            put(log, bytearray(build_batch([(b"k%d" % rng.randrange(6), b"plain%d" % i, None, NOW)])))
+        else:
+            put(log, data(pid, seqs[pid], key=b"k%d" % rng.randrange(6)))
+            seqs[pid] += 1
+            open_txn.add(pid)
+    for pid in sorted(open_txn):
+        marker(log, pid, ABORT)
+    log.producer_state.on_high_watermark_updated(log.log_end_offset)
+    return log
+
+
+def test_compaction_and_a_crash_at_any_step_keep_what_read_committed_readers_see(tmp_path, monkeypatch):
+    from .test_storage_cleaner import Crash, _crash_after
+
+    # (crashes are simulated by failing renames and unlinks, so the fsyncs, slow on a busy disk, can go)
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    monkeypatch.setattr(os, "fdatasync", lambda fd: None)
+    config = LogConfig(cleanup_policy="compact", segment_bytes=3000, min_cleanable_dirty_ratio=0.0)
+    reference = _transactional_log(str(tmp_path / "ref" / "t-0"), config)
+    assert index_entries(reference)
+    view = read_committed_view(reference)
+    Cleaner().clean(reference, now_ms=NOW)
+    assert read_committed_view(reference) == view
+    steps = 0
+    while True:
+        steps += 1
+        directory = str(tmp_path / f"run{steps}" / "t-0")
+        log = _transactional_log(directory, config)
+        with monkeypatch.context() as patch:
+            state = _crash_after(patch, steps)
+            try:
+                Cleaner().clean(log, now_ms=NOW)
+            except Crash:
+                pass
+        finished = not state["crashed"]
+        del log
+        recovered = Log.open(directory, config, now_ms=NOW, recovery_point=0)
+        assert read_committed_view(recovered) == view, steps
+        if finished:
+            break
+    assert steps > 10, steps
