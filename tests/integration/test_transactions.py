@@ -237,3 +237,41 @@ def test_aiokafka_transactions_with_offsets(broker):
 
     asyncio.run(run())
     assert read_committed(broker.bootstrap, topic, 5) == [b"aio-c%d" % i for i in range(5)]
+
+
+def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(broker):
+    """KIP-890 part 1: the partition leader verifies a transaction's first write with the coordinator."""
+    from odradek.protocol.errors import ErrorCode
+    from odradek.protocol.messages import AddPartitionsToTxnRequest, InitProducerIdRequest, ProduceRequest
+    from odradek.protocol.records import build_batch
+
+    topic, txn_id = name("verify"), name("v-txn")
+    create(broker.bootstrap, topic, partitions=2)
+    PTopic = ProduceRequest.TopicProduceData
+    with RawClient(broker.bootstrap) as client:
+        assert client.request(FindCoordinatorRequest(key=txn_id, key_type=1), 3).error_code == 0
+        init = None
+        for _ in range(100):  # bounded: COORDINATOR_LOAD_IN_PROGRESS while the coordinator loads
+            init = client.request(InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=60_000), 4)
+            if init.error_code == 0:
+                break
+            time.sleep(0.05)
+        assert init.error_code == 0
+        pid, epoch = init.producer_id, init.producer_epoch
+
+        def produce(partition: int, seq: int, version: int = 9) -> int:
+            batch = build_batch([(b"k", b"v", None, int(time.time() * 1000))], producer_id=pid, producer_epoch=epoch,
+                                base_sequence=seq, transactional=True)
+            response = client.request(ProduceRequest(transactional_id=txn_id, acks=-1, timeout_ms=10_000, topic_data=[
+                PTopic(name=topic, partition_data=[PTopic.PartitionProduceData(index=partition, records=batch)])]),
+                version)
+            return response.responses[0].partition_responses[0].error_code
+
+        add = client.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])]), 3)
+        assert add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+        assert produce(1, 0) == ErrorCode.INVALID_TXN_STATE  # never added
+        assert produce(1, 0, version=12) == ErrorCode.TRANSACTION_ABORTABLE
+        assert produce(0, 0) == 0
+        assert produce(0, 1) == 0  # the transaction is open there now: not verified again
