@@ -275,3 +275,45 @@ def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(
         assert produce(1, 0, version=12) == ErrorCode.TRANSACTION_ABORTABLE
         assert produce(0, 0) == 0
         assert produce(0, 1) == 0  # the transaction is open there now: not verified again
+
+
+def test_bundled_producer_and_consumer(broker):
+    from odradek.client import Consumer as OdConsumer
+    from odradek.client import Producer as OdProducer
+    from odradek.client.cluster import TopicPartition as OdTopicPartition
+
+    topic, source, group = name("od"), name("od-src"), name("od-group")
+    create(broker.bootstrap, topic, source, partitions=2)
+
+    async def run() -> list[bytes]:
+        async with OdProducer(bootstrap_servers=broker.bootstrap, transactional_id=name("od-txn")) as producer:
+            await producer.init_transactions()
+            producer.begin_transaction()
+            for i in range(30):
+                await producer.send(topic, b"od-c%d" % i, key=b"k%d" % (i % 3))
+            await producer.send_offsets_to_transaction({OdTopicPartition(source, 0): 7, OdTopicPartition(source, 1): 3},
+                                                       group)
+            await producer.commit_transaction()
+            producer.begin_transaction()
+            for i in range(10):
+                await producer.send(topic, b"od-a%d" % i)
+            await producer.abort_transaction()
+            producer.begin_transaction()
+            await producer.send(topic, b"od-last", key=b"k0")
+            await producer.commit_transaction()
+        async with OdConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False,
+                              auto_offset_reset="earliest", isolation_level="read_committed") as consumer:
+            committed = await consumer.committed(OdTopicPartition(source, 0))
+            assert committed == 7 or getattr(committed, "offset", None) == 7
+        got = []
+        async with OdConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", group_id=name("od-r"),
+                              isolation_level="read_committed") as consumer:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + DEADLINE_S
+            while len(got) < 31 and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    got.extend(r.value for r in records)
+        return got
+
+    got = asyncio.run(run())
+    assert sorted(got) == sorted([b"od-c%d" % i for i in range(30)] + [b"od-last"])
