@@ -317,3 +317,38 @@ def test_bundled_producer_and_consumer(broker):
 
     got = asyncio.run(run())
     assert sorted(got) == sorted([b"od-c%d" % i for i in range(30)] + [b"od-last"])
+
+
+def test_cli_lists_describes_and_aborts_a_hanging_transaction(broker):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def odradek(*args: str) -> str:
+        exe = os.path.join(os.path.dirname(sys.executable), "odradek")
+        result = subprocess.run([exe, "--bootstrap-server", broker.bootstrap, "--output", "json", *args],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    topic, txn_id = name("cli"), name("cli-txn")
+    create(broker.bootstrap, topic, partitions=1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"hanging")
+    p.flush(30)
+    listed = json.loads(odradek("txn", "list", "--state", "Ongoing"))
+    assert {"transactional_id": txn_id, "producer_id": listed[0]["producer_id"], "state": "Ongoing"} in listed
+    described = json.loads(odradek("txn", "describe", txn_id))
+    assert described["state"] == "Ongoing" and described["partitions"] == [f"{topic}-0"]
+    aborted = json.loads(odradek("txn", "abort", "--topic", topic, "--partition", "0", "--start-offset", "0"))
+    assert aborted["aborted"]
+    # The partition's last stable offset moved on: a committed record after it is readable at once.
+    other = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": name("cli-other")})
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(topic, value=b"after")
+    other.commit_transaction(30)
+    assert read_committed(broker.bootstrap, topic, 1) == [b"after"]
