@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import struct
 
 import structlog
 
@@ -185,12 +186,15 @@ class MarkerSender:
         return result
 
     async def _remote(self, leader: int, request):
+        return await self.request(leader, request, WRITE_TXN_MARKERS_VERSION, purpose="txn-markers", timeout_s=30.0)
+
+    async def request(self, node_id: int, message, version: int, *, purpose: str, timeout_s: float = 10.0):
+        """A request to another node at its inter-broker endpoint (markers, and produce verification)."""
         if self._connections is None:
             from .node_client import NodeConnections
 
             self._connections = NodeConnections(self._resolve, client_id=f"odradek-txn-{self.broker.node_id}")
-        return await self._connections.request(leader, request, WRITE_TXN_MARKERS_VERSION, purpose="txn-markers",
-                                               timeout_s=30.0)
+        return await self._connections.request(node_id, message, version, purpose=purpose, timeout_s=timeout_s)
 
     def _resolve(self, node_id: int):
         endpoint = self.broker.services.endpoint(node_id, self.broker.config.inter_broker_listener)
@@ -215,3 +219,84 @@ def start_transaction_coordinator(broker) -> TransactionCoordinator:
     broker.txn_marker_sender = sender
     broker.metadata.register(TransactionCoordinatorLoader(coordinator, broker.node_id, broker.now_ms))
     return coordinator
+
+
+# ---------------------------------------------------------------------------------------------------
+# KIP-890 part 1: a partition leader asks the coordinator before a transaction's first write to a partition
+
+
+_TRANSACTIONAL_BIT = 0x10  # attributes bit 4 (the low byte of the int16 at offset 21 of a batch)
+_PID = struct.Struct(">qh")  # producerId int64, producerEpoch int16 at offset 43 of a batch
+
+
+def transactional_producer(records) -> tuple[int, int] | None:
+    """(producer id, epoch) of a transactional batch, or None: read off the first batch's header only."""
+    if records is None or len(records) < 61 or not records[22] & _TRANSACTIONAL_BIT:
+        return None
+    return _PID.unpack_from(records, 43)
+
+
+def needs_verification(data, tp, producer: tuple[int, int]) -> bool:
+    """Whether the partition has no open transaction of this producer (epoch) yet: its first transactional
+    write must be verified with the coordinator (Kafka skips the round trip once one is open)."""
+    partition = data.get_partition(tp)
+    if partition is None:
+        return False  # the append answers the error
+    entry = partition.log.producer_state.producers.get(producer[0])
+    return entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != producer[1]
+
+
+def _verify_error(code: ErrorCode, produce_version: int) -> ErrorCode:
+    """What the producer is told for a partition the coordinator did not verify (Kafka's
+    AddPartitionsToTxnManager and ReplicaManager: retriable coordinator trouble is NOT_ENOUGH_REPLICAS)."""
+    if code is ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code is ErrorCode.TRANSACTION_ABORTABLE:
+        return ErrorCode.TRANSACTION_ABORTABLE if produce_version >= 12 else ErrorCode.INVALID_TXN_STATE
+    if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT):
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    return code
+
+
+async def verify_transaction(services, transactional_id: str, producer: tuple[int, int], partitions: list,
+                             produce_version: int) -> dict:
+    """Ask the transactional id's coordinator (AddPartitionsToTxn v4, verify_only) whether `partitions`
+    (TopicPartitions) are in the producer's open transaction: {tp: the produce error} for those that are not."""
+    from odradek.coordinator.partitioning import partition_for
+    from odradek.protocol.messages import AddPartitionsToTxnRequest
+
+    def every(code: ErrorCode) -> dict:
+        return {tp: _verify_error(code, produce_version) for tp in partitions}
+
+    topic = services.topic_by_name(TRANSACTION_STATE_TOPIC)
+    if topic is None:
+        return every(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    leader = services.partition_leader(TRANSACTION_STATE_TOPIC, partition_for(transactional_id, len(topic.partitions)))
+    if leader is None:
+        return every(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    T = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+    request = AddPartitionsToTxnRequest(transactions=[T(
+        transactional_id=transactional_id, producer_id=producer[0], producer_epoch=producer[1], verify_only=True,
+        topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
+    try:
+        if leader[0] == services.node_id:
+            deferred = services.transactions.add_partitions_to_txn(request, 4, services.now_ms())
+            response = deferred.result() if deferred.done else await services.future_from(deferred)
+        else:
+            # The coordinator's sender holds this broker's connections to other nodes for transactions.
+            response = await services.transactions.markers.request(leader[0], request, 4, purpose="txn-verify")
+    except Exception as e:  # noqa: BLE001 - the coordinator is unreachable: the producer retries
+        log.debug("transaction verification failed", transactional_id=transactional_id, error=repr(e))
+        return every(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    errors = {tp: ErrorCode.INVALID_TXN_STATE for tp in partitions}  # a partition left out of the answer
+    for result in response.results_by_transaction:
+        for t in result.topic_results:
+            for p in t.results_by_partition:
+                key = next((tp for tp in partitions if tp.topic == t.name and tp.partition == p.partition_index), None)
+                if key is not None:
+                    errors[key] = ErrorCode(p.partition_error_code)
+    return {tp: _verify_error(code, produce_version) for tp, code in errors.items() if code is not ErrorCode.NONE}

@@ -5,6 +5,7 @@
     topic create|list|describe|delete|alter    produce TOPIC    consume TOPIC
     group list|describe|delete|reset-offsets   config get|set   perf produce|consume
     cluster describe|quorum|log-dirs    (cluster up|down|status|compose: odradek/cli.py, server-side)
+    txn list|describe|abort             (as kafka-transactions.sh)
 
 Human output is aligned tables (rich); `--output json` prints one JSON document (JSON lines for
 `consume`) for scripts. Diagnostics go to stderr as one line, `odradek: error: ...`, never a traceback.
@@ -33,6 +34,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from odradek.protocol.errors import ErrorCode
+
 from .admin import Admin
 from .cluster import TopicPartition
 from .config import ClientConfig, ConsumerConfig, ProducerConfig, default_bootstrap, parse_bootstrap
@@ -54,7 +57,7 @@ EXIT_INTERRUPTED = 130
 
 # The commands this parser runs itself; a server-side command of the same name (odradek/cli.py's `cluster up`)
 # is dispatched before this parser sees it.
-CLIENT_COMMANDS = frozenset({"topic", "produce", "consume", "group", "config", "cluster", "perf"})
+CLIENT_COMMANDS = frozenset({"topic", "produce", "consume", "group", "config", "cluster", "perf", "txn"})
 
 
 class UsageError(Exception):
@@ -421,6 +424,27 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
                       help="one row per voter and observer: log end offset, lag, last fetch and caught-up times")
     p.add_argument("--human-readable", action="store_true", help="with --replication: times as 'N ms ago'")
     ksub.add("log-dirs", help="log directories and partition sizes per broker")
+
+    # txn
+    xsub = _SubParsers(sub.add("txn", help="transactions: list, describe, abort a hanging one (kafka-transactions.sh)"),
+                       "action")
+    p = xsub.add("list", help="transactional ids every coordinator knows, with their state")
+    p.add_argument("--state", action="append", default=[], metavar="STATE", help="only these states (Ongoing, ...)")
+    p.add_argument("--producer-id", action="append", type=int, default=[], metavar="ID")
+    p.add_argument("--duration-filter", type=_non_negative, default=None, metavar="MS",
+                   help="only transactions running longer than MS")
+    p = xsub.add("describe", help="one transactional id: producer, epoch, state, timeout, partitions")
+    p.add_argument("transactional_id", nargs="?", metavar="TRANSACTIONAL_ID")
+    p.add_argument("--transactional-id", dest="transactional_id_option", default=None, metavar="TRANSACTIONAL_ID")
+    p = xsub.add("abort", help="abort a hanging transaction on a partition (writes its ABORT marker)")
+    p.add_argument("--topic", "-t", required=True)
+    p.add_argument("--partition", type=_non_negative, required=True)
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--start-offset", type=_non_negative, default=None,
+                     help="the first offset of the open transaction (as DescribeProducers shows it)")
+    who.add_argument("--producer-id", type=int, default=None, help="with --producer-epoch and --coordinator-epoch")
+    p.add_argument("--producer-epoch", type=int, default=None)
+    p.add_argument("--coordinator-epoch", type=int, default=None)
 
     # perf
     psub = _SubParsers(sub.add("perf", help="measure throughput and latency"), "action")
@@ -1332,6 +1356,123 @@ async def cluster_log_dirs(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------- transactions
+
+
+async def _txn_send_all(admin: Admin, build: Callable[[int], Any], api_key: int, what: str) -> list[Any]:
+    """One request per broker (each answers for the transactional ids it coordinates)."""
+    await admin.client.refresh_metadata()
+    responses = []
+    for node in sorted(admin.client.cluster.brokers):
+        async def attempt(node: int = node) -> Any:
+            response = await admin.client.send(node, build, api_key=api_key)
+            if response.error_code:
+                raise KafkaError(response.error_code, context=f"{what} on broker {node}")
+            return response
+
+        responses.append(await admin.client.call(attempt, what=what))
+    return responses
+
+
+async def txn_list(args: argparse.Namespace, out: Output) -> int:
+    from odradek.protocol.messages import REQUESTS
+
+    cls = REQUESTS[66]
+
+    def build(version: int) -> Any:
+        return cls(state_filters=list(args.state), producer_id_filters=list(args.producer_id),
+                   duration_filter=-1 if args.duration_filter is None else args.duration_filter)
+
+    async with _admin(args) as admin:
+        responses = await _txn_send_all(admin, build, 66, "ListTransactions")
+    listed = sorted({(t.transactional_id, t.producer_id, t.transaction_state)
+                     for r in responses for t in r.transaction_states})
+    unknown = sorted({s for r in responses for s in r.unknown_state_filters})
+    for state in unknown:
+        _warn(f"unknown state {state!r}")
+    if out.json:
+        out.emit_json([{"transactional_id": t, "producer_id": p, "state": s} for t, p, s in listed])
+    else:
+        out.table(["TRANSACTIONAL ID", "PRODUCER ID", "STATE"], [list(row) for row in listed])
+    return EXIT_OK
+
+
+async def txn_describe(args: argparse.Namespace, out: Output) -> int:
+    from odradek.protocol.messages import REQUESTS
+
+    from .cluster import COORDINATOR_TRANSACTION
+
+    txn_id = args.transactional_id or args.transactional_id_option
+    if not txn_id:
+        raise UsageError("no transactional id given: add TRANSACTIONAL_ID or --transactional-id")
+    cls = REQUESTS[65]
+    async with _admin(args) as admin:
+        async def attempt() -> Any:
+            node = await admin.client.coordinator(txn_id, COORDINATOR_TRANSACTION)
+            response = await admin.client.send(node, cls(transactional_ids=[txn_id]))
+            state = response.transaction_states[0]
+            code = ErrorCode.for_code(state.error_code)
+            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                admin.client.invalidate_coordinator(txn_id, COORDINATOR_TRANSACTION)
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, context=f"transactional id {txn_id!r}")
+            return node, state
+
+        node, state = await admin.client.call(attempt, what="DescribeTransactions")
+    partitions = [f"{t.topic}-{p}" for t in state.topics for p in t.partitions]
+    record = {"transactional_id": txn_id, "coordinator": node, "producer_id": state.producer_id,
+              "producer_epoch": state.producer_epoch, "state": state.transaction_state,
+              "timeout_ms": state.transaction_timeout_ms, "start_time_ms": state.transaction_start_time_ms,
+              "partitions": partitions}
+    if out.json:
+        out.emit_json(record)
+    else:
+        out.table(["COORDINATOR", "TRANSACTIONAL ID", "PRODUCER ID", "EPOCH", "STATE", "TIMEOUT MS", "STARTED",
+                   "PARTITIONS"],
+                  [[node, txn_id, state.producer_id, state.producer_epoch, state.transaction_state,
+                    state.transaction_timeout_ms, state.transaction_start_time_ms, ",".join(partitions) or "-"]])
+    return EXIT_OK
+
+
+async def txn_abort(args: argparse.Namespace, out: Output) -> int:
+    """kafka-transactions.sh abort: find the partition's open transaction (DescribeProducers, by its start
+    offset) or take the producer given, and ask the partition's leader to write its ABORT marker."""
+    from odradek.protocol.messages import REQUESTS
+
+    tp = TopicPartition(args.topic, args.partition)
+    async with _admin(args) as admin:
+        leader = await admin.client.leader_for(tp)
+        if args.start_offset is not None:
+            describe = REQUESTS[61]
+            response = await admin.client.send(leader, describe(topics=[describe.TopicRequest(
+                name=tp.topic, partition_indexes=[tp.partition])]))
+            (part,) = response.topics[0].partitions
+            if part.error_code:
+                raise KafkaError(part.error_code, part.error_message, context=str(tp))
+            match = [p for p in part.active_producers if p.current_txn_start_offset == args.start_offset]
+            if not match:
+                raise UsageError(f"no open transaction starts at offset {args.start_offset} of {tp}")
+            pid, epoch, coordinator_epoch = match[0].producer_id, match[0].producer_epoch, match[0].coordinator_epoch
+        else:
+            if args.producer_epoch is None or args.coordinator_epoch is None:
+                raise UsageError("--producer-id needs --producer-epoch and --coordinator-epoch")
+            pid, epoch, coordinator_epoch = args.producer_id, args.producer_epoch, args.coordinator_epoch
+        markers = REQUESTS[27]
+        Marker = markers.WritableTxnMarker
+        response = await admin.client.send(leader, markers(markers=[Marker(
+            producer_id=pid, producer_epoch=epoch, transaction_result=False, coordinator_epoch=coordinator_epoch,
+            topics=[Marker.WritableTxnMarkerTopic(name=tp.topic, partition_indexes=[tp.partition])])]))
+    code = next((p.error_code for m in response.markers for t in m.topics for p in t.partitions), 0)
+    if code:
+        raise KafkaError(code, context=f"abort of producer {pid} on {tp}")
+    if out.json:
+        out.emit_json({"topic": tp.topic, "partition": tp.partition, "producer_id": pid, "producer_epoch": epoch,
+                       "aborted": True})
+    else:
+        out.line(f"aborted the transaction of producer {pid} (epoch {epoch}) on {tp}")
+    return EXIT_OK
+
+
 async def _perf_produce(args: argparse.Namespace, out: Output) -> int:
     from .cli_perf import perf_produce
 
@@ -1364,6 +1505,9 @@ _HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace, Output], A
     ("cluster", "describe"): cluster_describe,
     ("cluster", "quorum"): cluster_quorum,
     ("cluster", "log-dirs"): cluster_log_dirs,
+    ("txn", "list"): txn_list,
+    ("txn", "describe"): txn_describe,
+    ("txn", "abort"): txn_abort,
     ("perf", "produce"): _perf_produce,
     ("perf", "consume"): _perf_consume,
 }

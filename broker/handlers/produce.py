@@ -10,6 +10,13 @@ packed bytes): it serves a request only when every partition in it passes the sa
 appended, so that `handle_produce` answers it, errors included. A partition this broker does not lead
 is such an error: `handle_produce` answers it with the leader the image names (`current_leader`, v10+)
 and that leader's endpoint (`node_endpoints`), which the packed response cannot carry.
+
+Transactions (KIP-890 part 1): a producer's first transactional write to a partition is verified with
+its transaction coordinator (was the partition added to the open transaction?) before it is appended, so
+that a zombie or a late retry cannot open a transaction nobody will end. The fast path hands such a
+request to `handle_produce` (one byte of the batch header says "transactional"; the common case pays
+nothing more), which awaits the verification and refuses what it did not confirm. Writes to a partition
+where the producer's transaction is open already are not verified again (as Kafka).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from odradek.replication.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 
 from ..context import ConnectionContext, Packed
+from ..txn_wiring import needs_verification, transactional_producer, verify_transaction
 from . import handles
 
 TopicResponse = ProduceResponse.TopicProduceResponse
@@ -146,7 +154,32 @@ def handle_produce(services, ctx, request):
             response.node_endpoints = list(endpoints.values())
         return response
 
+    if request.transactional_id is not None:
+        unverified = _unverified(services, entries)
+        if unverified:
+            return _verify_then_append(services, request, version, entries, unverified, slots, answer)
     return _append_and_answer(services, entries, acks, request.timeout_ms, answer)
+
+
+def _unverified(services, entries: dict) -> dict:
+    """{producer: [partitions]} of transactional batches whose partition has no open transaction of theirs."""
+    out: dict = {}
+    for tp, records in entries.items():
+        producer = transactional_producer(records)
+        if producer is not None and needs_verification(services.data, tp, producer):
+            out.setdefault(producer, []).append(tp)
+    return out
+
+
+async def _verify_then_append(services, request, version: int, entries: dict, unverified: dict, slots: dict, answer):
+    for producer, tps in unverified.items():
+        refused = await verify_transaction(services, request.transactional_id, producer, tps, version)
+        for tp, code in refused.items():
+            entries.pop(tp, None)
+            parts, i = slots[tp]
+            parts[i] = PartitionResponse(index=tp.partition, error_code=int(code), base_offset=-1)
+    result = _append_and_answer(services, entries, request.acks, request.timeout_ms, answer)
+    return await result if isinstance(result, asyncio.Future) else result
 
 
 def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionContext):
@@ -168,6 +201,9 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
             if _partition_error(services, version, acks, image, name, index, records) is not None:
                 return None
             tp = TopicPartition(name, index)
+            if len(records) > 60 and records[22] & 0x10 and needs_verification(
+                    services.data, tp, transactional_producer(records)):
+                return None  # a transaction's first write here: handle_produce verifies it first
             if tp in entries:  # the same partition twice: handle_produce answers it once, as the last entry says
                 return None
             entries[tp] = records

@@ -237,3 +237,118 @@ def test_aiokafka_transactions_with_offsets(broker):
 
     asyncio.run(run())
     assert read_committed(broker.bootstrap, topic, 5) == [b"aio-c%d" % i for i in range(5)]
+
+
+def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(broker):
+    """KIP-890 part 1: the partition leader verifies a transaction's first write with the coordinator."""
+    from odradek.protocol.errors import ErrorCode
+    from odradek.protocol.messages import AddPartitionsToTxnRequest, InitProducerIdRequest, ProduceRequest
+    from odradek.protocol.records import build_batch
+
+    topic, txn_id = name("verify"), name("v-txn")
+    create(broker.bootstrap, topic, partitions=2)
+    PTopic = ProduceRequest.TopicProduceData
+    with RawClient(broker.bootstrap) as client:
+        assert client.request(FindCoordinatorRequest(key=txn_id, key_type=1), 3).error_code == 0
+        init = None
+        for _ in range(100):  # bounded: COORDINATOR_LOAD_IN_PROGRESS while the coordinator loads
+            init = client.request(InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=60_000), 4)
+            if init.error_code == 0:
+                break
+            time.sleep(0.05)
+        assert init.error_code == 0
+        pid, epoch = init.producer_id, init.producer_epoch
+
+        def produce(partition: int, seq: int, version: int = 9) -> int:
+            batch = build_batch([(b"k", b"v", None, int(time.time() * 1000))], producer_id=pid, producer_epoch=epoch,
+                                base_sequence=seq, transactional=True)
+            response = client.request(ProduceRequest(transactional_id=txn_id, acks=-1, timeout_ms=10_000, topic_data=[
+                PTopic(name=topic, partition_data=[PTopic.PartitionProduceData(index=partition, records=batch)])]),
+                version)
+            return response.responses[0].partition_responses[0].error_code
+
+        add = client.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])]), 3)
+        assert add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+        assert produce(1, 0) == ErrorCode.INVALID_TXN_STATE  # never added
+        assert produce(1, 0, version=12) == ErrorCode.TRANSACTION_ABORTABLE
+        assert produce(0, 0) == 0
+        assert produce(0, 1) == 0  # the transaction is open there now: not verified again
+
+
+def test_bundled_producer_and_consumer(broker):
+    from odradek.client import Consumer as OdConsumer
+    from odradek.client import Producer as OdProducer
+    from odradek.client.cluster import TopicPartition as OdTopicPartition
+
+    topic, source, group = name("od"), name("od-src"), name("od-group")
+    create(broker.bootstrap, topic, source, partitions=2)
+
+    async def run() -> list[bytes]:
+        async with OdProducer(bootstrap_servers=broker.bootstrap, transactional_id=name("od-txn")) as producer:
+            await producer.init_transactions()
+            producer.begin_transaction()
+            for i in range(30):
+                await producer.send(topic, b"od-c%d" % i, key=b"k%d" % (i % 3))
+            await producer.send_offsets_to_transaction({OdTopicPartition(source, 0): 7, OdTopicPartition(source, 1): 3},
+                                                       group)
+            await producer.commit_transaction()
+            producer.begin_transaction()
+            for i in range(10):
+                await producer.send(topic, b"od-a%d" % i)
+            await producer.abort_transaction()
+            producer.begin_transaction()
+            await producer.send(topic, b"od-last", key=b"k0")
+            await producer.commit_transaction()
+        async with OdConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False,
+                              auto_offset_reset="earliest", isolation_level="read_committed") as consumer:
+            committed = await consumer.committed(OdTopicPartition(source, 0))
+            assert committed == 7 or getattr(committed, "offset", None) == 7
+        got = []
+        async with OdConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", group_id=name("od-r"),
+                              isolation_level="read_committed") as consumer:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + DEADLINE_S
+            while len(got) < 31 and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    got.extend(r.value for r in records)
+        return got
+
+    got = asyncio.run(run())
+    assert sorted(got) == sorted([b"od-c%d" % i for i in range(30)] + [b"od-last"])
+
+
+def test_cli_lists_describes_and_aborts_a_hanging_transaction(broker):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def odradek(*args: str) -> str:
+        exe = os.path.join(os.path.dirname(sys.executable), "odradek")
+        result = subprocess.run([exe, "--bootstrap-server", broker.bootstrap, "--output", "json", *args],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    topic, txn_id = name("cli"), name("cli-txn")
+    create(broker.bootstrap, topic, partitions=1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"hanging")
+    p.flush(30)
+    listed = json.loads(odradek("txn", "list", "--state", "Ongoing"))
+    assert {"transactional_id": txn_id, "producer_id": listed[0]["producer_id"], "state": "Ongoing"} in listed
+    described = json.loads(odradek("txn", "describe", txn_id))
+    assert described["state"] == "Ongoing" and described["partitions"] == [f"{topic}-0"]
+    aborted = json.loads(odradek("txn", "abort", "--topic", topic, "--partition", "0", "--start-offset", "0"))
+    assert aborted["aborted"]
+    # The partition's last stable offset moved on: a committed record after it is readable at once.
+    other = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": name("cli-other")})
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(topic, value=b"after")
+    other.commit_transaction(30)
+    assert read_committed(broker.bootstrap, topic, 1) == [b"after"]
