@@ -250,6 +250,8 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
             log.debug("registration not done yet", error=str(e))
         await asyncio.sleep(min(interval_s, 0.2))
     log.info("registered", broker_epoch=broker.broker_epoch)
+    session_s = cfg.broker_session_timeout_ms / 1000
+    answered_at = time.monotonic()
     while True:
         if broker.shutting_down:
             interval_s = min(interval_s, 0.2)  # controlled shutdown: ask often
@@ -266,10 +268,18 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
             )
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
+            if not broker.data.lease_expired and time.monotonic() - answered_at > session_s:
+                log.warning("no heartbeat answered within broker.session.timeout.ms: this broker is fenced and "
+                            "what it leads has moved; it hides its leaderships until it hears from the controller")
+                broker.data.set_lease_expired(True)
             if broker.shutting_down:  # no controller to move leaderships away (the quorum is going too)
                 broker.shutdown_granted.set()
         else:
             if response.error_code == 0:
+                answered_at = time.monotonic()
+                if broker.data.lease_expired:
+                    log.info("heartbeat answered again")
+                    broker.data.set_lease_expired(False)
                 if broker.fenced and not response.is_fenced:
                     log.info("unfenced", broker_epoch=broker.broker_epoch)
                 broker.fenced = response.is_fenced

@@ -108,6 +108,10 @@ class ReplicaManager:
         # preferred read replica as leader: the metrics say which broker serves whom.
         self.follower_consumer_reads = 0
         self.preferred_replica_answers = 0
+        # A broker of a cluster whose heartbeats have gone unanswered for broker.session.timeout.ms: the
+        # controller has fenced it and moved its leaderships, so what its image says it leads is stale.
+        # See set_lease_expired.
+        self.lease_expired = False
 
     # -- hosting --
 
@@ -174,6 +178,30 @@ class ReplicaManager:
                 self.produce_purgatory.check_and_complete(tp)
                 self._log_grew(tp)
 
+    def set_lease_expired(self, expired: bool) -> None:
+        """This broker lost (or regained) its lease with the controller. Cut off for a session, it has been
+        fenced and its replicated partitions have new leaders it cannot learn of; its own acks=all appends
+        can never complete (the ISR cannot shrink without the controller), and a client that keeps sending to
+        it, as librdkafka does when this is the only broker it is connected to, never finds the new
+        leader. So while the lease is lost, produce to a replicated partition led here answers
+        NOT_LEADER_OR_FOLLOWER (retriable: the client refreshes its metadata), the acks=all appends waiting
+        now fail so, and Metadata names no leader for them (broker/handlers/metadata.py). Records appended
+        and not committed are truncated when this broker follows the new leader, as any deposed leader's."""
+        if expired == self.lease_expired:
+            return
+        self.lease_expired = expired
+        if expired:
+            for tp, partition in self.partitions.items():
+                if partition.is_leader and len(partition.replicas) > 1:
+                    self.produce_purgatory.check_and_complete(tp)
+
+    def _leading(self, tp: TopicPartition) -> Partition | None:
+        """The partition as acks=all sees it: None (not led here) while the lease is lost, if replicated."""
+        partition = self.partitions.get(tp)
+        if partition is not None and self.lease_expired and len(partition.replicas) > 1:
+            return None
+        return partition
+
     def proposed_isr_changes(self, now_ms: int) -> list[tuple[Partition, tuple[int, ...]]]:
         """The ISR changes the partitions led here should ask the controller for (see Partition.proposed_isr)."""
         changes = []
@@ -227,7 +255,7 @@ class ReplicaManager:
             respond(results)
 
         op = DelayedProduce(
-            timeout_ms, now_ms=now_ms, produce_status=status, get_partition=self.get_partition, response_callback=on_done,
+            timeout_ms, now_ms=now_ms, produce_status=status, get_partition=self._leading, response_callback=on_done,
         )
         self.produce_purgatory.try_complete_else_watch(op, op.watch_keys)
 
@@ -246,6 +274,9 @@ class ReplicaManager:
         partition = self.partitions.get(tp)
         if partition is None:
             return ProduceResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        if self.lease_expired and len(partition.replicas) > 1 and partition.is_leader:
+            return ProduceResult(error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER), log_start_offset=partition.log_start_offset,
+                                 error_message="this broker lost its lease with the controller; its leaderships have moved")
         try:
             partition.check_append_as_leader(required_acks)
             if origin == AppendOrigin.CLIENT:

@@ -15,13 +15,16 @@ while the test
 
 At the end everything acknowledged is read back from offset 0 and tests/checker.py must find nothing lost,
 duplicated, moved or reordered. The default run is one bounded scenario of these; ODRADEK_LONG=1 adds the
-full rolling restart and a loop of random faults whose seed is printed (ODRADEK_FAULT_SEED=... replays it).
+full rolling restart and a loop of random faults (also kill -9 and SIGSTOP of leaders, kill -9 of the active
+controller) whose seed is printed: ODRADEK_FAULT_SEED=... replays the same sequence of faults and choices,
+though which node a choice hits depends on where leaderships are at that moment.
 Waits are bounded polls of the cluster's own answers (Metadata, DescribeQuorum), never timed assertions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -131,13 +134,30 @@ class FaultCluster:
                 proc.kill()
                 proc.wait()
 
-    def logs(self, tail: int = 4000) -> str:
-        out = []
+    def logs(self, tail: int = 6000) -> str:
+        """Every node's view (quorum, brokers, TOPIC) and the end of its log, less the chattiest lines."""
+        out = ["\n" + self.views()]
         for node_id in sorted(self.procs):
             path = self.dir / f"node-{node_id}" / "node.log"
             if path.exists():
-                out.append(f"\n--- node {node_id}\n" + path.read_text(errors="replace")[-tail:])
+                lines = [line for line in path.read_text(errors="replace").splitlines()
+                         if "proposing an ISR change" not in line and "replica fetcher st" not in line]
+                out.append(f"\n--- node {node_id}\n" + "\n".join(lines)[-tail:])
         return "".join(out)
+
+    def views(self) -> str:
+        out = []
+        for node_id in sorted(self.procs):
+            try:
+                md = self.request(node_id, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)]), 12)
+            except (NodeUnavailable, OSError) as e:
+                out.append(f"node {node_id}: no answer ({e})")
+                continue
+            parts = [f"{p.partition_index}: leader {p.leader_id} epoch {p.leader_epoch} isr {list(p.isr_nodes)} "
+                     f"replicas {list(p.replica_nodes)}" for t in md.topics for p in t.partitions]
+            out.append(f"node {node_id}: controller {md.controller_id}, quorum leader {self.quorum_leader([node_id])}, "
+                       f"brokers {sorted(b.node_id for b in md.brokers)}; " + "; ".join(parts))
+        return "\n".join(out)
 
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.proxy[n][0]}" for n in VOTERS)
@@ -251,9 +271,11 @@ class Load:
         self.thread.start()
         return self
 
-    def acked(self) -> int:
+    def acked(self, partition: int | None = None) -> int:
         with self.lock:
-            return len(self.sent)
+            if partition is None:
+                return len(self.sent)
+            return sum(1 for s in self.sent if s.partition == partition)
 
     def finish(self, timeout_s: float = 180.0) -> None:
         self.stop_event.set()
@@ -331,10 +353,11 @@ def verify(cluster: FaultCluster, load: Load, group: GroupConsumer | None = None
         assert group.seen, "the group consumer read nothing"
 
 
-@pytest.fixture
-def fault_cluster(tmp_path):
+@contextlib.contextmanager
+def running_cluster(directory: Path):
+    """Three voters behind a fabric of proxies, TOPIC created and in sync everywhere."""
     fabric = Fabric()
-    cluster = FaultCluster(tmp_path / "cluster", fabric)
+    cluster = FaultCluster(directory, fabric)
     for node_id in VOTERS:  # every voter's proxy first: each node's settings name them all
         cluster.configure(node_id, controller=True)
     for node_id in VOTERS:
@@ -359,6 +382,12 @@ def fault_cluster(tmp_path):
         fabric.close()
 
 
+@pytest.fixture
+def fault_cluster(tmp_path):
+    with running_cluster(tmp_path / "cluster") as cluster:
+        yield cluster
+
+
 def _brokers(cluster: FaultCluster, node_id: int):
     try:
         return [b.node_id for b in cluster.request(node_id, MetadataRequest(topics=[]), 12).brokers]
@@ -369,9 +398,11 @@ def _brokers(cluster: FaultCluster, node_id: int):
 # -- the faults, each a step of a scenario
 
 
-def wait_progress(cluster: FaultCluster, load: Load, count: int, what: str, timeout_s: float = 90.0) -> None:
-    target = load.acked() + count
-    cluster.wait(lambda: load.acked() >= target, f"{count} more acknowledged records {what}", timeout_s)
+def wait_progress(cluster: FaultCluster, load: Load, count: int, what: str, timeout_s: float = 90.0,
+                  partition: int | None = None) -> None:
+    """`count` more acknowledged records (of `partition` only, if given): the producer carries on."""
+    target = load.acked(partition) + count
+    cluster.wait(lambda: load.acked(partition) >= target, f"{count} more acknowledged records {what}", timeout_s)
 
 
 def cut_leader_off(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOTERS) -> None:
@@ -386,7 +417,9 @@ def cut_leader_off(cluster: FaultCluster, load: Load, rng: random.Random, alive=
     observer = next(n for n in alive if n != victim)
     cluster.wait(lambda: (lambda ps: ps is not None and ps[partition].leader_id not in (-1, victim))(cluster.partitions(observer)),
                  f"a new leader of partition {partition} without {victim}")
-    wait_progress(cluster, load, 100, f"while {victim} is cut off")
+    # The client finds the new leader by itself, even when the cut-off leader is the only broker it is
+    # connected to (the leader hides its leaderships once its lease with the controller has expired).
+    wait_progress(cluster, load, 30, f"to partition {partition} while its old leader {victim} is cut off", partition=partition)
     cluster.fabric.heal()
     cluster.wait_all_in_sync(observer)
     cluster.wait_all_in_sync(victim)
@@ -423,6 +456,21 @@ def cut_one_way(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOT
     cluster.wait_all_in_sync(alive[0])
 
 
+def cut_clients_from_leader(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOTERS) -> None:
+    """Cut the clients off from a partition's leader (the nodes still reach it: nothing fails over, as in
+    Kafka): its partition waits while the others go on; heal: it goes on where it stopped."""
+    parts = cluster.wait_all_in_sync(alive[0])
+    partition = rng.randrange(PARTITIONS)
+    victim = parts[partition].leader_id
+    print(f"cut clients off from node {victim} (leader of partition {partition})")
+    cluster.fabric.isolate(victim, [], clients=True, reset=rng.random() < 0.5)
+    others = [p for p, part in parts.items() if part.leader_id != victim]
+    if others:
+        wait_progress(cluster, load, 50, f"to partition {others[0]} while clients cannot reach {victim}", partition=others[0])
+    cluster.fabric.heal()
+    wait_progress(cluster, load, 30, f"to partition {partition} after the heal", partition=partition)
+
+
 def restart_node(cluster: FaultCluster, load: Load, node_id: int) -> None:
     """SIGTERM (controlled shutdown), start again, wait until it is back in every ISR."""
     print(f"restart node {node_id}")
@@ -448,6 +496,42 @@ def kill_leader(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOT
     wait_progress(cluster, load, 50, f"while node {victim} is dead")
     cluster.start(victim)
     cluster.wait_all_in_sync(observer)
+
+
+def restart_any(cluster: FaultCluster, load: Load, rng: random.Random) -> None:
+    restart_node(cluster, load, rng.choice(VOTERS))
+
+
+def pause_leader(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOTERS) -> None:
+    """SIGSTOP a partition's leader past its session (another leads), then SIGCONT: it finds out it was
+    deposed, truncates what it alone held and follows; back in sync."""
+    parts = cluster.wait_all_in_sync(alive[0])
+    partition = rng.randrange(PARTITIONS)
+    victim = parts[partition].leader_id
+    print(f"SIGSTOP node {victim} (leader of partition {partition})")
+    cluster.procs[victim].send_signal(signal.SIGSTOP)
+    try:
+        observer = next(n for n in alive if n != victim)
+        cluster.wait(lambda: (lambda ps: ps is not None and ps[partition].leader_id not in (-1, victim))(cluster.partitions(observer)),
+                     f"a new leader of partition {partition} while {victim} is stopped")
+        wait_progress(cluster, load, 30, f"to partition {partition} while {victim} is stopped", partition=partition)
+    finally:
+        cluster.procs[victim].send_signal(signal.SIGCONT)
+    cluster.wait_all_in_sync(observer)
+    cluster.wait_all_in_sync(victim)
+
+
+def kill_controller(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOTERS) -> None:
+    """kill -9 the active controller; the others elect one and carry on; restart it; back in sync."""
+    cluster.wait_all_in_sync(alive[0])
+    victim = cluster.wait(lambda: cluster.quorum_leader(alive), "a quorum leader")
+    print(f"kill -9 the active controller {victim}")
+    cluster.stop(victim, signal.SIGKILL)
+    others = [n for n in alive if n != victim]
+    cluster.wait(lambda: (lambda x: x is not None and x != victim)(cluster.quorum_leader(others)), "a new active controller")
+    wait_progress(cluster, load, 50, f"while the old controller {victim} is dead")
+    cluster.start(victim)
+    cluster.wait_all_in_sync(others[0])
 
 
 def move_partition_to_new_broker(cluster: FaultCluster, load: Load, new_node: int = 4) -> None:
@@ -481,6 +565,9 @@ def move_partition_to_new_broker(cluster: FaultCluster, load: Load, new_node: in
         assert not listing, listing  # nothing left in flight
     finally:
         admin.close()
+    # The dropped replica's log is gone from its broker (it stopped following and deleted it).
+    cluster.wait(lambda: not (cluster.dir / f"node-{dropped}" / "data" / f"{TOPIC}-0").exists(),
+                 f"the log of {TOPIC}-0 deleted on node {dropped}")
     wait_progress(cluster, load, 100, "after the move")
     on_new = cluster.partitions(new_node)
     assert on_new is not None and sorted(on_new[0].isr_nodes) == sorted(target)
@@ -524,10 +611,10 @@ def test_random_faults_loop(fault_cluster):
     load = Load(cluster.bootstrap()).start()
     group = GroupConsumer(cluster.bootstrap(), "loop-group").start()
     wait_progress(cluster, load, 100, "at start")
-    steps = [cut_leader_off, cut_follower_off, cut_one_way, kill_leader,
-             lambda c, l, r: restart_node(c, l, r.choice(VOTERS))]
+    steps = [cut_leader_off, cut_follower_off, cut_one_way, cut_clients_from_leader, kill_leader, pause_leader, kill_controller,
+             restart_any]
     for round_ in range(rounds):
         step = rng.choice(steps)
-        print(f"round {round_}: {getattr(step, '__name__', 'restart_node')}")
+        print(f"round {round_}: {step.__name__}")
         step(cluster, load, rng)
     verify(cluster, load, group)
