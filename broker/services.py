@@ -11,6 +11,7 @@ broker/components.py, where the start and stop order is written down.
   * `data`: the replica manager (partitions, their logs, the produce and fetch purgatories).
   * `groups`: the group coordinator, created with `__consumer_offsets` on first use, as Kafka does.
   * `producer_ids`: producer ids for InitProducerId, from blocks the controller allocates.
+  * `log_dirs`: the log directories' moves (AlterReplicaLogDirs) and failures (broker/log_dirs.py).
   * `quorum`: the Raft driver of a node in a cluster (broker/quorum.py); None in a cluster of one, whose
     metadata log is local.
 """
@@ -40,6 +41,7 @@ class BrokerServices:
     __slots__ = (
         "config", "node_id", "now_ms", "metadata", "controller", "data", "log_manager", "producer_ids",
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
+        "log_dirs",
     )
 
     def __init__(
@@ -47,7 +49,7 @@ class BrokerServices:
         controller: ControllerChannel, data: ReplicaManager, log_manager: LogManager,
         producer_ids: ProducerIdManager, api_versions_response: Any,
         groups_factory: Callable[[], GroupCoordinator], controller_api_versions_response: Any = None,
-        quorum=None,
+        quorum=None, log_dirs=None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -60,6 +62,7 @@ class BrokerServices:
         self.api_versions_response = api_versions_response
         self.controller_api_versions_response = controller_api_versions_response
         self.quorum = quorum  # the Raft driver (broker/quorum.py) of a node in a cluster; None in a cluster of one
+        self.log_dirs = log_dirs  # moves between and failures of log directories (broker/log_dirs.py)
         self._groups: GroupCoordinator | None = None
         self._groups_factory = groups_factory
 

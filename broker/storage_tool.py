@@ -18,7 +18,7 @@ import sys
 
 from odradek.replication.metadata_image import new_cluster_id
 from odradek.storage.errors import ForeignLogDirectoryError
-from odradek.storage.meta_properties import format_log_dir, read_meta_properties
+from odradek.storage.meta_properties import format_log_dir, new_directory_id, read_meta_properties
 
 from .config import ConfigError, load_config
 
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     for directory in log_dirs(config):
         try:
             wrote = format_log_dir(directory, node_id=config.node_id, cluster_id=args.cluster_id,
-                                   directory_id=new_cluster_id(), ignore_formatted=args.ignore_formatted)
+                                   directory_id=new_directory_id(), ignore_formatted=args.ignore_formatted)
         except (ForeignLogDirectoryError, OSError) as e:
             print(f"odradek: {e}", file=sys.stderr)
             status = 1

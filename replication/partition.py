@@ -206,6 +206,14 @@ class Partition:
                 return min(first_unstable, self._high_watermark)
         return self._high_watermark
 
+    def replace_log(self, log) -> None:
+        """The same records in a new log object (moved to another log directory, AlterReplicaLogDirs)."""
+        self.log = log
+        if self._first_unstable_offset is not None:
+            self._first_unstable_offset = lambda: log.first_unstable_offset
+        if self._producer_state is not None:
+            self._producer_state = getattr(log, "producer_state", None)
+
     def add_listener(self, listener: Callable[[TopicPartition, int], None]) -> None:
         """Call `listener(topic_partition, high_watermark)` after every advance of the HW."""
         self._listeners += (listener,)

@@ -99,6 +99,10 @@ class ReplicaManager:
         # preferred read replica as leader: the metrics say which broker serves whom.
         self.follower_consumer_reads = 0
         self.preferred_replica_answers = 0
+        # JBOD: partitions whose log directory failed (answered KAFKA_STORAGE_ERROR, as Kafka's offline
+        # partitions are), and who hears of an I/O error met here: `on_storage_error(log directory, error)`.
+        self.offline_partitions: set[TopicPartition] = set()
+        self.on_storage_error: Callable[[str, str], None] | None = None
 
     # -- hosting --
 
@@ -175,6 +179,22 @@ class ReplicaManager:
                     changes.append((partition, new_isr))
         return changes
 
+    def take_offline(self, tp: TopicPartition) -> None:
+        """The partition's log directory failed: it is hosted no more, and answers KAFKA_STORAGE_ERROR."""
+        self.offline_partitions.add(tp)
+        self.remove_partition(tp)
+
+    def replace_log(self, tp: TopicPartition, log) -> None:
+        """The partition's log moved to another directory (AlterReplicaLogDirs): the same records, a new
+        Log object."""
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            partition.replace_log(log)
+
+    def _storage_failed(self, partition: Partition, error: OSError) -> None:
+        if self.on_storage_error is not None:
+            self.on_storage_error(partition.log.directory, str(error))
+
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         partition = self.partitions.pop(tp, None)
         if partition is not None:
@@ -233,7 +253,8 @@ class ReplicaManager:
     def _append_one(self, tp: TopicPartition, records, required_acks: int, now_ms: int) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
-            return ProduceResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            offline = tp in self.offline_partitions
+            return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         try:
             partition.check_append_as_leader(required_acks)
             info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
@@ -241,6 +262,7 @@ class ReplicaManager:
             return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset,
                                  error_message=str(e) or None, record_errors=getattr(e, "record_errors", ()))
         except OSError as e:  # the disk failed under us: the client may retry elsewhere
+            self._storage_failed(partition, e)
             return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR), error_message=str(e))
         if partition.maybe_advance_high_watermark(now_ms):
             self.produce_purgatory.check_and_complete(tp)
@@ -343,7 +365,8 @@ class ReplicaManager:
             tp = p.topic_partition
             partition = self.partitions.get(tp)
             if partition is None:
-                results[tp] = FetchResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                offline = tp in self.offline_partitions
+                results[tp] = FetchResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             try:
                 if not only_from_leader:
@@ -380,6 +403,9 @@ class ReplicaManager:
                     result.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
                 except StorageError as e:
                     result.error_code = _error_of(e)
+                except OSError as e:
+                    result.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                    self._storage_failed(partition, e)
                 else:
                     result.records = list(info.regions)
                     result.size = sum(r[2] for r in info.regions)
