@@ -146,11 +146,9 @@ class LogDirs:
     def storage_failed(self, path: str, error: str) -> None:
         manager = self.log_manager
         d = next((d for d in manager.dirs if path == d.path or path.startswith(d.path + "/")), None)
+        if d is None or not d.online:
+            return  # not a log directory's, or offline already (and handled then)
         gone = manager.mark_dir_offline(path, error)
-        if d is None or d.online:
-            return
-        if not gone and d.error != error:
-            return
         log.error("log directory failed; its replicas are offline on this broker", log_dir=d.path, error=error,
                   partitions=len(gone))
         fetchers = self.broker.replica_fetchers
