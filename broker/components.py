@@ -109,7 +109,8 @@ async def start_components(broker) -> None:
 
 
 def _wire_replica_selection(data: ReplicaManager, cfg, publisher: MetadataPublisher) -> None:
-    """KIP-392: the configured replica selector, and each broker's rack and reachability from the image."""
+    """KIP-392: the configured replica selector, and each broker's rack and reachability from the image; and
+    which brokers are alive (DeleteRecords' low watermark counts the replicas on those only)."""
     from odradek.replication.replica_selector import replica_selector_for
 
     data.replica_selector = replica_selector_for(cfg.replica_selector_class)
@@ -121,6 +122,12 @@ def _wire_replica_selection(data: ReplicaManager, cfg, publisher: MetadataPublis
         return any(e.name == listener for e in registration.endpoints), registration.rack
 
     data.replica_rack = replica_rack
+
+    def is_broker_alive(broker_id: int) -> bool:
+        registration = publisher.image.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
+
+    data.is_broker_alive = is_broker_alive
 
 
 def in_quorum_mode(cfg) -> bool:

@@ -25,7 +25,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
 
-from .delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from .errors import NotLeaderOrFollowerError, ReplicationError
 from .partition import NO_LEADER_EPOCH, FetchIsolation, Partition
 from .purgatory import DelayedOperationPurgatory
@@ -53,6 +53,7 @@ class FetchRequestPartition:
     max_bytes: int
     current_leader_epoch: int = NO_LEADER_EPOCH
     last_fetched_epoch: int = -1  # a follower's (v12+): checked against this leader's epoch history
+    log_start_offset: int = -1  # a follower's (v5+): DeleteRecords waits for every replica's to pass
 
 
 @dataclass(slots=True)
@@ -89,6 +90,10 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords", timer)
+        # Whether a broker is registered and unfenced (from the image; set by the broker): a replica on a
+        # broker that is not does not hold DeleteRecords' low watermark.
+        self.is_broker_alive: Callable[[int], bool] = lambda broker_id: True
         # Brokers that may not join an ISR now (fenced, or in controlled shutdown), from the image.
         self.ineligible_replicas: frozenset[int] = frozenset()
         # KIP-392 (replica_selector.py): the selector (None: consumers read from leaders only) and where a
@@ -152,6 +157,7 @@ class ReplicaManager:
         # Requests waiting on this partition re-check: a deposed leader's acks=all produce fails now.
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
         return partition
 
     def _is_replica_eligible(self, replica_id: int) -> bool:
@@ -201,6 +207,7 @@ class ReplicaManager:
             # Waiting operations re-look the partition up, find it gone and complete with an error.
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
+            self.delete_records_purgatory.check_and_complete(tp)
         return partition
 
     # -- produce --
@@ -415,7 +422,7 @@ class ReplicaManager:
                         if not partition.is_leader:
                             self.follower_consumer_reads += 1
             if replica_id >= 0 and not result.error_code:
-                self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms)
+                self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms, p.log_start_offset)
             results[tp] = result
         return results
 
@@ -486,10 +493,70 @@ class ReplicaManager:
             return epoch, end_offset
         return None
 
-    def _follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+    def _follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int, now_ms: int,
+                          log_start_offset: int = -1) -> None:
         """A follower asked from `fetch_offset`: it holds everything before it. The high watermark may move,
-        and with it acks=all produce waiting here and consumers waiting for data below it."""
-        if partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms):
-            tp = partition.topic_partition
+        and with it acks=all produce waiting here and consumers waiting for data below it; its log start
+        offset may complete a waiting DeleteRecords."""
+        tp = partition.topic_partition
+        state = partition.follower_state(replica_id)
+        start_before = state.log_start_offset if state is not None else -1
+        if partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms, log_start_offset):
             self.produce_purgatory.check_and_complete(tp)
             self._log_grew(tp)
+        if log_start_offset > start_before and self.delete_records_purgatory.watched(tp):
+            self.delete_records_purgatory.check_and_complete(tp)
+
+    # -- DeleteRecords
+
+    def delete_records(self, offsets: list[tuple[TopicPartition, int]], *, timeout_ms: int, now_ms: int,
+                       respond: Callable[[list[tuple[int, int]]], None]) -> None:
+        """DeleteRecords as Kafka's ReplicaManager.deleteRecords: each partition's leader moves its log
+        start to the offset (-1: the high watermark; past it OFFSET_OUT_OF_RANGE; a compacted-only topic
+        POLICY_VIOLATION), then the answer waits until the low watermark (the smallest log start offset of
+        the replicas on live brokers) has reached it, or `timeout_ms` (REQUEST_TIMED_OUT). `respond` gets
+        (error code, low watermark) for each entry of `offsets`, in order."""
+        results: list[tuple[int, int]] = []
+        required: dict[int, tuple[TopicPartition, int]] = {}
+        for tp, offset in offsets:
+            results.append(self._delete_records_one(tp, offset, now_ms))
+            if results[-1][0] == 0:
+                required[len(results) - 1] = (tp, self.partitions[tp].log_start_offset)
+        if all(results[i][1] >= target for i, (_tp, target) in required.items()):
+            respond(results)
+            return
+        op = DelayedDeleteRecords(timeout_ms, now_ms=now_ms, required=required, results=results,
+                                  low_watermark=self._low_watermark, respond=respond)
+        self.delete_records_purgatory.try_complete_else_watch(op, list({tp for tp, _ in required.values()}))
+
+    def _delete_records_one(self, tp: TopicPartition, offset: int, now_ms: int) -> tuple[int, int]:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            code = ErrorCode.KAFKA_STORAGE_ERROR if tp in self.offline_partitions else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return int(code), -1
+        try:
+            if not partition.is_leader:
+                raise NotLeaderOrFollowerError(f"{tp} is not led here")
+            log = partition.log
+            if not log.config.delete:
+                return int(ErrorCode.POLICY_VIOLATION), -1
+            target = partition.high_watermark if offset == -1 else offset
+            if target < 0 or target > partition.high_watermark:
+                return int(ErrorCode.OFFSET_OUT_OF_RANGE), -1
+            log.delete_records_before(target, now_ms=now_ms)
+        except (StorageError, ReplicationError) as e:
+            return _error_of(e), -1
+        except OSError as e:
+            self._storage_failed(partition, e)
+            return int(ErrorCode.KAFKA_STORAGE_ERROR), -1
+        return 0, partition.low_watermark(self._is_live)
+
+    def _is_live(self, broker_id: int) -> bool:
+        return broker_id not in self.ineligible_replicas and self.is_broker_alive(broker_id)
+
+    def _low_watermark(self, tp: TopicPartition) -> int | None:
+        """None when `tp` is no longer led here."""
+        partition = self.partitions.get(tp)
+        if partition is None or not partition.is_leader:
+            return None
+        return partition.low_watermark(self._is_live)
