@@ -54,14 +54,17 @@ async def start_components(broker) -> None:
     loop = asyncio.get_running_loop()
     broker.timer = Timer(tick_ms=1, wheel_size=20, start_ms=now_ms())
 
-    # One data directory today (JBOD is future work): the first of log.dirs. A directory formatted by
-    # `odradek storage format` names the cluster this node belongs to; the metadata log must agree.
-    formatted = read_meta_properties(os.path.abspath(os.path.expanduser(cfg.data_dirs[0]))) or {}
+    # Every directory of log.dirs (JBOD), and metadata.log.dir when it is another. A directory formatted by
+    # `odradek storage format` names the cluster this node belongs to; the others and the metadata log
+    # must agree.
+    data_dirs = [os.path.abspath(os.path.expanduser(d)) for d in cfg.data_dirs]
+    formatted = next((p for p in map(read_meta_properties, data_dirs) if p and p.get("cluster.id")), None) or {}
     broker.cluster_id = formatted.get("cluster.id")
     broker.log_manager = LogManager(
-        cfg.data_dirs[0], now_ms=now_ms(), node_id=cfg.node_id, cluster_id=broker.cluster_id,
+        data_dirs, now_ms=now_ms(), node_id=cfg.node_id, cluster_id=broker.cluster_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
+        metadata_log_dir=os.path.abspath(os.path.expanduser(cfg.metadata_dir)),
     )
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True,
@@ -77,10 +80,15 @@ async def start_components(broker) -> None:
         )
     publisher.register(PartitionHosting(cfg.node_id, cfg, broker.log_manager, broker.data, now_ms,
                                         fetchers=broker.replica_fetchers))
+    from .log_dirs import LogDirs
+
+    broker.log_dirs = LogDirs(broker)
     if in_quorum_mode(cfg):
         _start_quorum(broker, publisher)
     else:
-        metadata_log = MetadataLog(StorageLogAdapter(broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())))
+        metadata_partition_log = broker.log_manager.get_or_create_log(
+            METADATA_PARTITION, now_ms=now_ms(), log_dir=broker.log_manager.metadata_log_dir)
+        metadata_log = MetadataLog(StorageLogAdapter(metadata_partition_log))
         metadata_log.load()
         broker.metadata_log = metadata_log
         publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
@@ -97,15 +105,17 @@ async def start_components(broker) -> None:
         producer_ids=ProducerIdManager(lambda: broker.controller.allocate_producer_ids(cfg.node_id)),
         api_versions_response=broker.api_versions_response,
         controller_api_versions_response=broker.controller_api_versions_response,
-        groups_factory=lambda: start_group_coordinator(broker), quorum=broker.quorum,
+        groups_factory=lambda: start_group_coordinator(broker), quorum=broker.quorum, log_dirs=broker.log_dirs,
         transactions_factory=lambda: start_transaction_coordinator(broker),
     )
+    broker.log_dirs.start()
     _start_metrics(broker, loop)
     broker.spawn(_housekeeping(broker))
 
 
 def _wire_replica_selection(data: ReplicaManager, cfg, publisher: MetadataPublisher) -> None:
-    """KIP-392: the configured replica selector, and each broker's rack and reachability from the image."""
+    """KIP-392: the configured replica selector, and each broker's rack and reachability from the image; and
+    which brokers are alive (DeleteRecords' low watermark counts the replicas on those only)."""
     from odradek.replication.replica_selector import replica_selector_for
 
     data.replica_selector = replica_selector_for(cfg.replica_selector_class)
@@ -117,6 +127,12 @@ def _wire_replica_selection(data: ReplicaManager, cfg, publisher: MetadataPublis
         return any(e.name == listener for e in registration.endpoints), registration.rack
 
     data.replica_rack = replica_rack
+
+    def is_broker_alive(broker_id: int) -> bool:
+        registration = publisher.image.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
+
+    data.is_broker_alive = is_broker_alive
 
 
 def in_quorum_mode(cfg) -> bool:
@@ -145,7 +161,8 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
             "-c <this server.properties>` on every node with the same id (`odradek storage random-uuid`)",
             key="log.dirs",
         )
-    log_ = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())
+    log_ = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms(),
+                                                log_dir=broker.log_manager.metadata_log_dir)
     raft_log = StorageRaftLog(log_)
     voters = {v.node_id: (v.host, v.port) for v in cfg.voters()}
     loader = MetadataLoader(
@@ -407,6 +424,7 @@ async def _housekeeping(broker) -> None:
         try:
             now = now_ms()
             manager = broker.log_manager
+            broker.log_dirs.check_failed_paths()
             manager.maybe_delete_old_segments(now, upper_bound_offset=lambda tp: _high_watermark(broker, tp))
             manager.maybe_remove_expired_producers(now)
             # Work goes to a thread only when there is some: a worker woken every second to find nothing
@@ -454,6 +472,8 @@ async def stop_components(broker) -> None:
     await asyncio.gather(*broker._maintenance, return_exceptions=True)
     if broker.replica_fetchers is not None:  # before the logs they append to close
         await broker.replica_fetchers.shutdown()
+    if getattr(broker, "log_dirs", None) is not None:
+        await broker.log_dirs.stop()
     if broker.quorum is not None:
         await broker.quorum.stop()
         await broker.controller.close()

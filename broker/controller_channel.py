@@ -196,6 +196,9 @@ class ControllerDecisions:
     def alter_partition(self, request, version: int) -> Deferred:
         return self._single(lambda: self.controller.alter_partition(request, version))
 
+    def assign_replicas_to_dirs(self, request) -> Deferred:
+        return self._single(lambda: self.controller.assign_replicas_to_dirs(request))
+
     def elect_leaders(self, request) -> Deferred:
         return self._single(lambda: self.controller.elect_leaders(request))
 

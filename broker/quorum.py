@@ -467,6 +467,9 @@ class ClusterControllerChannel:
             return self.local.alter_partition(request, version)
         return self._remote(lambda: self.forward(request, version))
 
+    def assign_replicas_to_dirs(self, request) -> Deferred:
+        return self._decide_or_forward("assign_replicas_to_dirs", request, 0)
+
     def elect_leaders(self, request) -> Deferred:
         return self._local_only("elect_leaders", request)
 

@@ -12,6 +12,7 @@ broker/components.py, where the start and stop order is written down.
   * `groups`: the group coordinator, created with `__consumer_offsets` on first use, as Kafka does.
   * `producer_ids`: producer ids for InitProducerId, from blocks the controller allocates.
   * `transactions`: the transaction coordinator, created with `__transaction_state` on first use.
+  * `log_dirs`: the log directories' moves (AlterReplicaLogDirs) and failures (broker/log_dirs.py).
   * `quorum`: the Raft driver of a node in a cluster (broker/quorum.py); None in a cluster of one, whose
     metadata log is local.
   * `authorizer`: the ACL decisions (broker/authorizer.py), None unless `authorizer.class.name` is set;
@@ -51,6 +52,7 @@ class BrokerServices:
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
         "_transactions", "_transactions_factory",
         "authorizer", "quotas",
+        "log_dirs",
     )
 
     def __init__(
@@ -58,7 +60,7 @@ class BrokerServices:
         controller: ControllerChannel, data: ReplicaManager, log_manager: LogManager,
         producer_ids: ProducerIdManager, api_versions_response: Any,
         groups_factory: Callable[[], GroupCoordinator], controller_api_versions_response: Any = None,
-        quorum=None, transactions_factory: Callable[[], TransactionCoordinator] | None = None,
+        quorum=None, transactions_factory: Callable[[], TransactionCoordinator] | None = None, log_dirs=None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -71,6 +73,7 @@ class BrokerServices:
         self.api_versions_response = api_versions_response
         self.controller_api_versions_response = controller_api_versions_response
         self.quorum = quorum  # the Raft driver (broker/quorum.py) of a node in a cluster; None in a cluster of one
+        self.log_dirs = log_dirs  # moves between and failures of log directories (broker/log_dirs.py)
         self._groups: GroupCoordinator | None = None
         self._groups_factory = groups_factory
         self._transactions: TransactionCoordinator | None = None

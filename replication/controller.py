@@ -703,6 +703,52 @@ class Controller:
                 )
         return changes.records, response
 
+    def assign_replicas_to_dirs(self, request) -> tuple[list, object]:
+        """AssignReplicasToDirs from a broker: (records, AssignReplicasToDirsResponse). Directories are not
+        tracked in the image (PartitionRecord v0); what is acted on is a replica assigned to a directory
+        that is not online (DirectoryId.LOST): its log directory failed, so the broker leaves that
+        partition's ISR and leadership, as Kafka's handleAssignReplicasToDirs does for an offline
+        directory. Raises MetadataError(STALE_BROKER_EPOCH) for the sender's broker epoch."""
+        from odradek.protocol.messages import AssignReplicasToDirsResponse as R
+
+        broker_id = request.broker_id
+        self._check_broker_epoch(broker_id, request.broker_epoch)
+        changes = _Changes(self)
+        response = R(throttle_time_ms=0, error_code=0, directories=[])
+
+        def acceptable(candidate: int) -> bool:
+            return candidate != broker_id and changes.active(candidate)
+
+        for directory in request.directories:
+            out_dir = R.DirectoryData(id=directory.id, topics=[])
+            response.directories.append(out_dir)
+            for topic_data in directory.topics:
+                topic = self.image.topics_by_id.get(topic_data.topic_id)
+                out_topic = R.DirectoryData.TopicData(topic_id=topic_data.topic_id, partitions=[])
+                out_dir.topics.append(out_topic)
+                for p in topic_data.partitions:
+                    partition = changes.partition(topic.topic_id, p.partition_index) if topic is not None else None
+                    if topic is None:
+                        error = ErrorCode.UNKNOWN_TOPIC_ID
+                    elif partition is None:
+                        error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    elif broker_id not in partition.replicas:
+                        error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    else:
+                        error = ErrorCode.NONE
+                        if directory.id == LOST_DIRECTORY_ID and (broker_id in partition.isr or partition.leader == broker_id):
+                            record = build_partition_change(
+                                partition, topic.topic_id, p.partition_index, acceptable,
+                                election=self._election_for(topic.name),
+                                target_isr=[b for b in partition.isr if b != broker_id],
+                            )
+                            if record is not None:
+                                changes.add_records([record])
+                    out_topic.partitions.append(
+                        R.DirectoryData.TopicData.PartitionData(partition_index=p.partition_index, error_code=int(error))
+                    )
+        return changes.records, response
+
     def elect_leaders(self, request) -> tuple[list, object]:
         """ElectLeaders: (records, ElectLeadersResponse), a result per partition: NONE (elected),
         ELECTION_NOT_NEEDED (PREFERRED: the preferred replica leads; UNCLEAN: there is a leader),
@@ -1097,6 +1143,10 @@ class Controller:
                 ConfigRecord(resource_type=ConfigResourceType.TOPIC, resource_name=name, name=key, value=value)
             )
         return records
+
+
+LOST_DIRECTORY_ID = uuid.UUID(int=2)
+"""Kafka's DirectoryId.LOST: a replica in a log directory that is offline."""
 
 
 def _check_partition_count(count: int) -> None:

@@ -30,7 +30,7 @@ from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import AppendOrigin
 
-from .delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from .errors import NotLeaderOrFollowerError, ReplicationError
 from .partition import NO_LEADER_EPOCH, FetchIsolation, Partition
 from .purgatory import DelayedOperationPurgatory
@@ -58,6 +58,7 @@ class FetchRequestPartition:
     max_bytes: int
     current_leader_epoch: int = NO_LEADER_EPOCH
     last_fetched_epoch: int = -1  # a follower's (v12+): checked against this leader's epoch history
+    log_start_offset: int = -1  # a follower's (v5+): DeleteRecords waits for every replica's to pass
 
 
 @dataclass(slots=True)
@@ -98,6 +99,10 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords", timer)
+        # Whether a broker is registered and unfenced (from the image; set by the broker): a replica on a
+        # broker that is not does not hold DeleteRecords' low watermark.
+        self.is_broker_alive: Callable[[int], bool] = lambda broker_id: True
         # Brokers that may not join an ISR now (fenced, or in controlled shutdown), from the image.
         self.ineligible_replicas: frozenset[int] = frozenset()
         # KIP-392 (replica_selector.py): the selector (None: consumers read from leaders only) and where a
@@ -112,6 +117,10 @@ class ReplicaManager:
         # controller has fenced it and moved its leaderships, so what its image says it leads is stale.
         # See set_lease_expired.
         self.lease_expired = False
+        # JBOD: partitions whose log directory failed (answered KAFKA_STORAGE_ERROR, as Kafka's offline
+        # partitions are), and who hears of an I/O error met here: `on_storage_error(log directory, error)`.
+        self.offline_partitions: set[TopicPartition] = set()
+        self.on_storage_error: Callable[[str, str], None] | None = None
 
     # -- hosting --
 
@@ -161,6 +170,7 @@ class ReplicaManager:
         # Requests waiting on this partition re-check: a deposed leader's acks=all produce fails now.
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
         return partition
 
     def _is_replica_eligible(self, replica_id: int) -> bool:
@@ -212,12 +222,29 @@ class ReplicaManager:
                     changes.append((partition, new_isr))
         return changes
 
+    def take_offline(self, tp: TopicPartition) -> None:
+        """The partition's log directory failed: it is hosted no more, and answers KAFKA_STORAGE_ERROR."""
+        self.offline_partitions.add(tp)
+        self.remove_partition(tp)
+
+    def replace_log(self, tp: TopicPartition, log) -> None:
+        """The partition's log moved to another directory (AlterReplicaLogDirs): the same records, a new
+        Log object."""
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            partition.replace_log(log)
+
+    def _storage_failed(self, partition: Partition, error: OSError) -> None:
+        if self.on_storage_error is not None:
+            self.on_storage_error(partition.log.directory, str(error))
+
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         partition = self.partitions.pop(tp, None)
         if partition is not None:
             # Waiting operations re-look the partition up, find it gone and complete with an error.
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
+            self.delete_records_purgatory.check_and_complete(tp)
         return partition
 
     # -- produce --
@@ -273,7 +300,8 @@ class ReplicaManager:
                     origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
-            return ProduceResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            offline = tp in self.offline_partitions
+            return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         if self.lease_expired and len(partition.replicas) > 1 and partition.is_leader:
             return ProduceResult(error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER), log_start_offset=partition.log_start_offset,
                                  error_message="this broker lost its lease with the controller; its leaderships have moved")
@@ -287,6 +315,7 @@ class ReplicaManager:
             return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset,
                                  error_message=str(e) or None, record_errors=getattr(e, "record_errors", ()))
         except OSError as e:  # the disk failed under us: the client may retry elsewhere
+            self._storage_failed(partition, e)
             return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR), error_message=str(e))
         if partition.maybe_advance_high_watermark(now_ms):
             self.produce_purgatory.check_and_complete(tp)
@@ -387,7 +416,8 @@ class ReplicaManager:
             tp = p.topic_partition
             partition = self.partitions.get(tp)
             if partition is None:
-                results[tp] = FetchResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                offline = tp in self.offline_partitions
+                results[tp] = FetchResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             try:
                 if not only_from_leader:
@@ -424,6 +454,9 @@ class ReplicaManager:
                     result.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
                 except StorageError as e:
                     result.error_code = _error_of(e)
+                except OSError as e:
+                    result.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                    self._storage_failed(partition, e)
                 else:
                     result.records = list(info.regions)
                     result.size = sum(r[2] for r in info.regions)
@@ -435,7 +468,7 @@ class ReplicaManager:
                         if not partition.is_leader:
                             self.follower_consumer_reads += 1
             if replica_id >= 0 and not result.error_code:
-                self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms)
+                self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms, p.log_start_offset)
             results[tp] = result
         return results
 
@@ -520,10 +553,70 @@ class ReplicaManager:
             return epoch, end_offset
         return None
 
-    def _follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+    def _follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int, now_ms: int,
+                          log_start_offset: int = -1) -> None:
         """A follower asked from `fetch_offset`: it holds everything before it. The high watermark may move,
-        and with it acks=all produce waiting here and consumers waiting for data below it."""
-        if partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms):
-            tp = partition.topic_partition
+        and with it acks=all produce waiting here and consumers waiting for data below it; its log start
+        offset may complete a waiting DeleteRecords."""
+        tp = partition.topic_partition
+        state = partition.follower_state(replica_id)
+        start_before = state.log_start_offset if state is not None else -1
+        if partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms, log_start_offset):
             self.produce_purgatory.check_and_complete(tp)
             self._log_grew(tp)
+        if log_start_offset > start_before and self.delete_records_purgatory.watched(tp):
+            self.delete_records_purgatory.check_and_complete(tp)
+
+    # -- DeleteRecords
+
+    def delete_records(self, offsets: list[tuple[TopicPartition, int]], *, timeout_ms: int, now_ms: int,
+                       respond: Callable[[list[tuple[int, int]]], None]) -> None:
+        """DeleteRecords as Kafka's ReplicaManager.deleteRecords: each partition's leader moves its log
+        start to the offset (-1: the high watermark; past it OFFSET_OUT_OF_RANGE; a compacted-only topic
+        POLICY_VIOLATION), then the answer waits until the low watermark (the smallest log start offset of
+        the replicas on live brokers) has reached it, or `timeout_ms` (REQUEST_TIMED_OUT). `respond` gets
+        (error code, low watermark) for each entry of `offsets`, in order."""
+        results: list[tuple[int, int]] = []
+        required: dict[int, tuple[TopicPartition, int]] = {}
+        for tp, offset in offsets:
+            results.append(self._delete_records_one(tp, offset, now_ms))
+            if results[-1][0] == 0:
+                required[len(results) - 1] = (tp, self.partitions[tp].log_start_offset)
+        if all(results[i][1] >= target for i, (_tp, target) in required.items()):
+            respond(results)
+            return
+        op = DelayedDeleteRecords(timeout_ms, now_ms=now_ms, required=required, results=results,
+                                  low_watermark=self._low_watermark, respond=respond)
+        self.delete_records_purgatory.try_complete_else_watch(op, list({tp for tp, _ in required.values()}))
+
+    def _delete_records_one(self, tp: TopicPartition, offset: int, now_ms: int) -> tuple[int, int]:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            code = ErrorCode.KAFKA_STORAGE_ERROR if tp in self.offline_partitions else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return int(code), -1
+        try:
+            if not partition.is_leader:
+                raise NotLeaderOrFollowerError(f"{tp} is not led here")
+            log = partition.log
+            if not log.config.delete:
+                return int(ErrorCode.POLICY_VIOLATION), -1
+            target = partition.high_watermark if offset == -1 else offset
+            if target < 0 or target > partition.high_watermark:
+                return int(ErrorCode.OFFSET_OUT_OF_RANGE), -1
+            log.delete_records_before(target, now_ms=now_ms)
+        except (StorageError, ReplicationError) as e:
+            return _error_of(e), -1
+        except OSError as e:
+            self._storage_failed(partition, e)
+            return int(ErrorCode.KAFKA_STORAGE_ERROR), -1
+        return 0, partition.low_watermark(self._is_live)
+
+    def _is_live(self, broker_id: int) -> bool:
+        return broker_id not in self.ineligible_replicas and self.is_broker_alive(broker_id)
+
+    def _low_watermark(self, tp: TopicPartition) -> int | None:
+        """None when `tp` is no longer led here."""
+        partition = self.partitions.get(tp)
+        if partition is None or not partition.is_leader:
+            return None
+        return partition.low_watermark(self._is_live)

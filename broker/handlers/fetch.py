@@ -83,7 +83,8 @@ def handle_fetch(services, ctx, request):
                 continue
             tp = TopicPartition(image.name, p.partition)
             wanted.append(FetchRequestPartition(tp, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
-                                                p.last_fetched_epoch))  # (-1 before v12: the field's default)
+                                                p.last_fetched_epoch,  # (-1 before v12: the field's default)
+                                                p.log_start_offset))  # (a follower's, for DeleteRecords)
             parts.append((p.partition, tp))
         layout.append((topic.topic, topic.topic_id, parts))
 

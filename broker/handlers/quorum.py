@@ -6,8 +6,8 @@ later. DescribeQuorum (55) is served on both listeners, as Kafka's admin clients
 leader answers from its core, any other node forwards it to the leader, and a cluster of one
 (no Raft: its metadata log is local) describes itself as a quorum of one.
 
-BrokerRegistration (62), BrokerHeartbeat (63), UnregisterBroker (64), AlterPartition (56) and
-AllocateProducerIds (67) are answered by the active controller only (replication/controller.py decides,
+BrokerRegistration (62), BrokerHeartbeat (63), UnregisterBroker (64), AlterPartition (56),
+AssignReplicasToDirs (73) and AllocateProducerIds (67) are answered by the active controller only (replication/controller.py decides,
 the records are committed, then the response goes out); elsewhere NOT_CONTROLLER, which brokers take as
 "look for the controller again". ElectLeaders (43), AlterPartitionReassignments (45) and
 ListPartitionReassignments (46) are admin requests: any broker takes them and forwards them whole to the
@@ -21,6 +21,7 @@ from odradek.protocol.messages import (
     AllocateProducerIdsResponse,
     AlterPartitionReassignmentsResponse,
     AlterPartitionResponse,
+    AssignReplicasToDirsResponse,
     ElectLeadersResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
@@ -200,6 +201,16 @@ def handle_alter_partition(services, ctx, request):
     if _not_controller(services):
         return failed(int(ErrorCode.NOT_CONTROLLER), None)
     return _decided(services, services.controller.alter_partition(request, ctx.api_version), failed)
+
+
+@handles(73, listeners=(CONTROLLER,))
+def handle_assign_replicas_to_dirs(services, ctx, request):
+    def failed(code, _message):
+        return AssignReplicasToDirsResponse(throttle_time_ms=0, error_code=code, directories=[])
+
+    if _not_controller(services):
+        return failed(int(ErrorCode.NOT_CONTROLLER), None)
+    return _decided(services, services.controller.assign_replicas_to_dirs(request), failed)
 
 
 # -- admin requests the controller answers (forwarded whole by a broker that is not the active controller)
