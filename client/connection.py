@@ -167,7 +167,16 @@ class BrokerConnection:
                 pass
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
-            await self._negotiate()
+            try:
+                await self._negotiate()
+            except KafkaConnectionError as e:
+                if ssl_context is None:
+                    raise
+                # Under TLS 1.3 a broker checks the client's certificate after the client's handshake is done:
+                # one it does not trust ends the connection before the first answer.
+                raise AuthenticationError(
+                    f"{self.address} ended the TLS connection before answering ({e}): it may not trust this "
+                    "client's certificate (ssl.certificate.location), or require one") from None
             if self.security is not None and self.security.mechanism is not None:
                 await self._authenticate()
         except BaseException:
