@@ -368,3 +368,24 @@ def test_scram_users_from_the_cli(secured):
     gone = subprocess.run([*cli, "user", "delete", "dave"], capture_output=True, text=True, timeout=60)
     assert gone.returncode == 0, gone.stderr
     assert "invalid credentials" in _librdkafka_error(conf)
+
+
+def test_large_fetches_over_tls_are_copied_not_sendfiled(secured):
+    """Fetch answers carry file regions (sendfile on plaintext): over TLS they must be read and encrypted,
+    or the client would get raw bytes inside its TLS stream. Regions above 16 KiB take the big-region path."""
+    topic = f"big-{uuid.uuid4().hex[:6]}"
+    values = [bytes([i]) * (300_000 + i) for i in range(4)]
+    producer = confluent_kafka.Producer(secured.librdkafka("SSL", **{"message.max.bytes": 2_000_000}))
+    for v in values:
+        producer.produce(topic, v)
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer(secured.librdkafka("SASL_SSL", **{"group.id": f"g-{topic}"}))
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(values) and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    consumer.close()
+    assert got == values
