@@ -152,6 +152,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
 
     from .config import ConfigError
     from .node_client import NodeConnections
+    from .security import node_security
     from .quorum import ClusterControllerChannel, MetadataLoader, QuorumControllerChannel, QuorumDriver
 
     cfg = broker.config
@@ -187,7 +188,8 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
         # node (no change happens): without this it would know no active controller to register with
         # until the next election.
         loader.handle_leader_change(raft.leader_id, raft.epoch)
-    connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}")
+    connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}", security=node_security(
+        cfg, cfg.controller_listener_names[0], "sasl.mechanism.controller.protocol"))
     driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms)
     driver.after_each_call = loader.maybe_snapshot
     local = None

@@ -70,6 +70,7 @@ API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 # closes the connection.
 _BEFORE_AUTHENTICATION = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 _SIZE = struct.Struct(">i")
+CLOSE_AFTER_FAILED_ANSWER_S = 0.2
 
 
 class KafkaProtocol(asyncio.BufferedProtocol):
@@ -138,6 +139,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         if self.server.metrics is not None:
             self.server.metrics.add_bytes_in(nbytes)
+        if self.failing:  # answering a failed authentication: what else arrives is read and dropped
+            return
         if self.auth is not None and not self.auth.authenticated:
             self._before_authentication(nbytes)
             return
@@ -328,19 +331,25 @@ class KafkaProtocol(asyncio.BufferedProtocol):
 
     def _fail_authentication(self, chunks: list, reason: str | None) -> None:
         """Answer a failed authentication after connection.failed.authentication.delay.ms, then close: a
-        client guessing passwords gets one guess per delay per connection. Nothing more is read meanwhile."""
+        client guessing passwords gets one guess per delay per connection. Bytes arriving meanwhile are
+        read and dropped rather than left unread: closing a socket with unread input sends a reset, which
+        can destroy the answer before the client reads it."""
         log.info("authentication failed", client=self.connection_id, listener=self.listener, reason=reason)
         self.failing = True
         self.inbox.clear()
-        if self.transport is not None and not self.reading_paused:
-            self.reading_paused = True
-            self.transport.pause_reading()
+        if self.transport is not None and self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()
         self._flush()
 
         def answer() -> None:
             if not self.closed:
                 self._write(chunks)
-                self.close()
+                self._flush()
+                if delay_s <= 0:
+                    self.close()
+                else:  # kafka-python loses an answer that arrives with the end of the stream: end it later
+                    asyncio.get_running_loop().call_later(CLOSE_AFTER_FAILED_ANSWER_S, self.close)
 
         delay_s = self.security.failed_authentication_delay_ms / 1000
         if delay_s <= 0:

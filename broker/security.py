@@ -368,3 +368,33 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
     security.failed_authentication_delay_ms = config.connection_failed_authentication_delay_ms
     security.reauth_ms = config.listener_setting(listener, "connections.max.reauth.ms")
     return security
+
+
+# -- this node as a client of others --------------------------------------------------------------------
+
+
+def node_security(config: BrokerConfig, listener: str, mechanism_key: str):
+    """How this node connects to other nodes' `listener` (the inter-broker listener with
+    `sasl.mechanism.inter.broker.protocol`, a controller listener with `sasl.mechanism.controller.protocol`):
+    None for PLAINTEXT. The SASL credentials are the username/password of that listener's JAAS entry for
+    the mechanism, as Kafka's brokers take them."""
+    from .node_client import NodeSecurity
+
+    protocol = SecurityProtocol(config._protocol_map().get(listener.upper(), listener.upper()))
+    if protocol is SecurityProtocol.PLAINTEXT:
+        return None
+    ssl_context = client_ssl_context(config, listener) if protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL) else None
+    if protocol in (SecurityProtocol.SSL,):
+        return NodeSecurity(ssl_context=ssl_context)
+    mechanism = str(config.get(mechanism_key)).upper()
+    if mechanism not in SERVED_MECHANISMS:
+        raise ConfigError(
+            f"listener {listener} ({protocol.value}) is reached with SASL mechanism {mechanism}, which this broker does "
+            f"not speak; set {mechanism_key} to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", key=mechanism_key)
+    credentials = client_credentials(config, listener, mechanism)
+    if credentials is None:
+        raise ConfigError(
+            f"listener {listener} is reached with SASL {mechanism}, but listener.name.{listener.lower()}."
+            f"{mechanism.lower()}.sasl.jaas.config has no username=\"...\" password=\"...\" for this node to log in with",
+            key=f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config")
+    return NodeSecurity(ssl_context=ssl_context, mechanism=mechanism, username=credentials[0], password=credentials[1])

@@ -27,12 +27,14 @@ replica's lag as kafka-metadata-quorum does: the leader's log end offset minus t
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
+from odradek.protocol.sasl import ScramMechanism, salted_password
 
 from .assignors import decode_assignment
 from .cluster import KafkaClient, PartitionInfo, TopicPartition
@@ -428,6 +430,55 @@ class Admin:
                 raise KafkaError(result.error_code, result.error_message, context=f"configs of {name!r}")
 
         await self.client.call(attempt, what="IncrementalAlterConfigs")
+
+    # ------------------------------------------------------------------------------------------ SCRAM users
+
+    async def describe_user_scram_credentials(self, users: list[str] | None = None) -> dict[str, list[tuple[str, int]]]:
+        """{user: [(mechanism name, iterations), ...]} for `users` (None: every user). An unknown user named
+        raises KafkaError RESOURCE_NOT_FOUND."""
+        cls = REQUESTS[50]
+        request = cls(users=None if users is None else [cls.UserName(name=u) for u in users])
+
+        async def attempt():
+            response = await self.client.send(await self._controller(), request)
+            if response.error_code:
+                raise KafkaError(response.error_code, response.error_message, context="DescribeUserScramCredentials")
+            out = {}
+            for r in response.results:
+                if r.error_code:
+                    raise KafkaError(r.error_code, r.error_message, context=f"user {r.user!r}")
+                out[r.user] = [(ScramMechanism(c.mechanism).mechanism_name, c.iterations) for c in r.credential_infos]
+            return out
+
+        return await self.client.call(attempt, what="DescribeUserScramCredentials")
+
+    async def alter_user_scram_credentials(
+        self, *, upsert: list[tuple[str, str, str, int]] = (), delete: list[tuple[str, str]] = (),
+    ) -> dict[str, KafkaError | None]:
+        """Create or change users' SCRAM credentials ((user, mechanism, password, iterations); the password is
+        salted and hashed here and never sent) and delete them ((user, mechanism)). {user: error or None}."""
+        cls = REQUESTS[51]
+        upsertions = []
+        for user, mechanism, password, iterations in upsert:
+            m = ScramMechanism.from_name(mechanism)
+            salt = secrets.token_bytes(32)
+            upsertions.append(cls.ScramCredentialUpsertion(
+                name=user, mechanism=int(m), iterations=iterations, salt=salt,
+                salted_password=salted_password(m, password, salt, iterations)))
+        request = cls(upsertions=upsertions, deletions=[
+            cls.ScramCredentialDeletion(name=user, mechanism=int(ScramMechanism.from_name(m))) for user, m in delete])
+
+        async def attempt():
+            response = await self.client.send(await self._controller(), request)
+            out: dict[str, KafkaError | None] = {}
+            for r in response.results:
+                error = KafkaError(r.error_code, r.error_message, context=f"user {r.user!r}") if r.error_code else None
+                if error is not None and error.retriable:
+                    raise error
+                out[r.user] = error
+            return out
+
+        return await self.client.call(attempt, what="AlterUserScramCredentials")
 
     # ------------------------------------------------------------------------------------------ groups
 

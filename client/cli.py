@@ -57,7 +57,7 @@ EXIT_INTERRUPTED = 130
 
 # The commands this parser runs itself; a server-side command of the same name (odradek/cli.py's `cluster up`)
 # is dispatched before this parser sees it.
-CLIENT_COMMANDS = frozenset({"topic", "produce", "consume", "group", "config", "cluster", "perf", "txn"})
+CLIENT_COMMANDS = frozenset({"topic", "produce", "consume", "group", "config", "cluster", "perf", "txn", "user"})
 
 
 class UsageError(Exception):
@@ -408,6 +408,21 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
                    help="kafka-configs.sh's spelling of KEY=VALUE pairs")
     p.add_argument("--delete", "--delete-config", action="append", default=[], metavar="KEY")
 
+    # user (SCRAM credentials, as kafka-configs.sh --entity-type users --alter --add-config SCRAM-SHA-512=[...])
+    usub = _SubParsers(sub.add("user", help="create, list and delete SCRAM users"), "action")
+    p = usub.add("create", help="create a SCRAM user, or change its password")
+    p.add_argument("name")
+    p.add_argument("--password", help="the password (default: read from the terminal, or a line of stdin)")
+    p.add_argument("--mechanism", "-m", action="append", default=[], choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
+                   help="repeatable (default SCRAM-SHA-512)")
+    p.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations, 4096 to 16384 (default 4096)")
+    p = usub.add("list", help="users and their SCRAM mechanisms")
+    p.add_argument("names", nargs="*", metavar="USER")
+    p = usub.add("delete", help="delete a SCRAM user's credentials")
+    p.add_argument("name")
+    p.add_argument("--mechanism", "-m", action="append", default=[], choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
+                   help="repeatable (default: every mechanism the user has)")
+
     # cluster
     # `cluster up|down|status|compose` are odradek/cli.py's own (they run brokers on this machine) and never reach
     # this parser; the help names them so that `odradek cluster --help` shows the whole family.
@@ -585,7 +600,10 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
 
 # Security settings are accepted in the client-properties syntax so that a properties file written for
 # Kafka's tools is understood; only what the bundled client can do is allowed through.
-_PLAINTEXT_ONLY = {"security.protocol": "PLAINTEXT"}
+_PROPERTY_ALIASES = {"sasl.mechanisms": "sasl.mechanism"}
+_JAVA_ONLY = {
+    "ssl.truststore.location": "ssl.ca.location", "ssl.keystore.location": "ssl.certificate.location and ssl.key.location",
+}
 
 
 def _read_properties(path: str) -> dict[str, str]:
@@ -609,12 +627,13 @@ def _client_properties(args: argparse.Namespace) -> dict[str, Any]:
     props.update(dict(args.properties))
     out: dict[str, Any] = {}
     for key, value in props.items():
-        if key in _PLAINTEXT_ONLY:
-            if value.upper() != _PLAINTEXT_ONLY[key]:
-                raise UsageError(f"{key}={value} is not supported yet (only {_PLAINTEXT_ONLY[key]})")
+        if key == "sasl.jaas.config":  # Kafka's tools: username="..." password="..." of the login module
+            for option, text in re.findall(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"', value):
+                out[f"sasl_{option}"] = re.sub(r"\\(.)", r"\1", text)
             continue
-        if key.startswith(("sasl.", "ssl.")):
-            raise UsageError(f"{key} is not supported yet (the client speaks PLAINTEXT only)")
+        if key in _JAVA_ONLY:  # Java key/trust store settings: say what librdkafka's names are
+            raise UsageError(f"{key} is a Java client setting; use {_JAVA_ONLY[key]} (PEM files) instead")
+        key = _PROPERTY_ALIASES.get(key, key)
         out[key.replace(".", "_").replace("-", "_")] = value
     return out
 
@@ -1215,6 +1234,68 @@ async def config_set(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------- users
+
+
+def _read_password(args: argparse.Namespace) -> str:
+    if args.password is not None:
+        return args.password
+    if sys.stdin.isatty():
+        import getpass
+
+        first = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != first:
+            raise UsageError("the passwords differ")
+        return first
+    line = sys.stdin.readline().rstrip("\n")
+    if not line:
+        raise UsageError("no password given (--password, or a line on stdin)")
+    return line
+
+
+async def user_create(args: argparse.Namespace, out: Output) -> int:
+    password = _read_password(args)
+    mechanisms = args.mechanism or ["SCRAM-SHA-512"]
+    async with _admin(args) as admin:
+        results = await admin.alter_user_scram_credentials(
+            upsert=[(args.name, m, password, args.iterations) for m in mechanisms])
+    error = results.get(args.name)
+    if error is not None:
+        raise error
+    if out.json:
+        out.emit_json({"user": args.name, "mechanisms": mechanisms, "iterations": args.iterations})
+    else:
+        out.line(f"user {args.name}: {', '.join(mechanisms)} credentials set ({args.iterations} iterations)")
+    return EXIT_OK
+
+
+async def user_list(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        users = await admin.describe_user_scram_credentials(args.names or None)
+    if out.json:
+        out.emit_json([{"user": u, "credentials": [{"mechanism": m, "iterations": i} for m, i in creds]}
+                       for u, creds in sorted(users.items())])
+    else:
+        out.table(["USER", "MECHANISMS"], [[u, ", ".join(f"{m} ({i})" for m, i in creds)] for u, creds in sorted(users.items())])
+    return EXIT_OK
+
+
+async def user_delete(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        mechanisms = args.mechanism
+        if not mechanisms:
+            mechanisms = [m for m, _ in (await admin.describe_user_scram_credentials([args.name]))[args.name]]
+        results = await admin.alter_user_scram_credentials(delete=[(args.name, m) for m in mechanisms])
+    error = results.get(args.name)
+    if error is not None:
+        raise error
+    if out.json:
+        out.emit_json({"user": args.name, "deleted": mechanisms})
+    else:
+        out.line(f"user {args.name}: {', '.join(mechanisms)} credentials deleted")
+    return EXIT_OK
+
+
 def quorum_json(quorum: Any) -> dict[str, Any]:
     def replica(r: Any, status: str) -> dict[str, Any]:
         return {"node_id": r.replica_id, "directory_id": None if r.directory_id is None else str(r.directory_id),
@@ -1502,6 +1583,9 @@ _HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace, Output], A
     ("group", "reset-offsets"): group_reset_offsets,
     ("config", "get"): config_get,
     ("config", "set"): config_set,
+    ("user", "create"): user_create,
+    ("user", "list"): user_list,
+    ("user", "delete"): user_delete,
     ("cluster", "describe"): cluster_describe,
     ("cluster", "quorum"): cluster_quorum,
     ("cluster", "log-dirs"): cluster_log_dirs,

@@ -223,7 +223,10 @@ class ScramServer:
             raise SaslAuthenticationFailed("Invalid SCRAM client final message")
         if _unb64(attrs[0][1], "channel binding") != self._gs2_header.encode("utf-8"):
             raise self._fail()
-        if attrs[1][1] != self._nonce:
+        # The nonce must end with the combined one the server sent, as Kafka 3.x's ScramSaslServer checks
+        # (newer Kafka wants equality): librdkafka 2.0 (kcat 1.7's) sends its own nonce again in front.
+        # Still safe: the proof covers the nonce as sent, and the server's part is fresh.
+        if not attrs[1][1].endswith(self._nonce):
             raise self._fail()
         proof = _unb64(attrs[-1][1], "proof")
         without_proof = message[: message.rindex(",p=")]
