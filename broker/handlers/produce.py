@@ -99,6 +99,7 @@ def handle_produce(services, ctx, request):
     topic_names: dict[int, str] = {}
     endpoints: dict[int, object] = {}
     denied = _denied(services, ctx, request, version) if services.authorizer is not None else None
+    services.quotas.record_produce(ctx.connection, ctx.client_id, ctx.frame_size)  # (the throttle goes in the response)
     for topic in request.topic_data:
         image, name = _topic(services, version, topic.topic_id if version >= 13 else topic.name)
         topic_names[id(topic)] = name
@@ -157,6 +158,8 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
     if acks != 1 and acks != -1:
         return None
     if services.authorizer is not None and not _fast_path_authorized(services, connection, request):
+        return None
+    if services.metadata.image.client_quotas:  # quotas are per client id, which the fast path does not read
         return None
     version = request.api_version
     entries: dict[TopicPartition, object] = {}
