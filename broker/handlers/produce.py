@@ -205,9 +205,7 @@ def _transactional(records) -> bool:
 def _denied(services, ctx, request, version: int):
     """True when the whole request is refused (transactional records without WRITE on the transactional
     id), else the set of topic names the principal may not write."""
-    if request.transactional_id is not None or any(
-        _transactional(p.records) for t in request.topic_data for p in t.partition_data
-    ):
+    if any(_transactional(p.records) for t in request.topic_data for p in t.partition_data):
         if request.transactional_id is None or not services.authorized(
             ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
         ):
