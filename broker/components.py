@@ -34,6 +34,7 @@ from odradek.storage.meta_properties import read_meta_properties
 from odradek.storage.names import TopicPartition
 from odradek.storage.segment import drop_cache
 
+from .storage_tool import read_bootstrap_records
 from .context import SecurityProtocol
 from .controller_channel import LocalControllerChannel
 from .services import BrokerServices
@@ -66,6 +67,7 @@ async def start_components(broker) -> None:
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True,
                                  replica_lag_time_max_ms=cfg.replica_lag_time_max_ms)
     publisher = broker.metadata = MetadataPublisher()
+    _wire_replica_selection(broker.data, cfg, publisher)
     if in_quorum_mode(cfg) and "broker" in cfg.process_roles:  # a controller-only node hosts no partitions
         from .replica_fetcher import ReplicaFetcherManager
 
@@ -82,9 +84,12 @@ async def start_components(broker) -> None:
         metadata_log.load()
         broker.metadata_log = metadata_log
         publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
-        broker.controller = LocalControllerChannel(Controller(), metadata_log, publisher, cfg, now_ms)
+        controller = Controller()
+        controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
+        broker.controller = LocalControllerChannel(controller, metadata_log, publisher, cfg, now_ms)
 
     from .groups_wiring import start_group_coordinator
+    from .txn_wiring import start_transaction_coordinator
 
     broker.services = BrokerServices(
         config=cfg, now_ms=now_ms, metadata=publisher, controller=broker.controller, data=broker.data,
@@ -93,9 +98,25 @@ async def start_components(broker) -> None:
         api_versions_response=broker.api_versions_response,
         controller_api_versions_response=broker.controller_api_versions_response,
         groups_factory=lambda: start_group_coordinator(broker), quorum=broker.quorum,
+        transactions_factory=lambda: start_transaction_coordinator(broker),
     )
     _start_metrics(broker, loop)
     broker.spawn(_housekeeping(broker))
+
+
+def _wire_replica_selection(data: ReplicaManager, cfg, publisher: MetadataPublisher) -> None:
+    """KIP-392: the configured replica selector, and each broker's rack and reachability from the image."""
+    from odradek.replication.replica_selector import replica_selector_for
+
+    data.replica_selector = replica_selector_for(cfg.replica_selector_class)
+
+    def replica_rack(broker_id: int, listener: str) -> tuple[bool, str | None]:
+        registration = publisher.image.brokers.get(broker_id)
+        if registration is None or registration.fenced:
+            return False, None
+        return any(e.name == listener for e in registration.endpoints), registration.rack
+
+    data.replica_rack = replica_rack
 
 
 def in_quorum_mode(cfg) -> bool:
@@ -160,6 +181,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
             auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_seconds * 1000,
         )
+        controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
         local = QuorumControllerChannel(controller, cfg, now_ms, driver, loader)
         local.cluster_id = broker.cluster_id
     broker.quorum = driver
@@ -171,6 +193,8 @@ def register_broker(broker) -> None:
     """Register this node with the endpoints of the listeners it bound (on an empty log, bootstrap the
     cluster first), then start the group coordinator if groups exist already. A node of a cluster does
     it in the background instead (BrokerRegistration to the active controller, then heartbeats)."""
+    from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC
+
     from .groups_wiring import OFFSETS_TOPIC
 
     cfg = broker.config
@@ -190,6 +214,8 @@ def register_broker(broker) -> None:
     image = broker.metadata.image
     if image.topics_by_name.get(OFFSETS_TOPIC) is not None:
         broker.services.groups  # load the coordinator's partitions at start when groups exist already
+    if image.topics_by_name.get(TRANSACTION_STATE_TOPIC) is not None:
+        broker.services.transactions  # and the transaction coordinator's, resuming markers of ended transactions
     log.info("components started", cluster_id=image.cluster_id, topics=len(image.topics_by_name))
 
 
@@ -298,7 +324,8 @@ def replication_counts(broker) -> dict[str, int]:
     offline = sum(1 for t in image.topics_by_id.values() for p in t.partitions.values() if p.leader < 0)
     fenced = sum(1 for b in image.brokers.values() if b.fenced)
     return {"leaders": leaders, "under_replicated": under, "under_min_isr": under_min, "offline": offline,
-            "fenced_brokers": fenced}
+            "fenced_brokers": fenced, "follower_consumer_reads": broker.data.follower_consumer_reads,
+            "preferred_replica_answers": broker.data.preferred_replica_answers}
 
 
 def arm_timer(broker) -> None:
@@ -408,6 +435,9 @@ def _high_watermark(broker, tp) -> int | None:
 async def stop_components(broker) -> None:
     if broker._timer_handle is not None:
         broker._timer_handle.cancel()
+    sender = getattr(broker, "txn_marker_sender", None)
+    if sender is not None:
+        await sender.close()
     if broker.metrics_server is not None:
         broker.metrics_server.stop()
     # Let a flush or cleaning that is running in a worker thread finish before the logs close under it.

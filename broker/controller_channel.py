@@ -24,7 +24,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from odradek.coordinator.runtime import Deferred
 from odradek.protocol.errors import ErrorCode
@@ -146,6 +146,11 @@ class ControllerDecisions:
 
     def alter_configs(self, changes: Sequence[ConfigChange], *, validate_only: bool = False) -> Deferred[Results]:
         return self._run([lambda c=c: self._alter_configs(c) for c in changes], validate_only)
+
+    def alter_user_scram_credentials(self, decide: Callable[[Any], tuple[list, object]]) -> Deferred[Results]:
+        """SCRAM credential records, as `decide(image)` makes them from the controller's image
+        (broker/handlers/sasl.py)."""
+        return self._run([lambda: decide(self.controller.image)], False)
 
     def allocate_producer_ids(self, broker_id: int) -> Deferred[ProducerIdsBlock]:
         return self._single(lambda: self.controller.allocate_producer_ids(broker_id))

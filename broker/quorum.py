@@ -411,6 +411,9 @@ class ClusterControllerChannel:
     def alter_configs(self, changes, *, validate_only: bool = False) -> Deferred:
         return self._local_only("alter_configs", changes, validate_only=validate_only)
 
+    def alter_user_scram_credentials(self, decide) -> Deferred:
+        return self._local_only("alter_user_scram_credentials", decide)
+
     def create_acls(self, bindings) -> Deferred:
         return self._local_only("create_acls", bindings)
 

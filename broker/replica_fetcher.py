@@ -136,6 +136,7 @@ class ReplicaFetcher:
                 break
             try:
                 state.handle_response(sent, response, clock())
+                self.manager.data.follower_high_watermarks_moved(sent)  # consumers reading here (KIP-392)
             except Exception:  # a bug must not stop replication of every other partition for good
                 log.exception("handling a fetch response failed", source=self.source_id)
                 state.handle_failure(sent, clock())

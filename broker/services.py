@@ -11,6 +11,7 @@ broker/components.py, where the start and stop order is written down.
   * `data`: the replica manager (partitions, their logs, the produce and fetch purgatories).
   * `groups`: the group coordinator, created with `__consumer_offsets` on first use, as Kafka does.
   * `producer_ids`: producer ids for InitProducerId, from blocks the controller allocates.
+  * `transactions`: the transaction coordinator, created with `__transaction_state` on first use.
   * `quorum`: the Raft driver of a node in a cluster (broker/quorum.py); None in a cluster of one, whose
     metadata log is local.
   * `authorizer`: the ACL decisions (broker/authorizer.py), None unless `authorizer.class.name` is set;
@@ -41,12 +42,14 @@ from .topics import is_internal
 
 if TYPE_CHECKING:
     from odradek.coordinator.group_coordinator import GroupCoordinator
+    from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 
 
 class BrokerServices:
     __slots__ = (
         "config", "node_id", "now_ms", "metadata", "controller", "data", "log_manager", "producer_ids",
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
+        "_transactions", "_transactions_factory",
         "authorizer", "quotas",
     )
 
@@ -55,7 +58,7 @@ class BrokerServices:
         controller: ControllerChannel, data: ReplicaManager, log_manager: LogManager,
         producer_ids: ProducerIdManager, api_versions_response: Any,
         groups_factory: Callable[[], GroupCoordinator], controller_api_versions_response: Any = None,
-        quorum=None,
+        quorum=None, transactions_factory: Callable[[], TransactionCoordinator] | None = None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -70,6 +73,8 @@ class BrokerServices:
         self.quorum = quorum  # the Raft driver (broker/quorum.py) of a node in a cluster; None in a cluster of one
         self._groups: GroupCoordinator | None = None
         self._groups_factory = groups_factory
+        self._transactions: TransactionCoordinator | None = None
+        self._transactions_factory = transactions_factory
         self.authorizer = Authorizer.from_config(config, metadata)
         self.quotas = ClientQuotas(config, metadata)
 
@@ -96,6 +101,20 @@ class BrokerServices:
     @property
     def groups_if_started(self) -> GroupCoordinator | None:
         return self._groups
+
+    # -- the transaction coordinator, on first use (with `__transaction_state`)
+
+    @property
+    def transactions(self) -> TransactionCoordinator:
+        if self._transactions is None:
+            if self._transactions_factory is None:
+                raise RuntimeError("this broker has no transaction coordinator")
+            self._transactions = self._transactions_factory()
+        return self._transactions
+
+    @property
+    def transactions_if_started(self) -> TransactionCoordinator | None:
+        return self._transactions
 
     # -- the image
 

@@ -167,12 +167,14 @@ class Controller:
 
     # -- operations: each validates against the current image and returns records; nothing changes
 
-    @staticmethod
-    def bootstrap_records(cluster_id: str) -> list:
+    # Records given at format time (`odradek storage format --add-scram`), written with the bootstrap records.
+    bootstrap_extra: tuple = ()
+
+    def bootstrap_records(self, cluster_id: str) -> list:
         """What a new cluster's log starts with (Kafka's bootstrap records): the metadata.version feature
-        level and the cluster id."""
+        level, the cluster id, and the records formatting added (`bootstrap_extra`)."""
         return [FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
-                ClusterIdRecord(cluster_id=cluster_id)]
+                ClusterIdRecord(cluster_id=cluster_id), *self.bootstrap_extra]
 
     def bootstrap(
         self, cluster_id: str | None, node_id: int, endpoints: Sequence[Endpoint], *, rack: str | None = None

@@ -43,6 +43,8 @@ __all__ = [
     "RegisterBrokerRecord",
     "RemoveTopicRecord",
     "TopicRecord",
+    "UserScramCredentialRecord",
+    "RemoveUserScramCredentialRecord",
     "UnregisterBrokerRecord",
     "decode_metadata_record",
     "encode_metadata_record",
@@ -62,10 +64,12 @@ class MetadataRecordType(IntEnum):
     CONFIG = 4
     PARTITION_CHANGE = 5
     REMOVE_TOPIC = 9
+    USER_SCRAM_CREDENTIAL = 11
     FEATURE_LEVEL = 12
     PRODUCER_IDS = 15
     BROKER_REGISTRATION_CHANGE = 17
     NO_OP = 20
+    REMOVE_USER_SCRAM_CREDENTIAL = 22
     # Stock Kafka keeps the cluster id in meta.properties; Odradek keeps it in the log, with the record
     # type Kafka's metadata schema directory defines for it, so that it is replicated with the rest.
     CLUSTER_ID = 29
@@ -277,6 +281,24 @@ ClientQuotaRecord = _record(
     write_version=0,
 )
 
+
+# SCRAM credentials (KIP-554): the salted keys, never the password. mechanism is ScramMechanism's id.
+UserScramCredentialRecord = _record(
+    MetadataRecordType.USER_SCRAM_CREDENTIAL,
+    "UserScramCredentialRecord",
+    [F("name", "string"), F("mechanism", "int8"), F("salt", "bytes"), F("stored_key", "bytes"),
+     F("server_key", "bytes"), F("iterations", "int32")],
+    valid="0",
+    write_version=0,
+)
+
+RemoveUserScramCredentialRecord = _record(
+    MetadataRecordType.REMOVE_USER_SCRAM_CREDENTIAL,
+    "RemoveUserScramCredentialRecord",
+    [F("name", "string"), F("mechanism", "int8")],
+    valid="0",
+    write_version=0,
+)
 
 def encode_metadata_record(record) -> bytes:
     """The framed value of one metadata record, at its type's WRITE_VERSION."""

@@ -29,6 +29,7 @@ from .metadata_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     TopicRecord,
+    UserScramCredentialRecord,
     decode_metadata_record,
     encode_metadata_record,
 )
@@ -71,6 +72,9 @@ def image_records(image: MetadataImage) -> Iterator:
             yield from _configs(resource, image.configs[resource])
     if image.next_producer_id > 0:
         yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id)
+    for (name, mechanism), c in sorted(image.scram_credentials.items()):
+        yield UserScramCredentialRecord(name=name, mechanism=mechanism, salt=c.salt, stored_key=c.stored_key,
+                                        server_key=c.server_key, iterations=c.iterations)
     for acl_id in sorted(image.acls):
         b = image.acls[acl_id]
         yield AccessControlEntryRecord(

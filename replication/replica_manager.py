@@ -18,17 +18,20 @@ Everything here is synchronous and takes `now_ms`; callers (the broker) own the 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from odradek.protocol.errors import ErrorCode
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
+from odradek.storage.producer_state import AppendOrigin
 
 from .delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
-from .errors import ReplicationError
+from .errors import NotLeaderOrFollowerError, ReplicationError
 from .partition import NO_LEADER_EPOCH, FetchIsolation, Partition
 from .purgatory import DelayedOperationPurgatory
+from .replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
 from .timing_wheel import Timer
 
 NO_TIMESTAMP = -1
@@ -69,6 +72,10 @@ class FetchResult:
     size: int = 0
 
 
+def _base_offset(segment) -> int:
+    return segment.base_offset
+
+
 def _error_of(e: Exception) -> int:
     code = getattr(e, "error_code", None)
     return int(code) if code is not None else int(ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -90,6 +97,14 @@ class ReplicaManager:
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         # Brokers that may not join an ISR now (fenced, or in controlled shutdown), from the image.
         self.ineligible_replicas: frozenset[int] = frozenset()
+        # KIP-392 (replica_selector.py): the selector (None: consumers read from leaders only) and where a
+        # broker is for a listener: `replica_rack(broker_id, listener)` is (reachable there, its rack).
+        self.replica_selector: ReplicaSelector | None = None
+        self.replica_rack: Callable[[int, str], tuple[bool, str | None]] = lambda broker_id, listener: (False, None)
+        # Consumer fetches of a partition answered here as a follower (with records), and answered with a
+        # preferred read replica as leader: the metrics say which broker serves whom.
+        self.follower_consumer_reads = 0
+        self.preferred_replica_answers = 0
 
     # -- hosting --
 
@@ -184,11 +199,13 @@ class ReplicaManager:
         timeout_ms: int,
         now_ms: int,
         respond: Callable[[dict[TopicPartition, ProduceResult]], None],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> None:
-        """Append each partition's batches; `respond` gets the results now, or later for acks=all."""
+        """Append each partition's batches; `respond` gets the results now, or later for acks=all.
+        `origin` COORDINATOR: batches this broker built (transaction markers), which clients may not send."""
         results: dict[TopicPartition, ProduceResult] = {}
         for tp, records in entries.items():
-            results[tp] = self._append_one(tp, records, required_acks, now_ms)
+            results[tp] = self._append_one(tp, records, required_acks, now_ms, origin)
         if required_acks != -1 or all(r.error_code for r in results.values()) or self._replicated(results):
             respond(results)
             return
@@ -221,13 +238,17 @@ class ReplicaManager:
                 return False
         return True
 
-    def _append_one(self, tp: TopicPartition, records, required_acks: int, now_ms: int) -> ProduceResult:
+    def _append_one(self, tp: TopicPartition, records, required_acks: int, now_ms: int,
+                    origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
             return ProduceResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         try:
             partition.check_append_as_leader(required_acks)
-            info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+            if origin == AppendOrigin.CLIENT:
+                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+            else:
+                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms, origin=origin)
         except (StorageError, ReplicationError) as e:
             return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset,
                                  error_message=str(e) or None, record_errors=getattr(e, "record_errors", ()))
@@ -245,8 +266,6 @@ class ReplicaManager:
 
     def append_internal(self, tp: TopicPartition, batches, *, now_ms: int):
         """Append batches written by this broker's coordinators (trusted, never a client's)."""
-        from odradek.storage.log import AppendOrigin
-
         partition = self.partitions.get(tp)
         if partition is None:
             raise ReplicationError(f"{tp} is not hosted here")
@@ -286,12 +305,16 @@ class ReplicaManager:
         now_ms: int,
         respond: Callable[[dict[TopicPartition, FetchResult]], None],
         replica_id: int = -1,
+        client_metadata: ClientMetadata | None = None,
     ) -> None:
         """A consumer's fetch (`replica_id` -1) or a follower's (its broker id: reads up to the log end
-        and moves that follower's position, which may advance the high watermark)."""
-        results = self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms)
+        and moves that follower's position, which may advance the high watermark). A consumer's fetch
+        with `client_metadata` (Fetch v11+) may be served by a follower, and may be pointed elsewhere by
+        the leader (a preferred read replica, answered at once)."""
+        results = self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms,
+                            client_metadata=client_metadata)
         total = sum(r.size for r in results.values())
-        errored = any(r.error_code for r in results.values())
+        errored = any(r.error_code or r.preferred_read_replica >= 0 for r in results.values())
         if max_wait_ms <= 0 or total >= min_bytes or errored or not partitions:
             respond(results)
             return
@@ -300,11 +323,13 @@ class ReplicaManager:
         ]
 
         def respond_later() -> None:
-            respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms))
+            respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms,
+                              client_metadata=client_metadata))
 
         op = DelayedFetch(
             max_wait_ms, now_ms=now_ms, fetch_partitions=statuses, min_bytes=min_bytes, get_partition=self.get_partition,
             bytes_available=self._bytes_available, respond=respond_later, isolation=isolation,
+            fetch_only_from_leader=replica_id >= 0 or client_metadata is None,
         )
         self.fetch_purgatory.try_complete_else_watch(op, op.watch_keys)
 
@@ -317,11 +342,13 @@ class ReplicaManager:
 
     def read(
         self, partitions: list[FetchRequestPartition], *, max_bytes: int, isolation: FetchIsolation,
-        replica_id: int = -1, now_ms: int = 0,
+        replica_id: int = -1, now_ms: int = 0, client_metadata: ClientMetadata | None = None,
     ) -> dict[TopicPartition, FetchResult]:
         results: dict[TopicPartition, FetchResult] = {}
         remaining = max_bytes
         first_with_data = True
+        # Followers fetch from the leader only; so do consumers before Fetch v11, which know no other replica.
+        only_from_leader = replica_id >= 0 or client_metadata is None
         for p in partitions:
             tp = p.topic_partition
             partition = self.partitions.get(tp)
@@ -329,7 +356,13 @@ class ReplicaManager:
                 results[tp] = FetchResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             try:
-                snap = partition.fetch_offset_snapshot(p.current_leader_epoch)
+                if not only_from_leader:
+                    preferred = self._preferred_read_replica(partition, p, client_metadata, now_ms)
+                    if preferred is not None:
+                        results[tp] = preferred
+                        continue
+                    self._check_serves_consumers(partition)
+                snap = partition.fetch_offset_snapshot(p.current_leader_epoch, fetch_only_from_leader=only_from_leader)
             except (StorageError, ReplicationError) as e:
                 results[tp] = FetchResult(error_code=_error_of(e))
                 continue
@@ -363,10 +396,82 @@ class ReplicaManager:
                     if result.size:
                         first_with_data = False
                         remaining -= result.size
+                        if isolation is FetchIsolation.TXN_COMMITTED:
+                            result.aborted_transactions = self._aborted_in(partition, p.fetch_offset, end)
+                        if not partition.is_leader:
+                            self.follower_consumer_reads += 1
             if replica_id >= 0 and not result.error_code:
                 self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms)
             results[tp] = result
         return results
+
+    def _preferred_read_replica(self, partition: Partition, p: FetchRequestPartition, client: ClientMetadata,
+                                now_ms: int) -> FetchResult | None:
+        """As leader, the answer pointing a consumer to another replica (KIP-392, as Kafka's
+        findPreferredReadReplica): the candidates are the leader and the in-sync followers known to hold
+        the fetch offset (reachable on the client's listener); None when the selector keeps the leader."""
+        selector = self.replica_selector
+        if selector is None or not partition.is_leader:
+            return None
+        listener = client.listener_name
+        leader_reachable, leader_rack = self.replica_rack(self.node_id, listener)
+        leader = ReplicaView(self.node_id, leader_rack, partition.log_end_offset, 0)
+        candidates = [leader]
+        for replica_id in partition.isr:
+            if replica_id == self.node_id:
+                continue
+            state = partition.follower_state(replica_id)
+            # (Kafka also checks the follower's own log start offset, which it sends in its fetches; a
+            # follower's log start follows the leader's, so the leader's stands in for it.)
+            if state is None or not partition.log_start_offset <= p.fetch_offset <= state.log_end_offset:
+                continue
+            reachable, rack = self.replica_rack(replica_id, listener)
+            if not reachable:
+                continue
+            caught_up = state.last_caught_up_time_ms
+            since_ms = now_ms - caught_up if caught_up is not None else now_ms
+            candidates.append(ReplicaView(replica_id, rack, state.log_end_offset, since_ms))
+        chosen = selector.select(client, leader, candidates)
+        if chosen.broker_id == self.node_id:
+            return None
+        snap = partition.fetch_offset_snapshot(p.current_leader_epoch)
+        self.preferred_replica_answers += 1
+        return FetchResult(
+            high_watermark=snap.high_watermark, last_stable_offset=snap.last_stable_offset,
+            log_start_offset=snap.log_start_offset, preferred_read_replica=chosen.broker_id,
+        )
+
+    def _check_serves_consumers(self, partition: Partition) -> None:
+        """A follower serves consumers while it is in the ISR. Kafka's follower serves any consumer that
+        comes; here one that left the ISR answers NOT_LEADER_OR_FOLLOWER, which sends the consumer back to
+        the leader (Java and librdkafka clients both do so) rather than leaving it on a replica that lags."""
+        if partition.is_leader:
+            return
+        if partition.leader_id is None or self.node_id not in partition.isr:
+            raise NotLeaderOrFollowerError(f"{partition.topic_partition}: this replica is not in sync; fetch from the leader")
+
+    def follower_high_watermarks_moved(self, tps: Iterable[TopicPartition]) -> int:
+        """A follower's fetcher applied a response: the consumers waiting here for data below these
+        partitions' high watermarks (KIP-392 reads from a follower) look again."""
+        done = 0
+        for tp in tps:
+            if self.fetch_purgatory.watched(tp):
+                done += self.fetch_purgatory.check_and_complete(tp)
+        return done
+
+    @staticmethod
+    def _aborted_in(partition: Partition, fetch_offset: int, end_offset: int) -> list[tuple[int, int]] | None:
+        """(producer id, first offset) of the aborted transactions a read_committed fetch from
+        `fetch_offset` may meet: up to the end of the segment it read from (a read stays in one), or the
+        LSO. None when there are none, so the answer can still be packed."""
+        log = partition.log
+        if not getattr(log, "has_aborted_txns", False):
+            return None
+        segments = log.segments
+        following = bisect.bisect_right(segments, fetch_offset, key=_base_offset)
+        upper = min(end_offset, segments[following].base_offset) if following < len(segments) else end_offset
+        found = log.collect_aborted_transactions(fetch_offset, upper)
+        return [(t.producer_id, t.first_offset) for t in found] or None
 
     @staticmethod
     def _diverging_epoch(partition: Partition, p: FetchRequestPartition) -> tuple[int, int] | None:

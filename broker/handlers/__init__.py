@@ -48,9 +48,13 @@ FAMILIES = (
     "configs",
     "cluster",
     "producer_ids",
+    "txn_markers",
+    "producers",
     "groups",
     "offsets",
     "quorum",
+    "transactions",
+    "sasl",
     "acls",
     "quotas",
 )

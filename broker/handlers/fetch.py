@@ -4,6 +4,10 @@ Every partition carries its high watermark, last stable offset and log start off
 included, and records are never null (librdkafka fails on a null record set). Sessions (KIP-227) are not
 kept: the response always carries session id 0, which clients treat as "full fetch every time".
 
+A consumer's fetch from v11 may be served by a follower, up to its high watermark, and the leader may
+answer `preferred_read_replica` instead of records (KIP-392: `client.rack` and `replica.selector.class`;
+see replication/replica_selector.py).
+
 A fetch from a replica (`replica_id`, or `replica_state.replica_id` from v15) reads up to the log end,
 moves that follower's position (which may advance the high watermark), and learns where its log diverges
 from this leader's (`diverging_epoch`, from its `last_fetched_epoch`). A partition this broker does not
@@ -26,6 +30,7 @@ from odradek.protocol.messages import FetchResponse
 from odradek.replication.acl import AclOperation, ResourceType
 from odradek.replication.partition import FetchIsolation
 from odradek.replication.replica_manager import FetchRequestPartition, FetchResult
+from odradek.replication.replica_selector import ClientMetadata
 from odradek.storage.names import TopicPartition
 
 from ..context import Packed
@@ -108,12 +113,21 @@ def handle_fetch(services, ctx, request):
     services.data.fetch_records(
         wanted, max_bytes=request.max_bytes, min_bytes=request.min_bytes, max_wait_ms=request.max_wait_ms,
         isolation=isolation, now_ms=now_ms, respond=respond, replica_id=replica_id,
+        client_metadata=_client_metadata(ctx, request, replica_id),
     )
     return future.result() if future.done() else future
 
 
 def _response_bytes(results) -> int:
     return sum(getattr(chunk, "length", None) or len(chunk) for r in results.values() for chunk in (r.records or ()))
+
+
+def _client_metadata(ctx, request, replica_id: int) -> ClientMetadata | None:
+    """A consumer's Fetch v11+ (KIP-392): it may read from a follower, and be pointed to the replica in its
+    rack. Before v11 a consumer knows no preferred replica, and is served by leaders only, as Kafka does."""
+    if ctx.api_version < 11 or replica_id >= 0:
+        return None
+    return ClientMetadata(rack_id=request.rack_id or "", client_id=ctx.header.client_id or "", listener_name=ctx.listener)
 
 
 def _packed(correlation_id: int, layout, results, version: int, read_committed: bool) -> list:

@@ -57,6 +57,8 @@ def _client_id(ctx) -> str:
 
 @handles(10, (0, 6))
 def handle_find_coordinator(services, ctx, request):
+    if request.key_type == 1:
+        services.transactions  # creates __transaction_state on first use, as Kafka does
     response = services.groups.find_coordinator(request, ctx.api_version, _locate(services, ctx.listener))
     if services.authorizer is not None:  # DESCRIBE on the group or the transactional id
         resource_type, code = ((GROUP, _DENIED) if request.key_type == 0 else

@@ -3,7 +3,8 @@
 ListOffsets timestamps: -1 latest (the high watermark, or the last stable offset for read_committed),
 -2 earliest, -3 the record with the largest timestamp (v7+), -4 earliest local (v8+; all data is local, so
 the log start), -5 earliest pending upload (v9+; nothing is tiered: not found); any other value finds the
-first record whose timestamp is at or after it.
+first record whose timestamp is at or after it, if below what the reader may fetch (the high watermark,
+or the last stable offset for read_committed, as Kafka's lastFetchableOffset).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _list_one(services, tp: TopicPartition, p, isolation_level: int, version: in
         offset = -1
     else:
         found = log.fetch_offset_of_max_timestamp() if p.timestamp == MAX_TIMESTAMP else log.fetch_offset_by_timestamp(p.timestamp)
-        if found is not None and found.offset < snap.high_watermark:
+        last_fetchable = snap.last_stable_offset if isolation_level == 1 else snap.high_watermark
+        if found is not None and found.offset < last_fetchable:
             ts, offset, epoch = found.timestamp, found.offset, found.leader_epoch
     if offset >= 0 and epoch < 0 and p.timestamp != LATEST:
         epoch = log.epoch_for_offset(offset) if offset < snap.log_end_offset else partition.leader_epoch
