@@ -140,6 +140,28 @@ async def test_checks_for_a_principal_with_some_acls(tmp_path):
         # READ on the group, not on the topics (alice only WRITEs a-1)
         assert [t.partitions[0].error_code for t in committed.topics] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED] * 2
 
+        # Groups she may describe show her own operations (READ implies DESCRIBE: bits 3 and 8).
+        described = await call(b, "User:alice", 15, 5, REQUESTS[15](groups=["g", "h"], include_authorized_operations=True))
+        assert [g.error_code for g in described.groups] == [0, ErrorCode.GROUP_AUTHORIZATION_FAILED]
+        assert described.groups[0].authorized_operations == (1 << 3) | (1 << 8)
+
+        # Transactions: WRITE on the transactional id first, then the topics.
+        add_cls = REQUESTS[24]
+        added = await call(b, "User:alice", 24, 3, add_cls(
+            v3_and_below_transactional_id="tx", v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
+            v3_and_below_topics=[add_cls.AddPartitionsToTxnTopic(name="a-1", partitions=[0])]))
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        await call(b, "User:admin", 30, 3, REQUESTS[30](creations=[creation(5, "tx", 3, 4)]))
+        added = await call(b, "User:alice", 24, 3, add_cls(
+            v3_and_below_transactional_id="tx", v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
+            v3_and_below_topics=[add_cls.AddPartitionsToTxnTopic(name=n, partitions=[0]) for n in ("a-1", "b-1")]))
+        assert {t.name: t.results_by_partition[0].partition_error_code for t in added.results_by_topic_v3_and_below} == {
+            "a-1": ErrorCode.OPERATION_NOT_ATTEMPTED, "b-1": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+        ended = await call(b, "User:bob", 26, 3, REQUESTS[26](transactional_id="tx", producer_id=1, producer_epoch=0,
+                                                               committed=True))
+        assert ended.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
         # A controller listener: CLUSTER_ACTION or nothing.
         heartbeat = await call(b, "User:alice", 63, 1, REQUESTS[63](broker_id=1, broker_epoch=1, current_metadata_offset=0,
                                                                       want_fence=False, want_shut_down=False),
