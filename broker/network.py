@@ -227,6 +227,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 result = self._result_of(result)
             if result is not None:
                 self._respond(ctx, result)
+            elif self.context.throttle_ms:  # acks=0 over a quota: no response, the wait still applies
+                self._throttle(None)
         # The responses of every request served above leave in one write: a client with several requests
         # in flight (librdkafka keeps up to 5) often has 3-4 of them arrive in one socket read.
         self._flush()

@@ -189,3 +189,16 @@ def test_authenticated_principals_over_sasl_plain(tmp_path):
                                         AclOperation.WRITE, AclPermissionType.ALLOW)])
         assert produce_as_alice() is None
         assert "orders" in AdminClient(conf("alice")).list_topics(timeout=10).topics
+
+
+async def test_aiokafka_without_a_topic_acl(secured):
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import TopicAuthorizationFailedError
+
+    producer = AIOKafkaProducer(bootstrap_servers=secured.bootstrap, request_timeout_ms=20000)
+    await producer.start()
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            await producer.send_and_wait(TOPIC, b"v")
+    finally:
+        await producer.stop()
