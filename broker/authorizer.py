@@ -178,3 +178,15 @@ def producer_id_refusal(services, ctx, transactional_id: str | None) -> ErrorCod
             services.authorizer.authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC):
         return None
     return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def transaction_refusal(services, ctx, transactional_id: str) -> ErrorCode | None:
+    """The transaction APIs' first check (AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn, TxnOffsetCommit):
+    WRITE on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED. After it, as Kafka:
+    AddPartitionsToTxn needs WRITE on each topic (`services.authorized_names(ctx, WRITE, TOPIC, names)`,
+    the others TOPIC_AUTHORIZATION_FAILED), AddOffsetsToTxn and TxnOffsetCommit READ on the group
+    (GROUP_AUTHORIZATION_FAILED) and TxnOffsetCommit READ on each topic; AddPartitionsToTxn v4+ from a
+    broker (verification) and WriteTxnMarkers need CLUSTER_ACTION (`@requires(AclOperation.CLUSTER_ACTION)`)."""
+    if services.authorized(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return None
+    return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

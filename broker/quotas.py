@@ -20,10 +20,6 @@ from odradek.replication.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, RE
 from .config import BrokerConfig
 from .context import ConnectionContext
 
-NANOS_TO_PERCENTAGE_PER_SECOND = 100.0 / 1e9
-"""Request time is recorded as percent-of-a-thread seconds (Kafka's RequestQuotaManager)."""
-
-
 class ClientQuotas:
     __slots__ = ("metadata", "now_ms", "produce", "fetch", "request")
 
@@ -51,5 +47,8 @@ class ClientQuotas:
     def record_fetch(self, connection: ConnectionContext, client_id: str | None, nbytes: int) -> int:
         return self._record(self.fetch, connection, client_id, nbytes)
 
-    def record_request_time(self, connection: ConnectionContext, client_id: str | None, nanos: int) -> int:
-        return self._record(self.request, connection, client_id, nanos * NANOS_TO_PERCENTAGE_PER_SECOND)
+    def record_request_time(self, connection: ConnectionContext, client_id: str | None, seconds: float) -> int:
+        """Record the time a handler took (request_percentage: percent of one thread's time)."""
+        if not self.metadata.image.client_quotas:
+            return 0
+        return self._record(self.request, connection, client_id, seconds * 100.0)

@@ -103,6 +103,9 @@ def handle_fetch(services, ctx, request):
                     packable = False
             if r.diverging_epoch is not None or r.aborted_transactions or r.preferred_read_replica >= 0:
                 packable = False
+        if replica_id < 0 and services.metadata.image.client_quotas and services.quotas.record_fetch(
+                ctx.connection, ctx.client_id, _response_bytes(results)):
+            packable = False  # (the throttle time goes in the response: only the message carries it)
         if packable:
             future.set_result(Packed(_packed(ctx.header.correlation_id, layout, results, version, read_committed)))
         else:
@@ -114,6 +117,10 @@ def handle_fetch(services, ctx, request):
         client_metadata=_client_metadata(ctx, request, replica_id),
     )
     return future.result() if future.done() else future
+
+
+def _response_bytes(results) -> int:
+    return sum(getattr(chunk, "length", None) or len(chunk) for r in results.values() for chunk in (r.records or ()))
 
 
 def _client_metadata(ctx, request, replica_id: int) -> ClientMetadata | None:

@@ -108,7 +108,16 @@ def _describe_refusal(services, ctx, group_id: str):
 @per_item("groups", "groups", _describe_refusal,
           lambda g, code, version: DescribeGroupsResponse.DescribedGroup(error_code=int(code), group_id=g))
 def handle_describe_groups(services, ctx, request):
-    return services.groups.describe_groups(request, ctx.api_version, services.now_ms())
+    return _own_operations(services, ctx, services.groups.describe_groups(request, ctx.api_version, services.now_ms()))
+
+
+def _own_operations(services, ctx, response):
+    """With an authorizer, a group's authorized operations (when asked for) are the principal's own."""
+    if services.authorizer is not None:
+        for g in response.groups:
+            if getattr(g, "authorized_operations", None) not in (None, -(1 << 31)) and not g.error_code:
+                g.authorized_operations = services.authorizer.authorized_operations(ctx, GROUP, g.group_id)
+    return response
 
 
 @handles(16, (0, 5))
@@ -141,7 +150,7 @@ def handle_consumer_group_heartbeat(services, ctx, request):
 @per_item("group_ids", "groups", _describe_refusal,
           lambda g, code, version: ConsumerGroupDescribeResponse.DescribedGroup(error_code=int(code), group_id=g))
 def handle_consumer_group_describe(services, ctx, request):
-    return services.groups.consumer_group_describe(request, ctx.api_version, services.now_ms())
+    return _own_operations(services, ctx, services.groups.consumer_group_describe(request, ctx.api_version, services.now_ms()))
 
 
 def _delete_allowed_groups(services, ctx, request, allowed: set):

@@ -119,6 +119,7 @@ def _authorize(services, ctx, request, response: MetadataResponse) -> None:
     auto_create = request.allow_auto_topic_creation if version >= 4 else True
     names = {t.name for t in response.topics if t.name is not None}
     allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    by_id = set() if listing else {t.topic_id for t in request.topics if t.name is None and t.topic_id != ZERO_UUID}
     topics = []
     for t in response.topics:
         if t.name is None or t.name in allowed:
@@ -128,6 +129,8 @@ def _authorize(services, ctx, request, response: MetadataResponse) -> None:
             elif t.name is not None and t.topic_authorized_operations != INT32_MIN:
                 t.topic_authorized_operations = services.authorizer.authorized_operations(ctx, ResourceType.TOPIC, t.name)
             topics.append(t)
+        elif not listing and t.topic_id in by_id:  # asked by id: the name stays unsaid (topic ids are not secret)
+            topics.append(Topic_(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=None, topic_id=t.topic_id))
         elif not listing:
             topics.append(Topic_(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=t.name, topic_id=ZERO_UUID,
                                  is_internal=services.is_internal_topic(t.name)))

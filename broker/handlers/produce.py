@@ -107,6 +107,7 @@ def handle_produce(services, ctx, request):
     topic_names: dict[int, str] = {}
     endpoints: dict[int, object] = {}
     denied = _denied(services, ctx, request, version) if services.authorizer is not None else None
+    services.quotas.record_produce(ctx.connection, ctx.client_id, ctx.frame_size)  # (the throttle goes in the response)
     for topic in request.topic_data:
         image, name = _topic(services, version, topic.topic_id if version >= 13 else topic.name)
         topic_names[id(topic)] = name
@@ -191,6 +192,8 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
         return None
     if services.authorizer is not None and not _fast_path_authorized(services, connection, request):
         return None
+    if services.metadata.image.client_quotas:  # quotas are per client id, which the fast path does not read
+        return None
     version = request.api_version
     entries: dict[TopicPartition, object] = {}
     plan: list[tuple[bytes, list[TopicPartition]]] = []
@@ -238,9 +241,7 @@ def _transactional(records) -> bool:
 def _denied(services, ctx, request, version: int):
     """True when the whole request is refused (transactional records without WRITE on the transactional
     id), else the set of topic names the principal may not write."""
-    if request.transactional_id is not None or any(
-        _transactional(p.records) for t in request.topic_data for p in t.partition_data
-    ):
+    if any(_transactional(p.records) for t in request.topic_data for p in t.partition_data):
         if request.transactional_id is None or not services.authorized(
             ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
         ):

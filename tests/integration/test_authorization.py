@@ -155,3 +155,50 @@ def test_admin_requests_are_checked(secured):
         with pytest.raises(KafkaException) as e:
             future.result()
         assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_authenticated_principals_over_sasl_plain(tmp_path):
+    """With SASL (PLAIN) the principal is the authenticated user: User:admin is a super user, User:alice is
+    refused until an ACL names her."""
+    from odradek.broker.testing import BrokerThread
+
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+    with BrokerThread(tmp_path, **{
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "super.users": "User:admin",
+    }) as kafka:
+        def conf(user: str) -> dict:
+            return {"bootstrap.servers": kafka.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                    "sasl.username": user, "sasl.password": f"{user}-secret"}
+
+        def produce_as_alice() -> KafkaError | None:
+            errors: list = []
+            producer = Producer({**conf("alice"), "message.timeout.ms": 10000})
+            producer.produce("orders", b"v", on_delivery=lambda err, msg: errors.append(err))
+            producer.flush(20)
+            return errors[0] if errors else KafkaError(KafkaError._TIMED_OUT)
+
+        admin = AdminClient(conf("admin"))
+        for future in admin.create_topics([NewTopic("orders", 1, 1)]).values():
+            future.result()
+        assert "orders" not in AdminClient(conf("alice")).list_topics(timeout=10).topics
+        assert produce_as_alice().code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        _create_acls(admin, [AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice", "*",
+                                        AclOperation.WRITE, AclPermissionType.ALLOW)])
+        assert produce_as_alice() is None
+        assert "orders" in AdminClient(conf("alice")).list_topics(timeout=10).topics
+
+
+async def test_aiokafka_without_a_topic_acl(secured):
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import TopicAuthorizationFailedError
+
+    producer = AIOKafkaProducer(bootstrap_servers=secured.bootstrap, request_timeout_ms=20000)
+    await producer.start()
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            await producer.send_and_wait(TOPIC, b"v")
+    finally:
+        await producer.stop()

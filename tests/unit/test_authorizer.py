@@ -197,3 +197,40 @@ def test_controller_creates_each_binding_once_and_deletes_by_filter():
     records, deleted = controller.delete_acls(AclFilter(Res.TOPIC))
     assert deleted == [BINDINGS[0]]
     assert replay_all(records, controller.image).acls == {}
+
+
+# -- the per-item decorator: the handler sees only the allowed items, the refused ones answer in place
+
+
+def test_per_item_hands_on_the_allowed_items_and_puts_refusals_back_in_order():
+    import asyncio
+    from types import SimpleNamespace
+
+    from odradek.broker.authorizer import per_item
+
+    seen = []
+
+    def refusal(services, ctx, item):
+        return None if item.startswith("ok") else 29
+
+    @per_item("items", "results", refusal, lambda item, code, version: (item, code))
+    def handler(services, ctx, request):
+        seen.append(list(request.items))
+        response = SimpleNamespace(results=[(item, 0) for item in request.items])
+        if request.how == "now":
+            return response
+
+        async def later():
+            return response
+
+        return later()
+
+    services = SimpleNamespace(authorizer=object())
+    ctx = SimpleNamespace(api_version=1)
+    request = SimpleNamespace(items=["ok1", "no1", "ok2", "no2"], how="now")
+    assert handler(services, ctx, request).results == [("ok1", 0), ("no1", 29), ("ok2", 0), ("no2", 29)]
+    assert seen[-1] == ["ok1", "ok2"] and request.items == ["ok1", "no1", "ok2", "no2"]  # (the request is not changed)
+    request.how = "later"  # a forwarded request: a coroutine
+    assert asyncio.run(handler(services, ctx, request)).results == [("ok1", 0), ("no1", 29), ("ok2", 0), ("no2", 29)]
+    services.authorizer = None  # no authorizer: the handler sees the request as it is
+    assert [r for r, _ in handler(services, ctx, SimpleNamespace(items=["no"], how="now")).results] == ["no"]
