@@ -67,7 +67,7 @@ def handle_write_txn_markers(services, ctx, request):
         for topic in marker.topics:
             for index in topic.partition_indexes:
                 tp = TopicPartition(topic.name, index)
-                if services.partition_leader(topic.name, index) is None and _unknown(services, tp):
+                if _unknown(services, tp):
                     errors[tp] = _UNKNOWN
                     continue
                 entries[tp] = bytearray(build_control_batch(kind, marker.producer_id, marker.producer_epoch,
@@ -79,8 +79,8 @@ def handle_write_txn_markers(services, ctx, request):
         def respond(appended, errors=errors, marker=marker) -> None:
             for tp, r in appended.items():
                 code = r.error_code
-                if code == _UNKNOWN and services.partition_leader(tp.topic, tp.partition) is not None:
-                    code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # in the image but not led here
+                if code == _UNKNOWN and not _unknown(services, tp):
+                    code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # in the image but not hosted here
                 errors[tp] = code
             _tell_groups(services, marker, [tp for tp, code in errors.items() if code == 0])
             finish()
