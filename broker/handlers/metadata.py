@@ -16,6 +16,7 @@ from __future__ import annotations
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import MetadataResponse
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.replication.metadata_image import MetadataError
 
 from ..controller_channel import NewTopic
@@ -89,6 +90,8 @@ def handle_metadata(services, ctx, request):
             t.name for t in requested
             if t.name is not None and t.name not in image.topics_by_name and auto_create and _may_auto_create(services, t.name)
         ]
+        if missing and services.authorizer is not None:
+            missing = [name for name in missing if _may_create(services, ctx, name)]
         if missing:
             # Created through the controller; the answer is made once the creation is committed.
             names = list(dict.fromkeys(missing))
@@ -99,6 +102,43 @@ def handle_metadata(services, ctx, request):
 
 def _may_auto_create(services, name: str) -> bool:
     return services.config.auto_create_topics_enable and is_valid_name(name) and not services.is_internal_topic(name)
+
+
+def _may_create(services, ctx, name: str) -> bool:
+    """DESCRIBE and CREATE (on the cluster or the topic) for a topic made on demand (Kafka's getTopicMetadata)."""
+    return services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name) and (
+        services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER)
+        or services.authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, name))
+
+
+def _authorize(services, ctx, request, response: MetadataResponse) -> None:
+    """With an authorizer: topics the principal may not DESCRIBE are refused (an all-topics listing leaves
+    them out), a topic it may not create on demand is refused, and the authorized operations are its own."""
+    version = ctx.api_version
+    listing = request.topics is None or (version == 0 and not request.topics)
+    auto_create = request.allow_auto_topic_creation if version >= 4 else True
+    names = {t.name for t in response.topics if t.name is not None}
+    allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    by_id = set() if listing else {t.topic_id for t in request.topics if t.name is None and t.topic_id != ZERO_UUID}
+    topics = []
+    for t in response.topics:
+        if t.name is None or t.name in allowed:
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto_create and _may_auto_create(services, t.name) \
+                    and not _may_create(services, ctx, t.name):
+                t.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif t.name is not None and t.topic_authorized_operations != INT32_MIN:
+                t.topic_authorized_operations = services.authorizer.authorized_operations(ctx, ResourceType.TOPIC, t.name)
+            topics.append(t)
+        elif not listing and t.topic_id in by_id:  # asked by id: the name stays unsaid (topic ids are not secret)
+            topics.append(Topic_(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=None, topic_id=t.topic_id))
+        elif not listing:
+            topics.append(Topic_(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=t.name, topic_id=ZERO_UUID,
+                                 is_internal=services.is_internal_topic(t.name)))
+    response.topics = topics
+    if response.cluster_authorized_operations != INT32_MIN:
+        response.cluster_authorized_operations = (
+            services.authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
+            if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER) else INT32_MIN)
 
 
 def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
@@ -136,7 +176,7 @@ def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
                 topics.append(Topic_(error_code=int(code), name=t.name, topic_id=ZERO_UUID))
             else:
                 topics.append(topic_response(services, found, version, include_ops, listener))
-    return MetadataResponse(
+    response = MetadataResponse(
         throttle_time_ms=0,
         brokers=broker_entries(services, listener),
         cluster_id=image.cluster_id,
@@ -147,3 +187,6 @@ def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
         ),
         error_code=0,
     )
+    if services.authorizer is not None:
+        _authorize(services, ctx, request, response)
+    return response
