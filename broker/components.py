@@ -34,6 +34,7 @@ from odradek.storage.meta_properties import read_meta_properties
 from odradek.storage.names import TopicPartition
 from odradek.storage.segment import drop_cache
 
+from .storage_tool import read_bootstrap_records
 from .context import SecurityProtocol
 from .controller_channel import LocalControllerChannel
 from .services import BrokerServices
@@ -91,9 +92,12 @@ async def start_components(broker) -> None:
         metadata_log.load()
         broker.metadata_log = metadata_log
         publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
-        broker.controller = LocalControllerChannel(Controller(), metadata_log, publisher, cfg, now_ms)
+        controller = Controller()
+        controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
+        broker.controller = LocalControllerChannel(controller, metadata_log, publisher, cfg, now_ms)
 
     from .groups_wiring import start_group_coordinator
+    from .txn_wiring import start_transaction_coordinator
 
     broker.services = BrokerServices(
         config=cfg, now_ms=now_ms, metadata=publisher, controller=broker.controller, data=broker.data,
@@ -102,6 +106,7 @@ async def start_components(broker) -> None:
         api_versions_response=broker.api_versions_response,
         controller_api_versions_response=broker.controller_api_versions_response,
         groups_factory=lambda: start_group_coordinator(broker), quorum=broker.quorum, log_dirs=broker.log_dirs,
+        transactions_factory=lambda: start_transaction_coordinator(broker),
     )
     broker.log_dirs.start()
     _start_metrics(broker, loop)
@@ -147,6 +152,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
 
     from .config import ConfigError
     from .node_client import NodeConnections
+    from .security import node_security
     from .quorum import ClusterControllerChannel, MetadataLoader, QuorumControllerChannel, QuorumDriver
 
     cfg = broker.config
@@ -182,7 +188,8 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
         # node (no change happens): without this it would know no active controller to register with
         # until the next election.
         loader.handle_leader_change(raft.leader_id, raft.epoch)
-    connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}")
+    connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}", security=node_security(
+        cfg, cfg.controller_listener_names[0], "sasl.mechanism.controller.protocol"))
     driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms)
     driver.after_each_call = loader.maybe_snapshot
     local = None
@@ -193,6 +200,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
             auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_seconds * 1000,
         )
+        controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
         local = QuorumControllerChannel(controller, cfg, now_ms, driver, loader)
         local.cluster_id = broker.cluster_id
     broker.quorum = driver
@@ -204,6 +212,8 @@ def register_broker(broker) -> None:
     """Register this node with the endpoints of the listeners it bound (on an empty log, bootstrap the
     cluster first), then start the group coordinator if groups exist already. A node of a cluster does
     it in the background instead (BrokerRegistration to the active controller, then heartbeats)."""
+    from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC
+
     from .groups_wiring import OFFSETS_TOPIC
 
     cfg = broker.config
@@ -223,6 +233,8 @@ def register_broker(broker) -> None:
     image = broker.metadata.image
     if image.topics_by_name.get(OFFSETS_TOPIC) is not None:
         broker.services.groups  # load the coordinator's partitions at start when groups exist already
+    if image.topics_by_name.get(TRANSACTION_STATE_TOPIC) is not None:
+        broker.services.transactions  # and the transaction coordinator's, resuming markers of ended transactions
     log.info("components started", cluster_id=image.cluster_id, topics=len(image.topics_by_name))
 
 
@@ -257,6 +269,8 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
             log.debug("registration not done yet", error=str(e))
         await asyncio.sleep(min(interval_s, 0.2))
     log.info("registered", broker_epoch=broker.broker_epoch)
+    session_s = cfg.broker_session_timeout_ms / 1000
+    answered_at = time.monotonic()
     while True:
         if broker.shutting_down:
             interval_s = min(interval_s, 0.2)  # controlled shutdown: ask often
@@ -273,10 +287,18 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
             )
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
+            if not broker.data.lease_expired and time.monotonic() - answered_at > session_s:
+                log.warning("no heartbeat answered within broker.session.timeout.ms: this broker is fenced and "
+                            "what it leads has moved; it hides its leaderships until it hears from the controller")
+                broker.data.set_lease_expired(True)
             if broker.shutting_down:  # no controller to move leaderships away (the quorum is going too)
                 broker.shutdown_granted.set()
         else:
             if response.error_code == 0:
+                answered_at = time.monotonic()
+                if broker.data.lease_expired:
+                    log.info("heartbeat answered again")
+                    broker.data.set_lease_expired(False)
                 if broker.fenced and not response.is_fenced:
                     log.info("unfenced", broker_epoch=broker.broker_epoch)
                 broker.fenced = response.is_fenced
@@ -443,6 +465,9 @@ def _high_watermark(broker, tp) -> int | None:
 async def stop_components(broker) -> None:
     if broker._timer_handle is not None:
         broker._timer_handle.cancel()
+    sender = getattr(broker, "txn_marker_sender", None)
+    if sender is not None:
+        await sender.close()
     if broker.metrics_server is not None:
         broker.metrics_server.stop()
     # Let a flush or cleaning that is running in a worker thread finish before the logs close under it.

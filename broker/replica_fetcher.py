@@ -100,7 +100,7 @@ class ReplicaFetcher:
             self.connection = NodeConnection(
                 self.source_id, endpoint.host, endpoint.port,
                 client_id=f"odradek-replica-fetcher-{manager.node_id}-{self.source_id}",
-                backoff_s=manager.config.replica_fetch_backoff_ms / 1000,
+                backoff_s=manager.config.replica_fetch_backoff_ms / 1000, security=manager.security,
             )
         else:
             self.connection.set_address(endpoint.host, endpoint.port)
@@ -154,6 +154,9 @@ class ReplicaFetcherManager:
         self.node_id = node_id
         self.config = config
         self.listener = config.inter_broker_listener
+        from .security import node_security  # TLS and SASL of the inter-broker listener, checked at start
+
+        self.security = node_security(config, self.listener, "sasl.mechanism.inter.broker.protocol")
         self.data = data
         self.image = image
         self.broker_epoch = broker_epoch

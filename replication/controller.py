@@ -79,6 +79,9 @@ from odradek.replication.metadata_records import (
     TopicRecord,
     UnregisterBrokerRecord,
 )
+from odradek.replication.acl import AclError, AclIndex, validate_binding
+from odradek.replication.metadata_records import AccessControlEntryRecord, ClientQuotaRecord, RemoveAccessControlEntryRecord
+from odradek.replication.quota import QuotaError, entity_key, validate_quota_op
 from odradek.replication.partition_change import (
     Election,
     LeaderRecoveryState,
@@ -164,12 +167,14 @@ class Controller:
 
     # -- operations: each validates against the current image and returns records; nothing changes
 
-    @staticmethod
-    def bootstrap_records(cluster_id: str) -> list:
+    # Records given at format time (`odradek storage format --add-scram`), written with the bootstrap records.
+    bootstrap_extra: tuple = ()
+
+    def bootstrap_records(self, cluster_id: str) -> list:
         """What a new cluster's log starts with (Kafka's bootstrap records): the metadata.version feature
-        level and the cluster id."""
+        level, the cluster id, and the records formatting added (`bootstrap_extra`)."""
         return [FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
-                ClusterIdRecord(cluster_id=cluster_id)]
+                ClusterIdRecord(cluster_id=cluster_id), *self.bootstrap_extra]
 
     def bootstrap(
         self, cluster_id: str | None, node_id: int, endpoints: Sequence[Endpoint], *, rack: str | None = None
@@ -416,6 +421,44 @@ class Controller:
             broker_id=broker_id, broker_epoch=broker.broker_epoch, next_producer_id=block.next_block_first_id
         )
         return [record], block
+
+    # -- ACLs and client quotas (AclControlManager, ClientQuotaControlManager)
+
+    def create_acl(self, binding) -> tuple[list, None]:
+        """An AccessControlEntryRecord for `binding` (an AclBinding), none if an equal one exists."""
+        try:
+            validate_binding(binding)
+        except AclError as e:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        if binding in self.image.acls.values():
+            return [], None
+        return [AccessControlEntryRecord(
+            id=random_uuid(self._rng), resource_type=binding.resource_type, resource_name=binding.resource_name,
+            pattern_type=binding.pattern_type, principal=binding.principal, host=binding.host,
+            operation=binding.operation, permission_type=binding.permission_type,
+        )], None
+
+    def delete_acls(self, acl_filter) -> tuple[list, list]:
+        """RemoveAccessControlEntryRecords for every binding `acl_filter` (an AclFilter) matches; the bindings."""
+        try:
+            acl_filter.validate()
+        except AclError as e:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        matched = AclIndex(self.image.acls).matching(acl_filter)
+        return [RemoveAccessControlEntryRecord(id=i) for i, _ in matched], [b for _, b in matched]
+
+    def alter_client_quota(self, entity, ops) -> tuple[list, None]:
+        """ClientQuotaRecords for one entity (pairs of entity type and name or None) and its ops
+        ((key, value, remove) triples); MetadataError(INVALID_REQUEST) for a bad entity, key or value."""
+        try:
+            key = entity_key(entity)
+            for name, value, remove in ops:
+                validate_quota_op(key, name, value, remove)
+        except QuotaError as e:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        data = [ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in key]
+        return [ClientQuotaRecord(entity=data, key=name, value=0.0 if remove else float(value), remove=remove)
+                for name, value, remove in ops], None
 
     # -- broker lifecycle: BrokerRegistration, BrokerHeartbeat, UnregisterBroker, session expiry
 

@@ -197,14 +197,17 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """The HW, lowered to the first offset of a still-open transaction."""
+        """The HW, lowered to the first offset of a transaction still open or whose marker is not yet
+        below the HW (never below the log start offset, as Kafka's maybeIncrementFirstUnstableOffset)."""
         if self._first_unstable_offset is not None:
             state = self._producer_state
-            if state is not None and not state.transactions_seen:
-                return self._high_watermark
+            if state is not None:
+                if not state.transactions_seen:
+                    return self._high_watermark
+                state.on_high_watermark_updated(self._high_watermark)
             first_unstable = self._first_unstable_offset()
             if first_unstable is not None:
-                return min(first_unstable, self._high_watermark)
+                return min(max(first_unstable, self.log.log_start_offset), self._high_watermark)
         return self._high_watermark
 
     def replace_log(self, log) -> None:
@@ -327,6 +330,8 @@ class Partition:
         if new_high_watermark == self._high_watermark:
             return False
         self._high_watermark = new_high_watermark
+        if self._producer_state is not None:
+            self._producer_state.on_high_watermark_updated(new_high_watermark)
         return True
 
     def after_follower_truncation(self) -> None:
@@ -351,6 +356,8 @@ class Partition:
                 new_high_watermark = state.log_end_offset
         if new_high_watermark > self._high_watermark:
             self._high_watermark = new_high_watermark
+            if self._producer_state is not None:
+                self._producer_state.on_high_watermark_updated(new_high_watermark)
             for listener in self._listeners:
                 listener(self.topic_partition, new_high_watermark)
             return True

@@ -9,7 +9,10 @@ learns that the state moved. acks=all waits in the produce purgatory as a `Delay
 replica the high watermark equals the log end offset after the append, so it completes on its first try.
 
 `fetch_records` reads whole batches below the end offset the isolation level allows (high watermark for
-consumers, last stable offset for read_committed, log end for followers) and returns them as file regions.
+consumers, last stable offset for read_committed, log end for followers) and returns them as file regions;
+a read_committed read that meets aborted transactions lists them (`FetchResult.aborted_transactions`,
+from the logs' aborted-transaction indexes), and says nothing when it meets none, so that the answer can
+still be packed. Transaction markers come in through `append_records` with origin COORDINATOR.
 When fewer than `min_bytes` are available it parks a `DelayedFetch`, woken by appends, never by polling;
 on completion or expiry the read is done again and the result delivered through `respond`.
 
@@ -18,12 +21,14 @@ Everything here is synchronous and takes `now_ms`; callers (the broker) own the 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from odradek.protocol.errors import ErrorCode
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
+from odradek.storage.producer_state import AppendOrigin
 
 from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from .errors import NotLeaderOrFollowerError, ReplicationError
@@ -71,6 +76,10 @@ class FetchResult:
     size: int = 0
 
 
+def _base_offset(segment) -> int:
+    return segment.base_offset
+
+
 def _error_of(e: Exception) -> int:
     code = getattr(e, "error_code", None)
     return int(code) if code is not None else int(ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -104,6 +113,10 @@ class ReplicaManager:
         # preferred read replica as leader: the metrics say which broker serves whom.
         self.follower_consumer_reads = 0
         self.preferred_replica_answers = 0
+        # A broker of a cluster whose heartbeats have gone unanswered for broker.session.timeout.ms: the
+        # controller has fenced it and moved its leaderships, so what its image says it leads is stale.
+        # See set_lease_expired.
+        self.lease_expired = False
         # JBOD: partitions whose log directory failed (answered KAFKA_STORAGE_ERROR, as Kafka's offline
         # partitions are), and who hears of an I/O error met here: `on_storage_error(log directory, error)`.
         self.offline_partitions: set[TopicPartition] = set()
@@ -182,6 +195,30 @@ class ReplicaManager:
                 self.produce_purgatory.check_and_complete(tp)
                 self._log_grew(tp)
 
+    def set_lease_expired(self, expired: bool) -> None:
+        """This broker lost (or regained) its lease with the controller. Cut off for a session, it has been
+        fenced and its replicated partitions have new leaders it cannot learn of; its own acks=all appends
+        can never complete (the ISR cannot shrink without the controller), and a client that keeps sending to
+        it, as librdkafka does when this is the only broker it is connected to, never finds the new
+        leader. So while the lease is lost, produce to a replicated partition led here answers
+        NOT_LEADER_OR_FOLLOWER (retriable: the client refreshes its metadata), the acks=all appends waiting
+        now fail so, and Metadata names no leader for them (broker/handlers/metadata.py). Records appended
+        and not committed are truncated when this broker follows the new leader, as any deposed leader's."""
+        if expired == self.lease_expired:
+            return
+        self.lease_expired = expired
+        if expired:
+            for tp, partition in self.partitions.items():
+                if partition.is_leader and len(partition.replicas) > 1:
+                    self.produce_purgatory.check_and_complete(tp)
+
+    def _leading(self, tp: TopicPartition) -> Partition | None:
+        """The partition as acks=all sees it: None (not led here) while the lease is lost, if replicated."""
+        partition = self.partitions.get(tp)
+        if partition is not None and self.lease_expired and len(partition.replicas) > 1:
+            return None
+        return partition
+
     def proposed_isr_changes(self, now_ms: int) -> list[tuple[Partition, tuple[int, ...]]]:
         """The ISR changes the partitions led here should ask the controller for (see Partition.proposed_isr)."""
         changes = []
@@ -227,11 +264,13 @@ class ReplicaManager:
         timeout_ms: int,
         now_ms: int,
         respond: Callable[[dict[TopicPartition, ProduceResult]], None],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> None:
-        """Append each partition's batches; `respond` gets the results now, or later for acks=all."""
+        """Append each partition's batches; `respond` gets the results now, or later for acks=all.
+        `origin` COORDINATOR: batches this broker built (transaction markers), which clients may not send."""
         results: dict[TopicPartition, ProduceResult] = {}
         for tp, records in entries.items():
-            results[tp] = self._append_one(tp, records, required_acks, now_ms)
+            results[tp] = self._append_one(tp, records, required_acks, now_ms, origin)
         if required_acks != -1 or all(r.error_code for r in results.values()) or self._replicated(results):
             respond(results)
             return
@@ -250,7 +289,7 @@ class ReplicaManager:
             respond(results)
 
         op = DelayedProduce(
-            timeout_ms, now_ms=now_ms, produce_status=status, get_partition=self.get_partition, response_callback=on_done,
+            timeout_ms, now_ms=now_ms, produce_status=status, get_partition=self._leading, response_callback=on_done,
         )
         self.produce_purgatory.try_complete_else_watch(op, op.watch_keys)
 
@@ -264,14 +303,21 @@ class ReplicaManager:
                 return False
         return True
 
-    def _append_one(self, tp: TopicPartition, records, required_acks: int, now_ms: int) -> ProduceResult:
+    def _append_one(self, tp: TopicPartition, records, required_acks: int, now_ms: int,
+                    origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
             offline = tp in self.offline_partitions
             return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        if self.lease_expired and len(partition.replicas) > 1 and partition.is_leader:
+            return ProduceResult(error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER), log_start_offset=partition.log_start_offset,
+                                 error_message="this broker lost its lease with the controller; its leaderships have moved")
         try:
             partition.check_append_as_leader(required_acks)
-            info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+            if origin == AppendOrigin.CLIENT:
+                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+            else:
+                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms, origin=origin)
         except (StorageError, ReplicationError) as e:
             return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset,
                                  error_message=str(e) or None, record_errors=getattr(e, "record_errors", ()))
@@ -290,8 +336,6 @@ class ReplicaManager:
 
     def append_internal(self, tp: TopicPartition, batches, *, now_ms: int):
         """Append batches written by this broker's coordinators (trusted, never a client's)."""
-        from odradek.storage.log import AppendOrigin
-
         partition = self.partitions.get(tp)
         if partition is None:
             raise ReplicationError(f"{tp} is not hosted here")
@@ -426,6 +470,8 @@ class ReplicaManager:
                     if result.size:
                         first_with_data = False
                         remaining -= result.size
+                        if isolation is FetchIsolation.TXN_COMMITTED:
+                            result.aborted_transactions = self._aborted_in(partition, p.fetch_offset, end)
                         if not partition.is_leader:
                             self.follower_consumer_reads += 1
             if replica_id >= 0 and not result.error_code:
@@ -486,6 +532,20 @@ class ReplicaManager:
             if self.fetch_purgatory.watched(tp):
                 done += self.fetch_purgatory.check_and_complete(tp)
         return done
+
+    @staticmethod
+    def _aborted_in(partition: Partition, fetch_offset: int, end_offset: int) -> list[tuple[int, int]] | None:
+        """(producer id, first offset) of the aborted transactions a read_committed fetch from
+        `fetch_offset` may meet: up to the end of the segment it read from (a read stays in one), or the
+        LSO. None when there are none, so the answer can still be packed."""
+        log = partition.log
+        if not getattr(log, "has_aborted_txns", False):
+            return None
+        segments = log.segments
+        following = bisect.bisect_right(segments, fetch_offset, key=_base_offset)
+        upper = min(end_offset, segments[following].base_offset) if following < len(segments) else end_offset
+        found = log.collect_aborted_transactions(fetch_offset, upper)
+        return [(t.producer_id, t.first_offset) for t in found] or None
 
     @staticmethod
     def _diverging_epoch(partition: Partition, p: FetchRequestPartition) -> tuple[int, int] | None:

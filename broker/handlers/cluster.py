@@ -13,8 +13,10 @@ import os
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import AlterReplicaLogDirsResponse, DescribeClusterResponse, DescribeLogDirsResponse
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 
+from ..authorizer import requires
 from . import handles
 from .metadata import ALL_CLUSTER_OPERATIONS, INT32_MIN
 
@@ -63,6 +65,10 @@ def handle_describe_cluster(services, ctx, request):
             entry.is_fenced = registration.fenced
         brokers.append(entry)
     response.brokers = brokers
+    if include_ops and services.authorizer is not None:
+        response.cluster_authorized_operations = (
+            services.authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
+            if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER) else INT32_MIN)
     return response
 
 
@@ -77,6 +83,7 @@ def _partitions_wanted(request):
 
 
 @handles(35, (1, 4))
+@requires(AclOperation.DESCRIBE)
 def handle_describe_log_dirs(services, ctx, request):
     """One result per log directory, as Kafka's describeLogDirs: an online one lists the replicas in it
     (size; offset lag: for a future replica how far it is behind the current one, else how far the log end

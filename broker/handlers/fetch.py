@@ -27,6 +27,7 @@ import asyncio
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_fetch import encode_fetch_response
 from odradek.protocol.messages import FetchResponse
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.replication.partition import FetchIsolation
 from odradek.replication.replica_manager import FetchRequestPartition, FetchResult
 from odradek.replication.replica_selector import ClientMetadata
@@ -40,6 +41,19 @@ PartitionData = TopicData.PartitionData
 NodeEndpoint = FetchResponse.NodeEndpoint
 _LEADER_HINT_ERRORS = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH))
 _UNKNOWN, _NOT_LEADER = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+def _unauthorized(services, ctx, request, replica_id: int, version: int) -> set:
+    """Topic names this fetch may not read: all of them for a replica without CLUSTER_ACTION, else those
+    without READ (Kafka's handleFetchRequest)."""
+    names = set()
+    for topic in request.topics:
+        image = services.topic_by_id(topic.topic_id) if version >= 13 else services.topic_by_name(topic.topic)
+        names.add(image.name if image is not None else topic.topic)
+    if replica_id >= 0:
+        return set() if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER) else names
+    return names - services.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
 
 
 @handles(1)
@@ -55,8 +69,12 @@ def handle_fetch(services, ctx, request):
         isolation = FetchIsolation.HIGH_WATERMARK
     wanted: list[FetchRequestPartition] = []
     layout = []  # (topic name or None, topic id, [(partition index, tp or error code)])
+    denied = _unauthorized(services, ctx, request, replica_id, version) if services.authorizer is not None else ()
     for topic in request.topics:
         image = services.topic_by_id(topic.topic_id) if version >= 13 else services.topic_by_name(topic.topic)
+        if denied and (image.name if image is not None else topic.topic) in denied:  # (READ, or CLUSTER_ACTION for a replica)
+            layout.append((topic.topic, topic.topic_id, [(p.partition, _DENIED) for p in topic.partitions]))
+            continue
         parts = []
         for p in topic.partitions:
             if image is None:
@@ -85,6 +103,9 @@ def handle_fetch(services, ctx, request):
                     packable = False
             if r.diverging_epoch is not None or r.aborted_transactions or r.preferred_read_replica >= 0:
                 packable = False
+        if replica_id < 0 and services.metadata.image.client_quotas and services.quotas.record_fetch(
+                ctx.connection, ctx.client_id, _response_bytes(results)):
+            packable = False  # (the throttle time goes in the response: only the message carries it)
         if packable:
             future.set_result(Packed(_packed(ctx.header.correlation_id, layout, results, version, read_committed)))
         else:
@@ -96,6 +117,10 @@ def handle_fetch(services, ctx, request):
         client_metadata=_client_metadata(ctx, request, replica_id),
     )
     return future.result() if future.done() else future
+
+
+def _response_bytes(results) -> int:
+    return sum(getattr(chunk, "length", None) or len(chunk) for r in results.values() for chunk in (r.records or ()))
 
 
 def _client_metadata(ctx, request, replica_id: int) -> ClientMetadata | None:

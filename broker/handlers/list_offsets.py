@@ -4,13 +4,15 @@ Per replica as in Kafka: the leader answers (a follower only the debugging repli
 ListOffsets timestamps: -1 latest (the high watermark, or the last stable offset for read_committed),
 -2 earliest, -3 the record with the largest timestamp (v7+), -4 earliest local (v8+; all data is local, so
 the log start), -5 earliest pending upload (v9+; nothing is tiered: not found); any other value finds the
-first record whose timestamp is at or after it.
+first record whose timestamp is at or after it, if below what the reader may fetch (the high watermark,
+or the last stable offset for read_committed, as Kafka's lastFetchableOffset).
 """
 
 from __future__ import annotations
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import ListOffsetsResponse, OffsetForLeaderEpochResponse
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.replication.errors import ReplicationError
 from odradek.storage.errors import StorageError
 from odradek.storage.names import TopicPartition
@@ -99,10 +101,13 @@ def _check_available(partition, replica_id: int, snap) -> None:
 @handles(2)
 def handle_list_offsets(services, ctx, request):
     topics = []
+    allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.name for t in request.topics])
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            if services.topic_by_name(t.name) is None:
+            if t.name not in allowed:
+                parts.append(LPartition(partition_index=p.partition_index, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+            elif services.topic_by_name(t.name) is None:
                 parts.append(LPartition(partition_index=p.partition_index, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
             else:
                 parts.append(_list_one(services, TopicPartition(t.name, p.partition_index), p, request.replica_id,
@@ -118,10 +123,15 @@ EPartition = ETopic.EpochEndOffset
 @handles(23)
 def handle_offset_for_leader_epoch(services, ctx, request):
     topics = []
+    allowed = (set(t.topic for t in request.topics) if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+               else services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.topic for t in request.topics]))
     for t in request.topics:
         parts = []
         for p in t.partitions:
             partition = services.data.get_partition(TopicPartition(t.topic, p.partition))
+            if t.topic not in allowed:
+                parts.append(EPartition(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), partition=p.partition))
+                continue
             if partition is None:
                 parts.append(EPartition(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), partition=p.partition))
                 continue

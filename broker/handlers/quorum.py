@@ -29,9 +29,12 @@ from odradek.protocol.messages import (
     FetchResponse,
     UnregisterBrokerResponse,
 )
+from odradek.replication.acl import AclOperation
 from odradek.replication.metadata_image import Endpoint, MetadataError
 from odradek.replication.raft import METADATA_TOPIC, METADATA_TOPIC_ID
 
+
+from ..authorizer import requires
 from . import BROKER, CONTROLLER, handles
 
 QTopic = DescribeQuorumResponse.TopicData
@@ -45,26 +48,31 @@ def _quorum(services):
 
 
 @handles(52, (0, 2), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_vote(services, ctx, request):
     return _quorum(services).handle_request(request)
 
 
 @handles(53, (0, 1), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_begin_quorum_epoch(services, ctx, request):
     return _quorum(services).handle_request(request)
 
 
 @handles(54, (0, 1), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_end_quorum_epoch(services, ctx, request):
     return _quorum(services).handle_request(request)
 
 
 @handles(59, (0, 1), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_fetch_snapshot(services, ctx, request):
     return _quorum(services).handle_request(request)
 
 
 @handles(1, (4, 17), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_metadata_fetch(services, ctx, request):
     """Fetch on the controller listener: only `__cluster_metadata-0`, by the quorum's voters and observers."""
     topic = request.topics[0] if len(request.topics) == 1 else None
@@ -75,6 +83,7 @@ def handle_metadata_fetch(services, ctx, request):
 
 
 @handles(55, (0, 2), listeners=(BROKER, CONTROLLER))
+@requires(AclOperation.DESCRIBE)
 def handle_describe_quorum(services, ctx, request):
     quorum = services.quorum
     if quorum is not None and quorum.raft.is_leader:
@@ -150,6 +159,7 @@ def _decided(services, deferred, failed):
 
 
 @handles(62, (0, 5), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_broker_registration(services, ctx, request):
     def failed(code, _message):
         return BrokerRegistrationResponse(throttle_time_ms=0, error_code=code, broker_epoch=-1)
@@ -160,6 +170,7 @@ def handle_broker_registration(services, ctx, request):
 
 
 @handles(63, (0, 2), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_broker_heartbeat(services, ctx, request):
     def failed(code, _message):
         return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=code, is_caught_up=False, is_fenced=True,
@@ -171,6 +182,7 @@ def handle_broker_heartbeat(services, ctx, request):
 
 
 @handles(64, (0, 0), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_unregister_broker(services, ctx, request):
     def failed(code, message):
         return UnregisterBrokerResponse(throttle_time_ms=0, error_code=code, error_message=message)
@@ -181,6 +193,7 @@ def handle_unregister_broker(services, ctx, request):
 
 
 @handles(56, (2, 3), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_alter_partition(services, ctx, request):
     def failed(code, _message):
         return AlterPartitionResponse(throttle_time_ms=0, error_code=code, topics=[])
@@ -204,6 +217,7 @@ def handle_assign_replicas_to_dirs(services, ctx, request):
 
 
 @handles(43, listeners=(BROKER, CONTROLLER))
+@requires(AclOperation.ALTER)
 def handle_elect_leaders(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
@@ -215,6 +229,7 @@ def handle_elect_leaders(services, ctx, request):
 
 
 @handles(45, listeners=(BROKER, CONTROLLER))
+@requires(AclOperation.ALTER)
 def handle_alter_partition_reassignments(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
@@ -226,6 +241,7 @@ def handle_alter_partition_reassignments(services, ctx, request):
 
 
 @handles(46, listeners=(BROKER, CONTROLLER))
+@requires(AclOperation.DESCRIBE)
 def handle_list_partition_reassignments(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
@@ -233,6 +249,7 @@ def handle_list_partition_reassignments(services, ctx, request):
 
 
 @handles(67, (0, 0), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_allocate_producer_ids(services, ctx, request):
     if _not_controller(services):
         return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER),
