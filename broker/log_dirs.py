@@ -191,10 +191,14 @@ class LogDirs:
 
         broker = self.broker
         while self.unreported:
-            if broker.broker_epoch is None or broker.broker_epoch < 0:
-                await asyncio.sleep(0.2)
-                continue
             image = broker.metadata.image
+            registration = image.brokers.get(broker.config.node_id)
+            # (A node of a cluster knows its epoch from its registration's answer; a cluster of one from its image.)
+            broker_epoch = broker.broker_epoch if broker.broker_epoch >= 0 else (
+                registration.broker_epoch if registration is not None else -1)
+            if broker_epoch < 0:
+                await asyncio.sleep(0.2)  # not registered yet
+                continue
             batch = sorted(self.unreported, key=lambda tp: (tp.topic, tp.partition))
             topics: dict[uuid.UUID, list[int]] = {}
             for tp in batch:
@@ -204,7 +208,7 @@ class LogDirs:
             if not topics:
                 self.unreported.difference_update(batch)
                 break
-            request = R(broker_id=broker.config.node_id, broker_epoch=broker.broker_epoch, directories=[
+            request = R(broker_id=broker.config.node_id, broker_epoch=broker_epoch, directories=[
                 R.DirectoryData(id=LOST_DIRECTORY_ID, topics=[
                     R.DirectoryData.TopicData(topic_id=topic_id, partitions=[
                         R.DirectoryData.TopicData.PartitionData(partition_index=i) for i in indexes])
