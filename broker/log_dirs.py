@@ -28,7 +28,7 @@ import uuid
 import structlog
 
 from odradek.protocol.errors import ErrorCode
-from odradek.storage.errors import KafkaStorageError
+from odradek.storage.errors import KafkaStorageError, StorageError
 from odradek.storage.log_mover import copy_step
 from odradek.storage.names import TopicPartition
 
@@ -114,19 +114,27 @@ class LogDirs:
             await self._wake.wait()
             self._wake.clear()
             while manager.future_logs:
+                progressed = False
                 for tp in list(manager.future_logs):
-                    self._step(tp)
+                    progressed = self._step(tp) or progressed
                     await asyncio.sleep(0)  # requests go on between steps
+                if not progressed:
+                    # Only moves of partitions not hosted yet (a start, before the image names them): look
+                    # again a little later rather than spin.
+                    await asyncio.sleep(0.5)
 
-    def _step(self, tp: TopicPartition) -> None:
+    def _step(self, tp: TopicPartition) -> bool:
+        """One copy step of `tp`'s move, and the swap once caught up; False when nothing could be done."""
         manager = self.log_manager
         future = manager.future_logs.get(tp)
         partition = self.data.get_partition(tp)
         if future is None:
-            return
+            return False
         if partition is None:
-            manager.abandon_future_log(tp)
-            return
+            if manager.get_log(tp) is None:
+                manager.abandon_future_log(tp)  # the replica is gone: so is its move
+                return True
+            return False  # not hosted yet (a start): the move resumes once it is
         now = self.broker_now()
         try:
             if copy_step(partition.log, future, max_bytes=MOVE_STEP_BYTES, now_ms=now):
@@ -134,12 +142,16 @@ class LogDirs:
                 self.data.replace_log(tp, moved)
                 self.moves_completed += 1
                 log.info("replica moved to another log directory", partition=str(tp), log_dir=manager.dir_of(tp).path)
+        except StorageError as e:  # (e.g. the current log cut under the read): this move gives up
+            log.warning("moving a replica failed; the move is abandoned", partition=str(tp), error=str(e))
+            manager.abandon_future_log(tp)
         except OSError as e:
             # Either directory may be failing: the one the error names goes offline.
             path = getattr(e, "filename", None) or future.directory
             self.storage_failed(str(path), str(e))
             if tp in manager.future_logs and manager.future_dir_of(tp) is not None and not manager.future_dir_of(tp).online:
                 manager.abandon_future_log(tp)
+        return True
 
     # -- failed directories
 
@@ -179,10 +191,14 @@ class LogDirs:
 
         broker = self.broker
         while self.unreported:
-            if broker.broker_epoch is None or broker.broker_epoch < 0:
-                await asyncio.sleep(0.2)
-                continue
             image = broker.metadata.image
+            registration = image.brokers.get(broker.config.node_id)
+            # (A node of a cluster knows its epoch from its registration's answer; a cluster of one from its image.)
+            broker_epoch = broker.broker_epoch if broker.broker_epoch >= 0 else (
+                registration.broker_epoch if registration is not None else -1)
+            if broker_epoch < 0:
+                await asyncio.sleep(0.2)  # not registered yet
+                continue
             batch = sorted(self.unreported, key=lambda tp: (tp.topic, tp.partition))
             topics: dict[uuid.UUID, list[int]] = {}
             for tp in batch:
@@ -192,7 +208,7 @@ class LogDirs:
             if not topics:
                 self.unreported.difference_update(batch)
                 break
-            request = R(broker_id=broker.config.node_id, broker_epoch=broker.broker_epoch, directories=[
+            request = R(broker_id=broker.config.node_id, broker_epoch=broker_epoch, directories=[
                 R.DirectoryData(id=LOST_DIRECTORY_ID, topics=[
                     R.DirectoryData.TopicData(topic_id=topic_id, partitions=[
                         R.DirectoryData.TopicData.PartitionData(partition_index=i) for i in indexes])

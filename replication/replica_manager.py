@@ -162,6 +162,13 @@ class ReplicaManager:
         ):
             return partition
         if leader_id == self.node_id:
+            # As Kafka's makeLeader: a new leader epoch begins at the log end in the epoch history, before any
+            # batch of it. A follower's divergence is found against it (without it, a follower holding
+            # batches of an epoch between the last one written here and this one learns nothing, and is
+            # taken as caught up on records this leader does not have: the replication simulation found it).
+            plog = partition.log
+            if leader_epoch > getattr(plog, "latest_epoch", leader_epoch):
+                plog.assign_epoch_start_offset(leader_epoch, plog.log_end_offset)
             partition.make_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr, now_ms=now_ms)
         elif leader_id >= 0:
             partition.make_follower(leader_id=leader_id, leader_epoch=leader_epoch, replicas=replicas, isr=isr)

@@ -799,6 +799,10 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self._log_end_offset:
+            # Nothing to remove, but an epoch begun at the log end without a batch (a leader that was
+            # elected and replaced before writing) conflicts with the new leader's history: as Kafka does,
+            # the epoch cache is truncated to the log end all the same.
+            self._epoch_cache.truncate_from_end(self._log_end_offset)
             return False
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, now_ms=self._last_now_ms)

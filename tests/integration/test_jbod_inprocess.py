@@ -22,6 +22,7 @@ from odradek.broker.node_client import NodeConnection
 from odradek.broker.server import Broker
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import CreateTopicsRequest, DescribeLogDirsRequest
+from odradek.protocol.records import build_batch
 from odradek.storage.names import TopicPartition
 
 from .test_quorum_inprocess import active, cluster_configs, until
@@ -127,7 +128,7 @@ async def test_a_failed_directory_takes_its_replicas_offline_and_leadership_move
         tp = TopicPartition(TOPIC, 0)
         failing = next(b for b in nodes if b.data.get_partition(tp).is_leader)
         bad_dir = failing.log_manager.dir_of(tp)
-        in_bad = sorted(t for t, d in failing.log_manager._dir_of.items() if d is bad_dir and t.topic == TOPIC)
+        in_bad = sorted(t for t in failing.log_manager.logs if failing.log_manager.dir_of(t) is bad_dir and t.topic == TOPIC)
         others = [t for t in (TopicPartition(TOPIC, i) for i in range(PARTITIONS)) if t not in in_bad]
         first = [b"before-%d" % i for i in range(150)]
         assert await asyncio.to_thread(produce, bootstrap, first) == []
@@ -158,3 +159,42 @@ async def test_a_failed_directory_takes_its_replicas_offline_and_leadership_move
         assert os.path.isdir(bad_dir.path)  # left as it was: its data stays for the operator
     finally:
         await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
+
+
+async def test_a_failed_directory_on_a_lone_broker_takes_only_its_partitions_offline(tmp_path):
+    from odradek.broker.testing import broker_config
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    broker = Broker(broker_config(a, **{"log.dirs": f"{a},{b}"}))
+    await broker.start()
+    try:
+        conn = NodeConnection(1, "127.0.0.1", broker.bound_port)
+        created = await conn.request(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+            CreateTopicsRequest.CreatableTopic(name="lone", num_partitions=2, replication_factor=1, assignments=[],
+                                               configs=[])]), 7)
+        await conn.close()
+        assert created.topics[0].error_code == 0
+        await until(lambda: all(broker.data.get_partition(TopicPartition("lone", i)) is not None for i in (0, 1)),
+                    what="both partitions")
+        manager = broker.log_manager
+        dirs = {i: manager.dir_of(TopicPartition("lone", i)) for i in (0, 1)}
+        assert dirs[0] is not dirs[1]  # one in each directory
+        broken = TopicPartition("lone", 1)
+
+        def broken_disk(*_args, **_kwargs):
+            raise OSError(errno.EIO, "Input/output error")
+
+        broker.data.get_partition(broken).log.append = broken_disk
+        results = {}
+        for i in (0, 1):
+            broker.data.append_records({TopicPartition("lone", i): bytearray(build_batch([(None, b"x", None, 0)]))},
+                                       required_acks=1, timeout_ms=1000, now_ms=broker.now_ms(), respond=results.update)
+        assert results[TopicPartition("lone", 0)].error_code == 0
+        assert results[broken].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        await until(lambda: broker.metadata.image.topics_by_name["lone"].partitions[1].leader == -1,
+                    what="the controller took the partition's leader away")
+        assert broker.metadata.image.topics_by_name["lone"].partitions[0].leader == 1
+        assert not dirs[1].online and dirs[0].online
+        assert broker.log_dirs.unreported == set()
+    finally:
+        await broker.stop()

@@ -135,3 +135,24 @@ def test_a_failed_directory_takes_only_its_logs_offline(tmp_path):
     manager.close()
     assert os.path.exists(os.path.join(a, ".kafka_cleanshutdown"))
     assert not os.path.exists(os.path.join(b, ".kafka_cleanshutdown"))
+
+
+def test_a_move_under_way_at_shutdown_is_found_again_at_start(tmp_path):
+    a, b = dirs(tmp_path)
+    manager = LogManager([a, b], now_ms=NOW)
+    tp = TopicPartition("t", 0)
+    current = manager.get_or_create_log(tp, now_ms=NOW, log_dir=a)
+    for _ in range(3):
+        current.append(batch(), leader_epoch=0, now_ms=NOW)
+    future = manager.create_future_log(tp, b, now_ms=NOW)
+    copy_step(current, future, max_bytes=100, now_ms=NOW)  # part of it
+    manager.close()
+    reopened = LogManager([a, b], now_ms=NOW)
+    assert reopened.dir_of(tp).path == os.path.abspath(a)
+    assert reopened.future_dir_of(tp).path == os.path.abspath(b)
+    future = reopened.future_logs[tp]
+    while not copy_step(reopened.get_log(tp), future, max_bytes=100, now_ms=NOW):
+        pass
+    assert reopened.replace_current_with_future(tp, now_ms=NOW).log_end_offset == 3
+    assert reopened.abandon_future_log(tp) is False
+    reopened.close()
