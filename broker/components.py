@@ -96,6 +96,9 @@ async def start_components(broker) -> None:
         groups_factory=lambda: start_group_coordinator(broker), quorum=broker.quorum,
         transactions_factory=lambda: start_transaction_coordinator(broker),
     )
+    from .txn_wiring import StartWhenLeading
+
+    publisher.register(StartWhenLeading(broker))
     _start_metrics(broker, loop)
     broker.spawn(_housekeeping(broker))
 
