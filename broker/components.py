@@ -109,6 +109,9 @@ async def start_components(broker) -> None:
         transactions_factory=lambda: start_transaction_coordinator(broker),
     )
     broker.log_dirs.start()
+    from .txn_wiring import StartWhenLeading
+
+    publisher.register(StartWhenLeading(broker))
     _start_metrics(broker, loop)
     broker.spawn(_housekeeping(broker))
 

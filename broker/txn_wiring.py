@@ -201,6 +201,31 @@ class MarkerSender:
         return None if endpoint is None else (endpoint.host, endpoint.port)
 
 
+class StartWhenLeading:
+    """Starts the transaction coordinator on a broker that becomes leader of a `__transaction_state`
+    partition before any transactional request reached it (a failover: the new leader must resume the
+    markers and the timeouts of what it loads at once, not on the next request). A metadata listener."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.done = False
+
+    def on_metadata_update(self, update: MetadataUpdate) -> None:
+        if self.done or self.broker.services is None or self.broker.services.transactions_if_started is not None:
+            return
+        topic = update.image.topics_by_name.get(TRANSACTION_STATE_TOPIC)
+        if topic is not None and any(p.leader == self.broker.node_id for p in topic.partitions.values()):
+            self.done = True
+            # Not from inside the publisher's loop over its listeners: starting registers one more.
+            asyncio.get_running_loop().call_soon(self._start)
+
+    def _start(self) -> None:
+        services = self.broker.services
+        if services is not None and services.transactions_if_started is None:
+            services.transactions
+            self.broker.after_state_change()
+
+
 def start_transaction_coordinator(broker) -> TransactionCoordinator:
     cfg = broker.config
     live = max(1, len(broker.services.live_brokers())) if broker.services is not None else 1
