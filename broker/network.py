@@ -325,9 +325,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         first = self.context.principal != self.auth.principal
         self.context.principal = self.auth.principal
         self.conn.max_frame_bytes = self.server.max_frame_bytes
-        if first:
-            log.info("authenticated", client=self.connection_id, principal=str(self.auth.principal),
-                     mechanism=self.auth.mechanism, listener=self.listener)
+        log.info("authenticated" if first else "re-authenticated", client=self.connection_id,
+                 principal=str(self.auth.principal), mechanism=self.auth.mechanism, listener=self.listener)
 
     def _fail_authentication(self, chunks: list, reason: str | None) -> None:
         """Answer a failed authentication after connection.failed.authentication.delay.ms, then close: a
