@@ -50,6 +50,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
 
+from odradek.replication.replica_selector import replica_selector_for
+
 __all__ = [
     "ConfigError",
     "ConfigType",
@@ -410,9 +412,30 @@ CompressionType = Annotated[str, BeforeValidator(_choice(*COMPRESSION_TYPES, cas
 TimestampType = Annotated[str, BeforeValidator(_choice(*TIMESTAMP_TYPES))]
 LogFormat = Annotated[str, BeforeValidator(_choice(*LOG_FORMATS, case_sensitive=False))]
 LogLevel = Annotated[str, BeforeValidator(_parse_log_level)]
+
+
+def _parse_replica_selector(value: Any) -> str | None:
+    text = parse_optional_string(value)
+    replica_selector_for(text)  # (ValueError: a class this broker does not have refuses the start)
+    return text
+
+
+ReplicaSelectorClass = Annotated[str | None, BeforeValidator(_parse_replica_selector)]
 Port = Annotated[int, BeforeValidator(_parse_port)]
 SslStoreType = Annotated[str, BeforeValidator(_choice("JKS", "PKCS12", "PEM", case_sensitive=False))]
 SslClientAuth = Annotated[str, BeforeValidator(_choice("none", "requested", "required", case_sensitive=False))]
+
+
+AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",)
+
+
+def _parse_super_users(value: Any) -> tuple[str, ...]:
+    principals = tuple(p.strip() for p in _text(value).split(";") if p.strip())
+    for p in principals:
+        kind, sep, name = p.partition(":")
+        if not sep or not kind or not name:
+            raise ValueError(f"{p!r} is not a principal (Type:name, e.g. User:admin)")
+    return principals
 
 
 def _f(alias: str, default: Any, ktype: ConfigType, doc: str, **constraints: Any) -> Any:
@@ -784,6 +807,12 @@ class BrokerConfig(BaseModel):
     replica_fetch_response_max_bytes: Int = _f(
         "replica.fetch.response.max.bytes", 10485760, T.INT, "Bytes a follower fetch asks for in all.", ge=0
     )
+    replica_selector_class: ReplicaSelectorClass = _f(
+        "replica.selector.class", None, T.CLASS,
+        "Which replica a consumer in another rack is pointed to (KIP-392): "
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector for the closest in-sync replica, "
+        "org.apache.kafka.common.replica.LeaderSelector or unset for the leader.",
+    )
     num_replica_fetchers: Int = _f(
         "num.replica.fetchers", 1, T.INT, "Accepted for compatibility: one fetcher per source broker.", ge=1
     )
@@ -898,6 +927,25 @@ class BrokerConfig(BaseModel):
         T.SHORT,
         "Accepted for compatibility; share groups are not supported.",
         ge=1,
+    )
+
+    # ---- authorization and quotas
+    authorizer_class_name: Annotated[str, BeforeValidator(_choice("", *AUTHORIZER_CLASS_NAMES))] = _f(
+        "authorizer.class.name", "", T.STRING,
+        "The authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACLs on; empty turns them off.",
+    )
+    super_users: Annotated[tuple[str, ...], BeforeValidator(_parse_super_users)] = _f(
+        "super.users", "", T.STRING, "Principals allowed everything, separated by semicolons: User:admin;User:broker.",
+    )
+    allow_everyone_if_no_acl_found: Bool = _f(
+        "allow.everyone.if.no.acl.found", False, T.BOOLEAN,
+        "With an authorizer: whether a resource no ACL covers is open to everyone.",
+    )
+    quota_window_num: Int = _f(
+        "quota.window.num", 11, T.INT, "Number of samples a client quota's rate is measured over.", ge=2,
+    )
+    quota_window_size_seconds: Int = _f(
+        "quota.window.size.seconds", 1, T.INT, "Length of one client quota sample.", ge=1,
     )
 
     # ---- Odradek's own

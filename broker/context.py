@@ -75,6 +75,7 @@ class ConnectionContext:
     security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
     principal: KafkaPrincipal = ANONYMOUS
     scope: str = "broker"  # "controller" on a controller listener (broker.handlers: BROKER, CONTROLLER)
+    throttle_ms: int = 0  # set by a quota (broker/quotas.py): the network stops serving this long, then clears it
 
 
 @dataclass(slots=True)

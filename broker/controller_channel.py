@@ -155,6 +155,18 @@ class ControllerDecisions:
     def allocate_producer_ids(self, broker_id: int) -> Deferred[ProducerIdsBlock]:
         return self._single(lambda: self.controller.allocate_producer_ids(broker_id))
 
+    # ACLs and client quotas: one item per binding, filter or quota entity
+
+    def create_acls(self, bindings: Sequence) -> Deferred[Results]:
+        return self._run([lambda b=b: self.controller.create_acl(b) for b in bindings], False)
+
+    def delete_acls(self, filters: Sequence) -> Deferred[Results]:
+        return self._run([lambda f=f: self.controller.delete_acls(f) for f in filters], False)
+
+    def alter_client_quotas(self, entries: Sequence, *, validate_only: bool = False) -> Deferred[Results]:
+        """`entries`: (entity pairs, [(key, value, remove)]) per quota entity."""
+        return self._run([lambda e=e: self.controller.alter_client_quota(*e) for e in entries], validate_only)
+
     def register_broker(
         self, broker_id: int, endpoints: Sequence[Endpoint], *, rack: str | None, cluster_id: str | None
     ) -> Deferred[int]:
@@ -183,6 +195,9 @@ class ControllerDecisions:
 
     def alter_partition(self, request, version: int) -> Deferred:
         return self._single(lambda: self.controller.alter_partition(request, version))
+
+    def assign_replicas_to_dirs(self, request) -> Deferred:
+        return self._single(lambda: self.controller.assign_replicas_to_dirs(request))
 
     def elect_leaders(self, request) -> Deferred:
         return self._single(lambda: self.controller.elect_leaders(request))

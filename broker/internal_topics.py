@@ -9,7 +9,9 @@ through a `PartitionWriter`. `InternalTopicWriter` is that writer for one intern
 - `register_listener` hooks the partition's high watermark (replication/partition.py): every time it
   advances the coordinator hears `on_committed(partition, high_watermark)`, which releases the responses
   held for records now on every in-sync replica. The runtime registers on load and deregisters on unload.
-- `read_all` reads the partition back, batch by batch, for a coordinator loading it.
+- `read_all` reads the partition back, batch by batch, for a coordinator loading it: plain records as
+  (key, value), records of transactional batches (TxnOffsetCommit) as `TransactionalRecord`s and the
+  transaction markers as `TransactionMarker`s, in log order.
 
 `ensure_internal_topic` creates the topic on first use, compacted, with its own segment size.
 """
@@ -21,7 +23,8 @@ from collections.abc import Callable, Iterator
 import structlog
 
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.records import build_batch, iter_batches, iter_records
+from odradek.coordinator.runtime import TransactionalRecord, TransactionMarker
+from odradek.protocol.records import ABORT, COMMIT, build_batch, iter_batches, iter_records, parse_control_record
 from odradek.replication.metadata_image import MetadataError
 from odradek.replication.partition import Partition
 from odradek.replication.replica_manager import ReplicaManager
@@ -49,10 +52,15 @@ class InternalTopicWriter:
             raise RuntimeError(f"{self.topic}-{index} is not hosted here")
         return partition
 
-    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> int | None:
+    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int,
+               producer: tuple[int, int] | None = None) -> int | None:
         if not records:
             return None
-        batch = bytearray(build_batch([(key, value, None, now_ms) for key, value in records]))
+        if producer is None:
+            batch = bytearray(build_batch([(key, value, None, now_ms) for key, value in records]))
+        else:  # a transactional batch of the producer (no sequence: Kafka's coordinators write none)
+            batch = bytearray(build_batch([(key, value, None, now_ms) for key, value in records],
+                                          producer_id=producer[0], producer_epoch=producer[1], transactional=True))
         info = self.replicas.append_internal(TopicPartition(self.topic, partition), batch, now_ms=now_ms)
         end_offset = info.last_offset + 1
         # None: committed already (the high watermark moved with the append); otherwise the runtime holds
@@ -68,8 +76,18 @@ class InternalTopicWriter:
             for pos, header in iter_batches(data):
                 if header.next_offset <= offset:
                     continue
-                if not header.is_control:
-                    batch = memoryview(data)[pos : pos + header.size]
+                batch = memoryview(data)[pos : pos + header.size]
+                if header.is_control:
+                    if header.producer_id >= 0:
+                        for record in iter_records(batch, max_uncompressed_bytes=_MAX_UNCOMPRESSED_BATCH_BYTES):
+                            kind, _ = parse_control_record(record)
+                            if kind in (ABORT, COMMIT):
+                                yield TransactionMarker(header.producer_id, header.producer_epoch, kind == COMMIT)
+                elif header.is_transactional:
+                    for record in iter_records(batch, max_uncompressed_bytes=_MAX_UNCOMPRESSED_BATCH_BYTES):
+                        if record.offset >= offset:
+                            yield TransactionalRecord(record.key, record.value, header.producer_id, header.producer_epoch)
+                else:
                     for record in iter_records(batch, max_uncompressed_bytes=_MAX_UNCOMPRESSED_BATCH_BYTES):
                         if record.offset >= offset:
                             yield record.key, record.value
@@ -97,7 +115,8 @@ class InternalTopicWriter:
             hosted.remove_listener(listener)
 
 
-def ensure_internal_topic(broker, name: str, num_partitions: int, replication_factor: int, segment_bytes: int) -> int:
+def ensure_internal_topic(broker, name: str, num_partitions: int, replication_factor: int, segment_bytes: int,
+                          extra_configs: dict[str, str] | None = None) -> int:
     """Create internal topic `name` (compacted) through the controller if it does not exist; its number
     of partitions. A local controller creates it at once; in a cluster the creation goes to the active
     controller and this returns the number asked for: the coordinator's partitions load as their
@@ -107,7 +126,7 @@ def ensure_internal_topic(broker, name: str, num_partitions: int, replication_fa
     existing = broker.metadata.image.topics_by_name.get(name)
     if existing is not None:
         return len(existing.partitions)
-    config = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+    config = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes), **(extra_configs or {})}
     created = broker.controller.create_topics([NewTopic(name, num_partitions, replication_factor, config)], internal=True)
 
     def check(d) -> None:

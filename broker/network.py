@@ -105,6 +105,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.context: ConnectionContext | None = None  # set when the connection is made
         self.last_active = time.monotonic()
         self.in_flight = False  # a request is being served (its response not yet written)
+        self.muted = False  # throttled by a client quota (KIP-219): no request is served until the timer fires
         self._pending: list = []  # response bytes not yet handed to the transport (see _flush)
 
     # -- asyncio.BufferedProtocol --
@@ -173,7 +174,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
     def pump(self) -> None:
         """Serve queued requests in order until one has to wait, the inbox is empty or writing is paused."""
         server = self.server
-        while self.inbox and not self.in_flight and not self.closed and not self.failing:
+        while self.inbox and not self.in_flight and not self.closed and not self.failing and not self.muted:
             if server.draining:  # shutting down: no new requests
                 self.close()
                 return
@@ -229,6 +230,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 result = self._result_of(result)
             if result is not None:
                 self._respond(ctx, result)
+            elif self.context.throttle_ms:  # acks=0 over a quota: no response, the wait still applies
+                self._throttle(None)
         # The responses of every request served above leave in one write: a client with several requests
         # in flight (librdkafka keeps up to 5) often has 3-4 of them arrive in one socket read.
         self._flush()
@@ -382,6 +385,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
 
     def _respond(self, ctx: RequestContext | None, response) -> None:
         """Write a handler's answer (broker.context): a frame it packed itself, or a message to encode."""
+        if self.context.throttle_ms:
+            self._throttle(response)
         if type(response) is Packed:  # the fast produce path (ctx is None) and the Fetch handler
             self._write(response.chunks)
             return
@@ -392,6 +397,20 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             self.close()
             return
         self._write(chunks)
+
+    def _throttle(self, response) -> None:
+        """A client quota was exceeded (broker/quotas.py): the response says for how long, and the connection
+        serves nothing more until then (KIP-219; a packed response says 0: the wait alone holds the client back)."""
+        throttle_ms, self.context.throttle_ms = self.context.throttle_ms, 0
+        if type(response) is not Packed and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle_ms)
+        self.muted = True
+        asyncio.get_running_loop().call_later(throttle_ms / 1000, self._unmute)
+
+    def _unmute(self) -> None:
+        self.muted = False
+        if not self.closed:
+            self.pump()
 
     def _update_reading(self) -> None:
         if self.closed or self.transport is None or self.failing:

@@ -228,6 +228,7 @@ class Broker:
             log.exception("handler failed", api_key=ctx.api_key, api_version=ctx.api_version)
             self._observe(ctx.api_key, ctx.api_version, ctx.frame_size, started, error=True)
             raise
+        self.services.quotas.record_request_time(ctx.connection, ctx.client_id, time.perf_counter() - started)
         return self._handled(ctx.api_key, ctx.api_version, ctx.frame_size, started, result)
 
     def serve_produce_frame(self, request, connection: ConnectionContext):

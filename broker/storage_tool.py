@@ -28,7 +28,7 @@ from odradek.replication.metadata_image import MetadataReplayError, new_cluster_
 from odradek.replication.metadata_records import UserScramCredentialRecord
 from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapshot, image_records
 from odradek.storage.errors import ForeignLogDirectoryError
-from odradek.storage.meta_properties import format_log_dir, read_meta_properties
+from odradek.storage.meta_properties import format_log_dir, new_directory_id, read_meta_properties
 
 from .config import ConfigError, load_config
 
@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
     for directory in log_dirs(config):
         try:
             wrote = format_log_dir(directory, node_id=config.node_id, cluster_id=args.cluster_id,
-                                   directory_id=new_cluster_id(), ignore_formatted=args.ignore_formatted)
+                                   directory_id=new_directory_id(), ignore_formatted=args.ignore_formatted)
         except (ForeignLogDirectoryError, OSError) as e:
             print(f"odradek: {e}", file=sys.stderr)
             status = 1

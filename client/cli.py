@@ -4,7 +4,9 @@
 
     topic create|list|describe|delete|alter    produce TOPIC    consume TOPIC
     group list|describe|delete|reset-offsets   config get|set   perf produce|consume
+    acl add|list|remove    quota set|describe
     cluster describe|quorum|log-dirs    (cluster up|down|status|compose: odradek/cli.py, server-side)
+    txn list|describe|abort             (as kafka-transactions.sh)
 
 Human output is aligned tables (rich); `--output json` prints one JSON document (JSON lines for
 `consume`) for scripts. Diagnostics go to stderr as one line, `odradek: error: ...`, never a traceback.
@@ -33,6 +35,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from odradek.protocol.errors import ErrorCode
+
 from .admin import Admin
 from .cluster import TopicPartition
 from .config import ClientConfig, ConsumerConfig, ProducerConfig, default_bootstrap, parse_bootstrap
@@ -54,7 +58,8 @@ EXIT_INTERRUPTED = 130
 
 # The commands this parser runs itself; a server-side command of the same name (odradek/cli.py's `cluster up`)
 # is dispatched before this parser sees it.
-CLIENT_COMMANDS = frozenset({"topic", "produce", "consume", "group", "config", "cluster", "perf", "user"})
+CLIENT_COMMANDS = frozenset({"topic", "produce", "consume", "group", "config", "cluster", "perf", "txn", "user", "acl",
+                             "quota"})
 
 
 class UsageError(Exception):
@@ -420,6 +425,40 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     p.add_argument("--mechanism", "-m", action="append", default=[], choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
                    help="repeatable (default: every mechanism the user has)")
 
+    # acl (kafka-acls.sh) and quota (kafka-configs.sh --entity-type users/clients)
+    asub = _SubParsers(sub.add("acl", help="add, list and remove ACLs (kafka-acls)"), "action")
+    for action, help_text in (("add", "add ACLs"), ("list", "list ACLs (all, or those matching the options)"),
+                              ("remove", "remove the ACLs matching the options")):
+        p = asub.add(action, help=help_text)
+        p.add_argument("--allow-principal", action="append", default=[], metavar="PRINCIPAL", help="e.g. User:alice")
+        p.add_argument("--deny-principal", action="append", default=[], metavar="PRINCIPAL")
+        p.add_argument("--principal", action="append", default=[], help="(list, remove) any permission")
+        p.add_argument("--allow-host", action="append", default=[], metavar="HOST")
+        p.add_argument("--deny-host", action="append", default=[], metavar="HOST")
+        p.add_argument("--operation", action="append", default=[],
+                       help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
+                            "AlterConfigs, IdempotentWrite, All (repeatable)")
+        p.add_argument("--topic", action="append", default=[])
+        p.add_argument("--group", action="append", default=[])
+        p.add_argument("--transactional-id", action="append", default=[])
+        p.add_argument("--cluster", action="store_true")
+        p.add_argument("--resource-pattern-type", default="literal" if action == "add" else "any",
+                       choices=["literal", "prefixed", "any", "match"])
+    qsub = _SubParsers(sub.add("quota", help="set and describe client quotas (kafka-configs --entity-type users/clients)"),
+                       "action")
+    for action, help_text in (("set", "set or delete quota values of a user, a client id, or both"),
+                              ("describe", "show quotas (all, or of the given entity)")):
+        p = qsub.add(action, help=help_text)
+        p.add_argument("--user", default=None, help="a user name")
+        p.add_argument("--user-default", action="store_true", help="the default user entity")
+        p.add_argument("--client", dest="quota_client_id", default=None, help="a client id")
+        p.add_argument("--client-default", action="store_true", help="the default client-id entity")
+        if action == "set":
+            p.add_argument("pairs", nargs="*", type=_key_value, metavar="KEY=VALUE",
+                           help="producer_byte_rate, consumer_byte_rate, request_percentage")
+            p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V...]")
+            p.add_argument("--delete", "--delete-config", action="append", default=[], metavar="KEY")
+
     # cluster
     # `cluster up|down|status|compose` are odradek/cli.py's own (they run brokers on this machine) and never reach
     # this parser; the help names them so that `odradek cluster --help` shows the whole family.
@@ -436,6 +475,27 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
                       help="one row per voter and observer: log end offset, lag, last fetch and caught-up times")
     p.add_argument("--human-readable", action="store_true", help="with --replication: times as 'N ms ago'")
     ksub.add("log-dirs", help="log directories and partition sizes per broker")
+
+    # txn
+    xsub = _SubParsers(sub.add("txn", help="transactions: list, describe, abort a hanging one (kafka-transactions.sh)"),
+                       "action")
+    p = xsub.add("list", help="transactional ids every coordinator knows, with their state")
+    p.add_argument("--state", action="append", default=[], metavar="STATE", help="only these states (Ongoing, ...)")
+    p.add_argument("--producer-id", action="append", type=int, default=[], metavar="ID")
+    p.add_argument("--duration-filter", type=_non_negative, default=None, metavar="MS",
+                   help="only transactions running longer than MS")
+    p = xsub.add("describe", help="one transactional id: producer, epoch, state, timeout, partitions")
+    p.add_argument("transactional_id", nargs="?", metavar="TRANSACTIONAL_ID")
+    p.add_argument("--transactional-id", dest="transactional_id_option", default=None, metavar="TRANSACTIONAL_ID")
+    p = xsub.add("abort", help="abort a hanging transaction on a partition (writes its ABORT marker)")
+    p.add_argument("--topic", "-t", required=True)
+    p.add_argument("--partition", type=_non_negative, required=True)
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--start-offset", type=_non_negative, default=None,
+                     help="the first offset of the open transaction (as DescribeProducers shows it)")
+    who.add_argument("--producer-id", type=int, default=None, help="with --producer-epoch and --coordinator-epoch")
+    p.add_argument("--producer-epoch", type=int, default=None)
+    p.add_argument("--coordinator-epoch", type=int, default=None)
 
     # perf
     psub = _SubParsers(sub.add("perf", help="measure throughput and latency"), "action")
@@ -1272,6 +1332,133 @@ async def user_delete(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------- ACLs, quotas
+
+
+def _acl_bindings(args: argparse.Namespace, *, add: bool) -> list:
+    """The bindings (add) or filters (list, remove) kafka-acls.sh's options name."""
+    from .admin import AclBinding
+
+    resources = ([("topic", n) for n in args.topic] + [("group", n) for n in args.group]
+                 + [("transactional_id", n) for n in args.transactional_id] + ([("cluster", "kafka-cluster")] if args.cluster else []))
+    entries = ([(p, "allow") for p in args.allow_principal] + [(p, "deny") for p in args.deny_principal]
+               + [(p, "any") for p in args.principal])
+    operations = [op.lower().replace("-", "_") for op in args.operation] or ["any"]
+    if add:
+        if not resources or not entries or not args.operation:
+            raise UsageError("acl add needs a resource (--topic, --group, --transactional-id or --cluster), "
+                             "--allow-principal or --deny-principal, and --operation")
+        if any(permission == "any" for _, permission in entries):
+            raise UsageError("acl add takes --allow-principal or --deny-principal, not --principal")
+    out = []
+    for rtype, name in resources or [("any", None)]:
+        for principal, permission in entries or [(None, "any")]:
+            hosts = (args.allow_host if permission == "allow" else args.deny_host if permission == "deny" else
+                     args.allow_host + args.deny_host) or (["*"] if add else [None])
+            for host in hosts:
+                for op in operations:
+                    out.append(AclBinding(rtype, name, args.resource_pattern_type, principal, host, op, permission))
+    return out
+
+
+def _acl_row(b: Any) -> list[Any]:
+    return [b.resource_type, b.name, b.pattern_type, b.principal, b.host, b.operation, b.permission]
+
+
+_ACL_COLUMNS = ["RESOURCE TYPE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"]
+
+
+async def acl_add(args: argparse.Namespace, out: Output) -> int:
+    bindings = _acl_bindings(args, add=True)
+    async with _admin(args) as admin:
+        results = await admin.create_acls(bindings)
+    for error in results:
+        if error is not None:
+            raise error
+    if out.json:
+        out.emit_json([dataclasses.asdict(b) for b in bindings])
+    else:
+        out.table(_ACL_COLUMNS, [_acl_row(b) for b in bindings], title="added")
+    return EXIT_OK
+
+
+async def acl_list(args: argparse.Namespace, out: Output) -> int:
+    filters = _acl_bindings(args, add=False)
+    found: dict = {}
+    async with _admin(args) as admin:
+        for f in filters:
+            for b in await admin.describe_acls(f):
+                found[b] = None
+    if out.json:
+        out.emit_json([dataclasses.asdict(b) for b in found])
+    else:
+        out.table(_ACL_COLUMNS, [_acl_row(b) for b in found])
+    return EXIT_OK
+
+
+async def acl_remove(args: argparse.Namespace, out: Output) -> int:
+    filters = _acl_bindings(args, add=False)
+    if all(f.resource_type == "any" and f.principal is None for f in filters):
+        raise UsageError("acl remove needs a resource or a principal (it would remove every ACL)")
+    async with _admin(args) as admin:
+        removed = [b for bs in await admin.delete_acls(filters) for b in bs]
+    if out.json:
+        out.emit_json([dataclasses.asdict(b) for b in removed])
+    else:
+        out.table(_ACL_COLUMNS, [_acl_row(b) for b in removed], title="removed")
+    return EXIT_OK
+
+
+def _quota_entity(args: argparse.Namespace) -> dict[str, str | None]:
+    entity: dict[str, str | None] = {}
+    if args.user is not None or args.user_default:
+        entity["user"] = None if args.user_default else args.user
+    if args.quota_client_id is not None or args.client_default:
+        entity["client-id"] = None if args.client_default else args.quota_client_id
+    return entity
+
+
+async def quota_set(args: argparse.Namespace, out: Output) -> int:
+    entity = _quota_entity(args)
+    if not entity:
+        raise UsageError("quota set needs --user/--user-default and/or --client-id/--client-default")
+    pairs = list(args.pairs) + [_key_value(kv) for item in args.add_config for kv in item.split(",") if kv]
+    try:
+        changes: dict[str, float | None] = {k: float(v) for k, v in pairs}
+    except ValueError:
+        raise UsageError(f"quota values are numbers: {pairs}") from None
+    changes.update({k: None for item in args.delete for k in item.split(",") if k})
+    if not changes:
+        raise UsageError("nothing to set: give KEY=VALUE pairs or --delete KEY")
+    async with _admin(args) as admin:
+        await admin.alter_client_quotas(entity, changes)
+    if out.json:
+        out.emit_json({"entity": entity, "changes": changes})
+    else:
+        out.line(f"updated quotas of {_entity_text(entity)}: " +
+                 ", ".join(f"{k}={_number(v)}" if v is not None else f"-{k}" for k, v in changes.items()))
+    return EXIT_OK
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def _entity_text(entity: dict[str, str | None]) -> str:
+    return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in entity.items())
+
+
+async def quota_describe(args: argparse.Namespace, out: Output) -> int:
+    entity = _quota_entity(args)
+    async with _admin(args) as admin:
+        entries = await admin.describe_client_quotas(entity or None, strict=bool(entity))
+    if out.json:
+        out.emit_json([{"entity": e, "quotas": v} for e, v in entries])
+    else:
+        out.table(["ENTITY", "QUOTA", "VALUE"], [[_entity_text(e), k, _number(v)] for e, vs in entries for k, v in sorted(vs.items())])
+    return EXIT_OK
+
+
 def quorum_json(quorum: Any) -> dict[str, Any]:
     def replica(r: Any, status: str) -> dict[str, Any]:
         return {"node_id": r.replica_id, "directory_id": None if r.directory_id is None else str(r.directory_id),
@@ -1413,6 +1600,123 @@ async def cluster_log_dirs(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------- transactions
+
+
+async def _txn_send_all(admin: Admin, build: Callable[[int], Any], api_key: int, what: str) -> list[Any]:
+    """One request per broker (each answers for the transactional ids it coordinates)."""
+    await admin.client.refresh_metadata()
+    responses = []
+    for node in sorted(admin.client.cluster.brokers):
+        async def attempt(node: int = node) -> Any:
+            response = await admin.client.send(node, build, api_key=api_key)
+            if response.error_code:
+                raise KafkaError(response.error_code, context=f"{what} on broker {node}")
+            return response
+
+        responses.append(await admin.client.call(attempt, what=what))
+    return responses
+
+
+async def txn_list(args: argparse.Namespace, out: Output) -> int:
+    from odradek.protocol.messages import REQUESTS
+
+    cls = REQUESTS[66]
+
+    def build(version: int) -> Any:
+        return cls(state_filters=list(args.state), producer_id_filters=list(args.producer_id),
+                   duration_filter=-1 if args.duration_filter is None else args.duration_filter)
+
+    async with _admin(args) as admin:
+        responses = await _txn_send_all(admin, build, 66, "ListTransactions")
+    listed = sorted({(t.transactional_id, t.producer_id, t.transaction_state)
+                     for r in responses for t in r.transaction_states})
+    unknown = sorted({s for r in responses for s in r.unknown_state_filters})
+    for state in unknown:
+        _warn(f"unknown state {state!r}")
+    if out.json:
+        out.emit_json([{"transactional_id": t, "producer_id": p, "state": s} for t, p, s in listed])
+    else:
+        out.table(["TRANSACTIONAL ID", "PRODUCER ID", "STATE"], [list(row) for row in listed])
+    return EXIT_OK
+
+
+async def txn_describe(args: argparse.Namespace, out: Output) -> int:
+    from odradek.protocol.messages import REQUESTS
+
+    from .cluster import COORDINATOR_TRANSACTION
+
+    txn_id = args.transactional_id or args.transactional_id_option
+    if not txn_id:
+        raise UsageError("no transactional id given: add TRANSACTIONAL_ID or --transactional-id")
+    cls = REQUESTS[65]
+    async with _admin(args) as admin:
+        async def attempt() -> Any:
+            node = await admin.client.coordinator(txn_id, COORDINATOR_TRANSACTION)
+            response = await admin.client.send(node, cls(transactional_ids=[txn_id]))
+            state = response.transaction_states[0]
+            code = ErrorCode.for_code(state.error_code)
+            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                admin.client.invalidate_coordinator(txn_id, COORDINATOR_TRANSACTION)
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, context=f"transactional id {txn_id!r}")
+            return node, state
+
+        node, state = await admin.client.call(attempt, what="DescribeTransactions")
+    partitions = [f"{t.topic}-{p}" for t in state.topics for p in t.partitions]
+    record = {"transactional_id": txn_id, "coordinator": node, "producer_id": state.producer_id,
+              "producer_epoch": state.producer_epoch, "state": state.transaction_state,
+              "timeout_ms": state.transaction_timeout_ms, "start_time_ms": state.transaction_start_time_ms,
+              "partitions": partitions}
+    if out.json:
+        out.emit_json(record)
+    else:
+        out.table(["COORDINATOR", "TRANSACTIONAL ID", "PRODUCER ID", "EPOCH", "STATE", "TIMEOUT MS", "STARTED",
+                   "PARTITIONS"],
+                  [[node, txn_id, state.producer_id, state.producer_epoch, state.transaction_state,
+                    state.transaction_timeout_ms, state.transaction_start_time_ms, ",".join(partitions) or "-"]])
+    return EXIT_OK
+
+
+async def txn_abort(args: argparse.Namespace, out: Output) -> int:
+    """kafka-transactions.sh abort: find the partition's open transaction (DescribeProducers, by its start
+    offset) or take the producer given, and ask the partition's leader to write its ABORT marker."""
+    from odradek.protocol.messages import REQUESTS
+
+    tp = TopicPartition(args.topic, args.partition)
+    async with _admin(args) as admin:
+        leader = await admin.client.leader_for(tp)
+        if args.start_offset is not None:
+            describe = REQUESTS[61]
+            response = await admin.client.send(leader, describe(topics=[describe.TopicRequest(
+                name=tp.topic, partition_indexes=[tp.partition])]))
+            (part,) = response.topics[0].partitions
+            if part.error_code:
+                raise KafkaError(part.error_code, part.error_message, context=str(tp))
+            match = [p for p in part.active_producers if p.current_txn_start_offset == args.start_offset]
+            if not match:
+                raise UsageError(f"no open transaction starts at offset {args.start_offset} of {tp}")
+            pid, epoch, coordinator_epoch = match[0].producer_id, match[0].producer_epoch, match[0].coordinator_epoch
+        else:
+            if args.producer_epoch is None or args.coordinator_epoch is None:
+                raise UsageError("--producer-id needs --producer-epoch and --coordinator-epoch")
+            pid, epoch, coordinator_epoch = args.producer_id, args.producer_epoch, args.coordinator_epoch
+        markers = REQUESTS[27]
+        Marker = markers.WritableTxnMarker
+        response = await admin.client.send(leader, markers(markers=[Marker(
+            producer_id=pid, producer_epoch=epoch, transaction_result=False, coordinator_epoch=coordinator_epoch,
+            topics=[Marker.WritableTxnMarkerTopic(name=tp.topic, partition_indexes=[tp.partition])])]))
+    code = next((p.error_code for m in response.markers for t in m.topics for p in t.partitions), 0)
+    if code:
+        raise KafkaError(code, context=f"abort of producer {pid} on {tp}")
+    if out.json:
+        out.emit_json({"topic": tp.topic, "partition": tp.partition, "producer_id": pid, "producer_epoch": epoch,
+                       "aborted": True})
+    else:
+        out.line(f"aborted the transaction of producer {pid} (epoch {epoch}) on {tp}")
+    return EXIT_OK
+
+
 async def _perf_produce(args: argparse.Namespace, out: Output) -> int:
     from .cli_perf import perf_produce
 
@@ -1448,6 +1752,14 @@ _HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace, Output], A
     ("cluster", "describe"): cluster_describe,
     ("cluster", "quorum"): cluster_quorum,
     ("cluster", "log-dirs"): cluster_log_dirs,
+    ("txn", "list"): txn_list,
+    ("txn", "describe"): txn_describe,
+    ("txn", "abort"): txn_abort,
+    ("acl", "add"): acl_add,
+    ("acl", "list"): acl_list,
+    ("acl", "remove"): acl_remove,
+    ("quota", "set"): quota_set,
+    ("quota", "describe"): quota_describe,
     ("perf", "produce"): _perf_produce,
     ("perf", "consume"): _perf_consume,
 }

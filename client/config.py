@@ -133,9 +133,16 @@ class ProducerConfig(ClientConfig):
     retries: int = 2_147_483_647
     delivery_timeout_ms: int = 120_000
     partitioner: str = "default"  # "default" (murmur2 + sticky), "round_robin" or "random"
+    transactional_id: str | None = None  # set: a transactional producer (init_transactions, begin/commit/abort)
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.transactional_id is not None:
+            if not self.transactional_id:
+                raise ConfigError("transactional_id must not be empty")
+            if self.enable_idempotence is False or self.required_acks != -1:
+                raise ConfigError("a transactional producer is idempotent: it needs acks=all and enable_idempotence")
         if self.required_acks not in (-1, 0, 1):
             raise ConfigError(f"acks must be 0, 1 or all (got {self.acks!r})")
         if self.compression_type not in ("none", "gzip", "snappy", "lz4", "zstd"):
@@ -162,6 +169,8 @@ class ProducerConfig(ClientConfig):
 
     @property
     def idempotent(self) -> bool:
+        if self.transactional_id is not None:
+            return True
         if self.enable_idempotence is None:
             return self.required_acks == -1
         return self.enable_idempotence

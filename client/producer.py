@@ -24,6 +24,17 @@ a partition until its earlier requests have come back, so retries reach the log 
 UNKNOWN_PRODUCER_ID (the broker forgot us, e.g. after retention) and a sequence gap (a batch that expired
 after its sequence was used) are healed by taking a new producer id and numbering from 0 again.
 
+Transactions (`transactional_id`): `init_transactions()` finds the transaction coordinator and takes the
+id's producer id and epoch (fencing any older producer of the same id, and aborting its open
+transaction). Between `begin_transaction()` and `commit_transaction()` / `abort_transaction()` every
+batch is transactional; a partition's batches wait until the coordinator has the partition in the
+transaction (AddPartitionsToTxn, sent by a task that collects the partitions new since its last round,
+as Java's TransactionManager does). `send_offsets_to_transaction()` adds the group's offsets
+(AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator). Commit flushes, then EndTxn. A failed
+batch makes the transaction abortable: commit raises, and after `abort_transaction()` the producer takes
+a bumped epoch (KIP-360) and goes on; PRODUCER_FENCED / INVALID_PRODUCER_EPOCH mean another producer took
+the id over, which is fatal for this one.
+
 Errors: retriable ones (NOT_LEADER_OR_FOLLOWER, a dropped connection, timeouts, ...) are retried after
 `retry_backoff_ms` (doubling) until `delivery_timeout_ms` after the send, refreshing metadata first when
 the error says it is stale; anything else fails the batch's futures with a `KafkaError`. acks=0 resolves
@@ -34,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import enum
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -43,7 +55,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 from odradek.protocol.records import build_batch
 
-from .cluster import KafkaClient, TopicPartition
+from .cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, KafkaClient, TopicPartition
 from .config import ProducerConfig
 from .errors import (
     ClientClosedError,
@@ -56,6 +68,26 @@ from .partitioner import Partitioner
 
 PRODUCE = 0
 INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+
+_FENCED = (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
+_COORDINATOR_MOVED = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+class TransactionState(enum.Enum):
+    UNINITIALIZED = "uninitialized"
+    READY = "ready"
+    IN_TRANSACTION = "in_transaction"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    FATAL_ERROR = "fatal_error"
+
+
+class TransactionError(OdradekError):
+    """A transactional call made in the wrong state (begin twice, send outside a transaction, ...)."""
 
 CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 _BATCH_OVERHEAD = 61
@@ -166,6 +198,15 @@ class Producer:
         self._tasks: set[asyncio.Task] = set()
         self._fatal: BaseException | None = None
         self._started = False
+        # Transactions
+        self._txn_id = config.transactional_id
+        self._transactional = self._txn_id is not None
+        self._txn_state = TransactionState.UNINITIALIZED
+        self._txn_partitions: set[TopicPartition] = set()  # in the coordinator's transaction
+        self._txn_pending: set[TopicPartition] = set()  # to add
+        self._txn_adding: asyncio.Task | None = None
+        self._txn_started = False  # the coordinator has something of this transaction
+        self._txn_error: BaseException | None = None  # the transaction must be aborted
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -174,7 +215,7 @@ class Producer:
             return self
         self._wakeup = asyncio.Event()
         await self.client.start()
-        if self._idempotent:
+        if self._idempotent and not self._transactional:  # a transactional one waits for init_transactions()
             await self._init_producer_id()
         self._sender = asyncio.get_running_loop().create_task(self._run())
         self._started = True
@@ -229,6 +270,12 @@ class Producer:
             raise ClientClosedError("producer is closed")
         if self._fatal is not None:
             raise self._fatal
+        if self._transactional:
+            if self._txn_state is not TransactionState.IN_TRANSACTION:
+                raise TransactionError(f"send() needs an open transaction (the producer is {self._txn_state.value}): "
+                                       "call begin_transaction() first")
+            if self._txn_error is not None:
+                raise self._txn_error
         key_bytes = self._key_serializer(key)
         value_bytes = self._value_serializer(value)
         header_list = normalize_headers(headers)
@@ -258,6 +305,8 @@ class Producer:
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         tp = TopicPartition(topic, partition)
+        if self._transactional and tp not in self._txn_partitions:
+            self._add_to_transaction(tp)
         future = asyncio.get_running_loop().create_future()
         batch = self._append(tp, (key_bytes, value_bytes, header_list, timestamp_ms), size, future,
                              len(key_bytes) if key_bytes is not None else -1,
@@ -401,7 +450,7 @@ class Producer:
         for tp, queue in list(self._batches.items()):
             while queue and queue[0].deadline <= now and not queue[0].in_flight:
                 batch = queue.popleft()
-                if batch.base_sequence >= 0:
+                if batch.base_sequence >= 0 and not self._transactional:  # (a transaction is aborted instead)
                     self._pid_reset_needed = True
                 last = f"; last error: {batch.last_error}" if batch.last_error is not None else ""
                 self._fail_batch(batch, KafkaTimeoutError(
@@ -411,6 +460,8 @@ class Producer:
                 del self._batches[tp]
                 continue
             batch = queue[0]
+            if self._transactional and tp not in self._txn_partitions:
+                continue  # until AddPartitionsToTxn has it (the adding task wakes the sender)
             if batch.retry_at > now:
                 next_wake = _earliest(next_wake, batch.retry_at - now)
                 continue
@@ -466,6 +517,7 @@ class Producer:
             producer_id=batch.producer_id,
             producer_epoch=batch.producer_epoch,
             base_sequence=batch.base_sequence,
+            transactional=self._transactional,
         )
 
     async def _produce(self, node_id: int, batches: list[_Batch]) -> None:
@@ -476,7 +528,7 @@ class Producer:
             topics.setdefault(b.tp.topic, []).append(cls.TopicProduceData.PartitionProduceData(
                 index=b.tp.partition, records=b.payload))
         request = cls(
-            transactional_id=None,
+            transactional_id=self._txn_id,
             acks=self._acks,
             timeout_ms=self.config.request_timeout_ms,
             topic_data=[cls.TopicProduceData(name=t, partition_data=p) for t, p in topics.items()],
@@ -533,6 +585,8 @@ class Producer:
     def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
         if batch not in self._unfinished:
             return
+        if self._transactional and self._txn_error is None:
+            self._txn_error = error  # a record of the transaction is lost: it can only be aborted
         self._unfinished.discard(batch)
         self._release(batch.size - _BATCH_OVERHEAD)
         for future in batch.futures:
@@ -547,6 +601,13 @@ class Producer:
         code = getattr(error, "code", None)
         now = time.monotonic()
         retriable = error.retriable
+        if self._transactional and code in _FENCED + (
+                ErrorCode.INVALID_TXN_STATE, ErrorCode.TRANSACTION_ABORTABLE, ErrorCode.UNKNOWN_PRODUCER_ID,
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+            if code in _FENCED:
+                self._fence(error)
+            self._fail_batch(batch, error)  # the transaction is abortable (or the producer fenced)
+            return
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             earlier = self._in_flight_tp[batch.tp] > 1 or any(
                 0 <= b.base_sequence < batch.base_sequence for b in self._batches.get(batch.tp, ()))
@@ -609,6 +670,196 @@ class Producer:
     @property
     def producer_id(self) -> tuple[int, int]:
         return self._producer_id, self._producer_epoch
+
+    # ------------------------------------------------------------------------------------------ transactions
+
+    @property
+    def transaction_state(self) -> TransactionState:
+        return self._txn_state
+
+    def _check_state(self, *allowed: TransactionState) -> None:
+        if not self._transactional:
+            raise TransactionError("this producer has no transactional_id")
+        if self._txn_state is TransactionState.FATAL_ERROR:
+            raise self._fatal or TransactionError("the producer is in a fatal error state")
+        if self._txn_state not in allowed:
+            raise TransactionError(f"not allowed while the producer is {self._txn_state.value}")
+
+    def _fence(self, error: BaseException) -> None:
+        self._txn_state = TransactionState.FATAL_ERROR
+        self._fatal = KafkaError(ErrorCode.PRODUCER_FENCED, f"another producer took the transactional id over ({error})",
+                                 context=self._txn_id, retriable=False)
+
+    async def _txn_call(self, build: Callable[[int], Any], api_key: int, error_of: Callable[[Any], int], *,
+                        key: str | None = None, key_type: int = COORDINATOR_TRANSACTION, what: str,
+                        max_version: int | None = None) -> Any:
+        """Send to the coordinator of `key` (the transactional id by default), retrying what is retriable
+        (CONCURRENT_TRANSACTIONS while markers are written, a coordinator loading or moving)."""
+        key = self._txn_id if key is None else key
+
+        async def attempt() -> Any:
+            node = await self.client.coordinator(key, key_type)
+            response = await self.client.send(node, build, api_key=api_key, max_version=max_version)
+            code = ErrorCode.for_code(error_of(response))
+            if code in _COORDINATOR_MOVED:
+                self.client.invalidate_coordinator(key, key_type)
+            if code in _FENCED:
+                self._fence(KafkaError(code, context=what))
+                raise self._fatal
+            if code is not ErrorCode.NONE:
+                raise KafkaError(code, context=what)
+            return response
+
+        return await self.client.call(attempt, what=what, timeout_ms=self.config.max_block_ms)
+
+    async def init_transactions(self) -> None:
+        """Take the transactional id's producer id and epoch (fencing older producers of the id)."""
+        if not self._started:
+            await self.start()
+        self._check_state(TransactionState.UNINITIALIZED, TransactionState.READY)
+        await self._init_transactional_id(None)
+        self._txn_state = TransactionState.READY
+
+    async def _init_transactional_id(self, current: tuple[int, int] | None) -> None:
+        cls = REQUESTS[INIT_PRODUCER_ID]
+
+        def build(version: int) -> Any:
+            pid, epoch = current if current is not None and version >= 3 else (-1, -1)
+            return cls(transactional_id=self._txn_id, transaction_timeout_ms=self.config.transaction_timeout_ms,
+                       producer_id=pid, producer_epoch=epoch)
+
+        response = await self._txn_call(build, INIT_PRODUCER_ID, lambda r: r.error_code, what="InitProducerId")
+        self._producer_id, self._producer_epoch = response.producer_id, response.producer_epoch
+        self._next_sequence.clear()
+
+    def begin_transaction(self) -> None:
+        self._check_state(TransactionState.READY)
+        self._txn_state = TransactionState.IN_TRANSACTION
+        self._txn_partitions.clear()
+        self._txn_pending.clear()
+        self._txn_started = False
+        self._txn_error = None
+
+    def _add_to_transaction(self, tp: TopicPartition) -> None:
+        self._txn_pending.add(tp)
+        if self._txn_adding is None or self._txn_adding.done():
+            self._txn_adding = asyncio.get_running_loop().create_task(self._add_pending_partitions())
+
+    async def _add_pending_partitions(self) -> None:
+        cls = REQUESTS[ADD_PARTITIONS_TO_TXN]
+        while self._txn_pending and self._txn_state is TransactionState.IN_TRANSACTION:
+            adding, self._txn_pending = self._txn_pending, set()
+            by_topic: dict[str, list[int]] = {}
+            for tp in sorted(adding):
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [cls.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
+
+            def first_error(response: Any) -> int:
+                for t in response.results_by_topic_v3_and_below:
+                    for p in t.results_by_partition:
+                        if p.partition_error_code:
+                            return p.partition_error_code
+                return 0
+
+            try:
+                await self._txn_call(
+                    lambda v: cls(v3_and_below_transactional_id=self._txn_id, v3_and_below_producer_id=self._producer_id,
+                                  v3_and_below_producer_epoch=self._producer_epoch, v3_and_below_topics=topics),
+                    ADD_PARTITIONS_TO_TXN, first_error, what="AddPartitionsToTxn", max_version=3)  # v4+: brokers
+            except Exception as e:  # noqa: BLE001 - whatever it was, these partitions are not in the transaction
+                for tp in adding:  # their records can never be part of this transaction
+                    for batch in list(self._batches.get(tp, ())):
+                        self._fail_batch(batch, e)
+                if self._txn_error is None:
+                    self._txn_error = e
+                continue
+            self._txn_started = True
+            self._txn_partitions |= adding
+            self._wake()
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int], group_id: str, *,
+                                          member_id: str = "", generation_id: int = -1,
+                                          group_instance_id: str | None = None) -> None:
+        """Commit a consumer group's offsets (the next offset to read, per partition) with this transaction."""
+        self._check_state(TransactionState.IN_TRANSACTION)
+        if self._txn_error is not None:
+            raise self._txn_error
+        add = REQUESTS[ADD_OFFSETS_TO_TXN]
+        await self._txn_call(lambda v: add(transactional_id=self._txn_id, producer_id=self._producer_id,
+                                           producer_epoch=self._producer_epoch, group_id=group_id),
+                             ADD_OFFSETS_TO_TXN, lambda r: r.error_code, what="AddOffsetsToTxn")
+        self._txn_started = True
+        commit = REQUESTS[TXN_OFFSET_COMMIT]
+        Topic = commit.TxnOffsetCommitRequestTopic
+        by_topic: dict[str, list] = {}
+        for tp, offset in sorted(offsets.items()):
+            by_topic.setdefault(tp.topic, []).append(Topic.TxnOffsetCommitRequestPartition(
+                partition_index=tp.partition, committed_offset=offset, committed_leader_epoch=-1,
+                committed_metadata=""))
+
+        def first_error(response: Any) -> int:
+            return next((p.error_code for t in response.topics for p in t.partitions if p.error_code), 0)
+
+        await self._txn_call(
+            lambda v: commit(transactional_id=self._txn_id, group_id=group_id, producer_id=self._producer_id,
+                             producer_epoch=self._producer_epoch, generation_id=generation_id, member_id=member_id,
+                             group_instance_id=group_instance_id,
+                             topics=[Topic(name=t, partitions=ps) for t, ps in by_topic.items()]),
+            TXN_OFFSET_COMMIT, first_error, key=group_id, key_type=COORDINATOR_GROUP, what="TxnOffsetCommit")
+
+    async def commit_transaction(self) -> None:
+        """Deliver every record of the transaction, then commit it (EndTxn). Raises if a record failed:
+        the transaction must then be aborted."""
+        self._check_state(TransactionState.IN_TRANSACTION)
+        await self._settle_transaction()
+        if self._txn_error is not None:
+            raise self._txn_error
+        self._txn_state = TransactionState.COMMITTING
+        try:
+            await self._end_transaction(True)
+        except OdradekError:
+            if self._txn_state is not TransactionState.FATAL_ERROR:
+                self._txn_state = TransactionState.IN_TRANSACTION  # the caller may retry or abort
+            raise
+        self._txn_state = TransactionState.READY
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: nothing of it becomes visible to read_committed consumers."""
+        self._check_state(TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
+        self._txn_state = TransactionState.ABORTING
+        failed = self._txn_error is not None
+        while self._txn_adding is not None and not self._txn_adding.done():
+            await asyncio.shield(self._txn_adding)
+        for tp in list(self._batches):  # records that never reached a partition of the transaction are dropped
+            if tp not in self._txn_partitions:
+                for batch in list(self._batches.get(tp, ())):
+                    self._fail_batch(batch, TransactionError("the transaction was aborted"))
+        await self._settle_transaction()
+        failed = failed or isinstance(self._txn_error, KafkaError)
+        try:
+            await self._end_transaction(False)
+            if failed:  # sequences are in doubt: a bumped epoch starts them again (KIP-360)
+                await self._init_transactional_id((self._producer_id, self._producer_epoch))
+        except OdradekError:
+            if self._txn_state is not TransactionState.FATAL_ERROR:
+                self._txn_state = TransactionState.IN_TRANSACTION
+            raise
+        self._txn_state = TransactionState.READY
+
+    async def _settle_transaction(self) -> None:
+        while self._txn_adding is not None and not self._txn_adding.done():
+            await asyncio.shield(self._txn_adding)
+        await self.flush()
+
+    async def _end_transaction(self, commit: bool) -> None:
+        if not self._txn_started:
+            return  # nothing reached the coordinator: there is nothing to end
+        cls = REQUESTS[END_TXN]
+        await self._txn_call(lambda v: cls(transactional_id=self._txn_id, producer_id=self._producer_id,
+                                           producer_epoch=self._producer_epoch, committed=commit),
+                             END_TXN, lambda r: r.error_code, what="EndTxn")
+        self._txn_partitions.clear()
+        self._txn_started = False
 
 
 def _earliest(current: float | None, candidate: float) -> float:

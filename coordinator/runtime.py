@@ -29,6 +29,13 @@ The high watermark may move inside `append` itself (with one replica it always d
 releases waits until the write's records are replayed: a released callback may write again, and must
 not find the shard behind its log.
 
+Transactional writes (TxnOffsetCommit). A Result with `producer` (producer id, epoch) is appended as a
+transactional batch of that producer and replayed with `shard.replay_transactional(producer_id, epoch,
+record)`: it is pending until the transaction's marker reaches the partition, which the broker reports
+with `complete_transaction(partition, producer_id, committed)` (the shard's `replay_end_transaction`).
+Loading replays the same from the log: `read_all` yields a `TransactionalRecord` for a record of a
+transactional batch and a `TransactionMarker` for a marker, in log order, plain (key, value) otherwise.
+
 `Deferred` is the runtime's future: a callback holder completed exactly once, with no event loop (the
 broker adapts it to an asyncio.Future). Callbacks run synchronously inside `complete`/`fail`.
 """
@@ -38,7 +45,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import structlog
 
@@ -57,6 +64,8 @@ __all__ = [
     "NotCoordinatorError",
     "PartitionWriter",
     "Result",
+    "TransactionMarker",
+    "TransactionalRecord",
 ]
 
 T = TypeVar("T")
@@ -180,6 +189,23 @@ class Deferred(Generic[T]):
         return f"<Deferred {self._value!r}>"
 
 
+class TransactionalRecord(NamedTuple):
+    """A record of a transactional batch, as `read_all` yields it."""
+
+    key: bytes | None
+    value: bytes | None
+    producer_id: int
+    producer_epoch: int
+
+
+class TransactionMarker(NamedTuple):
+    """A COMMIT or ABORT marker of `producer_id`, as `read_all` yields it."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+
 @dataclass(slots=True)
 class Result:
     """What an operation decided: records to write, the response once they are durable, and callbacks.
@@ -191,6 +217,7 @@ class Result:
     records: list[Record] = field(default_factory=list)
     response: Any = None
     callbacks: list[Callable[[BaseException | None], None]] = field(default_factory=list)
+    producer: tuple[int, int] | None = None  # (producer id, epoch): a transactional write
 
 
 class Batch:
@@ -209,8 +236,10 @@ class Batch:
 class PartitionWriter(Protocol):
     """What the runtime needs from the broker: append to and read back a partition of the topic."""
 
-    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> int | None:
-        """Append `records` as one batch. None: durable on return; else the log end offset to wait for."""
+    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int,
+               producer: tuple[int, int] | None = None) -> int | None:
+        """Append `records` as one batch (a transactional one of `producer`, if given). None: durable on
+        return; else the log end offset to wait for."""
         ...
 
     def read_all(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
@@ -242,13 +271,21 @@ class InMemoryPartitionWriter:
         self.fail_next: BaseException | None = None
         self.listeners: dict[int, Callable[[int, int], None]] = {}
 
-    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int) -> int | None:
+    def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int,
+               producer: tuple[int, int] | None = None) -> int | None:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
         log = self.logs.setdefault(partition, [])
-        log.extend(records)
+        if producer is None:
+            log.extend(records)
+        else:
+            log.extend(TransactionalRecord(key, value, *producer) for key, value in records)
         return len(log) if self.commit_later else None
+
+    def append_marker(self, partition: int, producer_id: int, producer_epoch: int, committed: bool) -> None:
+        """A transaction marker, as the partition's WriteTxnMarkers writes it."""
+        self.logs.setdefault(partition, []).append(TransactionMarker(producer_id, producer_epoch, committed))
 
     def read_all(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
         return iter(list(self.logs.get(partition, ())))
@@ -324,9 +361,16 @@ class CoordinatorRuntime(Generic[S]):
         """Build the partition's shard by replaying its log; replaces a shard already loaded."""
         self.unload(partition)
         shard = self._shard_factory(partition)
-        for key, value in self._writer.read_all(partition):
-            record = self._deserialize(key, value)
-            if record is not None:
+        for item in self._writer.read_all(partition):
+            if type(item) is TransactionMarker:
+                shard.replay_end_transaction(item.producer_id, item.committed)
+                continue
+            record = self._deserialize(item[0], item[1])
+            if record is None:
+                continue
+            if type(item) is TransactionalRecord:
+                shard.replay_transactional(item.producer_id, item.producer_epoch, record)
+            else:
                 shard.replay(record)
         self._contexts[partition] = _ShardContext(partition, shard)
         self._writer.register_listener(partition, self.on_committed)
@@ -387,7 +431,10 @@ class CoordinatorRuntime(Generic[S]):
             encoded = [serialize(record) for record in result.records]
             context.appending = True
             try:
-                offset = self._writer.append(partition, encoded, now_ms)
+                if result.producer is None:
+                    offset = self._writer.append(partition, encoded, now_ms)
+                else:
+                    offset = self._writer.append(partition, encoded, now_ms, producer=result.producer)
             finally:
                 context.appending = False
         except Exception as e:
@@ -397,8 +444,13 @@ class CoordinatorRuntime(Generic[S]):
                 callback(e)
             deferred.fail(e)
             return deferred
-        for record in result.records:
-            context.shard.replay(record)
+        if result.producer is None:
+            for record in result.records:
+                context.shard.replay(record)
+        else:
+            producer_id, producer_epoch = result.producer
+            for record in result.records:
+                context.shard.replay_transactional(producer_id, producer_epoch, record)
         if offset is not None:
             context.last_written_offset = offset
         self._commit_heard_in_append(context)
@@ -439,6 +491,11 @@ class CoordinatorRuntime(Generic[S]):
         while context.held and context.held[0].offset <= committed_offset:
             held = context.held.popleft()
             self._release(held.result, held.deferred)
+
+    def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> None:
+        """A marker of `producer_id` was written to `partition` (by the partition's WriteTxnMarkers): its
+        pending transactional records take effect (commit) or are dropped (abort)."""
+        self.shard(partition).replay_end_transaction(producer_id, committed)
 
     # -- timers --
 

@@ -48,6 +48,9 @@ __all__ = [
     "UnregisterBrokerRecord",
     "decode_metadata_record",
     "encode_metadata_record",
+    "AccessControlEntryRecord",
+    "RemoveAccessControlEntryRecord",
+    "ClientQuotaRecord",
 ]
 
 FRAME_VERSION = 1
@@ -70,6 +73,10 @@ class MetadataRecordType(IntEnum):
     # Stock Kafka keeps the cluster id in meta.properties; Odradek keeps it in the log, with the record
     # type Kafka's metadata schema directory defines for it, so that it is replicated with the rest.
     CLUSTER_ID = 29
+    # Authorization and quotas (the security issue)
+    CLIENT_QUOTA = 14
+    ACCESS_CONTROL_ENTRY = 18
+    REMOVE_ACCESS_CONTROL_ENTRY = 19
 
 
 RECORD_CLASSES: dict[MetadataRecordType, type] = {}
@@ -229,6 +236,47 @@ ClusterIdRecord = _record(
     MetadataRecordType.CLUSTER_ID,
     "ClusterIdRecord",
     [F("cluster_id", "string")],
+    valid="0",
+    write_version=0,
+)
+
+# ---- authorization and quotas
+
+AccessControlEntryRecord = _record(
+    MetadataRecordType.ACCESS_CONTROL_ENTRY,
+    "AccessControlEntryRecord",
+    [
+        F("id", "uuid"),
+        F("resource_type", "int8"),
+        F("resource_name", "string"),
+        F("pattern_type", "int8"),
+        F("principal", "string"),
+        F("host", "string"),
+        F("operation", "int8"),
+        F("permission_type", "int8"),
+    ],
+    valid="0",
+    write_version=0,
+)
+
+RemoveAccessControlEntryRecord = _record(
+    MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY, "RemoveAccessControlEntryRecord", [F("id", "uuid")],
+    valid="0", write_version=0,
+)
+
+# Entity: (entity type, name or null for the default) pairs, e.g. [("user", "alice"), ("client-id", None)].
+ClientQuotaRecord = _record(
+    MetadataRecordType.CLIENT_QUOTA,
+    "ClientQuotaRecord",
+    [
+        F("entity", "[]EntityData", fields=[
+            F("entity_type", "string"),
+            F("entity_name", "string", nullable="0+", default=None),
+        ]),
+        F("key", "string"),
+        F("value", "float64"),
+        F("remove", "bool"),
+    ],
     valid="0",
     write_version=0,
 )

@@ -64,6 +64,18 @@ class InvalidProducerEpochError(StorageError):
     error_code = 47
 
 
+class InvalidTxnStateError(StorageError):
+    """INVALID_TXN_STATE: a non-transactional write from a producer whose transaction is open."""
+
+    error_code = 48
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """TRANSACTION_COORDINATOR_FENCED: a marker from a coordinator epoch older than one already seen."""
+
+    error_code = 52
+
+
 class KafkaStorageError(StorageError):
     """KAFKA_STORAGE_ERROR: the log directory cannot be read or written."""
 

@@ -21,6 +21,13 @@ critical section that exists for the cleaner, which runs in another thread on a 
 and swaps its output in with `replace_segments` only if the segments it cleaned are still there and the
 log has not been truncated meanwhile (`generation`).
 
+Transactions: a transaction marker (a control batch the partition leader appends for the transaction
+coordinator, origin COORDINATOR; clients may not) closes its producer's open transaction in the producer
+state (producer_state.py); an ABORT that closes one appends an entry to the active segment's
+aborted-transaction index (txn_index.py), which a read_committed fetch collects
+(`collect_aborted_transactions`). Followers append the same batches through the same producer-state path
+and so build the same index; recovery rebuilds the index of every segment it replays.
+
 Reads hand out file regions of whole batches (see segment.py): a region holds its file open, so it stays
 valid after its segment is deleted, replaced or truncated away (a truncation shortens the file in place,
 so a region over truncated bytes reads short, as in Kafka).
@@ -60,12 +67,15 @@ from typing import NamedTuple
 
 from odradek.protocol.errors import CorruptRecordError, ProtocolError
 from odradek.protocol.records import (
+    ABORT,
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
+    COMMIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     iter_records,
+    parse_control_record,
     peek_offset_and_length,
     set_log_append_time,
     stamp_offset_and_epoch,
@@ -97,12 +107,14 @@ from .names import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TMP_SUFFIX,
+    TXN_INDEX_SUFFIX,
     offset_file_name,
     parse_offset_file_name,
 )
-from .producer_state import AppendOrigin, ProducerStateManager
+from .producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
 from .scan import check_stored_batch, iter_headers
 from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion, drop_cache, read_regions
+from .txn_index import AbortedTxn
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -167,6 +179,9 @@ class Log:
         self.latest_delete_horizon_ms = -1
         self._topic_id: bytes | None = None
         self._producer_state = ProducerStateManager(directory, producer_id_expiration_ms=config.producer_id_expiration_ms)
+        # Whether any segment may hold an aborted-transaction index entry: a read_committed fetch of a log
+        # without one answers "no aborted transactions" without looking.
+        self.has_aborted_txns = False
         self._epoch_cache: LeaderEpochCache
 
     # ------------------------------------------------------------------------------------------- opening
@@ -200,6 +215,7 @@ class Log:
         needs_rebuild = set()
         for swap_base in swaps:
             needs_rebuild.add(self._complete_swap(swap_base, bases))
+        swapped = set(needs_rebuild)
         segments = [self._existing_segment(b, now_ms) for b in sorted(bases)]
         # An empty segment may have no index files (they come with the first entry); one with data needs both.
         needs_rebuild.update(s.base_offset for s in segments if s.base_offset not in indexed and s.size)
@@ -246,7 +262,17 @@ class Log:
             self.truncate_fully_and_start_at(self._log_start_offset, now_ms=now_ms)
             return
         self._epoch_cache.truncate_from_start(self._log_start_offset)
-        self._load_producer_state(self._log_end_offset)
+        # The aborted-transaction indexes of the segments recovery replays are rebuilt with the producer
+        # state (from a snapshot at or below the first of them), as Kafka's LogSegment.recover does.
+        # A swap completed here lost the cleaned segment's index with its transient name: rebuilt likewise.
+        starts = [kept[unflushed_from].base_offset] if not (had_clean_shutdown or fresh) and unflushed_from < len(kept) else []
+        starts += [s.base_offset for s in kept if s.base_offset in swapped]
+        rebuild_from = min(starts) if starts else None
+        if rebuild_from is not None:
+            for segment in kept:
+                if segment.base_offset >= rebuild_from:
+                    segment.txn_index.reset()
+        self._load_producer_state(self._log_end_offset, rebuild_from=rebuild_from)
         self._producer_state.remove_expired_producers(now_ms)
 
     def _scan_directory(self) -> tuple[set[int], set[int], list[int], list[int]]:
@@ -280,6 +306,8 @@ class Log:
                 time_indexes.add(offset)
             elif kind == SNAPSHOT_SUFFIX:
                 snapshots.append(offset)
+            elif kind == TXN_INDEX_SUFFIX:
+                self.has_aborted_txns = True
         return bases, offset_indexes & time_indexes, sorted(swaps), snapshots
 
     def _complete_swap(self, swap_base: int, bases: set[int]) -> int:
@@ -303,21 +331,55 @@ class Log:
         bases.add(swap_base)
         return swap_base
 
-    def _load_producer_state(self, end_offset: int) -> None:
-        """Latest snapshot at or below `end_offset`, then replay of the batch headers after it."""
-        snapshot = self._producer_state.load_latest_snapshot(end_offset)
+    def _load_producer_state(self, end_offset: int, *, rebuild_from: int | None = None) -> None:
+        """Latest snapshot at or below `end_offset`, then replay of the batch headers after it (a control
+        batch's one record too). With `rebuild_from`, the replay starts at or below that offset and writes
+        the aborted transactions it completes from there on into their segments' indexes."""
+        producer_state = self._producer_state
+        snapshot = producer_state.load_latest_snapshot(end_offset if rebuild_from is None else rebuild_from)
         segments = self._segments
         start = segments[0].base_offset if snapshot is None else max(snapshot, segments[0].base_offset)
         if snapshot is None or snapshot < end_offset:
             i = max(0, bisect.bisect_right(segments, start, key=_base_offset) - 1)
             for segment in segments[i:]:
                 position = segment.offset_index.lookup(start)[1] if segment.base_offset <= start else 0
-                for _, header in segment.headers(position):
+                for batch_position, header in segment.headers(position):
                     if header.base_offset >= end_offset:
                         break
-                    if header.base_offset >= start:
-                        self._producer_state.replay(header)
-        self._producer_state.map_end_offset = end_offset
+                    if header.base_offset < start:
+                        continue
+                    marker = None
+                    if header.is_control and header.producer_id >= 0:
+                        try:
+                            marker = _marker_of(segment.read_at(batch_position, header.size), 0, header)
+                        except CorruptMessageError:
+                            pass  # (its CRC held, its record does not parse: applied as an emptied marker)
+                    completed = producer_state.replay(header, marker)
+                    if completed and rebuild_from is not None and header.base_offset >= rebuild_from:
+                        self._index_aborted(segment, completed)
+        producer_state.map_end_offset = end_offset
+
+    def _index_aborted(self, segment: LogSegment, completed: list[tuple[CompletedTxn, int]]) -> None:
+        for txn, last_stable_offset in completed:
+            if txn.is_aborted:
+                segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset))
+                self.has_aborted_txns = True
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset) (a read_committed
+        fetch's range), from the index of the segment holding `fetch_offset` on, as Kafka's
+        collectAbortedTransactions."""
+        if not self.has_aborted_txns:
+            return []
+        segments = self._segments
+        i = max(0, bisect.bisect_right(segments, fetch_offset, key=_base_offset) - 1)
+        found: list[AbortedTxn] = []
+        for segment in segments[i:]:
+            entries, complete = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            found += entries
+            if complete:
+                break
+        return found
 
     # ----------------------------------------------------------------------------------------- properties
 
@@ -403,7 +465,8 @@ class Log:
             last_offset = offset + header.last_offset_delta
             timestamp = now_ms if log_append_time else header.max_timestamp
             if header.producer_id >= 0:
-                duplicate = producer_append.append(header, offset, last_offset, timestamp)
+                marker = _marker_of(buf, pos, header) if header.is_control else None
+                duplicate = producer_append.append(header, offset, last_offset, timestamp, marker)
                 if duplicate is not None:
                     return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
                                       duplicate.last_offset, -1, self._log_start_offset, duplicate=True)
@@ -420,7 +483,9 @@ class Log:
             self._maybe_release_cache()
         if leader_epoch > self._epoch_cache.latest_epoch:
             self._epoch_cache.assign(leader_epoch, first_offset)
-        self._producer_state.commit(producer_append, offset)
+        completed = self._producer_state.commit(producer_append, offset)
+        if completed:
+            self._index_aborted(self._segments[-1], completed)
         self._maybe_flush_messages(now_ms)
         return AppendInfo(first_offset, offset - 1, max_timestamp, offset_of_max_timestamp,
                           now_ms if log_append_time else -1, self._log_start_offset)
@@ -486,7 +551,8 @@ class Log:
             if header.base_offset < expected:
                 raise CorruptMessageError(f"replicated batch at offset {header.base_offset} goes backwards")
             if header.producer_id >= 0:
-                producer_append.append(header, header.base_offset, header.last_offset, header.max_timestamp)
+                marker = _marker_of(buf, pos, header) if header.is_control else None
+                producer_append.append(header, header.base_offset, header.last_offset, header.max_timestamp, marker)
             indexed.append((pos, header.size, header.last_offset, header.max_timestamp))
             if header.max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max_timestamp = header.max_timestamp, header.last_offset
@@ -497,7 +563,9 @@ class Log:
         for _, header in headers:
             if header.partition_leader_epoch > self._epoch_cache.latest_epoch:
                 self._epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        self._producer_state.commit(producer_append, expected)
+        completed = self._producer_state.commit(producer_append, expected)
+        if completed:
+            self._index_aborted(self._segments[-1], completed)
         self._maybe_flush_messages(now_ms)
         return AppendInfo(first_offset, expected - 1, max_timestamp, offset_of_max_timestamp, -1, self._log_start_offset)
 
@@ -886,6 +954,9 @@ class Log:
     def producer_last_offsets(self) -> dict[int, int]:
         return self._producer_state.last_offsets()
 
+    def producer_marker_epochs(self) -> dict[int, int]:
+        return self._producer_state.marker_epochs()
+
     # ------------------------------------------------------------------------------------------ flushing
 
     def flush(self, offset: int | None = None, *, now_ms: int | None = None) -> None:
@@ -965,6 +1036,20 @@ class Log:
         released when the last reader lets go of them."""
         with self._lock:
             self.closed = True
+
+
+def _marker_of(buf, pos: int, header: BatchHeader) -> tuple[int, int] | None:
+    """(control type, coordinator epoch) of the transaction marker batch at `pos`, or None when it holds
+    no record (the cleaner emptied it) or is not a transaction marker."""
+    try:
+        records = iter_records(buf[pos : pos + header.size], max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES)
+        record = next(iter(records), None)
+        if record is None:
+            return None
+        kind, coordinator_epoch = parse_control_record(record)
+    except ProtocolError as e:
+        raise CorruptMessageError(f"undecodable control batch at offset {header.base_offset}: {e}") from e
+    return (kind, coordinator_epoch) if kind in (ABORT, COMMIT) else None
 
 
 def _segment_timestamp(segment: LogSegment) -> int:

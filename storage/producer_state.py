@@ -17,6 +17,18 @@ write has succeeded:
   client then resets its sequence; Kafka since 2.5 instead accepts any sequence there).
 
 Replicated batches and replay from the log (origin REPLICATION) update the state without checks.
+
+Transactions: a producer's first transactional batch opens its transaction (`current_txn_first_offset`,
+and an entry in `ongoing`, by first offset); its COMMIT or ABORT marker (a control batch the partition
+leader writes for the transaction coordinator, WriteTxnMarkers) closes it. A marker is fenced when its
+producer epoch is older than the producer's (INVALID_PRODUCER_EPOCH) or its coordinator epoch older than
+the last one seen (TRANSACTION_COORDINATOR_FENCED); a non-transactional batch while a transaction is open
+is INVALID_TXN_STATE. A closed transaction stays unstable (`unreplicated`) until the high watermark
+passes its marker, so a read_committed reader never sees a decision that could still be lost:
+`first_unstable_offset` is the smallest first offset of both kinds, and the last stable offset is the high
+watermark lowered to it. `commit` answers the transactions an append completed, each with the LSO right
+after it, which the log writes to the aborted-transaction index for aborts (Kafka's CompletedTxn and
+ProducerStateManager.lastStableOffset).
 The state is snapshotted to `<offset>.snapshot` when a segment rolls and when the log closes; the
 snapshot at offset N holds the state after every batch below N. Loading takes the latest snapshot at or
 below the log end offset and replays batch headers from there (no record needs decoding), so producers
@@ -39,14 +51,21 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from odradek.protocol.records import ATTR_TRANSACTIONAL, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from odradek.protocol.records import ABORT, ATTR_TRANSACTIONAL, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 
 from .checkpoints import atomic_write, read_small_file
-from .errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
+from .errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+    UnknownProducerIdError,
+)
 from .names import SNAPSHOT_SUFFIX, offset_file_name, parse_offset_file_name
 
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = 0x7FFFFFFF
+INT64_MAX = 0x7FFFFFFFFFFFFFFF
 SNAPSHOT_VERSION = 1
 
 _SNAPSHOT_HEADER = struct.Struct(">hI")
@@ -59,6 +78,13 @@ class AppendOrigin(IntEnum):
     REPLICATION = 0
     COORDINATOR = 1
     CLIENT = 2
+
+
+class CompletedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
 
 
 class BatchMetadata(NamedTuple):  # (a tuple: one per appended batch, cheaper to build than a frozen dataclass)
@@ -121,9 +147,13 @@ class ProducerAppendInfo:
         self._manager = manager
         self.origin = origin
         self.updated: dict[int, ProducerStateEntry] = {}
+        self.started: list[tuple[int, int]] = []  # (first offset, producer id) of transactions opened
+        self.completed: list[CompletedTxn] = []
 
-    def append(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int) -> BatchMetadata | None:
-        """Check one batch with a producer id. Returns the original batch if it is a retried duplicate."""
+    def append(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int,
+               marker: tuple[int, int] | None = None) -> BatchMetadata | None:
+        """Check one batch with a producer id. Returns the original batch if it is a retried duplicate.
+        For a control batch, `marker` is its (control type, coordinator epoch), None for an emptied one."""
         pid = header.producer_id
         committed = self._manager.producers.get(pid)
         if self.origin == AppendOrigin.CLIENT and committed is not None:
@@ -138,16 +168,30 @@ class ProducerAppendInfo:
         if self.origin != AppendOrigin.REPLICATION:
             self._check_epoch(entry, epoch)
         if header.is_control:
+            if marker is None:
+                return None  # emptied by the cleaner (or not a transaction marker): nothing to apply
+            kind, coordinator_epoch = marker
+            if self.origin != AppendOrigin.REPLICATION and coordinator_epoch < entry.coordinator_epoch:
+                raise TransactionCoordinatorFencedError(
+                    f"producer {pid}: marker from coordinator epoch {coordinator_epoch}, older than "
+                    f"{entry.coordinator_epoch}")
+            if entry.current_txn_first_offset >= 0:
+                self.completed.append(CompletedTxn(pid, entry.current_txn_first_offset, first_offset, kind == ABORT))
             entry.update_epoch(epoch)
+            entry.coordinator_epoch = coordinator_epoch
             entry.current_txn_first_offset = -1
             entry.last_timestamp = timestamp
             return None
         if self.origin == AppendOrigin.CLIENT:
             self._check_sequence(entry, committed, epoch, header.base_sequence, first_offset)
+        if header.is_transactional:
+            if entry.current_txn_first_offset < 0:
+                entry.current_txn_first_offset = first_offset
+                self.started.append((first_offset, pid))
+        elif entry.current_txn_first_offset >= 0 and self.origin != AppendOrigin.REPLICATION:
+            raise InvalidTxnStateError(f"producer {pid} wrote a non-transactional batch at offset {first_offset} "
+                                       f"inside its open transaction")
         entry.add_batch(epoch, BatchMetadata(header.base_sequence, header.last_sequence, first_offset, last_offset, timestamp))
-        if header.is_transactional and entry.current_txn_first_offset < 0:
-            entry.current_txn_first_offset = first_offset
-            self._manager.transactions_seen = True
         return None
 
     @staticmethod
@@ -178,6 +222,8 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
+        self.ongoing: dict[int, int] = {}  # first offset -> producer id of each open transaction
+        self.unreplicated: dict[int, tuple[int, int]] = {}  # first offset -> (producer id, marker offset)
         self._snapshots: list[int] | None = None
         # Whether any entry may hold an open transaction (set on a transactional batch or snapshot entry,
         # never cleared): `first_unstable_offset` walks the producers only then.
@@ -186,9 +232,30 @@ class ProducerStateManager:
     def prepare(self, origin: AppendOrigin) -> ProducerAppendInfo:
         return ProducerAppendInfo(self, origin)
 
-    def commit(self, info: ProducerAppendInfo, end_offset: int) -> None:
+    def commit(self, info: ProducerAppendInfo, end_offset: int) -> list[tuple[CompletedTxn, int]]:
+        """Apply what an append changed. Returns the transactions it completed, each with the last stable
+        offset right after it (what the aborted-transaction index records)."""
         self.producers.update(info.updated)
         self.map_end_offset = end_offset
+        if not info.started and not info.completed:
+            return []
+        for first_offset, pid in info.started:
+            self.ongoing[first_offset] = pid
+        self.transactions_seen = True
+        done = []
+        for txn in info.completed:
+            others = [first for first, pid in self.ongoing.items() if pid != txn.producer_id]
+            done.append((txn, min(others) if others else txn.last_offset + 1))
+            self.ongoing.pop(txn.first_offset, None)
+            self.unreplicated[txn.first_offset] = (txn.producer_id, txn.last_offset)
+        return done
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Completed transactions whose marker is below the high watermark are stable now."""
+        if self.unreplicated:
+            for first_offset, (_, marker_offset) in list(self.unreplicated.items()):
+                if marker_offset < high_watermark:
+                    del self.unreplicated[first_offset]
 
     # One client batch (Log's single-batch append): `prepare`, `ProducerAppendInfo.append` and `commit` for
     # that case, the same checks without the per-append change set. tests/unit/test_log_single_batch.py
@@ -208,6 +275,9 @@ class ProducerStateManager:
         epoch = header.producer_epoch
         ProducerAppendInfo._check_epoch(entry, epoch)
         ProducerAppendInfo._check_sequence(entry, committed, epoch, header.base_sequence, first_offset)
+        if entry.current_txn_first_offset >= 0 and not header.attributes & ATTR_TRANSACTIONAL:
+            raise InvalidTxnStateError(f"producer {entry.producer_id} wrote a non-transactional batch at offset "
+                                       f"{first_offset} inside its open transaction")
         return None
 
     def record_client_batch(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int) -> None:
@@ -226,31 +296,43 @@ class ProducerStateManager:
             self.producers[pid] = entry
         if header.attributes & ATTR_TRANSACTIONAL and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
+            self.ongoing[first_offset] = pid
             self.transactions_seen = True
         self.map_end_offset = last_offset + 1
 
-    def replay(self, header: BatchHeader) -> None:
-        """Apply a batch read back from the log, without checks."""
+    def replay(self, header: BatchHeader, marker: tuple[int, int] | None = None) -> list[tuple[CompletedTxn, int]]:
+        """Apply a batch read back from the log, without checks (`marker`: see ProducerAppendInfo.append).
+        Returns the transactions it completed, as `commit`."""
         if header.producer_id >= 0:
             info = ProducerAppendInfo(self, AppendOrigin.REPLICATION)
-            info.append(header, header.base_offset, header.last_offset, header.max_timestamp)
-            self.producers.update(info.updated)
+            info.append(header, header.base_offset, header.last_offset, header.max_timestamp, marker)
+            return self.commit(info, header.next_offset)
         self.map_end_offset = header.next_offset
+        return []
 
     @property
     def first_unstable_offset(self) -> int | None:
-        """The first offset of the oldest open transaction (what the last stable offset stops at), or None.
-        Asked on every fetch: a log that never held a transactional batch answers without a walk."""
+        """The first offset of the oldest transaction that is open or whose marker is not yet below the
+        high watermark (what the last stable offset stops at), or None. Asked on every fetch: a log that
+        never held a transactional batch answers without a look."""
         if not self.transactions_seen:
             return None
-        entries = list(self.producers.values())
-        offsets = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
-        return min(offsets) if offsets else None
+        if not self.ongoing and not self.unreplicated:
+            return None
+        # (copies: the cleaner asks from its thread while appends change both)
+        return min(min(list(self.ongoing), default=INT64_MAX), min(list(self.unreplicated), default=INT64_MAX))
 
     def last_offsets(self) -> dict[int, int]:
         """Last offset of each producer's last batch (the cleaner keeps those batches, even emptied)."""
         entries = list(self.producers.values())
         return {e.producer_id: e.last_offset for e in entries}
+
+    def marker_epochs(self) -> dict[int, int]:
+        """Epoch of each producer whose last write was a marker that bumped its epoch (no data batch in the
+        epoch): the cleaner keeps that marker, which holds the epoch that fences its zombies (Kafka's
+        LastRecord without a data offset)."""
+        entries = list(self.producers.values())
+        return {e.producer_id: e.producer_epoch for e in entries if not e.batches}
 
     def remove_expired_producers(self, now_ms: int) -> int:
         expired = [pid for pid, e in self.producers.items()
@@ -261,6 +343,8 @@ class ProducerStateManager:
 
     def clear(self, offset: int) -> None:
         self.producers = {}
+        self.ongoing = {}
+        self.unreplicated = {}
         self.map_end_offset = offset
 
     # ------------------------------------------------------------------------------------------ snapshots
@@ -316,10 +400,15 @@ class ProducerStateManager:
                 continue
             self.producers = {e.producer_id: e for e in producers}
             self.map_end_offset = offset
-            if any(e.current_txn_first_offset >= 0 for e in producers):
+            self.ongoing = {e.current_txn_first_offset: e.producer_id for e in producers
+                            if e.current_txn_first_offset >= 0}
+            self.unreplicated = {}
+            if self.ongoing:
                 self.transactions_seen = True
             return offset
         self.producers = {}
+        self.ongoing = {}
+        self.unreplicated = {}
         return None
 
 

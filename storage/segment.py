@@ -1,4 +1,5 @@
-"""A log segment: one `.log` file of whole record batches, its offset index and its time index.
+"""A log segment: one `.log` file of whole record batches, its offset index, its time index and its
+aborted-transaction index (txn_index.py).
 
 Theory of operation
 -------------------
@@ -39,6 +40,7 @@ from .errors import KafkaStorageError
 from .index import CorruptIndexError, IndexMaps, OffsetIndex, TimeIndex
 from .names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_file_name
 from .scan import check_stored_batch, iter_batches, iter_headers
+from .txn_index import TransactionIndex
 
 INT32_MAX = 0x7FFFFFFF
 MAX_UNCOMPRESSED_BATCH_BYTES = 256 * 1024 * 1024
@@ -173,6 +175,7 @@ class LogSegment:
                                         preallocate=False, maps=index_maps)
         self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes,
                                     preallocate=False, maps=index_maps)
+        self.txn_index = TransactionIndex(self.path(TXN_INDEX_SUFFIX), base_offset)
         self._max_timestamp: int | None = -1 if new_indexes else None
         self._offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None
@@ -458,6 +461,11 @@ class LogSegment:
                     return record.offset
         return batch_last_offset
 
+    def read_at(self, position: int, size: int) -> bytes:
+        """`size` bytes from `position` (one batch, e.g. a control batch whose record a replay needs)."""
+        with self._fd() as fd:
+            return os.pread(fd, size, position)
+
     @staticmethod
     def _records_at(fd: int, position: int, size: int):
         data = os.pread(fd, size, position)
@@ -552,6 +560,7 @@ class LogSegment:
         position = found[0]
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         os.ftruncate(self.file.fd, position)
         removed = self.size - position
         self.size = position
@@ -579,6 +588,7 @@ class LogSegment:
             os.fdatasync(file.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Trim the indexes and release the maps; the file closes once no region holds it."""
@@ -589,13 +599,11 @@ class LogSegment:
 
     def rename_suffix(self, suffix: str) -> None:
         """Rename the files from the current transient suffix to `suffix`; the log file goes last."""
-        old_txn = self.path(TXN_INDEX_SUFFIX)
         old_log = self.path()
         self.suffix = suffix
         self.offset_index.rename(self.path(INDEX_SUFFIX))
         self.time_index.rename(self.path(TIME_INDEX_SUFFIX))
-        if os.path.exists(old_txn):
-            os.replace(old_txn, self.path(TXN_INDEX_SUFFIX))
+        self.txn_index.rename(self.path(TXN_INDEX_SUFFIX))
         if not self._missing:
             os.replace(old_log, self.path())
 

@@ -48,10 +48,15 @@ FAMILIES = (
     "configs",
     "cluster",
     "producer_ids",
+    "txn_markers",
+    "producers",
     "groups",
     "offsets",
     "quorum",
+    "transactions",
     "sasl",
+    "acls",
+    "quotas",
 )
 
 

@@ -21,9 +21,11 @@ from odradek.protocol.messages import (
     SaslHandshakeResponse,
 )
 from odradek.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, credential_from_salted_password
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.replication.metadata_image import MetadataError
 from odradek.replication.metadata_records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 
+from ..authorizer import requires
 from . import BROKER, CONTROLLER, handles
 
 _MECHANISM_IDS = {int(m) for m in ScramMechanism}
@@ -43,6 +45,7 @@ def handle_sasl_authenticate(services, ctx, request):
 
 
 @handles(50, listeners=(BROKER, CONTROLLER))
+@requires(AclOperation.DESCRIBE)
 def handle_describe_user_scram_credentials(services, ctx, request):
     credentials = services.image.scram_credentials
     by_user: dict[str, list] = {}
@@ -117,6 +120,11 @@ def decide_scram_changes(image, deletions, upsertions) -> tuple[list, dict[str, 
 
 @handles(51, listeners=(BROKER, CONTROLLER))
 def handle_alter_user_scram_credentials(services, ctx, request):
+    if not services.authorized(ctx, AclOperation.ALTER, ResourceType.CLUSTER):
+        users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
+        return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+            AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult(
+                user=user, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=None) for user in users])
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
     Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult

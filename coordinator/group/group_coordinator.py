@@ -37,6 +37,7 @@ from odradek.protocol.messages import (
     OffsetDeleteResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
+    TxnOffsetCommitResponse,
 )
 from odradek.replication.timing_wheel import Timer
 
@@ -241,16 +242,76 @@ class GroupCoordinator:
         return written.then(respond, lambda e: respond([error_code_of(e)] * len(partitions)))
 
     def offset_fetch(self, request, version: int, now_ms: int) -> OffsetFetchResponse:
+        require_stable = version >= 7 and request.require_stable
         if version <= 7:
             topics = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
             error, results = self._fetch_group(request.group_id, None, -1, topics)
-            return _fetch_response_v1_to_v7(version, error, results, topics)
+            response = _fetch_response_v1_to_v7(version, error, results, topics)
+            if require_stable:
+                self._mark_unstable(request.group_id, response.topics)
+            return response
         groups = []
         for group in request.groups:
             topics = None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
             error, results = self._fetch_group(group.group_id, group.member_id, group.member_epoch, topics)
             groups.append(_fetch_group_response(group.group_id, error, results))
+            if require_stable:
+                self._mark_unstable(group.group_id, groups[-1].topics)
         return OffsetFetchResponse(groups=groups)
+
+    def _mark_unstable(self, group_id: str, topics) -> None:
+        """require_stable (KIP-447): a partition with an offset in an open transaction answers
+        UNSTABLE_OFFSET_COMMIT, which the consumer retries until the transaction ends."""
+        try:
+            offsets = self.shard_for(group_id).offset_manager
+        except CoordinatorError:
+            return
+        if not offsets.shard.pending_txn_offsets:
+            return
+        for topic in topics:
+            for p in topic.partitions:
+                if offsets.has_pending(group_id, topic.name, p.partition_index):
+                    p.error_code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+                    p.committed_offset = -1
+
+    # -- TxnOffsetCommit (28), and the markers that end its transactions
+
+    def txn_offset_commit(self, request, version: int, now_ms: int) -> Deferred[TxnOffsetCommitResponse]:
+        partitions = [
+            PartitionCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                            p.committed_metadata)
+            for topic in request.topics for p in topic.partitions
+        ]
+        Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+
+        def respond(errors: list[ErrorCode]) -> TxnOffsetCommitResponse:
+            it = iter(errors)
+            return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
+                Topic(name=topic.name, partitions=[
+                    Topic.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=next(it))
+                    for p in topic.partitions])
+                for topic in request.topics
+            ])
+
+        if not request.group_id:
+            return Deferred.completed(respond([ErrorCode.INVALID_GROUP_ID] * len(partitions)))
+        written = self._write(request.group_id, lambda shard: shard.offset_manager.txn_commit(
+            request.group_id, request.member_id if version >= 3 else "",
+            request.group_instance_id if version >= 3 else None, request.generation_id if version >= 3 else -1,
+            request.producer_id, request.producer_epoch, partitions, version, now_ms), now_ms)
+        return written.then(respond, lambda e: respond([error_code_of(e)] * len(partitions)))
+
+    def on_transaction_completed(self, producer_id: int, partitions, committed: bool) -> None:
+        """The WriteTxnMarkers handler's hook: markers of `producer_id` written to these partitions of
+        __consumer_offsets (TopicPartitions)."""
+        for tp in partitions:
+            self.complete_transaction(tp.partition, producer_id, committed)
+
+    def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> None:
+        """A COMMIT/ABORT marker of `producer_id` was written to `partition` of __consumer_offsets (the
+        partition's WriteTxnMarkers calls this after the append): its pending offsets take effect or go."""
+        if self.runtime.is_loaded(partition):
+            self.runtime.complete_transaction(partition, producer_id, committed)
 
     def _fetch_group(self, group_id: str, member_id: str | None, member_epoch: int, topics):
         try:

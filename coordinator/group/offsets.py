@@ -78,6 +78,33 @@ class OffsetManager:
 
     # -- replay --
 
+    @staticmethod
+    def _offset_of(value) -> OffsetAndMetadata:
+        return OffsetAndMetadata(committed_offset=value.offset, leader_epoch=value.leader_epoch, metadata=value.metadata,
+                                 commit_timestamp_ms=value.commit_timestamp, expire_timestamp_ms=value.expire_timestamp)
+
+    def replay_transactional(self, producer_id: int, record: CoordinatorRecord) -> None:
+        """A TxnOffsetCommit record: pending until the producer's transaction ends."""
+        if record.value is None:
+            return
+        key = record.key
+        pending = self.shard.pending_txn_offsets.setdefault(producer_id, {})
+        pending.setdefault(key.group, {})[(key.topic, key.partition)] = self._offset_of(record.value)
+
+    def replay_end_transaction(self, producer_id: int, committed: bool) -> None:
+        """The producer's marker: its pending offsets become the group's committed ones, or are dropped."""
+        pending = self.shard.pending_txn_offsets.pop(producer_id, None)
+        if not pending or not committed:
+            return
+        offsets = self.shard.offsets
+        for group_id, by_partition in pending.items():
+            offsets.setdefault(group_id, {}).update(by_partition)
+
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        """An uncommitted transactional offset for the partition (OffsetFetch with require_stable waits)."""
+        return any((topic, partition) in groups.get(group_id, ())
+                   for groups in self.shard.pending_txn_offsets.values())
+
     def replay(self, record: CoordinatorRecord) -> None:
         key = record.key
         offsets = self.shard.offsets
@@ -133,6 +160,41 @@ class OffsetManager:
             # A consumer that manages its own partitions (or an admin) commits into a "simple" group.
             group = self.shard.create_classic_group(group_id, now_ms)
         group.validate_offset_commit(member_id, group_instance_id, generation, api_version)
+
+    # -- TxnOffsetCommit --
+
+    def txn_commit(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+                   producer_id: int, producer_epoch: int, partitions: list[PartitionCommit], api_version: int,
+                   now_ms: int) -> Result:
+        """Offsets written in the producer's transaction (a transactional batch); response: one error per
+        entry of `partitions`. Kafka's rules: an unknown group is created as a "simple" group for
+        generation -1, else ILLEGAL_GENERATION; a request without member and generation (v0-2) is let
+        through even while the group has members, since those versions carry neither."""
+        out = Batch()
+        try:
+            group = self.shard.group(group_id)
+            if group is None:
+                if generation_id >= 0:
+                    raise CoordinatorError(f"group {group_id} does not exist", ErrorCode.ILLEGAL_GENERATION)
+                group = self.shard.create_classic_group(group_id, now_ms)
+            group.validate_offset_commit(member_id, group_instance_id, generation_id, api_version, is_transactional=True)
+        except CoordinatorError as e:
+            code = ErrorCode.ILLEGAL_GENERATION if e.error_code is ErrorCode.STALE_MEMBER_EPOCH else e.error_code
+            return out.result([code] * len(partitions))
+        errors = []
+        for p in partitions:
+            metadata = p.metadata if p.metadata is not None else ""
+            if len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+            elif not self.shard.topic_partition_exists(p.topic, p.partition):
+                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                out.records.append(offset_commit_record(group_id, p.topic, p.partition, p.committed_offset,
+                                                        p.leader_epoch, metadata, now_ms))
+                errors.append(ErrorCode.NONE)
+        result = out.result(errors)
+        result.producer = (producer_id, producer_epoch)
+        return result
 
     # -- OffsetFetch --
 

@@ -61,6 +61,9 @@ class GroupCoordinatorShard:
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self.group_metadata: dict[str, Any] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
+        # Offsets of open transactions: producer id -> group -> (topic, partition) -> offset (TxnOffsetCommit
+        # records, replayed from transactional batches; their marker commits or drops them).
+        self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
         # The leader's live classic groups.
         self.classic_groups: dict[str, ClassicGroup] = {}
         self.classic = ClassicGroupManager(self)
@@ -80,6 +83,13 @@ class GroupCoordinatorShard:
                 self.group_metadata[record.key.group] = record.value
         elif record.type in _CONSUMER_TYPES:
             self.consumer.replay(record)
+
+    def replay_transactional(self, producer_id: int, producer_epoch: int, record: CoordinatorRecord) -> None:
+        if record.type in _OFFSET_TYPES:
+            self.offset_manager.replay_transactional(producer_id, record)
+
+    def replay_end_transaction(self, producer_id: int, committed: bool) -> None:
+        self.offset_manager.replay_end_transaction(producer_id, committed)
 
     def replicated_state(self) -> dict[str, Any]:
         return {

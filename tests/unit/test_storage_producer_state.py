@@ -139,6 +139,10 @@ def test_transactions_set_the_first_unstable_offset(log):
     assert log.first_unstable_offset == 1
     marker = bytearray(build_control_batch(COMMIT, 5, 2, 0, NOW))
     log.append(marker, leader_epoch=0, now_ms=NOW, origin=AppendOrigin.COORDINATOR)
+    assert log.first_unstable_offset == 1  # decided, but stable only once the marker is replicated
+    log.producer_state.on_high_watermark_updated(log.log_end_offset - 1)
+    assert log.first_unstable_offset == 1
+    log.producer_state.on_high_watermark_updated(log.log_end_offset)
     assert log.first_unstable_offset is None
 
 

@@ -1,0 +1,27 @@
+"""The transaction coordinator's settings, with Kafka's names and defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["TransactionCoordinatorConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCoordinatorConfig:
+    transaction_state_log_num_partitions: int = 50  # transaction.state.log.num.partitions
+    transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms
+    # transaction.remove.expired.transaction.cleanup.interval.ms
+    remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+
+    @classmethod
+    def from_broker_config(cls, config, **overrides) -> TransactionCoordinatorConfig:
+        values = {}
+        for name in ("transaction_state_log_num_partitions", "transaction_max_timeout_ms",
+                     "transactional_id_expiration_ms", "remove_expired_transaction_cleanup_interval_ms"):
+            value = getattr(config, name, None)
+            if value is not None:
+                values[name] = value
+        values.update(overrides)
+        return cls(**values)

@@ -1,0 +1,331 @@
+"""The transaction coordinator on a manual clock and an in-memory log: Kafka's rules for InitProducerId,
+AddPartitionsToTxn (and its v4 verification), AddOffsetsToTxn, EndTxn, markers, timeouts, expiry, replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from odradek.coordinator.runtime import InMemoryPartitionWriter
+from odradek.coordinator.transaction.config import TransactionCoordinatorConfig
+from odradek.coordinator.transaction.coordinator import TransactionCoordinator
+from odradek.coordinator.transaction.metadata import (
+    VALID_PREVIOUS_STATES,
+    InvalidTransitionError,
+    TransactionMetadata,
+    TransactionState,
+)
+from odradek.coordinator.transaction.records import TransactionRecord, deserialize, serialize
+from odradek.coordinator.topics import TopicsImage
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ListTransactionsRequest,
+)
+from odradek.replication.timing_wheel import Timer
+
+S = TransactionState
+TXN = "txn-a"
+TIMEOUT_MS = 60_000
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.jobs = []
+        self.cancelled = []
+
+    def send(self, job) -> None:
+        self.jobs.append(job)
+
+    def cancel(self, partition: int) -> None:
+        self.cancelled.append(partition)
+
+
+class Harness:
+    def __init__(self, **config) -> None:
+        self.config = TransactionCoordinatorConfig(transaction_state_log_num_partitions=3, **config)
+        self.writer = InMemoryPartitionWriter()
+        self.now = 1_000
+        self.timer = Timer(start_ms=self.now)
+        self.next_id = 1000
+        self.sink = Sink()
+        self.topics = TopicsImage()
+        self.topics.add("t", 4)
+        self.tc = self._coordinator(self.timer)
+
+    def _next_producer_id(self):
+        self.next_id += 1
+        return self.next_id
+
+    def _coordinator(self, timer):
+        tc = TransactionCoordinator(self.writer, timer, self.config, next_producer_id=self._next_producer_id,
+                                    markers=self.sink, topics=self.topics, offsets_topic_num_partitions=5)
+        tc.startup(self.now)
+        return tc
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+        self.timer.advance_clock(self.now)
+        while (deadline := self.timer.next_expiration_ms()) is not None and deadline <= self.now:
+            self.timer.advance_clock(self.now)
+
+    def reload(self):
+        self.tc.shutdown()
+        self.timer = Timer(start_ms=self.now)
+        self.tc = self._coordinator(self.timer)
+        return self.tc
+
+    def init(self, txn=TXN, timeout_ms=TIMEOUT_MS, producer_id=-1, producer_epoch=-1, version=4):
+        r = InitProducerIdRequest(transactional_id=txn, transaction_timeout_ms=timeout_ms, producer_id=producer_id,
+                                  producer_epoch=producer_epoch)
+        return self.tc.init_producer_id(r, version, self.now).result()
+
+    def add(self, pid, epoch, partitions=((("t", 0)),), txn=TXN, version=3):
+        by_topic = {}
+        for topic, p in partitions:
+            by_topic.setdefault(topic, []).append(p)
+        topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
+        r = AddPartitionsToTxnRequest(v3_and_below_transactional_id=txn, v3_and_below_producer_id=pid,
+                                      v3_and_below_producer_epoch=epoch, v3_and_below_topics=topics)
+        resp = self.tc.add_partitions_to_txn(r, version, self.now).result()
+        return {(t.name, p.partition_index): p.partition_error_code
+                for t in resp.results_by_topic_v3_and_below for p in t.results_by_partition}
+
+    def verify(self, pid, epoch, partitions, txn=TXN):
+        T = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+        topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=[p]) for t, p in partitions]
+        r = AddPartitionsToTxnRequest(transactions=[T(transactional_id=txn, producer_id=pid, producer_epoch=epoch,
+                                                      verify_only=True, topics=topics)])
+        resp = self.tc.add_partitions_to_txn(r, 4, self.now).result()
+        (result,) = resp.results_by_transaction
+        return {(t.name, p.partition_index): p.partition_error_code for t in result.topic_results
+                for p in t.results_by_partition}
+
+    def end(self, pid, epoch, commit=True, txn=TXN, version=3):
+        r = EndTxnRequest(transactional_id=txn, producer_id=pid, producer_epoch=epoch, committed=commit)
+        return self.tc.end_txn(r, version, self.now).result()
+
+    def state(self, txn=TXN):
+        return self.tc.shard_for(txn).transactions[txn]
+
+    def finish_markers(self):
+        jobs, self.sink.jobs = self.sink.jobs, []
+        for job in jobs:
+            assert self.tc.on_markers_written(job, self.now).result() is True
+        return jobs
+
+
+def test_records_round_trip_as_kafka_lays_them_out():
+    m = TransactionMetadata("id", 7, 3, 60_000, S.ONGOING, frozenset({("t", 1), ("t", 0), ("u", 2)}), 100, 200)
+    key, value = serialize(TransactionRecord("id", m))
+    assert key == b"\x00\x00\x00\x02id"  # key version 0, then the string
+    assert value[:2] == b"\x00\x00"  # value version 0
+    back = deserialize(key, value)
+    assert back.metadata == m
+    empty = TransactionMetadata("id", 7, 4, 60_000, S.EMPTY, frozenset(), -1, 300)
+    _, value = serialize(TransactionRecord("id", empty))
+    assert deserialize(key, value).metadata == empty
+    assert deserialize(key, None) == TransactionRecord("id", None)
+    assert deserialize(b"\x00\x05xx", b"") is None  # an unknown key version is skipped
+
+
+def test_transition_table_is_kafkas():
+    assert VALID_PREVIOUS_STATES[S.PREPARE_COMMIT] == {S.ONGOING}
+    assert VALID_PREVIOUS_STATES[S.PREPARE_ABORT] == {S.ONGOING, S.PREPARE_EPOCH_FENCE}
+    m = TransactionMetadata("id", 1, 0, 1000)
+    with pytest.raises(InvalidTransitionError):
+        m.transit(S.PREPARE_COMMIT, 5)
+
+
+def test_init_commit_cycle():
+    h = Harness()
+    r = h.init()
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (0, 1001, 0)
+    assert h.add(1001, 0, [("t", 0), ("t", 1)]) == {("t", 0): 0, ("t", 1): 0}
+    assert h.state().state is S.ONGOING and h.state().txn_start_timestamp_ms == h.now
+    assert h.end(1001, 0, commit=True).error_code == 0
+    assert h.state().state is S.PREPARE_COMMIT
+    (job,) = h.sink.jobs
+    assert job.committed and job.partitions == {("t", 0), ("t", 1)} and job.producer_epoch == 0
+    # While markers are in flight the producer's next steps are told to wait.
+    assert h.add(1001, 0) == {("t", 0): ErrorCode.CONCURRENT_TRANSACTIONS}
+    assert h.end(1001, 0).error_code == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert h.end(1001, 0, commit=False).error_code == ErrorCode.INVALID_TXN_STATE
+    h.finish_markers()
+    assert h.state().state is S.COMPLETE_COMMIT and h.state().partitions == frozenset()
+    assert h.end(1001, 0).error_code == 0  # a retried commit
+    # Next transaction on the same epoch (transaction version 1: no bump per transaction).
+    assert h.add(1001, 0, [("t", 2)]) == {("t", 2): 0}
+    assert h.end(1001, 0, commit=False).error_code == 0
+    (job,) = h.finish_markers()
+    assert not job.committed and h.state().state is S.COMPLETE_ABORT
+
+
+def test_errors_for_unknown_and_fenced_producers():
+    h = Harness()
+    h.init()
+    assert h.add(999, 0) == {("t", 0): ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+    assert h.add(1001, 5) == {("t", 0): ErrorCode.PRODUCER_FENCED}
+    assert h.add(1001, 5, version=1) == {("t", 0): ErrorCode.INVALID_PRODUCER_EPOCH}
+    assert h.add(1001, 0, [("t", 0), ("nope", 0)]) == {("t", 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
+                                                         ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert h.end(1001, 0).error_code == ErrorCode.INVALID_TXN_STATE  # nothing open
+    assert h.init(timeout_ms=10**9).error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    assert h.init(txn="").error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_reinit_fences_the_old_producer_and_aborts_its_transaction():
+    h = Harness()
+    h.init()
+    h.add(1001, 0)
+    r = h.init()  # a second producer with the same transactional id
+    assert r.error_code == ErrorCode.CONCURRENT_TRANSACTIONS
+    m = h.state()
+    assert m.state is S.PREPARE_ABORT and m.producer_epoch == 1  # the markers fence epoch 0
+    (job,) = h.sink.jobs
+    assert not job.committed and job.producer_epoch == 1
+    assert h.init().error_code == ErrorCode.CONCURRENT_TRANSACTIONS  # still aborting
+    h.finish_markers()
+    r = h.init()
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (0, 1001, 2)
+    # The zombie is fenced everywhere.
+    assert h.add(1001, 0) == {("t", 0): ErrorCode.PRODUCER_FENCED}
+    assert h.end(1001, 0).error_code == ErrorCode.PRODUCER_FENCED
+    assert h.init(producer_id=1001, producer_epoch=0).error_code == ErrorCode.PRODUCER_FENCED
+    assert h.init(producer_id=1001, producer_epoch=0, version=3).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_kip360_recovery_and_epoch_exhaustion():
+    h = Harness()
+    h.init()
+    r = h.init(producer_id=1001, producer_epoch=0)
+    assert (r.error_code, r.producer_epoch) == (0, 1)
+    r = h.init(producer_id=1001, producer_epoch=0)  # a retry of that bump: the same epoch again
+    assert (r.error_code, r.producer_epoch) == (0, 1)
+    r = h.init(producer_id=55, producer_epoch=3)  # not this id's producer
+    assert r.error_code == ErrorCode.PRODUCER_FENCED
+    shard = h.tc.shard_for(TXN)
+    from dataclasses import replace
+    shard.transactions[TXN] = replace(h.state(), producer_epoch=32766)
+    r = h.init(producer_id=1001, producer_epoch=32766)
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (0, 1002, 0)
+    assert h.state().previous_producer_id == 1001
+    # A fresh id given a stale producer id (its old state expired): served, KIP-360.
+    r = h.init(txn="fresh", producer_id=77, producer_epoch=4)
+    assert (r.error_code, r.producer_epoch) == (0, 0)
+
+
+def test_verify_only_says_which_partitions_are_in_the_transaction():
+    h = Harness()
+    h.init()
+    h.add(1001, 0, [("t", 0)])
+    assert h.verify(1001, 0, [("t", 0), ("t", 1)]) == {("t", 0): 0, ("t", 1): ErrorCode.TRANSACTION_ABORTABLE}
+    assert h.verify(1001, 9, [("t", 0)]) == {("t", 0): ErrorCode.PRODUCER_FENCED}
+    assert h.verify(5, 0, [("t", 0)], txn="other") == {("t", 0): ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+    assert len(h.writer.logs[h.tc.partition_for(TXN)]) == 2  # verification writes nothing
+
+
+def test_add_offsets_adds_the_groups_offsets_partition():
+    h = Harness()
+    r = h.init()
+    req = AddOffsetsToTxnRequest(transactional_id=TXN, producer_id=1001, producer_epoch=0, group_id="g")
+    assert h.tc.add_offsets_to_txn(req, 3, h.now).result().error_code == 0
+    from odradek.coordinator.partitioning import partition_for
+    assert ("__consumer_offsets", partition_for("g", 5)) in h.state().partitions
+
+
+def test_timeout_aborts_with_an_epoch_bump():
+    h = Harness()
+    h.init(timeout_ms=5_000)
+    h.add(1001, 0)
+    h.advance(4_000)
+    assert h.state().state is S.ONGOING
+    h.advance(1_000)
+    m = h.state()
+    assert m.state is S.PREPARE_ABORT and m.producer_epoch == 1
+    h.finish_markers()
+    assert h.state().state is S.COMPLETE_ABORT
+    assert h.end(1001, 0).error_code == ErrorCode.PRODUCER_FENCED  # the producer learns it was fenced
+    r = h.init(producer_id=1001, producer_epoch=0)
+    assert r.error_code == ErrorCode.PRODUCER_FENCED
+
+
+def test_a_committed_transaction_has_no_timer_left_to_abort_it():
+    h = Harness()
+    h.init(timeout_ms=5_000)
+    h.add(1001, 0)
+    h.end(1001, 0)
+    h.finish_markers()
+    h.advance(10_000)
+    assert h.state().state is S.COMPLETE_COMMIT and not h.sink.jobs
+
+
+def test_reload_resumes_markers_and_timers():
+    h = Harness()
+    h.init(timeout_ms=5_000)
+    h.add(1001, 0)
+    h.init(txn="b", timeout_ms=5_000)
+    h.add(1002, 0, txn="b")
+    h.end(1002, 0, txn="b")
+    h.sink.jobs.clear()
+    h.reload()
+    (job,) = h.sink.jobs
+    assert job.transactional_id == "b" and job.committed
+    h.finish_markers()
+    assert h.state("b").state is S.COMPLETE_COMMIT
+    h.advance(5_000)
+    assert h.state().state is S.PREPARE_ABORT  # the Ongoing one's timer was re-armed on load
+
+
+def test_replay_of_the_log_gives_the_same_table():
+    h = Harness()
+    h.init()
+    h.add(1001, 0, [("t", 0), ("t", 3)])
+    h.init(txn="b")
+    h.end(1001, 0)
+    before = {p: dict(h.tc.runtime.shard(p).transactions) for p in h.tc.runtime.partitions}
+    h.reload()
+    after = {p: dict(h.tc.runtime.shard(p).transactions) for p in h.tc.runtime.partitions}
+    strip = lambda t: {p: {k: (m.producer_id, m.producer_epoch, m.state, m.partitions, m.txn_start_timestamp_ms)
+                           for k, m in d.items()} for p, d in t.items()}
+    assert strip(before) == strip(after)
+
+
+def test_expiry_tombstones_idle_ids():
+    h = Harness(transactional_id_expiration_ms=10_000, remove_expired_transaction_cleanup_interval_ms=1_000)
+    h.init()
+    h.init(txn="busy")
+    h.add(1002, 0, txn="busy")
+    h.advance(11_000)
+    shard = h.tc.shard_for(TXN)
+    assert TXN not in shard.transactions
+    assert h.state("busy").state is S.ONGOING  # never expires while open
+    assert (b"\x00\x00\x00\x05txn-a", None) in h.writer.logs[h.tc.partition_for(TXN)]
+
+
+def test_describe_and_list():
+    h = Harness()
+    h.init()
+    h.add(1001, 0, [("t", 1)])
+    h.init(txn="b")
+    d = h.tc.describe_transactions(DescribeTransactionsRequest(transactional_ids=[TXN, "zz"]), 0, h.now)
+    a, z = d.transaction_states
+    assert (a.error_code, a.transaction_state, a.producer_id) == (0, "Ongoing", 1001)
+    assert [(t.topic, t.partitions) for t in a.topics] == [("t", [1])]
+    assert z.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    lst = h.tc.list_transactions(ListTransactionsRequest(state_filters=["Ongoing", "Bogus"], producer_id_filters=[]), 1, h.now)
+    assert [t.transactional_id for t in lst.transaction_states] == [TXN]
+    assert lst.unknown_state_filters == ["Bogus"]
+    lst = h.tc.list_transactions(ListTransactionsRequest(state_filters=[], producer_id_filters=[],
+                                                         transactional_id_pattern="b"), 2, h.now)
+    assert [t.transactional_id for t in lst.transaction_states] == ["b"]
+
+
+def test_unloaded_partition_answers_not_coordinator():
+    h = Harness()
+    h.tc.on_resigned(h.tc.partition_for(TXN))
+    assert h.init().error_code == ErrorCode.NOT_COORDINATOR
+    assert h.sink.cancelled == [h.tc.partition_for(TXN)]
