@@ -409,3 +409,15 @@ def test_librdkafka_reauthenticates_before_the_session_ends(secured):
         time.sleep(0.1)
     assert producer.flush(10) == 0
     assert sum("re-authenticated" in line for line in list(secured.proc.output)) > before
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_old_clients_handshake_v0_with_raw_tokens(secured, listener):
+    """kafka-python told it talks to Kafka 0.10.2 sends SaslHandshake v0 and then the SASL tokens as bare
+    size-prefixed frames (no SaslAuthenticate): PLAIN in one token, SCRAM in two."""
+    kafka = pytest.importorskip("kafka")
+    consumer = kafka.KafkaConsumer(**_kafka_python_options(secured, listener), api_version=(0, 10, 2))
+    try:
+        assert isinstance(consumer.topics(), set)
+    finally:
+        consumer.close()
