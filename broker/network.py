@@ -32,8 +32,19 @@ Responses are written when the connection has served what it can for now (the en
 of every response made in that pass go to the transport in one call, so a client pipelining requests gets
 one send() for the 3-4 requests that typically arrive together instead of one each. `FileRegion`s over
 SMALL_REGION_BYTES go out with `os.sendfile` straight from the segment file to the socket when the
-transport's buffer is empty, else by copying (the fallback TLS will need too); smaller ones (a tailing
-consumer's fetch) are read and leave with the response's other bytes, in one send() and one segment.
+transport's buffer is empty, else by copying; smaller ones (a tailing consumer's fetch) are read and leave
+with the response's other bytes, in one send() and one segment. On a TLS connection regions are always
+copied: the socket carries TLS records, and sendfile would put plaintext in them.
+
+Security (broker/security.py, broker/authenticator.py): a listener's `ListenerSecurity` gives its TLS
+context (asyncio does the handshake before `connection_made`; an SSL listener's principal is then the
+client certificate's) and, on SASL listeners, an `Authenticator` per connection. Until it authenticates, a
+SASL connection's frames are looked at one by one before anything is decoded (`_before_authentication`):
+at most sasl.server.max.receive.size each, only ApiVersions (dispatched), SaslHandshake and
+SaslAuthenticate (answered here), or raw tokens after a v0 handshake; anything else closes the connection.
+A failed authentication is answered after connection.failed.authentication.delay.ms and the connection
+closed. Afterwards SaslHandshake/SaslAuthenticate re-authenticate (KIP-368), and a session past its
+lifetime is closed at its next other request.
 """
 
 from __future__ import annotations
@@ -328,9 +339,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         first = self.context.principal != self.auth.principal
         self.context.principal = self.auth.principal
         self.conn.max_frame_bytes = self.server.max_frame_bytes
-        if first:
-            log.info("authenticated", client=self.connection_id, principal=str(self.auth.principal),
-                     mechanism=self.auth.mechanism, listener=self.listener)
+        log.info("authenticated" if first else "re-authenticated", client=self.connection_id,
+                 principal=str(self.auth.principal), mechanism=self.auth.mechanism, listener=self.listener)
 
     def _fail_authentication(self, chunks: list, reason: str | None) -> None:
         """Answer a failed authentication after connection.failed.authentication.delay.ms, then close: a

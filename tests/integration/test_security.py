@@ -84,6 +84,7 @@ def secured(tmp_path_factory):
         "listener.name.ssl.ssl.client.auth=required",
         "ssl.principal.mapping.rules=RULE:^CN=([^,]+),OU=test,.*$/$1/L,DEFAULT",
         "auto.create.topics.enable=true", "num.partitions=1",
+        "listener.name.sasl_plaintext.connections.max.reauth.ms=3000",
     ).start()
     deadline = time.monotonic() + 30
     while True:
@@ -389,3 +390,34 @@ def test_large_fetches_over_tls_are_copied_not_sendfiled(secured):
             got.append(m.value())
     consumer.close()
     assert got == values
+
+
+def test_librdkafka_reauthenticates_before_the_session_ends(secured):
+    """KIP-368: SASL_PLAINTEXT sessions last 3 s here; librdkafka re-authenticates on the same connection
+    and keeps producing; a session not renewed would be closed at its next request."""
+    before = sum("re-authenticated" in line for line in list(secured.proc.output))
+    producer = confluent_kafka.Producer(secured.librdkafka("SASL_PLAINTEXT", **{"linger.ms": 0}))
+    topic = f"reauth-{uuid.uuid4().hex[:6]}"
+    deadline = time.monotonic() + 20
+    delivered = 0
+    while time.monotonic() < deadline:
+        producer.produce(topic, b"x")
+        delivered += 1
+        producer.flush(10)
+        if sum("re-authenticated" in line for line in list(secured.proc.output)) > before and delivered > 20:
+            break
+        time.sleep(0.1)
+    assert producer.flush(10) == 0
+    assert sum("re-authenticated" in line for line in list(secured.proc.output)) > before
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_old_clients_handshake_v0_with_raw_tokens(secured, listener):
+    """kafka-python told it talks to Kafka 0.10.2 sends SaslHandshake v0 and then the SASL tokens as bare
+    size-prefixed frames (no SaslAuthenticate): PLAIN in one token, SCRAM in two."""
+    kafka = pytest.importorskip("kafka")
+    consumer = kafka.KafkaConsumer(**_kafka_python_options(secured, listener), api_version=(0, 10, 2))
+    try:
+        assert isinstance(consumer.topics(), set)
+    finally:
+        consumer.close()

@@ -260,3 +260,22 @@ def test_fuzz_before_authentication_reaches_no_handler_but_api_versions(data):
     assert proto.auth.state is not SaslState.AUTHENTICATED or str(proto.context.principal) == "User:bob"
     assert proto.conn.buffered_bytes <= MAX_RECEIVE + 8  # never more than one allowed frame is held
     assert not proto.inbox or proto.auth.authenticated
+
+
+def test_max_connections_per_ip():
+    registry = load_handlers()
+    server = NetworkServer(dispatch=lambda ctx: None, accepted_versions=accepted_versions(registry),
+                           advertised_versions=advertised_versions(registry), max_frame_bytes=1 << 20,
+                           max_connections=1000, queued_max_requests=500, connections_max_idle_ms=600_000,
+                           max_connections_per_ip=2)
+    conns = []
+    for _ in range(3):
+        proto = KafkaProtocol(server, "PLAINTEXT", SecurityProtocol.PLAINTEXT)
+        proto.connection_made(FakeTransport())
+        conns.append(proto)
+    assert [c.closed for c in conns] == [False, False, True]
+    assert server.connections_per_ip == {"10.0.0.9": 2}
+    conns[0].connection_lost(None)
+    again = KafkaProtocol(server, "PLAINTEXT", SecurityProtocol.PLAINTEXT)
+    again.connection_made(FakeTransport())
+    assert not again.closed and server.connections_per_ip == {"10.0.0.9": 2}
