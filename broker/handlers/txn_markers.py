@@ -29,7 +29,6 @@ from odradek.storage.names import TopicPartition
 from odradek.replication.acl import AclOperation
 from odradek.storage.producer_state import AppendOrigin
 
-from ..authorizer import requires
 from . import handles
 
 MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
@@ -40,7 +39,6 @@ _UNKNOWN = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 @handles(27, (1, 2))
-@requires(AclOperation.CLUSTER_ACTION)
 def handle_write_txn_markers(services, ctx, request):
     now_ms = services.now_ms()
     results: list[dict[TopicPartition, int]] = []
