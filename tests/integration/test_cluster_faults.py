@@ -284,6 +284,59 @@ class Load:
         assert left == 0, f"{left} sends not settled after {timeout_s}s"
 
 
+class BundledLoad:
+    """The same bounded load from the bundled asyncio producer (odradek.client, idempotent, acks=all) on an
+    event loop in its own thread; values b-<n>, its own producer in the ordering check."""
+
+    def __init__(self, bootstrap: str, rate_per_s: float = 50.0) -> None:
+        self.bootstrap = bootstrap
+        self.rate_per_s = rate_per_s
+        self.sent: list[Sent] = []
+        self.failed: list[str] = []
+        self.fatal: str | None = None
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="bundled-load", daemon=True)
+
+    async def _run(self) -> None:
+        from odradek.client.producer import Producer
+
+        producer = Producer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=5, request_timeout_ms=10000,
+                            delivery_timeout_ms=180000, metadata_max_age_ms=2000, retry_backoff_ms=200)
+        await producer.start()
+        pending = []
+        seq = 0
+        try:
+            while not self.stop_event.is_set():
+                value = b"b-%d" % seq
+                future = await producer.send(TOPIC, value, partition=seq % PARTITIONS)
+                future.add_done_callback(lambda f, v=value, n=seq: self._delivered(f, v, n))
+                pending.append(future)
+                seq += 1
+                await asyncio.sleep(1.0 / self.rate_per_s)
+            await producer.flush(180)
+            await asyncio.gather(*pending, return_exceptions=True)
+        except Exception as e:  # noqa: BLE001 - reported by finish()
+            self.fatal = repr(e)
+        finally:
+            await producer.close()
+
+    def _delivered(self, future: asyncio.Future, value: bytes, seq: int) -> None:
+        if future.cancelled() or future.exception() is not None:
+            self.failed.append("cancelled" if future.cancelled() else repr(future.exception()))
+            return
+        md = future.result()
+        self.sent.append(Sent(md.topic, md.partition, md.offset, value, "b", seq))
+
+    def start(self) -> "BundledLoad":
+        self.thread.start()
+        return self
+
+    def finish(self, timeout_s: float = 240.0) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "the bundled producer did not finish"
+
+
 class GroupConsumer:
     """A consumer in a group on its own thread, recording what it reads (it may read an offset twice after a
     rebalance: the checker accepts the same value at the same offset)."""
@@ -337,18 +390,26 @@ def read_all(bootstrap: str, sent: list[Sent], timeout_s: float = 120.0) -> list
     return seen
 
 
-def verify(cluster: FaultCluster, load: Load, group: GroupConsumer | None = None) -> None:
+def verify(cluster: FaultCluster, load: Load, group: GroupConsumer | None = None, bundled: BundledLoad | None = None) -> None:
     load.finish()
     assert load.fatal is None, load.fatal
-    seen = read_all(cluster.bootstrap(), load.sent)
-    report = check(load.sent, seen)
-    print(f"\nchecker: {report.summary()}; {len(load.failed)} sends failed ({sorted(set(load.failed))[:3]})")
+    sent = list(load.sent)
+    failed = list(load.failed)
+    if bundled is not None:
+        bundled.finish()
+        assert bundled.fatal is None, bundled.fatal
+        assert bundled.sent, "the bundled producer had nothing acknowledged"
+        sent += bundled.sent
+        failed += bundled.failed
+    seen = read_all(cluster.bootstrap(), sent)
+    report = check(sent, seen)
+    print(f"\nchecker: {report.summary()}; {len(failed)} sends failed ({sorted(set(failed))[:3]})")
     assert report.acknowledged > 0
     assert report.problems() == {}, report.summary() + f" {report.problems()}" + cluster.logs()
     if group is not None:
         group.finish()
         # What the group read is a part of the log: values at their acknowledged offsets, no offset reused.
-        group_report = check([s for s in load.sent if s.value in {r.value for r in group.seen}], group.seen)
+        group_report = check([s for s in sent if s.value in {r.value for r in group.seen}], group.seen)
         assert group_report.problems() == {}, "group consumer: " + group_report.summary()
         assert group.seen, "the group consumer read nothing"
 
@@ -609,6 +670,7 @@ def test_random_faults_loop(fault_cluster):
     rng = random.Random(seed)
     cluster = fault_cluster
     load = Load(cluster.bootstrap()).start()
+    bundled = BundledLoad(cluster.bootstrap()).start()
     group = GroupConsumer(cluster.bootstrap(), "loop-group").start()
     wait_progress(cluster, load, 100, "at start")
     steps = [cut_leader_off, cut_follower_off, cut_one_way, cut_clients_from_leader, kill_leader, pause_leader, kill_controller,
@@ -617,4 +679,4 @@ def test_random_faults_loop(fault_cluster):
         step = rng.choice(steps)
         print(f"round {round_}: {step.__name__}")
         step(cluster, load, rng)
-    verify(cluster, load, group)
+    verify(cluster, load, group, bundled)
