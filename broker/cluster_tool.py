@@ -131,7 +131,7 @@ def up(base: Path, nodes: int, port: int, overrides: list[str], timeout_s: float
         props = node_properties(node_id, nodes, port=port, data_dir=str((directory / "data").resolve()))
         for item in overrides:
             key, _, value = item.partition("=")
-            props[key.strip()] = value.strip()
+            props[key.strip()] = value.strip().replace("{node}", str(node_id))  # per node, e.g. broker.rack=r{node}
         write_properties(directory / "server.properties", props)
         data = directory / "data"
         if read_meta_properties(str(data)) is None:
@@ -309,7 +309,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     up_p = sub.add_parser("up", help="start a combined-mode cluster as local processes")
     up_p.add_argument("--nodes", "-n", type=int, default=3, help="how many nodes (default 3)")
-    up_p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[], help="a property for every node")
+    up_p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                      help="a property for every node; {node} in the value becomes the node's id (broker.rack=r{node})")
     up_p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster (default 60)")
     down_p = sub.add_parser("down", help="stop the local cluster (SIGTERM, then SIGKILL after --timeout)")
     down_p.add_argument("--purge", action="store_true", help="also remove its directory (all data)")

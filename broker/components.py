@@ -34,6 +34,7 @@ from odradek.storage.meta_properties import read_meta_properties
 from odradek.storage.names import TopicPartition
 from odradek.storage.segment import drop_cache
 
+from .storage_tool import read_bootstrap_records
 from .context import SecurityProtocol
 from .controller_channel import LocalControllerChannel
 from .services import BrokerServices
@@ -53,19 +54,23 @@ async def start_components(broker) -> None:
     loop = asyncio.get_running_loop()
     broker.timer = Timer(tick_ms=1, wheel_size=20, start_ms=now_ms())
 
-    # One data directory today (JBOD is future work): the first of log.dirs. A directory formatted by
-    # `odradek storage format` names the cluster this node belongs to; the metadata log must agree.
-    formatted = read_meta_properties(os.path.abspath(os.path.expanduser(cfg.data_dirs[0]))) or {}
+    # Every directory of log.dirs (JBOD), and metadata.log.dir when it is another. A directory formatted by
+    # `odradek storage format` names the cluster this node belongs to; the others and the metadata log
+    # must agree.
+    data_dirs = [os.path.abspath(os.path.expanduser(d)) for d in cfg.data_dirs]
+    formatted = next((p for p in map(read_meta_properties, data_dirs) if p and p.get("cluster.id")), None) or {}
     broker.cluster_id = formatted.get("cluster.id")
     broker.log_manager = LogManager(
-        cfg.data_dirs[0], now_ms=now_ms(), node_id=cfg.node_id, cluster_id=broker.cluster_id,
+        data_dirs, now_ms=now_ms(), node_id=cfg.node_id, cluster_id=broker.cluster_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
+        metadata_log_dir=os.path.abspath(os.path.expanduser(cfg.metadata_dir)),
     )
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True,
                                  replica_lag_time_max_ms=cfg.replica_lag_time_max_ms)
     publisher = broker.metadata = MetadataPublisher()
+    _wire_replica_selection(broker.data, cfg, publisher)
     if in_quorum_mode(cfg) and "broker" in cfg.process_roles:  # a controller-only node hosts no partitions
         from .replica_fetcher import ReplicaFetcherManager
 
@@ -75,14 +80,21 @@ async def start_components(broker) -> None:
         )
     publisher.register(PartitionHosting(cfg.node_id, cfg, broker.log_manager, broker.data, now_ms,
                                         fetchers=broker.replica_fetchers))
+    from .log_dirs import LogDirs
+
+    broker.log_dirs = LogDirs(broker)
     if in_quorum_mode(cfg):
         _start_quorum(broker, publisher)
     else:
-        metadata_log = MetadataLog(StorageLogAdapter(broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())))
+        metadata_partition_log = broker.log_manager.get_or_create_log(
+            METADATA_PARTITION, now_ms=now_ms(), log_dir=broker.log_manager.metadata_log_dir)
+        metadata_log = MetadataLog(StorageLogAdapter(metadata_partition_log))
         metadata_log.load()
         broker.metadata_log = metadata_log
         publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
-        broker.controller = LocalControllerChannel(Controller(), metadata_log, publisher, cfg, now_ms)
+        controller = Controller()
+        controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
+        broker.controller = LocalControllerChannel(controller, metadata_log, publisher, cfg, now_ms)
 
     from .groups_wiring import start_group_coordinator
     from .txn_wiring import start_transaction_coordinator
@@ -93,14 +105,37 @@ async def start_components(broker) -> None:
         producer_ids=ProducerIdManager(lambda: broker.controller.allocate_producer_ids(cfg.node_id)),
         api_versions_response=broker.api_versions_response,
         controller_api_versions_response=broker.controller_api_versions_response,
-        groups_factory=lambda: start_group_coordinator(broker), quorum=broker.quorum,
+        groups_factory=lambda: start_group_coordinator(broker), quorum=broker.quorum, log_dirs=broker.log_dirs,
         transactions_factory=lambda: start_transaction_coordinator(broker),
     )
+    broker.log_dirs.start()
     from .txn_wiring import StartWhenLeading
 
     publisher.register(StartWhenLeading(broker))
     _start_metrics(broker, loop)
     broker.spawn(_housekeeping(broker))
+
+
+def _wire_replica_selection(data: ReplicaManager, cfg, publisher: MetadataPublisher) -> None:
+    """KIP-392: the configured replica selector, and each broker's rack and reachability from the image; and
+    which brokers are alive (DeleteRecords' low watermark counts the replicas on those only)."""
+    from odradek.replication.replica_selector import replica_selector_for
+
+    data.replica_selector = replica_selector_for(cfg.replica_selector_class)
+
+    def replica_rack(broker_id: int, listener: str) -> tuple[bool, str | None]:
+        registration = publisher.image.brokers.get(broker_id)
+        if registration is None or registration.fenced:
+            return False, None
+        return any(e.name == listener for e in registration.endpoints), registration.rack
+
+    data.replica_rack = replica_rack
+
+    def is_broker_alive(broker_id: int) -> bool:
+        registration = publisher.image.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
+
+    data.is_broker_alive = is_broker_alive
 
 
 def in_quorum_mode(cfg) -> bool:
@@ -120,6 +155,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
 
     from .config import ConfigError
     from .node_client import NodeConnections
+    from .security import node_security
     from .quorum import ClusterControllerChannel, MetadataLoader, QuorumControllerChannel, QuorumDriver
 
     cfg = broker.config
@@ -129,7 +165,8 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
             "-c <this server.properties>` on every node with the same id (`odradek storage random-uuid`)",
             key="log.dirs",
         )
-    log_ = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms())
+    log_ = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms(),
+                                                log_dir=broker.log_manager.metadata_log_dir)
     raft_log = StorageRaftLog(log_)
     voters = {v.node_id: (v.host, v.port) for v in cfg.voters()}
     loader = MetadataLoader(
@@ -154,7 +191,8 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
         # node (no change happens): without this it would know no active controller to register with
         # until the next election.
         loader.handle_leader_change(raft.leader_id, raft.epoch)
-    connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}")
+    connections = NodeConnections(voters.get, client_id=f"odradek-node-{cfg.node_id}", security=node_security(
+        cfg, cfg.controller_listener_names[0], "sasl.mechanism.controller.protocol"))
     driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms)
     driver.after_each_call = loader.maybe_snapshot
     local = None
@@ -165,6 +203,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
             auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_seconds * 1000,
         )
+        controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
         local = QuorumControllerChannel(controller, cfg, now_ms, driver, loader)
         local.cluster_id = broker.cluster_id
     broker.quorum = driver
@@ -233,6 +272,8 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
             log.debug("registration not done yet", error=str(e))
         await asyncio.sleep(min(interval_s, 0.2))
     log.info("registered", broker_epoch=broker.broker_epoch)
+    session_s = cfg.broker_session_timeout_ms / 1000
+    answered_at = time.monotonic()
     while True:
         if broker.shutting_down:
             interval_s = min(interval_s, 0.2)  # controlled shutdown: ask often
@@ -249,10 +290,18 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
             )
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
+            if not broker.data.lease_expired and time.monotonic() - answered_at > session_s:
+                log.warning("no heartbeat answered within broker.session.timeout.ms: this broker is fenced and "
+                            "what it leads has moved; it hides its leaderships until it hears from the controller")
+                broker.data.set_lease_expired(True)
             if broker.shutting_down:  # no controller to move leaderships away (the quorum is going too)
                 broker.shutdown_granted.set()
         else:
             if response.error_code == 0:
+                answered_at = time.monotonic()
+                if broker.data.lease_expired:
+                    log.info("heartbeat answered again")
+                    broker.data.set_lease_expired(False)
                 if broker.fenced and not response.is_fenced:
                     log.info("unfenced", broker_epoch=broker.broker_epoch)
                 broker.fenced = response.is_fenced
@@ -307,7 +356,8 @@ def replication_counts(broker) -> dict[str, int]:
     offline = sum(1 for t in image.topics_by_id.values() for p in t.partitions.values() if p.leader < 0)
     fenced = sum(1 for b in image.brokers.values() if b.fenced)
     return {"leaders": leaders, "under_replicated": under, "under_min_isr": under_min, "offline": offline,
-            "fenced_brokers": fenced}
+            "fenced_brokers": fenced, "follower_consumer_reads": broker.data.follower_consumer_reads,
+            "preferred_replica_answers": broker.data.preferred_replica_answers}
 
 
 def arm_timer(broker) -> None:
@@ -379,6 +429,7 @@ async def _housekeeping(broker) -> None:
         try:
             now = now_ms()
             manager = broker.log_manager
+            broker.log_dirs.check_failed_paths()
             manager.maybe_delete_old_segments(now, upper_bound_offset=lambda tp: _high_watermark(broker, tp))
             manager.maybe_remove_expired_producers(now)
             # Work goes to a thread only when there is some: a worker woken every second to find nothing
@@ -426,6 +477,8 @@ async def stop_components(broker) -> None:
     await asyncio.gather(*broker._maintenance, return_exceptions=True)
     if broker.replica_fetchers is not None:  # before the logs they append to close
         await broker.replica_fetchers.shutdown()
+    if getattr(broker, "log_dirs", None) is not None:
+        await broker.log_dirs.stop()
     if broker.quorum is not None:
         await broker.quorum.stop()
         await broker.controller.close()

@@ -48,7 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
+
+from odradek.replication.replica_selector import replica_selector_for
 
 __all__ = [
     "ConfigError",
@@ -410,7 +412,30 @@ CompressionType = Annotated[str, BeforeValidator(_choice(*COMPRESSION_TYPES, cas
 TimestampType = Annotated[str, BeforeValidator(_choice(*TIMESTAMP_TYPES))]
 LogFormat = Annotated[str, BeforeValidator(_choice(*LOG_FORMATS, case_sensitive=False))]
 LogLevel = Annotated[str, BeforeValidator(_parse_log_level)]
+
+
+def _parse_replica_selector(value: Any) -> str | None:
+    text = parse_optional_string(value)
+    replica_selector_for(text)  # (ValueError: a class this broker does not have refuses the start)
+    return text
+
+
+ReplicaSelectorClass = Annotated[str | None, BeforeValidator(_parse_replica_selector)]
 Port = Annotated[int, BeforeValidator(_parse_port)]
+SslStoreType = Annotated[str, BeforeValidator(_choice("JKS", "PKCS12", "PEM", case_sensitive=False))]
+SslClientAuth = Annotated[str, BeforeValidator(_choice("none", "requested", "required", case_sensitive=False))]
+
+
+AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",)
+
+
+def _parse_super_users(value: Any) -> tuple[str, ...]:
+    principals = tuple(p.strip() for p in _text(value).split(";") if p.strip())
+    for p in principals:
+        kind, sep, name = p.partition(":")
+        if not sep or not kind or not name:
+            raise ValueError(f"{p!r} is not a principal (Type:name, e.g. User:admin)")
+    return principals
 
 
 def _f(alias: str, default: Any, ktype: ConfigType, doc: str, **constraints: Any) -> Any:
@@ -428,6 +453,8 @@ class BrokerConfig(BaseModel):
     """The broker's static configuration. Build it with `load_config`, `from_properties`, or keywords."""
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True, validate_default=True)
+    # listener.name.<listener>.<key> settings, by "<listener lower-case>.<key>" (see listener_setting)
+    _listener_settings: dict[str, str] = PrivateAttr(default_factory=dict)
 
     # ---- identity and roles
     node_id: Int = _f("node.id", 1, T.INT, "This node's id in the cluster.", ge=0)
@@ -548,6 +575,33 @@ class BrokerConfig(BaseModel):
     request_timeout_ms: Int = _f(
         "request.timeout.ms", 30000, T.INT, "Timeout of requests this node sends to others.", ge=0
     )
+
+    # ---- security: TLS and SASL (broker/security.py). Any of these may be set for one listener only as
+    # listener.name.<listener>.<key> (e.g. listener.name.internal.ssl.client.auth); see listener_setting.
+    ssl_keystore_type: SslStoreType = _f("ssl.keystore.type", "JKS", T.STRING, "Format of the key store: PEM (PKCS12 and JKS are refused with a message).")
+    ssl_keystore_location: OptStr = _f("ssl.keystore.location", None, T.STRING, "Key store file: a PEM with the private key and the certificate chain.")
+    ssl_keystore_password: OptStr = _f("ssl.keystore.password", None, T.PASSWORD, "Password of the key store file.")
+    ssl_key_password: OptStr = _f("ssl.key.password", None, T.PASSWORD, "Password of the (encrypted) private key.")
+    ssl_keystore_key: OptStr = _f("ssl.keystore.key", None, T.PASSWORD, "The private key in PEM, inline (ssl.keystore.type=PEM).")
+    ssl_keystore_certificate_chain: OptStr = _f("ssl.keystore.certificate.chain", None, T.PASSWORD, "The certificate chain in PEM, inline (ssl.keystore.type=PEM).")
+    ssl_truststore_type: SslStoreType = _f("ssl.truststore.type", "JKS", T.STRING, "Format of the trust store: PEM.")
+    ssl_truststore_location: OptStr = _f("ssl.truststore.location", None, T.STRING, "Trust store file: PEM CA certificates.")
+    ssl_truststore_password: OptStr = _f("ssl.truststore.password", None, T.PASSWORD, "Password of the trust store (unused for PEM).")
+    ssl_truststore_certificates: OptStr = _f("ssl.truststore.certificates", None, T.PASSWORD, "Trusted certificates in PEM, inline.")
+    ssl_client_auth: SslClientAuth = _f("ssl.client.auth", "none", T.STRING, "Client certificates: none, requested or required.")
+    ssl_principal_mapping_rules: Str = _f("ssl.principal.mapping.rules", "DEFAULT", T.STRING, "Rules mapping a client certificate's distinguished name to a user name: DEFAULT or RULE:pattern/replacement/[LU],...")
+    ssl_protocol: Str = _f("ssl.protocol", "TLSv1.3", T.STRING, "TLS protocol of contexts this node makes as a client.")
+    ssl_enabled_protocols: StrList = _f("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", T.LIST, "TLS versions accepted.")
+    ssl_cipher_suites: StrList = _f("ssl.cipher.suites", "", T.LIST, "TLS 1.2 cipher suites (OpenSSL or IANA names); empty: the defaults.")
+    ssl_endpoint_identification_algorithm: OptStr = _f("ssl.endpoint.identification.algorithm", "https", T.STRING, "https: this node checks the host name of the nodes it connects to; empty: it does not.")
+    sasl_enabled_mechanisms: StrList = _f("sasl.enabled.mechanisms", "GSSAPI", T.LIST, "SASL mechanisms served: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and OAUTHBEARER are not served).")
+    sasl_mechanism_inter_broker_protocol: Str = _f("sasl.mechanism.inter.broker.protocol", "GSSAPI", T.STRING, "SASL mechanism brokers use with each other.")
+    sasl_mechanism_controller_protocol: Str = _f("sasl.mechanism.controller.protocol", "GSSAPI", T.STRING, "SASL mechanism used to reach the controllers.")
+    sasl_jaas_config: OptStr = _f("sasl.jaas.config", None, T.PASSWORD, "JAAS login configuration: PlainLoginModule user_<name>=\"<password>\" entries, and username/password this node authenticates with.")
+    sasl_server_max_receive_size: Int = _f("sasl.server.max.receive.size", 524288, T.INT, "Largest frame accepted before authentication.", ge=1)
+    connection_failed_authentication_delay_ms: Int = _f("connection.failed.authentication.delay.ms", 100, T.INT, "Delay before a failed authentication is answered and the connection closed.", ge=0)
+    connections_max_reauth_ms: Long = _f("connections.max.reauth.ms", 0, T.LONG, "Longest SASL session before the client must re-authenticate (KIP-368); 0: never.", ge=0)
+    principal_builder_class: OptStr = _f("principal.builder.class", None, T.CLASS, "Accepted for compatibility: principals are built as Kafka's DefaultKafkaPrincipalBuilder does.")
 
     # ---- log storage
     log_dir: Str = _f("log.dir", "./odradek-data", T.STRING, "Data directory, used when log.dirs is not set.")
@@ -753,6 +807,12 @@ class BrokerConfig(BaseModel):
     replica_fetch_response_max_bytes: Int = _f(
         "replica.fetch.response.max.bytes", 10485760, T.INT, "Bytes a follower fetch asks for in all.", ge=0
     )
+    replica_selector_class: ReplicaSelectorClass = _f(
+        "replica.selector.class", None, T.CLASS,
+        "Which replica a consumer in another rack is pointed to (KIP-392): "
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector for the closest in-sync replica, "
+        "org.apache.kafka.common.replica.LeaderSelector or unset for the leader.",
+    )
     num_replica_fetchers: Int = _f(
         "num.replica.fetchers", 1, T.INT, "Accepted for compatibility: one fetcher per source broker.", ge=1
     )
@@ -869,6 +929,25 @@ class BrokerConfig(BaseModel):
         ge=1,
     )
 
+    # ---- authorization and quotas
+    authorizer_class_name: Annotated[str, BeforeValidator(_choice("", *AUTHORIZER_CLASS_NAMES))] = _f(
+        "authorizer.class.name", "", T.STRING,
+        "The authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACLs on; empty turns them off.",
+    )
+    super_users: Annotated[tuple[str, ...], BeforeValidator(_parse_super_users)] = _f(
+        "super.users", "", T.STRING, "Principals allowed everything, separated by semicolons: User:admin;User:broker.",
+    )
+    allow_everyone_if_no_acl_found: Bool = _f(
+        "allow.everyone.if.no.acl.found", False, T.BOOLEAN,
+        "With an authorizer: whether a resource no ACL covers is open to everyone.",
+    )
+    quota_window_num: Int = _f(
+        "quota.window.num", 11, T.INT, "Number of samples a client quota's rate is measured over.", ge=2,
+    )
+    quota_window_size_seconds: Int = _f(
+        "quota.window.size.seconds", 1, T.INT, "Length of one client quota sample.", ge=1,
+    )
+
     # ---- Odradek's own
     metrics_port: Port = _f(
         "metrics.port", 0, T.INT, "Port of the Prometheus /metrics endpoint; 0 disables it."
@@ -972,13 +1051,45 @@ class BrokerConfig(BaseModel):
         """Build from `{dotted key: value}`, raising ConfigError (never pydantic's error) naming the key."""
         known = _known_keys()
         sources = sources or {}
-        for key in properties:
+        prefixed: dict[str, str] = {}
+        plain: dict[str, Any] = {}
+        for key, value in properties.items():
+            match = _LISTENER_PREFIXED.match(key)
+            if match is not None:
+                rest = match.group(2)
+                if rest not in known and not _MECHANISM_PREFIXED.match(rest):
+                    raise ConfigError(
+                        f"unknown listener setting {rest!r} for listener {match.group(1)!r}", key=key, source=sources.get(key)
+                    )
+                prefixed[f"{match.group(1).lower()}.{rest}"] = _text(value)
+                continue
             if key not in known:
                 raise ConfigError(_unknown_key_message(key, known), key=key, source=sources.get(key))
+            plain[key] = value
         try:
-            return cls.model_validate(dict(properties))
+            config = cls.model_validate(plain)
         except ValidationError as exc:
             raise _translate(exc, properties, sources) from None
+        config._listener_settings = prefixed
+        for key, value in prefixed.items():
+            listener, _, rest = key.partition(".")
+            try:
+                config.listener_setting(listener, rest)
+            except ValueError as exc:
+                raise ConfigError(f"invalid value {value!r}: {exc}", key=f"listener.name.{key}", source=sources.get(f"listener.name.{key}")) from None
+        return config
+
+    def listener_setting(self, listener: str, key: str) -> Any:
+        """`key` for one listener: `listener.name.<listener>.<key>` when set (parsed as `key` is), else the
+        broker-wide value of `key` (None for a mechanism-prefixed JAAS key with no broker-wide form)."""
+        raw = self._listener_settings.get(f"{listener.lower()}.{key}")
+        name = _field_by_key().get(key)
+        if raw is None:
+            return getattr(self, name) if name is not None else None
+        if name is None:
+            return raw
+        info = type(self).model_fields[name]
+        return TypeAdapter(Annotated[info.annotation, *info.metadata]).validate_python(raw)
 
     # ------------------------------------------------------------------------------------------------
     # Derived values
@@ -1088,6 +1199,10 @@ class BrokerConfig(BaseModel):
             for key, name in _field_by_key().items()
             if include_defaults or key in explicit
         }
+
+
+_LISTENER_PREFIXED = re.compile(r"^listener\.name\.([A-Za-z0-9_-]+)\.(.+)$")
+_MECHANISM_PREFIXED = re.compile(r"^[A-Za-z0-9-]+\.sasl\.[a-z.]+$")
 
 
 class _KeyedError(ValueError):

@@ -2,9 +2,10 @@
 
 A `ConnectionContext` is made once per accepted connection: the listener it arrived on, that listener's
 security protocol, the client's address, and the principal. Every request on the connection shares it,
-the produce fast path included, so per-request work is one reference. Authentication (the security
-issue) will replace the principal after SASL; until then every connection is `User:ANONYMOUS`, which
-is what Kafka's PLAINTEXT listeners report too.
+the produce fast path included, so per-request work is one reference. The principal is `User:ANONYMOUS`
+on PLAINTEXT listeners (as Kafka's), the client certificate's mapped subject on SSL listeners (or
+ANONYMOUS without one), and the authenticated user on SASL listeners, set by the network layer
+(broker/network.py) once SASL completes; requests on a SASL listener never reach a handler before that.
 
 A `RequestContext` adds the request itself: its header, decoded body, size and arrival time.
 
@@ -43,8 +44,8 @@ class SecurityProtocol(str, Enum):
 
     @property
     def served(self) -> bool:
-        """Whether this broker serves the protocol yet: TLS and SASL come with the security issue."""
-        return self is SecurityProtocol.PLAINTEXT
+        """Every protocol is served (broker/security.py, broker/authenticator.py)."""
+        return True
 
 
 _PROTOCOL_IDS = {
@@ -74,6 +75,7 @@ class ConnectionContext:
     security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
     principal: KafkaPrincipal = ANONYMOUS
     scope: str = "broker"  # "controller" on a controller listener (broker.handlers: BROKER, CONTROLLER)
+    throttle_ms: int = 0  # set by a quota (broker/quotas.py): the network stops serving this long, then clears it
 
 
 @dataclass(slots=True)

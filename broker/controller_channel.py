@@ -24,7 +24,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from odradek.coordinator.runtime import Deferred
 from odradek.protocol.errors import ErrorCode
@@ -147,8 +147,25 @@ class ControllerDecisions:
     def alter_configs(self, changes: Sequence[ConfigChange], *, validate_only: bool = False) -> Deferred[Results]:
         return self._run([lambda c=c: self._alter_configs(c) for c in changes], validate_only)
 
+    def alter_user_scram_credentials(self, decide: Callable[[Any], tuple[list, object]]) -> Deferred[Results]:
+        """SCRAM credential records, as `decide(image)` makes them from the controller's image
+        (broker/handlers/sasl.py)."""
+        return self._run([lambda: decide(self.controller.image)], False)
+
     def allocate_producer_ids(self, broker_id: int) -> Deferred[ProducerIdsBlock]:
         return self._single(lambda: self.controller.allocate_producer_ids(broker_id))
+
+    # ACLs and client quotas: one item per binding, filter or quota entity
+
+    def create_acls(self, bindings: Sequence) -> Deferred[Results]:
+        return self._run([lambda b=b: self.controller.create_acl(b) for b in bindings], False)
+
+    def delete_acls(self, filters: Sequence) -> Deferred[Results]:
+        return self._run([lambda f=f: self.controller.delete_acls(f) for f in filters], False)
+
+    def alter_client_quotas(self, entries: Sequence, *, validate_only: bool = False) -> Deferred[Results]:
+        """`entries`: (entity pairs, [(key, value, remove)]) per quota entity."""
+        return self._run([lambda e=e: self.controller.alter_client_quota(*e) for e in entries], validate_only)
 
     def register_broker(
         self, broker_id: int, endpoints: Sequence[Endpoint], *, rack: str | None, cluster_id: str | None
@@ -178,6 +195,9 @@ class ControllerDecisions:
 
     def alter_partition(self, request, version: int) -> Deferred:
         return self._single(lambda: self.controller.alter_partition(request, version))
+
+    def assign_replicas_to_dirs(self, request) -> Deferred:
+        return self._single(lambda: self.controller.assign_replicas_to_dirs(request))
 
     def elect_leaders(self, request) -> Deferred:
         return self._single(lambda: self.controller.elect_leaders(request))

@@ -150,6 +150,11 @@ _REPLICATION_GAUGES = {
                       "Partitions led by this broker whose ISR is smaller than min.insync.replicas"),
     "offline": ("odradek_partitions_offline", "Partitions of the cluster without a leader (from the metadata image)"),
     "fenced_brokers": ("odradek_brokers_fenced", "Registered brokers the controller has fenced"),
+    # KIP-392 (counts since start): consumer reads this broker served as a follower, and consumer fetches it
+    # answered as leader with a preferred read replica.
+    "follower_consumer_reads": ("odradek_fetch_follower_reads", "Consumer fetch reads with records served as follower"),
+    "preferred_replica_answers": ("odradek_fetch_preferred_replica_answers",
+                                  "Consumer fetches answered with a preferred read replica"),
 }
 
 

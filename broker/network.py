@@ -32,14 +32,26 @@ Responses are written when the connection has served what it can for now (the en
 of every response made in that pass go to the transport in one call, so a client pipelining requests gets
 one send() for the 3-4 requests that typically arrive together instead of one each. `FileRegion`s over
 SMALL_REGION_BYTES go out with `os.sendfile` straight from the segment file to the socket when the
-transport's buffer is empty, else by copying (the fallback TLS will need too); smaller ones (a tailing
-consumer's fetch) are read and leave with the response's other bytes, in one send() and one segment.
+transport's buffer is empty, else by copying; smaller ones (a tailing consumer's fetch) are read and leave
+with the response's other bytes, in one send() and one segment. On a TLS connection regions are always
+copied: the socket carries TLS records, and sendfile would put plaintext in them.
+
+Security (broker/security.py, broker/authenticator.py): a listener's `ListenerSecurity` gives its TLS
+context (asyncio does the handshake before `connection_made`; an SSL listener's principal is then the
+client certificate's) and, on SASL listeners, an `Authenticator` per connection. Until it authenticates, a
+SASL connection's frames are looked at one by one before anything is decoded (`_before_authentication`):
+at most sasl.server.max.receive.size each, only ApiVersions (dispatched), SaslHandshake and
+SaslAuthenticate (answered here), or raw tokens after a v0 handshake; anything else closes the connection.
+A failed authentication is answered after connection.failed.authentication.delay.ms and the connection
+closed. Afterwards SaslHandshake/SaslAuthenticate re-authenticate (KIP-368), and a session past its
+lifetime is closed at its next other request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import struct
 import time
 from collections import deque
 from typing import Any, Callable
@@ -50,9 +62,12 @@ from odradek.protocol.codec import FileRegion
 from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
 from odradek.protocol.errors import ProtocolError, UnsupportedApiError
 from odradek.protocol.fast_produce import ProduceFrame
+from odradek.protocol.messages import SaslAuthenticateResponse, SaslHandshakeResponse
 from odradek.storage.segment import read_region
 
+from .authenticator import Authenticator, SaslState
 from .context import ConnectionContext, Packed, RequestContext, SecurityProtocol
+from .security import ListenerSecurity
 
 log = structlog.get_logger("odradek.network")
 
@@ -61,9 +76,17 @@ log = structlog.get_logger("odradek.network")
 # on its own costs a send() and a TCP segment of its own, which a tailing consumer waits for.
 SMALL_REGION_BYTES = 16 * 1024
 
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+# What a SASL listener answers before authentication (Kafka's SaslServerAuthenticator); anything else
+# closes the connection.
+_BEFORE_AUTHENTICATION = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
+_SIZE = struct.Struct(">i")
+CLOSE_AFTER_FAILED_ANSWER_S = 0.2
+
 
 class KafkaProtocol(asyncio.BufferedProtocol):
-    def __init__(self, server: "NetworkServer", listener: str, security_protocol: SecurityProtocol, scope: str = "broker"):
+    def __init__(self, server: "NetworkServer", listener: str, security_protocol: SecurityProtocol, scope: str = "broker",
+                 security: ListenerSecurity | None = None):
         self.server = server
         self.listener = listener
         self.security_protocol = security_protocol
@@ -73,6 +96,16 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             max_frame_bytes=server.max_frame_bytes, supported=server.scopes[scope][0],
             fast_produce=server.serve_produce_frame is not None and scope == "broker",
         )
+        self.security = security
+        # Zero-copy cannot cross TLS: on a TLS connection file regions are always read and written.
+        self.tls = security is not None and security.tls
+        # A SASL listener: nothing but ApiVersions and SASL before authentication, in frames of at most
+        # sasl.server.max.receive.size.
+        self.auth: Authenticator | None = None
+        if security is not None and security.sasl:
+            self.auth = Authenticator(security)
+            self.conn.max_frame_bytes = min(security.max_receive_bytes, server.max_frame_bytes)
+        self.failing = False  # a failed authentication is being answered (after the delay); then close
         self.transport: asyncio.Transport | None = None
         self.inbox: deque = deque()
         self.reading_paused = False
@@ -83,6 +116,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.context: ConnectionContext | None = None  # set when the connection is made
         self.last_active = time.monotonic()
         self.in_flight = False  # a request is being served (its response not yet written)
+        self.muted = False  # throttled by a client quota (KIP-219): no request is served until the timer fires
         self._pending: list = []  # response bytes not yet handed to the transport (see _flush)
 
     # -- asyncio.BufferedProtocol --
@@ -100,6 +134,14 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             log.warning("connection refused", client=self.connection_id, draining=self.server.draining)
             transport.abort()
             self.closed = True
+            return
+        if self.tls and self.auth is None:  # SSL: the principal is the client certificate's (or ANONYMOUS)
+            ssl_object = transport.get_extra_info("ssl_object")
+            try:
+                self.context.principal = self.security.principal_mapper.principal(ssl_object.getpeercert() if ssl_object else None)
+            except ValueError as e:
+                log.warning("client certificate refused", client=self.connection_id, error=str(e))
+                self.close()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         # The socket reads straight into the framer's buffer (see protocol.connection._Framer).
@@ -109,6 +151,11 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         if self.server.metrics is not None:
             self.server.metrics.add_bytes_in(nbytes)
+        if self.failing:  # answering a failed authentication: what else arrives is read and dropped
+            return
+        if self.auth is not None and not self.auth.authenticated:
+            self._before_authentication(nbytes)
+            return
         try:
             events = self.conn.buffer_updated(nbytes)
         except ProtocolError as e:
@@ -138,7 +185,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
     def pump(self) -> None:
         """Serve queued requests in order until one has to wait, the inbox is empty or writing is paused."""
         server = self.server
-        while self.inbox and not self.in_flight and not self.closed:
+        while self.inbox and not self.in_flight and not self.closed and not self.failing and not self.muted:
             if server.draining:  # shutting down: no new requests
                 self.close()
                 return
@@ -167,6 +214,18 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 if isinstance(event, ApiVersionsUnsupported):
                     self._write(self.conn.send_api_versions_unsupported(event.header, self.advertised_versions))
                     continue
+                if self.auth is not None:
+                    api_key = event.header.api_key
+                    if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:  # KIP-368 re-authentication
+                        self._sasl_request(event)
+                        if self.closed or self.failing:
+                            return
+                        continue
+                    if self.auth.state is not SaslState.AUTHENTICATED or self.auth.expired(_now_ms()):
+                        log.info("closing connection: SASL session expired or re-authentication unfinished",
+                                 client=self.connection_id, principal=str(self.context.principal))
+                        self.close()
+                        return
                 ctx = RequestContext(event.header, event.request, self.context, time.monotonic_ns(), event.frame_size)
                 try:
                     result = server.dispatch(ctx)
@@ -182,10 +241,134 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 result = self._result_of(result)
             if result is not None:
                 self._respond(ctx, result)
+            elif self.context.throttle_ms:  # acks=0 over a quota: no response, the wait still applies
+                self._throttle(None)
         # The responses of every request served above leave in one write: a client with several requests
         # in flight (librdkafka keeps up to 5) often has 3-4 of them arrive in one socket read.
         self._flush()
         self._update_reading()
+
+    # -- SASL
+
+    def _before_authentication(self, nbytes: int) -> None:
+        """Frames on a SASL listener before authentication: each is looked at before it is decoded, and only
+        ApiVersions, SaslHandshake and SaslAuthenticate (or, after a v0 handshake, raw tokens) are served."""
+        if self.failing or self.closed:
+            return
+        try:
+            frames = self.conn.frames_updated(nbytes)
+        except ProtocolError as e:  # a frame over sasl.server.max.receive.size: refused before allocation
+            self._protocol_error(e)
+            return
+        auth = self.auth
+        for i, frame in enumerate(frames):
+            if self.closed or self.failing:
+                return
+            if auth.authenticated:  # the client sent requests right behind its last token
+                try:
+                    self.inbox.extend(self.conn.parse(f) for f in frames[i:])
+                except ProtocolError as e:
+                    self._protocol_error(e)
+                    return
+                break
+            if auth.state is SaslState.RAW:
+                step = auth.authenticate(bytes(frame), _now_ms())
+                if step.error_code:
+                    self._fail_authentication([], step.error_message)
+                    return
+                self._write([_SIZE.pack(len(step.token)), step.token])
+                if step.done:
+                    self._authenticated()
+                continue
+            api_key = _SIZE.unpack_from(frame, 0)[0] >> 16 if len(frame) >= 4 else -1
+            if api_key not in _BEFORE_AUTHENTICATION:
+                log.info("closing connection: request before SASL authentication", client=self.connection_id,
+                         api_key=api_key, state=auth.state.value)
+                self.server.metrics_protocol_error()
+                self.close()
+                return
+            try:
+                event = self.conn.parse(frame)
+            except ProtocolError as e:
+                self._protocol_error(e)
+                return
+            if isinstance(event, ApiVersionsUnsupported):
+                self._write(self.conn.send_api_versions_unsupported(event.header, self.advertised_versions))
+            elif api_key == API_VERSIONS:
+                if auth.state is not SaslState.HANDSHAKE:
+                    self.close()
+                    return
+                ctx = RequestContext(event.header, event.request, self.context, time.monotonic_ns(), event.frame_size)
+                try:
+                    result = self.server.dispatch(ctx)
+                except Exception:
+                    self.close()
+                    return
+                self._respond(ctx, result)
+            else:
+                self._sasl_request(event)
+        self._flush()
+        if self.inbox:
+            self.pump()
+
+    def _sasl_request(self, event) -> None:
+        """SaslHandshake or SaslAuthenticate, before authentication or to re-authenticate."""
+        auth, header, request = self.auth, event.header, event.request
+        if header.api_key == SASL_HANDSHAKE:
+            error, mechanisms = auth.handshake(request.mechanism, header.api_version)
+            chunks = self.conn.send_response(header, SaslHandshakeResponse(error_code=error, mechanisms=mechanisms))
+            if error:
+                self._fail_authentication(chunks, f"SaslHandshake failed with error {error} (mechanism {request.mechanism!r})")
+            else:
+                self._write(chunks)
+            return
+        step = auth.authenticate(bytes(request.auth_bytes), _now_ms())
+        response = SaslAuthenticateResponse(
+            error_code=step.error_code, error_message=step.error_message, auth_bytes=step.token,
+            session_lifetime_ms=step.session_lifetime_ms,
+        )
+        chunks = self.conn.send_response(header, response)
+        if step.error_code:
+            self._fail_authentication(chunks, step.error_message)
+            return
+        self._write(chunks)
+        if step.done:
+            self._authenticated()
+
+    def _authenticated(self) -> None:
+        first = self.context.principal != self.auth.principal
+        self.context.principal = self.auth.principal
+        self.conn.max_frame_bytes = self.server.max_frame_bytes
+        log.info("authenticated" if first else "re-authenticated", client=self.connection_id,
+                 principal=str(self.auth.principal), mechanism=self.auth.mechanism, listener=self.listener)
+
+    def _fail_authentication(self, chunks: list, reason: str | None) -> None:
+        """Answer a failed authentication after connection.failed.authentication.delay.ms, then close: a
+        client guessing passwords gets one guess per delay per connection. Bytes arriving meanwhile are
+        read and dropped rather than left unread: closing a socket with unread input sends a reset, which
+        can destroy the answer before the client reads it."""
+        log.info("authentication failed", client=self.connection_id, listener=self.listener, reason=reason)
+        self.failing = True
+        self.inbox.clear()
+        if self.transport is not None and self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()
+        self._flush()
+
+        def answer() -> None:
+            if not self.closed:
+                self._write(chunks)
+                self._flush()
+                if delay_s <= 0:
+                    self.close()
+                else:  # kafka-python loses an answer that arrives with the end of the stream: end it later
+                    asyncio.get_running_loop().call_later(CLOSE_AFTER_FAILED_ANSWER_S, self.close)
+
+        delay_s = self.security.failed_authentication_delay_ms / 1000
+        if delay_s <= 0:
+            answer()
+        else:
+            asyncio.get_running_loop().call_later(delay_s, answer)
 
     def _resume(self, ctx: RequestContext | None, future: asyncio.Future) -> None:
         self.server.parked -= 1
@@ -213,6 +396,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
 
     def _respond(self, ctx: RequestContext | None, response) -> None:
         """Write a handler's answer (broker.context): a frame it packed itself, or a message to encode."""
+        if self.context.throttle_ms:
+            self._throttle(response)
         if type(response) is Packed:  # the fast produce path (ctx is None) and the Fetch handler
             self._write(response.chunks)
             return
@@ -224,8 +409,22 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             return
         self._write(chunks)
 
+    def _throttle(self, response) -> None:
+        """A client quota was exceeded (broker/quotas.py): the response says for how long, and the connection
+        serves nothing more until then (KIP-219; a packed response says 0: the wait alone holds the client back)."""
+        throttle_ms, self.context.throttle_ms = self.context.throttle_ms, 0
+        if type(response) is not Packed and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle_ms)
+        self.muted = True
+        asyncio.get_running_loop().call_later(throttle_ms / 1000, self._unmute)
+
+    def _unmute(self) -> None:
+        self.muted = False
+        if not self.closed:
+            self.pump()
+
     def _update_reading(self) -> None:
-        if self.closed or self.transport is None:
+        if self.closed or self.transport is None or self.failing:
             return
         full = len(self.inbox) >= self.server.max_inbox
         if full and not self.reading_paused:
@@ -289,7 +488,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         transport = self.transport
         position, remaining = region.position, region.length
         sock = transport.get_extra_info("socket")
-        if sock is not None and transport.get_write_buffer_size() == 0 and self.server.use_sendfile:
+        if sock is not None and not self.tls and transport.get_write_buffer_size() == 0 and self.server.use_sendfile:
             try:
                 fileno = sock.fileno()
                 while remaining > 0:
@@ -305,7 +504,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 self.close()
                 return
         if remaining > 0:
-            # Socket buffer full (or sendfile unavailable): copy the rest through the transport.
+            # Socket buffer full, sendfile unavailable, or TLS (the socket carries TLS records, and sendfile
+            # would put plaintext in it): copy the rest through the transport.
             transport.write(read_region(FileRegion(region.fd, position, remaining), pad=True))
 
 
@@ -322,6 +522,7 @@ class NetworkServer:
         max_frame_bytes: int,
         max_connections: int,
         queued_max_requests: int,
+        max_connections_per_ip: int = 2**31 - 1,
         connections_max_idle_ms: int,
         use_sendfile: bool = True,
         on_protocol_error: Callable[[], None] | None = None,
@@ -336,6 +537,8 @@ class NetworkServer:
         self.scopes: dict[str, tuple[dict, dict]] = {"broker": (accepted_versions, advertised_versions)}
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.connections_per_ip: dict[str, int] = {}
         self.max_inbox = 16
         self.max_parked = queued_max_requests
         self.parked = 0
@@ -367,6 +570,10 @@ class NetworkServer:
     def register(self, conn: KafkaProtocol) -> bool:
         if len(self.connections) >= self.max_connections:
             return False
+        count = self.connections_per_ip.get(conn.client_host, 0)
+        if count >= self.max_connections_per_ip:
+            return False
+        self.connections_per_ip[conn.client_host] = count + 1
         self.connections.add(conn)
         if self.metrics is not None:
             self.metrics.connection_opened()
@@ -376,6 +583,11 @@ class NetworkServer:
         self.waiting.discard(conn)
         if conn in self.connections:
             self.connections.discard(conn)
+            count = self.connections_per_ip.get(conn.client_host, 1) - 1
+            if count > 0:
+                self.connections_per_ip[conn.client_host] = count
+            else:
+                self.connections_per_ip.pop(conn.client_host, None)
             if self.metrics is not None:
                 self.metrics.connection_closed()
 
@@ -389,16 +601,16 @@ class NetworkServer:
 
     async def listen(
         self, name: str, host: str, port: int, security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
-        scope: str = "broker",
+        scope: str = "broker", security: ListenerSecurity | None = None,
     ) -> tuple[str, int]:
-        if security_protocol is not SecurityProtocol.PLAINTEXT:
-            # Refused here too, not only by the config check: a TLS listener served as plaintext, or a file
-            # region sendfile'd into what should be a TLS stream, must never happen.
-            raise ValueError(f"listener {name}: security protocol {security_protocol.value} is not served")
+        if security_protocol is not SecurityProtocol.PLAINTEXT and (security is None or security.protocol is not security_protocol):
+            # A TLS listener served as plaintext, or a SASL listener without authentication, must never happen.
+            raise ValueError(f"listener {name}: security protocol {security_protocol.value} needs its ListenerSecurity")
         loop = asyncio.get_running_loop()
+        ssl_context = security.ssl_context if security is not None else None
         server = await loop.create_server(
-            lambda: KafkaProtocol(self, name, security_protocol, scope), host, port, reuse_address=True, backlog=512,
-            start_serving=False,
+            lambda: KafkaProtocol(self, name, security_protocol, scope, security), host, port, reuse_address=True,
+            backlog=512, start_serving=False, ssl=ssl_context, ssl_handshake_timeout=30.0 if ssl_context else None,
         )
         self.servers.append(server)
         sockname = server.sockets[0].getsockname()
@@ -443,3 +655,7 @@ class NetworkServer:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.tasks.clear()
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000

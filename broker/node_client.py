@@ -18,20 +18,31 @@ connection closes and callers see `NodeUnavailable`, never a half-read answer.
 
 A caller that wants its own ordering (a long-polling fetch must not hold up heartbeats) uses its own
 `NodeConnection`; they are cheap. `NodeConnections` keeps one per (node id, purpose).
+
+Secured listeners: a `NodeSecurity` (broker/security.py's `node_security`, from the inter-broker or the
+controller listener's settings) wraps the connection in TLS and, for SASL, authenticates it with
+SaslHandshake v1 and SaslAuthenticate before the first request goes out, as Kafka's brokers do with
+`sasl.mechanism.inter.broker.protocol` / `sasl.mechanism.controller.protocol`. A refused authentication is
+NodeUnavailable like any other failure: the node retries after its backoff, and logs why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import structlog
 
 from odradek.protocol.connection import ClientConnection
-from odradek.protocol.errors import ProtocolError
+from odradek.protocol.errors import ErrorCode, ProtocolError
+from odradek.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
+from odradek.protocol.sasl import PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, plain_token
 
 log = structlog.get_logger("odradek.node_client")
 
@@ -42,11 +53,23 @@ class NodeUnavailable(ConnectionError):
     """The node could not be reached, or the connection failed before the response arrived."""
 
 
+@dataclass(frozen=True)
+class NodeSecurity:
+    """TLS (a client context) and SASL credentials for connections to one kind of listener."""
+
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = field(default="", repr=False)
+
+
 class NodeConnection:
     def __init__(
         self, node_id: int, host: str, port: int, *, client_id: str = "odradek-node",
         backoff_s: float = 0.05, connect_timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
+        security: NodeSecurity | None = None,
     ) -> None:
+        self.security = security
         self.node_id = node_id
         self.host = host
         self.port = port
@@ -119,10 +142,24 @@ class NodeConnection:
             raise NodeUnavailable(f"node {self.node_id} failed {self.backoff_s - wait_s:.3f}s ago; backing off")
         loop = asyncio.get_running_loop()
         self._connecting = loop.create_future()
+        security = self.security
+        ssl_context = security.ssl_context if security is not None else None
+        writer = None
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.connect_timeout_s)
-        except (OSError, asyncio.TimeoutError) as e:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, ssl=ssl_context,
+                                        server_hostname=self.host if ssl_context is not None else None),
+                self.connect_timeout_s)
+            conn = ClientConnection(client_id=self.client_id)
+            if security is not None and security.mechanism is not None:
+                await asyncio.wait_for(self._authenticate(reader, writer, conn, security), self.connect_timeout_s)
+        except (OSError, asyncio.TimeoutError, ProtocolError, NodeUnavailable) as e:
             self._failed_at = self._clock()
+            if writer is not None:
+                writer.close()
+            if isinstance(e, NodeUnavailable):
+                log.warning("cannot authenticate to a node", node=self.node_id, error=str(e))
+                raise
             raise NodeUnavailable(f"node {self.node_id} at {self.host}:{self.port} is unreachable: {e}") from None
         finally:
             connecting, self._connecting = self._connecting, None
@@ -131,8 +168,44 @@ class NodeConnection:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._writer = writer
-        self._conn = ClientConnection(client_id=self.client_id)
+        self._conn = conn
         self._reader_task = loop.create_task(self._read(reader, writer, self._conn))
+
+    async def _authenticate(self, reader, writer, conn: ClientConnection, security: NodeSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v2 rounds, before any other request on the connection."""
+
+        async def call(message, version: int):
+            _, data = conn.send_request(message, version)
+            writer.write(data)
+            while True:
+                chunk = await reader.read(_READ_BYTES)
+                if not chunk:
+                    raise NodeUnavailable(f"node {self.node_id} closed the connection during SASL authentication")
+                events = conn.receive_data(chunk)
+                if events:
+                    return events[0].response
+
+        handshake = await call(SaslHandshakeRequest(mechanism=security.mechanism), 1)
+        if handshake.error_code:
+            raise NodeUnavailable(f"node {self.node_id} does not enable SASL mechanism {security.mechanism} "
+                                  f"(enabled: {', '.join(handshake.mechanisms)})")
+
+        async def token(data: bytes) -> bytes:
+            response = await call(SaslAuthenticateRequest(auth_bytes=data), 2)
+            if response.error_code:
+                raise NodeUnavailable(f"node {self.node_id} refused SASL authentication as {security.username!r}: "
+                                      f"{ErrorCode.for_code(response.error_code).name} ({response.error_message})")
+            return bytes(response.auth_bytes)
+
+        try:
+            if security.mechanism == PLAIN:
+                await token(plain_token(security.username, security.password))
+            else:
+                client = ScramClient(ScramMechanism.from_name(security.mechanism), security.username, security.password,
+                                     secrets.token_urlsafe(18))
+                client.verify(await token(client.final(await token(client.first()))))
+        except SaslAuthenticationFailed as e:
+            raise NodeUnavailable(f"SASL authentication with node {self.node_id} failed: {e}") from None
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: ClientConnection) -> None:
         error: Exception = NodeUnavailable(f"node {self.node_id} closed the connection")
@@ -180,7 +253,8 @@ class NodeConnections:
     """One `NodeConnection` per (node id, purpose), addressed by a resolver (node id -> host, port or None)."""
 
     def __init__(self, resolve: Callable[[int], tuple[str, int] | None], *, client_id: str = "odradek-node",
-                 backoff_s: float = 0.05) -> None:
+                 backoff_s: float = 0.05, security: NodeSecurity | None = None) -> None:
+        self.security = security
         self._resolve = resolve
         self.client_id = client_id
         self.backoff_s = backoff_s
@@ -193,7 +267,8 @@ class NodeConnections:
         key = (node_id, purpose)
         connection = self._connections.get(key)
         if connection is None:
-            connection = NodeConnection(node_id, *address, client_id=f"{self.client_id}-{purpose}", backoff_s=self.backoff_s)
+            connection = NodeConnection(node_id, *address, client_id=f"{self.client_id}-{purpose}", backoff_s=self.backoff_s,
+                                        security=self.security)
             self._connections[key] = connection
         else:
             connection.set_address(*address)

@@ -411,6 +411,18 @@ class ClusterControllerChannel:
     def alter_configs(self, changes, *, validate_only: bool = False) -> Deferred:
         return self._local_only("alter_configs", changes, validate_only=validate_only)
 
+    def alter_user_scram_credentials(self, decide) -> Deferred:
+        return self._local_only("alter_user_scram_credentials", decide)
+
+    def create_acls(self, bindings) -> Deferred:
+        return self._local_only("create_acls", bindings)
+
+    def delete_acls(self, filters) -> Deferred:
+        return self._local_only("delete_acls", filters)
+
+    def alter_client_quotas(self, entries, *, validate_only: bool = False) -> Deferred:
+        return self._local_only("alter_client_quotas", entries, validate_only=validate_only)
+
     def _local_only(self, name: str, *args, **kwargs) -> Deferred:
         if self.is_active:
             return getattr(self.local, name)(*args, **kwargs)
@@ -454,6 +466,9 @@ class ClusterControllerChannel:
         if self.is_active:
             return self.local.alter_partition(request, version)
         return self._remote(lambda: self.forward(request, version))
+
+    def assign_replicas_to_dirs(self, request) -> Deferred:
+        return self._decide_or_forward("assign_replicas_to_dirs", request, 0)
 
     def elect_leaders(self, request) -> Deferred:
         return self._local_only("elect_leaders", request)

@@ -56,6 +56,7 @@ class ReplicaFetcher:
             max_wait_ms=cfg.replica_fetch_wait_max_ms, response_max_bytes=cfg.replica_fetch_response_max_bytes,
             backoff_ms=cfg.replica_fetch_backoff_ms,
         )
+        self.state.storage_failed = lambda path, error: manager.data.on_storage_error and manager.data.on_storage_error(path, error)
         # The leader parks a fetch up to replica.fetch.wait.max.ms: the request timeout must outlast it.
         self.timeout_s = max(cfg.replica_socket_timeout_ms, cfg.replica_fetch_wait_max_ms + 1000) / 1000
         self.connection: NodeConnection | None = None
@@ -99,7 +100,7 @@ class ReplicaFetcher:
             self.connection = NodeConnection(
                 self.source_id, endpoint.host, endpoint.port,
                 client_id=f"odradek-replica-fetcher-{manager.node_id}-{self.source_id}",
-                backoff_s=manager.config.replica_fetch_backoff_ms / 1000,
+                backoff_s=manager.config.replica_fetch_backoff_ms / 1000, security=manager.security,
             )
         else:
             self.connection.set_address(endpoint.host, endpoint.port)
@@ -136,6 +137,7 @@ class ReplicaFetcher:
                 break
             try:
                 state.handle_response(sent, response, clock())
+                self.manager.data.follower_high_watermarks_moved(sent)  # consumers reading here (KIP-392)
             except Exception:  # a bug must not stop replication of every other partition for good
                 log.exception("handling a fetch response failed", source=self.source_id)
                 state.handle_failure(sent, clock())
@@ -152,6 +154,9 @@ class ReplicaFetcherManager:
         self.node_id = node_id
         self.config = config
         self.listener = config.inter_broker_listener
+        from .security import node_security  # TLS and SASL of the inter-broker listener, checked at start
+
+        self.security = node_security(config, self.listener, "sasl.mechanism.inter.broker.protocol")
         self.data = data
         self.image = image
         self.broker_epoch = broker_epoch

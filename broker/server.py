@@ -26,6 +26,7 @@ from .context import ConnectionContext, RequestContext, SecurityProtocol
 from .handlers.api_versions import build_response
 from .handlers.produce import serve_produce_frame
 from .network import NetworkServer
+from .security import listener_security
 from .services import BrokerServices
 
 log = structlog.get_logger("odradek.broker")
@@ -85,6 +86,11 @@ class Broker:
 
         cfg = self.config
         refuse_unserved_settings(cfg)
+        # TLS contexts and SASL settings are read before anything starts: a bad key store stops the start.
+        security = {
+            listener.name: listener_security(cfg, listener.name, SecurityProtocol(listener.security_protocol), self._scram_credential)
+            for listener in cfg.listener_list()
+        }
         await start_components(self)
         self.network = NetworkServer(
             dispatch=self.dispatch,
@@ -94,6 +100,7 @@ class Broker:
             max_frame_bytes=cfg.socket_request_max_bytes,
             max_connections=cfg.max_connections,
             queued_max_requests=cfg.queued_max_requests,
+            max_connections_per_ip=cfg.max_connections_per_ip,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             on_protocol_error=self._count_protocol_error,
             metrics=self.metrics,
@@ -102,8 +109,9 @@ class Broker:
         # Bind first, serve after registering: the registration carries the ports actually bound.
         for listener in cfg.client_listeners():
             host = listener.host or "0.0.0.0"
+            protocol = SecurityProtocol(listener.security_protocol)
             bound_host, port = await self.network.listen(
-                listener.name, host, listener.port, SecurityProtocol(listener.security_protocol)
+                listener.name, host, listener.port, protocol, security=security[listener.name]
             )
             self.bound.append((listener.name, bound_host, port))
         if self.quorum is not None and "controller" in cfg.process_roles:
@@ -115,6 +123,7 @@ class Broker:
                 bound_host, port = await self.network.listen(
                     listener.name, listener.host or "0.0.0.0", listener.port,
                     SecurityProtocol(listener.security_protocol), scope=handler_registry.CONTROLLER,
+                    security=security[listener.name],
                 )
                 self.controller_bound.append((listener.name, bound_host, port))
         register_broker(self)
@@ -176,6 +185,10 @@ class Broker:
         self._background.append(task)
         return task
 
+    def _scram_credential(self, mechanism, username: str):
+        """A user's SCRAM credential from the committed metadata (AlterUserScramCredentials, --add-scram)."""
+        return self.metadata.image.scram_credentials.get((username, int(mechanism)))
+
     @property
     def bound_port(self) -> int:
         return (self.bound or self.controller_bound)[0][2]
@@ -215,6 +228,7 @@ class Broker:
             log.exception("handler failed", api_key=ctx.api_key, api_version=ctx.api_version)
             self._observe(ctx.api_key, ctx.api_version, ctx.frame_size, started, error=True)
             raise
+        self.services.quotas.record_request_time(ctx.connection, ctx.client_id, time.perf_counter() - started)
         return self._handled(ctx.api_key, ctx.api_version, ctx.frame_size, started, result)
 
     def serve_produce_frame(self, request, connection: ConnectionContext):
@@ -265,22 +279,13 @@ class Broker:
 def refuse_unserved_settings(cfg: BrokerConfig) -> None:
     """Refuse to start on a setting this broker cannot honour yet, rather than silently ignore it.
 
-    * A listener whose security protocol is not served (SSL, SASL_PLAINTEXT, SASL_SSL until the security
-      issue lands) would otherwise be served as plaintext, and zero-copy would sendfile file regions into
-      what should be a TLS stream.
+    * Listener security (TLS key stores, SASL mechanisms and users) is checked by broker.security when the
+      listeners are made, before anything starts.
     * `controller.quorum.bootstrap.servers` without `controller.quorum.voters` asks for a dynamic quorum
       (KIP-853), which is not served: the voters must be listed.
     * A controller (process.roles has it) in a quorum with other voters needs a controller listener to be
       reached on.
     """
-    for listener in cfg.listener_list():
-        protocol = SecurityProtocol(listener.security_protocol)
-        if not protocol.served:
-            raise ConfigError(
-                f"listener {listener.name} uses security protocol {protocol.value}, which this broker does not "
-                "serve yet (PLAINTEXT only); map the listener to PLAINTEXT or remove it",
-                key="listener.security.protocol.map",
-            )
     voters = cfg.voters()
     if not voters and cfg.controller_quorum_bootstrap_servers:
         raise ConfigError(

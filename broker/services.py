@@ -12,8 +12,12 @@ broker/components.py, where the start and stop order is written down.
   * `groups`: the group coordinator, created with `__consumer_offsets` on first use, as Kafka does.
   * `producer_ids`: producer ids for InitProducerId, from blocks the controller allocates.
   * `transactions`: the transaction coordinator, created with `__transaction_state` on first use.
+  * `log_dirs`: the log directories' moves (AlterReplicaLogDirs) and failures (broker/log_dirs.py).
   * `quorum`: the Raft driver of a node in a cluster (broker/quorum.py); None in a cluster of one, whose
     metadata log is local.
+  * `authorizer`: the ACL decisions (broker/authorizer.py), None unless `authorizer.class.name` is set;
+    handlers ask through `authorized` / `authorized_names`, one attribute test when it is off.
+  * `quotas`: client quota measurements and throttle times (broker/quotas.py).
 """
 
 from __future__ import annotations
@@ -29,8 +33,12 @@ from odradek.replication.metadata_publisher import MetadataPublisher
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.log_manager import LogManager
 
+from odradek.replication.acl import CLUSTER_NAME, AclOperation, ResourceType
+
+from .authorizer import Authorizer
 from .config import BrokerConfig
 from .controller_channel import ControllerChannel
+from .quotas import ClientQuotas
 from .topics import is_internal
 
 if TYPE_CHECKING:
@@ -43,6 +51,8 @@ class BrokerServices:
         "config", "node_id", "now_ms", "metadata", "controller", "data", "log_manager", "producer_ids",
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
         "_transactions", "_transactions_factory",
+        "authorizer", "quotas",
+        "log_dirs",
     )
 
     def __init__(
@@ -50,7 +60,7 @@ class BrokerServices:
         controller: ControllerChannel, data: ReplicaManager, log_manager: LogManager,
         producer_ids: ProducerIdManager, api_versions_response: Any,
         groups_factory: Callable[[], GroupCoordinator], controller_api_versions_response: Any = None,
-        quorum=None, transactions_factory: Callable[[], TransactionCoordinator] | None = None,
+        quorum=None, transactions_factory: Callable[[], TransactionCoordinator] | None = None, log_dirs=None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -63,10 +73,25 @@ class BrokerServices:
         self.api_versions_response = api_versions_response
         self.controller_api_versions_response = controller_api_versions_response
         self.quorum = quorum  # the Raft driver (broker/quorum.py) of a node in a cluster; None in a cluster of one
+        self.log_dirs = log_dirs  # moves between and failures of log directories (broker/log_dirs.py)
         self._groups: GroupCoordinator | None = None
         self._groups_factory = groups_factory
         self._transactions: TransactionCoordinator | None = None
         self._transactions_factory = transactions_factory
+        self.authorizer = Authorizer.from_config(config, metadata)
+        self.quotas = ClientQuotas(config, metadata)
+
+    # -- authorization: every check one line in its handler
+
+    def authorized(self, ctx, op: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
+        """Whether the request's principal may do `op` on the resource; True when no authorizer is configured."""
+        return self.authorizer is None or self.authorizer.authorize(ctx, op, resource_type, name)
+
+    def authorized_names(self, ctx, op: AclOperation, resource_type: ResourceType, names) -> set:
+        """The names among `names` the principal may do `op` on (all of them with no authorizer)."""
+        if self.authorizer is None:
+            return set(names)
+        return self.authorizer.authorized_names(ctx, op, resource_type, names)
 
     # -- the group coordinator, on first use
 

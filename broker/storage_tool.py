@@ -3,6 +3,12 @@
     odradek storage random-uuid                                   # a new cluster id
     odradek storage format --cluster-id ID -c server.properties   # writes meta.properties in every log dir
     odradek storage info -c server.properties                     # what each log dir belongs to
+    odradek storage format ... --add-scram 'SCRAM-SHA-512=[name=admin,password=admin-secret]'
+
+`--add-scram` (repeatable, Kafka's syntax; also `iterations=`, and `salt=` with `saltedpassword=` in
+base64 instead of `password=`) writes the user's SCRAM credential, salted, into `bootstrap.checkpoint` in
+the metadata directory; the cluster's first controller writes it into the metadata log with the other
+bootstrap records, so the first user can log in before any admin client can reach the cluster.
 
 Every node of a cluster is formatted with the same cluster id before its first start; a node refuses to
 join a cluster whose id differs from its own (its log directories', and the metadata log's). A lone node
@@ -14,11 +20,15 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import re
 import sys
 
-from odradek.replication.metadata_image import new_cluster_id
+from odradek.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, credential_from_salted_password, salted_password
+from odradek.replication.metadata_image import MetadataReplayError, new_cluster_id, replay_all
+from odradek.replication.metadata_records import UserScramCredentialRecord
+from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapshot, image_records
 from odradek.storage.errors import ForeignLogDirectoryError
-from odradek.storage.meta_properties import format_log_dir, read_meta_properties
+from odradek.storage.meta_properties import format_log_dir, new_directory_id, read_meta_properties
 
 from .config import ConfigError, load_config
 
@@ -32,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     for p in (fmt, sub.add_parser("info", help="show what each log directory belongs to")):
         p.add_argument("--config", "-c", metavar="FILE", required=p is fmt, help="the node's server.properties")
         p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[], help="set a property (repeatable)")
+    fmt.add_argument("--add-scram", "-S", action="append", default=[], metavar="MECHANISM=[name=...,password=...]",
+                     help="a SCRAM user to create with the cluster (repeatable)")
     fmt.add_argument("--ignore-formatted", "-g", action="store_true",
                      help="succeed when a directory is already formatted with this cluster and node id")
     return parser
@@ -46,6 +58,67 @@ def valid_cluster_id(text: str) -> bool:
     except (ValueError, TypeError):
         return False
     return len(raw) == 16 and any(raw)
+
+
+BOOTSTRAP_FILE = "bootstrap.checkpoint"
+
+
+def parse_add_scram(text: str, salt: bytes | None = None) -> UserScramCredentialRecord:
+    """`SCRAM-SHA-512=[name=alice,password=alice-secret]` (or with iterations=, salt= and saltedpassword=,
+    base64) as Kafka's `kafka-storage format --add-scram` reads it."""
+    m = re.fullmatch(r"\s*([A-Za-z0-9-]+)\s*=\s*\[(.*)\]\s*", text)
+    if m is None:
+        raise ValueError(f"--add-scram {text!r}: expected MECHANISM=[name=...,password=...]")
+    try:
+        mechanism = ScramMechanism.from_name(m.group(1))
+    except ValueError as e:
+        raise ValueError(f"--add-scram: {e}") from None
+    fields: dict[str, str] = {}
+    for key, quoted, bare in re.findall(r'\s*([a-zA-Z]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^,]*))\s*(?:,|$)', m.group(2)):
+        fields[key.lower()] = quoted if quoted else bare
+    name = fields.get("name")
+    if not name:
+        raise ValueError("--add-scram: name= is required")
+    iterations = int(fields.get("iterations", MIN_ITERATIONS))
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise ValueError(f"--add-scram: iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
+    if "saltedpassword" in fields:
+        if "salt" not in fields:
+            raise ValueError("--add-scram: saltedpassword= needs salt=")
+        salt = base64.b64decode(fields["salt"])
+        salted = base64.b64decode(fields["saltedpassword"])
+    elif "password" in fields:
+        salt = base64.b64decode(fields["salt"]) if "salt" in fields else (salt or os.urandom(32))
+        salted = salted_password(mechanism, fields["password"], salt, iterations)
+    else:
+        raise ValueError("--add-scram: password= (or salt= and saltedpassword=) is required")
+    c = credential_from_salted_password(mechanism, salted, salt, iterations)
+    return UserScramCredentialRecord(name=name, mechanism=int(mechanism), salt=c.salt, stored_key=c.stored_key,
+                                     server_key=c.server_key, iterations=iterations)
+
+
+def write_bootstrap_records(directory: str, records: list) -> None:
+    path = os.path.join(directory, BOOTSTRAP_FILE)
+    with open(path + ".tmp", "wb") as f:
+        f.write(encode_snapshot(replay_all(records), 0))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def read_bootstrap_records(directory: str) -> tuple:
+    """The records `format --add-scram` left for the cluster's first controller (empty without the file)."""
+    path = os.path.join(os.path.expanduser(directory), BOOTSTRAP_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return ()
+    try:
+        image = decode_snapshot(data)
+    except (MetadataReplayError, ValueError) as e:
+        raise MetadataReplayError(f"{path} is not readable: {e}") from None
+    return tuple(image_records(image))
 
 
 def log_dirs(config) -> list[str]:
@@ -75,14 +148,23 @@ def main(argv: list[str]) -> int:
         print(f"odradek: {args.cluster_id!r} is not a cluster id (22 characters of base64, as random-uuid prints)",
               file=sys.stderr)
         return 2
+    try:
+        scram = [parse_add_scram(text) for text in args.add_scram]
+    except ValueError as e:
+        print(f"odradek: {e}", file=sys.stderr)
+        return 2
     status = 0
     for directory in log_dirs(config):
         try:
             wrote = format_log_dir(directory, node_id=config.node_id, cluster_id=args.cluster_id,
-                                   directory_id=new_cluster_id(), ignore_formatted=args.ignore_formatted)
+                                   directory_id=new_directory_id(), ignore_formatted=args.ignore_formatted)
         except (ForeignLogDirectoryError, OSError) as e:
             print(f"odradek: {e}", file=sys.stderr)
             status = 1
             continue
         print(f"{'Formatted' if wrote else 'Already formatted'} {directory} (cluster.id={args.cluster_id}, node.id={config.node_id})")
+    if scram and status == 0:
+        directory = os.path.abspath(os.path.expanduser(config.metadata_dir))
+        write_bootstrap_records(directory, scram)
+        print(f"Wrote {len(scram)} SCRAM credential(s) to {os.path.join(directory, BOOTSTRAP_FILE)}")
     return status

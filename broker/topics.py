@@ -68,7 +68,7 @@ class PartitionHosting:
             (b.broker_id for b in image.brokers.values() if b.fenced or b.in_controlled_shutdown), now_ms
         )
         for topic in update.removed_topics.values():
-            for tp in [tp for tp in data.partitions if tp.topic == topic.name]:
+            for tp in [tp for tp in [*data.partitions, *data.offline_partitions] if tp.topic == topic.name]:
                 self._drop(tp)
         for topic_id in update.changed_topic_ids:
             topic = image.topics_by_id.get(topic_id)
@@ -80,9 +80,11 @@ class PartitionHosting:
             for index, p in topic.partitions.items():
                 tp = TopicPartition(topic.name, index)
                 if self.node_id not in p.replicas:
-                    if data.get_partition(tp) is not None:
+                    if data.get_partition(tp) is not None or tp in data.offline_partitions:
                         self._drop(tp)  # reassigned away
                     continue
+                if tp in data.offline_partitions:
+                    continue  # its log directory failed: offline here until the broker restarts, as in Kafka
                 partition = data.get_partition(tp)
                 plog = partition.log if partition is not None else self.log_manager.get_or_create_log(
                     tp, topic_id=topic.topic_id.bytes, now_ms=now_ms
@@ -103,4 +105,5 @@ class PartitionHosting:
         if self.fetchers is not None:
             self.fetchers.unfollow(tp)
         self.data.remove_partition(tp)
+        self.data.offline_partitions.discard(tp)
         self.log_manager.delete_log(tp)

@@ -27,12 +27,14 @@ replica's lag as kafka-metadata-quorum does: the leader's log end offset minus t
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
+from odradek.protocol.sasl import ScramMechanism, salted_password
 
 from .assignors import decode_assignment
 from .cluster import KafkaClient, PartitionInfo, TopicPartition
@@ -54,6 +56,9 @@ CREATE_PARTITIONS = 37
 DESCRIBE_LOG_DIRS = 35
 DESCRIBE_CLUSTER = 60
 DESCRIBE_QUORUM = 55
+
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 
 METADATA_TOPIC = "__cluster_metadata"
 
@@ -236,6 +241,55 @@ def quorum_from_response(response: Any) -> QuorumDescription:
     return QuorumDescription(partition.leader_id, partition.leader_epoch, partition.high_watermark,
                              replicas(partition.current_voters), replicas(partition.observers),
                              sorted(nodes, key=lambda n: n.node_id))
+
+
+# Kafka's ACL enums by name (org.apache.kafka.common.acl / resource): the codes on the wire.
+ACL_RESOURCE_TYPES = {"any": 1, "topic": 2, "group": 3, "cluster": 4, "transactional_id": 5, "delegation_token": 6,
+                      "user": 7}
+ACL_PATTERN_TYPES = {"any": 1, "match": 2, "literal": 3, "prefixed": 4}
+ACL_OPERATIONS = {"any": 1, "all": 2, "read": 3, "write": 4, "create": 5, "delete": 6, "alter": 7, "describe": 8,
+                  "cluster_action": 9, "describe_configs": 10, "alter_configs": 11, "idempotent_write": 12,
+                  "create_tokens": 13, "describe_tokens": 14}
+ACL_PERMISSIONS = {"any": 1, "deny": 2, "allow": 3}
+
+
+def _code(table: dict[str, int], name: str, what: str) -> int:
+    try:
+        return table[name.lower().replace("-", "_")]
+    except KeyError:
+        raise ConfigError(f"unknown {what} {name!r} (known: {', '.join(table)})") from None
+
+
+def _name(table: dict[str, int], code: int) -> str:
+    return next((n for n, c in table.items() if c == code), str(code))
+
+
+@dataclass(frozen=True)
+class AclBinding:
+    """An ACL binding, or (with None or "any" fields) a filter: names as kafka-acls.sh spells them."""
+
+    resource_type: str = "any"
+    name: str | None = None
+    pattern_type: str = "any"
+    principal: str | None = None
+    host: str | None = None
+    operation: str = "any"
+    permission: str = "any"
+
+    resource_type_code = property(lambda self: _code(ACL_RESOURCE_TYPES, self.resource_type, "resource type"))
+    pattern_type_code = property(lambda self: _code(ACL_PATTERN_TYPES, self.pattern_type, "pattern type"))
+    operation_code = property(lambda self: _code(ACL_OPERATIONS, self.operation, "operation"))
+    permission_code = property(lambda self: _code(ACL_PERMISSIONS, self.permission, "permission type"))
+
+    @classmethod
+    def from_codes(cls, resource_type: int, name: str, pattern_type: int, principal: str, host: str, operation: int,
+                   permission: int) -> "AclBinding":
+        return cls(_name(ACL_RESOURCE_TYPES, resource_type), name, _name(ACL_PATTERN_TYPES, pattern_type), principal,
+                   host, _name(ACL_OPERATIONS, operation), _name(ACL_PERMISSIONS, permission))
+
+    def __str__(self) -> str:
+        return (f"{self.permission} {self.principal} from {self.host} to {self.operation} "
+                f"{self.resource_type}:{self.pattern_type}:{self.name}")
 
 
 class Admin:
@@ -428,6 +482,55 @@ class Admin:
                 raise KafkaError(result.error_code, result.error_message, context=f"configs of {name!r}")
 
         await self.client.call(attempt, what="IncrementalAlterConfigs")
+
+    # ------------------------------------------------------------------------------------------ SCRAM users
+
+    async def describe_user_scram_credentials(self, users: list[str] | None = None) -> dict[str, list[tuple[str, int]]]:
+        """{user: [(mechanism name, iterations), ...]} for `users` (None: every user). An unknown user named
+        raises KafkaError RESOURCE_NOT_FOUND."""
+        cls = REQUESTS[50]
+        request = cls(users=None if users is None else [cls.UserName(name=u) for u in users])
+
+        async def attempt():
+            response = await self.client.send(await self._controller(), request)
+            if response.error_code:
+                raise KafkaError(response.error_code, response.error_message, context="DescribeUserScramCredentials")
+            out = {}
+            for r in response.results:
+                if r.error_code:
+                    raise KafkaError(r.error_code, r.error_message, context=f"user {r.user!r}")
+                out[r.user] = [(ScramMechanism(c.mechanism).mechanism_name, c.iterations) for c in r.credential_infos]
+            return out
+
+        return await self.client.call(attempt, what="DescribeUserScramCredentials")
+
+    async def alter_user_scram_credentials(
+        self, *, upsert: list[tuple[str, str, str, int]] = (), delete: list[tuple[str, str]] = (),
+    ) -> dict[str, KafkaError | None]:
+        """Create or change users' SCRAM credentials ((user, mechanism, password, iterations); the password is
+        salted and hashed here and never sent) and delete them ((user, mechanism)). {user: error or None}."""
+        cls = REQUESTS[51]
+        upsertions = []
+        for user, mechanism, password, iterations in upsert:
+            m = ScramMechanism.from_name(mechanism)
+            salt = secrets.token_bytes(32)
+            upsertions.append(cls.ScramCredentialUpsertion(
+                name=user, mechanism=int(m), iterations=iterations, salt=salt,
+                salted_password=salted_password(m, password, salt, iterations)))
+        request = cls(upsertions=upsertions, deletions=[
+            cls.ScramCredentialDeletion(name=user, mechanism=int(ScramMechanism.from_name(m))) for user, m in delete])
+
+        async def attempt():
+            response = await self.client.send(await self._controller(), request)
+            out: dict[str, KafkaError | None] = {}
+            for r in response.results:
+                error = KafkaError(r.error_code, r.error_message, context=f"user {r.user!r}") if r.error_code else None
+                if error is not None and error.retriable:
+                    raise error
+                out[r.user] = error
+            return out
+
+        return await self.client.call(attempt, what="AlterUserScramCredentials")
 
     # ------------------------------------------------------------------------------------------ groups
 
@@ -759,8 +862,99 @@ class Admin:
             out[node] = dirs
         return out
 
+    # ------------------------------------------------------------------------------- ACLs and quotas
+
+    async def create_acls(self, bindings: list[AclBinding]) -> list[KafkaError | None]:
+        """CreateAcls (kafka-acls.sh --add): one result per binding, in order."""
+        cls = REQUESTS[CREATE_ACLS]
+        request = cls(creations=[cls.AclCreation(
+            resource_type=b.resource_type_code, resource_name=b.name, resource_pattern_type=b.pattern_type_code,
+            principal=b.principal, host=b.host, operation=b.operation_code, permission_type=b.permission_code)
+            for b in bindings])
+
+        async def attempt() -> list[KafkaError | None]:
+            response = await self.client.send(self.client.least_loaded_node(), request)
+            return [None if r.error_code == 0 else KafkaError(r.error_code, r.error_message, context=str(b))
+                    for b, r in zip(bindings, response.results)]
+
+        return await self.client.call(attempt, what="CreateAcls")
+
+    async def describe_acls(self, acl_filter: AclBinding | None = None) -> list[AclBinding]:
+        """DescribeAcls (kafka-acls.sh --list): the bindings `acl_filter` matches (None fields match anything)."""
+        f = acl_filter or AclBinding()
+        request = REQUESTS[DESCRIBE_ACLS](
+            resource_type_filter=f.resource_type_code, resource_name_filter=f.name, pattern_type_filter=f.pattern_type_code,
+            principal_filter=f.principal, host_filter=f.host, operation=f.operation_code, permission_type=f.permission_code)
+
+        async def attempt() -> list[AclBinding]:
+            response = await self.client.send(self.client.least_loaded_node(), request)
+            if response.error_code:
+                raise KafkaError(response.error_code, response.error_message, context="DescribeAcls")
+            return [AclBinding.from_codes(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host,
+                                          a.operation, a.permission_type)
+                    for r in response.resources for a in r.acls]
+
+        return await self.client.call(attempt, what="DescribeAcls")
+
+    async def delete_acls(self, filters: list[AclBinding]) -> list[list[AclBinding]]:
+        """DeleteAcls (kafka-acls.sh --remove): per filter, the bindings it removed."""
+        cls = REQUESTS[DELETE_ACLS]
+        request = cls(filters=[cls.DeleteAclsFilter(
+            resource_type_filter=f.resource_type_code, resource_name_filter=f.name, pattern_type_filter=f.pattern_type_code,
+            principal_filter=f.principal, host_filter=f.host, operation=f.operation_code, permission_type=f.permission_code)
+            for f in filters])
+
+        async def attempt() -> list[list[AclBinding]]:
+            response = await self.client.send(self.client.least_loaded_node(), request)
+            out = []
+            for r in response.filter_results:
+                if r.error_code:
+                    raise KafkaError(r.error_code, r.error_message, context="DeleteAcls")
+                out.append([AclBinding.from_codes(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host,
+                                                  m.operation, m.permission_type) for m in r.matching_acls])
+            return out
+
+        return await self.client.call(attempt, what="DeleteAcls")
+
+    async def describe_client_quotas(self, entity: dict[str, str | None] | None = None, *,
+                                     strict: bool = False) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """DescribeClientQuotas (kafka-configs.sh --describe --entity-type users/clients): `entity` maps
+        "user"/"client-id" to a name, or None for the default; no entity: every quota."""
+        cls = REQUESTS[DESCRIBE_CLIENT_QUOTAS]
+        components = [cls.ComponentData(entity_type=t, match_type=0 if n is not None else 1, match=n)
+                      for t, n in (entity or {}).items()]
+        request = cls(components=components, strict=strict)
+
+        async def attempt() -> list[tuple[dict[str, str | None], dict[str, float]]]:
+            response = await self.client.send(self.client.least_loaded_node(), request)
+            if response.error_code:
+                raise KafkaError(response.error_code, response.error_message, context="DescribeClientQuotas")
+            return [({e.entity_type: e.entity_name for e in entry.entity}, {v.key: v.value for v in entry.values})
+                    for entry in response.entries or ()]
+
+        return await self.client.call(attempt, what="DescribeClientQuotas")
+
+    async def alter_client_quotas(self, entity: dict[str, str | None], changes: dict[str, float | None], *,
+                                  validate_only: bool = False) -> None:
+        """AlterClientQuotas: set each key (a None value removes it) of one entity."""
+        cls = REQUESTS[ALTER_CLIENT_QUOTAS]
+        entry = cls.EntryData(
+            entity=[cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+            ops=[cls.EntryData.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+                 for k, v in changes.items()])
+        request = cls(entries=[entry], validate_only=validate_only)
+
+        async def attempt() -> None:
+            response = await self.client.send(self.client.least_loaded_node(), request)
+            for r in response.entries:
+                if r.error_code:
+                    raise KafkaError(r.error_code, r.error_message, context="AlterClientQuotas")
+
+        await self.client.call(attempt, what="AlterClientQuotas")
+
 
 __all__ = [
+    "AclBinding",
     "Admin", "BrokerDescription", "ClusterDescription", "ConfigEntry", "GroupDescription", "GroupListing",
     "MemberDescription",
     "NewTopic", "PartitionLag", "QuorumDescription", "QuorumNode", "QuorumReplica", "TopicDescription",

@@ -4,6 +4,7 @@
 
     topic create|list|describe|delete|alter    produce TOPIC    consume TOPIC
     group list|describe|delete|reset-offsets   config get|set   perf produce|consume
+    acl add|list|remove    quota set|describe
     cluster describe|quorum|log-dirs    (cluster up|down|status|compose: odradek/cli.py, server-side)
     txn list|describe|abort             (as kafka-transactions.sh)
 
@@ -57,7 +58,8 @@ EXIT_INTERRUPTED = 130
 
 # The commands this parser runs itself; a server-side command of the same name (odradek/cli.py's `cluster up`)
 # is dispatched before this parser sees it.
-CLIENT_COMMANDS = frozenset({"topic", "produce", "consume", "group", "config", "cluster", "perf", "txn"})
+CLIENT_COMMANDS = frozenset({"topic", "produce", "consume", "group", "config", "cluster", "perf", "txn", "user", "acl",
+                             "quota"})
 
 
 class UsageError(Exception):
@@ -408,6 +410,55 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
                    help="kafka-configs.sh's spelling of KEY=VALUE pairs")
     p.add_argument("--delete", "--delete-config", action="append", default=[], metavar="KEY")
 
+    # user (SCRAM credentials, as kafka-configs.sh --entity-type users --alter --add-config SCRAM-SHA-512=[...])
+    usub = _SubParsers(sub.add("user", help="create, list and delete SCRAM users"), "action")
+    p = usub.add("create", help="create a SCRAM user, or change its password")
+    p.add_argument("name")
+    p.add_argument("--password", help="the password (default: read from the terminal, or a line of stdin)")
+    p.add_argument("--mechanism", "-m", action="append", default=[], choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
+                   help="repeatable (default SCRAM-SHA-512)")
+    p.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations, 4096 to 16384 (default 4096)")
+    p = usub.add("list", help="users and their SCRAM mechanisms")
+    p.add_argument("names", nargs="*", metavar="USER")
+    p = usub.add("delete", help="delete a SCRAM user's credentials")
+    p.add_argument("name")
+    p.add_argument("--mechanism", "-m", action="append", default=[], choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
+                   help="repeatable (default: every mechanism the user has)")
+
+    # acl (kafka-acls.sh) and quota (kafka-configs.sh --entity-type users/clients)
+    asub = _SubParsers(sub.add("acl", help="add, list and remove ACLs (kafka-acls)"), "action")
+    for action, help_text in (("add", "add ACLs"), ("list", "list ACLs (all, or those matching the options)"),
+                              ("remove", "remove the ACLs matching the options")):
+        p = asub.add(action, help=help_text)
+        p.add_argument("--allow-principal", action="append", default=[], metavar="PRINCIPAL", help="e.g. User:alice")
+        p.add_argument("--deny-principal", action="append", default=[], metavar="PRINCIPAL")
+        p.add_argument("--principal", action="append", default=[], help="(list, remove) any permission")
+        p.add_argument("--allow-host", action="append", default=[], metavar="HOST")
+        p.add_argument("--deny-host", action="append", default=[], metavar="HOST")
+        p.add_argument("--operation", action="append", default=[],
+                       help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
+                            "AlterConfigs, IdempotentWrite, All (repeatable)")
+        p.add_argument("--topic", action="append", default=[])
+        p.add_argument("--group", action="append", default=[])
+        p.add_argument("--transactional-id", action="append", default=[])
+        p.add_argument("--cluster", action="store_true")
+        p.add_argument("--resource-pattern-type", default="literal" if action == "add" else "any",
+                       choices=["literal", "prefixed", "any", "match"])
+    qsub = _SubParsers(sub.add("quota", help="set and describe client quotas (kafka-configs --entity-type users/clients)"),
+                       "action")
+    for action, help_text in (("set", "set or delete quota values of a user, a client id, or both"),
+                              ("describe", "show quotas (all, or of the given entity)")):
+        p = qsub.add(action, help=help_text)
+        p.add_argument("--user", default=None, help="a user name")
+        p.add_argument("--user-default", action="store_true", help="the default user entity")
+        p.add_argument("--client", dest="quota_client_id", default=None, help="a client id")
+        p.add_argument("--client-default", action="store_true", help="the default client-id entity")
+        if action == "set":
+            p.add_argument("pairs", nargs="*", type=_key_value, metavar="KEY=VALUE",
+                           help="producer_byte_rate, consumer_byte_rate, request_percentage")
+            p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V...]")
+            p.add_argument("--delete", "--delete-config", action="append", default=[], metavar="KEY")
+
     # cluster
     # `cluster up|down|status|compose` are odradek/cli.py's own (they run brokers on this machine) and never reach
     # this parser; the help names them so that `odradek cluster --help` shows the whole family.
@@ -585,7 +636,10 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
 
 # Security settings are accepted in the client-properties syntax so that a properties file written for
 # Kafka's tools is understood; only what the bundled client can do is allowed through.
-_PLAINTEXT_ONLY = {"security.protocol": "PLAINTEXT"}
+_PROPERTY_ALIASES = {"sasl.mechanisms": "sasl.mechanism"}
+_JAVA_ONLY = {
+    "ssl.truststore.location": "ssl.ca.location", "ssl.keystore.location": "ssl.certificate.location and ssl.key.location",
+}
 
 
 def _read_properties(path: str) -> dict[str, str]:
@@ -609,12 +663,13 @@ def _client_properties(args: argparse.Namespace) -> dict[str, Any]:
     props.update(dict(args.properties))
     out: dict[str, Any] = {}
     for key, value in props.items():
-        if key in _PLAINTEXT_ONLY:
-            if value.upper() != _PLAINTEXT_ONLY[key]:
-                raise UsageError(f"{key}={value} is not supported yet (only {_PLAINTEXT_ONLY[key]})")
+        if key == "sasl.jaas.config":  # Kafka's tools: username="..." password="..." of the login module
+            for option, text in re.findall(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"', value):
+                out[f"sasl_{option}"] = re.sub(r"\\(.)", r"\1", text)
             continue
-        if key.startswith(("sasl.", "ssl.")):
-            raise UsageError(f"{key} is not supported yet (the client speaks PLAINTEXT only)")
+        if key in _JAVA_ONLY:  # Java key/trust store settings: say what librdkafka's names are
+            raise UsageError(f"{key} is a Java client setting; use {_JAVA_ONLY[key]} (PEM files) instead")
+        key = _PROPERTY_ALIASES.get(key, key)
         out[key.replace(".", "_").replace("-", "_")] = value
     return out
 
@@ -1215,6 +1270,195 @@ async def config_set(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------- users
+
+
+def _read_password(args: argparse.Namespace) -> str:
+    if args.password is not None:
+        return args.password
+    if sys.stdin.isatty():
+        import getpass
+
+        first = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != first:
+            raise UsageError("the passwords differ")
+        return first
+    line = sys.stdin.readline().rstrip("\n")
+    if not line:
+        raise UsageError("no password given (--password, or a line on stdin)")
+    return line
+
+
+async def user_create(args: argparse.Namespace, out: Output) -> int:
+    password = _read_password(args)
+    mechanisms = args.mechanism or ["SCRAM-SHA-512"]
+    async with _admin(args) as admin:
+        results = await admin.alter_user_scram_credentials(
+            upsert=[(args.name, m, password, args.iterations) for m in mechanisms])
+    error = results.get(args.name)
+    if error is not None:
+        raise error
+    if out.json:
+        out.emit_json({"user": args.name, "mechanisms": mechanisms, "iterations": args.iterations})
+    else:
+        out.line(f"user {args.name}: {', '.join(mechanisms)} credentials set ({args.iterations} iterations)")
+    return EXIT_OK
+
+
+async def user_list(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        users = await admin.describe_user_scram_credentials(args.names or None)
+    if out.json:
+        out.emit_json([{"user": u, "credentials": [{"mechanism": m, "iterations": i} for m, i in creds]}
+                       for u, creds in sorted(users.items())])
+    else:
+        out.table(["USER", "MECHANISMS"], [[u, ", ".join(f"{m} ({i})" for m, i in creds)] for u, creds in sorted(users.items())])
+    return EXIT_OK
+
+
+async def user_delete(args: argparse.Namespace, out: Output) -> int:
+    async with _admin(args) as admin:
+        mechanisms = args.mechanism
+        if not mechanisms:
+            mechanisms = [m for m, _ in (await admin.describe_user_scram_credentials([args.name]))[args.name]]
+        results = await admin.alter_user_scram_credentials(delete=[(args.name, m) for m in mechanisms])
+    error = results.get(args.name)
+    if error is not None:
+        raise error
+    if out.json:
+        out.emit_json({"user": args.name, "deleted": mechanisms})
+    else:
+        out.line(f"user {args.name}: {', '.join(mechanisms)} credentials deleted")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- ACLs, quotas
+
+
+def _acl_bindings(args: argparse.Namespace, *, add: bool) -> list:
+    """The bindings (add) or filters (list, remove) kafka-acls.sh's options name."""
+    from .admin import AclBinding
+
+    resources = ([("topic", n) for n in args.topic] + [("group", n) for n in args.group]
+                 + [("transactional_id", n) for n in args.transactional_id] + ([("cluster", "kafka-cluster")] if args.cluster else []))
+    entries = ([(p, "allow") for p in args.allow_principal] + [(p, "deny") for p in args.deny_principal]
+               + [(p, "any") for p in args.principal])
+    operations = [op.lower().replace("-", "_") for op in args.operation] or ["any"]
+    if add:
+        if not resources or not entries or not args.operation:
+            raise UsageError("acl add needs a resource (--topic, --group, --transactional-id or --cluster), "
+                             "--allow-principal or --deny-principal, and --operation")
+        if any(permission == "any" for _, permission in entries):
+            raise UsageError("acl add takes --allow-principal or --deny-principal, not --principal")
+    out = []
+    for rtype, name in resources or [("any", None)]:
+        for principal, permission in entries or [(None, "any")]:
+            hosts = (args.allow_host if permission == "allow" else args.deny_host if permission == "deny" else
+                     args.allow_host + args.deny_host) or (["*"] if add else [None])
+            for host in hosts:
+                for op in operations:
+                    out.append(AclBinding(rtype, name, args.resource_pattern_type, principal, host, op, permission))
+    return out
+
+
+def _acl_row(b: Any) -> list[Any]:
+    return [b.resource_type, b.name, b.pattern_type, b.principal, b.host, b.operation, b.permission]
+
+
+_ACL_COLUMNS = ["RESOURCE TYPE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"]
+
+
+async def acl_add(args: argparse.Namespace, out: Output) -> int:
+    bindings = _acl_bindings(args, add=True)
+    async with _admin(args) as admin:
+        results = await admin.create_acls(bindings)
+    for error in results:
+        if error is not None:
+            raise error
+    if out.json:
+        out.emit_json([dataclasses.asdict(b) for b in bindings])
+    else:
+        out.table(_ACL_COLUMNS, [_acl_row(b) for b in bindings], title="added")
+    return EXIT_OK
+
+
+async def acl_list(args: argparse.Namespace, out: Output) -> int:
+    filters = _acl_bindings(args, add=False)
+    found: dict = {}
+    async with _admin(args) as admin:
+        for f in filters:
+            for b in await admin.describe_acls(f):
+                found[b] = None
+    if out.json:
+        out.emit_json([dataclasses.asdict(b) for b in found])
+    else:
+        out.table(_ACL_COLUMNS, [_acl_row(b) for b in found])
+    return EXIT_OK
+
+
+async def acl_remove(args: argparse.Namespace, out: Output) -> int:
+    filters = _acl_bindings(args, add=False)
+    if all(f.resource_type == "any" and f.principal is None for f in filters):
+        raise UsageError("acl remove needs a resource or a principal (it would remove every ACL)")
+    async with _admin(args) as admin:
+        removed = [b for bs in await admin.delete_acls(filters) for b in bs]
+    if out.json:
+        out.emit_json([dataclasses.asdict(b) for b in removed])
+    else:
+        out.table(_ACL_COLUMNS, [_acl_row(b) for b in removed], title="removed")
+    return EXIT_OK
+
+
+def _quota_entity(args: argparse.Namespace) -> dict[str, str | None]:
+    entity: dict[str, str | None] = {}
+    if args.user is not None or args.user_default:
+        entity["user"] = None if args.user_default else args.user
+    if args.quota_client_id is not None or args.client_default:
+        entity["client-id"] = None if args.client_default else args.quota_client_id
+    return entity
+
+
+async def quota_set(args: argparse.Namespace, out: Output) -> int:
+    entity = _quota_entity(args)
+    if not entity:
+        raise UsageError("quota set needs --user/--user-default and/or --client-id/--client-default")
+    pairs = list(args.pairs) + [_key_value(kv) for item in args.add_config for kv in item.split(",") if kv]
+    try:
+        changes: dict[str, float | None] = {k: float(v) for k, v in pairs}
+    except ValueError:
+        raise UsageError(f"quota values are numbers: {pairs}") from None
+    changes.update({k: None for item in args.delete for k in item.split(",") if k})
+    if not changes:
+        raise UsageError("nothing to set: give KEY=VALUE pairs or --delete KEY")
+    async with _admin(args) as admin:
+        await admin.alter_client_quotas(entity, changes)
+    if out.json:
+        out.emit_json({"entity": entity, "changes": changes})
+    else:
+        out.line(f"updated quotas of {_entity_text(entity)}: " +
+                 ", ".join(f"{k}={_number(v)}" if v is not None else f"-{k}" for k, v in changes.items()))
+    return EXIT_OK
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def _entity_text(entity: dict[str, str | None]) -> str:
+    return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in entity.items())
+
+
+async def quota_describe(args: argparse.Namespace, out: Output) -> int:
+    entity = _quota_entity(args)
+    async with _admin(args) as admin:
+        entries = await admin.describe_client_quotas(entity or None, strict=bool(entity))
+    if out.json:
+        out.emit_json([{"entity": e, "quotas": v} for e, v in entries])
+    else:
+        out.table(["ENTITY", "QUOTA", "VALUE"], [[_entity_text(e), k, _number(v)] for e, vs in entries for k, v in sorted(vs.items())])
+    return EXIT_OK
+
+
 def quorum_json(quorum: Any) -> dict[str, Any]:
     def replica(r: Any, status: str) -> dict[str, Any]:
         return {"node_id": r.replica_id, "directory_id": None if r.directory_id is None else str(r.directory_id),
@@ -1502,12 +1746,20 @@ _HANDLERS: dict[tuple[str, str | None], Callable[[argparse.Namespace, Output], A
     ("group", "reset-offsets"): group_reset_offsets,
     ("config", "get"): config_get,
     ("config", "set"): config_set,
+    ("user", "create"): user_create,
+    ("user", "list"): user_list,
+    ("user", "delete"): user_delete,
     ("cluster", "describe"): cluster_describe,
     ("cluster", "quorum"): cluster_quorum,
     ("cluster", "log-dirs"): cluster_log_dirs,
     ("txn", "list"): txn_list,
     ("txn", "describe"): txn_describe,
     ("txn", "abort"): txn_abort,
+    ("acl", "add"): acl_add,
+    ("acl", "list"): acl_list,
+    ("acl", "remove"): acl_remove,
+    ("quota", "set"): quota_set,
+    ("quota", "describe"): quota_describe,
     ("perf", "produce"): _perf_produce,
     ("perf", "consume"): _perf_consume,
 }

@@ -37,7 +37,7 @@ from odradek.protocol.messages import REQUESTS
 
 from .common import TopicPartition
 from .config import ClientConfig, parse_bootstrap
-from .connection import BrokerConnection
+from .connection import BrokerConnection, ClientSecurity
 from .errors import (
     ClientClosedError,
     KafkaConnectionError,
@@ -159,6 +159,7 @@ class KafkaClient:
         self.config = config
         self.cluster = ClusterMetadata()
         self._bootstrap = parse_bootstrap(config.bootstrap_servers)
+        self._security = ClientSecurity.from_config(config)
         self._conns: dict[int, BrokerConnection] = {}
         self._connect_locks: dict[int, asyncio.Lock] = {}
         self._topics: set[str] = set()
@@ -230,8 +231,11 @@ class KafkaClient:
             conn = BrokerConnection(
                 host, port, node_id=node_id, client_id=self.config.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
-                connect_timeout_ms=self.config.connect_timeout_ms,
+                connect_timeout_ms=self.config.connect_timeout_ms, security=self._security,
             )
+            old = self._conns.get(node_id)
+            if old is not None and not old._closed:  # a SASL session near its end (KIP-368): replaced
+                asyncio.get_running_loop().call_later(self.config.request_timeout_ms / 1000, lambda c=old: asyncio.ensure_future(c.close()))
             await conn.connect()
             self._conns[node_id] = conn
             return conn

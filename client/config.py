@@ -55,6 +55,10 @@ def parse_bootstrap(servers: str | list[str] | tuple[str, ...]) -> list[tuple[st
     return out
 
 
+# librdkafka's other spellings of the same settings.
+_ALIASES = {"sasl.mechanisms": "sasl.mechanism"}
+
+
 @dataclass(kw_only=True)
 class ClientConfig:
     bootstrap_servers: str | list[str] = field(default_factory=default_bootstrap)
@@ -66,9 +70,34 @@ class ClientConfig:
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1_000
     allow_auto_create_topics: bool = True
+    # Security, as librdkafka names it: security.protocol PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
+    # sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with sasl.username/sasl.password; ssl.ca.location
+    # (PEM CA certificates; default: the system's), ssl.certificate.location and ssl.key.location (PEM, for
+    # mutual TLS), ssl.key.password; ssl.endpoint.identification.algorithm "https" (check the broker's host
+    # name, the default) or "none".
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_endpoint_identification_algorithm: str = "https"
 
     def __post_init__(self) -> None:
         parse_bootstrap(self.bootstrap_servers)
+        self.security_protocol = str(self.security_protocol).upper()
+        if self.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ConfigError(f"security.protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (got {self.security_protocol!r})")
+        self.sasl_mechanism = str(self.sasl_mechanism).upper()
+        if self.security_protocol.startswith("SASL_"):
+            if self.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+                raise ConfigError(f"sasl.mechanism must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (got {self.sasl_mechanism!r})")
+            if self.sasl_username is None or self.sasl_password is None:
+                raise ConfigError(f"security.protocol {self.security_protocol} needs sasl.username and sasl.password")
+        if self.ssl_endpoint_identification_algorithm not in ("https", "none", ""):
+            raise ConfigError("ssl.endpoint.identification.algorithm must be https or none")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name.endswith(("_ms", "_bytes", "_size", "_memory")) and isinstance(value, int) and value < 0:
@@ -79,7 +108,7 @@ class ClientConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {}
         for key, value in options.items():
-            name = key.replace(".", "_").replace("-", "_")
+            name = _ALIASES.get(key, key).replace(".", "_").replace("-", "_")
             if name not in names:
                 raise ConfigError(f"unknown {cls.__name__} option {key!r}")
             kwargs[name] = value

@@ -14,20 +14,66 @@ requests of concurrent callers reach the socket in correlation order) and awaits
 Kafka answers in request order on a connection, so the reader pops futures in order. A request that
 times out leaves the stream in an unknown state: the connection is closed, which fails every request in
 flight with `KafkaConnectionError` (retriable), as the Java client does.
+
+Security (`ClientSecurity`, from the config's librdkafka-named settings): TLS wraps the stream from the
+start; SASL runs after ApiVersions, as SaslHandshake v1 then SaslAuthenticate rounds, with the mechanisms
+of protocol.sasl. A failure is `AuthenticationError`, which is not retried. When the broker gives the
+session a lifetime (KIP-368), the connection reports itself unusable shortly before it ends, so the
+client opens (and authenticates) a new one rather than re-authenticating this one mid-stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import secrets
 import socket
+import ssl
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.protocol.connection import ClientConnection
 from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import REQUESTS
+from odradek.protocol.sasl import PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, plain_token
 
-from .errors import ClientClosedError, KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from .errors import AuthenticationError, ClientClosedError, KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+
+
+@dataclass
+class ClientSecurity:
+    """How to secure connections: a TLS context (None for PLAINTEXT/SASL_PLAINTEXT) and SASL credentials
+    (mechanism None for PLAINTEXT/SSL)."""
+
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = field(default="", repr=False)
+    check_hostname: bool = True
+
+    @classmethod
+    def from_config(cls, config) -> "ClientSecurity | None":
+        protocol = config.security_protocol
+        if protocol == "PLAINTEXT":
+            return None
+        security = cls()
+        if protocol in ("SSL", "SASL_SSL"):
+            ctx = ssl.create_default_context(cafile=config.ssl_ca_location)
+            security.check_hostname = config.ssl_endpoint_identification_algorithm == "https"
+            ctx.check_hostname = security.check_hostname
+            if config.ssl_certificate_location:
+                try:
+                    ctx.load_cert_chain(config.ssl_certificate_location, config.ssl_key_location, config.ssl_key_password)
+                except (ssl.SSLError, OSError) as e:
+                    raise AuthenticationError(f"cannot load ssl.certificate.location/ssl.key.location: {e}") from None
+            security.ssl_context = ctx
+        if protocol.startswith("SASL_"):
+            security.mechanism = config.sasl_mechanism
+            security.username, security.password = config.sasl_username or "", config.sasl_password or ""
+        return security
 
 API_VERSIONS = 18
 
@@ -59,7 +105,10 @@ class BrokerConnection:
         client_id: str | None = "odradek",
         request_timeout_ms: int = 30_000,
         connect_timeout_ms: int = 10_000,
+        security: ClientSecurity | None = None,
     ):
+        self.security = security
+        self.session_expires_at: float | None = None  # time.monotonic() after which a new connection is due
         self.host = host
         self.port = port
         self.node_id = node_id
@@ -84,6 +133,8 @@ class BrokerConnection:
 
     @property
     def connected(self) -> bool:
+        if self.session_expires_at is not None and time.monotonic() > self.session_expires_at:
+            return False  # the SASL session is about to end (KIP-368): the client makes a new connection
         return self._writer is not None and not self._closed
 
     @property
@@ -91,12 +142,21 @@ class BrokerConnection:
         return len(self._pending)
 
     async def connect(self) -> "BrokerConnection":
+        ssl_context = self.security.ssl_context if self.security is not None else None
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.connect_timeout_ms / 1000
+                asyncio.open_connection(self.host, self.port, ssl=ssl_context,
+                                        server_hostname=self.host if ssl_context is not None else None),
+                self.connect_timeout_ms / 1000
             )
         except asyncio.TimeoutError:
             raise KafkaConnectionError(f"connecting to {self.address} timed out") from None
+        except ssl.SSLError as e:
+            raise AuthenticationError(f"TLS handshake with {self.address} failed: {e.reason or e}") from None
+        except ConnectionResetError as e:
+            if ssl_context is not None:  # the broker refused our certificate during the handshake
+                raise AuthenticationError(f"TLS handshake with {self.address} failed: {e}") from None
+            raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
         except OSError as e:
             raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
         sock = self._writer.get_extra_info("socket")
@@ -107,11 +167,59 @@ class BrokerConnection:
                 pass
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
-            await self._negotiate()
+            try:
+                await self._negotiate()
+            except KafkaConnectionError as e:
+                if ssl_context is None:
+                    raise
+                # Under TLS 1.3 a broker checks the client's certificate after the client's handshake is done:
+                # one it does not trust ends the connection before the first answer.
+                raise AuthenticationError(
+                    f"{self.address} ended the TLS connection before answering ({e}): it may not trust this "
+                    "client's certificate (ssl.certificate.location), or require one") from None
+            if self.security is not None and self.security.mechanism is not None:
+                await self._authenticate()
         except BaseException:
             await self.close()
             raise
         return self
+
+    async def _authenticate(self) -> None:
+        """SaslHandshake v1, then SaslAuthenticate rounds until the mechanism is done."""
+        security = self.security
+        mechanism = security.mechanism
+        handshake = await self.send(REQUESTS[SASL_HANDSHAKE](mechanism=mechanism), version=1)
+        if handshake.error_code:
+            raise AuthenticationError(
+                f"{self.address} refused SASL mechanism {mechanism} ({ErrorCode.for_code(handshake.error_code).name}; "
+                f"enabled: {', '.join(handshake.mechanisms) or 'none'})"
+            )
+        version = self.version_for(SASL_AUTHENTICATE, max_version=2)
+
+        async def round_trip(token: bytes):
+            response = await self.send(REQUESTS[SASL_AUTHENTICATE](auth_bytes=token), version=version)
+            if response.error_code:
+                raise AuthenticationError(
+                    f"SASL authentication with {self.address} failed: {ErrorCode.for_code(response.error_code).name}"
+                    + (f" ({response.error_message})" if response.error_message else "")
+                )
+            return response
+
+        try:
+            if mechanism == PLAIN:
+                response = await round_trip(plain_token(security.username, security.password))
+            else:
+                client = ScramClient(ScramMechanism.from_name(mechanism), security.username, security.password,
+                                     secrets.token_urlsafe(18))
+                first = await round_trip(client.first())
+                response = await round_trip(client.final(bytes(first.auth_bytes)))
+                client.verify(bytes(response.auth_bytes))
+        except SaslAuthenticationFailed as e:
+            raise AuthenticationError(f"SASL authentication with {self.address} failed: {e}") from None
+        lifetime_ms = getattr(response, "session_lifetime_ms", 0) or 0
+        if lifetime_ms > 0:
+            # As the Java client: re-authenticate between 85% and 95% of the lifetime; here by reconnecting.
+            self.session_expires_at = time.monotonic() + lifetime_ms / 1000 * (0.85 + 0.1 * secrets.randbelow(1000) / 1000)
 
     async def _negotiate(self) -> None:
         cls = REQUESTS[API_VERSIONS]

@@ -65,6 +65,11 @@ class NoBrokersAvailable(KafkaConnectionError):
     """None of the bootstrap servers (or known brokers) could be reached."""
 
 
+class AuthenticationError(OdradekError):
+    """The TLS handshake or the SASL authentication with a broker failed (bad credentials, an untrusted
+    certificate, a mechanism the broker does not enable). Not retriable: retrying would fail the same way."""
+
+
 class KafkaTimeoutError(OdradekError):
     """A request or an operation did not complete before its deadline."""
 

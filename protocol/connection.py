@@ -228,6 +228,25 @@ class ServerConnection:
         """`nbytes` were written into the last `get_buffer()`; returns the requests now complete."""
         return [self._parse(frame) for frame in self._framer.buffer_updated(nbytes)]
 
+    def frames_updated(self, nbytes: int) -> list[bytearray]:
+        """As `buffer_updated`, but the frames come out unparsed: a SASL listener before authentication
+        looks at each frame (or takes it as a raw SASL token) before any of it is decoded."""
+        return self._framer.buffer_updated(nbytes)
+
+    def parse(self, frame: bytearray) -> RequestReceived | ApiVersionsUnsupported | ProduceFrame:
+        """Parse one frame from `frames_updated` as `buffer_updated` would have."""
+        return self._parse(frame)
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._framer.max_frame_bytes
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        """The limit applies to frames whose size field has not been read yet (before authentication a SASL
+        listener allows only `sasl.server.max.receive.size`)."""
+        self._framer.max_frame_bytes = value
+
     def _parse(self, frame: bytearray) -> RequestReceived | ApiVersionsUnsupported | ProduceFrame:
         if len(frame) < 4:
             raise RemoteProtocolError("frame too short for a request header")

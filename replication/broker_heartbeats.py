@@ -39,14 +39,13 @@ class BrokerHeartbeatManager:
         self.sessions: dict[int, BrokerSession] = {}
 
     def start_sessions(self, brokers: dict[int, bool], now_ms: int) -> None:
-        """Give each of `brokers` (broker id -> fenced) not yet known a session starting now, and forget
-        brokers no longer registered."""
-        for broker_id in list(self.sessions):
-            if broker_id not in brokers:
-                del self.sessions[broker_id]
-        for broker_id, fenced in brokers.items():
-            if broker_id not in self.sessions:
-                self.sessions[broker_id] = BrokerSession(broker_id, now_ms, fenced)
+        """Every one of `brokers` (broker id -> fenced, from the image) gets a session starting now; nothing
+        is kept from before (Kafka's ClusterControlManager.activate makes a new heartbeat manager). A node
+        that was the active controller before and is again must not judge by what it saw then: its brokers
+        have been heartbeating to another controller since, so their old last-contact times would fence
+        live brokers at once, and a fenced flag since cleared by another controller would hide a broker
+        that really stops heartbeating (found by the fault loop: a cut-off leader never fenced)."""
+        self.sessions = {broker_id: BrokerSession(broker_id, now_ms, fenced) for broker_id, fenced in brokers.items()}
 
     def register(self, broker_id: int, fenced: bool, now_ms: int) -> None:
         """A registration was decided: its session starts now; a changed fencing state keeps the offset."""

@@ -79,6 +79,9 @@ from odradek.replication.metadata_records import (
     TopicRecord,
     UnregisterBrokerRecord,
 )
+from odradek.replication.acl import AclError, AclIndex, validate_binding
+from odradek.replication.metadata_records import AccessControlEntryRecord, ClientQuotaRecord, RemoveAccessControlEntryRecord
+from odradek.replication.quota import QuotaError, entity_key, validate_quota_op
 from odradek.replication.partition_change import (
     Election,
     LeaderRecoveryState,
@@ -164,12 +167,14 @@ class Controller:
 
     # -- operations: each validates against the current image and returns records; nothing changes
 
-    @staticmethod
-    def bootstrap_records(cluster_id: str) -> list:
+    # Records given at format time (`odradek storage format --add-scram`), written with the bootstrap records.
+    bootstrap_extra: tuple = ()
+
+    def bootstrap_records(self, cluster_id: str) -> list:
         """What a new cluster's log starts with (Kafka's bootstrap records): the metadata.version feature
-        level and the cluster id."""
+        level, the cluster id, and the records formatting added (`bootstrap_extra`)."""
         return [FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
-                ClusterIdRecord(cluster_id=cluster_id)]
+                ClusterIdRecord(cluster_id=cluster_id), *self.bootstrap_extra]
 
     def bootstrap(
         self, cluster_id: str | None, node_id: int, endpoints: Sequence[Endpoint], *, rack: str | None = None
@@ -417,6 +422,44 @@ class Controller:
         )
         return [record], block
 
+    # -- ACLs and client quotas (AclControlManager, ClientQuotaControlManager)
+
+    def create_acl(self, binding) -> tuple[list, None]:
+        """An AccessControlEntryRecord for `binding` (an AclBinding), none if an equal one exists."""
+        try:
+            validate_binding(binding)
+        except AclError as e:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        if binding in self.image.acls.values():
+            return [], None
+        return [AccessControlEntryRecord(
+            id=random_uuid(self._rng), resource_type=binding.resource_type, resource_name=binding.resource_name,
+            pattern_type=binding.pattern_type, principal=binding.principal, host=binding.host,
+            operation=binding.operation, permission_type=binding.permission_type,
+        )], None
+
+    def delete_acls(self, acl_filter) -> tuple[list, list]:
+        """RemoveAccessControlEntryRecords for every binding `acl_filter` (an AclFilter) matches; the bindings."""
+        try:
+            acl_filter.validate()
+        except AclError as e:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        matched = AclIndex(self.image.acls).matching(acl_filter)
+        return [RemoveAccessControlEntryRecord(id=i) for i, _ in matched], [b for _, b in matched]
+
+    def alter_client_quota(self, entity, ops) -> tuple[list, None]:
+        """ClientQuotaRecords for one entity (pairs of entity type and name or None) and its ops
+        ((key, value, remove) triples); MetadataError(INVALID_REQUEST) for a bad entity, key or value."""
+        try:
+            key = entity_key(entity)
+            for name, value, remove in ops:
+                validate_quota_op(key, name, value, remove)
+        except QuotaError as e:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        data = [ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in key]
+        return [ClientQuotaRecord(entity=data, key=name, value=0.0 if remove else float(value), remove=remove)
+                for name, value, remove in ops], None
+
     # -- broker lifecycle: BrokerRegistration, BrokerHeartbeat, UnregisterBroker, session expiry
 
     def register(self, request, now_ms: int) -> tuple[list, object]:
@@ -658,6 +701,52 @@ class Controller:
                         partition_epoch=partition.partition_epoch,
                     )
                 )
+        return changes.records, response
+
+    def assign_replicas_to_dirs(self, request) -> tuple[list, object]:
+        """AssignReplicasToDirs from a broker: (records, AssignReplicasToDirsResponse). Directories are not
+        tracked in the image (PartitionRecord v0); what is acted on is a replica assigned to a directory
+        that is not online (DirectoryId.LOST): its log directory failed, so the broker leaves that
+        partition's ISR and leadership, as Kafka's handleAssignReplicasToDirs does for an offline
+        directory. Raises MetadataError(STALE_BROKER_EPOCH) for the sender's broker epoch."""
+        from odradek.protocol.messages import AssignReplicasToDirsResponse as R
+
+        broker_id = request.broker_id
+        self._check_broker_epoch(broker_id, request.broker_epoch)
+        changes = _Changes(self)
+        response = R(throttle_time_ms=0, error_code=0, directories=[])
+
+        def acceptable(candidate: int) -> bool:
+            return candidate != broker_id and changes.active(candidate)
+
+        for directory in request.directories:
+            out_dir = R.DirectoryData(id=directory.id, topics=[])
+            response.directories.append(out_dir)
+            for topic_data in directory.topics:
+                topic = self.image.topics_by_id.get(topic_data.topic_id)
+                out_topic = R.DirectoryData.TopicData(topic_id=topic_data.topic_id, partitions=[])
+                out_dir.topics.append(out_topic)
+                for p in topic_data.partitions:
+                    partition = changes.partition(topic.topic_id, p.partition_index) if topic is not None else None
+                    if topic is None:
+                        error = ErrorCode.UNKNOWN_TOPIC_ID
+                    elif partition is None:
+                        error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    elif broker_id not in partition.replicas:
+                        error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    else:
+                        error = ErrorCode.NONE
+                        if directory.id == LOST_DIRECTORY_ID and (broker_id in partition.isr or partition.leader == broker_id):
+                            record = build_partition_change(
+                                partition, topic.topic_id, p.partition_index, acceptable,
+                                election=self._election_for(topic.name),
+                                target_isr=[b for b in partition.isr if b != broker_id],
+                            )
+                            if record is not None:
+                                changes.add_records([record])
+                    out_topic.partitions.append(
+                        R.DirectoryData.TopicData.PartitionData(partition_index=p.partition_index, error_code=int(error))
+                    )
         return changes.records, response
 
     def elect_leaders(self, request) -> tuple[list, object]:
@@ -1054,6 +1143,10 @@ class Controller:
                 ConfigRecord(resource_type=ConfigResourceType.TOPIC, resource_name=name, name=key, value=value)
             )
         return records
+
+
+LOST_DIRECTORY_ID = uuid.UUID(int=2)
+"""Kafka's DirectoryId.LOST: a replica in a log directory that is offline."""
 
 
 def _check_partition_count(count: int) -> None:

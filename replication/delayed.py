@@ -42,6 +42,7 @@ from odradek.storage.names import TopicPartition
 
 __all__ = [
     "BytesAvailable",
+    "DelayedDeleteRecords",
     "DelayedFetch",
     "DelayedProduce",
     "FetchPartitionStatus",
@@ -194,3 +195,41 @@ class DelayedFetch(DelayedOperation):
 
     def on_complete(self) -> None:
         self._respond()
+
+
+class DelayedDeleteRecords(DelayedOperation):
+    """DeleteRecords waiting until every live replica's log start offset has reached the deleted offset
+    (Kafka's DelayedDeleteRecords). `required` maps an entry of the request to (partition, offset);
+    `low_watermark(tp)` is the leader's low watermark, None once the partition is not led here
+    (NOT_LEADER_OR_FOLLOWER); entries still short at expiry get REQUEST_TIMED_OUT. Retry it when a
+    follower's log start offset moves or leadership changes."""
+
+    __slots__ = ("required", "results", "_low_watermark", "_respond")
+
+    def __init__(self, delay_ms: int, *, now_ms: int, required: Mapping[int, tuple[TopicPartition, int]],
+                 results: list[tuple[int, int]], low_watermark: Callable[[TopicPartition], int | None],
+                 respond: Callable[[list[tuple[int, int]]], object]) -> None:
+        super().__init__(delay_ms, now_ms=now_ms)
+        self.required = dict(required)
+        self.results = results
+        self._low_watermark = low_watermark
+        self._respond = respond
+
+    def try_complete(self) -> bool:
+        for index, (tp, offset) in list(self.required.items()):
+            low = self._low_watermark(tp)
+            if low is None:
+                self.results[index] = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1)
+            elif low >= offset:
+                self.results[index] = (0, low)
+            else:
+                continue
+            del self.required[index]
+        if self.required:
+            return False
+        return self.force_complete()
+
+    def on_complete(self) -> None:
+        for index in self.required:
+            self.results[index] = (int(ErrorCode.REQUEST_TIMED_OUT), -1)
+        self._respond(self.results)

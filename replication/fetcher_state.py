@@ -157,6 +157,8 @@ class FollowerFetcher:
         self.response_max_bytes = response_max_bytes
         self.backoff_ms = backoff_ms
         self.states: dict[TopicPartition, PartitionFetchState] = {}
+        # Told (log directory, error) of an I/O error appending here: the directory is failing (JBOD).
+        self.storage_failed: Callable[[str, str], object] | None = None
 
     def __len__(self) -> int:
         return len(self.states)
@@ -268,6 +270,11 @@ class FollowerFetcher:
                         log.warning("could not append replicated batches; backing off", partition=str(tp),
                                     fetch_offset=state.fetch_offset, error=str(e))
                         state.delayed_until_ms = now_ms + self.backoff_ms
+                        return 0
+                    except OSError as e:
+                        state.delayed_until_ms = now_ms + self.backoff_ms
+                        if self.storage_failed is not None:
+                            self.storage_failed(plog.directory, str(e))
                         return 0
                     appended = len(batches)
                     state.last_fetched_epoch = _latest_epoch(plog)

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.sasl import ScramCredential
+from odradek.replication.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from odradek.replication.errors import ReplicationError
 from odradek.replication.metadata_records import (
     BrokerRegistrationChangeRecord,
@@ -140,6 +142,11 @@ class MetadataImage:
     configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=dict)
     next_producer_id: int = 0
     features: Mapping[str, int] = field(default_factory=dict)
+    # SCRAM credentials by (user name, ScramMechanism id)
+    scram_credentials: Mapping[tuple[str, int], ScramCredential] = field(default_factory=dict)
+    acls: Mapping[uuid.UUID, AclBinding] = field(default_factory=dict)
+    # Client quotas: entity (sorted (entity type, name or None for the default) pairs) -> {key: value}.
+    client_quotas: Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]] = field(default_factory=dict)
 
     def topic_configs(self, name: str) -> Mapping[str, str]:
         return self.configs.get((ConfigResourceType.TOPIC, name), {})
@@ -188,6 +195,9 @@ class MetadataDelta:
         self._configs: dict[tuple[int, str], Mapping[str, str]] | None = None
         self._copied_configs: set[tuple[int, str]] = set()
         self._features: dict[str, int] | None = None
+        self._scram: dict[tuple[str, int], ScramCredential] | None = None
+        self._acls: dict[uuid.UUID, AclBinding] | None = None
+        self._client_quotas: dict | None = None
         self._applied = False
 
     def replay(self, record) -> None:
@@ -221,6 +231,9 @@ class MetadataDelta:
             configs=image.configs if self._configs is None else self._configs,
             next_producer_id=self._next_producer_id,
             features=image.features if self._features is None else self._features,
+            scram_credentials=image.scram_credentials if self._scram is None else self._scram,
+            acls=image.acls if self._acls is None else self._acls,
+            client_quotas=image.client_quotas if self._client_quotas is None else self._client_quotas,
         )
 
     # -- copy on first write
@@ -387,6 +400,49 @@ class MetadataDelta:
     def _replay_no_op(self, r) -> None:
         pass
 
+    def _replay_user_scram_credential(self, r) -> None:
+        if self._scram is None:
+            self._scram = dict(self.image.scram_credentials)
+        self._scram[(r.name, r.mechanism)] = ScramCredential(bytes(r.salt), bytes(r.stored_key), bytes(r.server_key), r.iterations)
+
+    def _replay_remove_user_scram_credential(self, r) -> None:
+        if self._scram is None:
+            self._scram = dict(self.image.scram_credentials)
+        if self._scram.pop((r.name, r.mechanism), None) is None:
+            raise MetadataReplayError(f"RemoveUserScramCredentialRecord for {r.name!r} mechanism {r.mechanism}, which has none")
+    def _replay_access_control_entry(self, r) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        if r.id in self._acls:
+            raise MetadataReplayError(f"ACL {r.id} already exists")
+        try:
+            self._acls[r.id] = AclBinding(
+                ResourceType(r.resource_type), r.resource_name, PatternType(r.pattern_type), r.principal, r.host,
+                AclOperation(r.operation), AclPermissionType(r.permission_type),
+            )
+        except ValueError as e:
+            raise MetadataReplayError(f"AccessControlEntryRecord {r!r}: {e}") from None
+
+    def _replay_remove_access_control_entry(self, r) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        if self._acls.pop(r.id, None) is None:
+            raise MetadataReplayError(f"RemoveAccessControlEntryRecord for unknown ACL {r.id}")
+
+    def _replay_client_quota(self, r) -> None:
+        if self._client_quotas is None:
+            self._client_quotas = dict(self.image.client_quotas)
+        entity = tuple(sorted((e.entity_type, e.entity_name) for e in r.entity))
+        values = dict(self._client_quotas.get(entity, {}))
+        if r.remove:
+            values.pop(r.key, None)
+        else:
+            values[r.key] = r.value
+        if values:
+            self._client_quotas[entity] = values
+        else:
+            self._client_quotas.pop(entity, None)
+
 
 _REPLAY = {
     MetadataRecordType.REGISTER_BROKER: MetadataDelta._replay_register_broker,
@@ -401,6 +457,11 @@ _REPLAY = {
     MetadataRecordType.FEATURE_LEVEL: MetadataDelta._replay_feature_level,
     MetadataRecordType.CLUSTER_ID: MetadataDelta._replay_cluster_id,
     MetadataRecordType.NO_OP: MetadataDelta._replay_no_op,
+    MetadataRecordType.USER_SCRAM_CREDENTIAL: MetadataDelta._replay_user_scram_credential,
+    MetadataRecordType.REMOVE_USER_SCRAM_CREDENTIAL: MetadataDelta._replay_remove_user_scram_credential,
+    MetadataRecordType.ACCESS_CONTROL_ENTRY: MetadataDelta._replay_access_control_entry,
+    MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY: MetadataDelta._replay_remove_access_control_entry,
+    MetadataRecordType.CLIENT_QUOTA: MetadataDelta._replay_client_quota,
 }
 
 

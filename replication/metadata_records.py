@@ -43,9 +43,14 @@ __all__ = [
     "RegisterBrokerRecord",
     "RemoveTopicRecord",
     "TopicRecord",
+    "UserScramCredentialRecord",
+    "RemoveUserScramCredentialRecord",
     "UnregisterBrokerRecord",
     "decode_metadata_record",
     "encode_metadata_record",
+    "AccessControlEntryRecord",
+    "RemoveAccessControlEntryRecord",
+    "ClientQuotaRecord",
 ]
 
 FRAME_VERSION = 1
@@ -59,13 +64,19 @@ class MetadataRecordType(IntEnum):
     CONFIG = 4
     PARTITION_CHANGE = 5
     REMOVE_TOPIC = 9
+    USER_SCRAM_CREDENTIAL = 11
     FEATURE_LEVEL = 12
     PRODUCER_IDS = 15
     BROKER_REGISTRATION_CHANGE = 17
     NO_OP = 20
+    REMOVE_USER_SCRAM_CREDENTIAL = 22
     # Stock Kafka keeps the cluster id in meta.properties; Odradek keeps it in the log, with the record
     # type Kafka's metadata schema directory defines for it, so that it is replicated with the rest.
     CLUSTER_ID = 29
+    # Authorization and quotas (the security issue)
+    CLIENT_QUOTA = 14
+    ACCESS_CONTROL_ENTRY = 18
+    REMOVE_ACCESS_CONTROL_ENTRY = 19
 
 
 RECORD_CLASSES: dict[MetadataRecordType, type] = {}
@@ -229,6 +240,65 @@ ClusterIdRecord = _record(
     write_version=0,
 )
 
+# ---- authorization and quotas
+
+AccessControlEntryRecord = _record(
+    MetadataRecordType.ACCESS_CONTROL_ENTRY,
+    "AccessControlEntryRecord",
+    [
+        F("id", "uuid"),
+        F("resource_type", "int8"),
+        F("resource_name", "string"),
+        F("pattern_type", "int8"),
+        F("principal", "string"),
+        F("host", "string"),
+        F("operation", "int8"),
+        F("permission_type", "int8"),
+    ],
+    valid="0",
+    write_version=0,
+)
+
+RemoveAccessControlEntryRecord = _record(
+    MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY, "RemoveAccessControlEntryRecord", [F("id", "uuid")],
+    valid="0", write_version=0,
+)
+
+# Entity: (entity type, name or null for the default) pairs, e.g. [("user", "alice"), ("client-id", None)].
+ClientQuotaRecord = _record(
+    MetadataRecordType.CLIENT_QUOTA,
+    "ClientQuotaRecord",
+    [
+        F("entity", "[]EntityData", fields=[
+            F("entity_type", "string"),
+            F("entity_name", "string", nullable="0+", default=None),
+        ]),
+        F("key", "string"),
+        F("value", "float64"),
+        F("remove", "bool"),
+    ],
+    valid="0",
+    write_version=0,
+)
+
+
+# SCRAM credentials (KIP-554): the salted keys, never the password. mechanism is ScramMechanism's id.
+UserScramCredentialRecord = _record(
+    MetadataRecordType.USER_SCRAM_CREDENTIAL,
+    "UserScramCredentialRecord",
+    [F("name", "string"), F("mechanism", "int8"), F("salt", "bytes"), F("stored_key", "bytes"),
+     F("server_key", "bytes"), F("iterations", "int32")],
+    valid="0",
+    write_version=0,
+)
+
+RemoveUserScramCredentialRecord = _record(
+    MetadataRecordType.REMOVE_USER_SCRAM_CREDENTIAL,
+    "RemoveUserScramCredentialRecord",
+    [F("name", "string"), F("mechanism", "int8")],
+    valid="0",
+    write_version=0,
+)
 
 def encode_metadata_record(record) -> bytes:
     """The framed value of one metadata record, at its type's WRITE_VERSION."""

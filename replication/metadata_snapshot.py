@@ -6,7 +6,7 @@ back, exactly. A node that starts from a snapshot, or a lagging one that fetched
 and goes on from offset N in the log, so a restart never replays the log from offset 0.
 
 The order is the one replay needs: features and the cluster id, then brokers, topics (each followed by its
-partitions and its configs), other configs, and the producer-id high mark. `encode_snapshot` frames the
+partitions and its configs), other configs, the producer-id high mark, then ACLs and client quotas. `encode_snapshot` frames the
 records as record batches (the snapshot file's content, and what FetchSnapshot carries); `decode_snapshot`
 reads them back, refusing anything that is not whole.
 """
@@ -19,6 +19,8 @@ from odradek.protocol.records import build_batch, iter_batches, iter_records
 
 from .metadata_image import METADATA_MAX_BATCH_BYTES, MetadataImage, MetadataReplayError, replay_all
 from .metadata_records import (
+    AccessControlEntryRecord,
+    ClientQuotaRecord,
     ClusterIdRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -27,6 +29,7 @@ from .metadata_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     TopicRecord,
+    UserScramCredentialRecord,
     decode_metadata_record,
     encode_metadata_record,
 )
@@ -69,6 +72,21 @@ def image_records(image: MetadataImage) -> Iterator:
             yield from _configs(resource, image.configs[resource])
     if image.next_producer_id > 0:
         yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id)
+    for (name, mechanism), c in sorted(image.scram_credentials.items()):
+        yield UserScramCredentialRecord(name=name, mechanism=mechanism, salt=c.salt, stored_key=c.stored_key,
+                                        server_key=c.server_key, iterations=c.iterations)
+    for acl_id in sorted(image.acls):
+        b = image.acls[acl_id]
+        yield AccessControlEntryRecord(
+            id=acl_id, resource_type=b.resource_type, resource_name=b.resource_name, pattern_type=b.pattern_type,
+            principal=b.principal, host=b.host, operation=b.operation, permission_type=b.permission_type,
+        )
+    for entity in sorted(image.client_quotas, key=repr):
+        for key, value in sorted(image.client_quotas[entity].items()):
+            yield ClientQuotaRecord(
+                entity=[ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                key=key, value=value, remove=False,
+            )
 
 
 def _configs(resource, configs) -> Iterator:

@@ -109,6 +109,7 @@ class FollowerState:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int | None = None
     last_caught_up_time_ms: int | None = None
+    log_start_offset: int = UNKNOWN_OFFSET  # as its fetches say (DeleteRecords' low watermark)
 
     def is_caught_up(self, leader_end_offset: int, now_ms: int, replica_lag_time_max_ms: int) -> bool:
         if self.log_end_offset == leader_end_offset:
@@ -209,6 +210,14 @@ class Partition:
                 return min(max(first_unstable, self.log.log_start_offset), self._high_watermark)
         return self._high_watermark
 
+    def replace_log(self, log) -> None:
+        """The same records in a new log object (moved to another log directory, AlterReplicaLogDirs)."""
+        self.log = log
+        if self._first_unstable_offset is not None:
+            self._first_unstable_offset = lambda: log.first_unstable_offset
+        if self._producer_state is not None:
+            self._producer_state = getattr(log, "producer_state", None)
+
     def add_listener(self, listener: Callable[[TopicPartition, int], None]) -> None:
         """Call `listener(topic_partition, high_watermark)` after every advance of the HW."""
         self._listeners += (listener,)
@@ -282,8 +291,10 @@ class Partition:
         if not set(isr) <= set(replicas):
             raise ValueError(f"ISR {list(isr)} is not a subset of replicas {list(replicas)}")
 
-    def update_follower_fetch_state(self, replica_id: int, log_end_offset: int, now_ms: int) -> bool:
-        """Record a follower's fetch position; True when the HW advanced as a result."""
+    def update_follower_fetch_state(self, replica_id: int, log_end_offset: int, now_ms: int,
+                                    log_start_offset: int = UNKNOWN_OFFSET) -> bool:
+        """Record a follower's fetch position (and its log start offset, when its fetch says it); True when
+        the HW advanced as a result."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(f"{self.topic_partition} is not led here")
         state = self._follower_states.get(replica_id)
@@ -301,6 +312,8 @@ class Partition:
         elif log_end_offset >= state.last_fetch_leader_log_end_offset:
             state.last_caught_up_time_ms = _latest(state.last_caught_up_time_ms, state.last_fetch_time_ms)
         state.log_end_offset = log_end_offset
+        if log_start_offset >= 0:
+            state.log_start_offset = log_start_offset
         state.last_fetch_leader_log_end_offset = max(
             leader_end_offset, state.last_fetch_leader_log_end_offset
         )
@@ -317,6 +330,8 @@ class Partition:
         if new_high_watermark == self._high_watermark:
             return False
         self._high_watermark = new_high_watermark
+        if self._producer_state is not None:
+            self._producer_state.on_high_watermark_updated(new_high_watermark)
         return True
 
     def after_follower_truncation(self) -> None:
@@ -341,10 +356,23 @@ class Partition:
                 new_high_watermark = state.log_end_offset
         if new_high_watermark > self._high_watermark:
             self._high_watermark = new_high_watermark
+            if self._producer_state is not None:
+                self._producer_state.on_high_watermark_updated(new_high_watermark)
             for listener in self._listeners:
                 listener(self.topic_partition, new_high_watermark)
             return True
         return False
+
+    def low_watermark(self, is_alive: Callable[[int], bool] | None = None) -> int:
+        """The smallest log start offset among this leader and its followers on live brokers (Kafka's
+        lowWatermarkIfLeader): what DeleteRecords reports, and waits on, once every replica has deleted."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"{self.topic_partition} is not led here")
+        low = self.log.log_start_offset
+        for replica_id, state in self._follower_states.items():
+            if (is_alive is None or is_alive(replica_id)) and state.log_start_offset < low:
+                low = state.log_start_offset
+        return low
 
     def out_of_sync_replicas(self, now_ms: int) -> list[int]:
         """ISR followers not caught up within `replica_lag_time_max_ms`: candidates for an ISR shrink."""

@@ -9,7 +9,10 @@ learns that the state moved. acks=all waits in the produce purgatory as a `Delay
 replica the high watermark equals the log end offset after the append, so it completes on its first try.
 
 `fetch_records` reads whole batches below the end offset the isolation level allows (high watermark for
-consumers, last stable offset for read_committed, log end for followers) and returns them as file regions.
+consumers, last stable offset for read_committed, log end for followers) and returns them as file regions;
+a read_committed read that meets aborted transactions lists them (`FetchResult.aborted_transactions`,
+from the logs' aborted-transaction indexes), and says nothing when it meets none, so that the answer can
+still be packed. Transaction markers come in through `append_records` with origin COORDINATOR.
 When fewer than `min_bytes` are available it parks a `DelayedFetch`, woken by appends, never by polling;
 on completion or expiry the read is done again and the result delivered through `respond`.
 
@@ -27,10 +30,11 @@ from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import AppendOrigin
 
-from .delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
-from .errors import ReplicationError
+from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from .errors import NotLeaderOrFollowerError, ReplicationError
 from .partition import NO_LEADER_EPOCH, FetchIsolation, Partition
 from .purgatory import DelayedOperationPurgatory
+from .replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
 from .timing_wheel import Timer
 
 NO_TIMESTAMP = -1
@@ -54,6 +58,7 @@ class FetchRequestPartition:
     max_bytes: int
     current_leader_epoch: int = NO_LEADER_EPOCH
     last_fetched_epoch: int = -1  # a follower's (v12+): checked against this leader's epoch history
+    log_start_offset: int = -1  # a follower's (v5+): DeleteRecords waits for every replica's to pass
 
 
 @dataclass(slots=True)
@@ -94,8 +99,28 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords", timer)
+        # Whether a broker is registered and unfenced (from the image; set by the broker): a replica on a
+        # broker that is not does not hold DeleteRecords' low watermark.
+        self.is_broker_alive: Callable[[int], bool] = lambda broker_id: True
         # Brokers that may not join an ISR now (fenced, or in controlled shutdown), from the image.
         self.ineligible_replicas: frozenset[int] = frozenset()
+        # KIP-392 (replica_selector.py): the selector (None: consumers read from leaders only) and where a
+        # broker is for a listener: `replica_rack(broker_id, listener)` is (reachable there, its rack).
+        self.replica_selector: ReplicaSelector | None = None
+        self.replica_rack: Callable[[int, str], tuple[bool, str | None]] = lambda broker_id, listener: (False, None)
+        # Consumer fetches of a partition answered here as a follower (with records), and answered with a
+        # preferred read replica as leader: the metrics say which broker serves whom.
+        self.follower_consumer_reads = 0
+        self.preferred_replica_answers = 0
+        # A broker of a cluster whose heartbeats have gone unanswered for broker.session.timeout.ms: the
+        # controller has fenced it and moved its leaderships, so what its image says it leads is stale.
+        # See set_lease_expired.
+        self.lease_expired = False
+        # JBOD: partitions whose log directory failed (answered KAFKA_STORAGE_ERROR, as Kafka's offline
+        # partitions are), and who hears of an I/O error met here: `on_storage_error(log directory, error)`.
+        self.offline_partitions: set[TopicPartition] = set()
+        self.on_storage_error: Callable[[str, str], None] | None = None
 
     # -- hosting --
 
@@ -137,6 +162,13 @@ class ReplicaManager:
         ):
             return partition
         if leader_id == self.node_id:
+            # As Kafka's makeLeader: a new leader epoch begins at the log end in the epoch history, before any
+            # batch of it. A follower's divergence is found against it (without it, a follower holding
+            # batches of an epoch between the last one written here and this one learns nothing, and is
+            # taken as caught up on records this leader does not have: the replication simulation found it).
+            plog = partition.log
+            if leader_epoch > getattr(plog, "latest_epoch", leader_epoch):
+                plog.assign_epoch_start_offset(leader_epoch, plog.log_end_offset)
             partition.make_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr, now_ms=now_ms)
         elif leader_id >= 0:
             partition.make_follower(leader_id=leader_id, leader_epoch=leader_epoch, replicas=replicas, isr=isr)
@@ -145,6 +177,7 @@ class ReplicaManager:
         # Requests waiting on this partition re-check: a deposed leader's acks=all produce fails now.
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
         return partition
 
     def _is_replica_eligible(self, replica_id: int) -> bool:
@@ -162,6 +195,30 @@ class ReplicaManager:
                 self.produce_purgatory.check_and_complete(tp)
                 self._log_grew(tp)
 
+    def set_lease_expired(self, expired: bool) -> None:
+        """This broker lost (or regained) its lease with the controller. Cut off for a session, it has been
+        fenced and its replicated partitions have new leaders it cannot learn of; its own acks=all appends
+        can never complete (the ISR cannot shrink without the controller), and a client that keeps sending to
+        it, as librdkafka does when this is the only broker it is connected to, never finds the new
+        leader. So while the lease is lost, produce to a replicated partition led here answers
+        NOT_LEADER_OR_FOLLOWER (retriable: the client refreshes its metadata), the acks=all appends waiting
+        now fail so, and Metadata names no leader for them (broker/handlers/metadata.py). Records appended
+        and not committed are truncated when this broker follows the new leader, as any deposed leader's."""
+        if expired == self.lease_expired:
+            return
+        self.lease_expired = expired
+        if expired:
+            for tp, partition in self.partitions.items():
+                if partition.is_leader and len(partition.replicas) > 1:
+                    self.produce_purgatory.check_and_complete(tp)
+
+    def _leading(self, tp: TopicPartition) -> Partition | None:
+        """The partition as acks=all sees it: None (not led here) while the lease is lost, if replicated."""
+        partition = self.partitions.get(tp)
+        if partition is not None and self.lease_expired and len(partition.replicas) > 1:
+            return None
+        return partition
+
     def proposed_isr_changes(self, now_ms: int) -> list[tuple[Partition, tuple[int, ...]]]:
         """The ISR changes the partitions led here should ask the controller for (see Partition.proposed_isr)."""
         changes = []
@@ -172,12 +229,29 @@ class ReplicaManager:
                     changes.append((partition, new_isr))
         return changes
 
+    def take_offline(self, tp: TopicPartition) -> None:
+        """The partition's log directory failed: it is hosted no more, and answers KAFKA_STORAGE_ERROR."""
+        self.offline_partitions.add(tp)
+        self.remove_partition(tp)
+
+    def replace_log(self, tp: TopicPartition, log) -> None:
+        """The partition's log moved to another directory (AlterReplicaLogDirs): the same records, a new
+        Log object."""
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            partition.replace_log(log)
+
+    def _storage_failed(self, partition: Partition, error: OSError) -> None:
+        if self.on_storage_error is not None:
+            self.on_storage_error(partition.log.directory, str(error))
+
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         partition = self.partitions.pop(tp, None)
         if partition is not None:
             # Waiting operations re-look the partition up, find it gone and complete with an error.
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
+            self.delete_records_purgatory.check_and_complete(tp)
         return partition
 
     # -- produce --
@@ -215,7 +289,7 @@ class ReplicaManager:
             respond(results)
 
         op = DelayedProduce(
-            timeout_ms, now_ms=now_ms, produce_status=status, get_partition=self.get_partition, response_callback=on_done,
+            timeout_ms, now_ms=now_ms, produce_status=status, get_partition=self._leading, response_callback=on_done,
         )
         self.produce_purgatory.try_complete_else_watch(op, op.watch_keys)
 
@@ -233,7 +307,11 @@ class ReplicaManager:
                     origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
-            return ProduceResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            offline = tp in self.offline_partitions
+            return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        if self.lease_expired and len(partition.replicas) > 1 and partition.is_leader:
+            return ProduceResult(error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER), log_start_offset=partition.log_start_offset,
+                                 error_message="this broker lost its lease with the controller; its leaderships have moved")
         try:
             partition.check_append_as_leader(required_acks)
             if origin == AppendOrigin.CLIENT:
@@ -244,6 +322,7 @@ class ReplicaManager:
             return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset,
                                  error_message=str(e) or None, record_errors=getattr(e, "record_errors", ()))
         except OSError as e:  # the disk failed under us: the client may retry elsewhere
+            self._storage_failed(partition, e)
             return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR), error_message=str(e))
         if partition.maybe_advance_high_watermark(now_ms):
             self.produce_purgatory.check_and_complete(tp)
@@ -296,12 +375,16 @@ class ReplicaManager:
         now_ms: int,
         respond: Callable[[dict[TopicPartition, FetchResult]], None],
         replica_id: int = -1,
+        client_metadata: ClientMetadata | None = None,
     ) -> None:
         """A consumer's fetch (`replica_id` -1) or a follower's (its broker id: reads up to the log end
-        and moves that follower's position, which may advance the high watermark)."""
-        results = self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms)
+        and moves that follower's position, which may advance the high watermark). A consumer's fetch
+        with `client_metadata` (Fetch v11+) may be served by a follower, and may be pointed elsewhere by
+        the leader (a preferred read replica, answered at once)."""
+        results = self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms,
+                            client_metadata=client_metadata)
         total = sum(r.size for r in results.values())
-        errored = any(r.error_code for r in results.values())
+        errored = any(r.error_code or r.preferred_read_replica >= 0 for r in results.values())
         if max_wait_ms <= 0 or total >= min_bytes or errored or not partitions:
             respond(results)
             return
@@ -310,11 +393,13 @@ class ReplicaManager:
         ]
 
         def respond_later() -> None:
-            respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms))
+            respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms,
+                              client_metadata=client_metadata))
 
         op = DelayedFetch(
             max_wait_ms, now_ms=now_ms, fetch_partitions=statuses, min_bytes=min_bytes, get_partition=self.get_partition,
             bytes_available=self._bytes_available, respond=respond_later, isolation=isolation,
+            fetch_only_from_leader=replica_id >= 0 or client_metadata is None,
         )
         self.fetch_purgatory.try_complete_else_watch(op, op.watch_keys)
 
@@ -327,19 +412,28 @@ class ReplicaManager:
 
     def read(
         self, partitions: list[FetchRequestPartition], *, max_bytes: int, isolation: FetchIsolation,
-        replica_id: int = -1, now_ms: int = 0,
+        replica_id: int = -1, now_ms: int = 0, client_metadata: ClientMetadata | None = None,
     ) -> dict[TopicPartition, FetchResult]:
         results: dict[TopicPartition, FetchResult] = {}
         remaining = max_bytes
         first_with_data = True
+        # Followers fetch from the leader only; so do consumers before Fetch v11, which know no other replica.
+        only_from_leader = replica_id >= 0 or client_metadata is None
         for p in partitions:
             tp = p.topic_partition
             partition = self.partitions.get(tp)
             if partition is None:
-                results[tp] = FetchResult(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                offline = tp in self.offline_partitions
+                results[tp] = FetchResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             try:
-                snap = partition.fetch_offset_snapshot(p.current_leader_epoch)
+                if not only_from_leader:
+                    preferred = self._preferred_read_replica(partition, p, client_metadata, now_ms)
+                    if preferred is not None:
+                        results[tp] = preferred
+                        continue
+                    self._check_serves_consumers(partition)
+                snap = partition.fetch_offset_snapshot(p.current_leader_epoch, fetch_only_from_leader=only_from_leader)
             except (StorageError, ReplicationError) as e:
                 results[tp] = FetchResult(error_code=_error_of(e))
                 continue
@@ -367,6 +461,9 @@ class ReplicaManager:
                     result.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
                 except StorageError as e:
                     result.error_code = _error_of(e)
+                except OSError as e:
+                    result.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                    self._storage_failed(partition, e)
                 else:
                     result.records = list(info.regions)
                     result.size = sum(r[2] for r in info.regions)
@@ -375,10 +472,66 @@ class ReplicaManager:
                         remaining -= result.size
                         if isolation is FetchIsolation.TXN_COMMITTED:
                             result.aborted_transactions = self._aborted_in(partition, p.fetch_offset, end)
+                        if not partition.is_leader:
+                            self.follower_consumer_reads += 1
             if replica_id >= 0 and not result.error_code:
-                self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms)
+                self._follower_fetched(partition, replica_id, p.fetch_offset, now_ms, p.log_start_offset)
             results[tp] = result
         return results
+
+    def _preferred_read_replica(self, partition: Partition, p: FetchRequestPartition, client: ClientMetadata,
+                                now_ms: int) -> FetchResult | None:
+        """As leader, the answer pointing a consumer to another replica (KIP-392, as Kafka's
+        findPreferredReadReplica): the candidates are the leader and the in-sync followers known to hold
+        the fetch offset (reachable on the client's listener); None when the selector keeps the leader."""
+        selector = self.replica_selector
+        if selector is None or not partition.is_leader:
+            return None
+        listener = client.listener_name
+        leader_reachable, leader_rack = self.replica_rack(self.node_id, listener)
+        leader = ReplicaView(self.node_id, leader_rack, partition.log_end_offset, 0)
+        candidates = [leader]
+        for replica_id in partition.isr:
+            if replica_id == self.node_id:
+                continue
+            state = partition.follower_state(replica_id)
+            # (Kafka also checks the follower's own log start offset, which it sends in its fetches; a
+            # follower's log start follows the leader's, so the leader's stands in for it.)
+            if state is None or not partition.log_start_offset <= p.fetch_offset <= state.log_end_offset:
+                continue
+            reachable, rack = self.replica_rack(replica_id, listener)
+            if not reachable:
+                continue
+            caught_up = state.last_caught_up_time_ms
+            since_ms = now_ms - caught_up if caught_up is not None else now_ms
+            candidates.append(ReplicaView(replica_id, rack, state.log_end_offset, since_ms))
+        chosen = selector.select(client, leader, candidates)
+        if chosen.broker_id == self.node_id:
+            return None
+        snap = partition.fetch_offset_snapshot(p.current_leader_epoch)
+        self.preferred_replica_answers += 1
+        return FetchResult(
+            high_watermark=snap.high_watermark, last_stable_offset=snap.last_stable_offset,
+            log_start_offset=snap.log_start_offset, preferred_read_replica=chosen.broker_id,
+        )
+
+    def _check_serves_consumers(self, partition: Partition) -> None:
+        """A follower serves consumers while it is in the ISR. Kafka's follower serves any consumer that
+        comes; here one that left the ISR answers NOT_LEADER_OR_FOLLOWER, which sends the consumer back to
+        the leader (Java and librdkafka clients both do so) rather than leaving it on a replica that lags."""
+        if partition.is_leader:
+            return
+        if partition.leader_id is None or self.node_id not in partition.isr:
+            raise NotLeaderOrFollowerError(f"{partition.topic_partition}: this replica is not in sync; fetch from the leader")
+
+    def follower_high_watermarks_moved(self, tps: Iterable[TopicPartition]) -> int:
+        """A follower's fetcher applied a response: the consumers waiting here for data below these
+        partitions' high watermarks (KIP-392 reads from a follower) look again."""
+        done = 0
+        for tp in tps:
+            if self.fetch_purgatory.watched(tp):
+                done += self.fetch_purgatory.check_and_complete(tp)
+        return done
 
     @staticmethod
     def _aborted_in(partition: Partition, fetch_offset: int, end_offset: int) -> list[tuple[int, int]] | None:
@@ -407,10 +560,70 @@ class ReplicaManager:
             return epoch, end_offset
         return None
 
-    def _follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+    def _follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int, now_ms: int,
+                          log_start_offset: int = -1) -> None:
         """A follower asked from `fetch_offset`: it holds everything before it. The high watermark may move,
-        and with it acks=all produce waiting here and consumers waiting for data below it."""
-        if partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms):
-            tp = partition.topic_partition
+        and with it acks=all produce waiting here and consumers waiting for data below it; its log start
+        offset may complete a waiting DeleteRecords."""
+        tp = partition.topic_partition
+        state = partition.follower_state(replica_id)
+        start_before = state.log_start_offset if state is not None else -1
+        if partition.update_follower_fetch_state(replica_id, fetch_offset, now_ms, log_start_offset):
             self.produce_purgatory.check_and_complete(tp)
             self._log_grew(tp)
+        if log_start_offset > start_before and self.delete_records_purgatory.watched(tp):
+            self.delete_records_purgatory.check_and_complete(tp)
+
+    # -- DeleteRecords
+
+    def delete_records(self, offsets: list[tuple[TopicPartition, int]], *, timeout_ms: int, now_ms: int,
+                       respond: Callable[[list[tuple[int, int]]], None]) -> None:
+        """DeleteRecords as Kafka's ReplicaManager.deleteRecords: each partition's leader moves its log
+        start to the offset (-1: the high watermark; past it OFFSET_OUT_OF_RANGE; a compacted-only topic
+        POLICY_VIOLATION), then the answer waits until the low watermark (the smallest log start offset of
+        the replicas on live brokers) has reached it, or `timeout_ms` (REQUEST_TIMED_OUT). `respond` gets
+        (error code, low watermark) for each entry of `offsets`, in order."""
+        results: list[tuple[int, int]] = []
+        required: dict[int, tuple[TopicPartition, int]] = {}
+        for tp, offset in offsets:
+            results.append(self._delete_records_one(tp, offset, now_ms))
+            if results[-1][0] == 0:
+                required[len(results) - 1] = (tp, self.partitions[tp].log_start_offset)
+        if all(results[i][1] >= target for i, (_tp, target) in required.items()):
+            respond(results)
+            return
+        op = DelayedDeleteRecords(timeout_ms, now_ms=now_ms, required=required, results=results,
+                                  low_watermark=self._low_watermark, respond=respond)
+        self.delete_records_purgatory.try_complete_else_watch(op, list({tp for tp, _ in required.values()}))
+
+    def _delete_records_one(self, tp: TopicPartition, offset: int, now_ms: int) -> tuple[int, int]:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            code = ErrorCode.KAFKA_STORAGE_ERROR if tp in self.offline_partitions else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return int(code), -1
+        try:
+            if not partition.is_leader:
+                raise NotLeaderOrFollowerError(f"{tp} is not led here")
+            log = partition.log
+            if not log.config.delete:
+                return int(ErrorCode.POLICY_VIOLATION), -1
+            target = partition.high_watermark if offset == -1 else offset
+            if target < 0 or target > partition.high_watermark:
+                return int(ErrorCode.OFFSET_OUT_OF_RANGE), -1
+            log.delete_records_before(target, now_ms=now_ms)
+        except (StorageError, ReplicationError) as e:
+            return _error_of(e), -1
+        except OSError as e:
+            self._storage_failed(partition, e)
+            return int(ErrorCode.KAFKA_STORAGE_ERROR), -1
+        return 0, partition.low_watermark(self._is_live)
+
+    def _is_live(self, broker_id: int) -> bool:
+        return broker_id not in self.ineligible_replicas and self.is_broker_alive(broker_id)
+
+    def _low_watermark(self, tp: TopicPartition) -> int | None:
+        """None when `tp` is no longer led here."""
+        partition = self.partitions.get(tp)
+        if partition is None or not partition.is_leader:
+            return None
+        return partition.low_watermark(self._is_live)

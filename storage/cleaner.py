@@ -12,7 +12,8 @@ compacted, and a dirty section above. One cleaning pass:
    compares with `min.cleanable.dirty.ratio` to choose a log; a dirty section whose first batch is older
    than `max.compaction.lag.ms` is cleaned whatever the ratio (`overdue`).
 2. Offset map. Every keyed record of the dirty section goes into a map key -> latest offset (control
-   batches are skipped). If the map outgrows `max_map_entries` the pass stops at a segment boundary.
+   batches and the batches of aborted transactions are skipped, so an aborted write never shadows a
+   committed one). If the map outgrows `max_map_entries` the pass stops at a segment boundary.
 3. Rewrite. The segments from the log start to the end of the mapped range are rewritten in groups that
    fit one segment (`segment.bytes`, an int32 offset range) into `.cleaned` segments. A record stays if
    no later offset holds its key; a tombstone (null value) also needs its batch's delete horizon not to
@@ -29,7 +30,14 @@ compacted, and a dirty section above. One cleaning pass:
    segment list through file objects that stay open even if the segments are deleted meanwhile, so a
    pass may run in a thread while the event loop appends and reads.
 
-Aborted transactional records are not removed yet (that needs the transaction index).
+Transactions, as Kafka's CleanedTransactionMetadata: the aborted transactions of each segment being
+rewritten come from the log's aborted-transaction index (`_TxnState`). A batch of an aborted
+transaction loses its records (it is kept empty when it is its producer's last). An ABORT marker stays
+while any batch of its transaction was still seen in this pass, and its index entry is carried into the
+cleaned segment; a COMMIT marker stays while any batch of its transaction was seen. A marker whose
+transaction has no data left is first stamped with a delete horizon (now + `delete.retention.ms`), and
+dropped by a pass after that time, so a reader that has seen the data also sees its marker. Cleaning never
+goes past the first unstable offset (step 1).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from dataclasses import dataclass
 
 from odradek.protocol.errors import ProtocolError
 from odradek.protocol.records import (
+    ABORT,
     ATTR_CODEC_MASK,
     ATTR_DELETE_HORIZON,
     HEADER_SIZE,
@@ -47,12 +56,14 @@ from odradek.protocol.records import (
     build_batch,
     compute_crc,
     iter_records,
+    parse_control_record,
     read_batch_header,
 )
 
 from .config import LONG_MAX
 from .log import Log
 from .segment import INT32_MAX, MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment
+from .txn_index import AbortedTxn
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -128,18 +139,21 @@ class Cleaner:
         first_dirty = cleanable.first_dirty_offset
         dirty = [s for s in segments[:-1]
                  if following[id(s)] > first_dirty and s.base_offset < cleanable.first_uncleanable_offset]
-        offset_map, map_end, bytes_read = self._build_offset_map(dirty, first_dirty, following)
+        offset_map, map_end, bytes_read = self._build_offset_map(log, dirty, first_dirty, following)
         if not dirty:
             map_end = cleanable.first_uncleanable_offset
         candidates = [s for s in segments[:-1] if s.base_offset < map_end]
         if not candidates:
             return None
         last_offsets = log.producer_last_offsets()
+        txns = _TxnState(log.producer_marker_epochs())
         stats = _Stats(bytes_read=bytes_read)
         for group in _group_by_size(candidates, following, log.config.segment_bytes):
             new = log.new_cleaned_segment(group[0].base_offset, now_ms)
+            txns.cleaned_index = new.txn_index
             try:
-                self._clean_into(new, group, offset_map, last_offsets, now_ms, log.config.delete_retention_ms, stats)
+                self._clean_into(log, new, group, following, offset_map, last_offsets, now_ms,
+                                 log.config.delete_retention_ms, stats, txns)
                 new.on_become_inactive()
                 new.flush()
             except BaseException:
@@ -154,16 +168,22 @@ class Cleaner:
         return CleanResult(first_dirty, end_offset, stats.segments_cleaned, stats.bytes_read, stats.bytes_written,
                            stats.records_removed, stats.latest_delete_horizon_ms)
 
-    def _build_offset_map(self, dirty: list[LogSegment], first_dirty: int,
+    def _build_offset_map(self, log: Log, dirty: list[LogSegment], first_dirty: int,
                           following: dict[int, int]) -> tuple[dict[bytes, int], int, int]:
         """key -> latest offset over `dirty`, the offset where the mapped range ends, and bytes read."""
         offset_map: dict[bytes, int] = {}
         end = first_dirty
         bytes_read = 0
+        txns = _TxnState()
+        if dirty:
+            txns.add(log.collect_aborted_transactions(first_dirty, following[id(dirty[-1])]))
         for segment in dirty:
             for _, batch in segment.batches(block_bytes=self.io_buffer_bytes):
                 header = read_batch_header(batch, 0)
-                if header.is_control or header.records_count == 0 or header.last_offset < first_dirty:
+                if header.is_control:
+                    txns.on_control_batch(batch, header)
+                    continue
+                if txns.on_batch(header) or header.records_count == 0 or header.last_offset < first_dirty:
                     continue
                 for record in _records(batch) or ():
                     if record.key is not None and record.offset >= first_dirty:
@@ -174,14 +194,18 @@ class Cleaner:
                 break
         return offset_map, end, bytes_read
 
-    def _clean_into(self, new: LogSegment, group: list[LogSegment], offset_map: dict[bytes, int],
-                    last_offsets: dict[int, int], now_ms: int, delete_retention_ms: int, stats: _Stats) -> None:
+    def _clean_into(self, log: Log, new: LogSegment, group: list[LogSegment], following: dict[int, int],
+                    offset_map: dict[bytes, int], last_offsets: dict[int, int], now_ms: int, delete_retention_ms: int,
+                    stats: _Stats, txns: _TxnState) -> None:
         out = bytearray()
         indexed = []
         for segment in group:
+            # The whole segment's aborted transactions: the cleaned segment's index is rebuilt from them.
+            txns.add(log.collect_aborted_transactions(segment.base_offset, following[id(segment)]))
             for _, batch in segment.batches(block_bytes=self.io_buffer_bytes):
                 header = read_batch_header(batch, 0)
-                kept = self._filter_batch(batch, header, offset_map, last_offsets, now_ms, delete_retention_ms, stats)
+                kept = self._filter_batch(batch, header, offset_map, last_offsets, now_ms, delete_retention_ms, stats,
+                                          txns)
                 if kept is None:
                     continue
                 kept_header = header if kept is batch else read_batch_header(kept, 0)
@@ -197,10 +221,17 @@ class Cleaner:
 
     @staticmethod
     def _filter_batch(batch, header: BatchHeader, offset_map: dict[bytes, int], last_offsets: dict[int, int],
-                      now_ms: int, delete_retention_ms: int, stats: _Stats):
+                      now_ms: int, delete_retention_ms: int, stats: _Stats, txns: _TxnState):
         is_producers_last = header.producer_id >= 0 and last_offsets.get(header.producer_id) == header.last_offset
         if header.is_control:
-            return batch
+            is_producers_last = txns.marker_epochs.get(header.producer_id) == header.producer_epoch
+            return _filter_marker(batch, header, txns.on_control_batch(batch, header), is_producers_last, now_ms,
+                                  delete_retention_ms, stats)
+        if txns.on_batch(header):  # an aborted transaction's batch: its records go
+            stats.records_removed += header.records_count
+            if not is_producers_last:
+                return None
+            return batch if header.records_count == 0 else _empty_batch(batch, header)
         if header.records_count == 0:
             return batch if is_producers_last else None
         records = _records(batch)
@@ -243,6 +274,96 @@ class Cleaner:
         _INT32.pack_into(rebuilt, 23, header.last_offset_delta)
         _reseal(rebuilt)
         return rebuilt
+
+
+class _TxnState:
+    """Kafka's CleanedTransactionMetadata: which batches belong to aborted transactions, and which markers
+    may go, as the cleaner walks batches in offset order."""
+
+    def __init__(self, marker_epochs: dict[int, int] | None = None) -> None:
+        self.marker_epochs = marker_epochs or {}  # see ProducerStateManager.marker_epochs
+        self._aborted: list[AbortedTxn] = []  # not yet reached, by first offset
+        self._seen: set[tuple[int, int]] = set()  # (producer id, first offset) already added
+        self._ongoing_aborted: dict[int, list] = {}  # producer id -> [AbortedTxn, a batch of it seen]
+        self._ongoing_committed: set[int] = set()
+        self.cleaned_index = None  # the TransactionIndex of the segment being written
+
+    def add(self, aborted: list[AbortedTxn]) -> None:
+        fresh = [t for t in aborted if (t.producer_id, t.first_offset) not in self._seen]
+        if fresh:
+            self._seen.update((t.producer_id, t.first_offset) for t in fresh)
+            self._aborted = sorted(self._aborted + fresh, key=lambda t: t.first_offset)
+
+    def _reach(self, offset: int) -> None:
+        while self._aborted and self._aborted[0].first_offset <= offset:
+            txn = self._aborted.pop(0)
+            self._ongoing_aborted.setdefault(txn.producer_id, [txn, False])
+
+    def on_batch(self, header: BatchHeader) -> bool:
+        """Whether this data batch belongs to an aborted transaction."""
+        self._reach(header.last_offset)
+        if not header.is_transactional:
+            return False
+        ongoing = self._ongoing_aborted.get(header.producer_id)
+        if ongoing is not None:
+            ongoing[1] = True
+            return True
+        self._ongoing_committed.add(header.producer_id)
+        return False
+
+    def on_control_batch(self, batch, header: BatchHeader) -> bool:
+        """Whether this marker may be discarded: no batch of its transaction is left."""
+        self._reach(header.last_offset)
+        records = _records(batch)
+        if not records:
+            return True  # emptied already
+        try:
+            kind, _ = parse_control_record(records[0])
+        except ProtocolError:
+            return False
+        pid = header.producer_id
+        if kind == ABORT:
+            ongoing = self._ongoing_aborted.pop(pid, None)
+            if ongoing is not None and ongoing[1]:
+                if self.cleaned_index is not None:
+                    self.cleaned_index.append(ongoing[0])
+                return False
+            return True
+        if kind == 1:  # COMMIT
+            if pid in self._ongoing_committed:
+                self._ongoing_committed.discard(pid)
+                return False
+            return True
+        return False
+
+
+def _filter_marker(batch, header: BatchHeader, can_discard: bool, is_producers_last: bool, now_ms: int,
+                   delete_retention_ms: int, stats: _Stats):
+    """A transaction marker: kept while its transaction has data; then stamped with a delete horizon, and
+    dropped once that has passed (kept empty if it is its producer's last batch)."""
+    if not can_discard:
+        return batch
+    horizon = header.base_timestamp if header.attributes & ATTR_DELETE_HORIZON else None
+    if horizon is None:
+        horizon = now_ms + delete_retention_ms
+        stats.latest_delete_horizon_ms = max(stats.latest_delete_horizon_ms, horizon)
+        records = _records(batch)
+        if not records:
+            return batch
+        rebuilt = bytearray(build_batch(
+            records, base_offset=header.base_offset, producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch, base_sequence=header.base_sequence, transactional=True,
+            control=True, timestamp_type_log_append=header.timestamp_type_log_append,
+            partition_leader_epoch=header.partition_leader_epoch, delete_horizon_ms=horizon))
+        _INT32.pack_into(rebuilt, 23, header.last_offset_delta)
+        _reseal(rebuilt)
+        return rebuilt
+    if now_ms < horizon:
+        return batch
+    stats.records_removed += header.records_count
+    if is_producers_last:
+        return batch if header.records_count == 0 else _empty_batch(batch, header)
+    return None
 
 
 @dataclass(slots=True)

@@ -21,6 +21,13 @@ critical section that exists for the cleaner, which runs in another thread on a 
 and swaps its output in with `replace_segments` only if the segments it cleaned are still there and the
 log has not been truncated meanwhile (`generation`).
 
+Transactions: a transaction marker (a control batch the partition leader appends for the transaction
+coordinator, origin COORDINATOR; clients may not) closes its producer's open transaction in the producer
+state (producer_state.py); an ABORT that closes one appends an entry to the active segment's
+aborted-transaction index (txn_index.py), which a read_committed fetch collects
+(`collect_aborted_transactions`). Followers append the same batches through the same producer-state path
+and so build the same index; recovery rebuilds the index of every segment it replays.
+
 Reads hand out file regions of whole batches (see segment.py): a region holds its file open, so it stays
 valid after its segment is deleted, replaced or truncated away (a truncation shortens the file in place,
 so a region over truncated bytes reads short, as in Kafka).
@@ -62,8 +69,8 @@ from odradek.protocol.errors import CorruptRecordError, ProtocolError
 from odradek.protocol.records import (
     ABORT,
     ATTR_CONTROL,
-    COMMIT,
     ATTR_TRANSACTIONAL,
+    COMMIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
@@ -208,6 +215,7 @@ class Log:
         needs_rebuild = set()
         for swap_base in swaps:
             needs_rebuild.add(self._complete_swap(swap_base, bases))
+        swapped = set(needs_rebuild)
         segments = [self._existing_segment(b, now_ms) for b in sorted(bases)]
         # An empty segment may have no index files (they come with the first entry); one with data needs both.
         needs_rebuild.update(s.base_offset for s in segments if s.base_offset not in indexed and s.size)
@@ -256,11 +264,14 @@ class Log:
         self._epoch_cache.truncate_from_start(self._log_start_offset)
         # The aborted-transaction indexes of the segments recovery replays are rebuilt with the producer
         # state (from a snapshot at or below the first of them), as Kafka's LogSegment.recover does.
-        rebuild_from = None
-        if not (had_clean_shutdown or fresh) and unflushed_from < len(kept):
-            rebuild_from = kept[unflushed_from].base_offset
-            for segment in kept[unflushed_from:]:
-                segment.txn_index.reset()
+        # A swap completed here lost the cleaned segment's index with its transient name: rebuilt likewise.
+        starts = [kept[unflushed_from].base_offset] if not (had_clean_shutdown or fresh) and unflushed_from < len(kept) else []
+        starts += [s.base_offset for s in kept if s.base_offset in swapped]
+        rebuild_from = min(starts) if starts else None
+        if rebuild_from is not None:
+            for segment in kept:
+                if segment.base_offset >= rebuild_from:
+                    segment.txn_index.reset()
         self._load_producer_state(self._log_end_offset, rebuild_from=rebuild_from)
         self._producer_state.remove_expired_producers(now_ms)
 
@@ -339,7 +350,10 @@ class Log:
                         continue
                     marker = None
                     if header.is_control and header.producer_id >= 0:
-                        marker = _marker_of(segment.read_at(batch_position, header.size), 0, header)
+                        try:
+                            marker = _marker_of(segment.read_at(batch_position, header.size), 0, header)
+                        except CorruptMessageError:
+                            pass  # (its CRC held, its record does not parse: applied as an emptied marker)
                     completed = producer_state.replay(header, marker)
                     if completed and rebuild_from is not None and header.base_offset >= rebuild_from:
                         self._index_aborted(segment, completed)
@@ -785,6 +799,10 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self._log_end_offset:
+            # Nothing to remove, but an epoch begun at the log end without a batch (a leader that was
+            # elected and replaced before writing) conflicts with the new leader's history: as Kafka does,
+            # the epoch cache is truncated to the log end all the same.
+            self._epoch_cache.truncate_from_end(self._log_end_offset)
             return False
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, now_ms=self._last_now_ms)
@@ -939,6 +957,9 @@ class Log:
 
     def producer_last_offsets(self) -> dict[int, int]:
         return self._producer_state.last_offsets()
+
+    def producer_marker_epochs(self) -> dict[int, int]:
+        return self._producer_state.marker_epochs()
 
     # ------------------------------------------------------------------------------------------ flushing
 

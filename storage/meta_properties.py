@@ -13,11 +13,22 @@ another cluster or node is refused, never "repaired".
 
 from __future__ import annotations
 
+import base64
 import os
+import uuid
 
 from .checkpoints import atomic_write
 from .errors import ForeignLogDirectoryError
 from .names import META_PROPERTIES
+
+
+def new_directory_id() -> str:
+    """A random directory id as Kafka writes it: a UUID in 22 characters of URL-safe base64."""
+    while True:
+        raw = uuid.uuid4().bytes
+        text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        if not text.startswith("-"):  # (as Kafka's Uuid.randomUuid avoids ids that read as options)
+            return text
 
 
 def read_meta_properties(log_dir: str) -> dict[str, str] | None:

@@ -317,15 +317,22 @@ class ProducerStateManager:
         never held a transactional batch answers without a look."""
         if not self.transactions_seen:
             return None
-        ongoing, unreplicated = self.ongoing, self.unreplicated
-        if not ongoing and not unreplicated:
+        if not self.ongoing and not self.unreplicated:
             return None
-        return min(min(ongoing, default=INT64_MAX), min(unreplicated, default=INT64_MAX))
+        # (copies: the cleaner asks from its thread while appends change both)
+        return min(min(list(self.ongoing), default=INT64_MAX), min(list(self.unreplicated), default=INT64_MAX))
 
     def last_offsets(self) -> dict[int, int]:
         """Last offset of each producer's last batch (the cleaner keeps those batches, even emptied)."""
         entries = list(self.producers.values())
         return {e.producer_id: e.last_offset for e in entries}
+
+    def marker_epochs(self) -> dict[int, int]:
+        """Epoch of each producer whose last write was a marker that bumped its epoch (no data batch in the
+        epoch): the cleaner keeps that marker, which holds the epoch that fences its zombies (Kafka's
+        LastRecord without a data offset)."""
+        entries = list(self.producers.values())
+        return {e.producer_id: e.producer_epoch for e in entries if not e.batches}
 
     def remove_expired_producers(self, now_ms: int) -> int:
         expired = [pid for pid, e in self.producers.items()

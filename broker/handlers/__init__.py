@@ -54,6 +54,9 @@ FAMILIES = (
     "offsets",
     "quorum",
     "transactions",
+    "sasl",
+    "acls",
+    "quotas",
 )
 
 

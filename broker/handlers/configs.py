@@ -16,6 +16,9 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import AlterConfigsResponse, DescribeConfigsResponse, IncrementalAlterConfigsResponse
 from odradek.replication.metadata_image import MetadataError, validate_topic_name
 
+from odradek.replication.acl import AclOperation, ResourceType
+
+from ..authorizer import per_item
 from ..config import ConfigError, ConfigType, render_value
 from ..controller_channel import ConfigChange
 from ..topic_config import TOPIC_CONFIGS, ConfigResourceType, describe_broker, describe_topic
@@ -107,7 +110,37 @@ def describe_entry(entry, *, include_synonyms: bool, include_documentation: bool
     return result
 
 
+# -- authorization (Kafka's KafkaApis: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the cluster for a
+# broker or logger, the group)
+
+_AUTHZ = {
+    TOPIC: (ResourceType.TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+    BROKER: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    int(ConfigResourceType.BROKER_LOGGER): (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    int(ConfigResourceType.GROUP): (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED),
+}
+
+
+def _refusal(op: AclOperation):
+    def refusal(services, ctx, r) -> ErrorCode | None:
+        found = _AUTHZ.get(r.resource_type)
+        if found is None:  # an unknown type: the handler refuses it
+            return None
+        resource_type, code = found
+        name = r.resource_name if resource_type != ResourceType.CLUSTER else "kafka-cluster"
+        return None if services.authorized(ctx, op, resource_type, name) else code
+    return refusal
+
+
+def _denied(result_cls):
+    def denied(r, code: ErrorCode, version: int):
+        return result_cls(error_code=int(code), error_message=None, resource_type=r.resource_type,
+                          resource_name=r.resource_name, **({"configs": []} if result_cls is DResult else {}))
+    return denied
+
+
 @handles(32, (1, 4))
+@per_item("resources", "results", _refusal(AclOperation.DESCRIBE_CONFIGS), _denied(DResult))
 def handle_describe_configs(services, ctx, request):
     version = ctx.api_version
     include_documentation = version >= 3 and request.include_documentation
@@ -194,6 +227,7 @@ def _alter_all(services, resources, validate_only: bool, change_of, result_cls):
 
 
 @handles(33, (0, 2), listeners=(BROKER_LISTENERS, CONTROLLER_LISTENERS))
+@per_item("resources", "responses", _refusal(AclOperation.ALTER_CONFIGS), _denied(AResult))
 def handle_alter_configs(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
@@ -266,6 +300,7 @@ def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
 
 
 @handles(44, (0, 1), listeners=(BROKER_LISTENERS, CONTROLLER_LISTENERS))
+@per_item("resources", "responses", _refusal(AclOperation.ALTER_CONFIGS), _denied(IResult))
 def handle_incremental_alter_configs(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)

@@ -4,6 +4,10 @@ Every partition carries its high watermark, last stable offset and log start off
 included, and records are never null (librdkafka fails on a null record set). Sessions (KIP-227) are not
 kept: the response always carries session id 0, which clients treat as "full fetch every time".
 
+A consumer's fetch from v11 may be served by a follower, up to its high watermark, and the leader may
+answer `preferred_read_replica` instead of records (KIP-392: `client.rack` and `replica.selector.class`;
+see replication/replica_selector.py).
+
 A fetch from a replica (`replica_id`, or `replica_state.replica_id` from v15) reads up to the log end,
 moves that follower's position (which may advance the high watermark), and learns where its log diverges
 from this leader's (`diverging_epoch`, from its `last_fetched_epoch`). A partition this broker does not
@@ -23,8 +27,10 @@ import asyncio
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_fetch import encode_fetch_response
 from odradek.protocol.messages import FetchResponse
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.replication.partition import FetchIsolation
 from odradek.replication.replica_manager import FetchRequestPartition, FetchResult
+from odradek.replication.replica_selector import ClientMetadata
 from odradek.storage.names import TopicPartition
 
 from ..context import Packed
@@ -35,6 +41,19 @@ PartitionData = TopicData.PartitionData
 NodeEndpoint = FetchResponse.NodeEndpoint
 _LEADER_HINT_ERRORS = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH))
 _UNKNOWN, _NOT_LEADER = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+def _unauthorized(services, ctx, request, replica_id: int, version: int) -> set:
+    """Topic names this fetch may not read: all of them for a replica without CLUSTER_ACTION, else those
+    without READ (Kafka's handleFetchRequest)."""
+    names = set()
+    for topic in request.topics:
+        image = services.topic_by_id(topic.topic_id) if version >= 13 else services.topic_by_name(topic.topic)
+        names.add(image.name if image is not None else topic.topic)
+    if replica_id >= 0:
+        return set() if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER) else names
+    return names - services.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
 
 
 @handles(1)
@@ -50,8 +69,12 @@ def handle_fetch(services, ctx, request):
         isolation = FetchIsolation.HIGH_WATERMARK
     wanted: list[FetchRequestPartition] = []
     layout = []  # (topic name or None, topic id, [(partition index, tp or error code)])
+    denied = _unauthorized(services, ctx, request, replica_id, version) if services.authorizer is not None else ()
     for topic in request.topics:
         image = services.topic_by_id(topic.topic_id) if version >= 13 else services.topic_by_name(topic.topic)
+        if denied and (image.name if image is not None else topic.topic) in denied:  # (READ, or CLUSTER_ACTION for a replica)
+            layout.append((topic.topic, topic.topic_id, [(p.partition, _DENIED) for p in topic.partitions]))
+            continue
         parts = []
         for p in topic.partitions:
             if image is None:
@@ -60,7 +83,8 @@ def handle_fetch(services, ctx, request):
                 continue
             tp = TopicPartition(image.name, p.partition)
             wanted.append(FetchRequestPartition(tp, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
-                                                p.last_fetched_epoch))  # (-1 before v12: the field's default)
+                                                p.last_fetched_epoch,  # (-1 before v12: the field's default)
+                                                p.log_start_offset))  # (a follower's, for DeleteRecords)
             parts.append((p.partition, tp))
         layout.append((topic.topic, topic.topic_id, parts))
 
@@ -79,6 +103,9 @@ def handle_fetch(services, ctx, request):
                     packable = False
             if r.diverging_epoch is not None or r.aborted_transactions or r.preferred_read_replica >= 0:
                 packable = False
+        if replica_id < 0 and services.metadata.image.client_quotas and services.quotas.record_fetch(
+                ctx.connection, ctx.client_id, _response_bytes(results)):
+            packable = False  # (the throttle time goes in the response: only the message carries it)
         if packable:
             future.set_result(Packed(_packed(ctx.header.correlation_id, layout, results, version, read_committed)))
         else:
@@ -87,8 +114,21 @@ def handle_fetch(services, ctx, request):
     services.data.fetch_records(
         wanted, max_bytes=request.max_bytes, min_bytes=request.min_bytes, max_wait_ms=request.max_wait_ms,
         isolation=isolation, now_ms=now_ms, respond=respond, replica_id=replica_id,
+        client_metadata=_client_metadata(ctx, request, replica_id),
     )
     return future.result() if future.done() else future
+
+
+def _response_bytes(results) -> int:
+    return sum(getattr(chunk, "length", None) or len(chunk) for r in results.values() for chunk in (r.records or ()))
+
+
+def _client_metadata(ctx, request, replica_id: int) -> ClientMetadata | None:
+    """A consumer's Fetch v11+ (KIP-392): it may read from a follower, and be pointed to the replica in its
+    rack. Before v11 a consumer knows no preferred replica, and is served by leaders only, as Kafka does."""
+    if ctx.api_version < 11 or replica_id >= 0:
+        return None
+    return ClientMetadata(rack_id=request.rack_id or "", client_id=ctx.header.client_id or "", listener_name=ctx.listener)
 
 
 def _packed(correlation_id: int, layout, results, version: int, read_committed: bool) -> list:

@@ -7,9 +7,25 @@ JoinGroup and SyncGroup are long polls: their response is a future completed by 
 
 from __future__ import annotations
 
+from odradek.coordinator.group.classic import join_error
 from odradek.coordinator.runtime import Deferred
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import (
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    HeartbeatResponse,
+    LeaveGroupResponse,
+    SyncGroupResponse,
+)
+from odradek.replication.acl import AclOperation, ResourceType
 
+from ..authorizer import then, per_item
 from . import handles
+
+READ, DESCRIBE, GROUP = AclOperation.READ, AclOperation.DESCRIBE, ResourceType.GROUP
+_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 
 def respond(services, result):
@@ -43,51 +59,110 @@ def _client_id(ctx) -> str:
 def handle_find_coordinator(services, ctx, request):
     if request.key_type == 1:
         services.transactions  # creates __transaction_state on first use, as Kafka does
-    return services.groups.find_coordinator(request, ctx.api_version, _locate(services, ctx.listener))
+    response = services.groups.find_coordinator(request, ctx.api_version, _locate(services, ctx.listener))
+    if services.authorizer is not None:  # DESCRIBE on the group or the transactional id
+        resource_type, code = ((GROUP, _DENIED) if request.key_type == 0 else
+                               (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        entries = response.coordinators if ctx.api_version >= 4 else [response]
+        for key, entry in zip(request.coordinator_keys if ctx.api_version >= 4 else [request.key], entries):
+            if not services.authorized(ctx, DESCRIBE, resource_type, key):
+                entry.error_code, entry.node_id, entry.host, entry.port = int(code), -1, "", -1
+                entry.error_message = None
+    return response
 
 
 @handles(11, (0, 9))
 def handle_join_group(services, ctx, request):
+    if not services.authorized(ctx, READ, GROUP, request.group_id):
+        return join_error(request.member_id, _DENIED)
     return respond(services, services.groups.join_group(request, ctx.api_version, services.now_ms(), _client_id(ctx),
                                                     ctx.client_host))
 
 
 @handles(12, (0, 4))
 def handle_heartbeat(services, ctx, request):
+    if not services.authorized(ctx, READ, GROUP, request.group_id):
+        return HeartbeatResponse(error_code=_DENIED)
     return respond(services, services.groups.heartbeat(request, ctx.api_version, services.now_ms()))
 
 
 @handles(13, (0, 5))
 def handle_leave_group(services, ctx, request):
+    if not services.authorized(ctx, READ, GROUP, request.group_id):
+        return LeaveGroupResponse(error_code=_DENIED)
     return respond(services, services.groups.leave_group(request, ctx.api_version, services.now_ms()))
 
 
 @handles(14, (0, 5))
 def handle_sync_group(services, ctx, request):
+    if not services.authorized(ctx, READ, GROUP, request.group_id):
+        return SyncGroupResponse(error_code=_DENIED)
     return respond(services, services.groups.sync_group(request, ctx.api_version, services.now_ms()))
 
 
+def _describe_refusal(services, ctx, group_id: str):
+    return None if services.authorized(ctx, DESCRIBE, GROUP, group_id) else _DENIED
+
+
 @handles(15, (0, 6))
+@per_item("groups", "groups", _describe_refusal,
+          lambda g, code, version: DescribeGroupsResponse.DescribedGroup(error_code=int(code), group_id=g))
 def handle_describe_groups(services, ctx, request):
-    return services.groups.describe_groups(request, ctx.api_version, services.now_ms())
+    return _own_operations(services, ctx, services.groups.describe_groups(request, ctx.api_version, services.now_ms()))
+
+
+def _own_operations(services, ctx, response):
+    """With an authorizer, a group's authorized operations (when asked for) are the principal's own."""
+    if services.authorizer is not None:
+        for g in response.groups:
+            if getattr(g, "authorized_operations", None) not in (None, -(1 << 31)) and not g.error_code:
+                g.authorized_operations = services.authorizer.authorized_operations(ctx, GROUP, g.group_id)
+    return response
 
 
 @handles(16, (0, 5))
 def handle_list_groups(services, ctx, request):
-    return services.groups.list_groups(request, ctx.api_version, services.now_ms())
+    response = services.groups.list_groups(request, ctx.api_version, services.now_ms())
+    if services.authorizer is not None and not services.authorized(ctx, DESCRIBE, ResourceType.CLUSTER):
+        allowed = services.authorized_names(ctx, DESCRIBE, GROUP, [g.group_id for g in response.groups])
+        response.groups = [g for g in response.groups if g.group_id in allowed]  # only the groups it may describe
+    return response
 
 
 @handles(42, (0, 2))
 def handle_delete_groups(services, ctx, request):
+    if services.authorizer is not None:
+        allowed = services.authorized_names(ctx, AclOperation.DELETE, GROUP, request.groups_names)
+        if len(allowed) < len(set(request.groups_names)):
+            return _delete_allowed_groups(services, ctx, request, allowed)
     return respond(services, services.groups.delete_groups(request, ctx.api_version, services.now_ms()))
 
 
 @handles(68, (0, 1))
 def handle_consumer_group_heartbeat(services, ctx, request):
+    if not services.authorized(ctx, READ, GROUP, request.group_id):
+        return ConsumerGroupHeartbeatResponse(error_code=_DENIED)
     return respond(services, services.groups.consumer_group_heartbeat(request, ctx.api_version, services.now_ms(),
                                                                   _client_id(ctx), ctx.client_host))
 
 
 @handles(69, (0, 1))
+@per_item("group_ids", "groups", _describe_refusal,
+          lambda g, code, version: ConsumerGroupDescribeResponse.DescribedGroup(error_code=int(code), group_id=g))
 def handle_consumer_group_describe(services, ctx, request):
-    return services.groups.consumer_group_describe(request, ctx.api_version, services.now_ms())
+    return _own_operations(services, ctx, services.groups.consumer_group_describe(request, ctx.api_version, services.now_ms()))
+
+
+def _delete_allowed_groups(services, ctx, request, allowed: set):
+    """DeleteGroups for the groups the principal may delete; the others answer GROUP_AUTHORIZATION_FAILED."""
+    names = list(request.groups_names)
+    request.groups_names = [g for g in names if g in allowed]
+    answer = respond(services, services.groups.delete_groups(request, ctx.api_version, services.now_ms()))
+
+    def merge(response):
+        results = {r.group_id: r for r in response.results}
+        response.results = [results.get(g) or DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=int(_DENIED))
+                            for g in dict.fromkeys(names)]
+        return response
+
+    return then(answer, merge)

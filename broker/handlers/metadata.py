@@ -16,6 +16,7 @@ from __future__ import annotations
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import MetadataResponse
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.replication.metadata_image import MetadataError
 
 from ..controller_channel import NewTopic
@@ -36,17 +37,20 @@ ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 def topic_response(services, image, version: int, include_ops: bool, listener: str | None = None) -> Topic_:
     brokers = services.metadata.image.brokers
+    # A broker cut off from the controller for a session (lease expired) has been fenced, and what it leads
+    # has moved: it names no leader there rather than itself, so clients look elsewhere.
+    stale = services.node_id if services.data.lease_expired else None
     partitions = []
     for index in sorted(image.partitions):
         p = image.partitions[index]
         offline = [r for r in p.replicas if r not in brokers or brokers[r].fenced]
         error = 0
-        if p.leader < 0:
+        if p.leader < 0 or p.leader == stale:
             error = int(ErrorCode.LEADER_NOT_AVAILABLE)
         elif listener is not None and services.endpoint(p.leader, listener) is None:
             error = int(ErrorCode.LISTENER_NOT_FOUND)
         partitions.append(Partition_(
-            error_code=error, partition_index=index, leader_id=p.leader, leader_epoch=p.leader_epoch,
+            error_code=error, partition_index=index, leader_id=-1 if p.leader == stale else p.leader, leader_epoch=p.leader_epoch,
             replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=offline,
         ))
     return Topic_(
@@ -62,7 +66,10 @@ def broker_entries(services, listener: str) -> list[Broker_]:
     image = services.metadata.image
     out = []
     ids = services.live_brokers()
-    if services.node_id not in ids and services.node_id in image.brokers:
+    if services.data.lease_expired:
+        # Cut off from the controller for a session: fenced by now, so not listed, as the others list it.
+        ids = [i for i in ids if i != services.node_id]
+    elif services.node_id not in ids and services.node_id in image.brokers:
         ids = sorted([*ids, services.node_id])
     for broker_id in ids:
         endpoint = services.endpoint(broker_id, listener)
@@ -83,6 +90,8 @@ def handle_metadata(services, ctx, request):
             t.name for t in requested
             if t.name is not None and t.name not in image.topics_by_name and auto_create and _may_auto_create(services, t.name)
         ]
+        if missing and services.authorizer is not None:
+            missing = [name for name in missing if _may_create(services, ctx, name)]
         if missing:
             # Created through the controller; the answer is made once the creation is committed.
             names = list(dict.fromkeys(missing))
@@ -93,6 +102,43 @@ def handle_metadata(services, ctx, request):
 
 def _may_auto_create(services, name: str) -> bool:
     return services.config.auto_create_topics_enable and is_valid_name(name) and not services.is_internal_topic(name)
+
+
+def _may_create(services, ctx, name: str) -> bool:
+    """DESCRIBE and CREATE (on the cluster or the topic) for a topic made on demand (Kafka's getTopicMetadata)."""
+    return services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name) and (
+        services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER)
+        or services.authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, name))
+
+
+def _authorize(services, ctx, request, response: MetadataResponse) -> None:
+    """With an authorizer: topics the principal may not DESCRIBE are refused (an all-topics listing leaves
+    them out), a topic it may not create on demand is refused, and the authorized operations are its own."""
+    version = ctx.api_version
+    listing = request.topics is None or (version == 0 and not request.topics)
+    auto_create = request.allow_auto_topic_creation if version >= 4 else True
+    names = {t.name for t in response.topics if t.name is not None}
+    allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    by_id = set() if listing else {t.topic_id for t in request.topics if t.name is None and t.topic_id != ZERO_UUID}
+    topics = []
+    for t in response.topics:
+        if t.name is None or t.name in allowed:
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto_create and _may_auto_create(services, t.name) \
+                    and not _may_create(services, ctx, t.name):
+                t.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif t.name is not None and t.topic_authorized_operations != INT32_MIN:
+                t.topic_authorized_operations = services.authorizer.authorized_operations(ctx, ResourceType.TOPIC, t.name)
+            topics.append(t)
+        elif not listing and t.topic_id in by_id:  # asked by id: the name stays unsaid (topic ids are not secret)
+            topics.append(Topic_(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=None, topic_id=t.topic_id))
+        elif not listing:
+            topics.append(Topic_(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=t.name, topic_id=ZERO_UUID,
+                                 is_internal=services.is_internal_topic(t.name)))
+    response.topics = topics
+    if response.cluster_authorized_operations != INT32_MIN:
+        response.cluster_authorized_operations = (
+            services.authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
+            if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER) else INT32_MIN)
 
 
 def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
@@ -130,7 +176,7 @@ def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
                 topics.append(Topic_(error_code=int(code), name=t.name, topic_id=ZERO_UUID))
             else:
                 topics.append(topic_response(services, found, version, include_ops, listener))
-    return MetadataResponse(
+    response = MetadataResponse(
         throttle_time_ms=0,
         brokers=broker_entries(services, listener),
         cluster_id=image.cluster_id,
@@ -141,3 +187,6 @@ def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
         ),
         error_code=0,
     )
+    if services.authorizer is not None:
+        _authorize(services, ctx, request, response)
+    return response

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_produce import ProduceFrame, encode_produce_response
 from odradek.protocol.messages import ProduceResponse
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 
 from ..context import ConnectionContext, Packed
@@ -105,6 +106,8 @@ def handle_produce(services, ctx, request):
     slots: dict[tuple, tuple[list, int]] = {}
     topic_names: dict[int, str] = {}
     endpoints: dict[int, object] = {}
+    denied = _denied(services, ctx, request, version) if services.authorizer is not None else None
+    services.quotas.record_produce(ctx.connection, ctx.client_id, ctx.frame_size)  # (the throttle goes in the response)
     for topic in request.topic_data:
         image, name = _topic(services, version, topic.topic_id if version >= 13 else topic.name)
         topic_names[id(topic)] = name
@@ -113,6 +116,8 @@ def handle_produce(services, ctx, request):
         for p in topic.partition_data:
             records = p.records
             error = _partition_error(services, version, acks, image, name, p.index, records)
+            if denied is not None and (denied is True or (name and name in denied)):  # ("": an unknown topic id)
+                error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if denied is True else ErrorCode.TOPIC_AUTHORIZATION_FAILED
             tp = TopicPartition(name, p.index)
             outcome = tp if error is None else PartitionResponse(index=p.index, error_code=int(error), base_offset=-1)
             if error is None:
@@ -185,6 +190,10 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
     acks = request.acks
     if acks != 1 and acks != -1:
         return None
+    if services.authorizer is not None and not _fast_path_authorized(services, connection, request):
+        return None
+    if services.metadata.image.client_quotas:  # quotas are per client id, which the fast path does not read
+        return None
     version = request.api_version
     entries: dict[TopicPartition, object] = {}
     plan: list[tuple[bytes, list[TopicPartition]]] = []
@@ -217,6 +226,40 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
         return Packed([encode_produce_response(request.correlation_id, topics, version)])
 
     return _append_and_answer(services, entries, acks, request.timeout_ms, answer)
+
+
+# -- authorization (Kafka's handleProduceRequest): WRITE on the transactional id for transactional records,
+# WRITE on each topic. Unauthorized topics answer TOPIC_AUTHORIZATION_FAILED whether they exist or not.
+
+_ATTRIBUTES_LOW_BYTE = 22  # the batch attributes' low byte; 0x10 marks a transactional batch
+
+
+def _transactional(records) -> bool:
+    return records is not None and len(records) > _ATTRIBUTES_LOW_BYTE and bool(records[_ATTRIBUTES_LOW_BYTE] & 0x10)
+
+
+def _denied(services, ctx, request, version: int):
+    """True when the whole request is refused (transactional records without WRITE on the transactional
+    id), else the set of topic names the principal may not write."""
+    if any(_transactional(p.records) for t in request.topic_data for p in t.partition_data):
+        if request.transactional_id is None or not services.authorized(
+            ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        ):
+            return True
+    names = {_topic(services, version, t.topic_id if version >= 13 else t.name)[1] for t in request.topic_data}
+    return names - services.authorized_names(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
+
+
+def _fast_path_authorized(services, connection, request: ProduceFrame) -> bool:
+    """Whether the fast path may serve the frame: WRITE on every topic and no transactional batch (its
+    transactional id is checked by handle_produce)."""
+    for key, _, parts in request.topics:
+        _, name = _topic(services, request.api_version, key)
+        if not services.authorizer.authorize(connection, AclOperation.WRITE, ResourceType.TOPIC, name):
+            return False
+        if any(_transactional(records) for _, records in parts):
+            return False
+    return True
 
 
 _LEADER_HINT_ERRORS = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import InitProducerIdResponse
 
+from ..authorizer import producer_id_refusal
 from . import handles
 from .groups import respond
 
@@ -26,6 +27,8 @@ def _failed(code: ErrorCode) -> InitProducerIdResponse:
 
 @handles(22, (0, 5))
 def handle_init_producer_id(services, ctx, request):
+    if (refused := producer_id_refusal(services, ctx, request.transactional_id)) is not None:
+        return _failed(refused)
     if request.transactional_id is not None:
         return respond(services, services.transactions.init_producer_id(request, ctx.api_version, services.now_ms()))
     if ctx.api_version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:

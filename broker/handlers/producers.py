@@ -1,14 +1,16 @@
 """DescribeProducers (61): the active producers of partitions led here (kafka-transactions.sh
 describe-producers), from each log's producer state: id, epoch, last sequence, last timestamp,
 coordinator epoch and the first offset of the open transaction (-1 when none), as Kafka's
-Partition.activeProducerState. A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER,
-one the image does not know UNKNOWN_TOPIC_OR_PARTITION.
+Partition.activeProducerState: any replica hosted here answers (admin clients ask the leader unless told
+otherwise). A partition not hosted here answers NOT_LEADER_OR_FOLLOWER, one the image does not know
+UNKNOWN_TOPIC_OR_PARTITION; one the principal may not READ, TOPIC_AUTHORIZATION_FAILED (as Kafka).
 """
 
 from __future__ import annotations
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import DescribeProducersResponse
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 
 from . import handles
@@ -20,7 +22,7 @@ ProducerState = PartitionResponse.ProducerState
 
 def _describe(services, tp: TopicPartition) -> PartitionResponse:
     partition = services.data.get_partition(tp)
-    if partition is None or not partition.is_leader:
+    if partition is None:
         image = services.topic_by_name(tp.topic)
         known = image is not None and tp.partition in image.partitions
         code = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -37,7 +39,10 @@ def _describe(services, tp: TopicPartition) -> PartitionResponse:
 
 @handles(61)
 def handle_describe_producers(services, ctx, request):
-    topics = [TopicResponse(name=t.name, partitions=[_describe(services, TopicPartition(t.name, index))
-                                                      for index in t.partition_indexes])
-              for t in request.topics]
+    readable = services.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, {t.name for t in request.topics})
+    denied = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    topics = [TopicResponse(name=t.name, partitions=[
+        _describe(services, TopicPartition(t.name, index)) if t.name in readable
+        else PartitionResponse(partition_index=index, error_code=denied, active_producers=[])
+        for index in t.partition_indexes]) for t in request.topics]
     return DescribeProducersResponse(throttle_time_ms=0, topics=topics)

@@ -6,8 +6,8 @@ later. DescribeQuorum (55) is served on both listeners, as Kafka's admin clients
 leader answers from its core, any other node forwards it to the leader, and a cluster of one
 (no Raft: its metadata log is local) describes itself as a quorum of one.
 
-BrokerRegistration (62), BrokerHeartbeat (63), UnregisterBroker (64), AlterPartition (56) and
-AllocateProducerIds (67) are answered by the active controller only (replication/controller.py decides,
+BrokerRegistration (62), BrokerHeartbeat (63), UnregisterBroker (64), AlterPartition (56),
+AssignReplicasToDirs (73) and AllocateProducerIds (67) are answered by the active controller only (replication/controller.py decides,
 the records are committed, then the response goes out); elsewhere NOT_CONTROLLER, which brokers take as
 "look for the controller again". ElectLeaders (43), AlterPartitionReassignments (45) and
 ListPartitionReassignments (46) are admin requests: any broker takes them and forwards them whole to the
@@ -21,6 +21,7 @@ from odradek.protocol.messages import (
     AllocateProducerIdsResponse,
     AlterPartitionReassignmentsResponse,
     AlterPartitionResponse,
+    AssignReplicasToDirsResponse,
     ElectLeadersResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
@@ -28,9 +29,12 @@ from odradek.protocol.messages import (
     FetchResponse,
     UnregisterBrokerResponse,
 )
+from odradek.replication.acl import AclOperation
 from odradek.replication.metadata_image import Endpoint, MetadataError
 from odradek.replication.raft import METADATA_TOPIC, METADATA_TOPIC_ID
 
+
+from ..authorizer import requires
 from . import BROKER, CONTROLLER, handles
 
 QTopic = DescribeQuorumResponse.TopicData
@@ -44,26 +48,31 @@ def _quorum(services):
 
 
 @handles(52, (0, 2), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_vote(services, ctx, request):
     return _quorum(services).handle_request(request)
 
 
 @handles(53, (0, 1), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_begin_quorum_epoch(services, ctx, request):
     return _quorum(services).handle_request(request)
 
 
 @handles(54, (0, 1), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_end_quorum_epoch(services, ctx, request):
     return _quorum(services).handle_request(request)
 
 
 @handles(59, (0, 1), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_fetch_snapshot(services, ctx, request):
     return _quorum(services).handle_request(request)
 
 
 @handles(1, (4, 17), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_metadata_fetch(services, ctx, request):
     """Fetch on the controller listener: only `__cluster_metadata-0`, by the quorum's voters and observers."""
     topic = request.topics[0] if len(request.topics) == 1 else None
@@ -74,6 +83,7 @@ def handle_metadata_fetch(services, ctx, request):
 
 
 @handles(55, (0, 2), listeners=(BROKER, CONTROLLER))
+@requires(AclOperation.DESCRIBE)
 def handle_describe_quorum(services, ctx, request):
     quorum = services.quorum
     if quorum is not None and quorum.raft.is_leader:
@@ -149,6 +159,7 @@ def _decided(services, deferred, failed):
 
 
 @handles(62, (0, 5), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_broker_registration(services, ctx, request):
     def failed(code, _message):
         return BrokerRegistrationResponse(throttle_time_ms=0, error_code=code, broker_epoch=-1)
@@ -159,6 +170,7 @@ def handle_broker_registration(services, ctx, request):
 
 
 @handles(63, (0, 2), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_broker_heartbeat(services, ctx, request):
     def failed(code, _message):
         return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=code, is_caught_up=False, is_fenced=True,
@@ -170,6 +182,7 @@ def handle_broker_heartbeat(services, ctx, request):
 
 
 @handles(64, (0, 0), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_unregister_broker(services, ctx, request):
     def failed(code, message):
         return UnregisterBrokerResponse(throttle_time_ms=0, error_code=code, error_message=message)
@@ -180,6 +193,7 @@ def handle_unregister_broker(services, ctx, request):
 
 
 @handles(56, (2, 3), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_alter_partition(services, ctx, request):
     def failed(code, _message):
         return AlterPartitionResponse(throttle_time_ms=0, error_code=code, topics=[])
@@ -189,10 +203,21 @@ def handle_alter_partition(services, ctx, request):
     return _decided(services, services.controller.alter_partition(request, ctx.api_version), failed)
 
 
+@handles(73, listeners=(CONTROLLER,))
+def handle_assign_replicas_to_dirs(services, ctx, request):
+    def failed(code, _message):
+        return AssignReplicasToDirsResponse(throttle_time_ms=0, error_code=code, directories=[])
+
+    if _not_controller(services):
+        return failed(int(ErrorCode.NOT_CONTROLLER), None)
+    return _decided(services, services.controller.assign_replicas_to_dirs(request), failed)
+
+
 # -- admin requests the controller answers (forwarded whole by a broker that is not the active controller)
 
 
 @handles(43, listeners=(BROKER, CONTROLLER))
+@requires(AclOperation.ALTER)
 def handle_elect_leaders(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
@@ -204,6 +229,7 @@ def handle_elect_leaders(services, ctx, request):
 
 
 @handles(45, listeners=(BROKER, CONTROLLER))
+@requires(AclOperation.ALTER)
 def handle_alter_partition_reassignments(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
@@ -215,6 +241,7 @@ def handle_alter_partition_reassignments(services, ctx, request):
 
 
 @handles(46, listeners=(BROKER, CONTROLLER))
+@requires(AclOperation.DESCRIBE)
 def handle_list_partition_reassignments(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
@@ -222,6 +249,7 @@ def handle_list_partition_reassignments(services, ctx, request):
 
 
 @handles(67, (0, 0), listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_allocate_producer_ids(services, ctx, request):
     if _not_controller(services):
         return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER),

@@ -5,11 +5,12 @@ answered once the change is committed; the partition logs follow the published i
 These handlers only map requests onto the channel and results back, one result per requested entry
 (librdkafka asserts on a missing one). A name given twice in one request fails with INVALID_REQUEST for every entry
 of that name, as Kafka does. DeleteRecords moves a partition's log start offset forward (-1 meaning the
-high watermark) and answers the new low watermark.
+high watermark) on its leader and answers the low watermark once every live replica has followed.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 from odradek.protocol.codec import ZERO_UUID
@@ -20,11 +21,12 @@ from odradek.protocol.messages import (
     DeleteRecordsResponse,
     DeleteTopicsResponse,
 )
-from odradek.replication.errors import ReplicationError
 from odradek.replication.metadata_image import MetadataError, validate_topic_name
-from odradek.storage.errors import StorageError
 from odradek.storage.names import TopicPartition
 
+from odradek.replication.acl import AclOperation, ResourceType
+
+from ..authorizer import per_item
 from ..config import ConfigError
 from ..controller_channel import CreatedTopic, NewPartitions, NewTopic, TopicToDelete
 from ..topic_config import describe_topic
@@ -37,7 +39,6 @@ DRTopic = DeleteRecordsResponse.DeleteRecordsTopicResult
 DRPartition = DRTopic.DeleteRecordsPartitionResult
 CPResult = CreatePartitionsResponse.CreatePartitionsTopicResult
 
-HIGH_WATERMARK = -1
 DUPLICATE_TOPIC = "Found multiple entries for this topic."
 
 
@@ -86,7 +87,19 @@ def _created(services, created: CreatedTopic, version: int) -> CTResult:
     return result
 
 
+def _create_refusal(services, ctx, t) -> ErrorCode | None:
+    if services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER) or services.authorized(
+            ctx, AclOperation.CREATE, ResourceType.TOPIC, t.name):
+        return None
+    return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def _create_denied(t, code: ErrorCode, version: int) -> CTResult:
+    return CTResult(name=t.name, error_code=int(code), error_message="Authorization failed.")
+
+
 @handles(19, (2, 7), listeners=(BROKER, CONTROLLER))
+@per_item("topics", "topics", _create_refusal, _create_denied)
 def handle_create_topics(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)  # KIP-590: the active controller answers
@@ -131,7 +144,31 @@ def handle_create_topics(services, ctx, request):
 # ---- DeleteTopics
 
 
+def _delete_refusal(services, ctx, t) -> ErrorCode | None:
+    """DESCRIBE and DELETE on the topic; an unknown topic id is the handler's to answer."""
+    if isinstance(t, str):
+        name = t
+    elif t.name is not None or t.topic_id == ZERO_UUID:
+        name = t.name
+    else:
+        topic = services.topic_by_id(t.topic_id)
+        if topic is None:
+            return None
+        name = topic.name
+    if name is None or services.authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
+        return None
+    return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def _delete_denied(t, code: ErrorCode, version: int) -> DTResult:
+    if isinstance(t, str):
+        return DTResult(name=t, error_code=int(code))
+    # (by id, the name stays unsaid: the client may not know it)
+    return DTResult(name=t.name, topic_id=t.topic_id, error_code=int(code))
+
+
 @handles(20, (1, 6), listeners=(BROKER, CONTROLLER))
+@per_item(lambda version: "topics" if version >= 6 else "topic_names", "responses", _delete_refusal, _delete_denied)
 def handle_delete_topics(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
@@ -189,7 +226,17 @@ def handle_delete_topics(services, ctx, request):
 # ---- CreatePartitions
 
 
+def _alter_refusal(services, ctx, t) -> ErrorCode | None:
+    ok = services.authorized(ctx, AclOperation.ALTER, ResourceType.TOPIC, t.name)
+    return None if ok else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def _alter_denied(t, code: ErrorCode, version: int) -> CPResult:
+    return CPResult(name=t.name, error_code=int(code), error_message=None)
+
+
 @handles(37, (0, 3), listeners=(BROKER, CONTROLLER))
+@per_item("topics", "results", _alter_refusal, _alter_denied)
 def handle_create_partitions(services, ctx, request):
     if not services.controller.is_active:
         return services.controller.forward(request, ctx.api_version)
@@ -224,34 +271,38 @@ def handle_create_partitions(services, ctx, request):
 # ---- DeleteRecords
 
 
-def _delete_records_one(services, name: str, index: int, offset: int) -> DRPartition:
-    def failed(code: ErrorCode) -> DRPartition:
-        return DRPartition(partition_index=index, low_watermark=-1, error_code=int(code))
-
-    topic = services.topic_by_name(name)
-    if topic is None or index not in topic.partitions:
-        return failed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    partition = services.data.get_partition(TopicPartition(name, index))
-    if partition is None or not partition.is_leader:
-        return failed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    log = partition.log
-    if not log.config.delete:
-        # Kafka: records of a compacted-only topic cannot be deleted (PolicyViolationException).
-        return failed(ErrorCode.POLICY_VIOLATION)
-    target = partition.high_watermark if offset == HIGH_WATERMARK else offset
-    if target < 0 or target > partition.high_watermark:
-        return failed(ErrorCode.OFFSET_OUT_OF_RANGE)
-    try:
-        low = log.delete_records_before(target, now_ms=services.now_ms())
-    except (StorageError, ReplicationError) as e:
-        return failed(getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
-    return DRPartition(partition_index=index, low_watermark=low, error_code=0)
-
-
 @handles(21, (0, 2))
 def handle_delete_records(services, ctx, request):
-    topics = []
+    """As Kafka's: the leader moves each log start offset, and the answer waits (up to the request's
+    timeout) until every live replica's has followed (replication/replica_manager.delete_records)."""
+    known: list[list[TopicPartition | None]] = []  # per requested topic, per entry: the partition, if it exists
+    denied: set[str] = set()  # DELETE on the topic, as Kafka's
     for t in request.topics:
-        parts = [_delete_records_one(services, t.name, p.partition_index, p.offset) for p in t.partitions]
-        topics.append(DRTopic(name=t.name, partitions=parts))
-    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+        if not services.authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, t.name):
+            denied.add(t.name)
+        topic = services.topic_by_name(t.name) if t.name not in denied else None
+        known.append([TopicPartition(t.name, p.partition_index)
+                      if topic is not None and p.partition_index in topic.partitions else None for p in t.partitions])
+    offsets = [(tp, p.offset) for t, tps in zip(request.topics, known) for p, tp in zip(t.partitions, tps)
+               if tp is not None]
+
+    def build(results) -> DeleteRecordsResponse:
+        answers = iter(results)
+        topics = []
+        for t, tps in zip(request.topics, known):
+            parts = []
+            for p, tp in zip(t.partitions, tps):
+                missing = ErrorCode.TOPIC_AUTHORIZATION_FAILED if t.name in denied else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                code, low = next(answers) if tp is not None else (int(missing), -1)
+                parts.append(DRPartition(partition_index=p.partition_index, low_watermark=low, error_code=code))
+            topics.append(DRTopic(name=t.name, partitions=parts))
+        return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+    future = asyncio.get_running_loop().create_future()
+
+    def respond(results) -> None:
+        if not future.done():
+            future.set_result(build(results))
+
+    services.data.delete_records(offsets, timeout_ms=request.timeout_ms, now_ms=services.now_ms(), respond=respond)
+    return future.result() if future.done() else future

@@ -11,35 +11,108 @@ and none of the clients tested here (librdkafka, aiokafka, kafka-python) sends v
 
 from __future__ import annotations
 
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    DescribeTransactionsResponse,
+    EndTxnResponse,
+    TxnOffsetCommitResponse,
+)
+from odradek.replication.acl import AclOperation, ResourceType
+
+from ..authorizer import per_item, transaction_refusal
 from .groups import respond
 from . import handles
+
+READ, WRITE, TOPIC, GROUP = AclOperation.READ, AclOperation.WRITE, ResourceType.TOPIC, ResourceType.GROUP
 
 
 @handles(24, (0, 5))
 def handle_add_partitions_to_txn(services, ctx, request):
+    if services.authorizer is not None and (refused := _add_partitions_refused(services, ctx, request)) is not None:
+        return refused
     return respond(services, services.transactions.add_partitions_to_txn(request, ctx.api_version, services.now_ms()))
 
 
 @handles(25, (0, 4))
 def handle_add_offsets_to_txn(services, ctx, request):
+    refused = transaction_refusal(services, ctx, request.transactional_id) or (
+        None if services.authorized(ctx, READ, GROUP, request.group_id) else ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if refused is not None:
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=int(refused))
     return respond(services, services.transactions.add_offsets_to_txn(request, ctx.api_version, services.now_ms()))
 
 
 @handles(26, (0, 4))
 def handle_end_txn(services, ctx, request):
+    if (refused := transaction_refusal(services, ctx, request.transactional_id)) is not None:
+        return EndTxnResponse(throttle_time_ms=0, error_code=int(refused))
     return respond(services, services.transactions.end_txn(request, ctx.api_version, services.now_ms()))
 
 
 @handles(28, (0, 5))
 def handle_txn_offset_commit(services, ctx, request):
+    refused = transaction_refusal(services, ctx, request.transactional_id) or (
+        None if services.authorized(ctx, READ, GROUP, request.group_id) else ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if refused is not None:
+        return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[_commit_refused(t, refused, 0) for t in request.topics])
+    return _txn_offset_commit(services, ctx, request)
+
+
+def _commit_refused(topic, code, version: int):
+    cls = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    return cls(name=topic.name, partitions=[cls.TxnOffsetCommitResponsePartition(
+        partition_index=p.partition_index, error_code=int(code)) for p in topic.partitions])
+
+
+@per_item("topics", "topics", lambda services, ctx, t: None if services.authorized(ctx, READ, TOPIC, t.name)
+          else ErrorCode.TOPIC_AUTHORIZATION_FAILED, _commit_refused)
+def _txn_offset_commit(services, ctx, request):
     return respond(services, services.groups.txn_offset_commit(request, ctx.api_version, services.now_ms()))
 
 
 @handles(65, (0, 0))
+@per_item("transactional_ids", "transaction_states",
+          lambda services, ctx, tid: None if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)
+          else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+          lambda tid, code, version: DescribeTransactionsResponse.TransactionState(
+              error_code=int(code), transactional_id=tid, transaction_state="", transaction_timeout_ms=0,
+              transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[]))
 def handle_describe_transactions(services, ctx, request):
     return services.transactions.describe_transactions(request, ctx.api_version, services.now_ms())
 
 
 @handles(66, (0, 2))
 def handle_list_transactions(services, ctx, request):
-    return services.transactions.list_transactions(request, ctx.api_version, services.now_ms())
+    response = services.transactions.list_transactions(request, ctx.api_version, services.now_ms())
+    if services.authorizer is not None:  # only the transactional ids the principal may describe
+        allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                            [t.transactional_id for t in response.transaction_states])
+        response.transaction_states = [t for t in response.transaction_states if t.transactional_id in allowed]
+    return response
+
+
+def _add_partitions_refused(services, ctx, request):
+    """Kafka's handleAddPartitionsToTxnRequest: v4+ comes from brokers (CLUSTER_ACTION); v0-3 needs WRITE on
+    the transactional id, then WRITE on each topic, and a refused topic fails the whole transaction
+    (OPERATION_NOT_ATTEMPTED for the others). None: go ahead."""
+    cls = AddPartitionsToTxnResponse
+    if ctx.api_version >= 4:
+        if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return None
+        return cls(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results_by_transaction=[])
+    topics = request.v3_and_below_topics
+    names = {t.name for t in topics}
+    refused = transaction_refusal(services, ctx, request.v3_and_below_transactional_id)
+    if refused is None:
+        allowed = services.authorized_names(ctx, WRITE, TOPIC, [n for n in names if not services.is_internal_topic(n)])
+        allowed |= {n for n in names if services.is_internal_topic(n)}
+        if allowed == names:
+            return None
+    codes = {n: refused if refused is not None else ErrorCode.TOPIC_AUTHORIZATION_FAILED if n not in allowed
+             else ErrorCode.OPERATION_NOT_ATTEMPTED for n in names}
+    topic_cls = cls.AddPartitionsToTxnTopicResult
+    return cls(throttle_time_ms=0, results_by_topic_v3_and_below=[topic_cls(name=t.name, results_by_partition=[
+        topic_cls.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=int(codes[t.name]))
+        for p in t.partitions]) for t in topics])

@@ -11,7 +11,8 @@ A partition unknown to the image answers UNKNOWN_TOPIC_OR_PARTITION, one not led
 NOT_LEADER_OR_FOLLOWER; the coordinator retries those elsewhere.
 
 Versions 1+ (v0, removed in Kafka 4, is not served, as the Java broker). The coordinator sends it to
-every partition leader; Kafka guards it with the ClusterAction ACL, which this broker does not check yet.
+every partition leader; a principal without CLUSTER_ACTION on the cluster gets CLUSTER_AUTHORIZATION_FAILED
+for every partition, as Kafka's.
 A group coordinator with an `on_transaction_completed(producer_id, partitions, committed)` hook hears of
 markers written to `__consumer_offsets` (pending transactional offset commits become visible or go).
 """
@@ -23,9 +24,12 @@ import asyncio
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import WriteTxnMarkersResponse
 from odradek.protocol.records import ABORT, COMMIT, build_control_batch
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
+from odradek.replication.acl import AclOperation
 from odradek.storage.producer_state import AppendOrigin
 
+from ..authorizer import requires
 from . import handles
 
 MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
@@ -36,6 +40,7 @@ _UNKNOWN = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 @handles(27, (1, 2))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_write_txn_markers(services, ctx, request):
     now_ms = services.now_ms()
     results: list[dict[TopicPartition, int]] = []
@@ -49,6 +54,11 @@ def handle_write_txn_markers(services, ctx, request):
 
     if not request.markers:
         return _response(request, results)
+    if not services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        denied = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        results = [{TopicPartition(t.name, i): denied for t in m.topics for i in t.partition_indexes}
+                   for m in request.markers]
+        return _response(request, results)
     for marker in request.markers:
         errors: dict[TopicPartition, int] = {}
         results.append(errors)
@@ -57,7 +67,7 @@ def handle_write_txn_markers(services, ctx, request):
         for topic in marker.topics:
             for index in topic.partition_indexes:
                 tp = TopicPartition(topic.name, index)
-                if services.partition_leader(topic.name, index) is None and _unknown(services, tp):
+                if _unknown(services, tp):
                     errors[tp] = _UNKNOWN
                     continue
                 entries[tp] = bytearray(build_control_batch(kind, marker.producer_id, marker.producer_epoch,
@@ -69,8 +79,8 @@ def handle_write_txn_markers(services, ctx, request):
         def respond(appended, errors=errors, marker=marker) -> None:
             for tp, r in appended.items():
                 code = r.error_code
-                if code == _UNKNOWN and services.partition_leader(tp.topic, tp.partition) is not None:
-                    code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # in the image but not led here
+                if code == _UNKNOWN and not _unknown(services, tp):
+                    code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # in the image but not hosted here
                 errors[tp] = code
             _tell_groups(services, marker, [tp for tp, code in errors.items() if code == 0])
             finish()

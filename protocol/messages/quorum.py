@@ -364,6 +364,42 @@ ALLOCATE_PRODUCER_IDS = api(
     ],
 )
 
+# A broker tells the active controller which log directory each of its replicas is in (KIP-858); a
+# replica assigned to a directory that is not online (DirectoryId.LOST) is offline on that broker.
+ASSIGN_REPLICAS_TO_DIRS = api(
+    73,
+    "AssignReplicasToDirs",
+    valid="0",
+    flexible="0+",
+    request=[
+        F("broker_id", "int32"),
+        F("broker_epoch", "int64", default=-1),
+        F("directories", "[]DirectoryData", fields=[
+            F("id", "uuid"),
+            F("topics", "[]TopicData", fields=[
+                F("topic_id", "uuid"),
+                F("partitions", "[]PartitionData", fields=[
+                    F("partition_index", "int32"),
+                ]),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("directories", "[]DirectoryData", fields=[
+            F("id", "uuid"),
+            F("topics", "[]TopicData", fields=[
+                F("topic_id", "uuid"),
+                F("partitions", "[]PartitionData", fields=[
+                    F("partition_index", "int32"),
+                    F("error_code", "int16"),
+                ]),
+            ]),
+        ]),
+    ],
+)
+
 APIS = [
     VOTE,
     BEGIN_QUORUM_EPOCH,
@@ -375,4 +411,5 @@ APIS = [
     BROKER_HEARTBEAT,
     UNREGISTER_BROKER,
     ALLOCATE_PRODUCER_IDS,
+    ASSIGN_REPLICAS_TO_DIRS,
 ]

@@ -179,3 +179,32 @@ def test_read_committed_consumers_skip_aborted_transactions(tmp_path):
     # After a restart (clean), the index and the producer state come back: the same answers.
     with BrokerThread(tmp_path) as broker:
         assert read_committed_values(broker.bootstrap, len(want)) == want
+
+
+def test_kill_9_then_recovery_rebuilds_what_read_committed_readers_see(tmp_path):
+    from tests.brokerproc import BrokerProcess
+
+    proc = BrokerProcess(tmp_path).start()
+    try:
+        with RawClient(proc.bootstrap) as client:
+            create_topic(client, TOPIC)
+            aborter, committer = producer_id(client), producer_id(client)
+            produce(client, aborter, 0, [b"aborted-0"])
+            produce(client, committer, 0, [b"committed-0"])
+            produce(client, aborter, 1, [b"aborted-1"])
+            assert write_marker(client, aborter, commit=False) == 0
+            assert write_marker(client, committer, commit=True) == 0
+            produce(client, committer, 1, [b"open-0"])  # left open across the crash
+            before = fetch_committed(client)
+            assert before.last_stable_offset == 5
+        proc.kill()  # no flush, no clean-shutdown marker, no snapshot: recovery replays the log
+        proc.start()
+        with RawClient(proc.bootstrap) as client:
+            after = fetch_committed(client)
+            assert after.last_stable_offset == 5 and after.high_watermark == 6
+            assert [(t.producer_id, t.first_offset) for t in after.aborted_transactions] == [(aborter, 0)]
+            assert write_marker(client, committer, commit=True) == 0  # the open one is still open, and closes
+            assert latest(client, 1) == 7
+        assert read_committed_values(proc.bootstrap, 2) == [b"committed-0", b"open-0"]
+    finally:
+        proc.stop()

@@ -10,19 +10,19 @@ from odradek.broker.testing import RawClient
 from odradek.protocol.messages import REQUESTS
 
 ApiVersionsRequest = REQUESTS[18]
-DescribeAclsRequest = REQUESTS[29]
+UpdateFeaturesRequest = REQUESTS[57]
 
 
 def _ask(bootstrap: str, client_id: str) -> None:
     with RawClient(bootstrap, client_id=client_id) as client:
-        client.send(DescribeAclsRequest(), 2)
+        client.send(UpdateFeaturesRequest(), 1)
         assert client.closed_by_peer()
 
 
 def test_the_broker_names_an_unserved_api_once_per_client(broker):
     with RawClient(broker.bootstrap) as client:
         listed = {k.api_key for k in client.request(ApiVersionsRequest(), 3).api_keys}
-    assert listed == set(load_handlers()) and 29 not in listed
+    assert listed == set(load_handlers()) and 57 not in listed
     _ask(broker.bootstrap, "acl-tool")
     _ask(broker.bootstrap, "acl-tool")  # a new connection, the same client: not logged again
     _ask(broker.bootstrap, "other-tool")
@@ -32,5 +32,5 @@ def test_the_broker_names_an_unserved_api_once_per_client(broker):
         time.sleep(0.05)
     warnings = [line for line in broker.output if "does not serve" in line]
     assert len(warnings) == 2, warnings
-    assert all("DescribeAcls" in line for line in warnings)
+    assert all("UpdateFeatures" in line for line in warnings)
     assert "acl-tool" in warnings[0] and "other-tool" in warnings[1]

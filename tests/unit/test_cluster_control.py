@@ -257,6 +257,18 @@ def test_activation_gives_every_registered_broker_a_session():
     assert cluster.image.brokers[1].fenced
 
 
+def test_activation_again_forgets_the_sessions_of_an_earlier_term():
+    """A node active before, then not (the brokers heartbeated to another controller), then active again:
+    old last-contact times would fence live brokers at once, and an old fenced flag would hide a broker
+    that really goes silent."""
+    cluster = cluster_of(1, 2)
+    cluster.controller.heartbeats.fence(2)  # what this node saw in its earlier term
+    cluster.controller.activate(10 * TIMEOUT_MS)  # much later: every session starts now, as the image says
+    assert cluster.controller.maybe_fence_stale_brokers(11 * TIMEOUT_MS) == []
+    assert cluster.commit(cluster.controller.maybe_fence_stale_brokers(11 * TIMEOUT_MS + 1))
+    assert cluster.image.brokers[1].fenced and cluster.image.brokers[2].fenced
+
+
 # ------------------------------------------------------------------------------------------- AlterPartition
 
 

@@ -171,9 +171,6 @@ def test_producer_ids_come_from_committed_blocks_and_wait_while_one_is_pending()
 @pytest.mark.parametrize(
     "props, key",
     [
-        ({"listeners": "SSL://127.0.0.1:0"}, "listener.security.protocol.map"),
-        ({"listeners": "PLAINTEXT://127.0.0.1:0,SECURE://127.0.0.1:0",
-          "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL"}, "listener.security.protocol.map"),
         ({"controller.quorum.bootstrap.servers": "other:9093"}, "controller.quorum.bootstrap.servers"),
         ({"controller.quorum.voters": "1@localhost:9093,2@other:9093", "process.roles": "broker,controller",
           "listeners": "PLAINTEXT://127.0.0.1:0"}, "listeners"),

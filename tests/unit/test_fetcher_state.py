@@ -225,13 +225,15 @@ def test_an_intermediate_truncation_converges(tmp_path):
     # leader has 2-3 in epoch 1 and 4-6 in epoch 3. The leader's answer to epoch 2 is "epoch 1 ends at
     # 4", an epoch the follower never saw: it cuts back to the end of its own epoch 0 (4) and asks again
     # with epoch 0, which ends at 2 on the leader.
-    leader, follower = manager(tmp_path, LEADER, LEADER, epoch=3), manager(tmp_path, FOLLOWER, LEADER, epoch=3)
+    # (The leader's history is written before it leads epoch 3: becoming leader records its epoch's start.)
+    leader, follower = manager(tmp_path, LEADER, FOLLOWER, epoch=3), manager(tmp_path, FOLLOWER, LEADER, epoch=3)
     for rm in (leader, follower):
         append(rm, 2, epoch=0, tag=b"common")
     append(follower, 2, epoch=0, tag=b"old")
     append(follower, 2, epoch=2, tag=b"stale")
     append(leader, 2, epoch=1, tag=b"one")
     append(leader, 3, epoch=3, tag=b"three")
+    reassign(leader, LEADER, 3)
     f = fetcher(follower)
     flog = follower.get_partition(TP).log
     round_trip(f, leader)

@@ -42,6 +42,9 @@ class FakeBroker:
     node_id = 3
     endpoint = BrokerServices.endpoint
     partition_leader = BrokerServices.partition_leader
+    authorizer = None  # no authorizer: every check passes
+    authorized = BrokerServices.authorized
+    authorized_names = BrokerServices.authorized_names
 
     def __init__(self, h: Harness) -> None:
         self.h = h

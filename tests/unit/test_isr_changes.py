@@ -109,3 +109,24 @@ def test_an_ineligible_follower_no_longer_holds_the_high_watermark(tmp_path):
     assert partition.high_watermark == 0 and done == {}  # held by 3, caught up within the lag time
     rm.set_ineligible_replicas({3}, NOW + 3)
     assert partition.high_watermark == 1 and done[TP].error_code == 0
+
+
+def test_a_broker_whose_lease_expired_refuses_and_fails_its_replicated_appends(tmp_path):
+    """Cut off from the controller for a session, the leader has been fenced and replaced: acks=all waiting
+    on followers that will not come fail with NOT_LEADER_OR_FOLLOWER (retriable), new produce is refused the
+    same way; once a heartbeat is answered again it appends as before."""
+    from odradek.protocol.errors import ErrorCode
+
+    rm = leader(tmp_path)
+    tp_batch = lambda: {TP: bytearray(build_batch([(None, b"x", None, NOW)]))}  # noqa: E731
+    answers = []
+    rm.append_records(tp_batch(), required_acks=-1, timeout_ms=30_000, now_ms=NOW, respond=answers.append)
+    assert answers == []  # waiting for followers 2 and 3
+    rm.set_lease_expired(True)
+    assert [r.error_code for r in answers[0].values()] == [int(ErrorCode.NOT_LEADER_OR_FOLLOWER)]
+    rm.append_records(tp_batch(), required_acks=-1, timeout_ms=30_000, now_ms=NOW, respond=answers.append)
+    assert [r.error_code for r in answers[1].values()] == [int(ErrorCode.NOT_LEADER_OR_FOLLOWER)]
+    assert rm.get_partition(TP).log.log_end_offset == 1  # refused before the append
+    rm.set_lease_expired(False)
+    rm.append_records(tp_batch(), required_acks=1, timeout_ms=30_000, now_ms=NOW, respond=answers.append)
+    assert [r.error_code for r in answers[2].values()] == [0]

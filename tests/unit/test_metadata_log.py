@@ -33,6 +33,11 @@ from odradek.replication.metadata_image import (
 )
 from odradek.replication.metadata_log import MetadataLog, StorageLogAdapter, metadata_log_config
 from odradek.replication.metadata_records import (
+    RemoveUserScramCredentialRecord,
+    UserScramCredentialRecord,
+    AccessControlEntryRecord,
+    ClientQuotaRecord,
+    RemoveAccessControlEntryRecord,
     RECORD_CLASSES,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
@@ -201,6 +206,13 @@ def sample_records() -> list:
         BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=17, fenced=-1, in_controlled_shutdown=1),
         NoOpRecord(),
         ClusterIdRecord(cluster_id="abc"),
+        UserScramCredentialRecord(name="alice", mechanism=2, salt=b"s", stored_key=b"k1", server_key=b"k2", iterations=4096),
+        RemoveUserScramCredentialRecord(name="alice", mechanism=2),
+        AccessControlEntryRecord(id=uuid.UUID(int=7), resource_type=2, resource_name="t", pattern_type=4,
+                                 principal="User:a", host="*", operation=3, permission_type=3),
+        RemoveAccessControlEntryRecord(id=uuid.UUID(int=7)),
+        ClientQuotaRecord(entity=[ClientQuotaRecord.EntityData(entity_type="user", entity_name=None)],
+                          key="producer_byte_rate", value=1048576.0, remove=False),
     ]
 
 

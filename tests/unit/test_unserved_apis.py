@@ -16,7 +16,7 @@ from odradek.protocol.connection import ClientConnection, ServerConnection, api_
 from odradek.protocol.errors import UnsupportedApiError
 from odradek.protocol.messages import REQUESTS
 
-DescribeAclsRequest = REQUESTS[29]
+UpdateFeaturesRequest = REQUESTS[57]
 
 
 def test_api_versions_lists_exactly_the_registered_handlers():
@@ -25,18 +25,18 @@ def test_api_versions_lists_exactly_the_registered_handlers():
     listed = {k.api_key: (k.min_version, k.max_version) for k in build_response(table).api_keys}
     assert listed == {k: (r.advertised_min, r.max_version) for k, r in registry.items()}
     unserved = set(REQUESTS) - set(registry)
-    assert unserved and not unserved & set(listed)  # e.g. DescribeAcls: defined, not served
+    assert unserved and not unserved & set(listed)  # e.g. UpdateFeatures: defined, not served
     for key, (low, high) in listed.items():  # never wider than the message definitions
         assert REQUESTS[key].VALID_VERSIONS[1] >= high and low <= high
 
 
 def test_a_request_for_an_unserved_api_names_it_and_the_client():
     server = ServerConnection(supported=accepted_versions(load_handlers()))
-    _, frame = ClientConnection(client_id="acl-tool").send_request(DescribeAclsRequest(), 2)
+    _, frame = ClientConnection(client_id="acl-tool").send_request(UpdateFeaturesRequest(), 1)
     with pytest.raises(UnsupportedApiError) as e:
         server.receive_data(frame)
-    assert (e.value.api_key, e.value.api_version, e.value.api_name, e.value.client_id) == (29, 2, "DescribeAcls", "acl-tool")
-    assert "DescribeAcls" in str(e.value)
+    assert (e.value.api_key, e.value.api_version, e.value.api_name, e.value.client_id) == (57, 1, "UpdateFeatures", "acl-tool")
+    assert "UpdateFeatures" in str(e.value)
 
 
 @pytest.mark.parametrize("key, name", [(29, "DescribeAcls"), (76, "ShareGroupHeartbeat"), (4, "LeaderAndIsr"),

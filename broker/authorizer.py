@@ -1,0 +1,192 @@
+"""The broker's authorizer: who may do what, from the ACLs in the published metadata image.
+
+`services.authorizer` is None unless `authorizer.class.name` names StandardAuthorizer, so a handler's check
+(`services.authorized(ctx, op, resource_type, name)`) costs one attribute test when authorization is off.
+When on, decisions come from replication.acl.AclIndex (StandardAuthorizer's rules), rebuilt when the image's
+ACLs change (compared by identity: an image that did not touch ACLs shares the mapping), with each answer
+remembered per (principal, host, operation, resource) until then, so the produce and fetch paths pay a
+dict lookup per topic.
+
+Requests on a controller listener come from other nodes: brokers forwarding a client's admin request
+(KIP-590), which they authorized for that client before forwarding, and the brokers' and voters' own
+RPCs. Kafka's controller asks CLUSTER_ACTION of such a connection's principal (and the forwarded request's
+principal from its envelope); here a principal with CLUSTER_ACTION on the cluster is trusted for the
+whole request, and one without is refused everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import inspect
+from collections.abc import Callable, Iterable
+
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import RESPONSES
+from odradek.replication.acl import CLUSTER_NAME, OPERATIONS_BY_TYPE, AclIndex, AclOperation, ResourceType
+from odradek.replication.metadata_publisher import MetadataPublisher
+
+from .config import BrokerConfig
+from .context import RequestContext
+
+_MAX_REMEMBERED = 100_000
+
+
+class Authorizer:
+    __slots__ = ("metadata", "super_users", "allow_if_no_acl", "_acls", "_index", "_decisions")
+
+    def __init__(self, config: BrokerConfig, metadata: MetadataPublisher) -> None:
+        self.metadata = metadata
+        self.super_users = frozenset(config.super_users)
+        self.allow_if_no_acl = config.allow_everyone_if_no_acl_found
+        self._acls = None
+        self._index: AclIndex | None = None
+        self._decisions: dict = {}
+
+    @staticmethod
+    def from_config(config: BrokerConfig, metadata: MetadataPublisher) -> Authorizer | None:
+        return Authorizer(config, metadata) if config.authorizer_class_name else None
+
+    def index(self) -> AclIndex:
+        acls = self.metadata.image.acls
+        if acls is not self._acls or self._index is None:
+            self._index = AclIndex(acls, super_users=self.super_users, allow_everyone_if_no_acl_found=self.allow_if_no_acl)
+            self._acls = acls
+            self._decisions = {}
+        return self._index
+
+    def authorize(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        connection = ctx.connection if type(ctx) is RequestContext else ctx  # the fast produce path has no request
+        if connection.scope == "controller" and not (resource_type == ResourceType.CLUSTER and op == AclOperation.CLUSTER_ACTION):
+            return self.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        index = self.index()
+        key = (connection.principal, connection.client_host, op, resource_type, name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = index.authorize(str(connection.principal), connection.client_host, op, resource_type, name)
+            if len(self._decisions) >= _MAX_REMEMBERED:
+                self._decisions.clear()
+            self._decisions[key] = decision
+        return decision
+
+    def authorize_by_resource_type(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType) -> bool:
+        connection = ctx.connection if type(ctx) is RequestContext else ctx
+        return self.index().authorize_by_resource_type(str(connection.principal), connection.client_host, op, resource_type)
+
+    def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
+        """The bit field of operations the principal may do on the resource (Metadata's authorized operations)."""
+        return sum(1 << op for op in OPERATIONS_BY_TYPE[resource_type] if self.authorize(ctx, op, resource_type, name))
+
+    def authorized_names(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType,
+                         names: Iterable[str]) -> set[str]:
+        return {name for name in set(names) if self.authorize(ctx, op, resource_type, name)}
+
+
+# -- requests authorized item by item (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs ...)
+
+
+def per_item(items_attr: str | Callable, results_attr: str, refusal: Callable, denied_result: Callable):
+    """A handler decorator for requests whose items are authorized one by one and answered positionally:
+    `refusal(services, ctx, item)` is the error code refusing an item (None: allowed), `denied_result(item,
+    code, version)` its entry in the response. The handler sees the request without the refused items
+    (the active controller decides only what the client may ask; a forwarding broker forwards only that,
+    since the forwarded request no longer says who asked), and the refused items' results are put back in
+    their places. Without an authorizer the handler is called as it is."""
+
+    def decorate(handler):
+        @functools.wraps(handler)
+        def handle(services, ctx, request):
+            if services.authorizer is None:
+                return handler(services, ctx, request)
+            attr = items_attr(ctx.api_version) if callable(items_attr) else items_attr
+            items = getattr(request, attr)
+            codes = [refusal(services, ctx, item) for item in items]
+            if not any(codes):
+                return handler(services, ctx, request)
+            partial = copy.copy(request)
+            setattr(partial, attr, [item for item, code in zip(items, codes) if code is None])
+
+            def merge(response):
+                answered = iter(getattr(response, results_attr))
+                setattr(response, results_attr, [
+                    next(answered) if code is None else denied_result(item, code, ctx.api_version)
+                    for item, code in zip(items, codes)
+                ])
+                return response
+
+            return then(handler(services, ctx, partial), merge)
+
+        return handle
+
+    return decorate
+
+
+def then(result, fn):
+    """`fn(result)` for a handler's answer given now, as a future, or as a coroutine."""
+    if inspect.iscoroutine(result):
+        async def chained():
+            return fn(await result)
+
+        return chained()
+    if isinstance(result, asyncio.Future):
+        out = asyncio.get_running_loop().create_future()
+
+        def settle(f: asyncio.Future) -> None:
+            if f.cancelled():
+                out.cancel()
+            elif f.exception() is not None:
+                out.set_exception(f.exception())
+            else:
+                try:
+                    out.set_result(fn(f.result()))
+                except Exception as e:  # noqa: BLE001 - the connection closes, as for any handler failure
+                    out.set_exception(e)
+
+        result.add_done_callback(settle)
+        return out
+    return fn(result)
+
+
+def requires(op: AclOperation, resource_type: ResourceType = ResourceType.CLUSTER):
+    """A handler decorator for requests authorized as a whole on the cluster (inter-broker and controller
+    RPCs: CLUSTER_ACTION; admin requests: ALTER or DESCRIBE): refused with the response's top-level
+    error_code CLUSTER_AUTHORIZATION_FAILED."""
+
+    def decorate(handler):
+        @functools.wraps(handler)
+        def handle(services, ctx, request):
+            if services.authorizer is None or services.authorizer.authorize(ctx, op, resource_type, CLUSTER_NAME):
+                return handler(services, ctx, request)
+            return RESPONSES[ctx.api_key](error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+
+        return handle
+
+    return decorate
+
+
+def producer_id_refusal(services, ctx, transactional_id: str | None) -> ErrorCode | None:
+    """InitProducerId (and the transaction APIs' first check): WRITE on the transactional id, else for an
+    idempotent producer IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679). None: allowed."""
+    if services.authorizer is None:
+        return None
+    if transactional_id is not None:
+        if services.authorizer.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return None
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if services.authorizer.authorize(ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME) or \
+            services.authorizer.authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def transaction_refusal(services, ctx, transactional_id: str) -> ErrorCode | None:
+    """The transaction APIs' first check (AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn, TxnOffsetCommit):
+    WRITE on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED. After it, as Kafka:
+    AddPartitionsToTxn needs WRITE on each topic (`services.authorized_names(ctx, WRITE, TOPIC, names)`,
+    the others TOPIC_AUTHORIZATION_FAILED), AddOffsetsToTxn and TxnOffsetCommit READ on the group
+    (GROUP_AUTHORIZATION_FAILED) and TxnOffsetCommit READ on each topic; AddPartitionsToTxn v4+ from a
+    broker (verification) and WriteTxnMarkers need CLUSTER_ACTION (`@requires(AclOperation.CLUSTER_ACTION)`)."""
+    if services.authorized(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return None
+    return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

@@ -1,0 +1,227 @@
+"""Several log directories per broker (JBOD): moving replicas between them, and surviving one that fails.
+
+Theory of operation
+-------------------
+`LogDirs` is the broker's part of what storage/log_manager.py keeps per directory:
+
+  * AlterReplicaLogDirs (`alter`) makes a future log of the replica in the target directory and wakes the
+    mover, one asyncio task that copies batches from each moving replica's current log into its future log
+    (storage/log_mover.py, at most `MOVE_STEP_BYTES` per step, yielding to the event loop between steps)
+    and, in the step that finds it caught up, swaps it in: the log manager renames it into place and the
+    partition reads and writes the new log from the next request on. A partition dropped meanwhile
+    abandons its move.
+  * A failed directory: an I/O error met by an append, a read, a follower's append, a flush or a checkpoint
+    (`storage_failed(path, error)`, on the event loop) takes the directory offline in the log manager; its
+    partitions stop being fetched and are hosted no more here (answered KAFKA_STORAGE_ERROR), and the
+    controller is told with AssignReplicasToDirs naming them in DirectoryId.LOST (retried until it
+    answers): it moves their leadership and ISR membership to other brokers, and the broker carries on
+    with its other directories (Kafka's LogDirFailureChannel and offline-directory handling). The
+    directory's id is listed by `offline_dir_ids` (DescribeLogDirs shows the directory with
+    KAFKA_STORAGE_ERROR).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import structlog
+
+from odradek.protocol.errors import ErrorCode
+from odradek.storage.errors import KafkaStorageError, StorageError
+from odradek.storage.log_mover import copy_step
+from odradek.storage.names import TopicPartition
+
+log = structlog.get_logger("odradek.log_dirs")
+
+MOVE_STEP_BYTES = 1 << 20
+LOST_DIRECTORY_ID = uuid.UUID(int=2)  # Kafka's DirectoryId.LOST
+
+
+def directory_uuid(directory_id: str | None) -> uuid.UUID | None:
+    """A meta.properties `directory.id` (22 characters of base64) as a UUID."""
+    import base64
+
+    if not directory_id:
+        return None
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(directory_id + "=="))
+    except ValueError:
+        return None
+
+
+class LogDirs:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.log_manager = broker.log_manager
+        self.data = broker.data
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._reporting: asyncio.Task | None = None
+        self.unreported: set[TopicPartition] = set()  # offline replicas the controller has not heard of yet
+        self.moves_completed = 0
+
+    def start(self) -> None:
+        self.data.on_storage_error = self.storage_failed
+        self._task = asyncio.get_running_loop().create_task(self._mover())
+        if self.log_manager.future_logs:
+            self._wake.set()  # moves that were under way at the last shutdown resume
+
+    async def stop(self) -> None:
+        for task in (self._task, self._reporting):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
+                    pass
+
+    # -- AlterReplicaLogDirs
+
+    def alter(self, tp: TopicPartition, path: str) -> ErrorCode:
+        """Move `tp`'s replica on this broker to the log directory `path` (absolute, as DescribeLogDirs
+        names it); the answer per partition, as Kafka's alterReplicaLogDirs gives it."""
+        manager = self.log_manager
+        target = manager.find_dir(path)
+        if target is None or not target.placement:
+            return ErrorCode.LOG_DIR_NOT_FOUND
+        if not target.online:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        if tp in self.data.offline_partitions:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        partition = self.data.get_partition(tp)
+        if partition is None or tp.topic == "__cluster_metadata":
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        if manager.dir_of(tp) is target:
+            manager.abandon_future_log(tp)  # moving back where it is: a move under way stops
+            return ErrorCode.NONE
+        try:
+            manager.create_future_log(tp, target.path, now_ms=self.broker_now())
+        except KafkaStorageError:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        except OSError as e:
+            self.storage_failed(target.path, str(e))
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        self._wake.set()
+        return ErrorCode.NONE
+
+    def broker_now(self) -> int:
+        return self.broker.services.now_ms() if self.broker.services is not None else 0
+
+    async def _mover(self) -> None:
+        manager = self.log_manager
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while manager.future_logs:
+                progressed = False
+                for tp in list(manager.future_logs):
+                    progressed = self._step(tp) or progressed
+                    await asyncio.sleep(0)  # requests go on between steps
+                if not progressed:
+                    # Only moves of partitions not hosted yet (a start, before the image names them): look
+                    # again a little later rather than spin.
+                    await asyncio.sleep(0.5)
+
+    def _step(self, tp: TopicPartition) -> bool:
+        """One copy step of `tp`'s move, and the swap once caught up; False when nothing could be done."""
+        manager = self.log_manager
+        future = manager.future_logs.get(tp)
+        partition = self.data.get_partition(tp)
+        if future is None:
+            return False
+        if partition is None:
+            if manager.get_log(tp) is None:
+                manager.abandon_future_log(tp)  # the replica is gone: so is its move
+                return True
+            return False  # not hosted yet (a start): the move resumes once it is
+        now = self.broker_now()
+        try:
+            if copy_step(partition.log, future, max_bytes=MOVE_STEP_BYTES, now_ms=now):
+                moved = manager.replace_current_with_future(tp, now_ms=now)
+                self.data.replace_log(tp, moved)
+                self.moves_completed += 1
+                log.info("replica moved to another log directory", partition=str(tp), log_dir=manager.dir_of(tp).path)
+        except StorageError as e:  # (e.g. the current log cut under the read): this move gives up
+            log.warning("moving a replica failed; the move is abandoned", partition=str(tp), error=str(e))
+            manager.abandon_future_log(tp)
+        except OSError as e:
+            # Either directory may be failing: the one the error names goes offline.
+            path = getattr(e, "filename", None) or future.directory
+            self.storage_failed(str(path), str(e))
+            if tp in manager.future_logs and manager.future_dir_of(tp) is not None and not manager.future_dir_of(tp).online:
+                manager.abandon_future_log(tp)
+        return True
+
+    # -- failed directories
+
+    def storage_failed(self, path: str, error: str) -> None:
+        manager = self.log_manager
+        d = next((d for d in manager.dirs if path == d.path or path.startswith(d.path + "/")), None)
+        if d is None or not d.online:
+            return  # not a log directory's, or offline already (and handled then)
+        gone = manager.mark_dir_offline(path, error)
+        log.error("log directory failed; its replicas are offline on this broker", log_dir=d.path, error=error,
+                  partitions=len(gone))
+        fetchers = self.broker.replica_fetchers
+        for tp in gone:
+            if fetchers is not None:
+                fetchers.unfollow(tp)
+            self.data.take_offline(tp)
+        self.unreported.update(gone)
+        if not any(x.online and x.placement for x in manager.dirs):
+            # (Kafka halts the broker here; this one stays up, serving nothing from storage, so that its
+            # offline replicas are reported and the operator sees it in DescribeLogDirs.)
+            log.critical("every data log directory of this broker is offline")
+        if self.unreported and (self._reporting is None or self._reporting.done()):
+            self._reporting = asyncio.get_running_loop().create_task(self._report())
+
+    def check_failed_paths(self) -> None:
+        """I/O errors met in worker threads (flushes, checkpoints), handled here on the event loop."""
+        failed, self.log_manager.failed_paths = self.log_manager.failed_paths, []
+        for path, error in failed:
+            self.storage_failed(path, error)
+
+    def offline_dir_ids(self) -> list[uuid.UUID]:
+        return [u for d in self.log_manager.dirs if not d.online and (u := directory_uuid(d.directory_id)) is not None]
+
+    async def _report(self) -> None:
+        """AssignReplicasToDirs(LOST) for the offline replicas, until the controller has taken them."""
+        from odradek.protocol.messages import AssignReplicasToDirsRequest as R
+
+        broker = self.broker
+        while self.unreported:
+            image = broker.metadata.image
+            registration = image.brokers.get(broker.config.node_id)
+            # (A node of a cluster knows its epoch from its registration's answer; a cluster of one from its image.)
+            broker_epoch = broker.broker_epoch if broker.broker_epoch >= 0 else (
+                registration.broker_epoch if registration is not None else -1)
+            if broker_epoch < 0:
+                await asyncio.sleep(0.2)  # not registered yet
+                continue
+            batch = sorted(self.unreported, key=lambda tp: (tp.topic, tp.partition))
+            topics: dict[uuid.UUID, list[int]] = {}
+            for tp in batch:
+                topic = image.topics_by_name.get(tp.topic)
+                if topic is not None:
+                    topics.setdefault(topic.topic_id, []).append(tp.partition)
+            if not topics:
+                self.unreported.difference_update(batch)
+                break
+            request = R(broker_id=broker.config.node_id, broker_epoch=broker_epoch, directories=[
+                R.DirectoryData(id=LOST_DIRECTORY_ID, topics=[
+                    R.DirectoryData.TopicData(topic_id=topic_id, partitions=[
+                        R.DirectoryData.TopicData.PartitionData(partition_index=i) for i in indexes])
+                    for topic_id, indexes in topics.items()])])
+            try:
+                response = await broker.services.future_from(broker.controller.assign_replicas_to_dirs(request))
+            except Exception as e:  # noqa: BLE001 - no controller now: try again
+                log.debug("reporting offline replicas failed; retrying", error=str(e))
+                await asyncio.sleep(0.5)
+                continue
+            if response.error_code:
+                log.debug("offline replicas refused; retrying", error_code=response.error_code)
+                await asyncio.sleep(0.5)
+                continue
+            self.unreported.difference_update(batch)
+            log.info("controller told of offline replicas", partitions=len(batch))

@@ -1,0 +1,320 @@
+"""SASL mechanisms, sans-I/O: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), both sides.
+
+Each side is a small state machine fed the peer's tokens and answering with its own, with no sockets,
+clocks or randomness of its own: nonces and salts are arguments, so the RFC's test vectors replay exactly.
+The broker wraps the server side (broker/authenticator.py) and the bundled clients the client side
+(client/connection.py), both over SaslAuthenticate (or raw frames after a v0 SaslHandshake).
+
+SCRAM in one paragraph: the server never holds the password, only, per user and mechanism, a salt, an
+iteration count, StoredKey = H(HMAC(SaltedPassword, "Client Key")) and ServerKey = HMAC(SaltedPassword,
+"Server Key"), where SaltedPassword = PBKDF2(password, salt, iterations). The client proves it knows
+ClientKey by sending ClientKey XOR HMAC(StoredKey, AuthMessage); the server recovers ClientKey, hashes it
+and compares with StoredKey in constant time; it then proves it knows ServerKey with HMAC(ServerKey,
+AuthMessage), which the client checks. AuthMessage is the three messages exchanged so far, so a replayed
+proof fails under a fresh server nonce.
+
+A failed authentication raises `SaslAuthenticationFailed` with the text the client is shown (Kafka's own
+wording, so that clients' logs read the same); a malformed token raises it too: the connection ends the
+same way either way.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Callable
+
+__all__ = [
+    "PLAIN", "SaslAuthenticationFailed", "ScramMechanism", "ScramCredential", "ScramServer", "ScramClient",
+    "PlainServer", "plain_token", "salted_password", "scram_credential", "MIN_ITERATIONS", "MAX_ITERATIONS",
+]
+
+PLAIN = "PLAIN"
+# Kafka's bounds on SCRAM iterations (ScramMechanism.minIterations; AlterUserScramCredentials' maximum).
+MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+
+
+class SaslAuthenticationFailed(Exception):
+    """The peer did not authenticate; `str(e)` is what the client is told."""
+
+
+class ScramMechanism(IntEnum):
+    """Kafka's ids for the SCRAM mechanisms (ScramMechanism.java: the `mechanism` int8 on the wire)."""
+
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+    @property
+    def mechanism_name(self) -> str:
+        return self.name.replace("_", "-")
+
+    @property
+    def hash_name(self) -> str:
+        return "sha256" if self is ScramMechanism.SCRAM_SHA_256 else "sha512"
+
+    @classmethod
+    def from_name(cls, name: str) -> "ScramMechanism":
+        try:
+            return cls[name.upper().replace("-", "_")]
+        except KeyError:
+            raise ValueError(f"unknown SCRAM mechanism {name!r} (SCRAM-SHA-256 or SCRAM-SHA-512)") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """What a server keeps for one user and mechanism. Never the password."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def __repr__(self) -> str:  # keys stay out of logs and tracebacks
+        return f"ScramCredential(iterations={self.iterations}, salt=<{len(self.salt)} bytes>)"
+
+
+def _hmac(mechanism: ScramMechanism, key: bytes, message: bytes) -> bytes:
+    return hmac.new(key, message, mechanism.hash_name).digest()
+
+
+def salted_password(mechanism: ScramMechanism, password: str, salt: bytes, iterations: int) -> bytes:
+    """Hi(Normalize(password), salt, i) of RFC 5802 (PBKDF2 with HMAC-H). SASLprep is not applied: Kafka's
+    Java implementation does not apply it either, so passwords compare as their UTF-8 bytes."""
+    return hashlib.pbkdf2_hmac(mechanism.hash_name, password.encode("utf-8"), salt, iterations)
+
+
+def credential_from_salted_password(mechanism: ScramMechanism, salted: bytes, salt: bytes, iterations: int) -> ScramCredential:
+    client_key = _hmac(mechanism, salted, b"Client Key")
+    stored_key = hashlib.new(mechanism.hash_name, client_key).digest()
+    server_key = _hmac(mechanism, salted, b"Server Key")
+    return ScramCredential(bytes(salt), stored_key, server_key, iterations)
+
+
+def scram_credential(mechanism: ScramMechanism, password: str, salt: bytes, iterations: int = MIN_ITERATIONS) -> ScramCredential:
+    return credential_from_salted_password(mechanism, salted_password(mechanism, password, salt, iterations), salt, iterations)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise SaslAuthenticationFailed(f"Invalid SCRAM {what}") from None
+
+
+def _escape_name(name: str) -> str:
+    return name.replace("=", "=3D").replace(",", "=2C")
+
+
+def _unescape_name(text: str) -> str:
+    # "=" may appear only as =2C or =3D (RFC 5802 §5.1)
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "=":
+            code = text[i : i + 3]
+            if code == "=2C":
+                out.append(",")
+            elif code == "=3D":
+                out.append("=")
+            else:
+                raise SaslAuthenticationFailed("Invalid SCRAM username encoding")
+            i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _attributes(message: str) -> list[tuple[str, str]]:
+    attrs = []
+    for part in message.split(","):
+        if len(part) < 2 or part[1] != "=":
+            raise SaslAuthenticationFailed("Invalid SCRAM message format")
+        attrs.append((part[0], part[2:]))
+    return attrs
+
+
+def _decode(token: bytes) -> str:
+    try:
+        return bytes(token).decode("utf-8")
+    except UnicodeDecodeError:
+        raise SaslAuthenticationFailed("Invalid SCRAM message: not UTF-8") from None
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return bytes(x ^ y for x, y in zip(a, b))
+
+
+class ScramServer:
+    """The server side of one SCRAM exchange: `step(client_first)` -> server_first, `step(client_final)` ->
+    server_final, then `complete` and `username`. `lookup(username)` gives the user's credential, or None.
+    `server_nonce` must be fresh random printable text (no commas) per exchange."""
+
+    def __init__(self, mechanism: ScramMechanism, lookup: Callable[[str], ScramCredential | None], server_nonce: str):
+        self.mechanism = mechanism
+        self._lookup = lookup
+        self._server_nonce = server_nonce
+        self._state = 0  # 0: expect client-first, 1: expect client-final, 2: done
+        self.username: str | None = None
+        self.token_authenticated = False  # the client asked for delegation-token auth (not served)
+        self._credential: ScramCredential | None = None
+        self._nonce = ""
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._gs2_header = ""
+
+    @property
+    def complete(self) -> bool:
+        return self._state == 2
+
+    def _fail(self) -> SaslAuthenticationFailed:
+        self._state = 3
+        return SaslAuthenticationFailed(
+            f"Authentication failed during authentication due to invalid credentials with SASL mechanism "
+            f"{self.mechanism.mechanism_name}"
+        )
+
+    def step(self, token: bytes) -> bytes:
+        if self._state == 0:
+            return self._client_first(_decode(token))
+        if self._state == 1:
+            return self._client_final(_decode(token))
+        raise SaslAuthenticationFailed("Unexpected SCRAM message after the exchange ended")
+
+    def _client_first(self, message: str) -> bytes:
+        # gs2-header: "n,," or "y,," (no channel binding), optionally "n,a=authzid,"
+        parts = message.split(",", 2)
+        if len(parts) != 3 or parts[0] not in ("n", "y") or (parts[1] and not parts[1].startswith("a=")):
+            raise SaslAuthenticationFailed("Invalid SCRAM client first message")
+        authzid = _unescape_name(parts[1][2:]) if parts[1] else ""
+        self._gs2_header = f"{parts[0]},{parts[1]},"
+        bare = parts[2]
+        attrs = _attributes(bare)
+        if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r" or not attrs[1][1]:
+            raise SaslAuthenticationFailed("Invalid SCRAM client first message")
+        username = _unescape_name(attrs[0][1])
+        extensions = dict(attrs[2:])
+        if extensions.get("tokenauth", "").lower() == "true":
+            self.token_authenticated = True
+            raise self._fail()  # delegation tokens are not served
+        if authzid and authzid != username:
+            raise SaslAuthenticationFailed("Authentication failed: Client requested an authorization id that is different from username")
+        credential = self._lookup(username)
+        if credential is None:
+            raise self._fail()
+        self.username = username
+        self._credential = credential
+        self._client_first_bare = bare
+        self._nonce = attrs[1][1] + self._server_nonce
+        self._server_first = f"r={self._nonce},s={_b64(credential.salt)},i={credential.iterations}"
+        self._state = 1
+        return self._server_first.encode("ascii")
+
+    def _client_final(self, message: str) -> bytes:
+        attrs = _attributes(message)
+        if len(attrs) < 3 or attrs[0][0] != "c" or attrs[1][0] != "r" or attrs[-1][0] != "p":
+            raise SaslAuthenticationFailed("Invalid SCRAM client final message")
+        if _unb64(attrs[0][1], "channel binding") != self._gs2_header.encode("utf-8"):
+            raise self._fail()
+        # The nonce must end with the combined one the server sent, as Kafka 3.x's ScramSaslServer checks
+        # (newer Kafka wants equality): librdkafka 2.0 (kcat 1.7's) sends its own nonce again in front.
+        # Still safe: the proof covers the nonce as sent, and the server's part is fresh.
+        if not attrs[1][1].endswith(self._nonce):
+            raise self._fail()
+        proof = _unb64(attrs[-1][1], "proof")
+        without_proof = message[: message.rindex(",p=")]
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode("utf-8")
+        credential = self._credential
+        signature = _hmac(self.mechanism, credential.stored_key, auth_message)
+        if len(proof) != len(signature):
+            raise self._fail()
+        client_key = _xor(proof, signature)
+        computed = hashlib.new(self.mechanism.hash_name, client_key).digest()
+        if not hmac.compare_digest(computed, credential.stored_key):
+            raise self._fail()
+        self._state = 2
+        server_signature = _hmac(self.mechanism, credential.server_key, auth_message)
+        return f"v={_b64(server_signature)}".encode("ascii")
+
+
+class ScramClient:
+    """The client side: `first()` -> client-first, `final(server_first)` -> client-final,
+    `verify(server_final)` raises unless the server proved it knows the credential."""
+
+    def __init__(self, mechanism: ScramMechanism, username: str, password: str, client_nonce: str):
+        self.mechanism = mechanism
+        self.username = username
+        self._password = password
+        self._client_nonce = client_nonce
+        self._client_first_bare = f"n={_escape_name(username)},r={client_nonce}"
+        self._server_signature = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._client_first_bare}".encode("utf-8")
+
+    def final(self, server_first: bytes) -> bytes:
+        text = _decode(server_first)
+        attrs = dict(_attributes(text))
+        if "e" in attrs:
+            raise SaslAuthenticationFailed(f"SCRAM server error: {attrs['e']}")
+        nonce, salt, iterations = attrs.get("r", ""), _unb64(attrs.get("s", ""), "salt"), int(attrs.get("i", "0"))
+        if not nonce.startswith(self._client_nonce) or iterations < 1:
+            raise SaslAuthenticationFailed("Invalid SCRAM server first message")
+        salted = salted_password(self.mechanism, self._password, salt, iterations)
+        client_key = _hmac(self.mechanism, salted, b"Client Key")
+        stored_key = hashlib.new(self.mechanism.hash_name, client_key).digest()
+        without_proof = f"c={_b64(b'n,,')},r={nonce}"
+        auth_message = f"{self._client_first_bare},{text},{without_proof}".encode("utf-8")
+        proof = _xor(client_key, _hmac(self.mechanism, stored_key, auth_message))
+        self._server_signature = _hmac(self.mechanism, _hmac(self.mechanism, salted, b"Server Key"), auth_message)
+        return f"{without_proof},p={_b64(proof)}".encode("ascii")
+
+    def verify(self, server_final: bytes) -> None:
+        attrs = dict(_attributes(_decode(server_final)))
+        if "e" in attrs:
+            raise SaslAuthenticationFailed(f"SCRAM server error: {attrs['e']}")
+        if not hmac.compare_digest(_unb64(attrs.get("v", ""), "server signature"), self._server_signature):
+            raise SaslAuthenticationFailed("Invalid SCRAM server signature")
+
+
+class PlainServer:
+    """PLAIN (RFC 4616): one token, `authzid NUL authcid NUL passwd`. `verify(username, password)` decides;
+    it must compare in constant time (see broker/authenticator.py)."""
+
+    def __init__(self, verify: Callable[[str, str], bool]):
+        self._verify = verify
+        self.username: str | None = None
+        self.complete = False
+
+    def step(self, token: bytes) -> bytes:
+        if self.complete:
+            raise SaslAuthenticationFailed("Unexpected PLAIN message after the exchange ended")
+        parts = bytes(token).split(b"\x00")
+        if len(parts) != 3:
+            raise SaslAuthenticationFailed("Invalid SASL/PLAIN response: expected 3 tokens")
+        try:
+            authzid, username, password = (p.decode("utf-8") for p in parts)
+        except UnicodeDecodeError:
+            raise SaslAuthenticationFailed("Invalid SASL/PLAIN response: not UTF-8") from None
+        if not username:
+            raise SaslAuthenticationFailed("Authentication failed: username not specified")
+        if not password:
+            raise SaslAuthenticationFailed("Authentication failed: password not specified")
+        if authzid and authzid != username:
+            raise SaslAuthenticationFailed("Authentication failed: Client requested an authorization id that is different from username")
+        if not self._verify(username, password):
+            raise SaslAuthenticationFailed("Authentication failed: Invalid username or password")
+        self.username = username
+        self.complete = True
+        return b""
+
+
+def plain_token(username: str, password: str, authzid: str = "") -> bytes:
+    return f"{authzid}\x00{username}\x00{password}".encode("utf-8")

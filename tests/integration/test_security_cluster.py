@@ -1,0 +1,116 @@
+"""Three nodes in one process with every listener secured: clients on SASL_SSL (SCRAM-SHA-512), brokers
+with each other on SASL_SSL (SCRAM-SHA-512, the `--add-scram` user), controllers on SASL_SSL (PLAIN from
+JAAS: SCRAM credentials live in the metadata log the controllers replicate, so, as in Kafka, the quorum
+cannot log in with them). An RF=3 topic written with acks=all through librdkafka is replicated to all
+three (the followers fetch over the secured inter-broker listener) and read back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from odradek.broker.server import Broker
+from odradek.broker.storage_tool import parse_add_scram, write_bootstrap_records
+from odradek.broker.testing import broker_config
+from odradek.replication.metadata_image import new_cluster_id
+from odradek.storage.meta_properties import format_log_dir
+from odradek.storage.names import TopicPartition
+from tests.pki import make_pki
+
+from .test_quorum_inprocess import QUICK, active, free_ports, until
+
+pytestmark = pytest.mark.timeout(150)
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="controller" '
+              'password="controller-secret" user_controller="controller-secret";')
+SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="admin-secret";'
+
+
+def secured_configs(tmp_path, pki, n: int = 3):
+    cluster_id = new_cluster_id()
+    ports = free_ports(3 * n)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * n + i]}" for i in range(n))
+    admin = parse_add_scram("SCRAM-SHA-512=[name=admin,password=admin-secret]")
+    configs = []
+    for i in range(n):
+        data = tmp_path / f"node{i + 1}"
+        format_log_dir(str(data), node_id=i + 1, cluster_id=cluster_id, directory_id=new_cluster_id())
+        write_bootstrap_records(str(data), [admin])
+        configs.append(broker_config(data, **{
+            "node.id": i + 1, "process.roles": "broker,controller", "controller.quorum.voters": voters,
+            "listeners": f"CLIENT://127.0.0.1:{ports[i]},INTERNAL://127.0.0.1:{ports[n + i]},"
+                         f"CONTROLLER://127.0.0.1:{ports[2 * n + i]}",
+            "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SASL_SSL,CONTROLLER:SASL_SSL",
+            "inter.broker.listener.name": "INTERNAL",
+            "advertised.listeners": f"CLIENT://127.0.0.1:{ports[i]},INTERNAL://127.0.0.1:{ports[n + i]}",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.internal.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": PLAIN_JAAS,
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_store),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
+            "default.replication.factor": 3, "offsets.topic.replication.factor": 3, "min.insync.replicas": 2,
+            "replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 100,
+            **QUICK,
+        }))
+    return configs
+
+
+def client_conf(bootstrap: str, pki) -> dict:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "admin", "sasl.password": "admin-secret", "ssl.ca.location": str(pki.ca)}
+
+
+async def test_three_nodes_with_every_listener_secured(tmp_path):
+    pki = make_pki(tmp_path / "pki")
+    nodes = [Broker(c) for c in secured_configs(tmp_path, pki)]
+    try:
+        await asyncio.gather(*(b.start() for b in nodes))
+        await until(lambda: len(active(nodes)) == 1, what="an active controller")
+        await until(lambda: all(b.services.live_brokers() == [1, 2, 3] for b in nodes), timeout_s=60,
+                    what="three unfenced brokers (registered over the SASL_SSL controller listener)")
+        await until(lambda: all(("admin", 2) in b.metadata.image.scram_credentials for b in nodes),
+                    what="the formatted SCRAM user on every node")
+        bootstrap = ",".join(f"127.0.0.1:{port}" for b in nodes for name, _, port in b.bound if name == "CLIENT")
+
+        def produce_and_consume() -> tuple[list[str], list[bytes]]:
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            admin = AdminClient(client_conf(bootstrap, pki))
+            admin.create_topics([NewTopic("secured", 3, 3)])["secured"].result(30)
+            errors: list[str] = []
+            producer = Producer({**client_conf(bootstrap, pki), "acks": "all", "enable.idempotence": True})
+            for i in range(30):
+                producer.produce("secured", f"v{i}".encode(), partition=i % 3,
+                                 on_delivery=lambda err, _m: err is not None and errors.append(str(err)))
+            if producer.flush(60):
+                errors.append("not all delivered")
+            consumer = Consumer({**client_conf(bootstrap, pki), "group.id": "secured-readers"})
+            consumer.assign([KafkaTopicPartition("secured", p, 0) for p in range(3)])
+            values: list[bytes] = []
+            deadline = time.monotonic() + 45
+            while len(values) < 30 and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None and not m.error():
+                    values.append(m.value())
+            consumer.close()
+            return errors, values
+
+        errors, values = await asyncio.get_running_loop().run_in_executor(None, produce_and_consume)
+        assert errors == []
+        assert sorted(values) == sorted(f"v{i}".encode() for i in range(30))
+        # Every replica has every record: the followers fetched over the SASL_SSL inter-broker listener.
+        for p in range(3):
+            tp = TopicPartition("secured", p)
+            await until(lambda tp=tp: all(b.data.get_partition(tp) is not None
+                                          and b.data.get_partition(tp).log.log_end_offset == 10 for b in nodes),
+                        what=f"partition {p} on all three replicas")
+    finally:
+        await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)

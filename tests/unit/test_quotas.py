@@ -1,0 +1,104 @@
+"""Client quotas (replication/quota.py): entity precedence, the windowed rate, throttle times; quota records
+through the controller, the image and snapshots. Time is an argument throughout."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from odradek.replication.controller import Controller
+from odradek.replication.metadata_image import MetadataError, replay_all
+from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapshot
+from odradek.replication.quota import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    QuotaError,
+    QuotaSensors,
+    Rate,
+    entity_key,
+    resolve_quota,
+)
+
+U, C = "user", "client-id"
+
+
+def quotas(*entries):
+    return {entity_key(entity): {PRODUCER_BYTE_RATE: value} for entity, value in entries}
+
+
+PRECEDENCE = [
+    ([(U, "alice"), (C, "app")], 1),
+    ([(U, "alice"), (C, None)], 2),
+    ([(U, "alice")], 3),
+    ([(U, None), (C, "app")], 4),
+    ([(U, None), (C, None)], 5),
+    ([(U, None)], 6),
+    ([(C, "app")], 7),
+    ([(C, None)], 8),
+]
+TAGS = [("alice", "app"), ("alice", "app"), ("alice", ""), ("alice", "app"), ("alice", "app"), ("alice", ""),
+        ("", "app"), ("", "app")]
+
+
+@pytest.mark.parametrize("first", range(len(PRECEDENCE)))
+def test_the_most_specific_entity_wins(first):
+    configured = quotas(*PRECEDENCE[first:])
+    assert resolve_quota(configured, PRODUCER_BYTE_RATE, "alice", "app") == (first + 1, TAGS[first])
+
+
+def test_no_quota_for_another_key_or_client():
+    configured = quotas(([(U, "alice")], 10))
+    assert resolve_quota(configured, CONSUMER_BYTE_RATE, "alice", "app") is None
+    assert resolve_quota(configured, PRODUCER_BYTE_RATE, "bob", "app") is None
+
+
+@pytest.mark.parametrize("entity", [[], [(U, "a"), (U, "b")], [("group", "g")], [("ip", "1.2.3.4"), (U, "a")]])
+def test_invalid_entities(entity):
+    with pytest.raises(QuotaError):
+        entity_key(entity)
+
+
+def test_rate_counts_at_least_samples_minus_one_windows():
+    rate = Rate(samples=11, window_ms=1000, now_ms=0)
+    rate.record(10_000, 0)
+    assert rate.measure(0) == pytest.approx(1000.0)  # 10 000 over the 10 s minimum span
+    for second in range(1, 30):
+        rate.record(1000, second * 1000)
+    # Old windows expire: the rate settles on what is recorded per second.
+    assert rate.measure(29_000) == pytest.approx(1000 * 11 / 10, rel=0.01)
+
+
+def test_throttle_time_is_how_long_to_get_back_to_the_quota():
+    sensors = QuotaSensors(PRODUCER_BYTE_RATE, samples=11, window_ms=1000)
+    configured = quotas(([(U, "alice")], 1000))
+    assert sensors.record(configured, "alice", "app", 5000, 0) == 0  # 500 B/s over 10 s: within
+    throttle = sensors.record(configured, "alice", "other", 10_000, 0)  # the user's quota is shared by its clients
+    assert throttle == 5000  # 1500 B/s over 10 s: (1500 - 1000) / 1000 * 10 s
+    assert sensors.record(configured, "bob", "app", 10**9, 0) == 0  # no quota for bob
+    assert len(sensors) == 1
+
+
+def test_a_producer_held_to_its_quota_by_throttling():
+    """A simulated client that waits out each throttle time sends at the quota on average."""
+    sensors = QuotaSensors(PRODUCER_BYTE_RATE, samples=11, window_ms=1000)
+    configured = quotas(([(C, "app")], 1_000_000))
+    now_ms, sent = 0, 0
+    while now_ms < 60_000:
+        sent += 100_000
+        now_ms += 10 + sensors.record(configured, "ANONYMOUS", "app", 100_000, now_ms)
+    assert sent / (now_ms / 1000) == pytest.approx(1_000_000, rel=0.15)
+
+
+def test_quota_records_through_controller_image_and_snapshot():
+    controller = Controller(rng=random.Random(1))
+    records, _ = controller.alter_client_quota([(U, "alice"), (C, None)], [(PRODUCER_BYTE_RATE, 1024.0, False)])
+    image = replay_all(records)
+    assert image.client_quotas == {((C, None), (U, "alice")): {PRODUCER_BYTE_RATE: 1024.0}}
+    assert decode_snapshot(encode_snapshot(image, 0)) == image
+    controller.image = image
+    records, _ = controller.alter_client_quota([(C, None), (U, "alice")], [(PRODUCER_BYTE_RATE, 0.0, True)])
+    assert replay_all(records, image).client_quotas == {}
+    for bad in ([(PRODUCER_BYTE_RATE, 1.5, False)], [("nonsense", 1.0, False)], [(PRODUCER_BYTE_RATE, -1.0, False)]):
+        with pytest.raises(MetadataError):
+            controller.alter_client_quota([(U, "alice")], bad)
