@@ -26,10 +26,8 @@ from odradek.protocol.messages import WriteTxnMarkersResponse
 from odradek.protocol.records import ABORT, COMMIT, build_control_batch
 from odradek.replication.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
-from odradek.replication.acl import AclOperation
 from odradek.storage.producer_state import AppendOrigin
 
-from ..authorizer import requires
 from . import handles
 
 MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
@@ -40,7 +38,6 @@ _UNKNOWN = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 @handles(27, (1, 2))
-@requires(AclOperation.CLUSTER_ACTION)
 def handle_write_txn_markers(services, ctx, request):
     now_ms = services.now_ms()
     results: list[dict[TopicPartition, int]] = []
