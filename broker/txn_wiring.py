@@ -38,7 +38,7 @@ from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import WriteTxnMarkersRequest
 from odradek.replication.metadata_publisher import MetadataUpdate
 
-from .context import ConnectionContext, RequestContext
+from .context import ANONYMOUS, ConnectionContext, KafkaPrincipal, RequestContext
 from .groups_wiring import MetadataTopicsView
 from .internal_topics import InternalTopicWriter, ensure_internal_topic
 
@@ -88,6 +88,7 @@ class MarkerSender:
         self.coordinator: TransactionCoordinator | None = None
         self._jobs: dict[int, set[asyncio.Task]] = {}
         self._connections = None
+        self._security = None  # TLS / SASL of the inter-broker listener, as the replica fetchers use
         self._correlation = itertools.count()
         self.markers_written = 0
 
@@ -177,8 +178,12 @@ class MarkerSender:
         broker = self.broker
         header = RequestHeader(api_key=27, api_version=WRITE_TXN_MARKERS_VERSION, correlation_id=next(self._correlation),
                                client_id=f"txn-markers-{broker.node_id}")
+        # As the request would arrive from this broker over the inter-broker listener: its SASL user there
+        # (ANONYMOUS on PLAINTEXT), which ACLs grant CLUSTER_ACTION to (or super.users names).
+        security = self._node_security()
+        principal = KafkaPrincipal("User", security.username) if security is not None and security.username else ANONYMOUS
         connection = ConnectionContext(connection_id="txn-markers-local", client_host="127.0.0.1",
-                                       listener=broker.config.inter_broker_listener)
+                                       listener=broker.config.inter_broker_listener, principal=principal)
         ctx = RequestContext(header=header, request=request, connection=connection, received_ns=0, frame_size=0)
         result = broker.dispatch(ctx)
         if isinstance(result, asyncio.Future):
@@ -193,8 +198,17 @@ class MarkerSender:
         if self._connections is None:
             from .node_client import NodeConnections
 
-            self._connections = NodeConnections(self._resolve, client_id=f"odradek-txn-{self.broker.node_id}")
+            self._connections = NodeConnections(self._resolve, client_id=f"odradek-txn-{self.broker.node_id}",
+                                                security=self._node_security())
         return await self._connections.request(node_id, message, version, purpose=purpose, timeout_s=timeout_s)
+
+    def _node_security(self):
+        if self._security is None:
+            from .security import node_security
+
+            cfg = self.broker.config
+            self._security = (node_security(cfg, cfg.inter_broker_listener, "sasl.mechanism.inter.broker.protocol"),)
+        return self._security[0]
 
     def _resolve(self, node_id: int):
         endpoint = self.broker.services.endpoint(node_id, self.broker.config.inter_broker_listener)

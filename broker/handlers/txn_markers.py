@@ -26,7 +26,6 @@ from odradek.protocol.messages import WriteTxnMarkersResponse
 from odradek.protocol.records import ABORT, COMMIT, build_control_batch
 from odradek.replication.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
-from odradek.replication.acl import AclOperation
 from odradek.storage.producer_state import AppendOrigin
 
 from . import handles
