@@ -10,8 +10,10 @@ receive inside their input partitions.
 client's snake_case field names (`kafka.max.partition.fetch.bytes` -> `max_partition_fetch_bytes`).
 As in Spark, the settings that would fight the connector are refused: offsets come from
 `startingOffsets`, keys and values are always bytes, and the source never commits consumer offsets.
-A name the client does not know is ignored (Kafka's Java clients warn likewise), except
-`security.protocol`, which must be PLAINTEXT: the bundled client speaks nothing else.
+A name the client does not know is ignored (Kafka's Java clients warn likewise). Security settings go
+to the bundled client under librdkafka's names (`kafka.security.protocol`, `kafka.sasl.mechanism`,
+`kafka.sasl.username`, `kafka.sasl.password`, `kafka.ssl.ca.location` ...); Java's `kafka.sasl.jaas.config`
+gives the username and password of its login module.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ _REJECTED = {
     "interceptor.classes": "interceptors are not supported",
 }
 # Accepted for compatibility with Spark jobs, but meaningless for this connector.
-_IGNORED = {"group.id", "bootstrap.servers", "security.protocol", "client.dns.lookup"}
+_IGNORED = {"group.id", "bootstrap.servers", "client.dns.lookup"}
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
@@ -154,8 +156,12 @@ class ClientOptions:
             name = key[len("kafka."):]
             if name in _REJECTED:
                 raise OptionError(f"Kafka option '{name}' is not supported: {_REJECTED[name]}")
-            if name == "security.protocol" and str(value).upper() != "PLAINTEXT":
-                raise OptionError(f"kafka.security.protocol={value} is not supported: only PLAINTEXT")
+            if name == "sasl.jaas.config":  # Java's spelling of the credentials
+                for option, text in re.findall(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"', str(value)):
+                    common[f"sasl_{option}"] = re.sub(r"\\(.)", r"\1", text)
+                continue
+            if name == "sasl.mechanisms":
+                name = "sasl.mechanism"
             if name in _IGNORED:
                 continue
             field = name.replace(".", "_").replace("-", "_")

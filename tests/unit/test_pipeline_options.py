@@ -135,9 +135,15 @@ def test_rejected_kafka_settings(name):
         ClientOptions.parse({**BOOT, f"kafka.{name}": "x"})
 
 
-def test_security_protocol_must_be_plaintext():
-    ClientOptions.parse({**BOOT, "kafka.security.protocol": "PLAINTEXT"})
-    with pytest.raises(OptionError, match="PLAINTEXT"):
+def test_security_settings_reach_the_client():
+    options = ClientOptions.parse({**BOOT, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                                   "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule '
+                                                             'required username="alice" password="a\\"b";',
+                                   "kafka.ssl.ca.location": "/ca.pem"})
+    config = options.consumer_config()
+    assert (config.security_protocol, config.sasl_mechanism, config.sasl_username, config.sasl_password,
+            config.ssl_ca_location) == ("SASL_SSL", "SCRAM-SHA-512", "alice", 'a"b', "/ca.pem")
+    with pytest.raises(OptionError, match="sasl"):  # SASL without credentials fails on the driver
         ClientOptions.parse({**BOOT, "kafka.security.protocol": "SASL_SSL"})
 
 

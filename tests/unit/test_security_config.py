@@ -158,3 +158,18 @@ def test_alter_user_scram_credentials_decisions():
     assert outcome["dave"][0] == ErrorCode.RESOURCE_NOT_FOUND
     records, outcome = decide_scram_changes(image, [delete("alice")], [up("alice")])
     assert records == [] and outcome["alice"][0] == ErrorCode.DUPLICATE_RESOURCE
+
+
+def test_inline_trust_store_and_requested_client_auth(pki):
+    c = config(listeners="SSL://127.0.0.1:0", **{
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": pki.server_store,
+        "ssl.truststore.type": "PEM", "ssl.truststore.certificates": pki.ca.read_text(), "ssl.client.auth": "requested"})
+    ctx = listener_security(c, "SSL", SecurityProtocol.SSL).ssl_context
+    assert ctx.verify_mode == ssl.CERT_OPTIONAL and ctx.cert_store_stats()["x509_ca"] == 1
+
+
+def test_sasl_requests_on_a_listener_without_sasl_get_illegal_sasl_state():
+    from odradek.broker.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
+
+    assert handle_sasl_handshake(None, None, REQUESTS[17](mechanism="PLAIN")).error_code == ErrorCode.ILLEGAL_SASL_STATE
+    assert handle_sasl_authenticate(None, None, REQUESTS[36](auth_bytes=b"")).error_code == ErrorCode.ILLEGAL_SASL_STATE
