@@ -136,6 +136,12 @@ class OffsetManager:
         except CoordinatorError as e:
             return out.result([e.error_code] * len(partitions))
         expire_timestamp_ms = now_ms + retention_time_ms if retention_time_ms >= 0 else -1
+        return out.result(self._commit_records(out, group_id, partitions, now_ms, expire_timestamp_ms))
+
+    def _commit_records(self, out: Batch, group_id: str, partitions: list[PartitionCommit], now_ms: int,
+                        expire_timestamp_ms: int = -1) -> list[ErrorCode]:
+        """An offset record in `out` for each valid entry; the entries' error codes, in order (OffsetCommit
+        and TxnOffsetCommit check the same)."""
         errors = []
         for p in partitions:
             metadata = p.metadata if p.metadata is not None else ""
@@ -147,7 +153,7 @@ class OffsetManager:
                 out.records.append(offset_commit_record(group_id, p.topic, p.partition, p.committed_offset,
                                                         p.leader_epoch, metadata, now_ms, expire_timestamp_ms))
                 errors.append(ErrorCode.NONE)
-        return out.result(errors)
+        return errors
 
     def _validate_commit(self, group_id: str, member_id: str, group_instance_id: str | None, generation: int,
                          api_version: int, now_ms: int) -> None:
@@ -181,18 +187,7 @@ class OffsetManager:
         except CoordinatorError as e:
             code = ErrorCode.ILLEGAL_GENERATION if e.error_code is ErrorCode.STALE_MEMBER_EPOCH else e.error_code
             return out.result([code] * len(partitions))
-        errors = []
-        for p in partitions:
-            metadata = p.metadata if p.metadata is not None else ""
-            if len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
-                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
-            elif not self.shard.topic_partition_exists(p.topic, p.partition):
-                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            else:
-                out.records.append(offset_commit_record(group_id, p.topic, p.partition, p.committed_offset,
-                                                        p.leader_epoch, metadata, now_ms))
-                errors.append(ErrorCode.NONE)
-        result = out.result(errors)
+        result = out.result(self._commit_records(out, group_id, partitions, now_ms))
         result.producer = (producer_id, producer_epoch)
         return result
 
