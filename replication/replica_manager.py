@@ -539,7 +539,7 @@ class ReplicaManager:
         `fetch_offset` may meet: up to the end of the segment it read from (a read stays in one), or the
         LSO. None when there are none, so the answer can still be packed."""
         log = partition.log
-        if not getattr(log, "has_aborted_txns", False):
+        if not log.has_aborted_txns:
             return None
         segments = log.segments
         following = bisect.bisect_right(segments, fetch_offset, key=_base_offset)
