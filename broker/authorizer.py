@@ -20,7 +20,9 @@ as Kafka's defaults (logIfDenied, and logIfAllowed only at DEBUG), in Kafka's wo
 User:alice is Denied operation = CREATE from host = 10.0.0.7 on resource = Topic:LITERAL:orders for
 request = CreateTopics") with the same facts as fields. A grant costs one level check while DEBUG is off.
 The bit fields of authorized operations (Metadata, DescribeCluster) probe every operation and are not
-logged, as Kafka passes logIfAllowed and logIfDenied false for them. Nothing secret is in a decision:
+logged, as Kafka passes logIfAllowed and logIfDenied false for them; where Kafka passes logIfDenied false
+(a probe whose refusal is no error: CREATE on the cluster before CREATE on the topic, the topics an
+all-topics Metadata leaves out, ListGroups' filtering), only grants are logged (`log_denied=False`). Nothing secret is in a decision:
 principals and resource names only.
 """
 
@@ -82,10 +84,14 @@ class Authorizer:
         return self._index
 
     def authorize(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType, name: str, *,
-                  audit: bool = True) -> bool:
+                  log_allowed: bool = True, log_denied: bool = True) -> bool:
+        """Whether the principal may; the decision goes to the audit log unless told not to (Kafka's
+        Action.logIfAllowed / logIfDenied: false for probes whose refusal is not an error, such as the
+        topics an all-topics Metadata leaves out, or CREATE on the cluster before CREATE on a topic)."""
         connection = ctx.connection if type(ctx) is RequestContext else ctx  # the fast produce path has no request
         if connection.scope == "controller" and not (resource_type == ResourceType.CLUSTER and op == AclOperation.CLUSTER_ACTION):
-            return self.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, audit=audit)
+            return self.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME,
+                                  log_allowed=log_allowed, log_denied=log_denied)
         index = self.index()
         key = (connection.principal, connection.client_host, op, resource_type, name)
         decision = self._decisions.get(key)
@@ -94,7 +100,10 @@ class Authorizer:
             if len(self._decisions) >= _MAX_REMEMBERED:
                 self._decisions.clear()
             self._decisions[key] = decision
-        if audit and (not decision or _audit_level.isEnabledFor(logging.DEBUG)):
+        if not decision:
+            if log_denied:
+                _audit(ctx, connection, decision, op, resource_type, name)
+        elif log_allowed and _audit_level.isEnabledFor(logging.DEBUG):
             _audit(ctx, connection, decision, op, resource_type, name)
         return decision
 
@@ -105,11 +114,11 @@ class Authorizer:
     def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
         """The bit field of operations the principal may do on the resource (Metadata's authorized operations)."""
         return sum(1 << op for op in OPERATIONS_BY_TYPE[resource_type]
-                   if self.authorize(ctx, op, resource_type, name, audit=False))
+                   if self.authorize(ctx, op, resource_type, name, log_allowed=False, log_denied=False))
 
     def authorized_names(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType,
-                         names: Iterable[str]) -> set[str]:
-        return {name for name in set(names) if self.authorize(ctx, op, resource_type, name)}
+                         names: Iterable[str], *, log_denied: bool = True) -> set[str]:
+        return {name for name in set(names) if self.authorize(ctx, op, resource_type, name, log_denied=log_denied)}
 
 
 def _audit(ctx, connection, allowed: bool, op: AclOperation, resource_type: ResourceType, name: str) -> None:
@@ -217,7 +226,7 @@ def producer_id_refusal(services, ctx, transactional_id: str | None) -> ErrorCod
         if services.authorizer.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
             return None
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    if services.authorizer.authorize(ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME) or \
+    if services.authorizer.authorize(ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False) or \
             services.authorizer.authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC):
         return None
     return ErrorCode.CLUSTER_AUTHORIZATION_FAILED

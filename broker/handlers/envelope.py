@@ -42,11 +42,13 @@ from odradek.protocol.envelope import (
     encode_response_data,
 )
 from odradek.protocol.errors import ErrorCode, RemoteProtocolError
-from odradek.protocol.messages import EnvelopeResponse
+from odradek.protocol.messages import RESPONSES, EnvelopeResponse
 from odradek.replication.acl import AclOperation, ResourceType
 
 from ..authorizer import requires
 from ..context import ConnectionContext, KafkaPrincipal, RequestContext
+from ..node_client import NodeUnavailable
+from ..quorum import ForwardingRefused
 from . import _REGISTRY, BROKER, CONTROLLER, handles
 
 log = structlog.get_logger("odradek.envelope")
@@ -83,9 +85,71 @@ def forwarded(handler):
         if ctx.connection.scope == CONTROLLER and services.authorized(
                 ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
             return services.controller.forward(request, ctx.api_version)  # a node's own request
-        return services.controller.forward(request, ctx.api_version, client=ctx)
+        return forward_for_client(services, ctx, request)
 
     return handle
+
+
+async def forward_for_client(services, ctx, request):
+    """The active controller's answer to a client's request sent in an envelope; when there is none, an
+    answer to the client all the same, as Kafka's ForwardingManager gives: REQUEST_TIMED_OUT when no
+    controller answered in time, UNKNOWN_SERVER_ERROR when the controller refused the envelope itself
+    (a misconfigured cluster: the client can do nothing about it, and must not take it for its own error)."""
+    try:
+        return await services.controller.forward(request, ctx.api_version, client=ctx)
+    except ForwardingRefused as e:
+        return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
+    except NodeUnavailable as e:
+        log.warning("no answer from the active controller to a forwarded request", api_key=ctx.api_key, error=str(e))
+        return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.REQUEST_TIMED_OUT, str(e))
+
+
+def error_response(api_key: int, version: int, request, code: ErrorCode, message: str | None = None):
+    """A forwardable request's response with every entry failed with `code` (Kafka's getErrorResponse): one
+    result per item the client asked about, as clients expect (librdkafka asserts on a missing one)."""
+    response = RESPONSES[api_key]()
+    error = int(code)
+    if api_key == 19:  # CreateTopics
+        Result = type(response).CreatableTopicResult
+        response.topics = [Result(name=t.name, error_code=error, error_message=message) for t in request.topics]
+    elif api_key == 20:  # DeleteTopics: by name before v6, by name or id from v6
+        Result = type(response).DeletableTopicResult
+        response.responses = ([Result(name=t.name, topic_id=t.topic_id, error_code=error) for t in request.topics]
+                              if version >= 6 else [Result(name=n, error_code=error) for n in request.topic_names])
+    elif api_key == 30:  # CreateAcls
+        Result = type(response).AclCreationResult
+        response.results = [Result(error_code=error, error_message=message) for _ in request.creations]
+    elif api_key == 31:  # DeleteAcls
+        Result = type(response).DeleteAclsFilterResult
+        response.filter_results = [Result(error_code=error, error_message=message, matching_acls=[]) for _ in request.filters]
+    elif api_key in (33, 44):  # AlterConfigs, IncrementalAlterConfigs
+        Result = type(response).AlterConfigsResourceResponse
+        response.responses = [Result(error_code=error, error_message=message, resource_type=r.resource_type,
+                                     resource_name=r.resource_name) for r in request.resources]
+    elif api_key == 37:  # CreatePartitions
+        Result = type(response).CreatePartitionsTopicResult
+        response.results = [Result(name=t.name, error_code=error, error_message=message) for t in request.topics]
+    elif api_key == 49:  # AlterClientQuotas
+        Entry = type(response).EntryData
+        response.entries = [Entry(error_code=error, error_message=message, entity=[
+            Entry.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity])
+            for entry in request.entries]
+    elif api_key == 51:  # AlterUserScramCredentials: one result per user named
+        Result = type(response).AlterUserScramCredentialsResult
+        users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
+        response.results = [Result(user=user, error_code=error, error_message=message) for user in users]
+    elif api_key == 43:  # ElectLeaders: each partition named (none when all were asked), and from v1 the whole
+        Result = type(response).ReplicaElectionResult
+        response.replica_election_results = [Result(topic=t.topic, partition_result=[
+            Result.PartitionResult(partition_id=p, error_code=error, error_message=message) for p in t.partitions])
+            for t in request.topic_partitions or ()]
+        if version >= 1:
+            response.error_code = error
+    else:  # Alter/ListPartitionReassignments, DescribeQuorum: a top-level error code
+        response.error_code = error
+        if hasattr(response, "error_message"):
+            response.error_message = message
+    return response
 
 
 def _failed(code: ErrorCode) -> EnvelopeResponse:

@@ -36,7 +36,7 @@ from odradek.replication.raft import METADATA_TOPIC, METADATA_TOPIC_ID
 
 from ..authorizer import requires
 from . import BROKER, CONTROLLER, handles
-from .envelope import forwarded
+from .envelope import forward_for_client, forwarded
 
 QTopic = DescribeQuorumResponse.TopicData
 QPartition = QTopic.PartitionData
@@ -88,7 +88,7 @@ def handle_describe_quorum(services, ctx, request):
     quorum = services.quorum
     if quorum is not None and not quorum.raft.is_leader:
         # Only the leader knows every voter's lag: it answers, and authorizes the client (KIP-590).
-        return services.controller.forward(request, ctx.api_version, client=ctx)
+        return forward_for_client(services, ctx, request)
     return _describe_quorum(services, ctx, request)
 
 

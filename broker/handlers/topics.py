@@ -89,7 +89,7 @@ def _created(services, created: CreatedTopic, version: int) -> CTResult:
 
 
 def _create_refusal(services, ctx, t) -> ErrorCode | None:
-    if services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER) or services.authorized(
+    if services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER, log_denied=False) or services.authorized(
             ctx, AclOperation.CREATE, ResourceType.TOPIC, t.name):
         return None
     return ErrorCode.TOPIC_AUTHORIZATION_FAILED

@@ -80,10 +80,10 @@ class SpyAuthorizer:
     def __init__(self, node_id: int, authorizer, seen: list) -> None:
         self.node_id, self.authorizer, self.seen = node_id, authorizer, seen
 
-    def authorize(self, ctx, op, resource_type, name, *, audit=True):
+    def authorize(self, ctx, op, resource_type, name, **flags):
         connection = getattr(ctx, "connection", ctx)
         self.seen.append((self.node_id, str(connection.principal), op, resource_type, name))
-        return self.authorizer.authorize(ctx, op, resource_type, name, audit=audit)
+        return self.authorizer.authorize(ctx, op, resource_type, name, **flags)
 
     def __getattr__(self, attr):
         return getattr(self.authorizer, attr)

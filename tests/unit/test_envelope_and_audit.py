@@ -135,8 +135,76 @@ def test_denials_are_logged_at_info_and_grants_only_at_debug(audit_lines):
     ]
 
 
-def test_authorized_operations_probes_are_not_logged(audit_lines):
+def test_probes_are_not_logged_as_denials(audit_lines):
     a = authorizer()
     assert a.authorized_operations(context("User:bob", 3), ResourceType.TOPIC, "orders") == 0
     assert a.authorized_operations(context("User:admin", 3), ResourceType.CLUSTER) != 0
+    # An all-topics Metadata leaves out what bob may not describe: no denial for each (Kafka's logIfDenied false).
+    assert a.authorized_names(context("User:bob", 3), AclOperation.DESCRIBE, ResourceType.TOPIC, ["a", "b"],
+                              log_denied=False) == set()
     assert [line for line in audit_lines() if line["logger"] == AUDIT_LOGGER] == []
+    # Asked by name, the refusal is logged.
+    assert a.authorized_names(context("User:bob", 3), AclOperation.DESCRIBE, ResourceType.TOPIC, ["a"]) == set()
+    assert [line["resource"] for line in audit_lines() if line["logger"] == AUDIT_LOGGER] == ["Topic:LITERAL:a"]
+
+
+# -- a forwarded request the controller never answered still gets an answer
+
+
+def _one_item_requests():
+    from odradek.protocol.messages import REQUESTS
+
+    R = REQUESTS
+    return {
+        19: R[19](timeout_ms=1, validate_only=False, topics=[R[19].CreatableTopic(name="t", num_partitions=1,
+                                                                                   replication_factor=1, assignments=[], configs=[])]),
+        20: R[20](timeout_ms=1, topic_names=["t"], topics=[R[20].DeleteTopicState(name="t", topic_id=uuid.UUID(int=1))]),
+        30: R[30](creations=[R[30].AclCreation(resource_type=2, resource_name="t", resource_pattern_type=3,
+                                               principal="User:a", host="*", operation=3, permission_type=3)]),
+        31: R[31](filters=[R[31].DeleteAclsFilter(resource_type_filter=2, resource_name_filter=None, pattern_type_filter=1,
+                                                  principal_filter=None, host_filter=None, operation=1, permission_type=1)]),
+        33: R[33](validate_only=False, resources=[R[33].AlterConfigsResource(resource_type=2, resource_name="t", configs=[])]),
+        44: R[44](validate_only=False, resources=[R[44].AlterConfigsResource(resource_type=2, resource_name="t", configs=[])]),
+        37: R[37](timeout_ms=1, validate_only=False, topics=[R[37].CreatePartitionsTopic(name="t", count=2, assignments=None)]),
+        49: R[49](validate_only=False, entries=[R[49].EntryData(entity=[R[49].EntryData.EntityData(
+            entity_type="ip", entity_name=None)], ops=[])]),
+        51: R[51](deletions=[R[51].ScramCredentialDeletion(name="u", mechanism=1)], upsertions=[]),
+        43: R[43](topic_partitions=[R[43].TopicPartitions(topic="t", partitions=[0])]), 45: R[45](), 46: R[46](), 55: R[55](),
+    }
+
+
+def test_every_forwardable_api_has_an_error_answer_at_every_version():
+    from odradek.broker.handlers import CONTROLLER, load_handlers
+    from odradek.broker.handlers.envelope import FORWARDABLE, error_response
+    from odradek.protocol.codec import decode
+    from odradek.protocol.errors import ErrorCode
+
+    registry = load_handlers(CONTROLLER)
+    requests = _one_item_requests()
+    assert set(requests) == FORWARDABLE
+    for api_key in sorted(FORWARDABLE):
+        registration = registry[api_key]
+        for version in range(registration.min_version, registration.max_version + 1):
+            response = error_response(api_key, version, requests[api_key], ErrorCode.REQUEST_TIMED_OUT, "no controller")
+            again = decode(type(response), response.encode(version), version)
+            codes = [getattr(item, "error_code") for name in ("topics", "responses", "results", "filter_results", "entries")
+                     for item in (getattr(again, name, None) or []) if hasattr(item, "error_code")]
+            codes += [p.error_code for r in getattr(again, "replica_election_results", []) for p in r.partition_result]
+            assert codes == [ErrorCode.REQUEST_TIMED_OUT] or getattr(again, "error_code", 0) == ErrorCode.REQUEST_TIMED_OUT, \
+                (api_key, version, again)
+
+
+@pytest.mark.parametrize("failure, code", [("refused", -1), ("unavailable", 7)])
+async def test_a_forwarding_failure_is_answered_to_the_client(failure, code):
+    from odradek.broker.handlers.envelope import forward_for_client
+    from odradek.broker.node_client import NodeUnavailable
+    from odradek.broker.quorum import ForwardingRefused
+
+    async def forward(request, version, *, client=None):
+        assert client is ctx
+        raise ForwardingRefused("CLUSTER_AUTHORIZATION_FAILED") if failure == "refused" else NodeUnavailable("no controller")
+
+    ctx = context("User:alice", 19)
+    services = SimpleNamespace(controller=SimpleNamespace(forward=forward))
+    answer = await forward_for_client(services, ctx, _one_item_requests()[19])
+    assert [(t.name, t.error_code) for t in answer.topics] == [("t", code)]
