@@ -20,9 +20,13 @@ NOT_CONTROLLER (this node no longer leads; the forwarding broker tries the new o
 (the sender is no broker), PRINCIPAL_DESERIALIZATION_FAILURE, INVALID_REQUEST (an API that is not
 forwardable, or bytes that do not decode), UNSUPPORTED_VERSION.
 
+When no controller answers within the request timeout, or the controller refuses the envelope itself,
+the client still gets an answer, each item failed with REQUEST_TIMED_OUT or UNKNOWN_SERVER_ERROR
+(`forward_for_client`), as Kafka's ForwardingManager answers.
+
 Requests a node makes itself on the controller listener (a broker creating an internal topic through a
-controller that has just lost the lead) are relayed as they are when their sender has CLUSTER_ACTION, as
-before: they speak for a node, not for a client.
+controller that has just lost the lead) are relayed as they are when their sender has CLUSTER_ACTION:
+they speak for a node, not for a client.
 """
 
 from __future__ import annotations
