@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -102,3 +103,22 @@ def test_quota_cli_sets_connection_creation_rates_of_ip_entities(open_secured):
     assert bad.returncode == 1 and "INVALID_REQUEST" in bad.stderr
     ok(odradek(bs, "quota", "set", "--ip-default", "--delete", "connection_creation_rate"))
     ok(odradek(bs, "quota", "set", "--ip", "10.9.8.7", "--delete", "connection_creation_rate"))
+
+
+def test_denials_reach_the_daemons_log_under_the_audit_logger(open_secured):
+    bs = open_secured.bootstrap
+    ok(odradek(bs, "acl", "add", "--allow-principal", "User:carol", "--operation", "Describe", "--topic", "audited"))
+    try:
+        with RawClient(bs, client_id="auditee") as client:
+            answer = client.request(REQUESTS[3](topics=[REQUESTS[3].MetadataRequestTopic(name="audited")],
+                                                allow_auto_topic_creation=False), 9)
+        assert answer.topics[0].error_code == 29  # TOPIC_AUTHORIZATION_FAILED: the ACLs on it name carol only
+        line = "Principal = User:ANONYMOUS is Denied operation = DESCRIBE from host = 127.0.0.1 on resource = " \
+               "Topic:LITERAL:audited for request = Metadata"
+        deadline = time.monotonic() + 30
+        while line not in open_secured.log_text() and time.monotonic() < deadline:  # (the log is read by a thread)
+            time.sleep(0.05)
+        logged = [entry for entry in open_secured.log_text().splitlines() if line in entry]
+        assert logged and "kafka.authorizer.logger" in logged[0]
+    finally:
+        ok(odradek(bs, "acl", "remove", "--principal", "User:carol", "--topic", "audited"))
