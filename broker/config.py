@@ -578,15 +578,15 @@ class BrokerConfig(BaseModel):
 
     # ---- security: TLS and SASL (broker/security.py). Any of these may be set for one listener only as
     # listener.name.<listener>.<key> (e.g. listener.name.internal.ssl.client.auth); see listener_setting.
-    ssl_keystore_type: SslStoreType = _f("ssl.keystore.type", "JKS", T.STRING, "Format of the key store: PEM (PKCS12 and JKS are refused with a message).")
-    ssl_keystore_location: OptStr = _f("ssl.keystore.location", None, T.STRING, "Key store file: a PEM with the private key and the certificate chain.")
-    ssl_keystore_password: OptStr = _f("ssl.keystore.password", None, T.PASSWORD, "Password of the key store file.")
+    ssl_keystore_type: SslStoreType = _f("ssl.keystore.type", "JKS", T.STRING, "Format of the key store: PKCS12 or PEM (JKS is refused with the keytool command that converts it); the file's own format decides.")
+    ssl_keystore_location: OptStr = _f("ssl.keystore.location", None, T.STRING, "Key store file: PKCS12 (key, certificate and chain), or PEM with the private key and the certificate chain.")
+    ssl_keystore_password: OptStr = _f("ssl.keystore.password", None, T.PASSWORD, "Password of the key store file (PKCS12), or of an encrypted PEM key.")
     ssl_key_password: OptStr = _f("ssl.key.password", None, T.PASSWORD, "Password of the (encrypted) private key.")
     ssl_keystore_key: OptStr = _f("ssl.keystore.key", None, T.PASSWORD, "The private key in PEM, inline (ssl.keystore.type=PEM).")
     ssl_keystore_certificate_chain: OptStr = _f("ssl.keystore.certificate.chain", None, T.PASSWORD, "The certificate chain in PEM, inline (ssl.keystore.type=PEM).")
-    ssl_truststore_type: SslStoreType = _f("ssl.truststore.type", "JKS", T.STRING, "Format of the trust store: PEM.")
-    ssl_truststore_location: OptStr = _f("ssl.truststore.location", None, T.STRING, "Trust store file: PEM CA certificates.")
-    ssl_truststore_password: OptStr = _f("ssl.truststore.password", None, T.PASSWORD, "Password of the trust store (unused for PEM).")
+    ssl_truststore_type: SslStoreType = _f("ssl.truststore.type", "JKS", T.STRING, "Format of the trust store: PKCS12 or PEM (JKS is refused with a conversion hint).")
+    ssl_truststore_location: OptStr = _f("ssl.truststore.location", None, T.STRING, "Trust store file: PKCS12 or PEM CA certificates.")
+    ssl_truststore_password: OptStr = _f("ssl.truststore.password", None, T.PASSWORD, "Password of the PKCS12 trust store (unused for PEM).")
     ssl_truststore_certificates: OptStr = _f("ssl.truststore.certificates", None, T.PASSWORD, "Trusted certificates in PEM, inline.")
     ssl_client_auth: SslClientAuth = _f("ssl.client.auth", "none", T.STRING, "Client certificates: none, requested or required.")
     ssl_principal_mapping_rules: Str = _f("ssl.principal.mapping.rules", "DEFAULT", T.STRING, "Rules mapping a client certificate's distinguished name to a user name: DEFAULT or RULE:pattern/replacement/[LU],...")
