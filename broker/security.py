@@ -24,13 +24,20 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from odradek.protocol.sasl import PLAIN, ScramCredential, ScramMechanism
+from odradek.protocol.sasl import OAUTHBEARER, PLAIN, ScramCredential, ScramMechanism, UnsecuredValidatorOptions
 
 from .config import BrokerConfig, ConfigError
 from .context import ANONYMOUS, KafkaPrincipal, SecurityProtocol
 
-SERVED_MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512")
+SERVED_MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512", OAUTHBEARER)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# The OAUTHBEARER validator Kafka uses when none is configured (and the only one served here), under its
+# old and current package names.
+UNSECURED_VALIDATOR_CLASSES = (
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerUnsecuredValidatorCallbackHandler",
+)
 
 ScramLookup = Callable[[ScramMechanism, str], ScramCredential | None]
 
@@ -413,6 +420,7 @@ class ListenerSecurity:
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = field(default_factory=dict, repr=False)
     scram_lookup: ScramLookup | None = None
+    oauthbearer: UnsecuredValidatorOptions | None = None
     principal_mapper: PrincipalMapper | None = None
     max_receive_bytes: int = 524288
     failed_authentication_delay_ms: int = 100
@@ -448,7 +456,7 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
     if not mechanisms:
         raise ConfigError(
             f"listener {listener} ({protocol.value}) has no SASL mechanism this broker serves (enabled: "
-            f"{', '.join(enabled) or 'none'}); set sasl.enabled.mechanisms to PLAIN, SCRAM-SHA-256 and/or SCRAM-SHA-512",
+            f"{', '.join(enabled) or 'none'}); set sasl.enabled.mechanisms to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and/or OAUTHBEARER",
             key="sasl.enabled.mechanisms",
         )
     security.mechanisms = mechanisms
@@ -461,11 +469,37 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
                 key=f"listener.name.{listener.lower()}.plain.sasl.jaas.config",
             )
         security.plain_users = {k[5:]: v for k, v in entry.options.items() if k.startswith("user_")}
+    if OAUTHBEARER in mechanisms:
+        security.oauthbearer = oauthbearer_validator(config, listener)
     security.scram_lookup = scram_lookup
     security.max_receive_bytes = config.sasl_server_max_receive_size
     security.failed_authentication_delay_ms = config.connection_failed_authentication_delay_ms
     security.reauth_ms = config.listener_setting(listener, "connections.max.reauth.ms")
     return security
+
+
+def oauthbearer_validator(config: BrokerConfig, listener: str) -> UnsecuredValidatorOptions:
+    """The unsecured validator's options from the listener's OAuthBearerLoginModule JAAS entry. As Kafka,
+    a listener serving OAUTHBEARER needs that entry; a validator class other than the unsecured one, or
+    a JWKS endpoint (signed tokens), refuses to start rather than let unsigned tokens in."""
+    jaas_key = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
+    handler_key = "oauthbearer.sasl.server.callback.handler.class"
+    handler = config.listener_setting(listener, handler_key) or config.listener_setting(listener, "sasl.server.callback.handler.class")
+    if handler and handler not in UNSECURED_VALIDATOR_CLASSES:
+        raise ConfigError(f"{handler} is not served: OAUTHBEARER checks unsecured JWTs only "
+                          "(Kafka's OAuthBearerUnsecuredValidatorCallbackHandler, the default)",
+                          key=f"listener.name.{listener.lower()}.{handler_key}")
+    if config.listener_setting(listener, "sasl.oauthbearer.jwks.endpoint.url"):
+        raise ConfigError("signed OAUTHBEARER tokens (a JWKS endpoint) are not served: only unsecured JWTs",
+                          key="sasl.oauthbearer.jwks.endpoint.url")
+    entry = jaas_for(config, listener, OAUTHBEARER)
+    if entry is None:
+        raise ConfigError(f"listener {listener} enables OAUTHBEARER but has no JAAS entry: set {jaas_key} to "
+                          f'{OAUTHBEARER_LOGIN_MODULE} required unsecuredLoginStringClaim_sub="admin";', key=jaas_key)
+    try:
+        return UnsecuredValidatorOptions.from_jaas(entry.options)
+    except ValueError as e:
+        raise ConfigError(str(e), key=jaas_key) from None
 
 
 # -- this node as a client of others --------------------------------------------------------------------
@@ -485,7 +519,7 @@ def node_security(config: BrokerConfig, listener: str, mechanism_key: str):
     if protocol in (SecurityProtocol.SSL,):
         return NodeSecurity(ssl_context=ssl_context)
     mechanism = str(config.get(mechanism_key)).upper()
-    if mechanism not in SERVED_MECHANISMS:
+    if mechanism not in SERVED_MECHANISMS or mechanism == OAUTHBEARER:  # nodes log in with a password
         raise ConfigError(
             f"listener {listener} ({protocol.value}) is reached with SASL mechanism {mechanism}, which this broker does "
             f"not speak; set {mechanism_key} to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", key=mechanism_key)
