@@ -1,0 +1,269 @@
+"""PKCS12 key and trust stores, and OAUTHBEARER with unsecured JWTs, against a broker process and real
+clients.
+
+One broker: an SSL listener requiring client certificates, a SASL_SSL listener and a SASL_PLAINTEXT
+listener serving OAUTHBEARER (the latter requiring the scope "kafka"), all TLS from PKCS12 stores written
+by tests/pki.py, StandardAuthorizer on with User:admin and User:carol (mTLS) as super users. librdkafka
+mints its own unsecured tokens (`enable.sasl.oauthbearer.unsecure.jwt`), or takes ours through oauth_cb
+(an expired one, one without the scope); kafka-python and aiokafka take theirs from a token provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from odradek.protocol.sasl import unsecured_jwt
+from tests.brokerproc import BrokerProcess
+from tests.pki import make_pki
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+pytest.importorskip("cryptography")
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType  # noqa: E402
+
+STORE_PASSWORD = "store-secret"
+LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+_LISTENING = re.compile(r"listening on (\w+)://([^:\s]+):(\d+)")
+
+
+def _broker_settings(pki) -> list[str]:
+    return [
+        "listeners=SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "ssl.keystore.type=PKCS12", f"ssl.keystore.location={pki.pkcs12_keystore('server', STORE_PASSWORD)}",
+        f"ssl.keystore.password={STORE_PASSWORD}",
+        "ssl.truststore.type=PKCS12", f"ssl.truststore.location={pki.pkcs12_truststore(STORE_PASSWORD)}",
+        f"ssl.truststore.password={STORE_PASSWORD}",
+        "listener.name.ssl.ssl.client.auth=required",
+        "ssl.principal.mapping.rules=RULE:^CN=([^,]+),OU=test,.*$/$1/L,DEFAULT",
+        "sasl.enabled.mechanisms=OAUTHBEARER",
+        f'listener.name.sasl_ssl.oauthbearer.sasl.jaas.config={LOGIN_MODULE} required unsecuredLoginStringClaim_sub="admin";',
+        f'listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config={LOGIN_MODULE} required '
+        'unsecuredLoginStringClaim_sub="admin" unsecuredValidatorRequiredScope="kafka" unsecuredValidatorAllowableClockSkewMs="1000";',
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:admin;User:carol", "auto.create.topics.enable=false", "num.partitions=1",
+    ]
+
+
+class Broker:
+    def __init__(self, proc: BrokerProcess, pki, ports: dict[str, int]):
+        self.proc, self.pki, self.ports = proc, pki, ports
+
+    def bootstrap(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def oauth(self, listener: str, principal: str, **extra) -> dict:
+        """librdkafka minting its own unsecured token for `principal` (with the scope the listener wants)."""
+        conf = {"bootstrap.servers": self.bootstrap(listener), "security.protocol": listener,
+                "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+                "sasl.oauthbearer.config": f"principal={principal} scope=kafka"}
+        if listener == "SASL_SSL":
+            conf["ssl.ca.location"] = str(self.pki.ca)
+        conf.update(extra)
+        return conf
+
+    def logged(self, text: str, timeout_s: float = 15.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(text in line for line in list(self.proc.output)):
+                return True
+            time.sleep(0.05)
+        return False
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    base = tmp_path_factory.mktemp("oauth")
+    pki = make_pki(base / "pki")
+    proc = BrokerProcess(base / "data", *_broker_settings(pki)).start(timeout_s=60)
+    deadline = time.monotonic() + 60
+    while True:
+        ports = {m.group(1): int(m.group(3)) for line in list(proc.output) if (m := _LISTENING.search(line))}
+        if len(ports) == 3:
+            break
+        assert time.monotonic() < deadline, "".join(proc.output[-30:])
+        time.sleep(0.05)
+    yield Broker(proc, pki, ports)
+    proc.stop()
+
+
+def _consume(conf: dict, topic: str, count: int, timeout_s: float = 30.0) -> list[bytes]:
+    consumer = confluent_kafka.Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(values) < count and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            values.append(m.value())
+    consumer.close()
+    return values
+
+
+def _produce_error(conf: dict, topic: str) -> str | None:
+    result: list = []
+    producer = confluent_kafka.Producer({**conf, "message.timeout.ms": 10000})
+    producer.produce(topic, b"x", on_delivery=lambda err, _m: result.append(err))
+    producer.flush(20)
+    return "no delivery report" if not result else None if result[0] is None else result[0].name()
+
+
+def _librdkafka_error(conf: dict, timeout_s: float = 20.0) -> str:
+    errors: list = []
+    producer = confluent_kafka.Producer({**conf, "error_cb": errors.append, "message.timeout.ms": 5000})
+    producer.produce("refused", b"x")
+    deadline = time.monotonic() + timeout_s
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    producer.purge()
+    producer.flush(5)
+    return str(errors[0]) if errors else ""
+
+
+def _create_topics(broker: Broker, *names: str) -> AdminClient:
+    admin = AdminClient(broker.oauth("SASL_SSL", "admin"))
+    for f in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+        f.result(30)
+    return admin
+
+
+# -- PKCS12
+
+
+def test_mutual_tls_with_pkcs12_stores_on_both_sides(broker):
+    """The broker's key and trust stores are PKCS12; so is carol's (librdkafka's ssl.keystore.location)."""
+    conf = {"bootstrap.servers": broker.bootstrap("SSL"), "security.protocol": "SSL", "ssl.ca.location": str(broker.pki.ca),
+            "ssl.keystore.location": str(broker.pki.pkcs12_keystore("carol", "carol-pw")), "ssl.keystore.password": "carol-pw"}
+    topic = f"p12-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(conf)  # carol is a super user: the principal came from her certificate
+    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        f.result(30)
+    producer = confluent_kafka.Producer(conf)
+    for i in range(3):
+        producer.produce(topic, f"v{i}".encode())
+    assert producer.flush(30) == 0
+    assert _consume(conf, topic, 3) == [b"v0", b"v1", b"v2"]
+    rogue_cert, rogue_key = broker.pki.rogue_client
+    rogue = {**conf, "ssl.certificate.location": str(rogue_cert), "ssl.key.location": str(rogue_key)}
+    del rogue["ssl.keystore.location"], rogue["ssl.keystore.password"]
+    assert _librdkafka_error(rogue), "a certificate from an untrusted CA was accepted"
+
+
+@pytest.mark.parametrize("setting", ["ssl.keystore.password", "ssl.truststore.password"])
+def test_a_wrong_store_password_refuses_to_start(broker, tmp_path, setting):
+    overrides = [s for s in _broker_settings(broker.pki) if not s.startswith(f"{setting}=")] + [f"{setting}=wrong"]
+    args = [sys.executable, "-m", "odradek", "broker", "start", "--override", f"log.dirs={tmp_path / 'data'}",
+            "--override", "node.id=1"]
+    for o in overrides:
+        args += ["--override", o]
+    started = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert started.returncode != 0
+    output = started.stdout + started.stderr
+    assert f"wrong {setting}" in output and "PKCS12" in output, output[-2000:]
+    assert "Traceback" not in output
+
+
+# -- OAUTHBEARER
+
+
+def test_librdkafka_oauthbearer_principal_reaches_the_authorizer(broker):
+    granted, other = f"alice-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
+    admin = _create_topics(broker, granted, other)
+    bindings = [AclBinding(ResourceType.TOPIC, granted, ResourcePatternType.LITERAL, "User:alice", "*", op, AclPermissionType.ALLOW)
+                for op in (AclOperation.WRITE, AclOperation.READ)]
+    bindings.append(AclBinding(ResourceType.GROUP, f"g-{granted}", ResourcePatternType.LITERAL, "User:alice", "*",
+                               AclOperation.READ, AclPermissionType.ALLOW))
+    for f in admin.create_acls(bindings).values():
+        f.result(30)
+    for listener in ("SASL_SSL", "SASL_PLAINTEXT"):
+        alice = broker.oauth(listener, "alice")
+        deadline = time.monotonic() + 30
+        while _produce_error(alice, granted) is not None and time.monotonic() < deadline:  # the ACL reaches the image
+            time.sleep(0.2)
+        assert _produce_error(alice, granted) is None
+        assert _produce_error(alice, other) == "TOPIC_AUTHORIZATION_FAILED"
+        assert _produce_error(broker.oauth(listener, "bob"), granted) == "TOPIC_AUTHORIZATION_FAILED"
+    assert _consume(broker.oauth("SASL_SSL", "alice"), granted, 2) == [b"x", b"x"]
+    assert broker.logged("principal=User:alice") and broker.logged("mechanism=OAUTHBEARER")
+
+
+def _token_cb(claims: dict):
+    """An oauth_cb handing librdkafka our token; librdkafka is told it lives an hour (it refuses to use a
+    token it knows to be expired), whatever the token's own exp says."""
+    def cb(_config):
+        return unsecured_jwt(claims), time.time() + 3600
+    return cb
+
+
+@pytest.mark.parametrize("listener, claims, status", [
+    ("SASL_SSL", {"sub": "alice", "exp": 1_000_000_000}, "invalid_token"),  # expired in 2001
+    ("SASL_PLAINTEXT", {"sub": "alice", "exp": 4_000_000_000, "scope": ["other"]}, "insufficient_scope"),
+    ("SASL_PLAINTEXT", {"sub": "alice", "exp": 4_000_000_000}, "insufficient_scope"),
+])
+def test_refused_tokens_fail_authentication(broker, listener, claims, status):
+    conf = broker.oauth(listener, "unused", oauth_cb=_token_cb(claims))
+    del conf["enable.sasl.oauthbearer.unsecure.jwt"], conf["sasl.oauthbearer.config"]
+    error = _librdkafka_error(conf)
+    assert "AUTHENTICATION" in error.upper() and status in error, error
+    assert broker.logged("OAUTHBEARER token refused")
+
+
+def test_a_token_without_exp_or_with_a_signature_is_refused(broker):
+    signed = unsecured_jwt({"sub": "alice", "exp": 4_000_000_000}) + "c2lnbmF0dXJl"
+    for token in (unsecured_jwt({"sub": "alice"}), signed):
+        conf = broker.oauth("SASL_SSL", "unused", oauth_cb=lambda _c, t=token: (t, time.time() + 3600))
+        del conf["enable.sasl.oauthbearer.unsecure.jwt"], conf["sasl.oauthbearer.config"]
+        assert "invalid_token" in _librdkafka_error(conf)
+
+
+class _Provider:
+    def __init__(self, principal: str):
+        self.principal = principal
+
+    def _token(self) -> str:
+        return unsecured_jwt({"sub": self.principal, "iat": int(time.time()), "exp": int(time.time()) + 600, "scope": "kafka"})
+
+    def extensions(self):
+        return {}
+
+
+def test_kafka_python_and_aiokafka_token_providers(broker):
+    kafka = pytest.importorskip("kafka")
+    aiokafka = pytest.importorskip("aiokafka")
+    from aiokafka.abc import AbstractTokenProvider as AioProvider
+    try:  # kafka-python 3 moved it
+        from kafka.net.sasl.oauth import AbstractTokenProvider as KafkaPythonProvider
+    except ImportError:
+        from kafka.sasl.oauth import AbstractTokenProvider as KafkaPythonProvider
+
+    class KpProvider(_Provider, KafkaPythonProvider):
+        def token(self):
+            return self._token()
+
+    class AioTokenProvider(_Provider, AioProvider):
+        async def token(self):
+            return self._token()
+
+    topic = f"providers-{uuid.uuid4().hex[:6]}"
+    _create_topics(broker, topic)
+    plain = {"bootstrap_servers": broker.bootstrap("SASL_PLAINTEXT"), "security_protocol": "SASL_PLAINTEXT",
+             "sasl_mechanism": "OAUTHBEARER"}
+    producer = kafka.KafkaProducer(**plain, sasl_oauth_token_provider=KpProvider("admin"))
+    producer.send(topic, b"kp").get(timeout=30)
+    producer.close()
+
+    async def aio():
+        p = aiokafka.AIOKafkaProducer(**plain, sasl_oauth_token_provider=AioTokenProvider("admin"))
+        await p.start()
+        try:
+            await p.send_and_wait(topic, b"aio")
+        finally:
+            await p.stop()
+
+    asyncio.run(aio())
+    assert _consume(broker.oauth("SASL_SSL", "admin"), topic, 2) == [b"kp", b"aio"]
