@@ -31,12 +31,15 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from odradek.protocol.connection import ClientConnection
 from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import REQUESTS
-from odradek.protocol.sasl import PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, plain_token
+from odradek.protocol.sasl import (
+    OAUTHBEARER, PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, oauthbearer_client_first, plain_token,
+    unsecured_jwt,
+)
 
 from .errors import AuthenticationError, ClientClosedError, KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 
@@ -53,6 +56,7 @@ class ClientSecurity:
     username: str = ""
     password: str = field(default="", repr=False)
     check_hostname: bool = True
+    oauth_token: Callable[[], tuple[str, dict[str, str]]] | None = field(default=None, repr=False)  # OAUTHBEARER
 
     @classmethod
     def from_config(cls, config) -> "ClientSecurity | None":
@@ -73,7 +77,32 @@ class ClientSecurity:
         if protocol.startswith("SASL_"):
             security.mechanism = config.sasl_mechanism
             security.username, security.password = config.sasl_username or "", config.sasl_password or ""
+            if security.mechanism == OAUTHBEARER:
+                security.oauth_token = lambda: oauthbearer_token(config)
         return security
+
+
+def oauthbearer_token(config) -> tuple[str, dict[str, str]]:
+    """The token and SASL extensions for one OAUTHBEARER login: oauth_cb's, or an unsecured JWT made now
+    from sasl.oauthbearer.config as librdkafka makes it (iat now, exp lifeSeconds later)."""
+    from .config import unsecured_jwt_settings
+
+    if config.oauth_cb is not None:
+        try:
+            result = config.oauth_cb(config.sasl_oauthbearer_config)
+        except Exception as e:  # the user's callback: its failure is this login's
+            raise AuthenticationError(f"oauth_cb failed: {e!r}") from None
+        extensions = result[3] if len(result) > 3 and result[3] else {}
+        return str(result[0]), {str(k): str(v) for k, v in dict(extensions).items()}
+    settings = unsecured_jwt_settings(config.sasl_oauthbearer_config)
+    # Whole seconds, rounded down: an iat a fraction of a millisecond ahead of the broker's clock (rounding
+    # up, or float error in iat * 1000) is "issued in the future" to a broker allowing no clock skew.
+    now = int(time.time())
+    claims: dict[str, Any] = {settings["principalClaimName"]: settings["principal"], "iat": now,
+                              "exp": now + settings["lifeSeconds"]}
+    if settings["scope"]:
+        claims[settings["scopeClaimName"]] = settings["scope"]
+    return unsecured_jwt(claims), settings["extensions"]
 
 API_VERSIONS = 18
 
@@ -208,6 +237,17 @@ class BrokerConnection:
         try:
             if mechanism == PLAIN:
                 response = await round_trip(plain_token(security.username, security.password))
+            elif mechanism == OAUTHBEARER:
+                token, extensions = security.oauth_token()
+                response = await round_trip(oauthbearer_client_first(token, extensions=extensions))
+                if response.auth_bytes:  # the broker's JSON error status: answer ^A (RFC 7628), which it refuses
+                    status = bytes(response.auth_bytes).decode("utf-8", "replace")
+                    try:
+                        await round_trip(b"\x01")
+                    except AuthenticationError:
+                        pass
+                    raise AuthenticationError(f"SASL authentication with {self.address} failed: the broker refused "
+                                              f"the OAUTHBEARER token: {status}")
             else:
                 client = ScramClient(ScramMechanism.from_name(mechanism), security.username, security.password,
                                      secrets.token_urlsafe(18))

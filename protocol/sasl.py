@@ -450,11 +450,13 @@ def validate_unsecured_token(token: str, options: UnsecuredValidatorOptions, now
     jwt = parse_unsecured_jws(token, options.principal_claim_name, options.scope_claim_name)
     skew = options.allowable_clock_skew_ms
     iat = _number_claim(jwt.claims, "iat")
-    if iat is not None and 1000 * iat > now_ms + skew:
+    # Compared in whole milliseconds (as the token's times are kept): iat * 1000 in floating point can land a
+    # hair above the millisecond the client wrote (librdkafka writes "%.3f" seconds).
+    if iat is not None and round(1000 * iat) > now_ms + skew:
         raise OAuthBearerInvalidToken(f"The Issued At value ({iat:f} seconds) was after the indicated time ({now_ms} ms) "
                                       f"plus allowable clock skew ({skew} ms)")
     exp = _number_claim(jwt.claims, "exp")
-    if now_ms - skew >= 1000 * exp:
+    if now_ms - skew >= round(1000 * exp):
         raise OAuthBearerInvalidToken(f"The indicated time ({now_ms} ms) minus allowable clock skew ({skew} ms) was on "
                                       f"or after the Expiration Time value ({exp:f} seconds)")
     if iat is not None and exp <= iat:

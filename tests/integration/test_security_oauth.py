@@ -267,3 +267,45 @@ def test_kafka_python_and_aiokafka_token_providers(broker):
 
     asyncio.run(aio())
     assert _consume(broker.oauth("SASL_SSL", "admin"), topic, 2) == [b"kp", b"aio"]
+
+
+def test_bundled_client_and_cli_with_unsecured_tokens(broker):
+    from odradek.client import Consumer, Producer, TopicPartition
+    from odradek.client.errors import AuthenticationError
+
+    topic = f"bundled-{uuid.uuid4().hex[:6]}"
+    _create_topics(broker, topic)
+    options = {"bootstrap_servers": broker.bootstrap("SASL_SSL"), "security_protocol": "SASL_SSL",
+               "ssl_ca_location": str(broker.pki.ca), "sasl_mechanism": "OAUTHBEARER",
+               "enable_sasl_oauthbearer_unsecure_jwt": True, "sasl_oauthbearer_config": "principal=admin scope=kafka"}
+
+    async def round_trip():
+        async with Producer(**options) as producer:
+            await producer.send_and_wait(topic, b"bundled")
+        async with Consumer(**options, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=1000)
+                values = [r.value for records in batch.values() for r in records]
+                if values:
+                    return values
+        return []
+
+    assert asyncio.run(round_trip()) == [b"bundled"]
+
+    async def expired():
+        expired_cb = _token_cb({"sub": "admin", "exp": 1_000_000_000})
+        async with Producer(**{**options, "oauth_cb": expired_cb, "enable_sasl_oauthbearer_unsecure_jwt": False}) as producer:
+            await producer.send_and_wait(topic, b"never")
+
+    with pytest.raises(AuthenticationError, match="invalid_token"):
+        asyncio.run(expired())
+    cli = [sys.executable, "-m", "odradek", "-b", broker.bootstrap("SASL_PLAINTEXT"), "-X", "security.protocol=SASL_PLAINTEXT",
+           "-X", "sasl.mechanism=OAUTHBEARER", "-X", "enable.sasl.oauthbearer.unsecure.jwt=true",
+           "-X", "sasl.oauthbearer.config=principal=admin scope=kafka", "topic", "list"]
+    listed = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and topic in listed.stdout, listed.stderr
+    scopeless = subprocess.run([*cli[:-3], "sasl.oauthbearer.config=principal=admin", "topic", "list"],
+                               capture_output=True, text=True, timeout=120)
+    assert scopeless.returncode != 0 and "insufficient_scope" in scopeless.stderr + scopeless.stdout

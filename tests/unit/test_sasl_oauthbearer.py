@@ -229,3 +229,29 @@ def test_the_default_validator_class_named_explicitly_is_fine_and_nodes_do_not_l
     with pytest.raises(ConfigError):
         node_security(config(**{JAAS_KEY: f"{LOGIN_MODULE} required;", "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"}),
                       "SASL_PLAINTEXT", "sasl.mechanism.inter.broker.protocol")
+
+
+# -- the bundled client's settings (librdkafka's names)
+
+
+def test_bundled_client_oauthbearer_settings():
+    from odradek.client.config import ClientConfig, ConfigError as ClientConfigError, unsecured_jwt_settings
+    from odradek.client.connection import ClientSecurity, oauthbearer_token
+
+    settings = unsecured_jwt_settings("principal=alice scope=kafka,write lifeSeconds=60 extension_traceId=abc")
+    assert settings["principal"] == "alice" and settings["scope"] == ["kafka", "write"] and settings["lifeSeconds"] == 60
+    assert settings["extensions"] == {"traceId": "abc"}
+    for bad in ("scope=kafka", "principal=a lifeSeconds=soon", "principal=a colour=blue", "principal"):
+        with pytest.raises(ClientConfigError):
+            unsecured_jwt_settings(bad)
+    base = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "oauthbearer"}
+    with pytest.raises(ClientConfigError, match="oauth_cb"):
+        ClientConfig(**base)
+    config = ClientConfig(**base, enable_sasl_oauthbearer_unsecure_jwt=True,
+                          sasl_oauthbearer_config="principal=alice scope=kafka extension_traceId=abc")
+    token, extensions = ClientSecurity.from_config(config).oauth_token()
+    jwt = validate_unsecured_token(token, UnsecuredValidatorOptions(required_scope=("kafka",)),
+                                   int(__import__("time").time() * 1000))
+    assert jwt.principal_name == "alice" and extensions == {"traceId": "abc"}
+    with_cb = ClientConfig(**base, oauth_cb=lambda cfg: ("a.b.", 0, "x", {"k": "v"}))
+    assert oauthbearer_token(with_cb) == ("a.b.", {"k": "v"})

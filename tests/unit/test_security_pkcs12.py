@@ -5,8 +5,10 @@ JKS is still refused with the keytool command. A TLS handshake over a socket pai
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import ssl
+import subprocess
 import tempfile
 import threading
 
@@ -143,3 +145,28 @@ def test_no_private_key_is_left_on_disk(pki, monkeypatch, tmp_path):
     listener_security(inline, "SSL", SecurityProtocol.SSL)
     assert len(written) == 2 and all(b"BEGIN ENCRYPTED PRIVATE KEY" in w and b"BEGIN PRIVATE KEY" not in w for w in written)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_stores_written_by_keytool(pki, tmp_path):
+    """What Kafka users have: keytool's PKCS12 key store and trust store load; its JKS is refused."""
+    keytool = shutil.which("keytool")
+    if keytool is None:
+        pytest.skip("keytool (Java) is not installed")
+
+    def run(*args):
+        subprocess.run([keytool, *args, "-storepass", PASSWORD, "-noprompt"], check=True, capture_output=True, timeout=120)
+
+    run("-genkeypair", "-alias", "broker", "-keyalg", "EC", "-groupname", "secp256r1", "-dname", "CN=localhost",
+        "-validity", "2", "-storetype", "PKCS12", "-keystore", str(tmp_path / "broker.p12"))
+    run("-importcert", "-alias", "ca", "-file", str(pki.ca), "-storetype", "PKCS12", "-keystore", str(tmp_path / "trust.p12"))
+    run("-importkeystore", "-srckeystore", str(tmp_path / "broker.p12"), "-srcstoretype", "PKCS12", "-srcstorepass", PASSWORD,
+        "-destkeystore", str(tmp_path / "broker.jks"), "-deststoretype", "JKS")
+    c = config(listeners="SSL://127.0.0.1:0", **{
+        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": tmp_path / "broker.p12", "ssl.keystore.password": PASSWORD,
+        "ssl.truststore.type": "PKCS12", "ssl.truststore.location": tmp_path / "trust.p12", "ssl.truststore.password": PASSWORD,
+        "ssl.client.auth": "required"})
+    assert listener_security(c, "SSL", SecurityProtocol.SSL).ssl_context.cert_store_stats()["x509_ca"] == 1
+    with pytest.raises(ConfigError) as e:
+        listener_security(config(listeners="SSL://127.0.0.1:0", **{
+            "ssl.keystore.location": tmp_path / "broker.jks", "ssl.keystore.password": PASSWORD}), "SSL", SecurityProtocol.SSL)
+    assert "keytool -importkeystore" in str(e.value)
