@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from odradek.protocol.sasl import OAUTHBEARER, PLAIN, ScramCredential, ScramMechanism, UnsecuredValidatorOptions
+from odradek.protocol.sasl import (
+    OAUTHBEARER, PLAIN, ScramCredential, ScramMechanism, UnsecuredLoginOptions, UnsecuredValidatorOptions,
+)
 
 from .config import BrokerConfig, ConfigError
 from .context import ANONYMOUS, KafkaPrincipal, SecurityProtocol
@@ -509,7 +511,8 @@ def node_security(config: BrokerConfig, listener: str, mechanism_key: str):
     """How this node connects to other nodes' `listener` (the inter-broker listener with
     `sasl.mechanism.inter.broker.protocol`, a controller listener with `sasl.mechanism.controller.protocol`):
     None for PLAINTEXT. The SASL credentials are the username/password of that listener's JAAS entry for
-    the mechanism, as Kafka's brokers take them."""
+    the mechanism, as Kafka's brokers take them; for OAUTHBEARER, the unsecured token that entry describes
+    (OAuthBearerLoginModule's unsecuredLogin* options), minted afresh for each connection."""
     from .node_client import NodeSecurity
 
     protocol = SecurityProtocol(config._protocol_map().get(listener.upper(), listener.upper()))
@@ -519,10 +522,24 @@ def node_security(config: BrokerConfig, listener: str, mechanism_key: str):
     if protocol in (SecurityProtocol.SSL,):
         return NodeSecurity(ssl_context=ssl_context)
     mechanism = str(config.get(mechanism_key)).upper()
-    if mechanism not in SERVED_MECHANISMS or mechanism == OAUTHBEARER:  # nodes log in with a password
+    if mechanism not in SERVED_MECHANISMS:
         raise ConfigError(
             f"listener {listener} ({protocol.value}) is reached with SASL mechanism {mechanism}, which this broker does "
-            f"not speak; set {mechanism_key} to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", key=mechanism_key)
+            f"not speak; set {mechanism_key} to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", key=mechanism_key)
+    if mechanism == OAUTHBEARER:
+        # As Kafka's OAuthBearerUnsecuredLoginCallbackHandler: the node mints its own unsecured token from
+        # the listener's JAAS entry (unsecuredLoginStringClaim_sub="admin" ...).
+        jaas_key = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
+        entry = jaas_for(config, listener, OAUTHBEARER)
+        if entry is None:
+            raise ConfigError(f"listener {listener} is reached with SASL OAUTHBEARER, but {jaas_key} is not set: "
+                              f'{OAUTHBEARER_LOGIN_MODULE} required unsecuredLoginStringClaim_sub="<node principal>";',
+                              key=jaas_key)
+        try:
+            login = UnsecuredLoginOptions.from_jaas(entry.options)
+        except ValueError as e:
+            raise ConfigError(str(e), key=jaas_key) from None
+        return NodeSecurity(ssl_context=ssl_context, mechanism=mechanism, username=login.principal_name, oauth_login=login)
     credentials = client_credentials(config, listener, mechanism)
     if credentials is None:
         raise ConfigError(

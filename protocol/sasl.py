@@ -35,6 +35,7 @@ __all__ = [
     "PlainServer", "plain_token", "salted_password", "scram_credential", "MIN_ITERATIONS", "MAX_ITERATIONS",
     "OAUTHBEARER", "OAuthBearerServer", "OAuthBearerInvalidToken", "UnsecuredValidatorOptions", "UnsecuredJwt",
     "parse_unsecured_jws", "validate_unsecured_token", "unsecured_jwt", "oauthbearer_client_first",
+    "UnsecuredLoginOptions",
 ]
 
 PLAIN = "PLAIN"
@@ -533,6 +534,68 @@ class OAuthBearerServer:
         self.username = jwt.principal_name
         self.complete = True
         return b""
+
+
+_LOGIN_PREFIX = "unsecuredLogin"
+
+
+@dataclass(frozen=True, slots=True)
+class UnsecuredLoginOptions:
+    """Kafka's OAuthBearerUnsecuredLoginCallbackHandler: what a node (or Java client) logging in with
+    OAUTHBEARER puts in its own unsecured token, from the JAAS options unsecuredLoginStringClaim_<name>,
+    unsecuredLoginNumberClaim_<name>, unsecuredLoginListClaim_<name> (the value's first character is the
+    list's separator), unsecuredLoginExtension_<name>, unsecuredLoginPrincipalClaimName (sub) and
+    unsecuredLoginLifetimeSeconds (3600). `token(now_ms)` adds iat and exp."""
+
+    claims: tuple[tuple[str, object], ...]
+    principal_claim_name: str = "sub"
+    lifetime_s: float = 3600
+    extensions: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_jaas(cls, options: dict[str, str]) -> "UnsecuredLoginOptions":
+        """Raises ValueError naming the option for a setting Kafka would refuse."""
+        claims: dict[str, object] = {}
+        extensions: dict[str, str] = {}
+        for key, value in options.items():
+            kind, _, name = key.partition("_")
+            if not kind.startswith(_LOGIN_PREFIX) or not name:
+                continue
+            if name in ("iat", "exp") and kind != f"{_LOGIN_PREFIX}Extension":
+                raise ValueError(f"{key}: the {name} claim is set by the login itself")
+            if kind == f"{_LOGIN_PREFIX}StringClaim":
+                claims[name] = value
+            elif kind == f"{_LOGIN_PREFIX}NumberClaim":
+                try:
+                    claims[name] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+                except ValueError:
+                    raise ValueError(f"{key}: not a number: {value!r}") from None
+            elif kind == f"{_LOGIN_PREFIX}ListClaim":
+                claims[name] = [item for item in value[1:].split(value[0])] if value else []
+            elif kind == f"{_LOGIN_PREFIX}Extension":
+                extensions[name] = value
+        principal_claim = options.get(f"{_LOGIN_PREFIX}PrincipalClaimName", "").strip() or "sub"
+        if not isinstance(claims.get(principal_claim), str) or not claims[principal_claim].strip():
+            raise ValueError(f"{_LOGIN_PREFIX}StringClaim_{principal_claim} is required: the principal name")
+        lifetime_text = options.get(f"{_LOGIN_PREFIX}LifetimeSeconds", "").strip() or "3600"
+        try:
+            lifetime_s = float(lifetime_text)
+        except ValueError:
+            raise ValueError(f"{_LOGIN_PREFIX}LifetimeSeconds: not a number: {lifetime_text!r}") from None
+        if lifetime_s <= 0:
+            raise ValueError(f"{_LOGIN_PREFIX}LifetimeSeconds must be positive: {lifetime_text}")
+        if lifetime_s.is_integer():
+            lifetime_s = int(lifetime_s)
+        return cls(tuple(claims.items()), principal_claim, lifetime_s, tuple(extensions.items()))
+
+    @property
+    def principal_name(self) -> str:
+        return dict(self.claims)[self.principal_claim_name]
+
+    def token(self, now_ms: int) -> str:
+        # iat in whole seconds, rounded down: never "issued in the future" to a broker without clock skew.
+        iat_s = now_ms // 1000
+        return unsecured_jwt({**dict(self.claims), "iat": iat_s, "exp": iat_s + self.lifetime_s})
 
 
 def unsecured_jwt(claims: dict) -> str:

@@ -309,3 +309,109 @@ def test_bundled_client_and_cli_with_unsecured_tokens(broker):
     scopeless = subprocess.run([*cli[:-3], "sasl.oauthbearer.config=principal=admin", "topic", "list"],
                                capture_output=True, text=True, timeout=120)
     assert scopeless.returncode != 0 and "insufficient_scope" in scopeless.stderr + scopeless.stdout
+
+
+# -- a cluster with OAUTHBEARER everywhere
+
+
+async def test_three_nodes_with_oauthbearer_on_every_listener(tmp_path):
+    """Kafka's development setup copied: clients, brokers and controllers all on SASL_SSL with OAUTHBEARER,
+    each node minting its own unsecured token from its JAAS entry (unsecuredLoginStringClaim_sub), TLS from
+    PKCS12 stores. The nodes' tokens live 8 s: their sessions end with them, so the nodes must open fresh,
+    re-authenticated connections to keep replicating (broker/node_client.py renews at 85%)."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from odradek.broker.server import Broker
+    from odradek.broker.testing import broker_config
+    from odradek.replication.metadata_image import new_cluster_id
+    from odradek.storage.meta_properties import format_log_dir
+    from odradek.storage.names import TopicPartition
+
+    from .test_quorum_inprocess import QUICK, active, free_ports, until
+
+    pki = make_pki(tmp_path / "pki")
+    keystore, truststore = pki.pkcs12_keystore("server", STORE_PASSWORD), pki.pkcs12_truststore(STORE_PASSWORD)
+    cluster_id, n = new_cluster_id(), 3
+    ports = free_ports(3 * n)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * n + i]}" for i in range(n))
+    node_jaas = f'{LOGIN_MODULE} required unsecuredLoginStringClaim_sub="node" unsecuredLoginLifetimeSeconds="8";'
+    configs = []
+    for i in range(n):
+        data = tmp_path / f"node{i + 1}"
+        format_log_dir(str(data), node_id=i + 1, cluster_id=cluster_id, directory_id=new_cluster_id())
+        configs.append(broker_config(data, **{
+            "node.id": i + 1, "process.roles": "broker,controller", "controller.quorum.voters": voters,
+            "listeners": f"CLIENT://127.0.0.1:{ports[i]},INTERNAL://127.0.0.1:{ports[n + i]},"
+                         f"CONTROLLER://127.0.0.1:{ports[2 * n + i]}",
+            "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SASL_SSL,CONTROLLER:SASL_SSL",
+            "inter.broker.listener.name": "INTERNAL",
+            "advertised.listeners": f"CLIENT://127.0.0.1:{ports[i]},INTERNAL://127.0.0.1:{ports[n + i]}",
+            "sasl.enabled.mechanisms": "OAUTHBEARER",
+            "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER", "sasl.mechanism.controller.protocol": "OAUTHBEARER",
+            "listener.name.client.oauthbearer.sasl.jaas.config": f"{LOGIN_MODULE} required;",
+            "listener.name.internal.oauthbearer.sasl.jaas.config": node_jaas,
+            "listener.name.controller.oauthbearer.sasl.jaas.config": node_jaas,
+            "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(keystore), "ssl.keystore.password": STORE_PASSWORD,
+            "ssl.truststore.type": "PKCS12", "ssl.truststore.location": str(truststore),
+            "ssl.truststore.password": STORE_PASSWORD,
+            "default.replication.factor": 3, "offsets.topic.replication.factor": 3, "min.insync.replicas": 2,
+            "replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 100,
+            **QUICK,
+        }))
+    nodes = [Broker(c) for c in configs]
+    try:
+        await asyncio.gather(*(b.start() for b in nodes))
+        await until(lambda: len(active(nodes)) == 1, what="an active controller")
+        await until(lambda: all(b.services.live_brokers() == [1, 2, 3] for b in nodes), timeout_s=60,
+                    what="three unfenced brokers (registered over the OAUTHBEARER controller listener)")
+        bootstrap = ",".join(f"127.0.0.1:{port}" for b in nodes for name, _, port in b.bound if name == "CLIENT")
+        conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": str(pki.ca),
+                "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+                "sasl.oauthbearer.config": "principal=alice"}
+
+        def produce(first: int) -> list[str]:
+            if first == 0:
+                admin = AdminClient(conf)  # held: a collected client fails its futures with _DESTROY
+                admin.create_topics([NewTopic("oauth", 3, 3)])["oauth"].result(30)
+            errors: list[str] = []
+            producer = Producer({**conf, "acks": "all"})
+            for i in range(first, first + 30):
+                producer.produce("oauth", f"v{i}".encode(), partition=i % 3,
+                                 on_delivery=lambda err, _m: err is not None and errors.append(str(err)))
+            if producer.flush(60):
+                errors.append("not all delivered")
+            return errors
+
+        def consume(count: int) -> list[bytes]:
+            consumer = Consumer({**conf, "group.id": "oauth-readers"})
+            consumer.assign([confluent_kafka.TopicPartition("oauth", p, 0) for p in range(3)])
+            values: list[bytes] = []
+            deadline = time.monotonic() + 45
+            while len(values) < count and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None and not m.error():
+                    values.append(m.value())
+            consumer.close()
+            return values
+
+        async def all_replicas_hold(end_offset: int) -> None:
+            for p in range(3):
+                tp = TopicPartition("oauth", p)
+                await until(lambda tp=tp: all(b.data.get_partition(tp) is not None
+                                              and b.data.get_partition(tp).log.log_end_offset == end_offset for b in nodes),
+                            timeout_s=60, what=f"partition {p} up to offset {end_offset} on all three replicas")
+
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        assert await loop.run_in_executor(None, produce, 0) == []
+        await all_replicas_hold(10)
+        # past the nodes' first tokens: replication and the quorum go on over renewed sessions
+        while time.monotonic() - started < 12:
+            await asyncio.sleep(0.5)
+        assert all(b.services.live_brokers() == [1, 2, 3] for b in nodes)
+        assert await loop.run_in_executor(None, produce, 30) == []
+        await all_replicas_hold(20)
+        assert sorted(await loop.run_in_executor(None, consume, 60)) == sorted(f"v{i}".encode() for i in range(60))
+    finally:
+        await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)

@@ -16,7 +16,8 @@ from odradek.broker.context import KafkaPrincipal, SecurityProtocol
 from odradek.broker.security import ListenerSecurity, listener_security, node_security
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.sasl import (
-    OAUTHBEARER, OAuthBearerInvalidToken, OAuthBearerServer, SaslAuthenticationFailed, UnsecuredValidatorOptions,
+    OAUTHBEARER, OAuthBearerInvalidToken, OAuthBearerServer, SaslAuthenticationFailed, UnsecuredLoginOptions,
+    UnsecuredValidatorOptions,
     oauthbearer_client_first, parse_unsecured_jws, unsecured_jwt, validate_unsecured_token,
 )
 
@@ -222,13 +223,38 @@ def test_settings_we_cannot_honour_refuse_to_start(props, key_part):
     assert key_part in e.value.key
 
 
-def test_the_default_validator_class_named_explicitly_is_fine_and_nodes_do_not_log_in_with_oauthbearer():
+def test_the_default_validator_class_named_explicitly_is_fine():
     c = config(**{JAAS_KEY: f"{LOGIN_MODULE} required;", "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class":
                   "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler"})
     assert listener_security(c, "SASL_PLAINTEXT", SecurityProtocol.SASL_PLAINTEXT).oauthbearer is not None
-    with pytest.raises(ConfigError):
+
+
+def test_unsecured_login_options_as_kafkas_login_callback_handler_reads_them():
+    login = UnsecuredLoginOptions.from_jaas({
+        "unsecuredLoginStringClaim_sub": "admin", "unsecuredLoginListClaim_scope": ",kafka,LOGIN_TO_KAFKA",
+        "unsecuredLoginNumberClaim_level": "3", "unsecuredLoginLifetimeSeconds": "60",
+        "unsecuredLoginExtension_traceId": "t1", "user_bob": "ignored"})
+    assert login.principal_name == "admin" and login.extensions == (("traceId", "t1"),)
+    jwt = validate_unsecured_token(login.token(NOW_MS + 999), UnsecuredValidatorOptions(required_scope=("kafka",)), NOW_MS + 999)
+    assert jwt.principal_name == "admin" and jwt.scope == {"kafka", "LOGIN_TO_KAFKA"} and jwt.claims["level"] == 3
+    assert jwt.start_time_ms == NOW_S * 1000 and jwt.lifetime_ms == (NOW_S + 60) * 1000  # iat rounded down
+    for bad in ({}, {"unsecuredLoginStringClaim_sub": ""}, {"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginNumberClaim_exp": "1"},
+                {"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginLifetimeSeconds": "0"},
+                {"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginNumberClaim_n": "many"}):
+        with pytest.raises(ValueError):
+            UnsecuredLoginOptions.from_jaas(bad)
+
+
+def test_nodes_log_in_with_their_own_unsecured_token():
+    c = config(**{JAAS_KEY: f'{LOGIN_MODULE} required unsecuredLoginStringClaim_sub="broker";',
+                  "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"})
+    node = node_security(c, "SASL_PLAINTEXT", "sasl.mechanism.inter.broker.protocol")
+    assert node.mechanism == OAUTHBEARER and node.username == "broker"
+    assert validate_unsecured_token(node.oauth_login.token(NOW_MS), UnsecuredValidatorOptions(), NOW_MS).principal_name == "broker"
+    with pytest.raises(ConfigError) as e:  # no principal to put in the token
         node_security(config(**{JAAS_KEY: f"{LOGIN_MODULE} required;", "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"}),
                       "SASL_PLAINTEXT", "sasl.mechanism.inter.broker.protocol")
+    assert "oauthbearer.sasl.jaas.config" in e.value.key and "unsecuredLoginStringClaim_sub" in str(e.value)
 
 
 # -- the bundled client's settings (librdkafka's names)
