@@ -102,7 +102,7 @@ class ClientConfig:
     # Security, as librdkafka names it: security.protocol PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
     # sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with sasl.username/sasl.password, or OAUTHBEARER; ssl.ca.location
     # (PEM CA certificates; default: the system's), ssl.certificate.location and ssl.key.location (PEM, for
-    # mutual TLS), ssl.key.password; ssl.endpoint.identification.algorithm "https" (check the broker's host
+    # mutual TLS) or ssl.keystore.location (PKCS12) with ssl.keystore.password, ssl.key.password; ssl.endpoint.identification.algorithm "https" (check the broker's host
     # name, the default) or "none".
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
@@ -112,6 +112,9 @@ class ClientConfig:
     ssl_certificate_location: str | None = None
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
+    # librdkafka's PKCS12 client key store (key, certificate and chain in one file), instead of the two PEMs
+    ssl_keystore_location: str | None = None
+    ssl_keystore_password: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
     # OAUTHBEARER, as librdkafka: enable.sasl.oauthbearer.unsecure.jwt=true makes an unsecured JWT from
     # sasl.oauthbearer.config ("principal=alice scope=a,b lifeSeconds=3600 principalClaimName=sub
@@ -138,6 +141,9 @@ class ClientConfig:
                     unsecured_jwt_settings(self.sasl_oauthbearer_config)
             elif self.sasl_username is None or self.sasl_password is None:
                 raise ConfigError(f"security.protocol {self.security_protocol} needs sasl.username and sasl.password")
+        if self.ssl_keystore_location and self.ssl_certificate_location:
+            raise ConfigError("ssl.keystore.location (PKCS12) and ssl.certificate.location (PEM) are two ways to give "
+                              "the client certificate: set one")
         if self.ssl_endpoint_identification_algorithm not in ("https", "none", ""):
             raise ConfigError("ssl.endpoint.identification.algorithm must be https or none")
         for f in dataclasses.fields(self):

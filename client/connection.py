@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import secrets
 import socket
 import ssl
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -73,6 +75,8 @@ class ClientSecurity:
                     ctx.load_cert_chain(config.ssl_certificate_location, config.ssl_key_location, config.ssl_key_password)
                 except (ssl.SSLError, OSError) as e:
                     raise AuthenticationError(f"cannot load ssl.certificate.location/ssl.key.location: {e}") from None
+            elif config.ssl_keystore_location:
+                load_pkcs12_keystore(ctx, config.ssl_keystore_location, config.ssl_keystore_password)
             security.ssl_context = ctx
         if protocol.startswith("SASL_"):
             security.mechanism = config.sasl_mechanism
@@ -80,6 +84,46 @@ class ClientSecurity:
             if security.mechanism == OAUTHBEARER:
                 security.oauth_token = lambda: oauthbearer_token(config)
         return security
+
+
+def load_pkcs12_keystore(ctx: ssl.SSLContext, location: str, password: str | None) -> None:
+    """A PKCS12 key store into `ctx`. `load_cert_chain` reads files only: the key goes through one, encrypted
+    under a random one-time password held only here, in a fresh 0700 directory, removed once read (as the
+    broker does, broker/security.py)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    try:
+        with open(location, "rb") as f:
+            data = f.read()
+        if data[:4] in (b"\xfe\xed\xfe\xed", b"\xce\xce\xce\xce"):
+            raise AuthenticationError(f"{location} is a JKS key store: convert it with `keytool -importkeystore -srckeystore "
+                                      f"{location} -destkeystore client.p12 -deststoretype PKCS12`")
+        store = pkcs12.load_pkcs12(data, password.encode("utf-8") if password else None)
+    except OSError as e:
+        raise AuthenticationError(f"cannot read ssl.keystore.location {location}: {e.strerror}") from None
+    except (ValueError, TypeError) as e:
+        raise AuthenticationError(f"cannot load the PKCS12 key store {location}: wrong ssl.keystore.password or not "
+                                  f"a PKCS12 file ({e})") from None
+    if store.key is None or store.cert is None:
+        raise AuthenticationError(f"the PKCS12 key store {location} holds no private key with its certificate")
+    one_time = secrets.token_bytes(32)
+    pem = store.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(one_time))
+    pem += b"".join(c.certificate.public_bytes(serialization.Encoding.PEM) for c in (store.cert, *store.additional_certs))
+    directory = tempfile.mkdtemp(prefix="odradek-key-")
+    path = os.path.join(directory, "key.pem")
+    try:
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(pem)
+        ctx.load_cert_chain(path, password=one_time)
+    except ssl.SSLError as e:
+        raise AuthenticationError(f"cannot use the PKCS12 key store {location}: {e}") from None
+    finally:
+        try:
+            os.unlink(path)
+        finally:
+            os.rmdir(directory)
 
 
 def oauthbearer_token(config) -> tuple[str, dict[str, str]]:

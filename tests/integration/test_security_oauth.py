@@ -148,6 +148,19 @@ def test_mutual_tls_with_pkcs12_stores_on_both_sides(broker):
         producer.produce(topic, f"v{i}".encode())
     assert producer.flush(30) == 0
     assert _consume(conf, topic, 3) == [b"v0", b"v1", b"v2"]
+    from odradek.client import Producer
+    from odradek.client.errors import AuthenticationError
+
+    async def bundled(password: str):
+        async with Producer(bootstrap_servers=broker.bootstrap("SSL"), security_protocol="SSL",
+                            ssl_ca_location=str(broker.pki.ca), ssl_keystore_location=conf["ssl.keystore.location"],
+                            ssl_keystore_password=password) as producer:
+            await producer.send_and_wait(topic, b"bundled")
+
+    asyncio.run(bundled("carol-pw"))  # the bundled client takes librdkafka's PKCS12 settings too
+    with pytest.raises(AuthenticationError, match="wrong ssl.keystore.password"):
+        asyncio.run(bundled("wrong"))
+    assert _consume(conf, topic, 4)[-1] == b"bundled"
     rogue_cert, rogue_key = broker.pki.rogue_client
     rogue = {**conf, "ssl.certificate.location": str(rogue_cert), "ssl.key.location": str(rogue_key)}
     del rogue["ssl.keystore.location"], rogue["ssl.keystore.password"]
