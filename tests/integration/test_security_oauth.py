@@ -45,6 +45,7 @@ def _broker_settings(pki) -> list[str]:
         f'listener.name.sasl_ssl.oauthbearer.sasl.jaas.config={LOGIN_MODULE} required unsecuredLoginStringClaim_sub="admin";',
         f'listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config={LOGIN_MODULE} required '
         'unsecuredLoginStringClaim_sub="admin" unsecuredValidatorRequiredScope="kafka" unsecuredValidatorAllowableClockSkewMs="1000";',
+        "listener.name.sasl_ssl.connections.max.reauth.ms=3000",  # sessions: min(3 s, what the token has left)
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users=User:admin;User:carol", "auto.create.topics.enable=false", "num.partitions=1",
     ]
@@ -203,6 +204,28 @@ def test_librdkafka_oauthbearer_principal_reaches_the_authorizer(broker):
         assert _produce_error(broker.oauth(listener, "bob"), granted) == "TOPIC_AUTHORIZATION_FAILED"
     assert _consume(broker.oauth("SASL_SSL", "alice"), granted, 2) == [b"x", b"x"]
     assert broker.logged("principal=User:alice") and broker.logged("mechanism=OAUTHBEARER")
+
+
+def test_librdkafka_reauthenticates_with_a_fresh_oauthbearer_login(broker):
+    """KIP-368 over OAUTHBEARER: SASL_SSL sessions last 3 s here; librdkafka re-authenticates on the same
+    connection (SaslHandshake + SaslAuthenticate with its token) and keeps producing."""
+    topic = f"reauth-{uuid.uuid4().hex[:6]}"
+    _create_topics(broker, topic)
+
+    def reauthentications() -> int:
+        return sum("re-authenticated" in line and "OAUTHBEARER" in line and "User:admin" in line for line in list(broker.proc.output))
+
+    before = reauthentications()
+    producer = confluent_kafka.Producer(broker.oauth("SASL_SSL", "admin", **{"linger.ms": 0}))
+    deadline = time.monotonic() + 30
+    delivered = 0
+    while time.monotonic() < deadline and not (reauthentications() > before and delivered > 20):
+        producer.produce(topic, b"x")
+        delivered += 1
+        producer.flush(10)
+        time.sleep(0.1)
+    assert producer.flush(10) == 0
+    assert reauthentications() > before
 
 
 def _token_cb(claims: dict):
