@@ -7,12 +7,14 @@
 Before AUTHENTICATED the network (broker/network.py) answers only ApiVersions, SaslHandshake and
 SaslAuthenticate, through this object, and closes the connection on any other request. After it,
 a SaslHandshake starts re-authentication (KIP-368): the same mechanism, then SaslAuthenticate, and the
-principal must not change. `session_expiry_ms` (when connections.max.reauth.ms is set) is when the
-connection must have re-authenticated; the network closes it at the first other request after that.
+principal must not change. `session_expiry_ms` (when connections.max.reauth.ms is set, or the credential
+expires) is when the connection must have re-authenticated; the network closes it at the first other
+request after that.
 
-No sockets and no clock: `now_ms` is an argument (the network's monotonic clock, for session expiry), nonces
-come from `nonce()`, and OAUTHBEARER's token times are checked against `wall_clock_ms()` (JWT `exp` and
-`iat` are epoch seconds; tests pass a fixed clock). The mechanisms themselves are protocol.sasl's.
+No sockets, and time only from outside: `now_ms` is an argument (the network's monotonic clock, for
+session expiry), nonces come from `nonce()`, and OAUTHBEARER's token times are checked against the
+injected `wall_clock_ms()` (JWT `exp` and `iat` are epoch seconds; tests pass a fixed clock). The
+mechanisms themselves are protocol.sasl's.
 
 A session's lifetime (sent to the client, which re-authenticates before it ends) is
 `connections.max.reauth.ms`, and for OAUTHBEARER at most what is left of the token's own lifetime, as in

@@ -3,13 +3,15 @@
 `listener_security(config, listener, scram_lookup)` reads, for one listener, what Kafka's broker reads:
 the `ssl.*` and `sasl.*` settings, each overridable for that listener as `listener.name.<l>.<key>`, and
 the JAAS text of each mechanism (`listener.name.<l>.<mechanism>.sasl.jaas.config`, else `sasl.jaas.config`).
-A setting this broker cannot honour (a JKS key store: PEM and PKCS12 are read, GSSAPI as the only mechanism, a bad mapping rule)
-raises `ConfigError` at start, naming the key, rather than serving the listener some other way.
+Key and trust stores are PEM or PKCS12 (read with `cryptography`). A setting this broker cannot honour
+(a JKS store, GSSAPI as the only mechanism, a validator for signed OAUTHBEARER tokens, a bad mapping
+rule) raises `ConfigError` at start, naming the key, rather than serving the listener some other way.
 
 Principals: on an SSL listener the principal is the client certificate's subject as an RFC 2253
 distinguished name (what Java's X500Principal.getName() gives) mapped by `ssl.principal.mapping.rules`,
-or User:ANONYMOUS without a certificate; on a SASL listener it is the authenticated user name; on
-PLAINTEXT, User:ANONYMOUS. That is Kafka's DefaultKafkaPrincipalBuilder.
+or User:ANONYMOUS without a certificate; on a SASL listener it is the authenticated user name (for
+OAUTHBEARER, the token's principal claim); on PLAINTEXT, User:ANONYMOUS. That is Kafka's
+DefaultKafkaPrincipalBuilder.
 """
 
 from __future__ import annotations

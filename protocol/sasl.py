@@ -25,6 +25,7 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -397,7 +398,8 @@ def _b64url_json(part: str) -> dict:
     try:
         decoded = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
         value = json.loads(decoded)
-    except (ValueError, UnicodeDecodeError):  # binascii.Error and JSONDecodeError are ValueErrors
+    # binascii.Error and JSONDecodeError are ValueErrors; arrays nested thousands deep exhaust the recursion
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise OAuthBearerInvalidToken("malformed Base64 URL encoded value or JSON") from None
     if not isinstance(value, dict):
         raise OAuthBearerInvalidToken("malformed JSON: not an object")
@@ -410,7 +412,22 @@ def _number_claim(claims: dict, name: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise OAuthBearerInvalidToken(f"The '{name}' claim was not of type Number: {type(value).__name__}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        number = math.inf
+    if not math.isfinite(number):  # JSON's Infinity and NaN, which Python's parser accepts
+        raise OAuthBearerInvalidToken(f"The '{name}' claim is not a finite number: {value!r:.40}")
+    return number
+
+
+_LONG_MAX = 2**63 - 1
+
+
+def _ms(seconds: float) -> int:
+    """A claim's seconds as whole milliseconds, saturating as Java's Math.round does (exp=1e308 is "never")."""
+    ms = seconds * 1000
+    return _LONG_MAX if ms >= _LONG_MAX else -_LONG_MAX - 1 if ms <= -_LONG_MAX - 1 else round(ms)
 
 
 def parse_unsecured_jws(token: str, principal_claim_name: str = "sub", scope_claim_name: str = "scope") -> UnsecuredJwt:
@@ -443,7 +460,7 @@ def parse_unsecured_jws(token: str, principal_claim_name: str = "sub", scope_cla
     if not principal or not principal.strip():
         raise OAuthBearerInvalidToken(f"No principal name in JWT claim: {principal_claim_name}")
     iat = _number_claim(claims, "iat")
-    return UnsecuredJwt(principal, scope, round(exp * 1000), None if iat is None else round(iat * 1000), claims)
+    return UnsecuredJwt(principal, scope, _ms(exp), None if iat is None else _ms(iat), claims)
 
 
 def validate_unsecured_token(token: str, options: UnsecuredValidatorOptions, now_ms: int) -> UnsecuredJwt:
@@ -453,11 +470,11 @@ def validate_unsecured_token(token: str, options: UnsecuredValidatorOptions, now
     iat = _number_claim(jwt.claims, "iat")
     # Compared in whole milliseconds (as the token's times are kept): iat * 1000 in floating point can land a
     # hair above the millisecond the client wrote (librdkafka writes "%.3f" seconds).
-    if iat is not None and round(1000 * iat) > now_ms + skew:
+    if iat is not None and _ms(iat) > now_ms + skew:
         raise OAuthBearerInvalidToken(f"The Issued At value ({iat:f} seconds) was after the indicated time ({now_ms} ms) "
                                       f"plus allowable clock skew ({skew} ms)")
     exp = _number_claim(jwt.claims, "exp")
-    if now_ms - skew >= round(1000 * exp):
+    if now_ms - skew >= _ms(exp):
         raise OAuthBearerInvalidToken(f"The indicated time ({now_ms} ms) minus allowable clock skew ({skew} ms) was on "
                                       f"or after the Expiration Time value ({exp:f} seconds)")
     if iat is not None and exp <= iat:

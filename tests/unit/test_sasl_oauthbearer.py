@@ -136,6 +136,32 @@ def test_an_authorization_id_must_be_the_tokens_principal():
         server().step(oauthbearer_client_first(token(), authzid="admin"))
 
 
+def _raw_jwt(claims_json: str) -> str:
+    import base64
+
+    part = base64.urlsafe_b64encode(claims_json.encode()).rstrip(b"=").decode()
+    return unsecured_jwt({}).split(".")[0] + "." + part + "."
+
+
+@pytest.mark.parametrize("claims_json", [
+    '{"sub":"a","exp":Infinity}', '{"sub":"a","exp":NaN}', '{"sub":"a","exp":-Infinity}',
+    '{"sub":"a","exp":1' + "0" * 400 + "}", '{"sub":"a","exp":4000000000,"iat":1e400}',
+    '{"sub":"a","exp":4000000000,"x":' + "[" * 100_000 + "]" * 100_000 + "}", "[1,2]", '"text"',
+])
+def test_hostile_claims_are_invalid_tokens_not_crashes(claims_json):
+    with pytest.raises(OAuthBearerInvalidToken):
+        validate_unsecured_token(_raw_jwt(claims_json), UnsecuredValidatorOptions(), NOW_MS)
+    assert server().step(oauthbearer_client_first(_raw_jwt(claims_json))) == b'{"status":"invalid_token"}'
+
+
+def test_far_future_times_saturate_like_javas_math_round():
+    jwt = validate_unsecured_token(_raw_jwt('{"sub":"a","exp":1e308,"iat":-1e308}'), UnsecuredValidatorOptions(), NOW_MS)
+    assert jwt.lifetime_ms == 2**63 - 1 and jwt.start_time_ms == -(2**63)
+    auth = authenticator(reauth_ms=5000)
+    auth.handshake(OAUTHBEARER, 1)
+    assert auth.authenticate(oauthbearer_client_first(_raw_jwt('{"sub":"a","exp":1e308}')), now_ms=0).session_lifetime_ms == 5000
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300) | st.builds(lambda a, b: oauthbearer_client_first(token())[:a] + b + oauthbearer_client_first(token())[a:],
                                            st.integers(0, 40), st.binary(max_size=8)))
