@@ -5,7 +5,9 @@ One broker: an SSL listener requiring client certificates, a SASL_SSL listener a
 listener serving OAUTHBEARER (the latter requiring the scope "kafka"), all TLS from PKCS12 stores written
 by tests/pki.py, StandardAuthorizer on with User:admin and User:carol (mTLS) as super users. librdkafka
 mints its own unsecured tokens (`enable.sasl.oauthbearer.unsecure.jwt`), or takes ours through oauth_cb
-(an expired one, one without the scope); kafka-python and aiokafka take theirs from a token provider.
+(an expired one, one without the scope); kcat and the bundled client and CLI mint theirs the same way;
+kafka-python and aiokafka take theirs from a token provider. Last, a 3-node in-process cluster with
+OAUTHBEARER on every listener, nodes included.
 """
 
 from __future__ import annotations
@@ -226,6 +228,29 @@ def test_librdkafka_reauthenticates_with_a_fresh_oauthbearer_login(broker):
         time.sleep(0.1)
     assert producer.flush(10) == 0
     assert reauthentications() > before
+
+
+@pytest.mark.parametrize("listener", ["SASL_SSL", "SSL"])
+def test_kcat_round_trip(broker, listener):
+    """kcat (librdkafka 2.x): OAUTHBEARER with its own unsecured token, or mTLS from a PKCS12 key store."""
+    import shutil
+
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed")
+    topic = f"kcat-{listener.lower()}-{uuid.uuid4().hex[:6]}"
+    _create_topics(broker, topic)
+    if listener == "SASL_SSL":
+        conf = {k: str(v).lower() if isinstance(v, bool) else v for k, v in broker.oauth(listener, "admin").items()}
+    else:
+        conf = {"security.protocol": "SSL", "ssl.ca.location": str(broker.pki.ca),
+                "ssl.keystore.location": str(broker.pki.pkcs12_keystore("carol", "carol-pw")), "ssl.keystore.password": "carol-pw"}
+    flags = [a for k, v in conf.items() if k != "bootstrap.servers" for a in ("-X", f"{k}={v}")]
+    base = ["kcat", "-b", broker.bootstrap(listener), *flags, "-t", topic]
+    produced = subprocess.run([*base, "-P"], input="one\ntwo\n", text=True, timeout=60, capture_output=True)
+    assert produced.returncode == 0, produced.stderr
+    out = subprocess.run([*base, "-C", "-o", "beginning", "-e", "-q"], text=True, timeout=60, capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["one", "two"]
 
 
 def _token_cb(claims: dict):
