@@ -42,7 +42,10 @@ import structlog
 from odradek.protocol.connection import ClientConnection
 from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
-from odradek.protocol.sasl import PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, plain_token
+from odradek.protocol.sasl import (
+    OAUTHBEARER, PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, UnsecuredLoginOptions,
+    oauthbearer_client_first, plain_token,
+)
 
 log = structlog.get_logger("odradek.node_client")
 
@@ -61,6 +64,7 @@ class NodeSecurity:
     mechanism: str | None = None
     username: str = ""
     password: str = field(default="", repr=False)
+    oauth_login: UnsecuredLoginOptions | None = field(default=None, compare=False)  # OAUTHBEARER: mints the token
 
 
 class NodeConnection:
@@ -84,6 +88,9 @@ class NodeConnection:
         self._connecting: asyncio.Future | None = None
         self._failed_at = float("-inf")
         self._closed = False
+        # KIP-368: when the node gave this connection's SASL session a lifetime (connections.max.reauth.ms,
+        # an OAUTHBEARER token's expiry), a fresh connection is opened, and authenticated, before it ends.
+        self._session_renew_at = float("inf")
 
     def __repr__(self) -> str:
         return f"<NodeConnection {self.node_id} {self.host}:{self.port}>"
@@ -103,6 +110,9 @@ class NodeConnection:
         connection) on any connection failure or on timeout."""
         if self._closed:
             raise NodeUnavailable(f"connection to node {self.node_id} is closed")
+        if self.connected and not self._in_flight and self._clock() >= self._session_renew_at:
+            self._drop(NodeUnavailable(f"the SASL session with node {self.node_id} is about to end"))
+            self._failed_at = float("-inf")  # not a failure: reconnect at once, no back-off
         await self._ensure_connected()
         conn, writer = self._conn, self._writer
         if conn is None or writer is None:
@@ -190,16 +200,25 @@ class NodeConnection:
             raise NodeUnavailable(f"node {self.node_id} does not enable SASL mechanism {security.mechanism} "
                                   f"(enabled: {', '.join(handshake.mechanisms)})")
 
+        self._session_renew_at = float("inf")
+
         async def token(data: bytes) -> bytes:
             response = await call(SaslAuthenticateRequest(auth_bytes=data), 2)
             if response.error_code:
                 raise NodeUnavailable(f"node {self.node_id} refused SASL authentication as {security.username!r}: "
                                       f"{ErrorCode.for_code(response.error_code).name} ({response.error_message})")
+            if response.session_lifetime_ms > 0:
+                self._session_renew_at = self._clock() + 0.85 * response.session_lifetime_ms / 1000
             return bytes(response.auth_bytes)
 
         try:
             if security.mechanism == PLAIN:
                 await token(plain_token(security.username, security.password))
+            elif security.mechanism == OAUTHBEARER:
+                status = await token(oauthbearer_client_first(security.oauth_login.token(time.time_ns() // 1_000_000)))
+                if status:  # a JSON error status: the client answers ^A, which the node refuses (RFC 7628)
+                    await token(b"\x01")
+                    raise NodeUnavailable(f"node {self.node_id} refused this node's OAUTHBEARER token: {status.decode(errors='replace')}")
             else:
                 client = ScramClient(ScramMechanism.from_name(security.mechanism), security.username, security.password,
                                      secrets.token_urlsafe(18))
