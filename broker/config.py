@@ -907,6 +907,13 @@ class BrokerConfig(BaseModel):
         "Idle time after which a transactional id expires.",
         ge=1,
     )
+    remove_expired_transaction_cleanup_interval_ms: Int = _f(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        3600000,
+        T.INT,
+        "How often the transaction coordinator looks for expired transactional ids.",
+        ge=1,
+    )
     producer_id_expiration_ms: Int = _f(
         "producer.id.expiration.ms",
         86400000,

@@ -227,3 +227,34 @@ def test_transaction_version_2_is_not_advertised(broker):
     assert keys[26] == (0, 4)  # EndTxn: v5 is TV2's
     assert "transaction.version" not in {f.name for f in r.supported_features or ()}
     assert "transaction.version" not in {f.name for f in r.finalized_features or ()}
+
+
+def test_producer_state_expires_on_the_broker_except_an_open_transaction(tmp_path):
+    """producer.id.expiration.ms reaches the partitions and the broker's periodic check: an idle idempotent
+    producer is forgotten, a producer with a transaction open on the partition is not (DescribeProducers)."""
+    from odradek.protocol.messages import DescribeProducersRequest
+
+    settings = {"producer.id.expiration.ms": 1_000, "producer.id.expiration.check.interval.ms": 100}
+    topic, txn_id = name("expiry"), name("expiry-txn")
+    with BrokerThread(tmp_path, **settings) as running, RawClient(running.bootstrap) as client:
+        create(client, topic, partitions=1)
+        idle = init(client, None)
+        producer = init(client, txn_id)
+        add(client, txn_id, producer, topic, [0])
+        now = int(time.time() * 1000)
+        for who, transactional in ((idle, False), (producer, True)):
+            records = build_batch([(b"k", b"v", None, now)], producer_id=who[0], producer_epoch=who[1], base_sequence=0,
+                                  transactional=transactional)
+            assert produce(client, txn_id if transactional else None, [(topic, 0, records)]) == [0]
+
+        def active() -> set[int]:
+            DTopic = DescribeProducersRequest.TopicRequest
+            r = client.request(DescribeProducersRequest(topics=[DTopic(name=topic, partition_indexes=[0])]), 0)
+            return {p.producer_id for p in r.topics[0].partitions[0].active_producers}
+
+        assert active() == {idle[0], producer[0]}
+        deadline = time.monotonic() + DEADLINE_S
+        while active() != {producer[0]} and time.monotonic() < deadline:
+            time.sleep(0.1)  # bounded poll: the broker's housekeeping runs every second
+        assert active() == {producer[0]}  # the idle one went; the open transaction's producer stays
+        assert end(client, txn_id, producer, commit=True) == 0
