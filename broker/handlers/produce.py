@@ -177,10 +177,9 @@ def handle_produce(services, ctx, request):
             response.node_endpoints = list(endpoints.values())
         return response
 
-    if not services.config.transaction_partition_verification_enable:
-        return _append_and_answer(services, entries, acks, request.timeout_ms, answer)
-    guards: dict = {}
-    if request.transactional_id is not None:
+    # The SENTINEL for every partition not verified below (None: verification is off, nothing is checked).
+    guards = {} if services.config.transaction_partition_verification_enable else None
+    if request.transactional_id is not None:  # (without one, transactional batches were refused above)
         producers = {p for p in map(transactional_producer, entries.values()) if p is not None}
         if len(producers) > 1:
             # One transactional id, one producer: Kafka refuses the whole request before any append.
@@ -189,7 +188,7 @@ def handle_produce(services, ctx, request):
                 parts[i] = PartitionResponse(index=tp.partition, error_code=int(ErrorCode.INVALID_PRODUCER_ID_MAPPING),
                                              base_offset=-1)
             return answer({}) if acks != 0 else None
-        if producers:
+        if producers and guards is not None:
             unverified = _start_verification(services, entries, guards)
             if unverified:
                 return _verify_then_append(services, request, version, entries, unverified, slots, answer, guards)
@@ -280,8 +279,9 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
             topics.append((raw, responses))
         return Packed([encode_produce_response(request.correlation_id, topics, version)])
 
-    # (the SENTINEL for every partition: in the open transaction, which the log checks at the write)
-    guards = {} if first_producer is not None and services.config.transaction_partition_verification_enable else None
+    # The SENTINEL for every partition: a transactional batch here is in its open transaction, which the log
+    # checks at the write (and refuses any other transactional batch, e.g. past the first of a partition's).
+    guards = {} if services.config.transaction_partition_verification_enable else None
     return _append_and_answer(services, entries, acks, request.timeout_ms, answer, guards)
 
 
@@ -299,6 +299,9 @@ _ATTRIBUTES_LOW_BYTE = 22  # the batch attributes' low byte; 0x10 marks a transa
 
 
 def _transactional(records) -> bool:
+    """Whether a partition's records are transactional, read off the first batch's header as the fast path
+    reads them (Kafka looks at every batch; a later transactional batch that would open a transaction is
+    refused by the log all the same, INVALID_TXN_STATE, which is what both paths answer then)."""
     return records is not None and len(records) > _ATTRIBUTES_LOW_BYTE and bool(records[_ATTRIBUTES_LOW_BYTE] & 0x10)
 
 

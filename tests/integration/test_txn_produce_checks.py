@@ -178,6 +178,12 @@ def test_transactional_batches_without_a_transactional_id_are_refused(broker, ve
         assert produce(client, txn_id, [(topic, 0, batch(producer, 1))], version) == [0]  # nothing was appended
         assert offsets(client, topic, 0)[0] == 2 and offsets(client, topic, 1)[0] == 0
         assert end(client, txn_id, producer, commit=False) == 0
+        # A transactional batch behind a plain one in a partition's records (no client sends that): the
+        # request reads as not transactional, and the log refuses the batch that would open a transaction.
+        other = init(client, None)
+        mixed = batch(other, 0, transactional=False) + batch(other, 1)
+        assert produce(client, None, [(topic, 1, mixed)], version) == [ErrorCode.INVALID_TXN_STATE]
+        assert offsets(client, topic, 1)[0] == 0
 
 
 def test_transactional_batches_of_two_producers_in_one_request_are_refused(broker):
