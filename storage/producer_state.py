@@ -29,6 +29,7 @@ passes its marker, so a read_committed reader never sees a decision that could s
 watermark lowered to it. `commit` answers the transactions an append completed, each with the LSO right
 after it, which the log writes to the aborted-transaction index for aborts (Kafka's CompletedTxn and
 ProducerStateManager.lastStableOffset).
+
 Verification (KIP-890 part 1, Kafka's VerificationStateEntry): a producer's first transactional batch on a
 partition must belong to a transaction its coordinator knows. Before the broker asks the coordinator it
 takes a `VerificationGuard` here (`maybe_start_verification`: a fresh, unique object held in

@@ -237,3 +237,51 @@ def test_replica_manager_normal_path_and_the_sentinel(tmp_path):
     append(rm, {tp: bytearray(build_control_batch(COMMIT, PID, EPOCH, 0, NOW))}, origin=AppendOrigin.COORDINATOR)
     assert append(rm, {tp: txn(2)}, guards={})[tp].error_code == ErrorCode.INVALID_TXN_STATE
     assert append(rm, {tp: txn(2)}, guards=None)[tp].error_code == 0  # verification switched off: unchecked
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_no_transaction_opens_on_a_guard_older_than_the_producers_last_marker(tmp_path, seed):
+    """Seeded interleavings of verifications, markers and appends (verified, stale, SENTINEL) for a few
+    producers: a transaction opens only on a guard taken after the producer's last marker, a stale guard
+    never opens one, and the log's open transactions are exactly the model's."""
+    import random
+
+    rnd = random.Random(seed)
+    log = Log.open(str(tmp_path / "t-0"), LogConfig(), now_ms=NOW)
+    pids = (5001, 5002, 5003)
+    markers = dict.fromkeys(pids, 0)  # markers written per producer so far
+    sequence = dict.fromkeys(pids, 0)
+    open_txn: dict[int, bool] = dict.fromkeys(pids, False)
+    guards: list[tuple[int, object, int]] = []  # (producer, guard, markers when taken)
+    opened = refused_stale = 0
+    for _ in range(400):
+        pid = rnd.choice(pids)
+        roll = rnd.random()
+        if roll < 0.3:
+            guard = start(log, sequence[pid], pid=pid)
+            if guard is not SENTINEL:
+                guards.append((pid, guard, markers[pid]))
+            else:
+                assert open_txn[pid]
+        elif roll < 0.45:
+            marker(log, rnd.choice((ABORT, COMMIT)), pid=pid)
+            markers[pid] += 1
+            open_txn[pid] = False
+        else:
+            choices = [g for g in guards if g[0] == pid] or [(pid, SENTINEL, -1)]
+            _, guard, taken_at = rnd.choice(choices + [(pid, SENTINEL, -1)])
+            try:
+                put(log, txn(sequence[pid], pid=pid), guard)
+            except InvalidTxnStateError:
+                assert not open_txn[pid]  # an open transaction takes its producer's batches with any guard
+                refused_stale += taken_at != -1 and taken_at < markers[pid]
+                continue
+            except OutOfOrderSequenceError:
+                continue
+            if not open_txn[pid]:
+                assert taken_at == markers[pid], "a transaction opened on a guard from before the last marker"
+                open_txn[pid] = True
+                opened += 1
+            sequence[pid] += 1
+        assert {p for p, is_open in open_txn.items() if is_open} == set(log.producer_state.ongoing.values())
+    assert opened >= 5 and refused_stale > 0  # the mix reached both outcomes
