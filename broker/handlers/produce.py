@@ -302,7 +302,8 @@ def _transactional(records) -> bool:
     """Whether a partition's records are transactional, read off the first batch's header as the fast path
     reads them (Kafka looks at every batch; a later transactional batch that would open a transaction is
     refused by the log all the same, INVALID_TXN_STATE, which is what both paths answer then)."""
-    return records is not None and len(records) > _ATTRIBUTES_LOW_BYTE and bool(records[_ATTRIBUTES_LOW_BYTE] & 0x10)
+    return (records is not None and len(records) > _ATTRIBUTES_LOW_BYTE and records[_MAGIC_OFFSET] == 2
+            and bool(records[_ATTRIBUTES_LOW_BYTE] & 0x10))  # (a v0/v1 message set has no such bit: INVALID_RECORD)
 
 
 def _denied(services, ctx, request, version: int):
