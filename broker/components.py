@@ -63,6 +63,7 @@ async def start_components(broker) -> None:
     broker.log_manager = LogManager(
         data_dirs, now_ms=now_ms(), node_id=cfg.node_id, cluster_id=broker.cluster_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
+        producer_id_expiration_check_interval_ms=cfg.producer_id_expiration_check_interval_ms,
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
         metadata_log_dir=os.path.abspath(os.path.expanduser(cfg.metadata_dir)),
     )

@@ -909,12 +909,32 @@ class BrokerConfig(BaseModel):
         "Idle time after which a transactional id expires.",
         ge=1,
     )
+    remove_expired_transaction_cleanup_interval_ms: Int = _f(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        3600000,
+        T.INT,
+        "How often the transaction coordinator looks for expired transactional ids.",
+        ge=1,
+    )
     producer_id_expiration_ms: Int = _f(
         "producer.id.expiration.ms",
         86400000,
         T.INT,
-        "Idle time after which a producer id's state expires.",
+        "Idle time after which a partition forgets a producer id's state (never while its transaction is open).",
         ge=1,
+    )
+    producer_id_expiration_check_interval_ms: Int = _f(
+        "producer.id.expiration.check.interval.ms",
+        600000,
+        T.INT,
+        "How often the partitions look for expired producer ids.",
+        ge=1,
+    )
+    transaction_partition_verification_enable: Bool = _f(
+        "transaction.partition.verification.enable",
+        True,
+        T.BOOLEAN,
+        "Verify a transaction's first write to a partition with its coordinator (KIP-890).",
     )
     share_coordinator_state_topic_replication_factor: Short = _f(
         "share.coordinator.state.topic.replication.factor",
