@@ -569,6 +569,11 @@ class BrokerConfig(BaseModel):
     max_connections_per_ip: Int = _f(
         "max.connections.per.ip", INT32_MAX, T.INT, "Most connections from one address.", ge=0
     )
+    max_connection_creation_rate: Int = _f(
+        "max.connection.creation.rate", INT32_MAX, T.INT,
+        "Most connections accepted per second on listeners other than the inter-broker one; over it, accepting "
+        "is delayed (KIP-612). listener.name.<listener>.max.connection.creation.rate bounds one listener.", ge=0,
+    )
     queued_max_requests: Int = _f(
         "queued.max.requests", 500, T.INT, "Requests queued before connections stop being read.", ge=1
     )

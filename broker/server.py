@@ -26,6 +26,7 @@ from .context import ConnectionContext, RequestContext, SecurityProtocol
 from .handlers.api_versions import build_response
 from .handlers.produce import serve_produce_frame
 from .network import NetworkServer
+from .quotas import connection_creation_rates
 from .security import listener_security
 from .services import BrokerServices
 
@@ -104,6 +105,8 @@ class Broker:
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             on_protocol_error=self._count_protocol_error,
             metrics=self.metrics,
+            connection_rates=connection_creation_rates(cfg),
+            client_quotas=lambda: self.metadata.image.client_quotas,
         )
         self.network.start()
         # Bind first, serve after registering: the registration carries the ports actually bound.

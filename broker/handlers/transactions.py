@@ -93,7 +93,7 @@ def handle_list_transactions(services, ctx, request):
     response = services.transactions.list_transactions(request, ctx.api_version, services.now_ms())
     if services.authorizer is not None:  # only the transactional ids the principal may describe
         allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
-                                            [t.transactional_id for t in response.transaction_states])
+                                            [t.transactional_id for t in response.transaction_states], log_denied=False)
         response.transaction_states = [t for t in response.transaction_states if t.transactional_id in allowed]
     return response
 
