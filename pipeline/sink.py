@@ -218,6 +218,11 @@ class KafkaTaskTransaction:
         _kafka.ensure_commit_topic(self.client, self.commit_topic)
         self._producers = _kafka.txn_producers_for(self.client)
         self._producer = self._producers.get(self.txn_id)
+        if self._producer.transaction_state not in (TransactionState.UNINITIALIZED, TransactionState.READY):
+            # A cached producer an earlier task left mid-transaction: start from a fresh one (the id's
+            # open transaction, if any, is aborted by the InitProducerId below either way).
+            self._producers.evict(self.txn_id)
+            self._producer = self._producers.get(self.txn_id)
         try:
             self._run(self._producer.init_transactions())
         except KafkaError as e:
