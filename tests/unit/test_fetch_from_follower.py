@@ -171,6 +171,10 @@ def test_a_follower_the_leader_sees_lagging_or_leaving_the_isr_is_no_longer_pref
         fetch(caught_up, 3, replica_id=follower)
     caught_up.get_partition(TP).pending_isr = (1, 3)  # an AlterPartition dropping 2 is in flight
     assert fetch(caught_up, 0, rack="b").preferred_read_replica == -1
+    caught_up.get_partition(TP).pending_isr = None
+    assert fetch(caught_up, 0, rack="b").preferred_read_replica == 2
+    caught_up.get_partition(TP)._is_replica_eligible = lambda replica_id: replica_id != 2  # fenced, or leaving
+    assert fetch(caught_up, 0, rack="b").preferred_read_replica == -1
 
 
 def test_rack_aware_selector_prefers_the_most_caught_up_replica_of_the_clients_rack():
