@@ -507,8 +507,9 @@ class ReplicaManager:
     def _preferred_read_replica(self, partition: Partition, p: FetchRequestPartition, client: ClientMetadata,
                                 now_ms: int) -> FetchResult | None:
         """As leader, the answer pointing a consumer to another replica (KIP-392, as Kafka's
-        findPreferredReadReplica): the candidates are the leader and the in-sync followers known to hold
-        the fetch offset (reachable on the client's listener); None when the selector keeps the leader."""
+        findPreferredReadReplica): the candidates are the leader and the in-sync, caught-up followers known
+        to hold the fetch offset (reachable on the client's listener; `Partition.is_read_replica_candidate`
+        says why caught up too); None when the selector keeps the leader."""
         selector = self.replica_selector
         if selector is None or not partition.is_leader:
             return None
@@ -517,7 +518,7 @@ class ReplicaManager:
         leader = ReplicaView(self.node_id, leader_rack, partition.log_end_offset, 0)
         candidates = [leader]
         for replica_id in partition.isr:
-            if replica_id == self.node_id:
+            if replica_id == self.node_id or not partition.is_read_replica_candidate(replica_id, now_ms):
                 continue
             state = partition.follower_state(replica_id)
             # (Kafka also checks the follower's own log start offset, which it sends in its fetches; a
