@@ -10,6 +10,9 @@ Each node has three listeners, all SASL_SSL with certificates for 127.0.0.1/loca
   * CONTROLLER: PLAIN from the listener's JAAS users as `controller` (SCRAM credentials live in the metadata
     log the quorum itself replicates, so, as in Kafka, the quorum cannot log in with them).
 
+Sessions on INTERNAL and CONTROLLER last REAUTH_MS (connections.max.reauth.ms): the nodes re-authenticate
+their links in band while the faults go on.
+
 StandardAuthorizer is on, nothing is allowed without an ACL, and `super.users` names the two node users.
 
 The faults are the same: the proxies (tests/netproxy.py) cannot read the client id out of TLS, so the
@@ -51,6 +54,7 @@ APP, APP_SECRET = "alice", "alice-secret"
 CONTROLLER_USER, CONTROLLER_SECRET = "controller", "controller-secret"
 GROUPS = ("faults-group", "loop-group", "rolling-group", "checker")
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+REAUTH_MS = 5000
 
 
 class SecuredFaultCluster(FaultCluster):
@@ -104,6 +108,10 @@ class SecuredFaultCluster(FaultCluster):
                 'org.apache.kafka.common.security.plain.PlainLoginModule required '
                 f'username="{CONTROLLER_USER}" password="{CONTROLLER_SECRET}" '
                 f'user_{CONTROLLER_USER}="{CONTROLLER_SECRET}";',
+            # the nodes' own links renew their sessions under the faults (KIP-368; kafka-python, the admin
+            # client of the reassignment, cannot, so the client listener's sessions do not end)
+            "listener.name.internal.connections.max.reauth.ms": str(REAUTH_MS),
+            "listener.name.controller.connections.max.reauth.ms": str(REAUTH_MS),
             # authorization: nothing without an ACL but for the nodes' own users
             "authorizer.class.name": STANDARD_AUTHORIZER,
             "super.users": f"User:{ADMIN};User:{CONTROLLER_USER}",
