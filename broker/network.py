@@ -198,6 +198,12 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             ctx: RequestContext | None = None  # stays None for a request the produce fast path serves
             result = None
             if type(event) is ProduceFrame:
+                if self.auth is not None and (self.auth.state is not SaslState.AUTHENTICATED or self.auth.expired(_now_ms())):
+                    # As below for every other request: a session that ended (or is being renewed) serves nothing.
+                    log.info("closing connection: SASL session expired or re-authentication unfinished",
+                             client=self.connection_id, principal=str(self.context.principal))
+                    self.close()
+                    return
                 # The produce fast path: bytes (or a future of them) when it served the request, None when
                 # the request goes the general way (the codec decodes it below).
                 try:
