@@ -306,6 +306,8 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
                 if broker.fenced and not response.is_fenced:
                     log.info("unfenced", broker_epoch=broker.broker_epoch)
                 broker.fenced = response.is_fenced
+                if response.is_caught_up:
+                    broker.caught_up.set()
                 if response.should_shut_down:
                     broker.shutdown_granted.set()
             elif response.error_code in (int(ErrorCode.STALE_BROKER_EPOCH), int(ErrorCode.BROKER_ID_NOT_REGISTERED)):

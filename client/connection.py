@@ -224,12 +224,15 @@ class BrokerConnection:
             )
         except asyncio.TimeoutError:
             raise KafkaConnectionError(f"connecting to {self.address} timed out") from None
+        except (ConnectionResetError, ssl.SSLEOFError) as e:
+            # The connection ended before the handshake did, with no TLS alert: the broker went away (or a
+            # proxy in front of it could not reach it). A refused certificate is an alert (below) or, under
+            # TLS 1.3, an end after the handshake (after _negotiate). Retried, as Kafka's clients retry a
+            # disconnect.
+            what = "during the TLS handshake" if ssl_context is not None else "connecting"
+            raise KafkaConnectionError(f"{self.address} closed the connection {what}: {e.strerror or str(e) or 'reset'}") from None
         except ssl.SSLError as e:
             raise AuthenticationError(f"TLS handshake with {self.address} failed: {e.reason or e}") from None
-        except ConnectionResetError as e:
-            if ssl_context is not None:  # the broker refused our certificate during the handshake
-                raise AuthenticationError(f"TLS handshake with {self.address} failed: {e}") from None
-            raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
         except OSError as e:
             raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
         sock = self._writer.get_extra_info("socket")
