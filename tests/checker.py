@@ -126,6 +126,8 @@ def check(sent: Iterable[Sent], seen: Iterable[Seen], *, aborted: Iterable[bytes
 # learn it: committed, aborted, or unknown (the producer was killed or gave up before hearing the answer).
 #
 #   * aborted read:  a record of an aborted transaction was returned (read_committed must hide it);
+#   * stray:         a record of a transaction no journal knows of was returned (producers journal a
+#                    transaction's records before they ask to commit it);
 #   * partial:       a transaction some but not all of whose records were returned (atomicity), whatever
 #                    its outcome is known to be;
 #   * lost:          a committed transaction's record never returned;
@@ -173,6 +175,7 @@ class TxnReport:
     unknown: int = 0
     unknown_visible: int = 0  # of the unknown ones, those whose records were returned (they committed)
     aborted_read: list[Seen] = field(default_factory=list)
+    stray: list[Seen] = field(default_factory=list)
     partial: list[tuple[str, int, int]] = field(default_factory=list)  # (txn, returned, written)
     lost: list[bytes] = field(default_factory=list)
     duplicated: list[tuple[Seen, Seen]] = field(default_factory=list)
@@ -181,7 +184,7 @@ class TxnReport:
     offset_reused: list[tuple[Seen, Seen]] = field(default_factory=list)
 
     def problems(self) -> dict[str, list]:
-        found = {"aborted_read": self.aborted_read, "partial": self.partial, "lost": self.lost,
+        found = {"aborted_read": self.aborted_read, "stray": self.stray, "partial": self.partial, "lost": self.lost,
                  "duplicated": self.duplicated, "missing_input": self.missing_input, "reordered": self.reordered,
                  "offset_reused": self.offset_reused}
         return {k: v[:10] for k, v in found.items() if v}
@@ -189,7 +192,7 @@ class TxnReport:
     def summary(self) -> str:
         return (f"{self.consumed} read_committed records, {self.transactions} transactions ({self.committed} committed, "
                 f"{self.aborted} aborted, {self.unknown} unknown of which {self.unknown_visible} visible): "
-                f"{len(self.aborted_read)} aborted reads, {len(self.partial)} partial, {len(self.lost)} lost, "
+                f"{len(self.aborted_read)} aborted reads, {len(self.stray)} stray, {len(self.partial)} partial, {len(self.lost)} lost, "
                 f"{len(self.duplicated)} duplicated, {len(self.missing_input)} inputs missing, "
                 f"{len(self.reordered)} reordered")
 
@@ -219,6 +222,8 @@ def check_transactions(seen: Iterable[Seen], journal: TxnJournal, tag, *, inputs
         returned[tagged.txn].add(record.value)
         if tagged.txn in journal.aborted:
             report.aborted_read.append(record)
+        elif tagged.txn not in journal.written:
+            report.stray.append(record)
         if tagged.source is not None:
             earlier = by_source.setdefault(tagged.source, record)
             if earlier is not record:

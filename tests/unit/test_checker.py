@@ -77,14 +77,16 @@ def test_each_broken_transactional_promise_is_reported():
     seen.append(Seen("out", 0, 2, b"c|1.1.0"))  # a record of an aborted transaction
     seen.append(Seen("out", 1, 0, b"d|2.1.0"))  # input d made into a second record
     seen.append(Seen("out", 1, 1, b"a|1.0.0"))  # an older record after a newer one in partition 1
+    seen.append(Seen("out", 1, 2, b"e|3.0.0"))  # a record of a transaction nobody journalled
     report = check_transactions(seen, journal, tag, inputs=[b"a", b"b", b"c", b"d", b"e"])
     problems = report.problems()
     assert [r.value for r in problems["aborted_read"]] == [b"c|1.1.0"]
+    assert [r.value for r in problems["stray"]] == [b"e|3.0.0"]
     assert ("1.0", 1, 2) in problems["partial"]
     assert problems["lost"] == [b"b|1.0.1"]
     assert sorted(r.value for pair in problems["duplicated"] for r in pair) == [b"a|1.0.0", b"a|1.0.0", b"c|1.1.0",
                                                                                  b"c|2.0.0", b"d|2.1.0", b"d|2.1.0"]
-    assert problems["missing_input"] == [b"b", b"e"]
+    assert problems["missing_input"] == [b"b"]
     assert [(a.value, b.value) for a, b in problems["reordered"]] == [(b"d|2.1.0", b"a|1.0.0")]
 
 
