@@ -22,6 +22,12 @@ or Prepare* past its timeout. A last instance then finishes the input, and `out`
 must have no aborted, stray or partial transaction, no lost committed record, each input exactly once and
 every producer's records in order per partition.
 
+A client bug this found (not the broker's): librdkafka's send_offsets_to_transaction can block for good,
+past its own timeout, once the group coordinator's broker is killed and drops out of Metadata
+(confluentinc/librdkafka#5511, #5456; the earlier hang of test_transactions_faults.py). The application
+runs a watchdog that restarts it then, as a deployment would; the run prints how often that happened. The
+default run restarts a killed node as soon as the cluster has moved its work, which also lets librdkafka go on.
+
 The default run does each fault once. ODRADEK_LONG=1 adds a loop of random faults whose seed is printed
 (ODRADEK_TXN_FAULT_SEED=... replays the choices; ODRADEK_TXN_FAULT_ROUNDS sets how many).
 Waits are bounded polls of the cluster's and the application's own answers, never sleeps.
@@ -65,6 +71,7 @@ GROUP = "eos-group"
 PLAIN_TXN_ID = "plain-txn"
 APP_TXN_TIMEOUT_MS = 8000
 PLAIN_TXN_TIMEOUT_MS = 10000
+API_TIMEOUT_S = 30  # of the application's transactional calls
 TXN_STATE_PARTITIONS = 5
 EXTRA_SETTINGS = {
     "transaction.state.log.num.partitions": str(TXN_STATE_PARTITIONS),
@@ -91,10 +98,30 @@ def app_main(bootstrap: str, instance: int, journal_path: str, stop_path: str) -
         journal.write(line + "\n")
         journal.flush()  # the kernel has it: a kill -9 of this process cannot lose it
 
+    watched = {"deadline": None, "what": ""}
+
+    def watchdog() -> None:
+        # librdkafka's send_offsets_to_transaction can block for good, past its own timeout, when the group
+        # coordinator's broker is killed and drops out of Metadata (confluentinc/librdkafka#5511 and #5456:
+        # the coordinator request waits on the decommissioned broker and its timeout is never checked). An
+        # application can only restart then; the new instance fences this one.
+        while True:
+            time.sleep(1.0)  # a watchdog's period
+            deadline = watched["deadline"]
+            if deadline is not None and time.monotonic() > deadline:
+                note(f"X {watched['what']} hung")
+                print(f"{watched['what']}: a transactional call did not return in its timeout: restarting", flush=True)
+                os._exit(4)
+
+    threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
+
     def retried(call, what: str, deadline_s: float = 120.0):
-        """A transactional call, repeated while librdkafka calls its error retriable."""
+        """A transactional call (with an API timeout of API_TIMEOUT_S), repeated while librdkafka calls its
+        error retriable."""
         give_up = time.monotonic() + deadline_s
         while True:
+            watched["what"] = what
+            watched["deadline"] = time.monotonic() + API_TIMEOUT_S + 20
             try:
                 return call()
             except KafkaException as e:
@@ -103,6 +130,8 @@ def app_main(bootstrap: str, instance: int, journal_path: str, stop_path: str) -
                     print(f"{what}: retriable {error}", flush=True)
                     continue
                 raise
+            finally:
+                watched["deadline"] = None
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "isolation.level": "read_committed",
@@ -114,7 +143,7 @@ def app_main(bootstrap: str, instance: int, journal_path: str, stop_path: str) -
                          "transaction.timeout.ms": APP_TXN_TIMEOUT_MS, "linger.ms": 5,
                          "topic.metadata.refresh.interval.ms": 2000, "log_level": 7 if debug else 3, **debug})
     try:
-        retried(lambda: producer.init_transactions(60), "init_transactions")
+        retried(lambda: producer.init_transactions(API_TIMEOUT_S), "init_transactions")
     except KafkaException as e:
         print(f"init_transactions failed: {e}", flush=True)
         return 3
@@ -154,10 +183,10 @@ def app_main(bootstrap: str, instance: int, journal_path: str, stop_path: str) -
                 while os.path.exists(hold_path) and not os.path.exists(stop_path):
                     time.sleep(0.05)  # until the test removes the file
             offsets = consumer.position(consumer.assignment())
-            retried(lambda: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 60),
-                    "send_offsets_to_transaction")
+            retried(lambda: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(),
+                                                                 API_TIMEOUT_S), f"send_offsets_to_transaction {txn}")
             note(f"E {txn}")
-            retried(lambda: producer.commit_transaction(60), "commit_transaction")
+            retried(lambda: producer.commit_transaction(API_TIMEOUT_S), f"commit_transaction {txn}")
             note(f"C {txn}")
         except KafkaException as e:
             error = e.args[0]
@@ -166,7 +195,7 @@ def app_main(bootstrap: str, instance: int, journal_path: str, stop_path: str) -
                 note(f"X {txn} {error.name()}")
                 return 3
             try:
-                retried(lambda: producer.abort_transaction(60), "abort_transaction")
+                retried(lambda: producer.abort_transaction(API_TIMEOUT_S), f"abort_transaction {txn}")
             except KafkaException as e2:
                 print(f"abort_transaction failed: {e2}", flush=True)
                 note(f"X {txn} abort")
@@ -183,7 +212,7 @@ def read_journal(paths) -> tuple[TxnJournal, dict]:
     commit was never requested (no E line) cannot have committed: it counts as aborted."""
     journal = TxnJournal()
     ended: set[str] = set()
-    stats = {"instances": 0, "stopped": 0}
+    stats = {"instances": 0, "stopped": 0, "exits": 0, "client_hangs": 0}
     for path in paths:
         if not Path(path).exists():
             continue
@@ -202,6 +231,10 @@ def read_journal(paths) -> tuple[TxnJournal, dict]:
                 journal.committed.add(rest)
             elif kind == "A":
                 journal.aborted.add(rest)
+            elif kind == "X":
+                stats["exits"] = stats.get("exits", 0) + 1
+                if rest.endswith(" hung"):
+                    stats["client_hangs"] = stats.get("client_hangs", 0) + 1
     journal.aborted |= {txn for txn in journal.written if txn not in ended and txn not in journal.committed}
     return journal, stats
 
@@ -637,7 +670,10 @@ class Run:
         self.progress(2, "after the application was killed")
 
     def kill_coordinator(self, rng: random.Random | None = None) -> None:
-        """kill -9 the node coordinating the application's transactions, while one is open."""
+        """kill -9 the node coordinating the application's transactions while one is open (held, its records
+        written); once another node coordinates it, the killed one is restarted at once (or, in the random
+        loop, half the time only after the application has committed more without it: when the killed node
+        was also the group's coordinator, librdkafka may then hang, see app_main's watchdog)."""
         self.cluster.wait_in_sync(self.cluster.alive()[0])
         self.hold_transaction()
         victim = self.wait(lambda: self.cluster.find_coordinator(APP_TXN_ID), "the application's coordinator")
@@ -647,12 +683,20 @@ class Run:
         self.count("kill_coordinator")
         self.wait(lambda: (lambda c: c is not None and c != victim)(self.cluster.coordinator(APP_TXN_ID)),
                   "another node coordinating the application")
-        self.progress(2, f"while the old coordinator {victim} is dead")
-        self.cluster.start(victim)
+        self._restart_after_progress(victim, rng, f"while the old coordinator {victim} is dead")
+
+    def _restart_after_progress(self, victim: int, rng: random.Random | None, what: str) -> None:
+        if rng is not None and rng.random() < 0.5:
+            self.progress(2, what, timeout_s=240)
+            self.cluster.start(victim)
+        else:
+            self.cluster.start(victim)
+            self.progress(2, f"after node {victim} was restarted")
         self.cluster.wait_in_sync(victim)
 
     def kill_out_leader(self, rng: random.Random) -> None:
-        """kill -9 a leader of `out` (which may lead other things too); restart it; back in sync."""
+        """kill -9 a leader of `out` (which may lead other things too); restart it (as kill_coordinator
+        does); back in sync."""
         self.cluster.wait_in_sync(self.cluster.alive()[0])
         parts = self.cluster.topic(self.cluster.alive()[0], OUT)
         partition = rng.randrange(PARTITIONS)
@@ -663,9 +707,7 @@ class Run:
         observer = self.cluster.alive()[0]
         self.wait(lambda: (lambda ps: ps is not None and ps[partition].leader_id not in (-1, victim))(
             self.cluster.topic(observer, OUT)), f"a new leader of {OUT}-{partition}")
-        self.progress(2, f"while {victim} is dead")
-        self.cluster.start(victim)
-        self.cluster.wait_in_sync(victim)
+        self._restart_after_progress(victim, rng if LONG else None, f"while {victim} is dead")
 
     def cut_out_leader(self, rng: random.Random) -> None:
         """Cut a leader of `out` off from the other nodes (clients still reach it); heal; back in sync."""
@@ -746,7 +788,8 @@ class Run:
         seen = read_committed(cluster.bootstrap(), hw)
         report = check_transactions(seen, journal, tag, inputs=inputs)
         print(f"\ninputs {len(inputs)}; application: {stats['instances']} instances, {app.kills} killed -9, "
-              f"{app.restarts_after_error} restarted after an error; plain producer: {self.plain.instance} instances; "
+              f"{app.restarts_after_error} restarted after an error ({stats['client_hangs']} after a client call hung); "
+              f"plain producer: {self.plain.instance} instances; "
               f"faults {self.faults}\nchecker: {report.summary()}")
         assert report.problems() == {}, report.summary() + f" {report.problems()}" + self.logs()
         assert report.committed > 0 and report.aborted > 0
