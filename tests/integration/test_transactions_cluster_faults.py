@@ -29,7 +29,9 @@ runs a watchdog that restarts it then, as a deployment would; the run prints how
 default run restarts a killed node as soon as the cluster has moved its work, which also lets librdkafka go on.
 
 The default run does each fault once. ODRADEK_LONG=1 adds a loop of random faults whose seed is printed
-(ODRADEK_TXN_FAULT_SEED=... replays the choices; ODRADEK_TXN_FAULT_ROUNDS sets how many).
+(ODRADEK_TXN_FAULT_SEED=... replays the choices; ODRADEK_TXN_FAULT_ROUNDS sets how many;
+ODRADEK_TXN_FAULT_STEPS=cut_coordinator,kill_app picks from those only), adding cuts of a leader of `out`
+and of the transaction coordinator.
 Waits are bounded polls of the cluster's and the application's own answers, never sleeps.
 """
 
@@ -728,6 +730,29 @@ class Run:
         self.cluster.wait_in_sync(victim)
         self.cluster.wait_in_sync(others[0])
 
+    def cut_coordinator(self, rng: random.Random) -> None:
+        """Cut the node coordinating the application's transactions off from the other nodes (clients still
+        reach it) while a transaction is held open: the others move its partitions; the deposed coordinator,
+        whose writes can no longer be replicated, must not keep the application waiting (Kafka answers such
+        a write COORDINATOR_NOT_AVAILABLE after request.timeout.ms; the client then finds the new one)."""
+        self.cluster.wait_in_sync(self.cluster.alive()[0])
+        self.hold_transaction()
+        victim = self.wait(lambda: self.cluster.find_coordinator(APP_TXN_ID), "the application's coordinator")
+        others = [n for n in VOTERS if n != victim]
+        print(f"cut node {victim}, the transaction coordinator of {APP_TXN_ID}, off from {others}")
+        self.cluster.fabric.isolate(victim, others)
+        self.app.release()
+        self.count("cut_coordinator")
+        index = partition_for(APP_TXN_ID, TXN_STATE_PARTITIONS)
+        try:
+            self.wait(lambda: (lambda ps: ps is not None and ps[index].leader_id not in (-1, victim))(
+                self.cluster.topic(others[0], TRANSACTION_STATE_TOPIC)), "another node coordinating the application")
+            self.progress(2, f"while the old coordinator {victim} is cut off", timeout_s=240)
+        finally:
+            self.cluster.fabric.heal()
+        self.cluster.wait_in_sync(victim)
+        self.cluster.wait_in_sync(others[0])
+
     # -- the end
 
     def no_hanging(self, what: str, timeout_s: float) -> float:
@@ -860,7 +885,10 @@ def test_exactly_once_random_faults_loop(run):
     print(f"\ntransaction fault loop seed {seed} ({rounds} rounds): ODRADEK_TXN_FAULT_SEED={seed} replays it")
     rng = random.Random(seed)
     run.progress(3, "at start")
-    steps = [Run.kill_app, Run.kill_coordinator, Run.kill_out_leader, Run.cut_out_leader]
+    steps = [Run.kill_app, Run.kill_coordinator, Run.kill_out_leader, Run.cut_out_leader, Run.cut_coordinator]
+    only = os.environ.get("ODRADEK_TXN_FAULT_STEPS")  # e.g. "cut_coordinator,kill_app": only these
+    if only:
+        steps = [getattr(Run, name) for name in only.split(",")]
     for round_ in range(rounds):
         step = rng.choice(steps)
         print(f"round {round_}: {step.__name__}")
