@@ -261,3 +261,26 @@ def stuck_transactions(transactions: Iterable[tuple[str, str, int, int]], now_ms
     return [t for t in transactions
             if t[1] in ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
             and t[2] >= 0 and now_ms - t[2] > t[3] + slack_ms]
+
+
+class LsoWatch:
+    """How long each partition's last stable offset stood still behind its high watermark, from samples
+    (ListOffsets read_committed and latest, polled while the run goes on). A transaction holds the LSO
+    back at most for its timeout plus the coordinator's abort; `longest_s()` is what a test bounds."""
+
+    def __init__(self) -> None:
+        self._stalled_since: dict = {}  # partition -> (lso, first time seen stalled there)
+        self.longest: dict = {}  # partition -> longest stall seen (seconds)
+
+    def observe(self, now_s: float, partition, lso: int, hw: int) -> None:
+        if lso >= hw:
+            self._stalled_since.pop(partition, None)
+            return
+        stalled = self._stalled_since.get(partition)
+        if stalled is None or stalled[0] != lso:
+            self._stalled_since[partition] = (lso, now_s)
+            stalled = self._stalled_since[partition]
+        self.longest[partition] = max(self.longest.get(partition, 0.0), now_s - stalled[1])
+
+    def longest_s(self) -> float:
+        return max(self.longest.values(), default=0.0)

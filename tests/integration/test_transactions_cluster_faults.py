@@ -59,7 +59,15 @@ from odradek.protocol.messages import (
     MetadataRequest,
 )
 
-from ..checker import Seen, Tagged, TxnJournal, check_transactions, hanging_partitions, stuck_transactions
+from ..checker import (
+    LsoWatch,
+    Seen,
+    Tagged,
+    TxnJournal,
+    check_transactions,
+    hanging_partitions,
+    stuck_transactions,
+)
 from ..netproxy import Fabric
 from .test_cluster_faults import VOTERS, FaultCluster
 
@@ -74,6 +82,7 @@ PLAIN_TXN_ID = "plain-txn"
 APP_TXN_TIMEOUT_MS = 8000
 PLAIN_TXN_TIMEOUT_MS = 10000
 API_TIMEOUT_S = 30  # of the application's transactional calls
+LSO_SLACK_S = 60  # beyond a transaction's timeout: the abort after a failover, on a loaded machine
 TXN_STATE_PARTITIONS = 5
 EXTRA_SETTINGS = {
     "transaction.state.log.num.partitions": str(TXN_STATE_PARTITIONS),
@@ -490,6 +499,38 @@ class Feeder:
         return ends
 
 
+class LsoMonitor:
+    """Samples every partition's last stable offset and high watermark of `out` while the run goes on:
+    the LSO must always move on (no transaction holds it longer than its timeout plus the abort)."""
+
+    def __init__(self, cluster: TxnCluster, period_s: float = 2.0) -> None:
+        self.cluster = cluster
+        self.period_s = period_s
+        self.watch = LsoWatch()
+        self.samples = 0
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="lso-monitor", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop_event.wait(self.period_s):  # the sampling period
+            lso = self.cluster.offsets(OUT, 1)
+            hw = self.cluster.offsets(OUT, 0)
+            if lso is None or hw is None:
+                continue  # a leader is down or moving: the stall (if any) goes on being timed
+            now = time.monotonic()
+            self.samples += 1
+            for p, end in hw.items():
+                self.watch.observe(now, p, lso.get(p, -1), end)
+
+    def start(self) -> LsoMonitor:
+        self.thread.start()
+        return self
+
+    def finish(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=60)
+
+
 # ---------------------------------------------------------------------------------------------------
 # The cluster
 
@@ -627,6 +668,7 @@ class Run:
         self.app = App(directory / "app", cluster.bootstrap())
         self.plain = PlainTransactions(cluster.bootstrap()).start()
         self.faults: dict[str, int] = {}
+        self.lso = LsoMonitor(cluster).start()
         self.app.start()
 
     def logs(self) -> str:
@@ -807,6 +849,8 @@ class Run:
         app.stop()
         self.no_hanging("after the last instance stopped", 60)
 
+        self.lso.finish()
+        longest_s = self.lso.watch.longest_s()
         journal, stats = app.journal()
         journal.merge(self.plain.journal)
         hw = cluster.offsets(OUT, 0)
@@ -815,11 +859,16 @@ class Run:
         print(f"\ninputs {len(inputs)}; application: {stats['instances']} instances, {app.kills} killed -9, "
               f"{app.restarts_after_error} restarted after an error ({stats['client_hangs']} after a client call hung); "
               f"plain producer: {self.plain.instance} instances; "
-              f"faults {self.faults}\nchecker: {report.summary()}")
+              f"faults {self.faults}\nchecker: {report.summary()}\nLSO of {OUT}: longest behind its HW "
+              f"{longest_s:.1f} s ({self.lso.samples} samples)")
         assert report.problems() == {}, report.summary() + f" {report.problems()}" + self.logs()
+        # The LSO always moves on: no stall longer than the longest transaction timeout plus a failover.
+        bound_s = max(APP_TXN_TIMEOUT_MS, PLAIN_TXN_TIMEOUT_MS) / 1000 + LSO_SLACK_S
+        assert longest_s < bound_s, f"the LSO of {OUT} stood still for {longest_s:.1f} s ({self.lso.watch.longest})"
         assert report.committed > 0 and report.aborted > 0
 
     def close(self) -> None:
+        self.lso.stop_event.set()
         self.app.close()
         self.feeder.stop_event.set()
         self.plain.stop_event.set()

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from tests.checker import Seen, Sent, Tagged, TxnJournal, check, check_transactions, hanging_partitions, stuck_transactions
+from tests.checker import (
+    LsoWatch,
+    Seen,
+    Sent,
+    Tagged,
+    TxnJournal,
+    check,
+    check_transactions,
+    hanging_partitions,
+    stuck_transactions,
+)
 
 
 def run(n: int = 6) -> tuple[list[Sent], list[Seen]]:
@@ -95,3 +105,15 @@ def test_hanging_partitions_and_stuck_transactions():
     listed = [("a", "Ongoing", 1000, 5000), ("b", "PrepareCommit", 9000, 5000), ("c", "CompleteCommit", 0, 10),
               ("d", "Ongoing", 8000, 5000)]
     assert [t[0] for t in stuck_transactions(listed, now_ms=12_001, slack_ms=1000)] == ["a"]
+
+
+def test_lso_watch_measures_how_long_the_lso_stood_still_behind_the_hw():
+    watch = LsoWatch()
+    watch.observe(0.0, 0, 5, 9)
+    watch.observe(4.0, 0, 5, 12)  # still at 5: stalled 4 s
+    watch.observe(5.0, 0, 12, 12)  # caught up
+    watch.observe(6.0, 0, 12, 15)
+    watch.observe(7.0, 0, 14, 15)  # moved on: a new stall starts
+    watch.observe(8.5, 0, 14, 16)
+    watch.observe(1.0, 1, 3, 3)
+    assert watch.longest == {0: 4.0} and watch.longest_s() == 4.0
