@@ -100,10 +100,10 @@ class ClientConfig:
     retry_backoff_max_ms: int = 1_000
     allow_auto_create_topics: bool = True
     # Security, as librdkafka names it: security.protocol PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
-    # sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with sasl.username/sasl.password, or OAUTHBEARER; ssl.ca.location
-    # (PEM CA certificates; default: the system's), ssl.certificate.location and ssl.key.location (PEM, for
-    # mutual TLS) or ssl.keystore.location (PKCS12) with ssl.keystore.password, ssl.key.password; ssl.endpoint.identification.algorithm "https" (check the broker's host
-    # name, the default) or "none".
+    # sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with sasl.username/sasl.password, or OAUTHBEARER
+    # (below); ssl.ca.location (PEM CA certificates; default: the system's), ssl.certificate.location and
+    # ssl.key.location (PEM, for mutual TLS) or ssl.keystore.location (PKCS12), ssl.key.password;
+    # ssl.endpoint.identification.algorithm "https" (check the broker's host name, the default) or "none".
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
     sasl_username: str | None = None
