@@ -134,6 +134,11 @@ class ClientConfig:
             if self.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"):
                 raise ConfigError(f"sasl.mechanism must be PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (got {self.sasl_mechanism!r})")
             if self.sasl_mechanism == "OAUTHBEARER":
+                if isinstance(self.enable_sasl_oauthbearer_unsecure_jwt, str):  # from a dict of strings (Spark options)
+                    flag = self.enable_sasl_oauthbearer_unsecure_jwt.strip().lower()
+                    if flag not in ("true", "false"):
+                        raise ConfigError(f"enable.sasl.oauthbearer.unsecure.jwt must be true or false (got {flag!r})")
+                    self.enable_sasl_oauthbearer_unsecure_jwt = flag == "true"
                 if self.oauth_cb is None:
                     if not self.enable_sasl_oauthbearer_unsecure_jwt:
                         raise ConfigError("sasl.mechanism OAUTHBEARER needs oauth_cb, or enable.sasl.oauthbearer.unsecure.jwt=true "
