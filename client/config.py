@@ -100,10 +100,10 @@ class ClientConfig:
     retry_backoff_max_ms: int = 1_000
     allow_auto_create_topics: bool = True
     # Security, as librdkafka names it: security.protocol PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
-    # sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with sasl.username/sasl.password, or OAUTHBEARER; ssl.ca.location
-    # (PEM CA certificates; default: the system's), ssl.certificate.location and ssl.key.location (PEM, for
-    # mutual TLS) or ssl.keystore.location (PKCS12) with ssl.keystore.password, ssl.key.password; ssl.endpoint.identification.algorithm "https" (check the broker's host
-    # name, the default) or "none".
+    # sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with sasl.username/sasl.password, or OAUTHBEARER
+    # (below); ssl.ca.location (PEM CA certificates; default: the system's), ssl.certificate.location and
+    # ssl.key.location (PEM, for mutual TLS) or ssl.keystore.location (PKCS12), ssl.key.password;
+    # ssl.endpoint.identification.algorithm "https" (check the broker's host name, the default) or "none".
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
     sasl_username: str | None = None
@@ -134,6 +134,11 @@ class ClientConfig:
             if self.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"):
                 raise ConfigError(f"sasl.mechanism must be PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (got {self.sasl_mechanism!r})")
             if self.sasl_mechanism == "OAUTHBEARER":
+                if isinstance(self.enable_sasl_oauthbearer_unsecure_jwt, str):  # from a dict of strings (Spark options)
+                    flag = self.enable_sasl_oauthbearer_unsecure_jwt.strip().lower()
+                    if flag not in ("true", "false"):
+                        raise ConfigError(f"enable.sasl.oauthbearer.unsecure.jwt must be true or false (got {flag!r})")
+                    self.enable_sasl_oauthbearer_unsecure_jwt = flag == "true"
                 if self.oauth_cb is None:
                     if not self.enable_sasl_oauthbearer_unsecure_jwt:
                         raise ConfigError("sasl.mechanism OAUTHBEARER needs oauth_cb, or enable.sasl.oauthbearer.unsecure.jwt=true "

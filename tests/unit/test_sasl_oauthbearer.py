@@ -305,5 +305,9 @@ def test_bundled_client_oauthbearer_settings():
     jwt = validate_unsecured_token(token, UnsecuredValidatorOptions(required_scope=("kafka",)),
                                    int(__import__("time").time() * 1000))
     assert jwt.principal_name == "alice" and extensions == {"traceId": "abc"}
+    strings = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.config": "principal=a"}
+    assert ClientConfig.from_dict({**strings, "enable.sasl.oauthbearer.unsecure.jwt": "true"}).enable_sasl_oauthbearer_unsecure_jwt is True
+    with pytest.raises(ClientConfigError, match="oauth_cb"):  # "false" as text is false, not a truthy string
+        ClientConfig.from_dict({**strings, "enable.sasl.oauthbearer.unsecure.jwt": "false"})
     with_cb = ClientConfig(**base, oauth_cb=lambda cfg: ("a.b.", 0, "x", {"k": "v"}))
     assert oauthbearer_token(with_cb) == ("a.b.", {"k": "v"})
