@@ -59,10 +59,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import struct
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import structlog
 
@@ -220,6 +221,12 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             ctx: RequestContext | None = None  # stays None for a request the produce fast path serves
             result = None
             if type(event) is ProduceFrame:
+                if self.auth is not None and (self.auth.state is not SaslState.AUTHENTICATED or self.auth.expired(_now_ms())):
+                    # As below for every other request: a session that ended (or is being renewed) serves nothing.
+                    log.info("closing connection: SASL session expired or re-authentication unfinished",
+                             client=self.connection_id, principal=str(self.context.principal))
+                    self.close()
+                    return
                 # The produce fast path: bytes (or a future of them) when it served the request, None when
                 # the request goes the general way (the codec decodes it below).
                 try:
@@ -583,6 +590,7 @@ class NetworkServer:
         self.metrics = metrics
         self.connections: set[KafkaProtocol] = set()
         self.servers: list[asyncio.base_events.Server] = []
+        self.server_names: list[str] = []  # the listener name of each of `servers`
         self.tasks: list[asyncio.Task] = []
         self._on_protocol_error = on_protocol_error
         self._unserved_seen: set[tuple[str | None, int]] = set()
@@ -664,14 +672,23 @@ class NetworkServer:
             lambda: KafkaProtocol(self, name, security_protocol, scope, security), host, port, reuse_address=True,
             backlog=512, start_serving=False, ssl=ssl_context, ssl_handshake_timeout=30.0 if ssl_context else None,
         )
+        # Listening, not yet accepting: a connection made before `start_serving` waits in the backlog (as with
+        # Kafka's acceptors before request processing is enabled) instead of being refused.
+        for transport_socket in server.sockets:  # the loop's wrappers have no listen(): the same fd has
+            sock = socket.socket(transport_socket.family, transport_socket.type, fileno=transport_socket.fileno())
+            sock.listen(512)
+            sock.detach()  # the fd stays the server's
         self.servers.append(server)
+        self.server_names.append(name)
         sockname = server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
-    async def start_serving(self) -> None:
-        """Accept connections on every bound listener (bound with `listen`, not serving until now)."""
-        for server in self.servers:
-            await server.start_serving()
+    async def start_serving(self, names: Iterable[str] | None = None) -> None:
+        """Accept connections on the bound listeners named (all by default; bound with `listen`, not serving
+        until now). Serving one already served changes nothing."""
+        for name, server in zip(self.server_names, self.servers):
+            if names is None or name in names:
+                await server.start_serving()
 
     def start(self) -> None:
         self.tasks.append(asyncio.get_running_loop().create_task(self._idle_reaper()))

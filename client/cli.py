@@ -640,9 +640,7 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
 # Security settings are accepted in the client-properties syntax so that a properties file written for
 # Kafka's tools is understood; only what the bundled client can do is allowed through.
 _PROPERTY_ALIASES = {"sasl.mechanisms": "sasl.mechanism"}
-_JAVA_ONLY = {
-    "ssl.truststore.location": "ssl.ca.location", "ssl.keystore.location": "ssl.certificate.location and ssl.key.location",
-}
+_JAVA_ONLY = {"ssl.truststore.location": "ssl.ca.location"}  # ssl.keystore.location is librdkafka's too (PKCS12)
 
 
 def _read_properties(path: str) -> dict[str, str]:

@@ -11,7 +11,10 @@ promises:
   * reordered:      within a partition, a producer's values consumed out of the order they were sent
                     (values must carry (producer, sequence) for this: see `Sent.producer`, `Sent.sequence`);
   * aborted read:   a value a transaction aborted was consumed by a read_committed consumer;
-  * uncommitted:    a committed transaction's value missing (only when the run says all were consumed).
+
+`check_transactions(...)` (below) is the transactional checker: aborted reads, partial transactions, lost
+committed records, duplicates and missing inputs of an exactly-once loop, per-partition order; with
+`hanging_partitions` and `stuck_transactions` for "no transaction is left hanging".
 
 Values must be unique per run (a counter in each value is enough). It is pure: give it lists, get a report;
 `Report.problems()` is what a test asserts empty, `Report.summary()` what it prints.
@@ -110,3 +113,174 @@ def check(sent: Iterable[Sent], seen: Iterable[Seen], *, aborted: Iterable[bytes
             if before.offset >= after.offset:
                 report.reordered.append((before, after))
     return report
+
+
+# -- transactions ------------------------------------------------------------------------------------
+#
+# A transactional output is read with read_committed and checked against what its producers say they did.
+# Every output value carries a tag (`Tagged`): the transaction that wrote it (unique per run: producer
+# instance and its transaction count), the stream it belongs to (`producer`: a transactional id, whose
+# instances follow one another) and its place in it (`order`, increasing across the stream's transactions,
+# e.g. (instance, transaction, index)), and for a consume-transform-produce loop the input record it was
+# made from (`source`). The producers journal each transaction's outcome as they
+# learn it: committed, aborted, or unknown (the producer was killed or gave up before hearing the answer).
+#
+#   * aborted read:  a record of an aborted transaction was returned (read_committed must hide it);
+#   * stray:         a record of a transaction no journal knows of was returned (producers journal a
+#                    transaction's records before they ask to commit it);
+#   * partial:       a transaction some but not all of whose records were returned (atomicity), whatever
+#                    its outcome is known to be;
+#   * lost:          a committed transaction's record never returned;
+#   * duplicated:    one input made into two returned records (exactly-once: never), at distinct offsets;
+#   * missing input: an input with no returned record (only when the loop says it consumed every input);
+#   * reordered:     within a partition, a producer's returned records not in its `order` (offsets rising).
+
+
+@dataclass(frozen=True, slots=True)
+class Tagged:
+    """What a transactional output value says about itself."""
+
+    txn: str
+    producer: str  # whose output stream (a transactional id: its instances follow one another)
+    order: tuple  # its place in that stream
+    source: bytes | None = None
+
+
+@dataclass(slots=True)
+class TxnJournal:
+    """What the producers know: each transaction's records (values) and its outcome."""
+
+    written: dict[str, list[bytes]] = field(default_factory=dict)
+    committed: set[str] = field(default_factory=set)
+    aborted: set[str] = field(default_factory=set)
+
+    @property
+    def unknown(self) -> set[str]:
+        return set(self.written) - self.committed - self.aborted
+
+    def merge(self, other: TxnJournal) -> TxnJournal:
+        for txn, values in other.written.items():
+            self.written.setdefault(txn, []).extend(values)
+        self.committed |= other.committed
+        self.aborted |= other.aborted
+        return self
+
+
+@dataclass(slots=True)
+class TxnReport:
+    consumed: int = 0
+    transactions: int = 0
+    committed: int = 0
+    aborted: int = 0
+    unknown: int = 0
+    unknown_visible: int = 0  # of the unknown ones, those whose records were returned (they committed)
+    aborted_read: list[Seen] = field(default_factory=list)
+    stray: list[Seen] = field(default_factory=list)
+    partial: list[tuple[str, int, int]] = field(default_factory=list)  # (txn, returned, written)
+    lost: list[bytes] = field(default_factory=list)
+    duplicated: list[tuple[Seen, Seen]] = field(default_factory=list)
+    missing_input: list[bytes] = field(default_factory=list)
+    reordered: list[tuple[Seen, Seen]] = field(default_factory=list)
+    offset_reused: list[tuple[Seen, Seen]] = field(default_factory=list)
+
+    def problems(self) -> dict[str, list]:
+        found = {"aborted_read": self.aborted_read, "stray": self.stray, "partial": self.partial, "lost": self.lost,
+                 "duplicated": self.duplicated, "missing_input": self.missing_input, "reordered": self.reordered,
+                 "offset_reused": self.offset_reused}
+        return {k: v[:10] for k, v in found.items() if v}
+
+    def summary(self) -> str:
+        return (f"{self.consumed} read_committed records, {self.transactions} transactions ({self.committed} committed, "
+                f"{self.aborted} aborted, {self.unknown} unknown of which {self.unknown_visible} visible): "
+                f"{len(self.aborted_read)} aborted reads, {len(self.stray)} stray, {len(self.partial)} partial, {len(self.lost)} lost, "
+                f"{len(self.duplicated)} duplicated, {len(self.missing_input)} inputs missing, "
+                f"{len(self.reordered)} reordered")
+
+
+def check_transactions(seen: Iterable[Seen], journal: TxnJournal, tag, *, inputs: Iterable[bytes] | None = None) -> TxnReport:
+    """`seen`: the output read with read_committed (a record read twice at one offset counts once);
+    `tag(value) -> Tagged`; `inputs`: every input of the consume-transform-produce loop, when it says it
+    consumed them all (else None: no missing-input check)."""
+    report = TxnReport(transactions=len(journal.written), committed=len(journal.committed),
+                       aborted=len(journal.aborted), unknown=len(journal.unknown))
+    by_offset: dict[tuple[str, int, int], Seen] = {}
+    for record in seen:
+        key = (record.topic, record.partition, record.offset)
+        first = by_offset.get(key)
+        if first is None:
+            by_offset[key] = record
+        elif first.value != record.value:
+            report.offset_reused.append((first, record))
+    records = sorted(by_offset.values(), key=lambda r: (r.topic, r.partition, r.offset))
+    report.consumed = len(records)
+
+    returned: dict[str, set[bytes]] = defaultdict(set)
+    by_source: dict[bytes, Seen] = {}
+    last: dict[tuple[str, int, tuple], tuple[tuple, Seen]] = {}
+    for record in records:
+        tagged = tag(record.value)
+        returned[tagged.txn].add(record.value)
+        if tagged.txn in journal.aborted:
+            report.aborted_read.append(record)
+        elif tagged.txn not in journal.written:
+            report.stray.append(record)
+        if tagged.source is not None:
+            earlier = by_source.setdefault(tagged.source, record)
+            if earlier is not record:
+                report.duplicated.append((earlier, record))
+        stream = (record.topic, record.partition, tagged.producer)
+        before = last.get(stream)
+        if before is not None and before[0] >= tagged.order:
+            report.reordered.append((before[1], record))
+        last[stream] = (tagged.order, record)
+
+    for txn, values in journal.written.items():
+        got = returned.get(txn, set())
+        wanted = set(values)
+        if got and got != wanted:
+            report.partial.append((txn, len(got & wanted), len(wanted)))
+        if txn in journal.committed:
+            report.lost.extend(sorted(wanted - got))
+        elif txn not in journal.aborted and got:
+            report.unknown_visible += 1
+    if inputs is not None:
+        report.missing_input = sorted(set(inputs) - set(by_source))
+    return report
+
+
+def hanging_partitions(last_stable: dict, high_watermark: dict) -> dict:
+    """Partitions whose last stable offset (ListOffsets read_committed) is behind their high watermark:
+    {partition: (lso, hw)}. Once every transaction has ended none may be left."""
+    return {p: (last_stable.get(p), hw) for p, hw in high_watermark.items() if last_stable.get(p) != hw}
+
+
+def stuck_transactions(transactions: Iterable[tuple[str, str, int, int]], now_ms: int, slack_ms: int) -> list:
+    """(transactional id, state, start time ms, timeout ms) as DescribeTransactions reports them: those
+    Ongoing or Prepare* for longer than their timeout plus `slack_ms` (the coordinator should have aborted
+    or completed them)."""
+    return [t for t in transactions
+            if t[1] in ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+            and t[2] >= 0 and now_ms - t[2] > t[3] + slack_ms]
+
+
+class LsoWatch:
+    """How long each partition's last stable offset stood still behind its high watermark, from samples
+    (ListOffsets read_committed and latest, polled while the run goes on). A transaction holds the LSO
+    back at most for its timeout plus the coordinator's abort; `longest_s()` is what a test bounds."""
+
+    def __init__(self) -> None:
+        self._stalled_since: dict = {}  # partition -> (lso, first time seen stalled there)
+        self.longest: dict = {}  # partition -> longest stall seen (seconds)
+
+    def observe(self, now_s: float, partition, lso: int, hw: int) -> None:
+        if lso >= hw:
+            self._stalled_since.pop(partition, None)
+            return
+        stalled = self._stalled_since.get(partition)
+        if stalled is None or stalled[0] != lso:
+            self._stalled_since[partition] = (lso, now_s)
+            stalled = self._stalled_since[partition]
+        self.longest[partition] = max(self.longest.get(partition, 0.0), now_s - stalled[1])
+
+    def longest_s(self) -> float:
+        return max(self.longest.values(), default=0.0)

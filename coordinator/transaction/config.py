@@ -14,12 +14,16 @@ class TransactionCoordinatorConfig:
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms
     # transaction.remove.expired.transaction.cleanup.interval.ms
     remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # request.timeout.ms: the longest a response waits for its __transaction_state write to be replicated
+    # (Kafka's appendRecords timeout in TransactionStateManager.appendTransactionToLog)
+    request_timeout_ms: int = 30_000
 
     @classmethod
     def from_broker_config(cls, config, **overrides) -> TransactionCoordinatorConfig:
         values = {}
         for name in ("transaction_state_log_num_partitions", "transaction_max_timeout_ms",
-                     "transactional_id_expiration_ms", "remove_expired_transaction_cleanup_interval_ms"):
+                     "transactional_id_expiration_ms", "remove_expired_transaction_cleanup_interval_ms",
+                     "request_timeout_ms"):
             value = getattr(config, name, None)
             if value is not None:
                 values[name] = value

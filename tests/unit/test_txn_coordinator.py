@@ -329,3 +329,52 @@ def test_unloaded_partition_answers_not_coordinator():
     h.tc.on_resigned(h.tc.partition_for(TXN))
     assert h.init().error_code == ErrorCode.NOT_COORDINATOR
     assert h.sink.cancelled == [h.tc.partition_for(TXN)]
+
+
+def test_a_write_not_replicated_in_time_is_answered_coordinator_not_available():
+    """Kafka's appendTransactionToLog: a __transaction_state write still short of the high watermark after
+    request.timeout.ms answers COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again and
+    retries) instead of holding the request for as long as the ISR cannot move."""
+    h = Harness(request_timeout_ms=5_000)
+    h.writer.commit_later = True  # appends wait for the high watermark, which the test moves
+    partition = h.tc.partition_for(TXN)
+    timers_idle = h.timer.size
+    request = InitProducerIdRequest(transactional_id=TXN, transaction_timeout_ms=TIMEOUT_MS, producer_id=-1,
+                                    producer_epoch=-1)
+    pending = h.tc.init_producer_id(request, 4, h.now)
+    h.advance(4_999)
+    assert not pending.done
+    h.advance(1)
+    assert pending.result().error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    # The record is in the log and the shard has it: replicated late, it changes nothing for the answered
+    # request; the retry bumps the epoch once more and is answered when its own record is replicated.
+    h.writer.commit(partition)
+    assert h.state().producer_epoch == 0
+    retry = h.tc.init_producer_id(request, 4, h.now)
+    assert not retry.done
+    h.writer.commit(partition)
+    assert (retry.result().error_code, retry.result().producer_epoch) == (0, 1)
+    assert h.timer.size == timers_idle  # a write answered in time leaves no timeout behind
+
+    # EndTxn timed out: the retry sees the transaction's markers being written, then its completion.
+    added = h.tc.add_partitions_to_txn(AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=TXN, v3_and_below_producer_id=1001, v3_and_below_producer_epoch=1,
+        v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name="t", partitions=[0])]), 3, h.now)
+    h.writer.commit(partition)
+    assert added.done
+    end = h.tc.end_txn(EndTxnRequest(transactional_id=TXN, producer_id=1001, producer_epoch=1, committed=True), 3, h.now)
+    h.advance(5_000)
+    assert end.result().error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert h.state().state is S.PREPARE_COMMIT and h.sink.jobs == []  # markers wait for the durable record
+    # The retry reports a state whose record is not durable yet: it waits for it, as any response does.
+    retry = h.tc.end_txn(EndTxnRequest(transactional_id=TXN, producer_id=1001, producer_epoch=1, committed=True), 3,
+                         h.now)
+    assert not retry.done
+    h.writer.commit(partition)
+    assert retry.result().error_code == ErrorCode.CONCURRENT_TRANSACTIONS
+    (job,) = h.sink.jobs
+    h.sink.jobs = []
+    h.tc.on_markers_written(job, h.now)
+    h.writer.commit(partition)
+    assert h.state().state is S.COMPLETE_COMMIT
+    assert h.end(1001, 1).error_code == 0
