@@ -36,9 +36,20 @@ pytestmark = pytest.mark.timeout(240)
 OVERRIDES = ["broker.session.timeout.ms=4000", "broker.heartbeat.interval.ms=500"]
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port_block(count: int) -> int:
+    """A block of `count` ports free now, chosen below the kernel's ephemeral range: a node started minutes
+    later on one of them (a restart, a fourth node) must not find it taken by some outgoing connection's
+    local port, which the kernel picks only from that range."""
+    high = _ephemeral_low() - count
     for _ in range(200):
-        base = random.randrange(20000, 60000, 2)
+        base = random.randrange(10000, high, 2)
         socks = []
         try:
             for port in range(base, base + count):
