@@ -9,6 +9,10 @@ fresh client may send up to ~10 s of quota at once before the first throttle; af
 answers with throttle_time_ms and stops reading the connection for that long (KIP-219), and the client
 backs off as well. A second run without the quota shows what the same producer does unthrottled.
 
+Then a confluent-kafka consumer with a 1 MB/s `consumer_byte_rate` (client id `quota-bench-consumer`) reads
+what was produced: each fetch is capped at what the quota lets through at once, and a fetch over the quota
+is answered empty with throttle_time_ms (KIP-219), so it too is held to 1 MB/s.
+
 Figures only, no assertion: timings on a shared machine are not a test.
 """
 
@@ -25,6 +29,7 @@ import time
 
 QUOTA_BYTES_PER_S = 1 << 20
 CLIENT_ID = "quota-bench"
+CONSUMER_CLIENT_ID = "quota-bench-consumer"
 _LISTENING = re.compile(r"listening.*port=(\d+)")
 
 
@@ -45,11 +50,37 @@ def _start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the broker did not start")
 
 
-async def _set_quota(bootstrap: str, value: float | None) -> None:
+async def _set_quota(bootstrap: str, value: float | None, client_id: str = CLIENT_ID,
+                     key: str = "producer_byte_rate") -> None:
     from odradek.client.admin import Admin
 
     async with Admin(bootstrap_servers=bootstrap) as admin:
-        await admin.alter_client_quotas({"client-id": CLIENT_ID}, {"producer_byte_rate": value})
+        await admin.alter_client_quotas({"client-id": client_id}, {key: value})
+
+
+def _consume(bootstrap: str, topic: str, seconds: float) -> tuple[list[int], int]:
+    """Bytes consumed in each second of the run, and the throttle events librdkafka reported."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    per_second = [0] * int(seconds + 1)
+    throttled = [0]
+
+    def on_throttle(event) -> None:
+        if event.throttle_time > 0:
+            throttled[0] += 1
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": CONSUMER_CLIENT_ID, "group.id": "quota-bench",
+                         "enable.auto.commit": False, "throttle_cb": on_throttle})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        for message in consumer.consume(1000, 0.1):
+            if message.error() is None:
+                second = int(time.monotonic() - started)
+                if second < len(per_second):
+                    per_second[second] += len(message.value())
+    consumer.close()
+    return per_second[: int(seconds)], throttled[0]
 
 
 def _produce(bootstrap: str, topic: str, seconds: float, record_bytes: int) -> list[int]:
@@ -95,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record-bytes", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=15, help="seconds left out of the steady-state average")
     parser.add_argument("--no-baseline", action="store_true", help="skip the unthrottled run")
+    parser.add_argument("--consumer-seconds", type=float, default=30.0, help="the consumer run's length (0: none)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as data_dir:
         proc, bootstrap = _start_broker(data_dir)
@@ -107,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(_set_quota(bootstrap, None))
                 _report("without the quota (same producer, 10 s)",
                         _produce(bootstrap, "quota-bench-free", 10.0, args.record_bytes), 0)
+            if args.consumer_seconds > 0:
+                asyncio.run(_set_quota(bootstrap, QUOTA_BYTES_PER_S, CONSUMER_CLIENT_ID, "consumer_byte_rate"))
+                per_second, throttled = _consume(bootstrap, "quota-bench", args.consumer_seconds)
+                _report(f"a consumer with a {QUOTA_BYTES_PER_S // 1024} KiB/s consumer_byte_rate quota "
+                        f"({throttled} throttled fetches)", per_second, min(args.warmup, len(per_second) // 2))
         finally:
             proc.terminate()
             proc.wait(30)

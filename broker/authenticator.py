@@ -7,22 +7,34 @@
 Before AUTHENTICATED the network (broker/network.py) answers only ApiVersions, SaslHandshake and
 SaslAuthenticate, through this object, and closes the connection on any other request. After it,
 a SaslHandshake starts re-authentication (KIP-368): the same mechanism, then SaslAuthenticate, and the
-principal must not change. `session_expiry_ms` (when connections.max.reauth.ms is set) is when the
-connection must have re-authenticated; the network closes it at the first other request after that.
+principal must not change. `session_expiry_ms` (when connections.max.reauth.ms is set, or the credential
+expires) is when the connection must have re-authenticated; the network closes it at the first other
+request after that.
 
-No I/O and no clock: `now_ms` is an argument, nonces come from `nonce()`. The mechanisms themselves are
-protocol.sasl's.
+No sockets, and time only from outside: `now_ms` is an argument (the network's monotonic clock, for
+session expiry), nonces come from `nonce()`, and OAUTHBEARER's token times are checked against the
+injected `wall_clock_ms()` (JWT `exp` and `iat` are epoch seconds; tests pass a fixed clock). The
+mechanisms themselves are protocol.sasl's.
+
+A session's lifetime (sent to the client, which re-authenticates before it ends) is
+`connections.max.reauth.ms`, and for OAUTHBEARER at most what is left of the token's own lifetime, as in
+Kafka's SaslServerAuthenticator: a connection does not outlive the credential that opened it.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
 
+import structlog
+
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.sasl import PLAIN, PlainServer, SaslAuthenticationFailed, ScramMechanism, ScramServer
+from odradek.protocol.sasl import (
+    OAUTHBEARER, PLAIN, OAuthBearerServer, PlainServer, SaslAuthenticationFailed, ScramMechanism, ScramServer,
+)
 
 from .context import KafkaPrincipal
 from .security import ListenerSecurity
@@ -48,19 +60,29 @@ class AuthStep:
     done: bool = False  # authentication (or re-authentication) completed with this step
 
 
+log = structlog.get_logger("odradek.authenticator")
+
+
 def _nonce() -> str:
     return secrets.token_urlsafe(24)
 
 
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class Authenticator:
-    def __init__(self, security: ListenerSecurity, nonce: Callable[[], str] = _nonce):
+    def __init__(self, security: ListenerSecurity, nonce: Callable[[], str] = _nonce,
+                 wall_clock_ms: Callable[[], int] = _wall_clock_ms):
         self.security = security
         self.state = SaslState.HANDSHAKE
         self.mechanism: str | None = None
         self.principal: KafkaPrincipal | None = None
         self.session_expiry_ms: int | None = None
         self._nonce = nonce
-        self._server: ScramServer | PlainServer | None = None
+        self._wall_clock_ms = wall_clock_ms
+        self._server: ScramServer | PlainServer | OAuthBearerServer | None = None
+        self.failure_reason: str | None = None  # a refused OAUTHBEARER token's details, for the log
 
     @property
     def authenticated(self) -> bool:
@@ -90,6 +112,8 @@ class Authenticator:
     def _new_server(self, mechanism: str):
         if mechanism == PLAIN:
             return PlainServer(self.security.verify_plain)
+        if mechanism == OAUTHBEARER:
+            return OAuthBearerServer(self.security.oauthbearer, self._wall_clock_ms)
         scram = ScramMechanism.from_name(mechanism)
         return ScramServer(scram, lambda name: self.security.scram_credential(scram, name), self._nonce())
 
@@ -105,6 +129,10 @@ class Authenticator:
             self.state = SaslState.FAILED
             return AuthStep(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(e))
         if not server.complete:
+            if isinstance(server, OAuthBearerServer) and server.failure_reason is not None:
+                # The client is told only the JSON status (RFC 7628); the reason is for the operator.
+                self.failure_reason = server.failure_reason
+                log.info("OAUTHBEARER token refused", listener=self.security.name, reason=server.failure_reason)
             return AuthStep(token=answer)
         principal = KafkaPrincipal("User", server.username)
         if self.state is SaslState.REAUTH_AUTHENTICATE and principal != self.principal:
@@ -113,9 +141,18 @@ class Authenticator:
                             error_message="Cannot change principals during re-authentication")
         self.principal = principal
         self.state = SaslState.AUTHENTICATED
-        lifetime = self.security.reauth_ms
-        self.session_expiry_ms = now_ms + lifetime if lifetime > 0 else None
-        return AuthStep(token=answer, session_lifetime_ms=lifetime, done=True)
+        lifetime = self._session_lifetime_ms(server)
+        self.session_expiry_ms = now_ms + lifetime if lifetime is not None else None
+        return AuthStep(token=answer, session_lifetime_ms=lifetime or 0, done=True)
+
+    def _session_lifetime_ms(self, server) -> int | None:
+        """None: the session does not expire."""
+        reauth_ms = self.security.reauth_ms
+        expiry_ms = server.credential_expiry_ms if isinstance(server, OAuthBearerServer) else None
+        if expiry_ms is None:
+            return reauth_ms if reauth_ms > 0 else None
+        left_ms = max(0, expiry_ms - self._wall_clock_ms())
+        return min(left_ms, reauth_ms) if reauth_ms > 0 else left_ms
 
     def expired(self, now_ms: int) -> bool:
         return self.session_expiry_ms is not None and now_ms > self.session_expiry_ms

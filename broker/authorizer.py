@@ -7,11 +7,23 @@ ACLs change (compared by identity: an image that did not touch ACLs shares the m
 remembered per (principal, host, operation, resource) until then, so the produce and fetch paths pay a
 dict lookup per topic.
 
-Requests on a controller listener come from other nodes: brokers forwarding a client's admin request
-(KIP-590), which they authorized for that client before forwarding, and the brokers' and voters' own
-RPCs. Kafka's controller asks CLUSTER_ACTION of such a connection's principal (and the forwarded request's
-principal from its envelope); here a principal with CLUSTER_ACTION on the cluster is trusted for the
-whole request, and one without is refused everything.
+Requests on a controller listener come from other nodes: the brokers' and voters' own RPCs, and
+brokers forwarding a client's admin request in an Envelope (KIP-590, broker/handlers/envelope.py). Kafka's
+controller asks CLUSTER_ACTION of such a connection's principal; here a principal with CLUSTER_ACTION on
+the cluster is trusted for the whole request, and one without is refused everything. The request inside
+an envelope is served on a context of its own, with the client's principal and address, and authorized
+as the client's.
+
+The audit log: every decision is told to the logger `kafka.authorizer.logger` (AUDIT_LOGGER, the name
+Kafka's authorizer logs under, so an operator routes it as in Kafka), denials at INFO and grants at DEBUG,
+as Kafka's defaults (logIfDenied, and logIfAllowed only at DEBUG), in Kafka's words ("Principal =
+User:alice is Denied operation = CREATE from host = 10.0.0.7 on resource = Topic:LITERAL:orders for
+request = CreateTopics") with the same facts as fields. A grant costs one level check while DEBUG is off.
+The bit fields of authorized operations (Metadata, DescribeCluster) probe every operation and are not
+logged, as Kafka passes logIfAllowed and logIfDenied false for them; where Kafka passes logIfDenied false
+(a probe whose refusal is no error: CREATE on the cluster before CREATE on the topic, the topics an
+all-topics Metadata leaves out, ListGroups' filtering), only grants are logged (`log_denied=False`). Nothing secret is in a decision:
+principals and resource names only.
 """
 
 from __future__ import annotations
@@ -20,8 +32,12 @@ import asyncio
 import copy
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Iterable
 
+import structlog
+
+from odradek.protocol.connection import api_name
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import RESPONSES
 from odradek.replication.acl import CLUSTER_NAME, OPERATIONS_BY_TYPE, AclIndex, AclOperation, ResourceType
@@ -31,6 +47,17 @@ from .config import BrokerConfig
 from .context import RequestContext
 
 _MAX_REMEMBERED = 100_000
+
+AUDIT_LOGGER = "kafka.authorizer.logger"
+audit_log = structlog.get_logger(AUDIT_LOGGER)
+_audit_level = logging.getLogger(AUDIT_LOGGER)
+
+# Kafka's names of resource types in audit lines (SecurityUtils.resourceTypeName).
+_RESOURCE_NAMES = {
+    ResourceType.TOPIC: "Topic", ResourceType.GROUP: "Group", ResourceType.CLUSTER: "Cluster",
+    ResourceType.TRANSACTIONAL_ID: "TransactionalId", ResourceType.DELEGATION_TOKEN: "DelegationToken",
+    ResourceType.USER: "User",
+}
 
 
 class Authorizer:
@@ -56,10 +83,15 @@ class Authorizer:
             self._decisions = {}
         return self._index
 
-    def authorize(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    def authorize(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType, name: str, *,
+                  log_allowed: bool = True, log_denied: bool = True) -> bool:
+        """Whether the principal may; the decision goes to the audit log unless told not to (Kafka's
+        Action.logIfAllowed / logIfDenied: false for probes whose refusal is not an error, such as the
+        topics an all-topics Metadata leaves out, or CREATE on the cluster before CREATE on a topic)."""
         connection = ctx.connection if type(ctx) is RequestContext else ctx  # the fast produce path has no request
         if connection.scope == "controller" and not (resource_type == ResourceType.CLUSTER and op == AclOperation.CLUSTER_ACTION):
-            return self.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+            return self.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME,
+                                  log_allowed=log_allowed, log_denied=log_denied)
         index = self.index()
         key = (connection.principal, connection.client_host, op, resource_type, name)
         decision = self._decisions.get(key)
@@ -68,6 +100,11 @@ class Authorizer:
             if len(self._decisions) >= _MAX_REMEMBERED:
                 self._decisions.clear()
             self._decisions[key] = decision
+        if not decision:
+            if log_denied:
+                _audit(ctx, connection, decision, op, resource_type, name)
+        elif log_allowed and _audit_level.isEnabledFor(logging.DEBUG):
+            _audit(ctx, connection, decision, op, resource_type, name)
         return decision
 
     def authorize_by_resource_type(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType) -> bool:
@@ -76,11 +113,25 @@ class Authorizer:
 
     def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
         """The bit field of operations the principal may do on the resource (Metadata's authorized operations)."""
-        return sum(1 << op for op in OPERATIONS_BY_TYPE[resource_type] if self.authorize(ctx, op, resource_type, name))
+        return sum(1 << op for op in OPERATIONS_BY_TYPE[resource_type]
+                   if self.authorize(ctx, op, resource_type, name, log_allowed=False, log_denied=False))
 
     def authorized_names(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType,
-                         names: Iterable[str]) -> set[str]:
-        return {name for name in set(names) if self.authorize(ctx, op, resource_type, name)}
+                         names: Iterable[str], *, log_denied: bool = True) -> set[str]:
+        return {name for name in set(names) if self.authorize(ctx, op, resource_type, name, log_denied=log_denied)}
+
+
+def _audit(ctx, connection, allowed: bool, op: AclOperation, resource_type: ResourceType, name: str) -> None:
+    """One decision in the audit log, as Kafka's StandardAuthorizer logs it (see the module doc)."""
+    request = api_name(ctx.api_key) if type(ctx) is RequestContext else "Produce"  # the fast path serves Produce only
+    resource = f"{_RESOURCE_NAMES.get(resource_type, resource_type.name)}:LITERAL:{name}"
+    verdict = "Allowed" if allowed else "Denied"
+    message = (f"Principal = {connection.principal} is {verdict} operation = {op.name} from host = "
+               f"{connection.client_host} on resource = {resource} for request = {request}")
+    (audit_log.debug if allowed else audit_log.info)(
+        message, principal=str(connection.principal), host=connection.client_host, operation=op.name,
+        resource=resource, request=request, allowed=allowed, listener=connection.listener,
+    )
 
 
 # -- requests authorized item by item (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs ...)
@@ -90,9 +141,10 @@ def per_item(items_attr: str | Callable, results_attr: str, refusal: Callable, d
     """A handler decorator for requests whose items are authorized one by one and answered positionally:
     `refusal(services, ctx, item)` is the error code refusing an item (None: allowed), `denied_result(item,
     code, version)` its entry in the response. The handler sees the request without the refused items
-    (the active controller decides only what the client may ask; a forwarding broker forwards only that,
-    since the forwarded request no longer says who asked), and the refused items' results are put back in
-    their places. Without an authorizer the handler is called as it is."""
+    (the controller decides only what the client may ask), and the refused items' results are put back
+    in their places. Without an authorizer the handler is called as it is. A forwardable request reaches
+    this check only on the active controller (`@forwarded` sends it there first, in an envelope, from
+    any other broker), so its items are authorized once, for the client, where they are decided."""
 
     def decorate(handler):
         @functools.wraps(handler)
@@ -174,7 +226,7 @@ def producer_id_refusal(services, ctx, transactional_id: str | None) -> ErrorCod
         if services.authorizer.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
             return None
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    if services.authorizer.authorize(ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME) or \
+    if services.authorizer.authorize(ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False) or \
             services.authorizer.authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC):
         return None
     return ErrorCode.CLUSTER_AUTHORIZATION_FAILED

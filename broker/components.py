@@ -63,6 +63,7 @@ async def start_components(broker) -> None:
     broker.log_manager = LogManager(
         data_dirs, now_ms=now_ms(), node_id=cfg.node_id, cluster_id=broker.cluster_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
+        producer_id_expiration_check_interval_ms=cfg.producer_id_expiration_check_interval_ms,
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
         metadata_log_dir=os.path.abspath(os.path.expanduser(cfg.metadata_dir)),
     )
@@ -305,6 +306,8 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
                 if broker.fenced and not response.is_fenced:
                     log.info("unfenced", broker_epoch=broker.broker_epoch)
                 broker.fenced = response.is_fenced
+                if response.is_caught_up:
+                    broker.caught_up.set()
                 if response.should_shut_down:
                     broker.shutdown_granted.set()
             elif response.error_code in (int(ErrorCode.STALE_BROKER_EPOCH), int(ErrorCode.BROKER_ID_NOT_REGISTERED)):

@@ -569,6 +569,11 @@ class BrokerConfig(BaseModel):
     max_connections_per_ip: Int = _f(
         "max.connections.per.ip", INT32_MAX, T.INT, "Most connections from one address.", ge=0
     )
+    max_connection_creation_rate: Int = _f(
+        "max.connection.creation.rate", INT32_MAX, T.INT,
+        "Most connections accepted per second on listeners other than the inter-broker one; over it, accepting "
+        "is delayed (KIP-612). listener.name.<listener>.max.connection.creation.rate bounds one listener.", ge=0,
+    )
     queued_max_requests: Int = _f(
         "queued.max.requests", 500, T.INT, "Requests queued before connections stop being read.", ge=1
     )
@@ -578,15 +583,15 @@ class BrokerConfig(BaseModel):
 
     # ---- security: TLS and SASL (broker/security.py). Any of these may be set for one listener only as
     # listener.name.<listener>.<key> (e.g. listener.name.internal.ssl.client.auth); see listener_setting.
-    ssl_keystore_type: SslStoreType = _f("ssl.keystore.type", "JKS", T.STRING, "Format of the key store: PEM (PKCS12 and JKS are refused with a message).")
-    ssl_keystore_location: OptStr = _f("ssl.keystore.location", None, T.STRING, "Key store file: a PEM with the private key and the certificate chain.")
-    ssl_keystore_password: OptStr = _f("ssl.keystore.password", None, T.PASSWORD, "Password of the key store file.")
+    ssl_keystore_type: SslStoreType = _f("ssl.keystore.type", "JKS", T.STRING, "Format of the key store: PKCS12 or PEM (JKS is refused with the keytool command that converts it); the file's own format decides.")
+    ssl_keystore_location: OptStr = _f("ssl.keystore.location", None, T.STRING, "Key store file: PKCS12 (key, certificate and chain), or PEM with the private key and the certificate chain.")
+    ssl_keystore_password: OptStr = _f("ssl.keystore.password", None, T.PASSWORD, "Password of the key store file (PKCS12), or of an encrypted PEM key.")
     ssl_key_password: OptStr = _f("ssl.key.password", None, T.PASSWORD, "Password of the (encrypted) private key.")
     ssl_keystore_key: OptStr = _f("ssl.keystore.key", None, T.PASSWORD, "The private key in PEM, inline (ssl.keystore.type=PEM).")
     ssl_keystore_certificate_chain: OptStr = _f("ssl.keystore.certificate.chain", None, T.PASSWORD, "The certificate chain in PEM, inline (ssl.keystore.type=PEM).")
-    ssl_truststore_type: SslStoreType = _f("ssl.truststore.type", "JKS", T.STRING, "Format of the trust store: PEM.")
-    ssl_truststore_location: OptStr = _f("ssl.truststore.location", None, T.STRING, "Trust store file: PEM CA certificates.")
-    ssl_truststore_password: OptStr = _f("ssl.truststore.password", None, T.PASSWORD, "Password of the trust store (unused for PEM).")
+    ssl_truststore_type: SslStoreType = _f("ssl.truststore.type", "JKS", T.STRING, "Format of the trust store: PKCS12 or PEM (JKS is refused with a conversion hint).")
+    ssl_truststore_location: OptStr = _f("ssl.truststore.location", None, T.STRING, "Trust store file: PKCS12 or PEM CA certificates.")
+    ssl_truststore_password: OptStr = _f("ssl.truststore.password", None, T.PASSWORD, "Password of the PKCS12 trust store (unused for PEM).")
     ssl_truststore_certificates: OptStr = _f("ssl.truststore.certificates", None, T.PASSWORD, "Trusted certificates in PEM, inline.")
     ssl_client_auth: SslClientAuth = _f("ssl.client.auth", "none", T.STRING, "Client certificates: none, requested or required.")
     ssl_principal_mapping_rules: Str = _f("ssl.principal.mapping.rules", "DEFAULT", T.STRING, "Rules mapping a client certificate's distinguished name to a user name: DEFAULT or RULE:pattern/replacement/[LU],...")
@@ -594,10 +599,12 @@ class BrokerConfig(BaseModel):
     ssl_enabled_protocols: StrList = _f("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", T.LIST, "TLS versions accepted.")
     ssl_cipher_suites: StrList = _f("ssl.cipher.suites", "", T.LIST, "TLS 1.2 cipher suites (OpenSSL or IANA names); empty: the defaults.")
     ssl_endpoint_identification_algorithm: OptStr = _f("ssl.endpoint.identification.algorithm", "https", T.STRING, "https: this node checks the host name of the nodes it connects to; empty: it does not.")
-    sasl_enabled_mechanisms: StrList = _f("sasl.enabled.mechanisms", "GSSAPI", T.LIST, "SASL mechanisms served: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and OAUTHBEARER are not served).")
+    sasl_enabled_mechanisms: StrList = _f("sasl.enabled.mechanisms", "GSSAPI", T.LIST, "SASL mechanisms served: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (unsecured JWTs only; GSSAPI is not served).")
     sasl_mechanism_inter_broker_protocol: Str = _f("sasl.mechanism.inter.broker.protocol", "GSSAPI", T.STRING, "SASL mechanism brokers use with each other.")
     sasl_mechanism_controller_protocol: Str = _f("sasl.mechanism.controller.protocol", "GSSAPI", T.STRING, "SASL mechanism used to reach the controllers.")
     sasl_jaas_config: OptStr = _f("sasl.jaas.config", None, T.PASSWORD, "JAAS login configuration: PlainLoginModule user_<name>=\"<password>\" entries, and username/password this node authenticates with.")
+    sasl_server_callback_handler_class: OptStr = _f("sasl.server.callback.handler.class", None, T.CLASS, "Set per mechanism (listener.name.<l>.oauthbearer.sasl.server.callback.handler.class): only Kafka's OAuthBearerUnsecuredValidatorCallbackHandler, the OAUTHBEARER default, is served.")
+    sasl_oauthbearer_jwks_endpoint_url: OptStr = _f("sasl.oauthbearer.jwks.endpoint.url", None, T.STRING, "Not served: OAUTHBEARER checks unsecured JWTs only; a broker with this set refuses to start rather than accept unsigned tokens.")
     sasl_server_max_receive_size: Int = _f("sasl.server.max.receive.size", 524288, T.INT, "Largest frame accepted before authentication.", ge=1)
     connection_failed_authentication_delay_ms: Int = _f("connection.failed.authentication.delay.ms", 100, T.INT, "Delay before a failed authentication is answered and the connection closed.", ge=0)
     connections_max_reauth_ms: Long = _f("connections.max.reauth.ms", 0, T.LONG, "Longest SASL session before the client must re-authenticate (KIP-368); 0: never.", ge=0)
@@ -907,12 +914,32 @@ class BrokerConfig(BaseModel):
         "Idle time after which a transactional id expires.",
         ge=1,
     )
+    remove_expired_transaction_cleanup_interval_ms: Int = _f(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        3600000,
+        T.INT,
+        "How often the transaction coordinator looks for expired transactional ids.",
+        ge=1,
+    )
     producer_id_expiration_ms: Int = _f(
         "producer.id.expiration.ms",
         86400000,
         T.INT,
-        "Idle time after which a producer id's state expires.",
+        "Idle time after which a partition forgets a producer id's state (never while its transaction is open).",
         ge=1,
+    )
+    producer_id_expiration_check_interval_ms: Int = _f(
+        "producer.id.expiration.check.interval.ms",
+        600000,
+        T.INT,
+        "How often the partitions look for expired producer ids.",
+        ge=1,
+    )
+    transaction_partition_verification_enable: Bool = _f(
+        "transaction.partition.verification.enable",
+        True,
+        T.BOOLEAN,
+        "Verify a transaction's first write to a partition with its coordinator (KIP-890).",
     )
     share_coordinator_state_topic_replication_factor: Short = _f(
         "share.coordinator.state.topic.replication.factor",

@@ -45,16 +45,25 @@ SaslAuthenticate (answered here), or raw tokens after a v0 handshake; anything e
 A failed authentication is answered after connection.failed.authentication.delay.ms and the connection
 closed. Afterwards SaslHandshake/SaslAuthenticate re-authenticate (KIP-368), and a session past its
 lifetime is closed at its next other request.
+
+Connection creation rates (KIP-612, replication/quota.py's ConnectionCreationRates decides): a connection
+over the broker's or its listener's rate is held back before it is served, as Kafka's acceptor waits
+before accepting: asyncio has already accepted the socket, so it is not read until the wait is over, and
+the next connections on that listener wait behind it (`NetworkServer.admit`); the client sees a
+connection that answers late, as it does from Kafka (its handshake completed in the backlog). A
+connection from an address over its `connection_creation_rate` quota is not counted and is closed after
+the throttle time, unread, as Kafka closes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import struct
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import structlog
 
@@ -63,6 +72,7 @@ from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
 from odradek.protocol.errors import ProtocolError, UnsupportedApiError
 from odradek.protocol.fast_produce import ProduceFrame
 from odradek.protocol.messages import SaslAuthenticateResponse, SaslHandshakeResponse
+from odradek.replication.quota import ConnectionCreationRates
 from odradek.storage.segment import read_region
 
 from .authenticator import Authenticator, SaslState
@@ -117,6 +127,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         self.in_flight = False  # a request is being served (its response not yet written)
         self.muted = False  # throttled by a client quota (KIP-219): no request is served until the timer fires
+        self.admitting = False  # held back by a connection creation rate: not read until the wait is over
         self._pending: list = []  # response bytes not yet handed to the transport (see _flush)
 
     # -- asyncio.BufferedProtocol --
@@ -130,11 +141,24 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.context = ConnectionContext(
             self.connection_id, self.client_host, self.listener, self.security_protocol, scope=self.scope
         )
+        wait_ms, close_after_ms = self.server.admit(self.listener, self.client_host)
+        if close_after_ms:
+            log.info("closing a connection over its address's connection creation rate", client=self.connection_id,
+                     listener=self.listener, throttle_ms=wait_ms + close_after_ms)
+            self.closed = True
+            transport.pause_reading()
+            asyncio.get_running_loop().call_later((wait_ms + close_after_ms) / 1000, transport.close)
+            return
         if self.server.draining or not self.server.register(self):
             log.warning("connection refused", client=self.connection_id, draining=self.server.draining)
             transport.abort()
             self.closed = True
             return
+        if wait_ms:
+            self.admitting = True
+            self.reading_paused = True
+            transport.pause_reading()
+            asyncio.get_running_loop().call_later(wait_ms / 1000, self._admitted)
         if self.tls and self.auth is None:  # SSL: the principal is the client certificate's (or ANONYMOUS)
             ssl_object = transport.get_extra_info("ssl_object")
             try:
@@ -197,6 +221,12 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             ctx: RequestContext | None = None  # stays None for a request the produce fast path serves
             result = None
             if type(event) is ProduceFrame:
+                if self.auth is not None and (self.auth.state is not SaslState.AUTHENTICATED or self.auth.expired(_now_ms())):
+                    # As below for every other request: a session that ended (or is being renewed) serves nothing.
+                    log.info("closing connection: SASL session expired or re-authentication unfinished",
+                             client=self.connection_id, principal=str(self.context.principal))
+                    self.close()
+                    return
                 # The produce fast path: bytes (or a future of them) when it served the request, None when
                 # the request goes the general way (the codec decodes it below).
                 try:
@@ -418,13 +448,19 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.muted = True
         asyncio.get_running_loop().call_later(throttle_ms / 1000, self._unmute)
 
+    def _admitted(self) -> None:
+        """The connection creation rate's wait is over: the connection is read from now on."""
+        self.admitting = False
+        if not self.closed:
+            self._update_reading()
+
     def _unmute(self) -> None:
         self.muted = False
         if not self.closed:
             self.pump()
 
     def _update_reading(self) -> None:
-        if self.closed or self.transport is None or self.failing:
+        if self.closed or self.transport is None or self.failing or self.admitting:
             return
         full = len(self.inbox) >= self.server.max_inbox
         if full and not self.reading_paused:
@@ -527,6 +563,8 @@ class NetworkServer:
         use_sendfile: bool = True,
         on_protocol_error: Callable[[], None] | None = None,
         metrics=None,
+        connection_rates: ConnectionCreationRates | None = None,
+        client_quotas: Callable[[], Any] | None = None,
     ):
         self.dispatch = dispatch
         # The produce fast path, or None: without it every request is decoded by the codec and dispatched.
@@ -539,6 +577,10 @@ class NetworkServer:
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
         self.connections_per_ip: dict[str, int] = {}
+        # KIP-612: the rates of new connections, and the client quotas they read the per-address rates from.
+        self.connection_rates = connection_rates
+        self.client_quotas = client_quotas
+        self._accept_blocked_until_ms: dict[str, int] = {}
         self.max_inbox = 16
         self.max_parked = queued_max_requests
         self.parked = 0
@@ -548,6 +590,7 @@ class NetworkServer:
         self.metrics = metrics
         self.connections: set[KafkaProtocol] = set()
         self.servers: list[asyncio.base_events.Server] = []
+        self.server_names: list[str] = []  # the listener name of each of `servers`
         self.tasks: list[asyncio.Task] = []
         self._on_protocol_error = on_protocol_error
         self._unserved_seen: set[tuple[str | None, int]] = set()
@@ -566,6 +609,23 @@ class NetworkServer:
     def metrics_protocol_error(self) -> None:
         if self._on_protocol_error:
             self._on_protocol_error()
+
+    def admit(self, listener: str, client_host: str) -> tuple[int, int]:
+        """(how long to hold a new connection back before serving it, and 0; or how long the wait would
+        be, and after how much longer to close it instead) by the connection creation rates. A listener
+        whose accepting is held back holds back every connection behind the one waiting, as Kafka's
+        acceptor does: each is counted at the time it would be accepted."""
+        rates = self.connection_rates
+        if rates is None:
+            return 0, 0
+        now_ms = _now_ms()
+        at_ms = max(now_ms, self._accept_blocked_until_ms.get(listener, 0))
+        at_ms += rates.accept(listener, at_ms)
+        if at_ms > now_ms:
+            self._accept_blocked_until_ms[listener] = at_ms
+        quotas = self.client_quotas() if self.client_quotas is not None else None
+        close_after_ms = rates.ip_throttle(quotas, listener, client_host, at_ms) if quotas else 0
+        return at_ms - now_ms, close_after_ms
 
     def register(self, conn: KafkaProtocol) -> bool:
         if len(self.connections) >= self.max_connections:
@@ -612,14 +672,23 @@ class NetworkServer:
             lambda: KafkaProtocol(self, name, security_protocol, scope, security), host, port, reuse_address=True,
             backlog=512, start_serving=False, ssl=ssl_context, ssl_handshake_timeout=30.0 if ssl_context else None,
         )
+        # Listening, not yet accepting: a connection made before `start_serving` waits in the backlog (as with
+        # Kafka's acceptors before request processing is enabled) instead of being refused.
+        for transport_socket in server.sockets:  # the loop's wrappers have no listen(): the same fd has
+            sock = socket.socket(transport_socket.family, transport_socket.type, fileno=transport_socket.fileno())
+            sock.listen(512)
+            sock.detach()  # the fd stays the server's
         self.servers.append(server)
+        self.server_names.append(name)
         sockname = server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
-    async def start_serving(self) -> None:
-        """Accept connections on every bound listener (bound with `listen`, not serving until now)."""
-        for server in self.servers:
-            await server.start_serving()
+    async def start_serving(self, names: Iterable[str] | None = None) -> None:
+        """Accept connections on the bound listeners named (all by default; bound with `listen`, not serving
+        until now). Serving one already served changes nothing."""
+        for name, server in zip(self.server_names, self.servers):
+            if names is None or name in names:
+                await server.start_serving()
 
     def start(self) -> None:
         self.tasks.append(asyncio.get_running_loop().create_task(self._idle_reaper()))

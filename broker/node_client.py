@@ -23,7 +23,11 @@ Secured listeners: a `NodeSecurity` (broker/security.py's `node_security`, from 
 controller listener's settings) wraps the connection in TLS and, for SASL, authenticates it with
 SaslHandshake v1 and SaslAuthenticate before the first request goes out, as Kafka's brokers do with
 `sasl.mechanism.inter.broker.protocol` / `sasl.mechanism.controller.protocol`. A refused authentication is
-NodeUnavailable like any other failure: the node retries after its backoff, and logs why.
+NodeUnavailable like any other failure: the node retries after its backoff, and logs why. When the listener
+gives sessions a lifetime (`connections.max.reauth.ms`, KIP-368), the connection re-authenticates in band
+at 85% of it, as Kafka's NetworkClient does: the SASL requests queue behind those in flight, and requests
+made meanwhile wait for the new session (the peer closes a connection that sends anything else while its
+session is being renewed or after it ended), so a long-lived replica fetcher or quorum link is not cut.
 """
 
 from __future__ import annotations
@@ -42,11 +46,15 @@ import structlog
 from odradek.protocol.connection import ClientConnection
 from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
-from odradek.protocol.sasl import PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, plain_token
+from odradek.protocol.sasl import (
+    OAUTHBEARER, PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, UnsecuredLoginOptions,
+    oauthbearer_client_first, plain_token,
+)
 
 log = structlog.get_logger("odradek.node_client")
 
 _READ_BYTES = 1 << 16
+_REAUTH_AT = 0.85  # of the session lifetime
 
 
 class NodeUnavailable(ConnectionError):
@@ -61,6 +69,7 @@ class NodeSecurity:
     mechanism: str | None = None
     username: str = ""
     password: str = field(default="", repr=False)
+    oauth_login: UnsecuredLoginOptions | None = field(default=None, compare=False)  # OAUTHBEARER: mints the token
 
 
 class NodeConnection:
@@ -84,6 +93,10 @@ class NodeConnection:
         self._connecting: asyncio.Future | None = None
         self._failed_at = float("-inf")
         self._closed = False
+        self._reauth_at: float | None = None  # clock time to renew the SASL session (None: it does not end)
+        self._reauthenticating: asyncio.Future | None = None
+        self.connects = 0  # connections opened (for tests and logs)
+        self.reauthentications = 0  # SASL sessions renewed in band
 
     def __repr__(self) -> str:
         return f"<NodeConnection {self.node_id} {self.host}:{self.port}>"
@@ -104,6 +117,10 @@ class NodeConnection:
         if self._closed:
             raise NodeUnavailable(f"connection to node {self.node_id} is closed")
         await self._ensure_connected()
+        await self._maybe_reauthenticate()
+        return await self._send(message, version, timeout_s)
+
+    async def _send(self, message, version: int, timeout_s: float):
         conn, writer = self._conn, self._writer
         if conn is None or writer is None:
             raise NodeUnavailable(f"node {self.node_id} is not connected")
@@ -151,8 +168,9 @@ class NodeConnection:
                                         server_hostname=self.host if ssl_context is not None else None),
                 self.connect_timeout_s)
             conn = ClientConnection(client_id=self.client_id)
+            lifetime_ms = 0
             if security is not None and security.mechanism is not None:
-                await asyncio.wait_for(self._authenticate(reader, writer, conn, security), self.connect_timeout_s)
+                lifetime_ms = await asyncio.wait_for(self._authenticate(reader, writer, conn, security), self.connect_timeout_s)
         except (OSError, asyncio.TimeoutError, ProtocolError, NodeUnavailable) as e:
             self._failed_at = self._clock()
             if writer is not None:
@@ -169,10 +187,16 @@ class NodeConnection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._writer = writer
         self._conn = conn
+        self.connects += 1
+        self._session_started(lifetime_ms)
         self._reader_task = loop.create_task(self._read(reader, writer, self._conn))
 
-    async def _authenticate(self, reader, writer, conn: ClientConnection, security: NodeSecurity) -> None:
-        """SaslHandshake v1, then SaslAuthenticate v2 rounds, before any other request on the connection."""
+    def _session_started(self, lifetime_ms: int) -> None:
+        self._reauth_at = self._clock() + _REAUTH_AT * lifetime_ms / 1000 if lifetime_ms > 0 else None
+
+    async def _authenticate(self, reader, writer, conn: ClientConnection, security: NodeSecurity) -> int:
+        """SaslHandshake v1, then SaslAuthenticate v2 rounds, before any other request on the connection;
+        the session's lifetime in ms (0: it does not end)."""
 
         async def call(message, version: int):
             _, data = conn.send_request(message, version)
@@ -185,27 +209,65 @@ class NodeConnection:
                 if events:
                     return events[0].response
 
+        return await self._sasl_exchange(call, security)
+
+    async def _maybe_reauthenticate(self) -> None:
+        """Renew the SASL session in band when it is due (KIP-368); other requests wait until it is done."""
+        while self._reauthenticating is not None:
+            await asyncio.shield(self._reauthenticating)
+        if self._reauth_at is None or self._clock() < self._reauth_at or not self.connected:
+            return
+        done = self._reauthenticating = asyncio.get_running_loop().create_future()
+        try:
+            lifetime_ms = await self._sasl_exchange(lambda message, version: self._send(message, version, self.connect_timeout_s),
+                                                    self.security)
+        except (NodeUnavailable, ProtocolError) as e:
+            self._drop(NodeUnavailable(f"re-authentication with node {self.node_id} failed: {e}"))
+            log.warning("cannot re-authenticate to a node", node=self.node_id, error=str(e))
+            raise NodeUnavailable(f"re-authentication with node {self.node_id} failed: {e}") from None
+        except asyncio.CancelledError:  # half a renewal leaves the peer waiting for its end: start afresh
+            self._drop(NodeUnavailable(f"re-authentication with node {self.node_id} interrupted"))
+            raise
+        finally:
+            self._reauthenticating = None
+            done.set_result(None)
+        self.reauthentications += 1
+        self._session_started(lifetime_ms)
+
+    async def _sasl_exchange(self, call, security: NodeSecurity) -> int:
+        """The SASL requests of one (re-)authentication, each sent and answered by `call`; the session's
+        lifetime in ms from the last SaslAuthenticate answer."""
         handshake = await call(SaslHandshakeRequest(mechanism=security.mechanism), 1)
         if handshake.error_code:
             raise NodeUnavailable(f"node {self.node_id} does not enable SASL mechanism {security.mechanism} "
                                   f"(enabled: {', '.join(handshake.mechanisms)})")
 
+        lifetime_ms = 0
+
         async def token(data: bytes) -> bytes:
+            nonlocal lifetime_ms
             response = await call(SaslAuthenticateRequest(auth_bytes=data), 2)
             if response.error_code:
                 raise NodeUnavailable(f"node {self.node_id} refused SASL authentication as {security.username!r}: "
                                       f"{ErrorCode.for_code(response.error_code).name} ({response.error_message})")
+            lifetime_ms = response.session_lifetime_ms
             return bytes(response.auth_bytes)
 
         try:
             if security.mechanism == PLAIN:
                 await token(plain_token(security.username, security.password))
+            elif security.mechanism == OAUTHBEARER:
+                status = await token(oauthbearer_client_first(security.oauth_login.token(time.time_ns() // 1_000_000)))
+                if status:  # a JSON error status: the client answers ^A, which the node refuses (RFC 7628)
+                    await token(b"\x01")
+                    raise NodeUnavailable(f"node {self.node_id} refused this node's OAUTHBEARER token: {status.decode(errors='replace')}")
             else:
                 client = ScramClient(ScramMechanism.from_name(security.mechanism), security.username, security.password,
                                      secrets.token_urlsafe(18))
                 client.verify(await token(client.final(await token(client.first()))))
         except SaslAuthenticationFailed as e:
             raise NodeUnavailable(f"SASL authentication with node {self.node_id} failed: {e}") from None
+        return lifetime_ms
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: ClientConnection) -> None:
         error: Exception = NodeUnavailable(f"node {self.node_id} closed the connection")

@@ -27,8 +27,15 @@ from collections.abc import Callable
 import structlog
 
 from odradek.coordinator.runtime import Deferred
+from odradek.protocol.envelope import (
+    address_bytes,
+    decode_response_data,
+    encode_request_data,
+    serialize_principal,
+)
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.messages import FetchRequest, FetchSnapshotRequest
+from odradek.protocol.headers import RequestHeader
+from odradek.protocol.messages import EnvelopeRequest, FetchRequest, FetchSnapshotRequest
 from odradek.replication.controller import Controller
 from odradek.replication.metadata_image import MetadataDelta, MetadataError, MetadataImage
 from odradek.replication.metadata_publisher import EMPTY_IMAGE, MetadataPublisher, MetadataUpdate
@@ -297,6 +304,10 @@ class QuorumControllerChannel(ControllerDecisions):
         self.controller.advance(self.loader.image, self.loader.applied_end_offset)
 
 
+class ForwardingRefused(Exception):
+    """The active controller refused a forwarded request's envelope (not the request inside it)."""
+
+
 class ClusterControllerChannel:
     """`services.controller` on a node of a cluster: the calls are decided here while this node is the
     active controller, else sent to it as Kafka's controller RPCs over its controller listener
@@ -320,17 +331,30 @@ class ClusterControllerChannel:
 
     # -- forwarding
 
-    async def forward(self, request, version: int, *, timeout_s: float | None = None):
-        """Send a client's request as it came to the active controller; its response. While the quorum has
-        no leader, or the one it names cannot be reached (it just died) or stops being the leader while
-        the request waits (it froze, and the quorum moved on), wait and send it to the new one, as Kafka's
-        forwarding manager does, until `timeout_s` (default `request_timeout_s`)."""
+    async def forward(self, request, version: int, *, timeout_s: float | None = None, client=None):
+        """Send a request to the active controller; its response. With `client` (the request context of a
+        client's admin request, broker/handlers/envelope.py) the request goes inside an Envelope with the
+        client's principal and address, and the inner response is answered; without, it goes as it is (a
+        node's own RPC). While the quorum has no leader, or the one it names cannot be reached (it just
+        died), stops being the leader while the request waits (it froze, and the quorum moved on) or
+        answers the envelope with NOT_CONTROLLER, wait and send it to the new one, as Kafka's forwarding
+        manager does, until `timeout_s` (default `request_timeout_s`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.request_timeout_s if timeout_s is None else timeout_s)
+        if client is not None:
+            header = RequestHeader(client.header.api_key, version, client.header.correlation_id, client.header.client_id)
+            envelope = EnvelopeRequest(
+                request_data=encode_request_data(header, request),
+                request_principal=serialize_principal(client.principal.principal_type, client.principal.name),
+                client_host_address=address_bytes(client.client_host),
+            )
+            message, message_version = envelope, 0
+        else:
+            message, message_version = request, version
         while True:
             leader = await self._leader(deadline)
             sent = loop.create_task(self.connections.request(
-                leader, request, version, purpose="forward", timeout_s=max(0.1, deadline - loop.time()),
+                leader, message, message_version, purpose="forward", timeout_s=max(0.1, deadline - loop.time()),
             ))
             try:
                 while not sent.done():
@@ -339,7 +363,20 @@ class ClusterControllerChannel:
                         sent.cancel()
                         break
                 if sent.done() and not sent.cancelled():
-                    return sent.result()
+                    response = sent.result()
+                    if client is None:
+                        return response
+                    if response.error_code == ErrorCode.NOT_CONTROLLER:
+                        pass  # the lead moved after the request left: send it again to the new leader
+                    elif response.error_code:
+                        # The controller refused the envelope itself (this node lacks CLUSTER_ACTION there,
+                        # or they disagree on the format): a misconfigured cluster, not the client's error.
+                        code = ErrorCode.for_code(response.error_code)
+                        log.error("the active controller refused a forwarded request's envelope", controller=leader,
+                                  api_key=header.api_key, error=code.name)
+                        raise ForwardingRefused(f"the active controller refused the envelope: {code.name}")
+                    else:
+                        return decode_response_data(response.response_data, header)
             except NodeUnavailable:
                 pass
             finally:

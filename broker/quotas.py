@@ -15,10 +15,34 @@ import time
 from collections.abc import Callable
 
 from odradek.replication.metadata_publisher import MetadataPublisher
-from odradek.replication.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, QuotaSensors
+from odradek.replication.quota import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    ConnectionCreationRates,
+    QuotaSensors,
+)
 
 from .config import BrokerConfig
 from .context import ConnectionContext
+
+def connection_creation_rates(config: BrokerConfig) -> ConnectionCreationRates:
+    """KIP-612's rates from the broker's config: `max.connection.creation.rate` for the broker, and for each
+    listener `listener.name.<l>.max.connection.creation.rate` (else the broker-wide value, as Kafka's
+    per-listener configs fall back). The inter-broker listener (when there are others) and the controller
+    listeners are left out of the broker-wide rate, as Kafka keeps its inter-broker listener open and its
+    controllers count their own connections apart."""
+    listeners = config.listener_list()
+    protected = {listener.name for listener in config.controller_listeners()}
+    if len(config.client_listeners()) > 1:
+        protected.add(config.inter_broker_listener)
+    return ConnectionCreationRates(
+        broker_rate=config.max_connection_creation_rate,
+        listener_rates={l.name: config.listener_setting(l.name, "max.connection.creation.rate") for l in listeners},
+        protected_listeners=frozenset(protected),
+        samples=config.quota_window_num, window_ms=config.quota_window_size_seconds * 1000,
+    )
+
 
 class ClientQuotas:
     __slots__ = ("metadata", "now_ms", "produce", "fetch", "request")
@@ -46,6 +70,22 @@ class ClientQuotas:
 
     def record_fetch(self, connection: ConnectionContext, client_id: str | None, nbytes: int) -> int:
         return self._record(self.fetch, connection, client_id, nbytes)
+
+    def max_fetch_bytes(self, connection: ConnectionContext, client_id: str | None) -> int | None:
+        """The most a consumer's fetch may return without being throttled for it alone (KafkaApis caps a
+        consumer's fetch.max.bytes at it); None without a consumer_byte_rate quota."""
+        quotas = self.metadata.image.client_quotas
+        if not quotas:
+            return None
+        bound = self.fetch.max_value_in_window(quotas, connection.principal.name, client_id or "")
+        return None if bound == float("inf") else max(1, int(bound))
+
+    def unrecord_fetch(self, connection: ConnectionContext, client_id: str | None, nbytes: int) -> None:
+        """Take back bytes recorded for a fetch that is answered empty because it is throttled (Kafka's
+        unrecordQuotaSensor): the consumer reads them later, and is measured for them then."""
+        quotas = self.metadata.image.client_quotas
+        if quotas:
+            self.fetch.unrecord(quotas, connection.principal.name, client_id or "", nbytes, self.now_ms())
 
     def record_request_time(self, connection: ConnectionContext, client_id: str | None, seconds: float) -> int:
         """Record the time a handler took (request_percentage: percent of one thread's time)."""

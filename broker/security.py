@@ -3,13 +3,15 @@
 `listener_security(config, listener, scram_lookup)` reads, for one listener, what Kafka's broker reads:
 the `ssl.*` and `sasl.*` settings, each overridable for that listener as `listener.name.<l>.<key>`, and
 the JAAS text of each mechanism (`listener.name.<l>.<mechanism>.sasl.jaas.config`, else `sasl.jaas.config`).
-A setting this broker cannot honour (a JKS key store, GSSAPI as the only mechanism, a bad mapping rule)
-raises `ConfigError` at start, naming the key, rather than serving the listener some other way.
+Key and trust stores are PEM or PKCS12 (read with `cryptography`). A setting this broker cannot honour
+(a JKS store, GSSAPI as the only mechanism, a validator for signed OAUTHBEARER tokens, a bad mapping
+rule) raises `ConfigError` at start, naming the key, rather than serving the listener some other way.
 
 Principals: on an SSL listener the principal is the client certificate's subject as an RFC 2253
 distinguished name (what Java's X500Principal.getName() gives) mapped by `ssl.principal.mapping.rules`,
-or User:ANONYMOUS without a certificate; on a SASL listener it is the authenticated user name; on
-PLAINTEXT, User:ANONYMOUS. That is Kafka's DefaultKafkaPrincipalBuilder.
+or User:ANONYMOUS without a certificate; on a SASL listener it is the authenticated user name (for
+OAUTHBEARER, the token's principal claim); on PLAINTEXT, User:ANONYMOUS. That is Kafka's
+DefaultKafkaPrincipalBuilder.
 """
 
 from __future__ import annotations
@@ -17,18 +19,29 @@ from __future__ import annotations
 import hmac
 import os
 import re
+import secrets
 import ssl
 import tempfile
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable
 
-from odradek.protocol.sasl import PLAIN, ScramCredential, ScramMechanism
+from odradek.protocol.sasl import (
+    OAUTHBEARER, PLAIN, ScramCredential, ScramMechanism, UnsecuredLoginOptions, UnsecuredValidatorOptions,
+)
 
 from .config import BrokerConfig, ConfigError
 from .context import ANONYMOUS, KafkaPrincipal, SecurityProtocol
 
-SERVED_MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512")
+SERVED_MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512", OAUTHBEARER)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# The OAUTHBEARER validator Kafka uses when none is configured (and the only one served here), under its
+# old and current package names.
+UNSECURED_VALIDATOR_CLASSES = (
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerUnsecuredValidatorCallbackHandler",
+)
 
 ScramLookup = Callable[[ScramMechanism, str], ScramCredential | None]
 
@@ -174,21 +187,96 @@ def _setting(config: BrokerConfig, listener: str | None, key: str):
     return config.get(key) if listener is None else config.listener_setting(listener, key)
 
 
-def _looks_pem(path: str) -> bool:
+class StoreFormat(Enum):
+    """What a key or trust store file holds, told from its first bytes rather than trusted from
+    `ssl.*store.type`: Java's own loader does the same (a `JKS`-typed store that is really PKCS12 loads,
+    keystore.type.compat), and Kafka's default type is JKS even where keytool wrote PKCS12."""
+
+    PEM = "PEM"
+    PKCS12 = "PKCS12"
+    JKS = "JKS"  # 0xFEEDFEED; JCEKS (0xCECECECE) is refused the same way
+
+    @classmethod
+    def of(cls, data: bytes) -> "StoreFormat":
+        if b"-----BEGIN" in data[: 64 * 1024]:
+            return cls.PEM
+        if data[:4] in (b"\xfe\xed\xfe\xed", b"\xce\xce\xce\xce"):
+            return cls.JKS
+        return cls.PKCS12  # DER: a PKCS12 PFX is an ASN.1 SEQUENCE; anything else fails to parse below
+
+
+def _read_store(path: str, key: str) -> bytes:
     try:
         with open(path, "rb") as f:
-            return b"-----BEGIN" in f.read(64 * 1024)
+            return f.read()
     except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}", key="ssl.keystore.location") from None
+        raise ConfigError(f"cannot read {path}: {e.strerror}", key=key) from None
 
 
 def _refuse_store(kind: str, store_type: str, key: str) -> ConfigError:
+    # No well-kept Python library reads JKS (pyjks is unmaintained): keytool converts it in one command.
     return ConfigError(
-        f"{kind} type {store_type} is not readable by this broker: convert it to PEM (e.g. `keytool -importkeystore "
-        f"-destkeystore store.p12 -deststoretype PKCS12` then `openssl pkcs12 -in store.p12 -nodes -out store.pem`) "
-        f"and set {key}=PEM",
+        f"{kind} type {store_type} is not readable by this broker: convert it to PKCS12 (`keytool -importkeystore "
+        f"-srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12`) and set {key}=PKCS12, or to PEM "
+        f"(`openssl pkcs12 -in store.p12 -nodes -out store.pem`) and set {key}=PEM",
         key=key,
     )
+
+
+def _password(value: str | None) -> bytes | None:
+    return value.encode("utf-8") if value else None
+
+
+def _load_pkcs12(data: bytes, password: str | None, kind: str, key: str, location: str):
+    """Parse a PKCS12 store; a wrong password and a damaged file both end here, and OpenSSL cannot tell
+    them apart (the MAC check fails either way), so the message names both."""
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    try:
+        return pkcs12.load_pkcs12(data, _password(password))
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"cannot load the PKCS12 {kind} {location}: wrong {key.replace('location', 'password')} or not a "
+                          f"PKCS12 file ({e})", key=key.replace("location", "password")) from None
+
+
+def _load_key_and_chain(ctx: ssl.SSLContext, private_key, chain: list) -> None:
+    """Hand a private key and its certificate chain held in memory to `ctx`. `load_cert_chain` reads only
+    files, so the key goes through one: encrypted (PKCS8, AES-256) under a random one-time password that
+    never leaves this process, in a file only we can read (mode 0600, in a fresh 0700 directory), removed
+    as soon as OpenSSL has read it. Whoever sees the file in that instant sees ciphertext."""
+    from cryptography.hazmat.primitives import serialization
+
+    one_time = secrets.token_bytes(32)
+    pem = private_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.BestAvailableEncryption(one_time))
+    pem += b"".join(cert.public_bytes(serialization.Encoding.PEM) for cert in chain)
+    directory = tempfile.mkdtemp(prefix="odradek-key-")
+    path = os.path.join(directory, "key.pem")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+        ctx.load_cert_chain(path, password=one_time)
+    finally:
+        try:
+            os.unlink(path)
+        finally:
+            os.rmdir(directory)
+
+
+def _inline_key(ctx: ssl.SSLContext, key_pem: str, chain_pem: str, key_password: str | None) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        private_key = serialization.load_pem_private_key(key_pem.strip().encode("utf-8"), _password(key_password))
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"cannot load ssl.keystore.key: {e}", key="ssl.keystore.key") from None
+    try:
+        chain = x509.load_pem_x509_certificates(chain_pem.strip().encode("utf-8"))
+    except ValueError as e:
+        raise ConfigError(f"cannot load ssl.keystore.certificate.chain: {e}", key="ssl.keystore.certificate.chain") from None
+    _load_key_and_chain(ctx, private_key, chain)
 
 
 def _load_keystore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str | None) -> bool:
@@ -198,24 +286,30 @@ def _load_keystore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str | No
     inline_key = _setting(config, listener, "ssl.keystore.key")
     inline_chain = _setting(config, listener, "ssl.keystore.certificate.chain")
     key_password = _setting(config, listener, "ssl.key.password") or None
+    store_password = _setting(config, listener, "ssl.keystore.password") or None
     try:
         if inline_key or inline_chain:
             if not (inline_key and inline_chain):
                 raise ConfigError("ssl.keystore.key and ssl.keystore.certificate.chain go together", key="ssl.keystore.key")
-            # load_cert_chain reads files only: a private temporary file, removed at once.
-            fd, path = tempfile.mkstemp(prefix="odradek-key-", suffix=".pem")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(inline_key.strip() + "\n" + inline_chain.strip() + "\n")
-                ctx.load_cert_chain(path, password=key_password)
-            finally:
-                os.unlink(path)
+            _inline_key(ctx, inline_key, inline_chain, key_password)
             return True
         if not location:
             return False
-        if store_type != "PEM" and not _looks_pem(location):
-            raise _refuse_store("key store", store_type, "ssl.keystore.type")
-        ctx.load_cert_chain(location, password=key_password or _setting(config, listener, "ssl.keystore.password") or None)
+        data = _read_store(location, "ssl.keystore.location")
+        found = StoreFormat.of(data)
+        if store_type == "PEM" and found is not StoreFormat.PEM:
+            raise ConfigError(f"ssl.keystore.type is PEM but {location} holds no PEM", key="ssl.keystore.type")
+        if found is StoreFormat.JKS:
+            raise _refuse_store("key store", "JKS", "ssl.keystore.type")
+        if found is StoreFormat.PKCS12:
+            store = _load_pkcs12(data, store_password, "key store", "ssl.keystore.location", location)
+            if store.key is None or store.cert is None:
+                raise ConfigError(f"the PKCS12 key store {location} holds no private key with its certificate",
+                                  key="ssl.keystore.location")
+            chain = [store.cert.certificate, *(c.certificate for c in store.additional_certs)]
+            _load_key_and_chain(ctx, store.key, chain)
+            return True
+        ctx.load_cert_chain(location, password=key_password or store_password)
         return True
     except ssl.SSLError as e:
         raise ConfigError(f"cannot load the key store: {e.reason or e}", key="ssl.keystore.location") from None
@@ -224,16 +318,31 @@ def _load_keystore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str | No
 
 
 def _load_truststore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str | None) -> None:
-    store_type = _setting(config, listener, "ssl.truststore.type")
     location = _setting(config, listener, "ssl.truststore.location")
     inline = _setting(config, listener, "ssl.truststore.certificates")
     try:
         if inline:
             ctx.load_verify_locations(cadata=inline)
         elif location:
-            if store_type != "PEM" and not _looks_pem(location):
-                raise _refuse_store("trust store", store_type, "ssl.truststore.type")
-            ctx.load_verify_locations(cafile=location)
+            data = _read_store(location, "ssl.truststore.location")
+            found = StoreFormat.of(data)
+            if _setting(config, listener, "ssl.truststore.type") == "PEM" and found is not StoreFormat.PEM:
+                raise ConfigError(f"ssl.truststore.type is PEM but {location} holds no PEM", key="ssl.truststore.type")
+            if found is StoreFormat.JKS:
+                raise _refuse_store("trust store", "JKS", "ssl.truststore.type")
+            if found is StoreFormat.PKCS12:
+                from cryptography.hazmat.primitives.serialization import Encoding
+
+                # Trusted certificates need no temporary file: load_verify_locations takes DER in memory.
+                store = _load_pkcs12(data, _setting(config, listener, "ssl.truststore.password") or None,
+                                     "trust store", "ssl.truststore.location", location)
+                certs = ([store.cert] if store.cert is not None else []) + list(store.additional_certs)
+                if not certs:
+                    raise ConfigError(f"the PKCS12 trust store {location} holds no certificate", key="ssl.truststore.location")
+                for cert in certs:
+                    ctx.load_verify_locations(cadata=cert.certificate.public_bytes(Encoding.DER))
+            else:
+                ctx.load_verify_locations(cafile=location)
         else:
             ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH if ctx.check_hostname is False else ssl.Purpose.SERVER_AUTH)
     except (ssl.SSLError, OSError) as e:
@@ -315,6 +424,7 @@ class ListenerSecurity:
     mechanisms: tuple[str, ...] = ()
     plain_users: dict[str, str] = field(default_factory=dict, repr=False)
     scram_lookup: ScramLookup | None = None
+    oauthbearer: UnsecuredValidatorOptions | None = None
     principal_mapper: PrincipalMapper | None = None
     max_receive_bytes: int = 524288
     failed_authentication_delay_ms: int = 100
@@ -350,7 +460,7 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
     if not mechanisms:
         raise ConfigError(
             f"listener {listener} ({protocol.value}) has no SASL mechanism this broker serves (enabled: "
-            f"{', '.join(enabled) or 'none'}); set sasl.enabled.mechanisms to PLAIN, SCRAM-SHA-256 and/or SCRAM-SHA-512",
+            f"{', '.join(enabled) or 'none'}); set sasl.enabled.mechanisms to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and/or OAUTHBEARER",
             key="sasl.enabled.mechanisms",
         )
     security.mechanisms = mechanisms
@@ -363,11 +473,37 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
                 key=f"listener.name.{listener.lower()}.plain.sasl.jaas.config",
             )
         security.plain_users = {k[5:]: v for k, v in entry.options.items() if k.startswith("user_")}
+    if OAUTHBEARER in mechanisms:
+        security.oauthbearer = oauthbearer_validator(config, listener)
     security.scram_lookup = scram_lookup
     security.max_receive_bytes = config.sasl_server_max_receive_size
     security.failed_authentication_delay_ms = config.connection_failed_authentication_delay_ms
     security.reauth_ms = config.listener_setting(listener, "connections.max.reauth.ms")
     return security
+
+
+def oauthbearer_validator(config: BrokerConfig, listener: str) -> UnsecuredValidatorOptions:
+    """The unsecured validator's options from the listener's OAuthBearerLoginModule JAAS entry. As Kafka,
+    a listener serving OAUTHBEARER needs that entry; a validator class other than the unsecured one, or
+    a JWKS endpoint (signed tokens), refuses to start rather than let unsigned tokens in."""
+    jaas_key = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
+    handler_key = "oauthbearer.sasl.server.callback.handler.class"
+    handler = config.listener_setting(listener, handler_key) or config.listener_setting(listener, "sasl.server.callback.handler.class")
+    if handler and handler not in UNSECURED_VALIDATOR_CLASSES:
+        raise ConfigError(f"{handler} is not served: OAUTHBEARER checks unsecured JWTs only "
+                          "(Kafka's OAuthBearerUnsecuredValidatorCallbackHandler, the default)",
+                          key=f"listener.name.{listener.lower()}.{handler_key}")
+    if config.listener_setting(listener, "sasl.oauthbearer.jwks.endpoint.url"):
+        raise ConfigError("signed OAUTHBEARER tokens (a JWKS endpoint) are not served: only unsecured JWTs",
+                          key="sasl.oauthbearer.jwks.endpoint.url")
+    entry = jaas_for(config, listener, OAUTHBEARER)
+    if entry is None:
+        raise ConfigError(f"listener {listener} enables OAUTHBEARER but has no JAAS entry: set {jaas_key} to "
+                          f'{OAUTHBEARER_LOGIN_MODULE} required unsecuredLoginStringClaim_sub="admin";', key=jaas_key)
+    try:
+        return UnsecuredValidatorOptions.from_jaas(entry.options)
+    except ValueError as e:
+        raise ConfigError(str(e), key=jaas_key) from None
 
 
 # -- this node as a client of others --------------------------------------------------------------------
@@ -377,7 +513,8 @@ def node_security(config: BrokerConfig, listener: str, mechanism_key: str):
     """How this node connects to other nodes' `listener` (the inter-broker listener with
     `sasl.mechanism.inter.broker.protocol`, a controller listener with `sasl.mechanism.controller.protocol`):
     None for PLAINTEXT. The SASL credentials are the username/password of that listener's JAAS entry for
-    the mechanism, as Kafka's brokers take them."""
+    the mechanism, as Kafka's brokers take them; for OAUTHBEARER, the unsecured token that entry describes
+    (OAuthBearerLoginModule's unsecuredLogin* options), minted afresh for each connection."""
     from .node_client import NodeSecurity
 
     protocol = SecurityProtocol(config._protocol_map().get(listener.upper(), listener.upper()))
@@ -390,7 +527,21 @@ def node_security(config: BrokerConfig, listener: str, mechanism_key: str):
     if mechanism not in SERVED_MECHANISMS:
         raise ConfigError(
             f"listener {listener} ({protocol.value}) is reached with SASL mechanism {mechanism}, which this broker does "
-            f"not speak; set {mechanism_key} to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", key=mechanism_key)
+            f"not speak; set {mechanism_key} to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", key=mechanism_key)
+    if mechanism == OAUTHBEARER:
+        # As Kafka's OAuthBearerUnsecuredLoginCallbackHandler: the node mints its own unsecured token from
+        # the listener's JAAS entry (unsecuredLoginStringClaim_sub="admin" ...).
+        jaas_key = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
+        entry = jaas_for(config, listener, OAUTHBEARER)
+        if entry is None:
+            raise ConfigError(f"listener {listener} is reached with SASL OAUTHBEARER, but {jaas_key} is not set: "
+                              f'{OAUTHBEARER_LOGIN_MODULE} required unsecuredLoginStringClaim_sub="<node principal>";',
+                              key=jaas_key)
+        try:
+            login = UnsecuredLoginOptions.from_jaas(entry.options)
+        except ValueError as e:
+            raise ConfigError(str(e), key=jaas_key) from None
+        return NodeSecurity(ssl_context=ssl_context, mechanism=mechanism, username=login.principal_name, oauth_login=login)
     credentials = client_credentials(config, listener, mechanism)
     if credentials is None:
         raise ConfigError(

@@ -26,6 +26,7 @@ from .context import ConnectionContext, RequestContext, SecurityProtocol
 from .handlers.api_versions import build_response
 from .handlers.produce import serve_produce_frame
 from .network import NetworkServer
+from .quotas import connection_creation_rates
 from .security import listener_security
 from .services import BrokerServices
 
@@ -72,6 +73,7 @@ class Broker:
         self.fenced = True  # in a cluster, until the controller unfences this broker
         self.shutting_down = False  # controlled shutdown asked for (heartbeats say want_shut_down)
         self.shutdown_granted = asyncio.Event()
+        self.caught_up = asyncio.Event()  # in a cluster: a heartbeat answer said the metadata here is caught up
         self._timer_handle = None
         self._timer_deadline: int | None = None
         self._fetches_scheduled = False
@@ -104,6 +106,8 @@ class Broker:
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             on_protocol_error=self._count_protocol_error,
             metrics=self.metrics,
+            connection_rates=connection_creation_rates(cfg),
+            client_quotas=lambda: self.metadata.image.client_quotas,
         )
         self.network.start()
         # Bind first, serve after registering: the registration carries the ports actually bound.
@@ -127,10 +131,25 @@ class Broker:
                 )
                 self.controller_bound.append((listener.name, bound_host, port))
         register_broker(self)
-        await self.network.start_serving()
+        if self.quorum is not None and self.bound:
+            # A node of a cluster serves its controller listeners at once (the quorum needs them) and its
+            # broker listeners once the controller says it has caught up with the metadata log (Kafka's
+            # initialCatchUpFuture): until then its image may lack the SCRAM credentials, ACLs and topics
+            # clients are judged by (a restarted node would refuse a valid login). Connections made
+            # meanwhile wait in the listen backlog.
+            await self.network.start_serving([name for name, _host, _port in self.controller_bound])
+            self.spawn(self._serve_when_caught_up())
+        else:
+            await self.network.start_serving()
         for name, host, port in [*self.bound, *self.controller_bound]:
             log.info("listening", listener=name, host=host, port=port)
         self._started = True
+
+    async def _serve_when_caught_up(self) -> None:
+        await self.caught_up.wait()
+        if not self.network.draining:  # not stopping already
+            await self.network.start_serving()
+            log.info("caught up with the metadata log: serving the broker listeners")
 
     async def stop(self, drain_timeout_s: float = 5.0) -> None:
         if not self._started:

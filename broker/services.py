@@ -83,15 +83,17 @@ class BrokerServices:
 
     # -- authorization: every check one line in its handler
 
-    def authorized(self, ctx, op: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
-        """Whether the request's principal may do `op` on the resource; True when no authorizer is configured."""
-        return self.authorizer is None or self.authorizer.authorize(ctx, op, resource_type, name)
+    def authorized(self, ctx, op: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME, *,
+                   log_denied: bool = True) -> bool:
+        """Whether the request's principal may do `op` on the resource; True when no authorizer is configured.
+        `log_denied=False` for a probe whose refusal is not an error (the audit log, broker/authorizer.py)."""
+        return self.authorizer is None or self.authorizer.authorize(ctx, op, resource_type, name, log_denied=log_denied)
 
-    def authorized_names(self, ctx, op: AclOperation, resource_type: ResourceType, names) -> set:
+    def authorized_names(self, ctx, op: AclOperation, resource_type: ResourceType, names, *, log_denied: bool = True) -> set:
         """The names among `names` the principal may do `op` on (all of them with no authorizer)."""
         if self.authorizer is None:
             return set(names)
-        return self.authorizer.authorized_names(ctx, op, resource_type, names)
+        return self.authorizer.authorized_names(ctx, op, resource_type, names, log_denied=log_denied)
 
     # -- the group coordinator, on first use
 

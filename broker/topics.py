@@ -45,7 +45,9 @@ def is_internal(name: str) -> bool:
 
 def log_config(image: MetadataImage, name: str, config: BrokerConfig) -> LogConfig:
     effective = effective_topic_configs(dict(image.topic_configs(name)), config)
-    return LogConfig(**to_log_config_kwargs(effective, fields=LogConfig.__dataclass_fields__))
+    # producer.id.expiration.ms is a broker setting, not a topic one: every log takes the broker's.
+    return LogConfig(**to_log_config_kwargs(effective, fields=LogConfig.__dataclass_fields__),
+                     producer_id_expiration_ms=config.producer_id_expiration_ms)
 
 
 class PartitionHosting:

@@ -444,7 +444,7 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
         p.add_argument("--cluster", action="store_true")
         p.add_argument("--resource-pattern-type", default="literal" if action == "add" else "any",
                        choices=["literal", "prefixed", "any", "match"])
-    qsub = _SubParsers(sub.add("quota", help="set and describe client quotas (kafka-configs --entity-type users/clients)"),
+    qsub = _SubParsers(sub.add("quota", help="set and describe client quotas (kafka-configs --entity-type users/clients/ips)"),
                        "action")
     for action, help_text in (("set", "set or delete quota values of a user, a client id, or both"),
                               ("describe", "show quotas (all, or of the given entity)")):
@@ -453,9 +453,12 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
         p.add_argument("--user-default", action="store_true", help="the default user entity")
         p.add_argument("--client", dest="quota_client_id", default=None, help="a client id")
         p.add_argument("--client-default", action="store_true", help="the default client-id entity")
+        p.add_argument("--ip", default=None, help="a client address (connection_creation_rate only)")
+        p.add_argument("--ip-default", action="store_true", help="the default ip entity")
         if action == "set":
             p.add_argument("pairs", nargs="*", type=_key_value, metavar="KEY=VALUE",
-                           help="producer_byte_rate, consumer_byte_rate, request_percentage")
+                           help="producer_byte_rate, consumer_byte_rate, request_percentage; for an ip, "
+                                "connection_creation_rate")
             p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V...]")
             p.add_argument("--delete", "--delete-config", action="append", default=[], metavar="KEY")
 
@@ -637,9 +640,7 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
 # Security settings are accepted in the client-properties syntax so that a properties file written for
 # Kafka's tools is understood; only what the bundled client can do is allowed through.
 _PROPERTY_ALIASES = {"sasl.mechanisms": "sasl.mechanism"}
-_JAVA_ONLY = {
-    "ssl.truststore.location": "ssl.ca.location", "ssl.keystore.location": "ssl.certificate.location and ssl.key.location",
-}
+_JAVA_ONLY = {"ssl.truststore.location": "ssl.ca.location"}  # ssl.keystore.location is librdkafka's too (PKCS12)
 
 
 def _read_properties(path: str) -> dict[str, str]:
@@ -1415,13 +1416,15 @@ def _quota_entity(args: argparse.Namespace) -> dict[str, str | None]:
         entity["user"] = None if args.user_default else args.user
     if args.quota_client_id is not None or args.client_default:
         entity["client-id"] = None if args.client_default else args.quota_client_id
+    if args.ip is not None or args.ip_default:
+        entity["ip"] = None if args.ip_default else args.ip
     return entity
 
 
 async def quota_set(args: argparse.Namespace, out: Output) -> int:
     entity = _quota_entity(args)
     if not entity:
-        raise UsageError("quota set needs --user/--user-default and/or --client-id/--client-default")
+        raise UsageError("quota set needs --user/--user-default and/or --client-id/--client-default, or --ip/--ip-default")
     pairs = list(args.pairs) + [_key_value(kv) for item in args.add_config for kv in item.split(",") if kv]
     try:
         changes: dict[str, float | None] = {k: float(v) for k, v in pairs}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .assignors import ASSIGNORS
 from .errors import ConfigError
@@ -59,6 +59,35 @@ def parse_bootstrap(servers: str | list[str] | tuple[str, ...]) -> list[tuple[st
 _ALIASES = {"sasl.mechanisms": "sasl.mechanism"}
 
 
+_UNSECURED_JWT_KEYS = ("principal", "principalClaimName", "scope", "scopeClaimName", "lifeSeconds")
+
+
+def unsecured_jwt_settings(text: str | None) -> dict[str, Any]:
+    """librdkafka's `sasl.oauthbearer.config` for its unsecured JWT builder, checked: space-separated
+    key=value with principal required, lifeSeconds whole seconds, extension_<name>=<value> extensions."""
+    settings: dict[str, Any] = {"principalClaimName": "sub", "scopeClaimName": "scope", "scope": [], "lifeSeconds": 3600,
+                                "extensions": {}}
+    for item in (text or "").split():
+        key, sep, value = item.partition("=")
+        if not sep or not value:
+            raise ConfigError(f"sasl.oauthbearer.config: expected key=value, got {item!r}")
+        if key.startswith("extension_") and len(key) > len("extension_"):
+            settings["extensions"][key[len("extension_"):]] = value
+        elif key not in _UNSECURED_JWT_KEYS:
+            raise ConfigError(f"sasl.oauthbearer.config: unknown key {key!r} (known: {', '.join(_UNSECURED_JWT_KEYS)}, extension_<name>)")
+        elif key == "scope":
+            settings["scope"] = [s for s in value.split(",") if s]
+        elif key == "lifeSeconds":
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"sasl.oauthbearer.config: lifeSeconds must be a positive whole number, got {value!r}")
+            settings["lifeSeconds"] = int(value)
+        else:
+            settings[key] = value
+    if not settings.get("principal"):
+        raise ConfigError("sasl.oauthbearer.config needs principal=<name> for an unsecured JWT")
+    return settings
+
+
 @dataclass(kw_only=True)
 class ClientConfig:
     bootstrap_servers: str | list[str] = field(default_factory=default_bootstrap)
@@ -71,10 +100,10 @@ class ClientConfig:
     retry_backoff_max_ms: int = 1_000
     allow_auto_create_topics: bool = True
     # Security, as librdkafka names it: security.protocol PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
-    # sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with sasl.username/sasl.password; ssl.ca.location
-    # (PEM CA certificates; default: the system's), ssl.certificate.location and ssl.key.location (PEM, for
-    # mutual TLS), ssl.key.password; ssl.endpoint.identification.algorithm "https" (check the broker's host
-    # name, the default) or "none".
+    # sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with sasl.username/sasl.password, or OAUTHBEARER
+    # (below); ssl.ca.location (PEM CA certificates; default: the system's), ssl.certificate.location and
+    # ssl.key.location (PEM, for mutual TLS) or ssl.keystore.location (PKCS12), ssl.key.password;
+    # ssl.endpoint.identification.algorithm "https" (check the broker's host name, the default) or "none".
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
     sasl_username: str | None = None
@@ -83,7 +112,17 @@ class ClientConfig:
     ssl_certificate_location: str | None = None
     ssl_key_location: str | None = None
     ssl_key_password: str | None = field(default=None, repr=False)
+    # librdkafka's PKCS12 client key store (key, certificate and chain in one file), instead of the two PEMs
+    ssl_keystore_location: str | None = None
+    ssl_keystore_password: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
+    # OAUTHBEARER, as librdkafka: enable.sasl.oauthbearer.unsecure.jwt=true makes an unsecured JWT from
+    # sasl.oauthbearer.config ("principal=alice scope=a,b lifeSeconds=3600 principalClaimName=sub
+    # scopeClaimName=scope extension_<name>=<value>"); or oauth_cb(sasl.oauthbearer.config) returns
+    # (token, expiry in epoch seconds[, principal, extensions]) as confluent-kafka's does.
+    sasl_oauthbearer_config: str | None = field(default=None, repr=False)
+    enable_sasl_oauthbearer_unsecure_jwt: bool = False
+    oauth_cb: Callable[[str | None], tuple] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         parse_bootstrap(self.bootstrap_servers)
@@ -92,10 +131,24 @@ class ClientConfig:
             raise ConfigError(f"security.protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (got {self.security_protocol!r})")
         self.sasl_mechanism = str(self.sasl_mechanism).upper()
         if self.security_protocol.startswith("SASL_"):
-            if self.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-                raise ConfigError(f"sasl.mechanism must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (got {self.sasl_mechanism!r})")
-            if self.sasl_username is None or self.sasl_password is None:
+            if self.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"):
+                raise ConfigError(f"sasl.mechanism must be PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (got {self.sasl_mechanism!r})")
+            if self.sasl_mechanism == "OAUTHBEARER":
+                if isinstance(self.enable_sasl_oauthbearer_unsecure_jwt, str):  # from a dict of strings (Spark options)
+                    flag = self.enable_sasl_oauthbearer_unsecure_jwt.strip().lower()
+                    if flag not in ("true", "false"):
+                        raise ConfigError(f"enable.sasl.oauthbearer.unsecure.jwt must be true or false (got {flag!r})")
+                    self.enable_sasl_oauthbearer_unsecure_jwt = flag == "true"
+                if self.oauth_cb is None:
+                    if not self.enable_sasl_oauthbearer_unsecure_jwt:
+                        raise ConfigError("sasl.mechanism OAUTHBEARER needs oauth_cb, or enable.sasl.oauthbearer.unsecure.jwt=true "
+                                          "with sasl.oauthbearer.config=\"principal=<name> ...\"")
+                    unsecured_jwt_settings(self.sasl_oauthbearer_config)
+            elif self.sasl_username is None or self.sasl_password is None:
                 raise ConfigError(f"security.protocol {self.security_protocol} needs sasl.username and sasl.password")
+        if self.ssl_keystore_location and self.ssl_certificate_location:
+            raise ConfigError("ssl.keystore.location (PKCS12) and ssl.certificate.location (PEM) are two ways to give "
+                              "the client certificate: set one")
         if self.ssl_endpoint_identification_algorithm not in ("https", "none", ""):
             raise ConfigError("ssl.endpoint.identification.algorithm must be https or none")
         for f in dataclasses.fields(self):

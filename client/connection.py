@@ -26,17 +26,22 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import secrets
 import socket
 import ssl
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from odradek.protocol.connection import ClientConnection
 from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import REQUESTS
-from odradek.protocol.sasl import PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, plain_token
+from odradek.protocol.sasl import (
+    OAUTHBEARER, PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, oauthbearer_client_first, plain_token,
+    unsecured_jwt,
+)
 
 from .errors import AuthenticationError, ClientClosedError, KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 
@@ -53,6 +58,7 @@ class ClientSecurity:
     username: str = ""
     password: str = field(default="", repr=False)
     check_hostname: bool = True
+    oauth_token: Callable[[], tuple[str, dict[str, str]]] | None = field(default=None, repr=False)  # OAUTHBEARER
 
     @classmethod
     def from_config(cls, config) -> "ClientSecurity | None":
@@ -69,11 +75,78 @@ class ClientSecurity:
                     ctx.load_cert_chain(config.ssl_certificate_location, config.ssl_key_location, config.ssl_key_password)
                 except (ssl.SSLError, OSError) as e:
                     raise AuthenticationError(f"cannot load ssl.certificate.location/ssl.key.location: {e}") from None
+            elif config.ssl_keystore_location:
+                load_pkcs12_keystore(ctx, config.ssl_keystore_location, config.ssl_keystore_password)
             security.ssl_context = ctx
         if protocol.startswith("SASL_"):
             security.mechanism = config.sasl_mechanism
             security.username, security.password = config.sasl_username or "", config.sasl_password or ""
+            if security.mechanism == OAUTHBEARER:
+                security.oauth_token = lambda: oauthbearer_token(config)
         return security
+
+
+def load_pkcs12_keystore(ctx: ssl.SSLContext, location: str, password: str | None) -> None:
+    """A PKCS12 key store into `ctx`. `load_cert_chain` reads files only: the key goes through one, encrypted
+    under a random one-time password held only here, in a fresh 0700 directory, removed once read (as the
+    broker does, broker/security.py)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    try:
+        with open(location, "rb") as f:
+            data = f.read()
+        if data[:4] in (b"\xfe\xed\xfe\xed", b"\xce\xce\xce\xce"):
+            raise AuthenticationError(f"{location} is a JKS key store: convert it with `keytool -importkeystore -srckeystore "
+                                      f"{location} -destkeystore client.p12 -deststoretype PKCS12`")
+        store = pkcs12.load_pkcs12(data, password.encode("utf-8") if password else None)
+    except OSError as e:
+        raise AuthenticationError(f"cannot read ssl.keystore.location {location}: {e.strerror}") from None
+    except (ValueError, TypeError) as e:
+        raise AuthenticationError(f"cannot load the PKCS12 key store {location}: wrong ssl.keystore.password or not "
+                                  f"a PKCS12 file ({e})") from None
+    if store.key is None or store.cert is None:
+        raise AuthenticationError(f"the PKCS12 key store {location} holds no private key with its certificate")
+    one_time = secrets.token_bytes(32)
+    pem = store.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(one_time))
+    pem += b"".join(c.certificate.public_bytes(serialization.Encoding.PEM) for c in (store.cert, *store.additional_certs))
+    directory = tempfile.mkdtemp(prefix="odradek-key-")
+    path = os.path.join(directory, "key.pem")
+    try:
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(pem)
+        ctx.load_cert_chain(path, password=one_time)
+    except ssl.SSLError as e:
+        raise AuthenticationError(f"cannot use the PKCS12 key store {location}: {e}") from None
+    finally:
+        try:
+            os.unlink(path)
+        finally:
+            os.rmdir(directory)
+
+
+def oauthbearer_token(config) -> tuple[str, dict[str, str]]:
+    """The token and SASL extensions for one OAUTHBEARER login: oauth_cb's, or an unsecured JWT made now
+    from sasl.oauthbearer.config as librdkafka makes it (iat now, exp lifeSeconds later)."""
+    from .config import unsecured_jwt_settings
+
+    if config.oauth_cb is not None:
+        try:
+            result = config.oauth_cb(config.sasl_oauthbearer_config)
+        except Exception as e:  # the user's callback: its failure is this login's
+            raise AuthenticationError(f"oauth_cb failed: {e!r}") from None
+        extensions = result[3] if len(result) > 3 and result[3] else {}
+        return str(result[0]), {str(k): str(v) for k, v in dict(extensions).items()}
+    settings = unsecured_jwt_settings(config.sasl_oauthbearer_config)
+    # Whole seconds, rounded down: an iat a fraction of a millisecond ahead of the broker's clock (rounding
+    # up, or float error in iat * 1000) is "issued in the future" to a broker allowing no clock skew.
+    now = int(time.time())
+    claims: dict[str, Any] = {settings["principalClaimName"]: settings["principal"], "iat": now,
+                              "exp": now + settings["lifeSeconds"]}
+    if settings["scope"]:
+        claims[settings["scopeClaimName"]] = settings["scope"]
+    return unsecured_jwt(claims), settings["extensions"]
 
 API_VERSIONS = 18
 
@@ -151,12 +224,15 @@ class BrokerConnection:
             )
         except asyncio.TimeoutError:
             raise KafkaConnectionError(f"connecting to {self.address} timed out") from None
+        except (ConnectionResetError, ssl.SSLEOFError) as e:
+            # The connection ended before the handshake did, with no TLS alert: the broker went away (or a
+            # proxy in front of it could not reach it). A refused certificate is an alert (below) or, under
+            # TLS 1.3, an end after the handshake (after _negotiate). Retried, as Kafka's clients retry a
+            # disconnect.
+            what = "during the TLS handshake" if ssl_context is not None else "connecting"
+            raise KafkaConnectionError(f"{self.address} closed the connection {what}: {e.strerror or str(e) or 'reset'}") from None
         except ssl.SSLError as e:
             raise AuthenticationError(f"TLS handshake with {self.address} failed: {e.reason or e}") from None
-        except ConnectionResetError as e:
-            if ssl_context is not None:  # the broker refused our certificate during the handshake
-                raise AuthenticationError(f"TLS handshake with {self.address} failed: {e}") from None
-            raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
         except OSError as e:
             raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
         sock = self._writer.get_extra_info("socket")
@@ -208,6 +284,17 @@ class BrokerConnection:
         try:
             if mechanism == PLAIN:
                 response = await round_trip(plain_token(security.username, security.password))
+            elif mechanism == OAUTHBEARER:
+                token, extensions = security.oauth_token()
+                response = await round_trip(oauthbearer_client_first(token, extensions=extensions))
+                if response.auth_bytes:  # the broker's JSON error status: answer ^A (RFC 7628), which it refuses
+                    status = bytes(response.auth_bytes).decode("utf-8", "replace")
+                    try:
+                        await round_trip(b"\x01")
+                    except AuthenticationError:
+                        pass
+                    raise AuthenticationError(f"SASL authentication with {self.address} failed: the broker refused "
+                                              f"the OAUTHBEARER token: {status}")
             else:
                 client = ScramClient(ScramMechanism.from_name(mechanism), security.username, security.password,
                                      secrets.token_urlsafe(18))

@@ -15,6 +15,10 @@ only `options.ClientOptions` (plain data), and each process builds its clients o
 * Sinks write with `BulkProducer`: the asyncio `Producer` on the facade's `LoopThread`, handed records a
   chunk at a time. `BlockingProducer.send()` costs one thread hop per record (about 150 us), which would
   cap a sink near 7k rows/s; `send_many()` has no per-record topic, partition or headers.
+* The exactly-once sink's tasks each need a producer with their own transactional id (sink.py).
+  `TxnProducers` keeps the most recently used few per process on one shared loop thread. Spark hands a
+  worker tasks of different partition ids, so a small cache saves most connection and coordinator
+  lookups without holding connections for every task id ever seen.
 
 `read_range()` yields the records of [start, end) of one partition. Records may be missing from a range
 for three reasons: compaction, control batches (transaction markers), and deletion by retention before
@@ -25,6 +29,7 @@ failOnDataLoss is on, as Spark's Kafka source does, and logging otherwise).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -41,8 +46,8 @@ from .options import ClientOptions, Subscription
 
 log = logging.getLogger("odradek.pipeline")
 
-__all__ = ["BulkProducer", "DataLossError", "Metadata", "admin_for", "close_all", "evict", "producer_for",
-           "read_range", "report_data_loss"]
+__all__ = ["BulkProducer", "DataLossError", "Metadata", "TxnProducers", "admin_for", "close_all",
+           "ensure_commit_topic", "evict", "producer_for", "read_range", "report_data_loss", "txn_producers_for"]
 
 
 class DataLossError(RuntimeError):
@@ -338,3 +343,82 @@ class BulkProducer:
             self._thread.run(self._producer.close(), 30)
         finally:
             self._thread.stop()
+
+
+class TxnProducers:
+    """Transactional producers of one process and one set of client settings, by transactional id: the
+    `MAX_PRODUCERS` most recently used, on one loop thread."""
+
+    MAX_PRODUCERS = 8
+
+    def __init__(self, client: ClientOptions):
+        self.client = client
+        self._thread = LoopThread("odradek-pipeline-txn")
+        self._producers: collections.OrderedDict[str, Producer] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def run(self, coro: Any, timeout: float | None = None) -> Any:
+        return self._thread.run(coro, timeout)
+
+    def get(self, transactional_id: str) -> Producer:
+        """The started producer of `transactional_id` (not yet initialised when new)."""
+        with self._lock:
+            producer = self._producers.pop(transactional_id, None)
+            if producer is not None:
+                self._producers[transactional_id] = producer
+                return producer
+        config = self.client.producer_config().replace(transactional_id=transactional_id)
+
+        async def start() -> Producer:
+            return await Producer(config).start()
+
+        producer = self._thread.run(start())
+        with self._lock:
+            self._producers[transactional_id] = producer
+            stale = []
+            while len(self._producers) > self.MAX_PRODUCERS:
+                stale.append(self._producers.popitem(last=False)[1])
+        for old in stale:
+            self._close(old)
+        return producer
+
+    def evict(self, transactional_id: str) -> None:
+        """Forget (and close) the producer of `transactional_id`: it is fenced or in an unknown state."""
+        with self._lock:
+            producer = self._producers.pop(transactional_id, None)
+        if producer is not None:
+            self._close(producer)
+
+    def _close(self, producer: Producer) -> None:
+        try:
+            # Closing never ends a transaction: an open one is aborted by the next holder of the id.
+            self._thread.run(producer.close(5), 30)
+        except Exception:  # noqa: BLE001 - a producer being thrown away
+            log.debug("closing a transactional producer failed", exc_info=True)
+
+    def close(self) -> None:
+        with self._lock:
+            producers, self._producers = list(self._producers.values()), collections.OrderedDict()
+        try:
+            for producer in producers:
+                self._close(producer)
+        finally:
+            self._thread.stop()
+
+
+def txn_producers_for(client: ClientOptions) -> TxnProducers:
+    return _cached("txn-producers", client, lambda: TxnProducers(client))
+
+
+_commit_topics: set[tuple] = set()
+
+
+def ensure_commit_topic(client: ClientOptions, topic: str) -> None:
+    """Create the sink's commit topic (compacted, one partition) unless this process saw it already."""
+    key = (os.getpid(), client.key, topic)
+    if key in _commit_topics:
+        return
+    admin = admin_for(client)
+    if not topic_partitions_or_none(admin, topic):
+        ensure_topic(admin, topic, partitions=1, configs={"cleanup.policy": "compact"})
+    _commit_topics.add(key)

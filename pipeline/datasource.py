@@ -45,7 +45,7 @@ from . import _kafka
 from .arrow import check_write_schema, read_schema_ddl, records_to_batch, rows_from_batch
 from .offsets import EARLIEST, LATEST, OffsetRange, count_between, offsets_from_json, offsets_to_json, plan_ranges, rate_limit
 from .options import ClientOptions, OffsetSpec, OptionError, SinkOptions, SourceOptions
-from .sink import KafkaSinkIO, MarkerLog, TaskOutcome, commit_batch, publish_task
+from .sink import KafkaTaskTransaction, TaskOutcome, progress_group, transactional_id, write_task
 
 log = logging.getLogger("odradek.pipeline")
 
@@ -372,7 +372,8 @@ class BatchWriter(DataSourceArrowWriter):
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
-    """Exactly-once per (query id, batch id) unless `sink.exactlyOnce=false` (sink.py explains how)."""
+    """Exactly-once per (query id, batch id) unless `sink.exactlyOnce=false`: each task writes through its
+    own transaction and commits it (sink.py explains why the task, and not the driver, commits)."""
 
     def __init__(self, options: SinkOptions):
         self.options = options
@@ -386,25 +387,25 @@ class StreamWriter(DataSourceStreamArrowWriter):
         ctx = TaskContext.get()
         query_id = ctx.getLocalProperty("sql.streaming.queryId")
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        io = KafkaSinkIO(o.client, o.commit_topic)
-        try:
-            outcome = publish_task(io, query_id, batch_id, ctx.partitionId(), _rows(iterator, o.topic),
-                                   markers=MarkerLog(io, cache_key=o.client.key))
-        except BaseException:
-            _kafka.evict("producer", o.client)
-            raise
-        return TaskMessage(outcome)
+        task = ctx.partitionId()
+        txn = self._transaction(query_id, task)
+        return TaskMessage(write_task(txn, query_id, batch_id, task, _rows(iterator, o.topic)))
+
+    def _transaction(self, query_id: str, task: int) -> KafkaTaskTransaction:
+        o = self.options
+        return KafkaTaskTransaction(o.client, transactional_id(query_id, task), progress_group(query_id, task),
+                                    o.commit_topic)
 
     def commit(self, messages: list, batchId: int) -> None:
+        # The tasks have committed their transactions: there is nothing left to make visible, so a repeated
+        # commit of the same batch (Spark's replay) is harmless by construction.
         outcomes = [m.outcome for m in messages if isinstance(m, TaskMessage)]
-        if not outcomes:
-            return  # at-least-once mode, or a batch without tasks: nothing to record
-        io = KafkaSinkIO(self.options.client, self.options.commit_topic)
-        commit_batch(io, outcomes[0].query_id, batchId, outcomes)
-        if any(o.duplicates for o in outcomes):
-            log.info("batch %s of query %s: %s rows were already published and were skipped", batchId,
-                     outcomes[0].query_id, sum(o.duplicates for o in outcomes))
+        skipped = sum(o.skipped for o in outcomes)
+        if skipped:
+            log.info("batch %s of query %s: %s rows were committed by an earlier attempt and were skipped",
+                     batchId, outcomes[0].query_id, skipped)
 
     def abort(self, messages: list, batchId: int) -> None:
-        # Records of finished tasks stay published; the rerun of this batch finds them (sink.py).
+        # Tasks that committed stay visible; a replay of the batch skips them (sink.py). A task that did not
+        # commit left at most an open transaction, which its next attempt fences and aborts.
         log.warning("streaming write of batch %s aborted", batchId)

@@ -24,7 +24,9 @@
 
 Every streaming job has its own checkpoint under `<workdir>/checkpoints/`; killed at any point and
 started again, it resumes from its last committed micro-batch: Parquet through Spark's file-sink log,
-transformed-events through the sink's commit markers, so neither gets a record twice.
+transformed-events through the sink's transaction per task (sink.py), so neither gets a record twice.
+Read transformed-events with `isolation.level=read_committed`: a killed attempt's records stay in the
+log as an aborted transaction.
 """
 
 from __future__ import annotations

@@ -398,8 +398,8 @@ def _subscription(options: Mapping[str, str]) -> Subscription:
 class SinkOptions:
     client: ClientOptions
     topic: str | None  # overrides the topic column
-    exactly_once: bool  # streaming only: dedupe replayed micro-batches (see sink.py)
-    commit_topic: str
+    exactly_once: bool  # streaming only: a transaction per task, replays skip what is committed (sink.py)
+    commit_topic: str  # names the partition the tasks' progress offsets are committed for
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> "SinkOptions":
@@ -414,8 +414,18 @@ class SinkOptions:
         if exactly_once and not streaming:
             raise OptionError("sink.exactlyOnce applies to streaming writes only (a batch write has no "
                               "micro-batch id to deduplicate on)")
+        client = ClientOptions.parse(options)
+        if any(k == "transactional_id" for k, _ in client.producer):
+            raise OptionError("Kafka option 'transactional.id' is not supported: the exactly-once sink derives a "
+                              "transactional id per query and task (see sink.py)")
+        if exactly_once:
+            try:  # each task's producer is transactional: acks=all and idempotence are required
+                client.producer_config().replace(transactional_id="check")
+            except ValueError as e:
+                raise OptionError(f"bad Kafka option for the exactly-once sink: {e} (or set "
+                                  "sink.exactlyOnce=false)") from None
         return cls(
-            client=ClientOptions.parse(options),
+            client=client,
             topic=None if topic is None else str(topic).strip(),
             exactly_once=exactly_once,
             commit_topic=str(_get(options, "sink.commitTopic", DEFAULT_COMMIT_TOPIC)),

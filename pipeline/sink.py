@@ -1,170 +1,152 @@
-"""The exactly-once streaming sink: a replayed micro-batch publishes nothing twice.
+"""The exactly-once streaming sink: every micro-batch task writes through one Kafka transaction.
 
 Spark's contract (see the reference notes) is that a micro-batch whose commit Spark did not record is
-run again after a restart with the same batch id and the same offsets, and that a failed task is run
-again; its own Kafka sink is therefore at-least-once. Without transactions in the broker, this sink gets
-exactly-once from two kinds of records, kept in a compacted topic (option `sink.commitTopic`, default
-`_odradek-spark-sink-commits`, created on first use with one partition) and from a header on every
-record it publishes.
+run again after a restart, with the same batch id, the same offsets and so the same rows per task; that
+a failed task is run again; and that with `spark.speculation` two attempts of one task may run at once.
+Its own Kafka sink is therefore at-least-once. This sink is exactly-once for read_committed consumers.
 
-* The **commit marker** `q/<queryId>` = `{"batch": N}`: batch N of the query is fully published. The
-  driver writes it in `commit(messages, batchId)`. A task of batch M <= N publishes nothing; as Spark
-  runs batches strictly in order, "committed through N" is one number per query, and compaction keeps
-  only the latest.
-* The **intent** `i/<queryId>/<batchId>/<task>/<topic>` = `{"offsets": {"0": 17, ...}}`: written and
-  acknowledged by a task *before* it publishes its first record to `topic`, holding that topic's end
-  offsets at the time. Every record the task publishes carries the header
-  `odradek.sink = <queryId>:<batchId>:<task>[/<partition asked for>]`.
+The task's transaction
+----------------------
+Task `t` of query `q` (Spark's `sql.streaming.queryId`, stable across restarts, and the task's partition
+id) owns the transactional id `odradek-spark-sink.<q>.<t>`. Every batch's task `t` uses it, in every
+attempt and every run of the query:
 
-When a task of batch N finds intents of its own (an earlier attempt, or the run that crashed before
-the commit marker), it reads each such topic from the intent's offsets to the end, picks out the records
-carrying its tag, and counts a digest of each (key, value, headers, partition asked for). It then skips
-one matching row per counted record and publishes the rest. Counting digests rather than positions
-makes the check independent of row order, which a shuffle need not keep between attempts. The driver's
-commit writes the marker and tombstones the batch's intents (their keys come back in the commit
-messages), so the commit topic stays small once compacted.
+1. `init_transactions()` (InitProducerId). This fences every earlier holder of the id: a transaction it
+   left open is aborted, and its later writes and its EndTxn fail with PRODUCER_FENCED. The call returns
+   only once the previous transaction of the id is complete (a coordinator still writing its markers
+   answers CONCURRENT_TRANSACTIONS, and the client retries).
+2. Read the task's progress: the offset that consumer group `odradek-spark-sink.<q>.<t>` has committed
+   for partition 0 of the sink's commit topic is the next batch id this task has to write. The read uses
+   `require_stable` (KIP-447), so an offset still in a transaction is never read as committed.
+3. If that offset is above this batch's id, an earlier attempt or run already committed this task's
+   rows: drain the input and publish nothing. Otherwise begin a transaction, send the rows, add the
+   offset `batch id + 1` to the transaction (`send_offsets_to_transaction`, the same way Kafka Streams
+   records its progress) and commit.
 
-Why a compacted topic and not only the headers: the marker answers "was batch N committed?" with one
-small read per task, where headers alone would need a scan of every target partition for every task;
-the headers are what makes a *partial* publish (a crash between records) recoverable without transactions.
+The output and the progress offset become visible together or not at all. Any two attempts are ordered
+by their InitProducerId. If the earlier one committed before the later one's InitProducerId, the later one
+reads its offset and skips the rows. Otherwise the later one's InitProducerId fences it, and the earlier
+one's transaction can no longer commit. So rows are written once, however attempts of one task overlap:
+retries, speculative copies, a zombie left over from a killed run, or the replay of a whole batch.
 
-Limits: speculative execution (`spark.speculation`, off by default) could run two attempts of one task
-at once, both before either intent exists: leave it off with this sink. A replay must present the same
-rows per task (Spark's deterministic replay of a deterministic query guarantees it; a non-deterministic
-expression such as rand() or current_timestamp() in the written columns defeats any dedup). Once the
-broker has transactions, `write()` can stage records in a transaction per task and `commit()` can
-commit them, and the intents and scans go away.
+Why the task commits, and not the driver
+----------------------------------------
+The other EOS shape, used by Flink's KafkaSink, prepares in the task and commits in the driver. The task
+would flush and hand (transactional id, producer id, epoch) to the driver in its commit message, and the
+driver's `commit(messages, batchId)` would send EndTxn for each. It fits Spark badly:
 
-Everything here talks to Kafka through a small `SinkIO` interface, so the protocol is unit-tested
-against an in-memory fake; `KafkaSinkIO` is the real one.
+* Speculation and retries break it. A second attempt must fence the first to take the id over. If the
+  driver then receives the first attempt's message, its commit is refused: a failed query instead of a
+  duplicate. Giving each attempt its own id avoids the fencing, but then nothing aborts the losers'
+  prepared transactions until they time out. Until then, their open transactions hold the last stable
+  offset of every partition they wrote to.
+* It still needs progress records. Spark replays a batch whose `commits/N` file is missing even when the
+  driver had committed all of its transactions. So the dedup offset above is needed anyway, and the
+  driver's commit is not atomic across tasks either: N transactions are ended one by one.
+* Every output partition's last stable offset would be held from a task's first write until the driver's
+  commit: the whole micro-batch, for every read_committed consumer.
+* The driver would send EndTxn for a producer that it does not run. Kafka's clients have no API for that
+  (KIP-939 is only starting to add one), so it would be a private protocol.
+
+Committing in the task leaves the driver's `commit(messages, batchId)` nothing to make visible. It is
+idempotent because it writes nothing: a repeated call for the same batch, or one for a replayed batch
+whose tasks all skipped, is harmless. The price is that a batch's tasks become visible one by one, before
+Spark records the batch: a read_committed consumer can see part of batch N while batch N is still running.
+If the query then dies and is restarted, the replay publishes only the tasks that are missing. This is
+the same visibility Spark's own Kafka sink has, without its duplicates.
+
+What it needs
+-------------
+* **A replay presents the same rows to the same task.** Spark guarantees this for a deterministic query
+  over a replayable source, because a replayed batch has the same offsets and the same plan. A column
+  from `rand()` or `current_timestamp()` defeats any sink's dedup.
+* **Consumers read with `isolation.level=read_committed`.** A read_uncommitted consumer also sees the
+  records of aborted attempts.
+* **A task writes within `transaction.timeout.ms`** (set it with `kafka.transaction.timeout.ms`; the
+  default is 60 s). When a task takes longer, the coordinator aborts its transaction, and the task fails
+  and is retried.
+* **ACLs**, where the broker has them: Write on the transactional ids with prefix `odradek-spark-sink.`,
+  Read on the groups with that prefix, and Read on the commit topic.
+
+The commit topic (option `sink.commitTopic`, default `_odradek-spark-sink-commits`) never holds records.
+It exists because an offset must name an existing partition, and it is created on first use.
+
+What was here before
+--------------------
+Before the broker had transactions, this sink got exactly-once from intent and commit-marker records in
+the commit topic and a tag header on every record. A rerun scanned the output for its own tagged records
+and skipped rows by digest. That path is gone; it does not earn its place:
+
+* It was weaker. Speculative execution could publish twice, and it also needed the same rows per task.
+* It was slower. An intent had to be written before a task's first record to each topic, a rerun had to
+  scan its output, and every record carried a header.
+* A broker without transactions is not a case worth keeping it for. Odradek has transactions, and so has
+  Kafka since 0.11. For a broker that refuses them (e.g. ACLs that deny the transactional id), the task
+  fails with an error that names the cause and points to `sink.exactlyOnce=false`: at-least-once, as
+  Spark's own sink.
+
+Everything here talks to Kafka through the small `TaskTransaction` interface, so the protocol is
+unit-tested against an in-memory fake with fencing, and `KafkaTaskTransaction` is the real one.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import zlib
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Protocol
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterable, Protocol
 
-from .offsets import OffsetRange
+from odradek.client.cluster import TopicPartition
+from odradek.client.errors import ErrorCode, KafkaError
+from odradek.client.group import fetch_committed_offsets
+from odradek.client.producer import Producer, TransactionState
 
-TAG_HEADER = "odradek.sink"
+from . import _kafka
+
+log = logging.getLogger("odradek.pipeline")
+
+TXN_ID_PREFIX = "odradek-spark-sink"
 CHUNK = 2_000
+PROGRESS_PARTITION = 0
 
 Row = tuple  # (topic, partition or None, key, value, headers)
 
-__all__ = ["KafkaSinkIO", "MarkerLog", "SinkIO", "TaskOutcome", "commit_batch", "publish_task", "row_digest"]
+__all__ = ["KafkaTaskTransaction", "SinkTransactionError", "TaskOutcome", "TaskTransaction", "progress_group",
+           "transactional_id", "write_task"]
 
 
-class SinkIO(Protocol):
-    """What the protocol needs from Kafka; all calls block."""
-
-    def partitions(self, topic: str) -> list[int]: ...
-
-    def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]: ...
-
-    def scan(self, topic: str, partition: int, start: int, end: int) -> Iterable[Any]:
-        """Records with .key, .value, .headers of [start, end)."""
-
-    def send(self, rows: list[Row]) -> None: ...
-
-    def flush(self) -> None: ...
-
-    def marker_partitions(self) -> int:
-        """Partitions of the commit topic, creating it (compacted) when missing."""
-
-    def marker_topic(self) -> str: ...
+class SinkTransactionError(RuntimeError):
+    """The broker refused the sink's transaction (not a retriable condition: the query must change)."""
 
 
-def commit_key(query_id: str) -> str:
-    return f"q/{query_id}"
+def transactional_id(query_id: str, task: int) -> str:
+    """The transactional id of task `task` of the streaming query, the same for all its attempts and runs."""
+    return f"{TXN_ID_PREFIX}.{query_id}.{task}"
 
 
-def intent_key(query_id: str, batch_id: int, task: int, topic: str) -> str:
-    return f"i/{query_id}/{batch_id}/{task}/{topic}"
+def progress_group(query_id: str, task: int) -> str:
+    """The consumer group whose committed offset is the next batch id this task has to write."""
+    return f"{TXN_ID_PREFIX}.{query_id}.{task}"
 
 
-def task_tag(query_id: str, batch_id: int, task: int) -> str:
-    return f"{query_id}:{batch_id}:{task}"
+class TaskTransaction(Protocol):
+    """One task's transactional producer, for one attempt; every call blocks."""
 
+    def init(self) -> None:
+        """InitProducerId: fence earlier holders of the id; return once their transaction is complete."""
 
-def row_digest(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]],
-               partition: int | None) -> bytes:
-    h = hashlib.blake2b(digest_size=16)
-    for part in (key, value):
-        if part is None:
-            h.update(b"\xff\xff\xff\xff")
-        else:
-            h.update(len(part).to_bytes(4, "big"))
-            h.update(part)
-    for k, v in headers:
-        kb = k.encode("utf-8", "surrogateescape") if isinstance(k, str) else bytes(k)
-        h.update(b"h" + len(kb).to_bytes(4, "big") + kb)
-        h.update(b"\xff\xff\xff\xff" if v is None else len(v).to_bytes(4, "big") + v)
-    h.update(b"p" + str(-1 if partition is None else partition).encode())
-    return h.digest()
+    def next_batch(self) -> int:
+        """The committed progress offset (a stable read): the next batch id to write, 0 when none."""
 
+    def begin(self) -> None: ...
 
-# ---------------------------------------------------------------------------------------- marker log
+    def send(self, rows: list[Row]) -> None:
+        """Queue rows in the open transaction; delivery errors surface in commit()."""
 
-_marker_cache: dict[tuple, tuple[int, dict[str, bytes]]] = {}
+    def commit(self, next_batch: int) -> None:
+        """Add the progress offset to the transaction, deliver every row, and commit (EndTxn)."""
 
-
-class MarkerLog:
-    """The commit topic as a key -> value map, read incrementally (cached per process and partition)."""
-
-    def __init__(self, io: SinkIO, cache_key: Any = None):
-        self.io = io
-        self.cache_key = cache_key
-
-    def partition_for(self, query_id: str) -> int:
-        return zlib.crc32(query_id.encode()) % self.io.marker_partitions()
-
-    def load(self, partition: int) -> dict[str, bytes]:
-        topic = self.io.marker_topic()
-        key = (self.cache_key, topic, partition)
-        next_offset, entries = _marker_cache.get(key, (0, {}))
-        end = self.io.end_offsets(topic, [partition]).get(partition, 0)
-        if end < next_offset:  # the topic was recreated: start over
-            next_offset, entries = 0, {}
-        if end > next_offset:
-            entries = dict(entries)
-            for record in self.io.scan(topic, partition, next_offset, end):
-                k = record.key.decode("utf-8", "replace") if record.key is not None else ""
-                if record.value is None:
-                    entries.pop(k, None)
-                else:
-                    entries[k] = record.value
-            next_offset = end
-        if self.cache_key is not None:
-            _marker_cache[key] = (next_offset, entries)
-        return entries
-
-    def write(self, partition: int, items: list[tuple[str, dict | None]]) -> None:
-        topic = self.io.marker_topic()
-        self.io.send([(topic, partition, k.encode(), None if v is None else json.dumps(v).encode(), [])
-                      for k, v in items])
-        self.io.flush()
-
-
-def committed_batch(entries: dict[str, bytes], query_id: str) -> int | None:
-    raw = entries.get(commit_key(query_id))
-    return None if raw is None else int(json.loads(raw)["batch"])
-
-
-def task_intents(entries: dict[str, bytes], query_id: str, batch_id: int, task: int) -> dict[str, dict[int, int]]:
-    prefix = f"i/{query_id}/{batch_id}/{task}/"
-    out = {}
-    for k, raw in entries.items():
-        if k.startswith(prefix):
-            offsets = json.loads(raw)["offsets"]
-            out[k[len(prefix):]] = {int(p): int(o) for p, o in offsets.items()}
-    return out
-
-
-# ---------------------------------------------------------------------------------------- the protocol
+    def abort(self) -> None:
+        """Best effort: abort the open transaction (a fenced attempt cannot, and need not)."""
 
 
 @dataclass
@@ -175,157 +157,127 @@ class TaskOutcome:
     batch_id: int
     task: int
     published: int = 0
-    duplicates: int = 0  # rows found already published by an earlier attempt or run
-    batch_was_committed: bool = False
-    intent_keys: list[str] = field(default_factory=list)
+    skipped: int = 0  # rows an earlier attempt or run of this task had committed already
 
 
-def _published_digests(io: SinkIO, topic: str, since: dict[int, int], tag: str) -> Counter:
-    """Digests of the records tagged `tag` in `topic` from the intent's offsets to the end."""
-    counts: Counter = Counter()
-    partitions = io.partitions(topic)
-    ends = io.end_offsets(topic, partitions)
-    for p in partitions:
-        start, end = since.get(p, 0), ends.get(p, 0)
-        if end <= start:
-            continue
-        for record in io.scan(topic, p, start, end):
-            asked: int | None = None
-            user_headers = []
-            mine = False
-            for hk, hv in record.headers:
-                if hk == TAG_HEADER and hv is not None:
-                    text = hv.decode("utf-8", "replace")
-                    base, _, part = text.partition("/")
-                    if base == tag:
-                        mine = True
-                        asked = int(part) if part else None
-                else:
-                    user_headers.append((hk, hv))
-            if mine:
-                counts[row_digest(record.key, record.value, user_headers, asked)] += 1
-    return counts
-
-
-def publish_task(io: SinkIO, query_id: str, batch_id: int, task: int, rows: Iterable[Row], *,
-                 markers: MarkerLog | None = None) -> TaskOutcome:
-    """Publish one task's rows of micro-batch `batch_id` so that a rerun publishes nothing twice."""
-    markers = markers or MarkerLog(io)
-    marker_partition = markers.partition_for(query_id)
-    entries = markers.load(marker_partition)
+def write_task(txn: TaskTransaction, query_id: str, batch_id: int, task: int, rows: Iterable[Row]) -> TaskOutcome:
+    """Write one task's rows of micro-batch `batch_id` in one transaction, unless they are committed already."""
     outcome = TaskOutcome(query_id, batch_id, task)
-    intents = task_intents(entries, query_id, batch_id, task)
-    outcome.intent_keys = [intent_key(query_id, batch_id, task, t) for t in sorted(intents)]
-    done = committed_batch(entries, query_id)
-    if done is not None and done >= batch_id:
-        outcome.batch_was_committed = True
-        for _ in rows:  # drain: Spark expects the input consumed
-            outcome.duplicates += 1
+    rows = iter(rows)
+    first = next(rows, None)
+    if first is None:
+        return outcome  # nothing to write; an earlier attempt had nothing either (same rows)
+    txn.init()
+    if txn.next_batch() > batch_id:
+        outcome.skipped = 1 + sum(1 for _ in rows)  # drain: Spark expects the input consumed
         return outcome
-
-    tag = task_tag(query_id, batch_id, task)
-    already: dict[str, Counter | None] = {}
-
-    def prepare(topic: str) -> Counter | None:
-        if topic in intents:
-            counts = _published_digests(io, topic, intents[topic], tag)
-            return counts or None
-        partitions = io.partitions(topic)
-        offsets = io.end_offsets(topic, partitions) if partitions else {}
-        # The intent must be durable before the first record of this topic is sent; flushing it also
-        # flushes this task's queued records of other topics, which is harmless.
-        markers.write(marker_partition, [(intent_key(query_id, batch_id, task, topic),
-                                          {"offsets": {str(p): o for p, o in sorted(offsets.items())}})])
-        outcome.intent_keys.append(intent_key(query_id, batch_id, task, topic))
-        return None
-
-    chunk: list[Row] = []
-    for topic, partition, key, value, headers in rows:
-        if topic not in already:
-            if chunk:  # keep order simple: everything before a new topic goes out first
-                io.send(chunk)
+    txn.begin()
+    try:
+        chunk: list[Row] = [first]
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) >= CHUNK:
+                txn.send(chunk)
+                outcome.published += len(chunk)
                 chunk = []
-            already[topic] = prepare(topic)
-        counts = already[topic]
-        if counts:
-            d = row_digest(key, value, headers, partition)
-            if counts[d] > 0:
-                counts[d] -= 1
-                outcome.duplicates += 1
-                continue
-        tag_value = tag if partition is None else f"{tag}/{partition}"
-        chunk.append((topic, partition, key, value, list(headers) + [(TAG_HEADER, tag_value.encode())]))
-        outcome.published += 1
-        if len(chunk) >= CHUNK:
-            io.send(chunk)
-            chunk = []
-    if chunk:
-        io.send(chunk)
-    io.flush()
+        if chunk:
+            txn.send(chunk)
+            outcome.published += len(chunk)
+        txn.commit(batch_id + 1)
+    except BaseException:
+        try:
+            txn.abort()
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            log.debug("abort after a failed sink task failed too", exc_info=True)
+        raise
     return outcome
-
-
-def commit_batch(io: SinkIO, query_id: str, batch_id: int, outcomes: Iterable[TaskOutcome], *,
-                 markers: MarkerLog | None = None) -> None:
-    """The driver's commit: mark the batch published, then drop its intents. Idempotent."""
-    markers = markers or MarkerLog(io)
-    keys = sorted({k for o in outcomes for k in o.intent_keys})
-    items: list[tuple[str, dict | None]] = [(commit_key(query_id), {"batch": batch_id})]
-    items.extend((k, None) for k in keys)
-    markers.write(markers.partition_for(query_id), items)
 
 
 # ---------------------------------------------------------------------------------------- over Kafka
 
+# What a broker answers when it will not give the sink a transaction: retrying cannot help.
+_REFUSALS = frozenset({ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                       ErrorCode.UNSUPPORTED_VERSION, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT})
 
-class KafkaSinkIO:
-    """SinkIO on the bundled client, with the per-process cached admin, consumer and producer."""
 
-    def __init__(self, client: Any, commit_topic: str):
-        from . import _kafka
+class KafkaTaskTransaction:
+    """TaskTransaction on the bundled asyncio Producer, from this process's cache (`_kafka.TxnProducers`)."""
 
-        self._kafka = _kafka
+    def __init__(self, client: Any, txn_id: str, group: str, commit_topic: str):
         self.client = client
+        self.txn_id = txn_id
+        self.group = group
         self.commit_topic = commit_topic
-        self.admin = _kafka.admin_for(client)
-        self.producer = _kafka.producer_for(client)
+        self._producers: Any = None
+        self._producer: Any = None
 
-    def marker_topic(self) -> str:
-        return self.commit_topic
+    def _run(self, coro: Any) -> Any:
+        return self._producers.run(coro)
 
-    def marker_partitions(self) -> int:
-        found = _marker_partitions.get((self.client.key, self.commit_topic))
-        if found is None:
-            partitions = self._kafka.topic_partitions_or_none(self.admin, self.commit_topic)
-            if not partitions:
-                self._kafka.ensure_topic(self.admin, self.commit_topic, partitions=1,
-                                         configs={"cleanup.policy": "compact"})
-                partitions = self._kafka.topic_partitions_or_none(self.admin, self.commit_topic)
-            found = _marker_partitions[(self.client.key, self.commit_topic)] = len(partitions)
-        return found
+    def init(self) -> None:
+        _kafka.ensure_commit_topic(self.client, self.commit_topic)
+        self._producers = _kafka.txn_producers_for(self.client)
+        self._producer = self._producers.get(self.txn_id)
+        if self._producer.transaction_state not in (TransactionState.UNINITIALIZED, TransactionState.READY):
+            # A cached producer an earlier task left mid-transaction: start from a fresh one (the id's
+            # open transaction, if any, is aborted by the InitProducerId below either way).
+            self._producers.evict(self.txn_id)
+            self._producer = self._producers.get(self.txn_id)
+        try:
+            self._run(self._producer.init_transactions())
+        except KafkaError as e:
+            self._producers.evict(self.txn_id)
+            if e.code in _REFUSALS:
+                raise SinkTransactionError(
+                    f"the broker refused the sink's transactional id {self.txn_id!r} ({e}). The exactly-once "
+                    "sink needs transactions (and, with ACLs, Write on the transactional ids with prefix "
+                    f"'{TXN_ID_PREFIX}.'); set sink.exactlyOnce=false for at-least-once writes") from e
+            raise
+        except BaseException:
+            self._producers.evict(self.txn_id)
+            raise
 
-    def partitions(self, topic: str) -> list[int]:
-        return self._kafka.topic_partitions_or_none(self.admin, topic)
+    def next_batch(self) -> int:
+        anchor = TopicPartition(self.commit_topic, PROGRESS_PARTITION)
+        found = self._run(fetch_committed_offsets(self._producer.client, self.group, [anchor], require_stable=True))
+        committed = found.get(anchor)
+        return 0 if committed is None else committed.offset
 
-    def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
-        from odradek.client.cluster import TopicPartition
-
-        if not partitions:
-            return {}
-        found = self.admin.end_offsets([TopicPartition(topic, p) for p in partitions])
-        return {tp[1]: o for tp, o in found.items()}
-
-    def scan(self, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
-        for records in self._kafka.read_range(self.client, OffsetRange(topic, partition, start, end),
-                                              fail_on_data_loss=False, poll_timeout_ms=60_000,
-                                              kind="sink-consumer"):
-            yield from records
+    def begin(self) -> None:
+        self._producer.begin_transaction()
 
     def send(self, rows: list[Row]) -> None:
-        self.producer.send(rows)
+        self._run(_send_rows(self._producer, rows))
 
-    def flush(self) -> None:
-        self.producer.flush()
+    def commit(self, next_batch: int) -> None:
+        anchor = TopicPartition(self.commit_topic, PROGRESS_PARTITION)
+        try:
+            self._run(self._producer.send_offsets_to_transaction({anchor: next_batch}, self.group))
+            self._run(self._producer.commit_transaction())
+        except BaseException:
+            if self._fatal():
+                self._producers.evict(self.txn_id)
+            raise
+
+    def abort(self) -> None:
+        if self._producer is None:
+            return
+        if self._fatal():
+            self._producers.evict(self.txn_id)  # fenced: a newer attempt owns the id; nothing to abort
+            return
+        if self._producer.transaction_state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING):
+            try:
+                self._run(self._producer.abort_transaction())
+            except BaseException:
+                self._producers.evict(self.txn_id)
+                raise
+
+    def _fatal(self) -> bool:
+        return self._producer.transaction_state is TransactionState.FATAL_ERROR
 
 
-_marker_partitions: dict[tuple, int] = {}
+async def _send_rows(producer: Producer, rows: list[Row]) -> None:
+    send = producer.send
+    for topic, partition, key, value, headers, *timestamp in rows:
+        await send(topic, value, key, partition=partition, headers=headers,
+                   timestamp_ms=timestamp[0] if timestamp else None)

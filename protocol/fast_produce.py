@@ -55,6 +55,9 @@ class ProduceFrame(NamedTuple):
     # (name, its UTF-8 bytes, [(partition index, records)]) in request order; from v13 (topic id as a UUID,
     # its 16 bytes, [...])
     topics: list[tuple[object, bytes, list[tuple[int, memoryview]]]]
+    # Whether the request names a transactional id (not its value: a transactional batch in a request
+    # without one is refused, and the fast path hands such a request to the general one).
+    has_transactional_id: bool = False
 
 
 def parse_produce(frame: bytearray, api_version: int) -> ProduceFrame | None:
@@ -88,6 +91,7 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
     if frame[pos]:  # header tagged fields
         return None
     n = frame[pos + 1] - 1  # transactional id: compact nullable string
+    has_transactional_id = n >= 0
     pos += 2
     if n > 0:
         if n > 126:
@@ -149,7 +153,7 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
         topics.append((name, raw, parts))
     if frame[pos]:  # body tagged fields
         return None
-    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics)
+    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics, has_transactional_id)
 
 
 def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
@@ -158,6 +162,7 @@ def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
     pos = _skip_short_string(frame, 8)  # client id
     if pos is None:
         return None
+    has_transactional_id = _I16.unpack_from(frame, pos)[0] >= 0
     pos = _skip_short_string(frame, pos)  # transactional id
     if pos is None:
         return None
@@ -190,7 +195,7 @@ def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
             parts.append((index, view[pos : pos + size]))
             pos += size
         topics.append((name, raw, parts))
-    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics)
+    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics, has_transactional_id)
 
 
 def encode_produce_response(correlation_id: int, topics, api_version: int) -> bytearray:

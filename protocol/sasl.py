@@ -1,4 +1,5 @@
-"""SASL mechanisms, sans-I/O: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), both sides.
+"""SASL mechanisms, sans-I/O: PLAIN (RFC 4616), SCRAM-SHA-256/512 (RFC 5802, RFC 7677) and OAUTHBEARER
+with unsecured JWTs (RFC 7628, KIP-255), both sides.
 
 Each side is a small state machine fed the peer's tokens and answering with its own, with no sockets,
 clocks or randomness of its own: nonces and salts are arguments, so the RFC's test vectors replay exactly.
@@ -23,13 +24,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from dataclasses import dataclass
+import json
+import math
+import re
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Callable
 
 __all__ = [
     "PLAIN", "SaslAuthenticationFailed", "ScramMechanism", "ScramCredential", "ScramServer", "ScramClient",
     "PlainServer", "plain_token", "salted_password", "scram_credential", "MIN_ITERATIONS", "MAX_ITERATIONS",
+    "OAUTHBEARER", "OAuthBearerServer", "OAuthBearerInvalidToken", "UnsecuredValidatorOptions", "UnsecuredJwt",
+    "parse_unsecured_jws", "validate_unsecured_token", "unsecured_jwt", "oauthbearer_client_first",
+    "UnsecuredLoginOptions",
 ]
 
 PLAIN = "PLAIN"
@@ -318,3 +325,306 @@ class PlainServer:
 
 def plain_token(username: str, password: str, authzid: str = "") -> bytes:
     return f"{authzid}\x00{username}\x00{password}".encode("utf-8")
+
+
+# -- OAUTHBEARER (RFC 7628, KIP-255) with unsecured JWTs ---------------------------------------------------
+#
+# The client's one message is a GS2 header and key=value pairs separated by ^A (0x01):
+#
+#     n,a=alice,^Aauth=Bearer <token>^Aext=value^A^A
+#
+# The server answers an empty token on success. On failure it answers, with no error yet, a JSON status
+# ({"status":"invalid_token"}); the client must then send a lone ^A, and only that is refused with
+# SASL_AUTHENTICATION_FAILED (RFC 7628 §3.2.2; Kafka's OAuthBearerSaslServer does the same). The token
+# is checked as Kafka's OAuthBearerUnsecuredValidatorCallbackHandler checks it: an unsecured JWS (header
+# alg "none", empty signature), a string principal claim, `exp` required and in the future (within the
+# allowed clock skew), `iat` if present not in the future and before `exp`, and the required scope.
+# Unsecured means anyone can mint a token for any name: for development and tests, as in Kafka.
+
+OAUTHBEARER = "OAUTHBEARER"
+_CTRL_A = "\x01"
+_SASLNAME = r"(?:[\x01-\x7F](?<![=,])|=2C|=3D)+"
+_CLIENT_FIRST = re.compile(
+    rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,\x01(?P<pairs>(?:[A-Za-z]+=[\x21-\x7E \t\r\n]+\x01)*)\x01")
+_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_.a-zA-Z0-9]+)")
+
+
+class OAuthBearerInvalidToken(Exception):
+    """Why a token was refused (for the broker's log; the client is told only the JSON status).
+    `scope` is set when the token lacked a required scope: the status is then insufficient_scope."""
+
+    def __init__(self, reason: str, scope: str | None = None):
+        super().__init__(reason)
+        self.scope = scope
+
+
+@dataclass(frozen=True, slots=True)
+class UnsecuredValidatorOptions:
+    """The JAAS options of Kafka's unsecured validator (OAuthBearerLoginModule's entry on the broker)."""
+
+    principal_claim_name: str = "sub"
+    scope_claim_name: str = "scope"
+    required_scope: tuple[str, ...] = ()
+    allowable_clock_skew_ms: int = 0
+
+    @classmethod
+    def from_jaas(cls, options: dict[str, str]) -> "UnsecuredValidatorOptions":
+        """Raises ValueError for an allowable clock skew that is not a non-negative integer."""
+        skew_text = options.get("unsecuredValidatorAllowableClockSkewMs", "").strip()
+        try:
+            skew = int(skew_text) if skew_text else 0
+        except ValueError:
+            raise ValueError(f"unsecuredValidatorAllowableClockSkewMs must be an integer (got {skew_text!r})") from None
+        if skew < 0:
+            raise ValueError(f"Allowable clock skew millis must not be negative: {skew_text}")
+        return cls(
+            principal_claim_name=options.get("unsecuredValidatorPrincipalClaimName", "").strip() or "sub",
+            scope_claim_name=options.get("unsecuredValidatorScopeClaimName", "").strip() or "scope",
+            required_scope=tuple(options.get("unsecuredValidatorRequiredScope", "").split()),
+            allowable_clock_skew_ms=skew,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UnsecuredJwt:
+    principal_name: str
+    scope: frozenset[str]
+    lifetime_ms: int  # when it expires, ms since the epoch (Kafka's OAuthBearerToken.lifetimeMs)
+    start_time_ms: int | None
+    claims: dict = field(repr=False, hash=False, compare=False)
+
+
+def _b64url_json(part: str) -> dict:
+    try:
+        decoded = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+        value = json.loads(decoded)
+    # binascii.Error and JSONDecodeError are ValueErrors; arrays nested thousands deep exhaust the recursion
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise OAuthBearerInvalidToken("malformed Base64 URL encoded value or JSON") from None
+    if not isinstance(value, dict):
+        raise OAuthBearerInvalidToken("malformed JSON: not an object")
+    return value
+
+
+def _number_claim(claims: dict, name: str) -> float | None:
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OAuthBearerInvalidToken(f"The '{name}' claim was not of type Number: {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        number = math.inf
+    if not math.isfinite(number):  # JSON's Infinity and NaN, which Python's parser accepts
+        raise OAuthBearerInvalidToken(f"The '{name}' claim is not a finite number: {value!r:.40}")
+    return number
+
+
+_LONG_MAX = 2**63 - 1
+
+
+def _ms(seconds: float) -> int:
+    """A claim's seconds as whole milliseconds, saturating as Java's Math.round does (exp=1e308 is "never")."""
+    ms = seconds * 1000
+    return _LONG_MAX if ms >= _LONG_MAX else -_LONG_MAX - 1 if ms <= -_LONG_MAX - 1 else round(ms)
+
+
+def parse_unsecured_jws(token: str, principal_claim_name: str = "sub", scope_claim_name: str = "scope") -> UnsecuredJwt:
+    """An unsecured JWS compact serialization (`header.claims.`, both base64url JSON, alg "none")."""
+    if ".." in token:
+        raise OAuthBearerInvalidToken("Malformed compact serialization contains '..'")
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise OAuthBearerInvalidToken("Unsecured JWS compact serializations must have 3 dot-separated Base64URL-encoded values")
+    header, claims = _b64url_json(parts[0]), _b64url_json(parts[1])
+    if header.get("alg") != "none":
+        raise OAuthBearerInvalidToken("Unsecured JWS must have 'none' for an algorithm")
+    if parts[2]:
+        raise OAuthBearerInvalidToken("Unsecured JWS must not contain a digital signature")
+    raw_scope = claims.get(scope_claim_name)
+    if isinstance(raw_scope, str):
+        scope = frozenset([raw_scope.strip()]) if raw_scope.strip() else frozenset()
+    elif isinstance(raw_scope, list):
+        scope = frozenset(str(s).strip() for s in raw_scope if str(s).strip())
+    elif raw_scope is None:
+        scope = frozenset()
+    else:
+        raise OAuthBearerInvalidToken(f"The '{scope_claim_name}' claim was not of type List: {type(raw_scope).__name__}")
+    exp = _number_claim(claims, "exp")
+    if exp is None:
+        raise OAuthBearerInvalidToken("No expiration time in JWT")
+    principal = claims.get(principal_claim_name)
+    if principal is not None and not isinstance(principal, str):
+        raise OAuthBearerInvalidToken(f"The {principal_claim_name} claim had the incorrect type: {type(principal).__name__}")
+    if not principal or not principal.strip():
+        raise OAuthBearerInvalidToken(f"No principal name in JWT claim: {principal_claim_name}")
+    iat = _number_claim(claims, "iat")
+    return UnsecuredJwt(principal, scope, _ms(exp), None if iat is None else _ms(iat), claims)
+
+
+def validate_unsecured_token(token: str, options: UnsecuredValidatorOptions, now_ms: int) -> UnsecuredJwt:
+    """Kafka's OAuthBearerUnsecuredValidatorCallbackHandler: raises OAuthBearerInvalidToken, else the token."""
+    jwt = parse_unsecured_jws(token, options.principal_claim_name, options.scope_claim_name)
+    skew = options.allowable_clock_skew_ms
+    iat = _number_claim(jwt.claims, "iat")
+    # Compared in whole milliseconds (as the token's times are kept): iat * 1000 in floating point can land a
+    # hair above the millisecond the client wrote (librdkafka writes "%.3f" seconds).
+    if iat is not None and _ms(iat) > now_ms + skew:
+        raise OAuthBearerInvalidToken(f"The Issued At value ({iat:f} seconds) was after the indicated time ({now_ms} ms) "
+                                      f"plus allowable clock skew ({skew} ms)")
+    exp = _number_claim(jwt.claims, "exp")
+    if now_ms - skew >= _ms(exp):
+        raise OAuthBearerInvalidToken(f"The indicated time ({now_ms} ms) minus allowable clock skew ({skew} ms) was on "
+                                      f"or after the Expiration Time value ({exp:f} seconds)")
+    if iat is not None and exp <= iat:
+        raise OAuthBearerInvalidToken(f"The Expiration Time time ({exp:f} seconds) was not after the Issued At time ({iat:f} seconds)")
+    for required in options.required_scope:
+        if required not in jwt.scope:
+            listed = "[" + ", ".join(options.required_scope) + "]"
+            raise OAuthBearerInvalidToken(f"The provided scope ({sorted(jwt.scope)}) was missing a required scope "
+                                          f"({required}).  All required scope elements: {listed}", scope=listed)
+    return jwt
+
+
+class OAuthBearerServer:
+    """The server side of OAUTHBEARER: `step(client_first)` answers b"" (done) or a JSON error status, after
+    which `step(b"\\x01")` raises. `wall_clock_ms()` is the time tokens are checked against (epoch ms: JWT
+    times are wall-clock times); the tests pass a fixed one."""
+
+    def __init__(self, options: UnsecuredValidatorOptions, wall_clock_ms: Callable[[], int]):
+        self._options = options
+        self._wall_clock_ms = wall_clock_ms
+        self.username: str | None = None
+        self.complete = False
+        self.token: UnsecuredJwt | None = None
+        self.failure_reason: str | None = None  # why the token was refused, for the broker's log
+        self.extensions: dict[str, str] = {}
+        self._error: str | None = None
+
+    @property
+    def credential_expiry_ms(self) -> int | None:
+        """When the token expires (epoch ms): a session must not outlive it (KIP-368)."""
+        return None if self.token is None else self.token.lifetime_ms
+
+    def step(self, token: bytes) -> bytes:
+        if self.complete:
+            raise SaslAuthenticationFailed("Unexpected OAUTHBEARER message after the exchange ended")
+        if self._error is not None:  # the client's ^A (or anything else) after our error status
+            raise SaslAuthenticationFailed(self._error)
+        try:
+            message = bytes(token).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslAuthenticationFailed("Invalid OAUTHBEARER client first message") from None
+        m = _CLIENT_FIRST.fullmatch(message)
+        if m is None:
+            raise SaslAuthenticationFailed("Invalid OAUTHBEARER client first message")
+        pairs = {}
+        for pair in m.group("pairs").split(_CTRL_A)[:-1]:
+            key, value = pair.split("=", 1)
+            pairs[key] = value
+        auth = pairs.pop("auth", None)
+        if auth is None:
+            raise SaslAuthenticationFailed("Invalid OAUTHBEARER client first message: 'auth' not specified")
+        a = _AUTH.fullmatch(auth)
+        if a is None:
+            raise SaslAuthenticationFailed("Invalid OAUTHBEARER client first message: invalid 'auth' format")
+        if a.group("scheme").lower() != "bearer":
+            raise SaslAuthenticationFailed(f"Invalid scheme in OAUTHBEARER client first message: {a.group('scheme')}")
+        self.extensions = pairs  # the unsecured validator accepts every extension, as Kafka's does
+        try:
+            jwt = validate_unsecured_token(a.group("token"), self._options, self._wall_clock_ms())
+        except OAuthBearerInvalidToken as e:
+            self.failure_reason = str(e)
+            status = {"status": "insufficient_scope" if e.scope is not None else "invalid_token"}
+            if e.scope is not None:
+                status["scope"] = e.scope
+            # Kafka's layout exactly ({"status":"...", "scope":"..."}), so clients log the same text.
+            self._error = "{" + ", ".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in status.items()) + "}"
+            return self._error.encode("utf-8")
+        authzid = m.group("authzid")
+        if authzid and _unescape_name(authzid) != jwt.principal_name:
+            raise SaslAuthenticationFailed(
+                f"Authentication failed: Client requested an authorization id ({_unescape_name(authzid)}) that is "
+                f"different from the token's principal name ({jwt.principal_name})")
+        self.token = jwt
+        self.username = jwt.principal_name
+        self.complete = True
+        return b""
+
+
+_LOGIN_PREFIX = "unsecuredLogin"
+
+
+@dataclass(frozen=True, slots=True)
+class UnsecuredLoginOptions:
+    """Kafka's OAuthBearerUnsecuredLoginCallbackHandler: what a node (or Java client) logging in with
+    OAUTHBEARER puts in its own unsecured token, from the JAAS options unsecuredLoginStringClaim_<name>,
+    unsecuredLoginNumberClaim_<name>, unsecuredLoginListClaim_<name> (the value's first character is the
+    list's separator), unsecuredLoginExtension_<name>, unsecuredLoginPrincipalClaimName (sub) and
+    unsecuredLoginLifetimeSeconds (3600). `token(now_ms)` adds iat and exp."""
+
+    claims: tuple[tuple[str, object], ...]
+    principal_claim_name: str = "sub"
+    lifetime_s: float = 3600
+    extensions: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_jaas(cls, options: dict[str, str]) -> "UnsecuredLoginOptions":
+        """Raises ValueError naming the option for a setting Kafka would refuse."""
+        claims: dict[str, object] = {}
+        extensions: dict[str, str] = {}
+        for key, value in options.items():
+            kind, _, name = key.partition("_")
+            if not kind.startswith(_LOGIN_PREFIX) or not name:
+                continue
+            if name in ("iat", "exp") and kind != f"{_LOGIN_PREFIX}Extension":
+                raise ValueError(f"{key}: the {name} claim is set by the login itself")
+            if kind == f"{_LOGIN_PREFIX}StringClaim":
+                claims[name] = value
+            elif kind == f"{_LOGIN_PREFIX}NumberClaim":
+                try:
+                    claims[name] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+                except ValueError:
+                    raise ValueError(f"{key}: not a number: {value!r}") from None
+            elif kind == f"{_LOGIN_PREFIX}ListClaim":
+                claims[name] = [item for item in value[1:].split(value[0])] if value else []
+            elif kind == f"{_LOGIN_PREFIX}Extension":
+                extensions[name] = value
+        principal_claim = options.get(f"{_LOGIN_PREFIX}PrincipalClaimName", "").strip() or "sub"
+        if not isinstance(claims.get(principal_claim), str) or not claims[principal_claim].strip():
+            raise ValueError(f"{_LOGIN_PREFIX}StringClaim_{principal_claim} is required: the principal name")
+        lifetime_text = options.get(f"{_LOGIN_PREFIX}LifetimeSeconds", "").strip() or "3600"
+        try:
+            lifetime_s = float(lifetime_text)
+        except ValueError:
+            raise ValueError(f"{_LOGIN_PREFIX}LifetimeSeconds: not a number: {lifetime_text!r}") from None
+        if lifetime_s <= 0:
+            raise ValueError(f"{_LOGIN_PREFIX}LifetimeSeconds must be positive: {lifetime_text}")
+        if lifetime_s.is_integer():
+            lifetime_s = int(lifetime_s)
+        return cls(tuple(claims.items()), principal_claim, lifetime_s, tuple(extensions.items()))
+
+    @property
+    def principal_name(self) -> str:
+        return dict(self.claims)[self.principal_claim_name]
+
+    def token(self, now_ms: int) -> str:
+        # iat in whole seconds, rounded down: never "issued in the future" to a broker without clock skew.
+        iat_s = now_ms // 1000
+        return unsecured_jwt({**dict(self.claims), "iat": iat_s, "exp": iat_s + self.lifetime_s})
+
+
+def unsecured_jwt(claims: dict) -> str:
+    """An unsecured JWS (alg "none") carrying `claims`: what Kafka's OAuthBearerUnsecuredLoginCallbackHandler
+    and librdkafka's `enable.sasl.oauthbearer.unsecure.jwt` make."""
+    def part(value: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value, separators=(",", ":")).encode("utf-8")).rstrip(b"=").decode("ascii")
+    return f"{part({'alg': 'none'})}.{part(claims)}."
+
+
+def oauthbearer_client_first(token: str, authzid: str = "", extensions: dict[str, str] | None = None) -> bytes:
+    """The client's message: `n,[a=authzid],^Aauth=Bearer <token>[^Akey=value...]^A^A`."""
+    pairs = "".join(f"{_CTRL_A}{k}={v}" for k, v in (extensions or {}).items())
+    gs2 = f"n,a={_escape_name(authzid)}," if authzid else "n,,"
+    return f"{gs2}{_CTRL_A}auth=Bearer {token}{pairs}{_CTRL_A}{_CTRL_A}".encode("utf-8")

@@ -388,6 +388,20 @@ class Partition:
             )
         ]
 
+    def is_read_replica_candidate(self, replica_id: int, now_ms: int) -> bool:
+        """Whether this leader may send consumers to follower `replica_id` (KIP-392): it is in the ISR and
+        in any ISR proposed meanwhile, may stay in it (not fenced, not shutting down), and is caught up
+        within replica.lag.time.max.ms. The last three go beyond Kafka's check (ISR membership only) on
+        purpose: the follower refuses consumers once the image drops it from the ISR, and the image can
+        reach it before this leader. A leader that kept answering with it then would bounce the consumer
+        between the two (librdkafka 2.16 was seen losing track of the leader in that loop)."""
+        if replica_id not in self.isr or (self.pending_isr is not None and replica_id not in self.pending_isr):
+            return False
+        if self._is_replica_eligible is not None and not self._is_replica_eligible(replica_id):
+            return False
+        state = self._follower_states.get(replica_id)
+        return state is not None and state.is_caught_up(self.log.log_end_offset, now_ms, self.replica_lag_time_max_ms)
+
     def proposed_isr(self, now_ms: int) -> tuple[int, ...] | None:
         """The ISR this leader should ask the controller for now, or None (Kafka's maybeShrinkIsr and
         maybeExpandIsr in one): ISR followers not caught up within replica.lag.time.max.ms leave it, and

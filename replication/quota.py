@@ -191,6 +191,24 @@ class QuotaSensors:
             return 0
         return round((rate - bound) / bound * sensor.rate.window_span_ms(now_ms))
 
+    def max_value_in_window(self, quotas: Mapping[EntityKey, Mapping[str, float]], user: str, client_id: str) -> float:
+        """The most one record may be without being throttled even after an idle spell: the quota over the
+        shortest span a rate is measured on (Kafka's getMaxValueInQuotaWindow); infinite without a quota.
+        A consumer's fetch is capped at it, so that one response never guarantees its own throttling."""
+        found = resolve_quota(quotas, self.key, user, client_id)
+        if found is None:
+            return float("inf")
+        return found[0] * (self.samples - 1) * self.window_ms / 1000.0
+
+    def unrecord(self, quotas: Mapping[EntityKey, Mapping[str, float]], user: str, client_id: str, value: float,
+                 now_ms: int) -> None:
+        """Take back `value` recorded for the client (a negative record, no quota check: Kafka's
+        unrecordQuotaSensor), for work that was measured and then not done."""
+        found = resolve_quota(quotas, self.key, user, client_id)
+        sensor = self._sensors.get(found[1]) if found is not None else None
+        if sensor is not None:
+            sensor.rate.record(-value, now_ms)
+
     def _expire(self, now_ms: int) -> None:
         if now_ms < self._next_expiry_ms:
             return
@@ -200,3 +218,109 @@ class QuotaSensors:
 
     def __len__(self) -> int:
         return len(self._sensors)
+
+
+# -- connection creation rates (KIP-612)
+
+UNLIMITED_RATE = 2**31 - 1  # Kafka's Int.MaxValue: no limit
+
+
+def _over(rate: Rate, bound: float, now_ms: int) -> int:
+    """The throttle time of a rate over `bound` (QuotaUtils.throttleTime), 0 within it."""
+    measured = rate.measure(now_ms)
+    if measured <= bound:
+        return 0
+    return round((measured - bound) / bound * rate.window_span_ms(now_ms))
+
+
+class ConnectionCreationRates:
+    """How long to hold back each new connection (Kafka's ConnectionQuotas, KIP-612). Pure: time is passed in.
+
+    Theory of operation
+    -------------------
+    Three rates of new connections are measured, each a `Rate` (quota.window.num windows of
+    quota.window.size.seconds): the broker's (`max.connection.creation.rate`, over every listener but the
+    inter-broker one, which stays open for the cluster's own traffic when there are other listeners), each
+    listener's (`listener.name.<l>.max.connection.creation.rate`, defaulting to the broker-wide value as
+    Kafka's per-listener configs do), and each client address's (the `connection_creation_rate` client
+    quota of entity `ip`: the address's own, else the default ip entity's, else none).
+
+    `accept(listener, now_ms)` counts a connection on the broker and listener rates and answers how long
+    accepting it waits: the larger of their throttle times, at most one quota window (Kafka's acceptor
+    blocks that long, so later connections on the listener wait behind it; the caller serializes them).
+    A connection that made it is then checked against its address's rate by `ip_throttle`: over it, the
+    connection is not counted (it never happened, for the rates) and is closed after the throttle time,
+    which the caller does (Kafka's delayed close: a client retrying at once gains nothing).
+    """
+
+    def __init__(self, *, broker_rate: int = UNLIMITED_RATE, listener_rates: Mapping[str, int] | None = None,
+                 protected_listeners: frozenset[str] = frozenset(), samples: int = 11, window_ms: int = 1000) -> None:
+        self.samples = samples
+        self.window_ms = window_ms
+        self.max_throttle_ms = window_ms
+        self.broker_rate = broker_rate
+        self.listener_rates = dict(listener_rates or {})
+        self.protected_listeners = protected_listeners
+        self._broker: Rate | None = None
+        self._listeners: dict[str, Rate] = {}
+        self._ips: dict[str, _Sensor] = {}
+        self._next_expiry_ms = 0
+
+    def _bounded(self, rate: Rate, bound: float, now_ms: int) -> int:
+        return min(_over(rate, bound, now_ms), self.max_throttle_ms)
+
+    def accept(self, listener: str, now_ms: int) -> int:
+        """Count a new connection on `listener`; how long (ms) to wait before accepting it (0: at once)."""
+        throttle_ms = 0
+        if listener not in self.protected_listeners and self.broker_rate < UNLIMITED_RATE:
+            if self._broker is None:
+                self._broker = Rate(self.samples, self.window_ms, now_ms)
+            self._broker.record(1.0, now_ms)
+            throttle_ms = self._bounded(self._broker, self.broker_rate, now_ms)
+        bound = self.listener_rates.get(listener, UNLIMITED_RATE)
+        if bound < UNLIMITED_RATE:
+            rate = self._listeners.get(listener)
+            if rate is None:
+                rate = self._listeners[listener] = Rate(self.samples, self.window_ms, now_ms)
+            rate.record(1.0, now_ms)
+            throttle_ms = max(throttle_ms, self._bounded(rate, bound, now_ms))
+        return throttle_ms
+
+    @staticmethod
+    def ip_rate(quotas: Mapping[EntityKey, Mapping[str, float]], ip: str) -> float | None:
+        """The connection_creation_rate quota of a client address: its own, else the default ip entity's."""
+        for entity in (((IP, ip),), ((IP, None),)):
+            values = quotas.get(entity)
+            if values is not None and CONNECTION_CREATION_RATE in values:
+                return values[CONNECTION_CREATION_RATE]
+        return None
+
+    def ip_throttle(self, quotas: Mapping[EntityKey, Mapping[str, float]], listener: str, ip: str, now_ms: int) -> int:
+        """Count a connection from `ip` on its address's rate; 0 when within it, else the time (ms) after
+        which to close it. A refused connection is taken back from every rate (Kafka's
+        updateListenerMetrics): it is not a connection the broker accepted."""
+        bound = self.ip_rate(quotas, ip) if quotas else None
+        if bound is None:
+            return 0
+        sensor = self._ips.get(ip)
+        if sensor is None:
+            sensor = self._ips[ip] = _Sensor(Rate(self.samples, self.window_ms, now_ms), now_ms)
+            self._expire(now_ms)
+        sensor.last_record_ms = now_ms
+        sensor.rate.record(1.0, now_ms)
+        throttle_ms = self._bounded(sensor.rate, bound, now_ms)
+        if throttle_ms:
+            sensor.rate.record(-1.0, now_ms)
+            if listener not in self.protected_listeners and self._broker is not None:
+                self._broker.record(-1.0, now_ms)
+            rate = self._listeners.get(listener)
+            if rate is not None:
+                rate.record(-1.0, now_ms)
+        return throttle_ms
+
+    def _expire(self, now_ms: int) -> None:
+        if now_ms < self._next_expiry_ms:
+            return
+        self._next_expiry_ms = now_ms + QuotaSensors.INACTIVE_MS
+        for ip in [ip for ip, s in self._ips.items() if now_ms - s.last_record_ms > QuotaSensors.INACTIVE_MS]:
+            del self._ips[ip]

@@ -13,6 +13,13 @@ consumers, last stable offset for read_committed, log end for followers) and ret
 a read_committed read that meets aborted transactions lists them (`FetchResult.aborted_transactions`,
 from the logs' aborted-transaction indexes), and says nothing when it meets none, so that the answer can
 still be packed. Transaction markers come in through `append_records` with origin COORDINATOR.
+
+Transaction verification (KIP-890 part 1, Kafka's ReplicaManager.handleProduceAppend): before the broker
+asks a producer's coordinator whether a partition is in its transaction, it takes a guard from the
+partition's log (`maybe_start_transaction_verification`), and `append_records` hands each client append
+the guard of its partition (`verification_guards`; the SENTINEL for a partition without one), which the
+log checks against a transaction-opening batch at the moment of the write. `verification_guards=None`
+means the broker does not verify (`transaction.partition.verification.enable=false`): nothing is checked.
 When fewer than `min_bytes` are available it parks a `DelayedFetch`, woken by appends, never by polling;
 on completion or expiry the read is done again and the result delivered through `respond`.
 
@@ -28,7 +35,7 @@ from dataclasses import dataclass, field
 from odradek.protocol.errors import ErrorCode
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
-from odradek.storage.producer_state import AppendOrigin
+from odradek.storage.producer_state import SENTINEL, AppendOrigin, VerificationGuard
 
 from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from .errors import NotLeaderOrFollowerError, ReplicationError
@@ -265,12 +272,19 @@ class ReplicaManager:
         now_ms: int,
         respond: Callable[[dict[TopicPartition, ProduceResult]], None],
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification_guards: dict[TopicPartition, VerificationGuard] | None = None,
     ) -> None:
         """Append each partition's batches; `respond` gets the results now, or later for acks=all.
-        `origin` COORDINATOR: batches this broker built (transaction markers), which clients may not send."""
+        `origin` COORDINATOR: batches this broker built (transaction markers), which clients may not send.
+        `verification_guards`: see the module doc (None: transactional writes are not checked)."""
         results: dict[TopicPartition, ProduceResult] = {}
-        for tp, records in entries.items():
-            results[tp] = self._append_one(tp, records, required_acks, now_ms, origin)
+        if verification_guards is None:
+            for tp, records in entries.items():
+                results[tp] = self._append_one(tp, records, required_acks, now_ms, origin)
+        else:
+            for tp, records in entries.items():
+                results[tp] = self._append_one(tp, records, required_acks, now_ms, origin,
+                                               verification_guards.get(tp, SENTINEL))
         if required_acks != -1 or all(r.error_code for r in results.values()) or self._replicated(results):
             respond(results)
             return
@@ -304,7 +318,7 @@ class ReplicaManager:
         return True
 
     def _append_one(self, tp: TopicPartition, records, required_acks: int, now_ms: int,
-                    origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
+                    origin: AppendOrigin = AppendOrigin.CLIENT, guard: VerificationGuard | None = None) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
             offline = tp in self.offline_partitions
@@ -315,7 +329,8 @@ class ReplicaManager:
         try:
             partition.check_append_as_leader(required_acks)
             if origin == AppendOrigin.CLIENT:
-                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms)
+                info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms,
+                                            verification_guard=guard)
             else:
                 info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms, origin=origin)
         except (StorageError, ReplicationError) as e:
@@ -333,6 +348,16 @@ class ReplicaManager:
             log_append_time_ms=info.log_append_time if info.log_append_time is not None else NO_TIMESTAMP,
             log_start_offset=info.log_start_offset,
         )
+
+    def maybe_start_transaction_verification(self, tp: TopicPartition, producer_id: int, sequence: int, epoch: int,
+                                             now_ms: int) -> VerificationGuard | None:
+        """The guard for a producer's transactional write to `tp`, taken before its coordinator is asked:
+        SENTINEL when its transaction is open on the partition already (no need to ask), None when the
+        partition is not led here (the append answers why)."""
+        partition = self.partitions.get(tp)
+        if partition is None or not partition.is_leader:
+            return None
+        return partition.log.maybe_start_transaction_verification(producer_id, sequence, epoch, now_ms)
 
     def append_internal(self, tp: TopicPartition, batches, *, now_ms: int):
         """Append batches written by this broker's coordinators (trusted, never a client's)."""
@@ -482,8 +507,9 @@ class ReplicaManager:
     def _preferred_read_replica(self, partition: Partition, p: FetchRequestPartition, client: ClientMetadata,
                                 now_ms: int) -> FetchResult | None:
         """As leader, the answer pointing a consumer to another replica (KIP-392, as Kafka's
-        findPreferredReadReplica): the candidates are the leader and the in-sync followers known to hold
-        the fetch offset (reachable on the client's listener); None when the selector keeps the leader."""
+        findPreferredReadReplica): the candidates are the leader and the in-sync, caught-up followers known
+        to hold the fetch offset (reachable on the client's listener; `Partition.is_read_replica_candidate`
+        says why caught up too); None when the selector keeps the leader."""
         selector = self.replica_selector
         if selector is None or not partition.is_leader:
             return None
@@ -492,7 +518,7 @@ class ReplicaManager:
         leader = ReplicaView(self.node_id, leader_rack, partition.log_end_offset, 0)
         candidates = [leader]
         for replica_id in partition.isr:
-            if replica_id == self.node_id:
+            if replica_id == self.node_id or not partition.is_read_replica_candidate(replica_id, now_ms):
                 continue
             state = partition.follower_state(replica_id)
             # (Kafka also checks the follower's own log start offset, which it sends in its fetches; a

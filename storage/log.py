@@ -111,7 +111,7 @@ from .names import (
     offset_file_name,
     parse_offset_file_name,
 )
-from .producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
+from .producer_state import AppendOrigin, CompletedTxn, ProducerStateManager, VerificationGuard
 from .scan import check_stored_batch, iter_headers
 from .segment import MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment, SegmentRegion, drop_cache, read_regions
 from .txn_index import AbortedTxn
@@ -444,21 +444,24 @@ class Log:
 
     # -------------------------------------------------------------------------------------------- append
 
-    def append(self, batches, *, leader_epoch: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+    def append(self, batches, *, leader_epoch: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT,
+               verification_guard: VerificationGuard | None = None) -> AppendInfo:
         """Append the concatenated batches in `batches` (a writable buffer: offsets are stamped in place) as
-        leader. A retried duplicate from an idempotent producer returns the original offsets."""
+        leader. A retried duplicate from an idempotent producer returns the original offsets.
+        `verification_guard`: what a client's transactional batch that opens a transaction must present
+        (producer_state.py, "Verification"); None checks nothing."""
         buf = memoryview(batches)
         if buf.readonly:
             raise TypeError("append stamps offsets in place and needs a writable buffer (bytearray)")
         size = len(buf)
         if origin == AppendOrigin.CLIENT and size >= HEADER_SIZE and peek_offset_and_length(buf, 0)[1] + LOG_OVERHEAD == size:
-            info = self._append_single_batch(buf, leader_epoch, now_ms)
+            info = self._append_single_batch(buf, leader_epoch, now_ms, verification_guard)
             if info is not None:
                 return info
         headers = self._validate(buf, origin, now_ms)
         log_append_time = self.config.log_append_time
         first_offset = offset = self._log_end_offset
-        producer_append = self._producer_state.prepare(origin)
+        producer_append = self._producer_state.prepare(origin, verification_guard)
         indexed = []
         max_timestamp, offset_of_max_timestamp = -1, first_offset
         for pos, header in headers:
@@ -490,7 +493,8 @@ class Log:
         return AppendInfo(first_offset, offset - 1, max_timestamp, offset_of_max_timestamp,
                           now_ms if log_append_time else -1, self._log_start_offset)
 
-    def _append_single_batch(self, buf: memoryview, leader_epoch: int, now_ms: int) -> AppendInfo | None:
+    def _append_single_batch(self, buf: memoryview, leader_epoch: int, now_ms: int,
+                             verification_guard: VerificationGuard | None) -> AppendInfo | None:
         """`append` for what clients almost always send, one batch, in a handful of calls instead of the
         general loop's ~25: the same checks in the same order, the same stamps, write and state. None,
         before anything has changed, hands the rare cases back to the general loop: a compacted or
@@ -509,7 +513,7 @@ class Log:
         max_timestamp, offset_of_max_timestamp = (timestamp, last_offset) if timestamp > -1 else (-1, first_offset)
         producer_state = self._producer_state
         if header.producer_id >= 0:
-            duplicate = producer_state.check_client_batch(header, first_offset)
+            duplicate = producer_state.check_client_batch(header, first_offset, verification_guard)
             if duplicate is not None:
                 return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp,
                                   duplicate.last_offset, -1, self._log_start_offset, duplicate=True)
@@ -1016,6 +1020,13 @@ class Log:
 
     def remove_expired_producers(self, now_ms: int) -> int:
         return self._producer_state.remove_expired_producers(now_ms)
+
+    def maybe_start_transaction_verification(self, producer_id: int, sequence: int, epoch: int,
+                                             now_ms: int) -> VerificationGuard:
+        """Before asking a producer's coordinator about its first transactional write here: the guard that
+        write must present, or SENTINEL when its transaction is open already (Kafka's
+        UnifiedLog.maybeStartTransactionVerification)."""
+        return self._producer_state.maybe_start_verification(producer_id, sequence, epoch, now_ms)
 
     # ----------------------------------------------------------------------------------------- closing
 

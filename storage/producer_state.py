@@ -29,6 +29,24 @@ passes its marker, so a read_committed reader never sees a decision that could s
 watermark lowered to it. `commit` answers the transactions an append completed, each with the LSO right
 after it, which the log writes to the aborted-transaction index for aborts (Kafka's CompletedTxn and
 ProducerStateManager.lastStableOffset).
+
+Verification (KIP-890 part 1, Kafka's VerificationStateEntry): a producer's first transactional batch on a
+partition must belong to a transaction its coordinator knows. Before the broker asks the coordinator it
+takes a `VerificationGuard` here (`maybe_start_verification`: a fresh, unique object held in
+`verification_states` for that producer), and it appends the verified batch presenting that guard. Any
+transactional batch or marker of the producer written in between removes the entry, so a guard taken
+before an ABORT marker no longer verifies anything after it: without this, a write verified just before
+the coordinator aborted would open a new transaction on the partition that nobody would ever end (the
+"hanging transaction"). Identity, not a value, matters: a later verification gets a new guard, so a
+stale answer can never pass for it (the ABA case). A transactional batch with no open transaction of
+its producer (and epoch) and no matching guard is INVALID_TXN_STATE; once the transaction is open, the
+producer's later batches need no guard (the entry's open transaction is the proof). While a guard is out,
+a batch with a sequence above the lowest one seen since it was taken is OUT_OF_ORDER_SEQUENCE_NUMBER, so a
+retried lower sequence cannot be overtaken. Appends that pass `verification_guard=None` are not checked
+(replication, replay, this layer's own tests and callers that do not verify: the broker passes a guard, or
+the SENTINEL, for every client append while `transaction.partition.verification.enable` is on). Entries
+are not snapshotted; one never followed by an append expires with `producer.id.expiration.ms`.
+
 The state is snapshotted to `<offset>.snapshot` when a segment rolls and when the log closes; the
 snapshot at offset N holds the state after every batch below N. Loading takes the latest snapshot at or
 below the log end offset and replays batch headers from there (no record needs decoding), so producers
@@ -72,6 +90,45 @@ _SNAPSHOT_HEADER = struct.Struct(">hI")
 _COUNT = struct.Struct(">i")
 _PRODUCER = struct.Struct(">qhiqqb")
 _BATCH = struct.Struct(">iiqqq")
+
+
+class VerificationGuard:
+    """A token that one verification of one producer on one partition is still current (compared by identity)."""
+
+    __slots__ = ("number",)
+    _issued = 0
+
+    def __init__(self) -> None:
+        VerificationGuard._issued += 1
+        self.number = VerificationGuard._issued  # (for logs and reprs only)
+
+    def verifies(self, presented: VerificationGuard | None) -> bool:
+        return presented is self and self is not SENTINEL
+
+    def __repr__(self) -> str:
+        return "VerificationGuard(SENTINEL)" if self is SENTINEL else f"VerificationGuard({self.number})"
+
+
+SENTINEL = VerificationGuard()
+"""The guard of an append that verified nothing: it verifies no transaction start."""
+
+
+@dataclass(slots=True)
+class VerificationStateEntry:
+    """A verification under way for one producer: its guard, when it began (for expiry), and the lowest
+    sequence seen in its epoch since (Kafka's VerificationStateEntry)."""
+
+    timestamp_ms: int
+    guard: VerificationGuard
+    lowest_sequence: int
+    epoch: int
+
+    def update_lowest_sequence_and_epoch(self, sequence: int, epoch: int) -> None:
+        if epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
+        elif epoch > self.epoch:  # a new epoch restarts the sequences
+            self.epoch = epoch
+            self.lowest_sequence = sequence
 
 
 class AppendOrigin(IntEnum):
@@ -136,6 +193,11 @@ class ProducerStateEntry:
         self.last_timestamp = batch.timestamp
 
 
+def _in_open_transaction(entry: ProducerStateEntry, epoch: int) -> bool:
+    """Whether the producer (at this epoch) has a transaction open on the partition: its batches need no guard."""
+    return entry.current_txn_first_offset >= 0 and entry.producer_epoch == epoch
+
+
 def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
@@ -143,12 +205,15 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 class ProducerAppendInfo:
     """The producer-state changes of one append, validated but not yet applied."""
 
-    def __init__(self, manager: ProducerStateManager, origin: AppendOrigin) -> None:
+    def __init__(self, manager: ProducerStateManager, origin: AppendOrigin,
+                 verification_guard: VerificationGuard | None = None) -> None:
         self._manager = manager
         self.origin = origin
+        self.verification_guard = verification_guard  # None: the append is not checked (see the module doc)
         self.updated: dict[int, ProducerStateEntry] = {}
         self.started: list[tuple[int, int]] = []  # (first offset, producer id) of transactions opened
         self.completed: list[CompletedTxn] = []
+        self.transactional: set[int] = set()  # producers with a transactional batch or marker here
 
     def append(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int,
                marker: tuple[int, int] | None = None) -> BatchMetadata | None:
@@ -177,14 +242,18 @@ class ProducerAppendInfo:
                     f"{entry.coordinator_epoch}")
             if entry.current_txn_first_offset >= 0:
                 self.completed.append(CompletedTxn(pid, entry.current_txn_first_offset, first_offset, kind == ABORT))
+            self.transactional.add(pid)
             entry.update_epoch(epoch)
             entry.coordinator_epoch = coordinator_epoch
             entry.current_txn_first_offset = -1
             entry.last_timestamp = timestamp
             return None
         if self.origin == AppendOrigin.CLIENT:
+            if header.attributes & ATTR_TRANSACTIONAL and not _in_open_transaction(entry, epoch):
+                self._manager.check_verified(header, self.verification_guard, first_offset)
             self._check_sequence(entry, committed, epoch, header.base_sequence, first_offset)
         if header.is_transactional:
+            self.transactional.add(pid)
             if entry.current_txn_first_offset < 0:
                 entry.current_txn_first_offset = first_offset
                 self.started.append((first_offset, pid))
@@ -225,18 +294,56 @@ class ProducerStateManager:
         self.ongoing: dict[int, int] = {}  # first offset -> producer id of each open transaction
         self.unreplicated: dict[int, tuple[int, int]] = {}  # first offset -> (producer id, marker offset)
         self._snapshots: list[int] | None = None
+        self.verification_states: dict[int, VerificationStateEntry] = {}  # producer id -> its verification
         # Whether any entry may hold an open transaction (set on a transactional batch or snapshot entry,
         # never cleared): `first_unstable_offset` walks the producers only then.
         self.transactions_seen = False
 
-    def prepare(self, origin: AppendOrigin) -> ProducerAppendInfo:
-        return ProducerAppendInfo(self, origin)
+    def prepare(self, origin: AppendOrigin, verification_guard: VerificationGuard | None = None) -> ProducerAppendInfo:
+        return ProducerAppendInfo(self, origin, verification_guard)
+
+    # -- verification (see the module doc)
+
+    def maybe_start_verification(self, producer_id: int, sequence: int, epoch: int, now_ms: int) -> VerificationGuard:
+        """The guard to present with the producer's next transactional append, or SENTINEL when its
+        transaction is open here already (nothing to verify). A verification under way is joined (same
+        guard), remembering the lowest sequence seen."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and _in_open_transaction(entry, epoch):
+            return SENTINEL
+        state = self.verification_states.get(producer_id)
+        if state is None:
+            state = VerificationStateEntry(now_ms, VerificationGuard(), sequence, epoch)
+            self.verification_states[producer_id] = state
+        else:
+            state.update_lowest_sequence_and_epoch(sequence, epoch)
+        return state.guard
+
+    def check_verified(self, header: BatchHeader, guard: VerificationGuard | None, first_offset: int) -> None:
+        """A client's transactional batch that would open a transaction: it must present the current guard of
+        its producer (unless the caller does not verify, `guard` None), and may not overtake a lower sequence
+        still being verified."""
+        pid = header.producer_id
+        state = self.verification_states.get(pid)
+        if guard is not None and (state is None or not state.guard.verifies(guard)):
+            raise InvalidTxnStateError(
+                f"producer {pid}: the transactional batch at offset {first_offset} is not part of a transaction "
+                f"its coordinator verified (or the transaction ended since)")
+        if state is not None and header.base_sequence > state.lowest_sequence:
+            raise OutOfOrderSequenceError(
+                f"producer {pid}: sequence {header.base_sequence} while the lower sequence {state.lowest_sequence} "
+                f"is still being verified")
 
     def commit(self, info: ProducerAppendInfo, end_offset: int) -> list[tuple[CompletedTxn, int]]:
         """Apply what an append changed. Returns the transactions it completed, each with the last stable
         offset right after it (what the aborted-transaction index records)."""
         self.producers.update(info.updated)
         self.map_end_offset = end_offset
+        if self.verification_states and info.transactional:
+            # A transaction began (its first offset now proves it) or ended (a guard taken before the marker
+            # must not open a new one): either way, the verification is spent.
+            for pid in info.transactional:
+                self.verification_states.pop(pid, None)
         if not info.started and not info.completed:
             return []
         for first_offset, pid in info.started:
@@ -261,7 +368,8 @@ class ProducerStateManager:
     # that case, the same checks without the per-append change set. tests/unit/test_log_single_batch.py
     # holds the two ways to the same state.
 
-    def check_client_batch(self, header: BatchHeader, first_offset: int) -> BatchMetadata | None:
+    def check_client_batch(self, header: BatchHeader, first_offset: int,
+                           verification_guard: VerificationGuard | None = None) -> BatchMetadata | None:
         """Check one client batch with a producer id, changing nothing: the original batch when it is a
         retried duplicate, None when it may be appended (`record_client_batch` then applies it)."""
         committed = self.producers.get(header.producer_id)
@@ -274,6 +382,9 @@ class ProducerStateManager:
             entry = committed
         epoch = header.producer_epoch
         ProducerAppendInfo._check_epoch(entry, epoch)
+        if header.attributes & ATTR_TRANSACTIONAL:
+            if not _in_open_transaction(entry, epoch):
+                self.check_verified(header, verification_guard, first_offset)
         ProducerAppendInfo._check_sequence(entry, committed, epoch, header.base_sequence, first_offset)
         if entry.current_txn_first_offset >= 0 and not header.attributes & ATTR_TRANSACTIONAL:
             raise InvalidTxnStateError(f"producer {entry.producer_id} wrote a non-transactional batch at offset "
@@ -294,10 +405,13 @@ class ProducerStateManager:
             entry = entry.copy() if entry is not None else ProducerStateEntry(pid)
             entry.add_batch(epoch, batch)
             self.producers[pid] = entry
-        if header.attributes & ATTR_TRANSACTIONAL and entry.current_txn_first_offset < 0:
-            entry.current_txn_first_offset = first_offset
-            self.ongoing[first_offset] = pid
-            self.transactions_seen = True
+        if header.attributes & ATTR_TRANSACTIONAL:
+            if entry.current_txn_first_offset < 0:
+                entry.current_txn_first_offset = first_offset
+                self.ongoing[first_offset] = pid
+                self.transactions_seen = True
+            if self.verification_states:
+                self.verification_states.pop(pid, None)
         self.map_end_offset = last_offset + 1
 
     def replay(self, header: BatchHeader, marker: tuple[int, int] | None = None) -> list[tuple[CompletedTxn, int]]:
@@ -335,10 +449,17 @@ class ProducerStateManager:
         return {e.producer_id: e.producer_epoch for e in entries if not e.batches}
 
     def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle for `producer.id.expiration.ms` (by their last batch's timestamp), except
+        those with a transaction open here, and verifications begun that long ago and never followed by an
+        append (Kafka's removeExpiredProducers). Returns how many producers went."""
+        expiration_ms = self.producer_id_expiration_ms
         expired = [pid for pid, e in self.producers.items()
-                   if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.producer_id_expiration_ms]
+                   if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms]
         for pid in expired:
             del self.producers[pid]
+        if self.verification_states:
+            for pid in [p for p, v in self.verification_states.items() if now_ms - v.timestamp_ms >= expiration_ms]:
+                del self.verification_states[pid]
         return len(expired)
 
     def clear(self, offset: int) -> None:

@@ -12,6 +12,13 @@ correlation id. Odradek's nodes name themselves there (`odradek-node-<id>-<purpo
 controller traffic, `odradek-replica-fetcher-<id>-<source>` for followers), so the proxy knows the source
 node; any other client id is a client (`CLIENT`).
 
+Over TLS the first request is ciphertext, so a fabric made with `Fabric(identify=...)` asks instead who
+owns the other end of the TCP connection: `ProcessSources` finds the connecting socket in /proc/net/tcp
+(its local address is the peer the proxy sees, its remote address the proxy's port) and the node process
+holding that socket's inode among its file descriptors; any other process is a client. The nodes, their
+certificates and their settings stay as they are (TLS to 127.0.0.1, verified against its IP SAN): the
+proxy forwards the TLS bytes untouched. Linux only, as /proc is.
+
 What a cut does: a link is one direction between two parties (`cut(1, 2)` blocks what 1 sends to 2, not
 what 2 sends to 1; `isolate(n)` cuts both ways between n and everyone, clients included unless told).
 Blocked bytes are held, not forwarded, as a network that drops packets would make TCP hold them: a
@@ -25,10 +32,12 @@ and held too. Nothing here sleeps: the pumps wait on the link's state.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import socket
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
 CLIENT = 0  # the source id of anything that is not a node (node ids start at 1)
@@ -47,6 +56,49 @@ def source_of(first_frame: bytes) -> int:
         return CLIENT
     match = _NODE_CLIENT_ID.match(first_frame[14:14 + length])
     return int(match.group(1)) if match else CLIENT
+
+
+def _proc_address(host: str, port: int) -> str:
+    """An IPv4 address as /proc/net/tcp writes it: the address as a little-endian word, the port big-endian."""
+    return "%08X:%04X" % (int.from_bytes(socket.inet_aton(host), "little"), port)
+
+
+class ProcessSources:
+    """Who connected, by process: `nodes()` gives the node processes' pids (pid -> node id); a connection
+    from any other process is from a client."""
+
+    def __init__(self, nodes: Callable[[], dict[int, int]]) -> None:
+        self._nodes = nodes
+
+    def __call__(self, peer: tuple[str, int], local: tuple[str, int]) -> int:
+        inode = self._connecting_inode(peer, local)
+        if inode is None:
+            return CLIENT
+        target = f"socket:[{inode}]"
+        for pid, node_id in self._nodes().items():
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:  # the process has exited
+                continue
+            for fd in fds:
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                        return node_id
+                except OSError:  # closed meanwhile
+                    continue
+        return CLIENT
+
+    @staticmethod
+    def _connecting_inode(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+        # The connecting side's socket: its local address is our peer, its remote address our listener.
+        want = (_proc_address(*peer[:2]), _proc_address(*local[:2]))
+        with open("/proc/net/tcp") as table:
+            next(table)
+            for line in table:
+                fields = line.split()
+                if (fields[1], fields[2]) == want:
+                    return int(fields[9])
+        return None
 
 
 class _Link:
@@ -75,7 +127,10 @@ class Fabric:
     """The proxies of one test cluster. Use from the test's thread: every method is thread-safe and
     returns when the change is in effect."""
 
-    def __init__(self) -> None:
+    def __init__(self, identify: Callable[[tuple, tuple], int] | None = None) -> None:
+        """`identify(peer, local)` names the source of a new connection (e.g. a `ProcessSources`); by
+        default the client id of its first request does."""
+        self._identify = identify
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="netproxy", daemon=True)
         self._thread.start()
@@ -159,10 +214,14 @@ class Fabric:
         self.accepted += 1
         upstream_writer = None
         try:
-            head = await reader.readexactly(14)
-            (length,) = struct.unpack_from(">h", head, 12)
-            first = head + (await reader.readexactly(length) if length > 0 else b"")
-            source = source_of(first)
+            if self._identify is not None:
+                first = b""
+                source = self._identify(writer.get_extra_info("peername"), writer.get_extra_info("sockname"))
+            else:
+                head = await reader.readexactly(14)
+                (length,) = struct.unpack_from(">h", head, 12)
+                first = head + (await reader.readexactly(length) if length > 0 else b"")
+                source = source_of(first)
             up_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
         except (OSError, asyncio.IncompleteReadError):
             writer.close()

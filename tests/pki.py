@@ -5,6 +5,9 @@
     pki.server_store  # the broker's key store: private key + certificate (CN=localhost, SAN localhost and 127.0.0.1) + CA
     pki.client("alice")  # (certificate, key) of a client signed by the CA, subject CN=alice,OU=test,O=Odradek
     pki.rogue_client  # (certificate, key) signed by another CA, which the broker does not trust
+    pki.pkcs12_keystore("server", "pw")   # the same key store as PKCS12 (made with `cryptography`)
+    pki.pkcs12_keystore("alice", "pw")    # a client's key store (librdkafka's ssl.keystore.location)
+    pki.pkcs12_truststore("pw")           # the CA as a PKCS12 trust store
 
 EC P-256 keys: made in milliseconds, so a module fixture costs well under a second.
 """
@@ -49,12 +52,36 @@ class Pki:
     server_store: Path
     rogue_client: tuple[Path, Path]
 
+    def pkcs12_keystore(self, name: str, password: str) -> Path:
+        """`name`'s key, certificate and the CA as a PKCS12 file ("server" or a client name)."""
+        cert, key = (self.server_cert, self.server_key) if name == "server" else self.client(name)
+        return write_pkcs12(self.directory / f"{name}-keystore.p12", password, key=key, cert=cert, cas=[self.ca])
+
+    def pkcs12_truststore(self, password: str) -> Path:
+        return write_pkcs12(self.directory / "truststore.p12", password, cas=[self.ca])
+
     def client(self, name: str) -> tuple[Path, Path]:
         cert = self.directory / f"client-{name}.pem"
         if not cert.exists():
             _leaf(self.directory, f"client-{name}", f"/O=Odradek/OU=test/CN={name}", (self.ca, self.ca_key),
                   "extendedKeyUsage=clientAuth\n")
         return cert, self.directory / f"client-{name}.key"
+
+
+def write_pkcs12(path: Path, password: str, *, key: Path | None = None, cert: Path | None = None,
+                 cas: list[Path] = ()) -> Path:
+    """A PKCS12 store of PEM files, encrypted (AES-256, PBKDF2) with `password`, as keytool writes one."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    private_key = serialization.load_pem_private_key(key.read_bytes(), None) if key else None
+    certificate = x509.load_pem_x509_certificate(cert.read_bytes()) if cert else None
+    authorities = [x509.load_pem_x509_certificate(ca.read_bytes()) for ca in cas]
+    path.write_bytes(pkcs12.serialize_key_and_certificates(
+        path.stem.encode(), private_key, certificate, authorities or None,
+        serialization.BestAvailableEncryption(password.encode())))
+    return path
 
 
 def make_pki(directory: Path) -> Pki:

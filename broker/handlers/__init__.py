@@ -57,6 +57,7 @@ FAMILIES = (
     "sasl",
     "acls",
     "quotas",
+    "envelope",
 )
 
 

@@ -1,8 +1,8 @@
 """DescribeAcls (29), CreateAcls (30) and DeleteAcls (31).
 
 ACLs live in the cluster metadata log, so CreateAcls and DeleteAcls are controller decisions (forwarded
-whole to the active controller by any other node, KIP-590, after this broker has checked ALTER on the
-cluster for the client); DescribeAcls answers from this broker's image (DESCRIBE on the cluster). Without
+whole to the active controller by any other node in an Envelope, KIP-590: the controller checks ALTER on
+the cluster for the client); DescribeAcls answers from this broker's image (DESCRIBE on the cluster). Without
 an authorizer every entry answers SECURITY_DISABLED, as Kafka's brokers do.
 """
 
@@ -23,6 +23,7 @@ from odradek.replication.acl import (
 from odradek.replication.metadata_image import MetadataError
 
 from . import BROKER, CONTROLLER, handles
+from .envelope import forwarded
 
 NO_AUTHORIZER = "No Authorizer is configured."
 Creation = CreateAclsResponse.AclCreationResult
@@ -46,6 +47,7 @@ def _filter(f) -> AclFilter:
 
 
 @handles(30, (1, 3), listeners=(BROKER, CONTROLLER))
+@forwarded
 def handle_create_acls(services, ctx, request):
     def all_failed(code: ErrorCode, message: str | None) -> CreateAclsResponse:
         return CreateAclsResponse(throttle_time_ms=0, results=[
@@ -55,8 +57,6 @@ def handle_create_acls(services, ctx, request):
         return all_failed(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     if services.authorizer is None:
         return all_failed(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
     bindings = [
         AclBinding(
             _enum(ResourceType, c.resource_type), c.resource_name, _enum(PatternType, c.resource_pattern_type),
@@ -78,6 +78,7 @@ def handle_create_acls(services, ctx, request):
 
 
 @handles(31, (1, 3), listeners=(BROKER, CONTROLLER))
+@forwarded
 def handle_delete_acls(services, ctx, request):
     def all_failed(code: ErrorCode, message: str | None) -> DeleteAclsResponse:
         return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
@@ -87,8 +88,6 @@ def handle_delete_acls(services, ctx, request):
         return all_failed(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     if services.authorizer is None:
         return all_failed(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
 
     def answer(outcomes: list) -> DeleteAclsResponse:
         results = []

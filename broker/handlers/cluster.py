@@ -68,7 +68,7 @@ def handle_describe_cluster(services, ctx, request):
     if include_ops and services.authorizer is not None:
         response.cluster_authorized_operations = (
             services.authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
-            if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER) else INT32_MIN)
+            if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, log_denied=False) else INT32_MIN)
     return response
 
 

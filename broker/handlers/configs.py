@@ -25,6 +25,7 @@ from ..topic_config import TOPIC_CONFIGS, ConfigResourceType, describe_broker, d
 from . import BROKER as BROKER_LISTENERS
 from . import CONTROLLER as CONTROLLER_LISTENERS
 from . import handles
+from .envelope import forwarded
 
 DResult = DescribeConfigsResponse.DescribeConfigsResult
 DEntry = DResult.DescribeConfigsResourceResult
@@ -227,10 +228,9 @@ def _alter_all(services, resources, validate_only: bool, change_of, result_cls):
 
 
 @handles(33, (0, 2), listeners=(BROKER_LISTENERS, CONTROLLER_LISTENERS))
+@forwarded
 @per_item("resources", "responses", _refusal(AclOperation.ALTER_CONFIGS), _denied(AResult))
 def handle_alter_configs(services, ctx, request):
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
     def change_of(r) -> ConfigChange | None:
         keys = [c.name for c in r.configs]
         if r.resource_type == TOPIC:
@@ -300,10 +300,9 @@ def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
 
 
 @handles(44, (0, 1), listeners=(BROKER_LISTENERS, CONTROLLER_LISTENERS))
+@forwarded
 @per_item("resources", "responses", _refusal(AclOperation.ALTER_CONFIGS), _denied(IResult))
 def handle_incremental_alter_configs(services, ctx, request):
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
     def change_of(r) -> ConfigChange | None:
         keys = [c.name for c in r.configs]
         if r.resource_type == TOPIC:

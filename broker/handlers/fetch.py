@@ -15,6 +15,12 @@ lead answers NOT_LEADER_OR_FOLLOWER (or FENCED_LEADER_EPOCH) with the leader the
 (`current_leader`, v12+) and that leader's endpoint (`node_endpoints`, v16+), so a client can go there
 without a metadata round trip.
 
+A consumer over its `consumer_byte_rate` (or `request_percentage`) quota is answered as Kafka's
+handleFetchRequest answers it: an empty response (no topics) with throttle_time_ms, the bytes it would have
+read taken back from its measurement, and its connection muted for that long (KIP-219; broker/quotas.py).
+Its fetch's max_bytes is capped at what the quota lets through over the shortest measured span, so one
+response alone never guarantees a throttle (which would starve it).
+
 The answer is packed straight into its frame (protocol.fast_fetch) when it says only what a consumer's
 fetch usually says; a response that needs more (a diverging epoch, a leader hint, aborted transactions,
 a preferred read replica) is built as a message and encoded by the codec, which can say everything.
@@ -103,16 +109,33 @@ def handle_fetch(services, ctx, request):
                     packable = False
             if r.diverging_epoch is not None or r.aborted_transactions or r.preferred_read_replica >= 0:
                 packable = False
-        if replica_id < 0 and services.metadata.image.client_quotas and services.quotas.record_fetch(
-                ctx.connection, ctx.client_id, _response_bytes(results)):
-            packable = False  # (the throttle time goes in the response: only the message carries it)
+        if replica_id < 0 and services.metadata.image.client_quotas:
+            nbytes = _response_bytes(results)
+            services.quotas.record_fetch(ctx.connection, ctx.client_id, nbytes)
+            if ctx.connection.throttle_ms:
+                # Over its fetch quota (or its request quota, already recorded for a fetch that waited): the
+                # consumer gets no records now, as Kafka answers (KIP-219): the bytes it would have read are
+                # taken back from its measurement, the response is empty and says for how long it is
+                # throttled, and the connection serves nothing more until then. It fetches the same
+                # offsets again afterwards, so nothing is skipped.
+                services.quotas.unrecord_fetch(ctx.connection, ctx.client_id, nbytes)
+                future.set_result(FetchResponse(throttle_time_ms=ctx.connection.throttle_ms, error_code=0, session_id=0,
+                                                responses=[]))
+                return
         if packable:
             future.set_result(Packed(_packed(ctx.header.correlation_id, layout, results, version, read_committed)))
         else:
             future.set_result(_message(services, ctx.listener, layout, results, version, read_committed))
 
+    max_bytes, min_bytes = request.max_bytes, request.min_bytes
+    if replica_id < 0 and services.metadata.image.client_quotas:
+        # A consumer's fetch never asks for more than its quota lets through at once: a larger one would be
+        # throttled (answered empty) whatever it did before, again and again (KafkaApis' maxQuotaWindowBytes).
+        cap = services.quotas.max_fetch_bytes(ctx.connection, ctx.client_id)
+        if cap is not None and cap < max_bytes:
+            max_bytes, min_bytes = cap, min(min_bytes, cap)
     services.data.fetch_records(
-        wanted, max_bytes=request.max_bytes, min_bytes=request.min_bytes, max_wait_ms=request.max_wait_ms,
+        wanted, max_bytes=max_bytes, min_bytes=min_bytes, max_wait_ms=request.max_wait_ms,
         isolation=isolation, now_ms=now_ms, respond=respond, replica_id=replica_id,
         client_metadata=_client_metadata(ctx, request, replica_id),
     )

@@ -123,8 +123,8 @@ def _own_operations(services, ctx, response):
 @handles(16, (0, 5))
 def handle_list_groups(services, ctx, request):
     response = services.groups.list_groups(request, ctx.api_version, services.now_ms())
-    if services.authorizer is not None and not services.authorized(ctx, DESCRIBE, ResourceType.CLUSTER):
-        allowed = services.authorized_names(ctx, DESCRIBE, GROUP, [g.group_id for g in response.groups])
+    if services.authorizer is not None and not services.authorized(ctx, DESCRIBE, ResourceType.CLUSTER, log_denied=False):
+        allowed = services.authorized_names(ctx, DESCRIBE, GROUP, [g.group_id for g in response.groups], log_denied=False)
         response.groups = [g for g in response.groups if g.group_id in allowed]  # only the groups it may describe
     return response
 

@@ -123,7 +123,8 @@ EPartition = ETopic.EpochEndOffset
 @handles(23)
 def handle_offset_for_leader_epoch(services, ctx, request):
     topics = []
-    allowed = (set(t.topic for t in request.topics) if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+    allowed = (set(t.topic for t in request.topics)
+               if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, log_denied=False)
                else services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.topic for t in request.topics]))
     for t in request.topics:
         parts = []

@@ -107,7 +107,7 @@ def _may_auto_create(services, name: str) -> bool:
 def _may_create(services, ctx, name: str) -> bool:
     """DESCRIBE and CREATE (on the cluster or the topic) for a topic made on demand (Kafka's getTopicMetadata)."""
     return services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name) and (
-        services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER)
+        services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER, log_denied=False)
         or services.authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, name))
 
 
@@ -118,7 +118,7 @@ def _authorize(services, ctx, request, response: MetadataResponse) -> None:
     listing = request.topics is None or (version == 0 and not request.topics)
     auto_create = request.allow_auto_topic_creation if version >= 4 else True
     names = {t.name for t in response.topics if t.name is not None}
-    allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names, log_denied=not listing)
     by_id = set() if listing else {t.topic_id for t in request.topics if t.name is None and t.topic_id != ZERO_UUID}
     topics = []
     for t in response.topics:
@@ -138,7 +138,7 @@ def _authorize(services, ctx, request, response: MetadataResponse) -> None:
     if response.cluster_authorized_operations != INT32_MIN:
         response.cluster_authorized_operations = (
             services.authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
-            if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER) else INT32_MIN)
+            if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, log_denied=False) else INT32_MIN)
 
 
 def _metadata(services, ctx, request, created: dict) -> MetadataResponse:

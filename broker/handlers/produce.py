@@ -17,17 +17,37 @@ that a zombie or a late retry cannot open a transaction nobody will end. The fas
 request to `handle_produce` (one byte of the batch header says "transactional"; the common case pays
 nothing more), which awaits the verification and refuses what it did not confirm. Writes to a partition
 where the producer's transaction is open already are not verified again (as Kafka).
+
+The answer can be stale by the time it arrives: the coordinator may have aborted the transaction (its
+marker written here) while the question was on its way, and the write would then open a new transaction
+that nobody ends. So, as Kafka's ReplicaManager does, the handler takes a verification guard from the
+partition's log before asking, and appends presenting it: a marker written in between spends the guard
+and the write is refused with INVALID_TXN_STATE at the log, atomically with the append
+(storage/producer_state.py, "Verification"). Every other client append presents the SENTINEL, which
+verifies nothing: a transactional batch that would open a transaction without a verification is refused
+the same way. `transaction.partition.verification.enable=false` turns both off, as in Kafka.
+
+Transactional batches in a request that names no transactional id are refused whole with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, with or without an authorizer (Kafka's handleProduceRequest), and
+transactional batches of more than one producer (id and epoch) in one request with
+INVALID_PRODUCER_ID_MAPPING (Kafka's handleProduceAppend): a transactional id stands for one producer.
+
+Produce v12 (Transaction Version 2, KIP-890 part 2) would have the broker add the partition to the
+transaction itself; this broker never finalizes the `transaction.version` feature, so clients stay on
+version 1 (the Java client then sends Produce v11 at most for transactions) and every version is verified.
 """
 
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Callable
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_produce import ProduceFrame, encode_produce_response
 from odradek.protocol.messages import ProduceResponse
 from odradek.replication.acl import AclOperation, ResourceType
+from odradek.storage.producer_state import SENTINEL
 from odradek.storage.names import TopicPartition
 
 from ..context import ConnectionContext, Packed
@@ -70,10 +90,10 @@ def _topic(services, version: int, key):
     return services.topic_by_name(key), key
 
 
-def _append_and_answer(services, entries: dict, acks: int, timeout_ms: int, answer: Callable):
+def _append_and_answer(services, entries: dict, acks: int, timeout_ms: int, answer: Callable, guards: dict | None = None):
     """Append `entries` and return `answer(results)` when the append answers at once (acks=1, or acks=all
     with the leader the only in-sync replica), else a future of it completed when the replicas catch up.
-    acks=0: None."""
+    acks=0: None. `guards`: the verification guards to present (see the module doc; None checks nothing)."""
     at_once: list = []
     future: asyncio.Future | None = None
 
@@ -85,7 +105,8 @@ def _append_and_answer(services, entries: dict, acks: int, timeout_ms: int, answ
         elif not future.done():
             future.set_result(answer(results))
 
-    services.data.append_records(entries, required_acks=acks, timeout_ms=timeout_ms, now_ms=services.now_ms(), respond=respond)
+    services.data.append_records(entries, required_acks=acks, timeout_ms=timeout_ms, now_ms=services.now_ms(),
+                                 respond=respond, verification_guards=guards)
     if acks == 0:
         return None
     if at_once:
@@ -106,7 +127,8 @@ def handle_produce(services, ctx, request):
     slots: dict[tuple, tuple[list, int]] = {}
     topic_names: dict[int, str] = {}
     endpoints: dict[int, object] = {}
-    denied = _denied(services, ctx, request, version) if services.authorizer is not None else None
+    denied = _denied(services, ctx, request, version) if services.authorizer is not None else (
+        request.transactional_id is None and _any_transactional(request) or None)
     services.quotas.record_produce(ctx.connection, ctx.client_id, ctx.frame_size)  # (the throttle goes in the response)
     for topic in request.topic_data:
         image, name = _topic(services, version, topic.topic_id if version >= 13 else topic.name)
@@ -155,31 +177,57 @@ def handle_produce(services, ctx, request):
             response.node_endpoints = list(endpoints.values())
         return response
 
-    if request.transactional_id is not None:
-        unverified = _unverified(services, entries)
-        if unverified:
-            return _verify_then_append(services, request, version, entries, unverified, slots, answer)
-    return _append_and_answer(services, entries, acks, request.timeout_ms, answer)
+    # The SENTINEL for every partition not verified below (None: verification is off, nothing is checked).
+    guards = {} if services.config.transaction_partition_verification_enable else None
+    if request.transactional_id is not None:  # (without one, transactional batches were refused above)
+        producers = {p for p in map(transactional_producer, entries.values()) if p is not None}
+        if len(producers) > 1:
+            # One transactional id, one producer: Kafka refuses the whole request before any append.
+            for tp in entries:
+                parts, i = slots[tp]
+                parts[i] = PartitionResponse(index=tp.partition, error_code=int(ErrorCode.INVALID_PRODUCER_ID_MAPPING),
+                                             base_offset=-1)
+            return answer({}) if acks != 0 else None
+        if producers and guards is not None:
+            unverified = _start_verification(services, entries, guards)
+            if unverified:
+                return _verify_then_append(services, request, version, entries, unverified, slots, answer, guards)
+    return _append_and_answer(services, entries, acks, request.timeout_ms, answer, guards)
 
 
-def _unverified(services, entries: dict) -> dict:
-    """{producer: [partitions]} of transactional batches whose partition has no open transaction of theirs."""
-    out: dict = {}
+def _any_transactional(request) -> bool:
+    return any(_transactional(p.records) for t in request.topic_data for p in t.partition_data)
+
+
+def _start_verification(services, entries: dict, guards: dict) -> list:
+    """The partitions whose transactional batch would open its producer's transaction here: each gets a
+    verification guard (in `guards`) before the coordinator is asked."""
+    unverified = []
+    now_ms = services.now_ms()
+    data = services.data
     for tp, records in entries.items():
         producer = transactional_producer(records)
-        if producer is not None and needs_verification(services.data, tp, producer):
-            out.setdefault(producer, []).append(tp)
-    return out
+        if producer is None:
+            continue
+        guard = data.maybe_start_transaction_verification(tp, producer[0], _base_sequence(records), producer[1], now_ms)
+        if guard is not None and guard is not SENTINEL:
+            guards[tp] = guard
+            unverified.append(tp)
+    return unverified
 
 
-async def _verify_then_append(services, request, version: int, entries: dict, unverified: dict, slots: dict, answer):
-    for producer, tps in unverified.items():
-        refused = await verify_transaction(services, request.transactional_id, producer, tps, version)
-        for tp, code in refused.items():
-            entries.pop(tp, None)
-            parts, i = slots[tp]
-            parts[i] = PartitionResponse(index=tp.partition, error_code=int(code), base_offset=-1)
-    result = _append_and_answer(services, entries, request.acks, request.timeout_ms, answer)
+async def _verify_then_append(services, request, version: int, entries: dict, unverified: list, slots: dict, answer,
+                              guards: dict):
+    producer = transactional_producer(entries[unverified[0]])
+    refused = await verify_transaction(services, request.transactional_id, producer, unverified, version)
+    for tp, code in refused.items():
+        entries.pop(tp, None)
+        guards.pop(tp, None)
+        parts, i = slots[tp]
+        parts[i] = PartitionResponse(index=tp.partition, error_code=int(code), base_offset=-1)
+    # What the coordinator confirmed is appended with the guard taken before asking: a marker written here
+    # meanwhile (the transaction aborted) has spent it, and the log refuses the write (INVALID_TXN_STATE).
+    result = _append_and_answer(services, entries, request.acks, request.timeout_ms, answer, guards)
     return await result if isinstance(result, asyncio.Future) else result
 
 
@@ -197,6 +245,7 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
     version = request.api_version
     entries: dict[TopicPartition, object] = {}
     plan: list[tuple[bytes, list[TopicPartition]]] = []
+    first_producer = None  # of the transactional batches
     for key, raw, parts in request.topics:
         image, name = _topic(services, version, key)
         tps = []
@@ -204,9 +253,14 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
             if _partition_error(services, version, acks, image, name, index, records) is not None:
                 return None
             tp = TopicPartition(name, index)
-            if len(records) > 60 and records[22] & 0x10 and needs_verification(
-                    services.data, tp, transactional_producer(records)):
-                return None  # a transaction's first write here: handle_produce verifies it first
+            if len(records) > 60 and records[22] & 0x10:
+                # A transactional batch: the fast path serves it only inside its producer's open transaction,
+                # for the producer of the request's transactional id (handle_produce answers the rest).
+                producer = transactional_producer(records)
+                if (not request.has_transactional_id or (first_producer is not None and producer != first_producer)
+                        or needs_verification(services.data, tp, producer)):
+                    return None
+                first_producer = producer
             if tp in entries:  # the same partition twice: handle_produce answers it once, as the last entry says
                 return None
             entries[tp] = records
@@ -225,7 +279,17 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
             topics.append((raw, responses))
         return Packed([encode_produce_response(request.correlation_id, topics, version)])
 
-    return _append_and_answer(services, entries, acks, request.timeout_ms, answer)
+    # The SENTINEL for every partition: a transactional batch here is in its open transaction, which the log
+    # checks at the write (and refuses any other transactional batch, e.g. past the first of a partition's).
+    guards = {} if services.config.transaction_partition_verification_enable else None
+    return _append_and_answer(services, entries, acks, request.timeout_ms, answer, guards)
+
+
+def _base_sequence(records) -> int:
+    return _BASE_SEQUENCE.unpack_from(records, 53)[0]
+
+
+_BASE_SEQUENCE = struct.Struct(">i")  # baseSequence int32 at offset 53 of a batch
 
 
 # -- authorization (Kafka's handleProduceRequest): WRITE on the transactional id for transactional records,
@@ -235,7 +299,11 @@ _ATTRIBUTES_LOW_BYTE = 22  # the batch attributes' low byte; 0x10 marks a transa
 
 
 def _transactional(records) -> bool:
-    return records is not None and len(records) > _ATTRIBUTES_LOW_BYTE and bool(records[_ATTRIBUTES_LOW_BYTE] & 0x10)
+    """Whether a partition's records are transactional, read off the first batch's header as the fast path
+    reads them (Kafka looks at every batch; a later transactional batch that would open a transaction is
+    refused by the log all the same, INVALID_TXN_STATE, which is what both paths answer then)."""
+    return (records is not None and len(records) > _ATTRIBUTES_LOW_BYTE and records[_MAGIC_OFFSET] == 2
+            and bool(records[_ATTRIBUTES_LOW_BYTE] & 0x10))  # (a v0/v1 message set has no such bit: INVALID_RECORD)
 
 
 def _denied(services, ctx, request, version: int):

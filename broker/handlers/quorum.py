@@ -11,7 +11,7 @@ AssignReplicasToDirs (73) and AllocateProducerIds (67) are answered by the activ
 the records are committed, then the response goes out); elsewhere NOT_CONTROLLER, which brokers take as
 "look for the controller again". ElectLeaders (43), AlterPartitionReassignments (45) and
 ListPartitionReassignments (46) are admin requests: any broker takes them and forwards them whole to the
-active controller.
+active controller in an Envelope (broker/handlers/envelope.py), which authorizes the client.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from odradek.replication.raft import METADATA_TOPIC, METADATA_TOPIC_ID
 
 from ..authorizer import requires
 from . import BROKER, CONTROLLER, handles
+from .envelope import forward_for_client, forwarded
 
 QTopic = DescribeQuorumResponse.TopicData
 QPartition = QTopic.PartitionData
@@ -83,14 +84,20 @@ def handle_metadata_fetch(services, ctx, request):
 
 
 @handles(55, (0, 2), listeners=(BROKER, CONTROLLER))
-@requires(AclOperation.DESCRIBE)
 def handle_describe_quorum(services, ctx, request):
     quorum = services.quorum
-    if quorum is not None and quorum.raft.is_leader:
+    if quorum is not None and not quorum.raft.is_leader:
+        # Only the leader knows every voter's lag: it answers, and authorizes the client (KIP-590).
+        return forward_for_client(services, ctx, request)
+    return _describe_quorum(services, ctx, request)
+
+
+@requires(AclOperation.DESCRIBE)
+def _describe_quorum(services, ctx, request):
+    quorum = services.quorum
+    if quorum is not None:
         answered = quorum.handle_request(request)
         return _with_voter_endpoints(services, answered) if ctx.api_version >= 2 else answered
-    if quorum is not None:  # only the leader knows every voter's lag
-        return services.controller.forward(request, ctx.api_version)
     return _quorum_of_one(services)
 
 
@@ -217,11 +224,9 @@ def handle_assign_replicas_to_dirs(services, ctx, request):
 
 
 @handles(43, listeners=(BROKER, CONTROLLER))
+@forwarded
 @requires(AclOperation.ALTER)
 def handle_elect_leaders(services, ctx, request):
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
-
     def failed(code, message):
         return ElectLeadersResponse(throttle_time_ms=0, error_code=code, replica_election_results=[])
 
@@ -229,11 +234,9 @@ def handle_elect_leaders(services, ctx, request):
 
 
 @handles(45, listeners=(BROKER, CONTROLLER))
+@forwarded
 @requires(AclOperation.ALTER)
 def handle_alter_partition_reassignments(services, ctx, request):
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
-
     def failed(code, message):
         return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
 
@@ -241,10 +244,9 @@ def handle_alter_partition_reassignments(services, ctx, request):
 
 
 @handles(46, listeners=(BROKER, CONTROLLER))
+@forwarded
 @requires(AclOperation.DESCRIBE)
 def handle_list_partition_reassignments(services, ctx, request):
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
     return services.controller.list_partition_reassignments(request)
 
 

@@ -1,8 +1,8 @@
 """DescribeClientQuotas (48) and AlterClientQuotas (49).
 
 Quotas live in the cluster metadata log (ClientQuotaRecord), so AlterClientQuotas is a controller decision
-(forwarded whole to the active controller by any other node, after this broker checked ALTER_CONFIGS on
-the cluster); DescribeClientQuotas answers from this broker's image (DESCRIBE_CONFIGS on the cluster),
+(forwarded whole to the active controller by any other node, in an Envelope: the controller checks
+ALTER_CONFIGS on the cluster for the client); DescribeClientQuotas answers from this broker's image (DESCRIBE_CONFIGS on the cluster),
 filtered as Kafka's ClientQuotasImage.describe filters: each component names an entity type and matches
 an exact name, the default (null name) or any specified name; `strict` also refuses entities of other types.
 """
@@ -16,6 +16,7 @@ from odradek.replication.metadata_image import MetadataError
 from odradek.replication.quota import CLIENT_ID, IP, USER
 
 from . import BROKER, CONTROLLER, handles
+from .envelope import forwarded
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 AlterEntry = AlterClientQuotasResponse.EntryData
@@ -23,6 +24,7 @@ DescribeEntry = DescribeClientQuotasResponse.EntryData
 
 
 @handles(49, (0, 1), listeners=(BROKER, CONTROLLER))
+@forwarded
 def handle_alter_client_quotas(services, ctx, request):
     def entity_of(entry) -> list:
         return [AlterEntry.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity]
@@ -31,8 +33,6 @@ def handle_alter_client_quotas(services, ctx, request):
         return AlterClientQuotasResponse(throttle_time_ms=0, entries=[
             AlterEntry(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=None, entity=entity_of(e))
             for e in request.entries])
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
     items = [([(e.entity_type, e.entity_name) for e in entry.entity], [(op.key, op.value, op.remove) for op in entry.ops])
              for entry in request.entries]
 

@@ -27,6 +27,7 @@ from odradek.replication.metadata_records import RemoveUserScramCredentialRecord
 
 from ..authorizer import requires
 from . import BROKER, CONTROLLER, handles
+from .envelope import forwarded
 
 _MECHANISM_IDS = {int(m) for m in ScramMechanism}
 
@@ -119,14 +120,13 @@ def decide_scram_changes(image, deletions, upsertions) -> tuple[list, dict[str, 
 
 
 @handles(51, listeners=(BROKER, CONTROLLER))
+@forwarded
 def handle_alter_user_scram_credentials(services, ctx, request):
     if not services.authorized(ctx, AclOperation.ALTER, ResourceType.CLUSTER):
         users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
         return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
             AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult(
                 user=user, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=None) for user in users])
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
     Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
     outcome_holder: dict = {}
 

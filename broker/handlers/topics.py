@@ -31,6 +31,7 @@ from ..config import ConfigError
 from ..controller_channel import CreatedTopic, NewPartitions, NewTopic, TopicToDelete
 from ..topic_config import describe_topic
 from . import BROKER, CONTROLLER, handles
+from .envelope import forwarded
 
 CTResult = CreateTopicsResponse.CreatableTopicResult
 CTConfig = CTResult.CreatableTopicConfigs
@@ -88,7 +89,7 @@ def _created(services, created: CreatedTopic, version: int) -> CTResult:
 
 
 def _create_refusal(services, ctx, t) -> ErrorCode | None:
-    if services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER) or services.authorized(
+    if services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER, log_denied=False) or services.authorized(
             ctx, AclOperation.CREATE, ResourceType.TOPIC, t.name):
         return None
     return ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -99,10 +100,9 @@ def _create_denied(t, code: ErrorCode, version: int) -> CTResult:
 
 
 @handles(19, (2, 7), listeners=(BROKER, CONTROLLER))
+@forwarded
 @per_item("topics", "topics", _create_refusal, _create_denied)
 def handle_create_topics(services, ctx, request):
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)  # KIP-590: the active controller answers
     version = ctx.api_version
     internal = ctx.connection.scope == CONTROLLER  # brokers create internal topics through the controller
     duplicated = _duplicates(t.name for t in request.topics)
@@ -168,10 +168,9 @@ def _delete_denied(t, code: ErrorCode, version: int) -> DTResult:
 
 
 @handles(20, (1, 6), listeners=(BROKER, CONTROLLER))
+@forwarded
 @per_item(lambda version: "topics" if version >= 6 else "topic_names", "responses", _delete_refusal, _delete_denied)
 def handle_delete_topics(services, ctx, request):
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
     version = ctx.api_version
     if version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -236,10 +235,9 @@ def _alter_denied(t, code: ErrorCode, version: int) -> CPResult:
 
 
 @handles(37, (0, 3), listeners=(BROKER, CONTROLLER))
+@forwarded
 @per_item("topics", "results", _alter_refusal, _alter_denied)
 def handle_create_partitions(services, ctx, request):
-    if not services.controller.is_active:
-        return services.controller.forward(request, ctx.api_version)
     duplicated = _duplicates(t.name for t in request.topics)
     results: list = []
     items: list[NewPartitions] = []

@@ -6,7 +6,12 @@ WriteTxnMarkers, the partitions' side, in its own module.
 
 EndTxn stops at v4: v5 is Transaction Version 2 (KIP-890 part 2, an epoch bump per transaction), which
 clients use only when the broker finalizes the `transaction.version` feature at 2; this broker does not,
-and none of the clients tested here (librdkafka, aiokafka, kafka-python) sends v5.
+and none of the clients tested here (librdkafka, aiokafka, kafka-python) sends v5. Not advertising either
+keeps the Java client on version 1 too (it then sends EndTxn v4, Produce v11 and TxnOffsetCommit v4 at
+most in a transaction), whose partitions are verified, not added, by the partition leader
+(handlers/produce.py); tests/integration/test_txn_produce_checks.py pins what ApiVersions says.
+AddPartitionsToTxn v5 and TxnOffsetCommit v5 are advertised as Kafka does whatever the feature: v5 of the
+first only adds the TRANSACTION_ABORTABLE error, and a client sends v5 of the second only with TV2.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ def handle_add_offsets_to_txn(services, ctx, request):
     return respond(services, services.transactions.add_offsets_to_txn(request, ctx.api_version, services.now_ms()))
 
 
-@handles(26, (0, 4))
+@handles(26, (0, 4))  # not v5: Transaction Version 2 (see the module doc)
 def handle_end_txn(services, ctx, request):
     if (refused := transaction_refusal(services, ctx, request.transactional_id)) is not None:
         return EndTxnResponse(throttle_time_ms=0, error_code=int(refused))
@@ -88,7 +93,7 @@ def handle_list_transactions(services, ctx, request):
     response = services.transactions.list_transactions(request, ctx.api_version, services.now_ms())
     if services.authorizer is not None:  # only the transactional ids the principal may describe
         allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
-                                            [t.transactional_id for t in response.transaction_states])
+                                            [t.transactional_id for t in response.transaction_states], log_denied=False)
         response.transaction_states = [t for t in response.transaction_states if t.transactional_id in allowed]
     return response
 

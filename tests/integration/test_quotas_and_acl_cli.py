@@ -90,3 +90,15 @@ def test_acl_cli(open_secured):
     assert len(json.loads(ok(odradek(bs, "-o", "json", "acl", "list")))) == 2
     usage = odradek(bs, "acl", "add", "--topic", "x")
     assert usage.returncode == 2
+
+
+def test_quota_cli_sets_connection_creation_rates_of_ip_entities(open_secured):
+    bs = open_secured.bootstrap
+    ok(odradek(bs, "quota", "set", "--ip", "10.9.8.7", "connection_creation_rate=5"))
+    ok(odradek(bs, "quota", "set", "--ip-default", "connection_creation_rate=50"))
+    described = json.loads(ok(odradek(bs, "-o", "json", "quota", "describe", "--ip", "10.9.8.7")))
+    assert described == [{"entity": {"ip": "10.9.8.7"}, "quotas": {"connection_creation_rate": 5.0}}]
+    bad = odradek(bs, "quota", "set", "--ip", "10.9.8.7", "producer_byte_rate=5")  # not a quota of an address
+    assert bad.returncode == 1 and "INVALID_REQUEST" in bad.stderr
+    ok(odradek(bs, "quota", "set", "--ip-default", "--delete", "connection_creation_rate"))
+    ok(odradek(bs, "quota", "set", "--ip", "10.9.8.7", "--delete", "connection_creation_rate"))

@@ -32,7 +32,7 @@ PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required 
 SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="admin-secret";'
 
 
-def secured_configs(tmp_path, pki, n: int = 3):
+def secured_configs(tmp_path, pki, n: int = 3, **extra):
     cluster_id = new_cluster_id()
     ports = free_ports(3 * n)
     voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * n + i]}" for i in range(n))
@@ -59,7 +59,7 @@ def secured_configs(tmp_path, pki, n: int = 3):
             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
             "default.replication.factor": 3, "offsets.topic.replication.factor": 3, "min.insync.replicas": 2,
             "replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 100,
-            **QUICK,
+            **QUICK, **extra,
         }))
     return configs
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
-import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -22,13 +21,14 @@ pytestmark = pytest.mark.timeout(60)
 
 TIMEOUT_S = 15
 RECORDS = 10
-SHUTDOWN_BOUND_S = 20.0  # far below the 60 s long poll: a bound on behaviour, not a speed check
+EXIT_DEADLINE_S = 45  # a deadline for the poll on the process, not a speed claim: the parked fetch waits ~24 days
+PARKED_WAIT_MS = 2**31 - 1  # the longest wait the protocol can ask for: only an answer on shutdown ends it
 
 
 def long_poll(topic: str, offset: int) -> FetchRequest:
     Topic = FetchRequest.FetchTopic
     return FetchRequest(
-        max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+        max_wait_ms=PARKED_WAIT_MS, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
         forgotten_topics_data=[], rack_id="",
         topics=[Topic(topic=topic, partitions=[Topic.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)])],
     )
@@ -43,7 +43,7 @@ def test_signal_while_consumers_long_poll_exits_cleanly_and_fast(fresh_broker, s
         producer.produce(topic, value=b"r%d" % i)
     assert producer.flush(TIMEOUT_S) == 0
 
-    # A raw fetch at the end of the log, parked in the purgatory for up to a minute.
+    # A raw fetch at the end of the log, parked in the purgatory for as long as the protocol allows.
     raw = RawClient(broker.bootstrap)
     raw.send(long_poll(topic, RECORDS), 11)
     with pytest.raises(TimeoutError):
@@ -71,16 +71,13 @@ def test_signal_while_consumers_long_poll_exits_cleanly_and_fast(fresh_broker, s
     poller.start()
     try:
         assert caught_up.wait(TIMEOUT_S), f"consumer read {len(seen)} of {RECORDS}"
-        started = time.monotonic()
         broker.proc.send_signal(signum)
         try:
-            code = broker.proc.wait(SHUTDOWN_BOUND_S * 3)
+            code = broker.proc.wait(EXIT_DEADLINE_S)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the broker did not exit within {SHUTDOWN_BOUND_S * 3}s of the signal")
-        elapsed = time.monotonic() - started
+            pytest.fail(f"the broker did not exit within {EXIT_DEADLINE_S}s of the signal: a parked fetch held it")
         broker.stop()  # reaps the output reader
         assert code == 0, broker.log_text()[-3000:]
-        assert elapsed < SHUTDOWN_BOUND_S, f"shutdown took {elapsed:.1f}s: a long poll held it"
         assert (broker.data_dir / CLEAN_SHUTDOWN_FILE).exists()
         assert "shutting down" in broker.log_text()
         assert "Traceback" not in broker.log_text(), broker.log_text()[-3000:]

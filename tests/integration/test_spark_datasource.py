@@ -1,7 +1,7 @@
 """The `odradek` PySpark data source with real Spark (local[2], one session for the module) against a real
 broker process: batch reads with offsets, timestamps and headers; data loss; a stream to Parquet stopped
 and restarted; read limits and AvailableNow; batch writes; and the exactly-once streaming sink across
-injected failures on both sides of its commit marker.
+injected task failures (mid-transaction and after its commit) and a failure of the driver's commit.
 
 No sleeps: streams are driven with processAllAvailable() or Trigger.AvailableNow.
 """
@@ -26,6 +26,7 @@ from odradek.client.blocking import BlockingAdmin, BlockingConsumer, BlockingPro
 from odradek.client.cluster import TopicPartition  # noqa: E402
 from odradek.pipeline import _kafka  # noqa: E402
 from odradek.pipeline.datasource import OdradekDataSource, StreamWriter  # noqa: E402
+from odradek.pipeline.sink import KafkaTaskTransaction, progress_group, transactional_id  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -86,10 +87,11 @@ def produce(producer, topic: str, n: int, *, start: int = 0, partitions: int = 3
     return [f.result(10) for f in futures]
 
 
-def read_topic(bootstrap: str, topic: str) -> list:
+def read_topic(bootstrap: str, topic: str, *, isolation_level: str = "read_committed") -> list:
     """Every record of `topic`, read with the plain client (independent of the data source)."""
     admin = BlockingAdmin(bootstrap_servers=bootstrap)
-    consumer = BlockingConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    consumer = BlockingConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                isolation_level=isolation_level)
     try:
         tps = admin.topic_partitions(topic)
         ends = admin.end_offsets(tps)
@@ -275,22 +277,59 @@ class InjectedFailure(RuntimeError):
     pass
 
 
+class _DyingTransaction(KafkaTaskTransaction):
+    """A task's transaction whose process dies after its rows are sent and before it commits: the
+    transaction is left open (no abort), for the next attempt's InitProducerId to abort."""
+
+    def commit(self, next_batch):
+        self._run(self._producer.flush())
+        raise InjectedFailure(f"injected failure in the middle of the transaction of {self.txn_id}")
+
+    def abort(self):
+        pass
+
+
 class _FailingStreamWriter(StreamWriter):
-    """Fails commit() of a batch once when a flag file `<dir>/before.<batch>` or `<dir>/after.<batch>`
-    exists: before the sink's commit marker is written (the tasks have published) or after it."""
+    """Fails once where a flag file in `flags` says, and deletes the flag:
+
+    * `mid.<batch>.<task>`: the task dies with its transaction open, its rows sent;
+    * `after.<batch>.<task>`: the task dies after committing its transaction, before Spark hears of it;
+    * `commit.<batch>`: the driver's commit() fails after every task has committed.
+    """
 
     flags: str = ""
 
+    def _take(self, name: str) -> bool:
+        try:
+            os.remove(os.path.join(self.flags, name))
+        except FileNotFoundError:
+            return False
+        return True
+
+    @staticmethod
+    def _where() -> str:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        return f"{ctx.getLocalProperty('streaming.sql.batchId')}.{ctx.partitionId()}"
+
+    def _transaction(self, query_id, task):
+        if self._take(f"mid.{self._where()}"):
+            return _DyingTransaction(self.options.client, transactional_id(query_id, task),
+                                     progress_group(query_id, task), self.options.commit_topic)
+        return super()._transaction(query_id, task)
+
+    def write(self, iterator):
+        message = super().write(iterator)
+        where = self._where()
+        if self._take(f"after.{where}"):
+            raise InjectedFailure(f"injected failure after task {where} committed")
+        return message
+
     def commit(self, messages, batchId):
-        before = os.path.join(self.flags, f"before.{batchId}")
-        if os.path.exists(before):
-            os.remove(before)
-            raise InjectedFailure(f"injected failure before the commit marker of batch {batchId}")
         super().commit(messages, batchId)
-        after = os.path.join(self.flags, f"after.{batchId}")
-        if os.path.exists(after):
-            os.remove(after)
-            raise InjectedFailure(f"injected failure after the commit marker of batch {batchId}")
+        if self._take(f"commit.{batchId}"):
+            raise InjectedFailure(f"injected failure in the driver's commit of batch {batchId}")
 
 
 class FailingOdradek(OdradekDataSource):
@@ -305,7 +344,10 @@ class FailingOdradek(OdradekDataSource):
         return failing
 
 
-def test_stream_sink_replay_after_injected_failures_publishes_no_duplicates(spark, broker, admin, producer, tmp_path):
+def test_stream_sink_writes_each_row_once_across_task_and_driver_failures(spark, broker, admin, producer, tmp_path):
+    """Each failure kills the query (local mode does not retry a task); the restart replays the batch with
+    the same tasks. read_committed sees every input row once; read_uncommitted also sees the rows of the
+    attempt that died mid-transaction, which the next attempt's InitProducerId aborted."""
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the failing subclass lives here
@@ -314,8 +356,8 @@ def test_stream_sink_replay_after_injected_failures_publishes_no_duplicates(spar
     produce(producer, src, 60)
     flags = tmp_path / "flags"
     flags.mkdir()
-    (flags / "before.1").touch()  # batch 1: tasks published, the driver fails before the marker
-    (flags / "after.2").touch()  # batch 2: the marker is written, then the driver fails
+    for name in ("mid.1.0", "after.2.1", "commit.3"):
+        (flags / name).touch()
 
     def run():
         query = (stream_source(spark, broker, subscribe=src, startingOffsets="earliest", maxOffsetsPerTrigger="15")
@@ -329,15 +371,15 @@ def test_stream_sink_replay_after_injected_failures_publishes_no_duplicates(spar
         finally:
             query.stop()
 
-    with pytest.raises(Exception, match="injected failure before"):
-        run()
-    assert len(read_topic(broker.bootstrap, dst)) == 30  # batches 0 and 1 are out; 1 was not committed
-    with pytest.raises(Exception, match="injected failure after"):
-        run()  # replays batch 1 (publishes nothing), runs batch 2, fails after its marker
-    run()  # replays batch 2 (already committed: nothing), then batch 3
+    for failure in ("in the middle of the transaction of", "after task 2.1 committed",
+                    "in the driver's commit of batch 3"):
+        with pytest.raises(Exception, match=failure):
+            run()
+    run()  # replays batch 3 (all of it committed already: nothing is written)
     assert not list(flags.iterdir())
 
     got = read_topic(broker.bootstrap, dst)
     values = Counter(r.value for r in got)
     assert len(got) == 60 and values == Counter(b"v%d" % i for i in range(60)), values.most_common(3)
-    assert all(any(h[0] == "odradek.sink" for h in r.headers) for r in got)
+    assert all(list(r.headers) == [("src", str(int(r.value[1:]) // 3).encode())] for r in got)  # no sink header
+    assert len(read_topic(broker.bootstrap, dst, isolation_level="read_uncommitted")) > 60

@@ -54,7 +54,8 @@ def spark():
 
 def read_topic(bootstrap: str, topic: str) -> list:
     admin = BlockingAdmin(bootstrap_servers=bootstrap)
-    consumer = BlockingConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", max_poll_records=5000)
+    consumer = BlockingConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", max_poll_records=5000,
+                                isolation_level="read_committed")  # the sink's output is transactional
     try:
         tps = admin.topic_partitions(topic)
         ends = admin.end_offsets(tps)

@@ -1,6 +1,7 @@
 """The partitions' side of transactions on a live broker, driven by raw requests where the transaction
-coordinator would act: transactional batches produced with a producer id, COMMIT/ABORT markers written
-with WriteTxnMarkers, and real clients reading with isolation.level=read_committed (confluent-kafka and
+coordinator would act: transactional batches produced with a producer id (the broker's verification with
+the coordinator switched off, `transaction.partition.verification.enable=false`, so that no coordinator
+transaction is needed), COMMIT/ABORT markers written with WriteTxnMarkers, and real clients reading with isolation.level=read_committed (confluent-kafka and
 kafka-python) that never see an aborted record and see committed ones in order; the last stable offset
 in ListOffsets and Fetch; fencing of stale markers; DescribeProducers.
 """
@@ -31,6 +32,8 @@ pytestmark = pytest.mark.timeout(120)
 TOPIC = "txn"
 NOW = int(time.time() * 1000)
 TIMEOUT_S = 30
+UNVERIFIED = {"transaction_partition_verification_enable": False}  # (the partitions' side only: see the module doc)
+HARNESS_TRANSACTIONAL_ID = "markers-harness"  # transactional batches need a transactional id in the request
 
 PTopic = ProduceRequest.TopicProduceData
 Marker = WriteTxnMarkersRequest.WritableTxnMarker
@@ -55,7 +58,8 @@ def producer_id(client: RawClient) -> int:
 def produce(client: RawClient, pid: int, seq: int, values: list[bytes], *, transactional: bool = True) -> int:
     batch = build_batch([(b"k", v, None, NOW) for v in values], producer_id=pid, producer_epoch=0,
                         base_sequence=seq, transactional=transactional)
-    response = client.request(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10_000, topic_data=[
+    response = client.request(ProduceRequest(
+        transactional_id=HARNESS_TRANSACTIONAL_ID if transactional else None, acks=-1, timeout_ms=10_000, topic_data=[
         PTopic(name=TOPIC, partition_data=[PTopic.PartitionProduceData(index=0, records=batch)])]), 9)
     part = response.responses[0].partition_responses[0]
     assert part.error_code == 0, part
@@ -124,7 +128,7 @@ def kafka_python_committed(bootstrap: str, expected: int) -> list[bytes]:
 
 
 def test_read_committed_consumers_skip_aborted_transactions(tmp_path):
-    with BrokerThread(tmp_path) as broker, RawClient(broker.bootstrap) as client:
+    with BrokerThread(tmp_path, **UNVERIFIED) as broker, RawClient(broker.bootstrap) as client:
         create_topic(client, TOPIC)
         aborter, committer, plain = producer_id(client), producer_id(client), producer_id(client)
         produce(client, plain, 0, [b"plain-0"], transactional=False)
@@ -177,14 +181,14 @@ def test_read_committed_consumers_skip_aborted_transactions(tmp_path):
         assert states[committer].last_sequence == 2 and states[plain].current_txn_start_offset == -1
 
     # After a restart (clean), the index and the producer state come back: the same answers.
-    with BrokerThread(tmp_path) as broker:
+    with BrokerThread(tmp_path, **UNVERIFIED) as broker:
         assert read_committed_values(broker.bootstrap, len(want)) == want
 
 
 def test_kill_9_then_recovery_rebuilds_what_read_committed_readers_see(tmp_path):
     from tests.brokerproc import BrokerProcess
 
-    proc = BrokerProcess(tmp_path).start()
+    proc = BrokerProcess(tmp_path, "transaction.partition.verification.enable=false").start()
     try:
         with RawClient(proc.bootstrap) as client:
             create_topic(client, TOPIC)

@@ -30,7 +30,9 @@ pytestmark = pytest.mark.timeout(150)
 
 TOPIC = "txn"
 TP = TopicPartition(TOPIC, 0)
-FAST = {"replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 100}
+FAST = {"replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 100,
+        # Transactional batches and markers sent raw, without a coordinator transaction (the partitions' side).
+        "transaction.partition.verification.enable": False}
 PTopic = ProduceRequest.TopicProduceData
 Marker = WriteTxnMarkersRequest.WritableTxnMarker
 
@@ -101,7 +103,7 @@ async def test_followers_rebuild_transaction_state_and_a_new_leader_serves_read_
         async def produce(pid: int, seq: int, values: list[bytes]) -> None:
             batch = build_batch([(None, v, None, NOW) for v in values], producer_id=pid, producer_epoch=0,
                                 base_sequence=seq, transactional=True)
-            r = await conn.request(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=20_000, topic_data=[
+            r = await conn.request(ProduceRequest(transactional_id="raw", acks=-1, timeout_ms=20_000, topic_data=[
                 PTopic(name=TOPIC, partition_data=[PTopic.PartitionProduceData(index=0, records=batch)])]), 9)
             assert r.responses[0].partition_responses[0].error_code == 0
 

@@ -53,12 +53,12 @@ def append(rm, n: int) -> None:
         partition.log.append(bytearray(build_batch([(None, b"v%d" % i, None, NOW)])), leader_epoch=0, now_ms=NOW)
 
 
-def fetch(rm, offset: int, *, replica_id: int = -1, rack: str | None = "b", max_wait_ms: int = 0):
+def fetch(rm, offset: int, *, replica_id: int = -1, rack: str | None = "b", max_wait_ms: int = 0, now_ms: int = NOW):
     got = {}
     client = ClientMetadata(rack_id=rack, listener_name="PLAINTEXT") if rack is not None else None
     isolation = FetchIsolation.LOG_END if replica_id >= 0 else FetchIsolation.HIGH_WATERMARK
     rm.fetch_records([FetchRequestPartition(TP, offset, 1 << 20)], max_bytes=1 << 20, min_bytes=1,
-                     max_wait_ms=max_wait_ms, isolation=isolation, now_ms=NOW, respond=got.update,
+                     max_wait_ms=max_wait_ms, isolation=isolation, now_ms=now_ms, respond=got.update,
                      replica_id=replica_id, client_metadata=client if replica_id < 0 else None)
     return got.get(TP)
 
@@ -144,6 +144,37 @@ def test_a_follower_out_of_the_isr_sends_consumers_back_to_the_leader(tmp_path):
     assert fetch(follower, 0, rack="b").error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     leaderless = manager(tmp_path / "x", node_id=2, leader=-1, isr=(2,))
     assert fetch(leaderless, 0, rack="b").error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_follower_the_leader_sees_lagging_or_leaving_the_isr_is_no_longer_preferred(tmp_path):
+    """The follower refuses consumers once the image drops it from the ISR, which may reach it before the
+    leader: the leader must stop pointing consumers there as soon as it sees the follower fall behind (or
+    has proposed dropping it), or a consumer bounces between the two (the intermittent failure of
+    test_fetch_from_follower_inprocess: librdkafka lost track of the leader in that loop)."""
+    leader = manager(tmp_path, node_id=1, leader=1)
+    partition = leader.get_partition(TP)
+    append(leader, 3)
+    for follower in (2, 3):
+        fetch(leader, 3, replica_id=follower)
+    assert fetch(leader, 3, rack="b").preferred_read_replica == 2
+    append(leader, 2)  # follower 2 stops fetching; 3 keeps up
+    later = NOW + leader.replica_lag_time_max_ms + 1
+    fetch(leader, 5, replica_id=3, now_ms=later)
+    assert partition.isr == (1, 2, 3)  # the image still has 2 in the ISR ...
+    assert partition.proposed_isr(later) == (1, 3)  # ... but the leader sees it lagging
+    answer = fetch(leader, 0, rack="b", now_ms=later)  # follower 2 holds offset 0, but is behind
+    assert answer.preferred_read_replica == -1 and answer.size > 0
+
+    caught_up = manager(tmp_path / "pending", node_id=1, leader=1)
+    append(caught_up, 3)
+    for follower in (2, 3):
+        fetch(caught_up, 3, replica_id=follower)
+    caught_up.get_partition(TP).pending_isr = (1, 3)  # an AlterPartition dropping 2 is in flight
+    assert fetch(caught_up, 0, rack="b").preferred_read_replica == -1
+    caught_up.get_partition(TP).pending_isr = None
+    assert fetch(caught_up, 0, rack="b").preferred_read_replica == 2
+    caught_up.get_partition(TP)._is_replica_eligible = lambda replica_id: replica_id != 2  # fenced, or leaving
+    assert fetch(caught_up, 0, rack="b").preferred_read_replica == -1
 
 
 def test_rack_aware_selector_prefers_the_most_caught_up_replica_of_the_clients_rack():

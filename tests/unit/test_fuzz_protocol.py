@@ -12,7 +12,6 @@ inserted. Whatever is accepted must re-encode and decode to itself.
 from __future__ import annotations
 
 import pathlib
-import time
 import tracemalloc
 
 import pytest
@@ -218,17 +217,16 @@ def test_mutated_responses_to_client(data):
 # Lying lengths fail fast and allocate nothing
 
 
-def _assert_fails_fast(fn, max_peak=256 * 1024, max_seconds=1.0):
+def _assert_fails_fast(fn, max_peak=256 * 1024):
+    """Refused without allocating for the claim. Memory is the deterministic witness: a decoder that trusted
+    the count would allocate (and spend time) in proportion to it."""
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         with pytest.raises(RemoteProtocolError):
             fn()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    # Generous bounds (the machine is shared): what matters is that nothing scales with the claim.
-    assert time.perf_counter() - start < max_seconds
     assert peak < max_peak, f"peak {peak} bytes"
 
 

@@ -7,7 +7,8 @@ same state: files byte for byte (logs, indexes, producer snapshots after a roll)
 and producer state. The appends mix what the single-batch path must get right and what it must hand back:
 idempotent and transactional producers with in-order, duplicate, out-of-order and fenced batches, new
 epochs, unknown producers, corrupt CRCs, control batches, timestamps out of range and absent, batches over
-max.message.bytes, multi-batch appends, rolls (small segments, full indexes, segment.ms) and flush.messages.
+max.message.bytes, multi-batch appends, rolls (small segments, full indexes, segment.ms) and flush.messages;
+transaction markers, and appends presenting a verification guard, the SENTINEL or none (KIP-890).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import random
 
 import pytest
 
-from odradek.protocol.records import ATTR_CONTROL, build_batch, read_batch_header
+from odradek.protocol.records import ABORT, ATTR_CONTROL, COMMIT, build_batch, build_control_batch, read_batch_header
 from odradek.storage.config import LogConfig
 from odradek.storage.log import AppendInfo, Log
+from odradek.storage.producer_state import SENTINEL, AppendOrigin
 
 NOW = 1_700_000_000_000
 
@@ -33,7 +35,7 @@ CONFIGS = {
 
 
 def _general_only(log: Log) -> Log:
-    log._append_single_batch = lambda buf, leader_epoch, now_ms: None  # the general loop for every append
+    log._append_single_batch = lambda buf, leader_epoch, now_ms, verification_guard: None  # the general loop for every append
     return log
 
 
@@ -91,9 +93,16 @@ def _append(rnd: random.Random, producers: _Producers, now: int, epoch: int) -> 
     return data
 
 
-def _outcome(log: Log, data: bytearray, epoch: int, now: int):
+def _outcome(log: Log, data: bytearray, epoch: int, now: int, guard="none"):
+    """`guard`: "none" (unchecked), "sentinel", or "verified" (a verification begun for the batch's producer)."""
+    if guard == "verified":
+        header = read_batch_header(data)
+        guard = log.maybe_start_transaction_verification(header.producer_id, header.base_sequence,
+                                                         header.producer_epoch, now)
+    else:
+        guard = SENTINEL if guard == "sentinel" else None
     try:
-        return log.append(data, leader_epoch=epoch, now_ms=now)
+        return log.append(data, leader_epoch=epoch, now_ms=now, verification_guard=guard)
     except Exception as e:  # noqa: BLE001 - the comparison is of which error, with which message
         return type(e).__name__, str(e), list(getattr(e, "record_errors", ()))  # (KIP-467's per-record errors)
 
@@ -110,7 +119,8 @@ def _state(log: Log):
     producers = log.producer_state
     return (log.log_start_offset, log.log_end_offset, log._last_now_ms, log.leader_epoch_entries, log.recovery_point,
             [s.base_offset for s in log.segments], producers.map_end_offset, dict(producers.producers),
-            log.first_unstable_offset)
+            log.first_unstable_offset,
+            {pid: (v.timestamp_ms, v.lowest_sequence, v.epoch) for pid, v in producers.verification_states.items()})
 
 
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))
@@ -126,9 +136,15 @@ def test_single_batch_path_matches_the_general_loop(tmp_path, config_name, seed)
     for i in range(300):
         now += rnd.choice((0, 1, 7, 40))
         epoch += rnd.random() < 0.03
+        if rnd.random() < 0.03:  # the transactional producer's transaction ends (its verification is spent)
+            txn_epoch, kind = producers.state[1002][0], rnd.choice((ABORT, COMMIT))
+            for log in (fast, general):
+                log.append(bytearray(build_control_batch(kind, 1002, txn_epoch, 0, now)),
+                           leader_epoch=epoch, now_ms=now, origin=AppendOrigin.COORDINATOR)
         data = _append(rnd, producers, now, epoch)
-        a = _outcome(fast, bytearray(data), epoch, now)
-        b = _outcome(general, bytearray(data), epoch, now)
+        guard = rnd.choice(("none", "none", "sentinel", "verified", "verified"))
+        a = _outcome(fast, bytearray(data), epoch, now, guard)
+        b = _outcome(general, bytearray(data), epoch, now, guard)
         assert a == b, f"append {i}"
         assert _state(fast) == _state(general), f"after append {i}"
         outcomes["error" if not isinstance(a, AppendInfo) else "duplicate" if a.duplicate else "ok"] += 1
@@ -146,8 +162,8 @@ def test_the_single_batch_path_serves_one_batch_and_hands_back_the_rest(tmp_path
     taken = []
     inner = log._append_single_batch
 
-    def spy(buf, leader_epoch, now_ms):
-        info = inner(buf, leader_epoch, now_ms)
+    def spy(buf, leader_epoch, now_ms, verification_guard):
+        info = inner(buf, leader_epoch, now_ms, verification_guard)
         taken.append(info is not None)
         return info
 

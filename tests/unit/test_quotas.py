@@ -13,6 +13,7 @@ from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapsh
 from odradek.replication.quota import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
+    ConnectionCreationRates,
     QuotaError,
     QuotaSensors,
     Rate,
@@ -90,6 +91,21 @@ def test_a_producer_held_to_its_quota_by_throttling():
     assert sent / (now_ms / 1000) == pytest.approx(1_000_000, rel=0.15)
 
 
+def test_a_throttled_fetch_is_unrecorded_and_fetches_are_capped_at_the_quota_window():
+    """KafkaApis.handleFetchRequest: a throttled fetch is answered empty, so its bytes are taken back; and a
+    consumer's fetch is capped at quota x (samples - 1) windows, the most one response may be unthrottled."""
+    sensors = QuotaSensors(CONSUMER_BYTE_RATE, samples=11, window_ms=1000)
+    configured = {entity_key([(C, "app")]): {CONSUMER_BYTE_RATE: 1000.0}}
+    assert sensors.max_value_in_window(configured, "ANONYMOUS", "app") == 10_000
+    assert sensors.max_value_in_window(configured, "ANONYMOUS", "other") == float("inf")
+    assert sensors.record(configured, "ANONYMOUS", "app", 10_000, 0) == 0  # exactly the cap: within
+    assert sensors.record(configured, "ANONYMOUS", "app", 5_000, 100) > 0  # more: throttled...
+    sensors.unrecord(configured, "ANONYMOUS", "app", 5_000, 100)  # ...answered empty, so taken back
+    assert sensors.record(configured, "ANONYMOUS", "app", 0, 100) == 0
+    # Once the first window has aged out, the consumer may read again.
+    assert sensors.record(configured, "ANONYMOUS", "app", 5_000, 11_100) == 0
+
+
 def test_quota_records_through_controller_image_and_snapshot():
     controller = Controller(rng=random.Random(1))
     records, _ = controller.alter_client_quota([(U, "alice"), (C, None)], [(PRODUCER_BYTE_RATE, 1024.0, False)])
@@ -102,3 +118,48 @@ def test_quota_records_through_controller_image_and_snapshot():
     for bad in ([(PRODUCER_BYTE_RATE, 1.5, False)], [("nonsense", 1.0, False)], [(PRODUCER_BYTE_RATE, -1.0, False)]):
         with pytest.raises(MetadataError):
             controller.alter_client_quota([(U, "alice")], bad)
+
+
+# -- connection creation rates (KIP-612)
+
+
+def test_connections_over_the_broker_rate_wait_bounded_by_one_window():
+    rates = ConnectionCreationRates(broker_rate=5, samples=11, window_ms=1000)
+    # 50 connections at once are 5/s over the 10 s minimum span: within the rate.
+    assert [rates.accept("CLIENT", 0) for _ in range(50)] == [0] * 50
+    assert rates.accept("CLIENT", 0) == 200  # 51 over 10 s: (5.1 - 5) / 5 * 10 s
+    assert max(rates.accept("CLIENT", 0) for _ in range(100)) == 1000  # never more than one quota window
+
+
+def test_the_protected_listener_skips_the_broker_rate_but_not_its_own():
+    rates = ConnectionCreationRates(broker_rate=1, listener_rates={"INTERNAL": 3}, protected_listeners=frozenset({"INTERNAL"}),
+                                    samples=2, window_ms=1000)
+    assert [rates.accept("INTERNAL", 0) for _ in range(3)] == [0, 0, 0]
+    assert rates.accept("INTERNAL", 0) > 0  # its own rate: 4 in 1 s over 3/s
+    assert rates.accept("CLIENT", 0) == 0  # the broker's rate did not count the internal ones
+    assert rates.accept("CLIENT", 0) > 0
+
+
+def test_an_acceptor_waiting_out_each_throttle_accepts_at_the_rate():
+    """Connections arriving as fast as they can, accepted one after another as the acceptor waits, are
+    accepted at the configured rate on average."""
+    rates = ConnectionCreationRates(broker_rate=20, samples=11, window_ms=1000)
+    now_ms, accepted = 0, 0
+    while now_ms < 60_000:
+        now_ms += 1 + rates.accept("CLIENT", now_ms)
+        accepted += 1
+    assert accepted / (now_ms / 1000) == pytest.approx(20, rel=0.15)
+
+
+def test_an_address_over_its_connection_rate_is_closed_and_not_counted():
+    rates = ConnectionCreationRates(broker_rate=100, samples=2, window_ms=1000)
+    configured = {entity_key([("ip", "10.0.0.1")]): {"connection_creation_rate": 2.0},
+                  entity_key([("ip", None)]): {"connection_creation_rate": 5.0}}
+    assert ConnectionCreationRates.ip_rate(configured, "10.0.0.1") == 2.0
+    assert ConnectionCreationRates.ip_rate(configured, "10.0.0.2") == 5.0  # the default ip entity
+    assert ConnectionCreationRates.ip_rate({}, "10.0.0.2") is None
+    assert [rates.ip_throttle(configured, "CLIENT", "10.0.0.1", 0) for _ in range(2)] == [0, 0]
+    assert rates.ip_throttle(configured, "CLIENT", "10.0.0.1", 0) == 500  # 3 in 1 s over 2/s
+    assert rates.ip_throttle(configured, "CLIENT", "10.0.0.1", 0) == 500  # the refused one was not counted
+    assert rates.ip_throttle(configured, "CLIENT", "10.0.0.2", 0) == 0  # another address has its own rate
+    assert rates.ip_throttle(configured, "CLIENT", "10.0.0.1", 2_000) == 0  # once the windows have passed

@@ -1,0 +1,198 @@
+"""Envelope (58, KIP-590): a client's admin request forwarded to the active controller with its principal.
+
+Theory of operation
+-------------------
+A broker that is not the active controller does not decide admin requests (CreateTopics, CreateAcls,
+AlterClientQuotas, ...), nor does it authorize them: `@forwarded` hands the request, as the client sent
+it, to `ClusterControllerChannel.forward` with the client's request context, which wraps it in an
+EnvelopeRequest (the request's header and body, the client's principal serialized as Kafka's
+DefaultKafkaPrincipalBuilder does, the client's address; protocol/envelope.py) and sends that to the
+active controller's controller listener. The answer is the inner response, unwrapped, for the client.
+
+The controller serves Envelope only on its controller listeners (a client listener does not know API 58:
+a client sending it has its connection closed, as for any API a listener does not serve), and only to a
+principal with CLUSTER_ACTION on the cluster, the forwarding broker's (Kafka's ControllerApis). It then
+serves the inner request as if the client had sent it to the controller: a request context with the
+client's principal and address, on a broker-scope connection (`scope` BROKER), so the handler's own
+checks (`per_item`, `requires`, `services.authorized`) authorize the client and the audit log
+(broker/authorizer.py) names the client. What the envelope itself may fail with, as Kafka answers:
+NOT_CONTROLLER (this node no longer leads; the forwarding broker tries the new one), CLUSTER_AUTHORIZATION_FAILED
+(the sender is no broker), PRINCIPAL_DESERIALIZATION_FAILURE, INVALID_REQUEST (an API that is not
+forwardable, or bytes that do not decode), UNSUPPORTED_VERSION.
+
+Requests a node makes itself on the controller listener (a broker creating an internal topic through a
+controller that has just lost the lead) are relayed as they are when their sender has CLUSTER_ACTION, as
+before: they speak for a node, not for a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+
+import structlog
+
+from odradek.coordinator.runtime import Deferred
+from odradek.protocol.envelope import (
+    PrincipalDeserializationError,
+    address_host,
+    decode_request_data,
+    deserialize_principal,
+    encode_response_data,
+)
+from odradek.protocol.errors import ErrorCode, RemoteProtocolError
+from odradek.protocol.messages import RESPONSES, EnvelopeResponse
+from odradek.replication.acl import AclOperation, ResourceType
+
+from ..authorizer import requires
+from ..context import ConnectionContext, KafkaPrincipal, RequestContext
+from ..node_client import NodeUnavailable
+from ..quorum import ForwardingRefused
+from . import _REGISTRY, BROKER, CONTROLLER, handles
+
+log = structlog.get_logger("odradek.envelope")
+
+ENVELOPE_KEY = 58
+
+# Kafka's forwardable APIs (ApiKeys' `forwardable`) that Odradek serves.
+FORWARDABLE = frozenset({
+    19,  # CreateTopics
+    20,  # DeleteTopics
+    30,  # CreateAcls
+    31,  # DeleteAcls
+    33,  # AlterConfigs
+    37,  # CreatePartitions
+    43,  # ElectLeaders
+    44,  # IncrementalAlterConfigs
+    45,  # AlterPartitionReassignments
+    46,  # ListPartitionReassignments
+    49,  # AlterClientQuotas
+    51,  # AlterUserScramCredentials
+    55,  # DescribeQuorum
+})
+
+
+def forwarded(handler):
+    """A handler decorator for forwardable admin requests, outermost after `@handles`: on a node that is not
+    the active controller, the request goes to the controller in an envelope, before any check here (the
+    controller authorizes the client); on the active controller the handler runs."""
+
+    @functools.wraps(handler)
+    def handle(services, ctx, request):
+        if services.controller.is_active:
+            return handler(services, ctx, request)
+        if ctx.connection.scope == CONTROLLER and services.authorized(
+                ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return services.controller.forward(request, ctx.api_version)  # a node's own request
+        return forward_for_client(services, ctx, request)
+
+    return handle
+
+
+async def forward_for_client(services, ctx, request):
+    """The active controller's answer to a client's request sent in an envelope; when there is none, an
+    answer to the client all the same, as Kafka's ForwardingManager gives: REQUEST_TIMED_OUT when no
+    controller answered in time, UNKNOWN_SERVER_ERROR when the controller refused the envelope itself
+    (a misconfigured cluster: the client can do nothing about it, and must not take it for its own error)."""
+    try:
+        return await services.controller.forward(request, ctx.api_version, client=ctx)
+    except ForwardingRefused as e:
+        return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
+    except NodeUnavailable as e:
+        log.warning("no answer from the active controller to a forwarded request", api_key=ctx.api_key, error=str(e))
+        return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.REQUEST_TIMED_OUT, str(e))
+
+
+def error_response(api_key: int, version: int, request, code: ErrorCode, message: str | None = None):
+    """A forwardable request's response with every entry failed with `code` (Kafka's getErrorResponse): one
+    result per item the client asked about, as clients expect (librdkafka asserts on a missing one)."""
+    response = RESPONSES[api_key]()
+    error = int(code)
+    if api_key == 19:  # CreateTopics
+        Result = type(response).CreatableTopicResult
+        response.topics = [Result(name=t.name, error_code=error, error_message=message) for t in request.topics]
+    elif api_key == 20:  # DeleteTopics: by name before v6, by name or id from v6
+        Result = type(response).DeletableTopicResult
+        response.responses = ([Result(name=t.name, topic_id=t.topic_id, error_code=error) for t in request.topics]
+                              if version >= 6 else [Result(name=n, error_code=error) for n in request.topic_names])
+    elif api_key == 30:  # CreateAcls
+        Result = type(response).AclCreationResult
+        response.results = [Result(error_code=error, error_message=message) for _ in request.creations]
+    elif api_key == 31:  # DeleteAcls
+        Result = type(response).DeleteAclsFilterResult
+        response.filter_results = [Result(error_code=error, error_message=message, matching_acls=[]) for _ in request.filters]
+    elif api_key in (33, 44):  # AlterConfigs, IncrementalAlterConfigs
+        Result = type(response).AlterConfigsResourceResponse
+        response.responses = [Result(error_code=error, error_message=message, resource_type=r.resource_type,
+                                     resource_name=r.resource_name) for r in request.resources]
+    elif api_key == 37:  # CreatePartitions
+        Result = type(response).CreatePartitionsTopicResult
+        response.results = [Result(name=t.name, error_code=error, error_message=message) for t in request.topics]
+    elif api_key == 49:  # AlterClientQuotas
+        Entry = type(response).EntryData
+        response.entries = [Entry(error_code=error, error_message=message, entity=[
+            Entry.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity])
+            for entry in request.entries]
+    elif api_key == 51:  # AlterUserScramCredentials: one result per user named
+        Result = type(response).AlterUserScramCredentialsResult
+        users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
+        response.results = [Result(user=user, error_code=error, error_message=message) for user in users]
+    elif api_key == 43:  # ElectLeaders: each partition named (none when all were asked), and from v1 the whole
+        Result = type(response).ReplicaElectionResult
+        response.replica_election_results = [Result(topic=t.topic, partition_result=[
+            Result.PartitionResult(partition_id=p, error_code=error, error_message=message) for p in t.partitions])
+            for t in request.topic_partitions or ()]
+        if version >= 1:
+            response.error_code = error
+    else:  # Alter/ListPartitionReassignments, DescribeQuorum: a top-level error code
+        response.error_code = error
+        if hasattr(response, "error_message"):
+            response.error_message = message
+    return response
+
+
+def _failed(code: ErrorCode) -> EnvelopeResponse:
+    return EnvelopeResponse(throttle_time_ms=0, response_data=None, error_code=int(code))
+
+
+@handles(ENVELOPE_KEY, listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
+def handle_envelope(services, ctx, request):
+    if not services.controller.is_active:
+        return _failed(ErrorCode.NOT_CONTROLLER)
+    try:
+        principal_type, name, _token_authenticated = deserialize_principal(request.request_principal)
+    except PrincipalDeserializationError as e:
+        log.warning("envelope refused: its principal cannot be read", sender=str(ctx.principal), error=str(e))
+        return _failed(ErrorCode.PRINCIPAL_DESERIALIZATION_FAILURE)
+    try:
+        client_host = address_host(request.client_host_address)
+        header, inner = decode_request_data(request.request_data)
+    except RemoteProtocolError as e:
+        log.warning("envelope refused: its request cannot be read", sender=str(ctx.principal), error=str(e))
+        return _failed(ErrorCode.INVALID_REQUEST)
+    registration = _REGISTRY[CONTROLLER].get(header.api_key)
+    if header.api_key not in FORWARDABLE or registration is None:
+        log.warning("envelope refused: api is not forwardable", sender=str(ctx.principal), api_key=header.api_key)
+        return _failed(ErrorCode.INVALID_REQUEST)
+    if not registration.min_version <= header.api_version <= registration.max_version:
+        return _failed(ErrorCode.UNSUPPORTED_VERSION)
+    client = ConnectionContext(
+        ctx.connection_id, client_host, ctx.listener, ctx.security_protocol,
+        principal=KafkaPrincipal(principal_type, name), scope=BROKER,
+    )
+    inner_ctx = RequestContext(header, inner, client, ctx.received_ns, len(request.request_data))
+    result = registration.handler(services, inner_ctx, inner)
+
+    def wrap(response) -> EnvelopeResponse:
+        return EnvelopeResponse(throttle_time_ms=0, response_data=encode_response_data(header, response), error_code=0)
+
+    if isinstance(result, Deferred):
+        result = services.future_from(result)
+    if inspect.iscoroutine(result) or isinstance(result, asyncio.Future):
+        async def answered() -> EnvelopeResponse:
+            return wrap(await result)
+
+        return answered()
+    return wrap(result)
