@@ -259,8 +259,8 @@ def tag(value: bytes) -> Tagged:
 
 
 class App:
-    """The application's instances, one at a time: start, kill -9, stop; restarted when one exits with an
-    error while `supervise` is on."""
+    """The application's instances, one at a time: start, kill -9, stop. An instance that exits with an
+    error is replaced by a new one (the supervisor thread), one killed by the test is not."""
 
     def __init__(self, directory: Path, bootstrap: str) -> None:
         self.dir = directory
@@ -536,10 +536,8 @@ class LsoMonitor:
 
 
 class TxnCluster(FaultCluster):
-    def write(self, node_id: int, *, controller: bool) -> None:
-        super().write(node_id, controller=controller)
-        with open(self.dir / f"node-{node_id}" / "server.properties", "a", encoding="utf-8") as f:
-            f.write("".join(f"{k}={v}\n" for k, v in EXTRA_SETTINGS.items()))  # later keys win
+    def properties(self, node_id: int, directory: Path, *, controller: bool) -> dict[str, str]:
+        return {**super().properties(node_id, directory, controller=controller), **EXTRA_SETTINGS}
 
     def alive(self) -> list[int]:
         return [n for n in VOTERS if n in self.procs and self.procs[n].poll() is None]
