@@ -31,7 +31,7 @@ default run restarts a killed node as soon as the cluster has moved its work, wh
 The default run does each fault once. ODRADEK_LONG=1 adds a loop of random faults whose seed is printed
 (ODRADEK_TXN_FAULT_SEED=... replays the choices; ODRADEK_TXN_FAULT_ROUNDS sets how many;
 ODRADEK_TXN_FAULT_STEPS=cut_coordinator,kill_app picks from those only), adding cuts of a leader of `out`
-and of the transaction coordinator.
+and of the transaction coordinator, and SIGSTOP of the transaction coordinator.
 Waits are bounded polls of the cluster's and the application's own answers, never sleeps.
 """
 
@@ -259,8 +259,8 @@ def tag(value: bytes) -> Tagged:
 
 
 class App:
-    """The application's instances, one at a time: start, kill -9, stop; restarted when one exits with an
-    error while `supervise` is on."""
+    """The application's instances, one at a time: start, kill -9, stop. An instance that exits with an
+    error is replaced by a new one (the supervisor thread), one killed by the test is not."""
 
     def __init__(self, directory: Path, bootstrap: str) -> None:
         self.dir = directory
@@ -536,10 +536,8 @@ class LsoMonitor:
 
 
 class TxnCluster(FaultCluster):
-    def write(self, node_id: int, *, controller: bool) -> None:
-        super().write(node_id, controller=controller)
-        with open(self.dir / f"node-{node_id}" / "server.properties", "a", encoding="utf-8") as f:
-            f.write("".join(f"{k}={v}\n" for k, v in EXTRA_SETTINGS.items()))  # later keys win
+    def properties(self, node_id: int, directory: Path, *, controller: bool) -> dict[str, str]:
+        return {**super().properties(node_id, directory, controller=controller), **EXTRA_SETTINGS}
 
     def alive(self) -> list[int]:
         return [n for n in VOTERS if n in self.procs and self.procs[n].poll() is None]
@@ -795,6 +793,29 @@ class Run:
         self.cluster.wait_in_sync(victim)
         self.cluster.wait_in_sync(others[0])
 
+    def pause_coordinator(self, rng: random.Random) -> None:
+        """SIGSTOP the node coordinating the application's transactions (a transaction held open) past its
+        session: the others move its partitions and the application carries on with the new coordinator;
+        after SIGCONT the old one finds it was deposed (its markers, if any, carry a stale coordinator epoch
+        and are refused) and follows."""
+        self.cluster.wait_in_sync(self.cluster.alive()[0])
+        self.hold_transaction()
+        victim = self.wait(lambda: self.cluster.find_coordinator(APP_TXN_ID), "the application's coordinator")
+        others = [n for n in VOTERS if n != victim]
+        print(f"SIGSTOP node {victim}, the transaction coordinator of {APP_TXN_ID}")
+        self.cluster.procs[victim].send_signal(signal.SIGSTOP)
+        self.app.release()
+        self.count("pause_coordinator")
+        index = partition_for(APP_TXN_ID, TXN_STATE_PARTITIONS)
+        try:
+            self.wait(lambda: (lambda ps: ps is not None and ps[index].leader_id not in (-1, victim))(
+                self.cluster.topic(others[0], TRANSACTION_STATE_TOPIC)), "another node coordinating the application")
+            self.progress(2, f"while the old coordinator {victim} is stopped", timeout_s=240)
+        finally:
+            self.cluster.procs[victim].send_signal(signal.SIGCONT)
+        self.cluster.wait_in_sync(victim)
+        self.cluster.wait_in_sync(others[0])
+
     # -- the end
 
     def no_hanging(self, what: str, timeout_s: float) -> float:
@@ -934,7 +955,8 @@ def test_exactly_once_random_faults_loop(run):
     print(f"\ntransaction fault loop seed {seed} ({rounds} rounds): ODRADEK_TXN_FAULT_SEED={seed} replays it")
     rng = random.Random(seed)
     run.progress(3, "at start")
-    steps = [Run.kill_app, Run.kill_coordinator, Run.kill_out_leader, Run.cut_out_leader, Run.cut_coordinator]
+    steps = [Run.kill_app, Run.kill_coordinator, Run.kill_out_leader, Run.cut_out_leader, Run.cut_coordinator,
+             Run.pause_coordinator]
     only = os.environ.get("ODRADEK_TXN_FAULT_STEPS")  # e.g. "cut_coordinator,kill_app": only these
     if only:
         steps = [getattr(Run, name) for name in only.split(",")]
