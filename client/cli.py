@@ -487,6 +487,8 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     p.add_argument("--producer-id", action="append", type=int, default=[], metavar="ID")
     p.add_argument("--duration-filter", type=_non_negative, default=None, metavar="MS",
                    help="only transactions running longer than MS")
+    p.add_argument("--transactional-id-pattern", default=None, metavar="REGEX",
+                   help="only transactional ids this regular expression matches whole (ListTransactions v2)")
     p = xsub.add("describe", help="one transactional id: producer, epoch, state, timeout, partitions")
     p.add_argument("transactional_id", nargs="?", metavar="TRANSACTIONAL_ID")
     p.add_argument("--transactional-id", dest="transactional_id_option", default=None, metavar="TRANSACTIONAL_ID")
@@ -1637,8 +1639,12 @@ async def txn_list(args: argparse.Namespace, out: Output) -> int:
     cls = REQUESTS[66]
 
     def build(version: int) -> Any:
+        if args.transactional_id_pattern is not None and version < 2:
+            raise UsageError("--transactional-id-pattern needs ListTransactions v2 (Kafka 4.1): this broker has "
+                             f"v{version}")
         return cls(state_filters=list(args.state), producer_id_filters=list(args.producer_id),
-                   duration_filter=-1 if args.duration_filter is None else args.duration_filter)
+                   duration_filter=-1 if args.duration_filter is None else args.duration_filter,
+                   transactional_id_pattern=args.transactional_id_pattern)
 
     async with _admin(args) as admin:
         responses = await _txn_send_all(admin, build, 66, "ListTransactions")

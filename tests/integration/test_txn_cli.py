@@ -107,6 +107,9 @@ def test_describe_producers_find_hanging_and_abort(tmp_path):
 
         listed = ok_json(bs, "txn", "list")
         assert {"transactional_id": "live-txn", "coordinator": 1, "state": "Ongoing"}.items() <= listed[0].items()
+        assert [t["transactional_id"] for t in ok_json(bs, "txn", "list", "--transactional-id-pattern", "live-.*")] == \
+            ["live-txn"]
+        assert ok_json(bs, "txn", "list", "--transactional-id-pattern", "live") == []  # matched whole, as Kafka's
         live.commit_transaction(30)
         reader = Consumer({"bootstrap.servers": bs, "group.id": "cli-reader", "isolation.level": "read_committed"})
         reader.assign([KafkaTopicPartition(live_topic, 0, 0)])
