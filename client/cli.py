@@ -1683,17 +1683,20 @@ async def txn_describe(args: argparse.Namespace, out: Output) -> int:
 
         node, state = await admin.client.call(attempt, what="DescribeTransactions")
     partitions = [f"{t.topic}-{p}" for t in state.topics for p in t.partitions]
+    started = state.transaction_start_time_ms
+    duration_ms = int(time.time() * 1000) - started if started >= 0 else None  # kafka-transactions.sh's column
     record = {"transactional_id": txn_id, "coordinator": node, "producer_id": state.producer_id,
               "producer_epoch": state.producer_epoch, "state": state.transaction_state,
-              "timeout_ms": state.transaction_timeout_ms, "start_time_ms": state.transaction_start_time_ms,
+              "timeout_ms": state.transaction_timeout_ms, "start_time_ms": started, "duration_ms": duration_ms,
               "partitions": partitions}
     if out.json:
         out.emit_json(record)
     else:
         out.table(["COORDINATOR", "TRANSACTIONAL ID", "PRODUCER ID", "EPOCH", "STATE", "TIMEOUT MS", "STARTED",
-                   "PARTITIONS"],
+                   "DURATION MS", "PARTITIONS"],
                   [[node, txn_id, state.producer_id, state.producer_epoch, state.transaction_state,
-                    state.transaction_timeout_ms, state.transaction_start_time_ms, ",".join(partitions) or "-"]])
+                    state.transaction_timeout_ms, started if started >= 0 else "None",
+                    "None" if duration_ms is None else duration_ms, ",".join(partitions) or "-"]])
     return EXIT_OK
 
 

@@ -407,6 +407,7 @@ def test_cli_lists_describes_and_aborts_a_hanging_transaction(broker):
     assert listed[txn_id]["state"] == "Ongoing" and listed[txn_id]["coordinator"] == 1  # kafka-transactions.sh's columns
     described = json.loads(odradek("txn", "describe", "--transactional-id", txn_id))
     assert described["state"] == "Ongoing" and described["partitions"] == [f"{topic}-0"]
+    assert described["duration_ms"] >= 0 and described["start_time_ms"] > 0
     aborted = json.loads(odradek("txn", "abort", "--topic", topic, "--partition", "0", "--start-offset", "0"))
     assert aborted["aborted"]
     # The partition's last stable offset moved on: a committed record after it is readable at once.
