@@ -12,9 +12,19 @@ most in a transaction), whose partitions are verified, not added, by the partiti
 (handlers/produce.py); tests/integration/test_txn_produce_checks.py pins what ApiVersions says.
 AddPartitionsToTxn v5 and TxnOffsetCommit v5 are advertised as Kafka does whatever the feature: v5 of the
 first only adds the TRANSACTION_ABORTABLE error, and a client sends v5 of the second only with TV2.
+
+TxnOffsetCommit is verified as a produce is (KIP-890 part 1, Kafka's CoordinatorPartitionWriter): unless the
+producer's transaction is open on the group's `__consumer_offsets` partition already, the transaction
+coordinator must confirm that AddOffsetsToTxn put that partition in the transaction. Otherwise the offsets
+would open a transaction there that no marker ever closes: pending offsets forever, and a group whose
+read_committed consumers (require_stable) wait on UNSTABLE_OFFSET_COMMIT for good. A refusal is Kafka's:
+INVALID_TXN_STATE (TRANSACTION_ABORTABLE from v4), INVALID_PRODUCER_EPOCH for a fenced producer,
+COORDINATOR_NOT_AVAILABLE (retried) while the coordinator cannot answer.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
@@ -26,11 +36,15 @@ from odradek.protocol.messages import (
 )
 from odradek.replication.acl import AclOperation, ResourceType
 
+from odradek.storage.names import TopicPartition
+
 from ..authorizer import per_item, transaction_refusal
+from ..txn_wiring import needs_verification, verify_transaction
 from .groups import respond
 from . import handles
 
 READ, WRITE, TOPIC, GROUP = AclOperation.READ, AclOperation.WRITE, ResourceType.TOPIC, ResourceType.GROUP
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @handles(24, (0, 5))
@@ -74,7 +88,26 @@ def _commit_refused(topic, code, version: int):
 @per_item("topics", "topics", lambda services, ctx, t: None if services.authorized(ctx, READ, TOPIC, t.name)
           else ErrorCode.TOPIC_AUTHORIZATION_FAILED, _commit_refused)
 def _txn_offset_commit(services, ctx, request):
+    if services.config.transaction_partition_verification_enable and request.group_id and request.topics:
+        offsets_partition = TopicPartition(OFFSETS_TOPIC, services.groups.partition_for(request.group_id))
+        producer = (request.producer_id, request.producer_epoch)
+        if needs_verification(services.data, offsets_partition, producer):
+            return _verify_then_commit(services, ctx, request, offsets_partition, producer)
     return respond(services, services.groups.txn_offset_commit(request, ctx.api_version, services.now_ms()))
+
+
+async def _verify_then_commit(services, ctx, request, offsets_partition: TopicPartition, producer: tuple[int, int]):
+    # Produce v12 is where TRANSACTION_ABORTABLE reaches producers; TxnOffsetCommit carries it from v4.
+    as_produce_version = 12 if ctx.api_version >= 4 else 11
+    refused = await verify_transaction(services, request.transactional_id, producer, [offsets_partition],
+                                       as_produce_version)
+    code = refused.get(offsets_partition)
+    if code is not None:
+        if code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT):
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE  # the coordinator's trouble, as a group coordinator says it
+        return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[_commit_refused(t, code, 0) for t in request.topics])
+    result = respond(services, services.groups.txn_offset_commit(request, ctx.api_version, services.now_ms()))
+    return await result if isinstance(result, asyncio.Future) else result
 
 
 @handles(65, (0, 0))
