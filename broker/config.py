@@ -48,7 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, PrivateAttr, TypeAdapter, ValidationError, model_validator,
+)
 
 from odradek.replication.replica_selector import replica_selector_for
 
@@ -429,13 +431,57 @@ SslClientAuth = Annotated[str, BeforeValidator(_choice("none", "requested", "req
 AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",)
 
 
-def _parse_super_users(value: Any) -> tuple[str, ...]:
-    principals = tuple(p.strip() for p in _text(value).split(";") if p.strip())
+class SemicolonList(tuple):
+    """A list Kafka writes with semicolons (`super.users=User:admin;User:CN=broker,O=org`): a principal may
+    hold commas, so it renders back joined by `;`, never `,`."""
+
+    __slots__ = ()
+
+
+def _parse_super_users(value: Any) -> SemicolonList:
+    if isinstance(value, (list, tuple)):
+        value = ";".join(_text(v) for v in value)
+    principals = SemicolonList(p.strip() for p in _text(value).split(";") if p.strip())
     for p in principals:
         kind, sep, name = p.partition(":")
         if not sep or not kind or not name:
             raise ValueError(f"{p!r} is not a principal (Type:name, e.g. User:admin)")
     return principals
+
+
+# The principal builder Kafka uses when none is named, and the only one served (broker/security.py builds
+# principals its way); another class is refused rather than ignored.
+DEFAULT_PRINCIPAL_BUILDER = "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"
+
+
+def _parse_principal_builder(value: Any) -> str | None:
+    text = parse_optional_string(value)
+    if text is not None and text != DEFAULT_PRINCIPAL_BUILDER:
+        raise ValueError(
+            f"{text} is not served: principals are built as Kafka's {DEFAULT_PRINCIPAL_BUILDER} builds them "
+            "(ssl.principal.mapping.rules for certificates, the SASL user name otherwise); leave it unset"
+        )
+    return text
+
+
+def _parse_ip_overrides(value: Any) -> dict[str, int]:
+    """`max.connections.per.ip.overrides`: `host-or-address:count,...` (Kafka's format). Host names are
+    resolved when the listeners start (broker/server.py), as Kafka resolves them when it reads the config."""
+    if isinstance(value, Mapping):
+        items = [f"{k}:{v}" for k, v in value.items()]
+    else:
+        items = list(parse_list(value))
+    result: dict[str, int] = {}
+    for item in items:
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not _INT_RE.fullmatch(count.strip()):
+            raise ValueError(f"{item!r} is not host:count (a list of host-or-address:count)")
+        number = int(count)
+        if not 0 <= number <= INT32_MAX:
+            raise ValueError(f"the count of {host!r} must be 0..{INT32_MAX}")
+        result[host] = number
+    return result
 
 
 def _f(alias: str, default: Any, ktype: ConfigType, doc: str, **constraints: Any) -> Any:
@@ -533,6 +579,13 @@ class BrokerConfig(BaseModel):
         T.STRING,
         "Listener brokers use to reach each other; default: the first broker listener.",
     )
+    security_inter_broker_protocol: Annotated[
+        str | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else _choice(*SECURITY_PROTOCOLS)(v))
+    ] = _f(
+        "security.inter.broker.protocol", None, T.STRING,
+        "The older way to name the inter-broker listener: the listener named after this security protocol "
+        "(SSL means the listener SSL). Only one of it and inter.broker.listener.name may be set.",
+    )
 
     # ---- network and request handling
     num_network_threads: Int = _f(
@@ -568,6 +621,10 @@ class BrokerConfig(BaseModel):
     )
     max_connections_per_ip: Int = _f(
         "max.connections.per.ip", INT32_MAX, T.INT, "Most connections from one address.", ge=0
+    )
+    max_connections_per_ip_overrides: Annotated[dict[str, int], BeforeValidator(_parse_ip_overrides)] = _f(
+        "max.connections.per.ip.overrides", "", T.STRING,
+        "Per-address exceptions to max.connections.per.ip: host-or-address:count,... (host names resolved at start).",
     )
     max_connection_creation_rate: Int = _f(
         "max.connection.creation.rate", INT32_MAX, T.INT,
@@ -608,7 +665,7 @@ class BrokerConfig(BaseModel):
     sasl_server_max_receive_size: Int = _f("sasl.server.max.receive.size", 524288, T.INT, "Largest frame accepted before authentication.", ge=1)
     connection_failed_authentication_delay_ms: Int = _f("connection.failed.authentication.delay.ms", 100, T.INT, "Delay before a failed authentication is answered and the connection closed.", ge=0)
     connections_max_reauth_ms: Long = _f("connections.max.reauth.ms", 0, T.LONG, "Longest SASL session before the client must re-authenticate (KIP-368); 0: never.", ge=0)
-    principal_builder_class: OptStr = _f("principal.builder.class", None, T.CLASS, "Accepted for compatibility: principals are built as Kafka's DefaultKafkaPrincipalBuilder does.")
+    principal_builder_class: Annotated[str | None, BeforeValidator(_parse_principal_builder)] = _f("principal.builder.class", None, T.CLASS, f"Only {DEFAULT_PRINCIPAL_BUILDER} (Kafka's default, also when unset): principals are built as it builds them; another class refuses the start.")
 
     # ---- log storage
     log_dir: Str = _f("log.dir", "./odradek-data", T.STRING, "Data directory, used when log.dirs is not set.")
@@ -961,7 +1018,7 @@ class BrokerConfig(BaseModel):
         "authorizer.class.name", "", T.STRING,
         "The authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACLs on; empty turns them off.",
     )
-    super_users: Annotated[tuple[str, ...], BeforeValidator(_parse_super_users)] = _f(
+    super_users: Annotated[tuple[str, ...], PlainValidator(_parse_super_users)] = _f(
         "super.users", "", T.STRING, "Principals allowed everything, separated by semicolons: User:admin;User:broker.",
     )
     allow_everyone_if_no_acl_found: Bool = _f(
@@ -1027,6 +1084,17 @@ class BrokerConfig(BaseModel):
                 f"a controller-only node (process.roles=controller) serves only its controller listeners "
                 f"({', '.join(sorted(controller_names))}), not {', '.join(sorted(names - controller_names))}",
             )
+        if self.inter_broker_listener_name is not None and self.security_inter_broker_protocol is not None:
+            raise _KeyedError(
+                "security.inter.broker.protocol",
+                "only one of inter.broker.listener.name and security.inter.broker.protocol may be set",
+            )
+        if self.security_inter_broker_protocol is not None and self.security_inter_broker_protocol not in names:
+            raise _KeyedError(
+                "security.inter.broker.protocol",
+                f"names the listener {self.security_inter_broker_protocol}, which is not one of the listeners "
+                f"({', '.join(sorted(names))}); set inter.broker.listener.name instead",
+            )
         if (
             self.inter_broker_listener_name is not None
             and self.inter_broker_listener_name.upper() not in names
@@ -1082,11 +1150,14 @@ class BrokerConfig(BaseModel):
         plain: dict[str, Any] = {}
         for key, value in properties.items():
             match = _LISTENER_PREFIXED.match(key)
+            rest = match.group(2) if match is not None else key
+            _refuse_kerberos(key, rest, value, sources.get(key))
             if match is not None:
-                rest = match.group(2)
-                if rest not in known and not _MECHANISM_PREFIXED.match(rest):
+                mechanism_key = _MECHANISM_PREFIXED.match(rest)
+                if not (rest in PER_LISTENER_KEYS or (mechanism_key and mechanism_key.group(2) in PER_MECHANISM_KEYS)):
+                    reason = "is not read per listener: set it without the listener.name prefix" if rest in known else "is unknown"
                     raise ConfigError(
-                        f"unknown listener setting {rest!r} for listener {match.group(1)!r}", key=key, source=sources.get(key)
+                        f"listener setting {rest!r} for listener {match.group(1)!r} {reason}", key=key, source=sources.get(key)
                     )
                 prefixed[f"{match.group(1).lower()}.{rest}"] = _text(value)
                 continue
@@ -1169,6 +1240,8 @@ class BrokerConfig(BaseModel):
     def inter_broker_listener(self) -> str:
         if self.inter_broker_listener_name is not None:
             return self.inter_broker_listener_name.upper()
+        if self.security_inter_broker_protocol is not None:
+            return self.security_inter_broker_protocol
         return self.client_listeners()[0].name
 
     def voters(self) -> list[QuorumVoter]:
@@ -1229,7 +1302,34 @@ class BrokerConfig(BaseModel):
 
 
 _LISTENER_PREFIXED = re.compile(r"^listener\.name\.([A-Za-z0-9_-]+)\.(.+)$")
-_MECHANISM_PREFIXED = re.compile(r"^[A-Za-z0-9-]+\.sasl\.[a-z.]+$")
+_MECHANISM_PREFIXED = re.compile(r"^([A-Za-z0-9-]+)\.(sasl\.[a-z.]+)$")
+
+# What `listener.name.<listener>.<key>` may set: the keys read for one listener (broker/security.py, the
+# connection limits in broker/server.py and broker/quotas.py). Any other key so prefixed would be ignored
+# for that listener, so it refuses the start instead (a setting is never silently dropped).
+PER_LISTENER_KEYS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+    "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+    "ssl.truststore.certificates", "ssl.client.auth", "ssl.principal.mapping.rules", "ssl.enabled.protocols",
+    "ssl.cipher.suites", "ssl.endpoint.identification.algorithm", "sasl.enabled.mechanisms", "sasl.jaas.config",
+    "sasl.server.callback.handler.class", "sasl.oauthbearer.jwks.endpoint.url", "sasl.server.max.receive.size",
+    "connections.max.reauth.ms", "max.connection.creation.rate", "max.connections",
+})
+# ... and `listener.name.<listener>.<mechanism>.<key>` (lower-case mechanism, as Kafka's JAAS keys).
+PER_MECHANISM_KEYS = frozenset({"sasl.jaas.config", "sasl.server.callback.handler.class"})
+
+KERBEROS_REFUSAL = (
+    "SASL GSSAPI (Kerberos) is not served by this broker: remove GSSAPI from sasl.enabled.mechanisms (and the "
+    "sasl.kerberos.* settings) and authenticate with SCRAM-SHA-512, SCRAM-SHA-256, PLAIN, OAUTHBEARER or mutual TLS"
+)
+
+
+def _refuse_kerberos(key: str, rest: str, value: Any, source: str | None) -> None:
+    """A Kerberos setting or a GSSAPI JAAS entry refuses the start. GSSAPI named as a mechanism is refused
+    where it would be used (broker/security.py: a SASL listener serving it, a node logging in with it); on
+    a broker without SASL listeners Kafka's default `sasl.enabled.mechanisms=GSSAPI` is inert, as in Kafka."""
+    if rest.startswith("sasl.kerberos.") or rest.lower().startswith("gssapi."):
+        raise ConfigError(KERBEROS_REFUSAL, key=key, source=source)
 
 
 class _KeyedError(ValueError):
@@ -1286,6 +1386,8 @@ def render_value(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, Mapping):
         return ",".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, SemicolonList):
+        return ";".join(value)
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     if isinstance(value, float):

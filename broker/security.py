@@ -30,7 +30,7 @@ from odradek.protocol.sasl import (
     OAUTHBEARER, PLAIN, ScramCredential, ScramMechanism, UnsecuredLoginOptions, UnsecuredValidatorOptions,
 )
 
-from .config import BrokerConfig, ConfigError
+from .config import KERBEROS_REFUSAL, BrokerConfig, ConfigError
 from .context import ANONYMOUS, KafkaPrincipal, SecurityProtocol
 
 SERVED_MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512", OAUTHBEARER)
@@ -456,7 +456,14 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
     if not security.sasl:
         return security
     enabled = tuple(m.upper() for m in config.listener_setting(listener, "sasl.enabled.mechanisms"))
+    if "GSSAPI" in enabled:
+        # Served alongside the others it would be silently dropped: refused, naming the way out.
+        raise ConfigError(f"listener {listener} ({protocol.value}): {KERBEROS_REFUSAL}", key="sasl.enabled.mechanisms")
     mechanisms = tuple(m for m in enabled if m in SERVED_MECHANISMS)
+    unserved = [m for m in enabled if m not in SERVED_MECHANISMS]
+    if unserved:
+        raise ConfigError(f"listener {listener} ({protocol.value}) enables {', '.join(unserved)}, which this broker does not "
+                          "serve (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)", key="sasl.enabled.mechanisms")
     if not mechanisms:
         raise ConfigError(
             f"listener {listener} ({protocol.value}) has no SASL mechanism this broker serves (enabled: "
@@ -464,6 +471,7 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
             key="sasl.enabled.mechanisms",
         )
     security.mechanisms = mechanisms
+    _refuse_other_callback_handlers(config, listener, mechanisms)
     if PLAIN in mechanisms:
         entry = jaas_for(config, listener, PLAIN)
         if entry is None:
@@ -476,10 +484,35 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
     if OAUTHBEARER in mechanisms:
         security.oauthbearer = oauthbearer_validator(config, listener)
     security.scram_lookup = scram_lookup
-    security.max_receive_bytes = config.sasl_server_max_receive_size
+    security.max_receive_bytes = config.listener_setting(listener, "sasl.server.max.receive.size")
     security.failed_authentication_delay_ms = config.connection_failed_authentication_delay_ms
     security.reauth_ms = config.listener_setting(listener, "connections.max.reauth.ms")
     return security
+
+
+# Kafka's own server callback handlers, what it uses when none is configured: naming one is the same as not.
+DEFAULT_SERVER_CALLBACK_HANDLERS = {
+    PLAIN: ("org.apache.kafka.common.security.plain.internals.PlainServerCallbackHandler",),
+    "SCRAM-SHA-256": ("org.apache.kafka.common.security.scram.internals.ScramServerCallbackHandler",),
+    "SCRAM-SHA-512": ("org.apache.kafka.common.security.scram.internals.ScramServerCallbackHandler",),
+    OAUTHBEARER: UNSECURED_VALIDATOR_CLASSES,
+}
+
+
+def _refuse_other_callback_handlers(config: BrokerConfig, listener: str, mechanisms: tuple[str, ...]) -> None:
+    """A server callback handler of another class (an LDAP check for PLAIN, say) would be ignored here, and
+    logins checked some other way than the operator asked: refused at start instead, naming the key."""
+    defaults = {name for m in mechanisms for name in DEFAULT_SERVER_CALLBACK_HANDLERS[m]}
+    general = config.listener_setting(listener, "sasl.server.callback.handler.class")
+    if general and general not in defaults:
+        raise ConfigError(f"{general} is not served: logins are checked by Kafka's default server callback handlers only",
+                          key=f"listener.name.{listener.lower()}.sasl.server.callback.handler.class")
+    for mechanism in mechanisms:
+        key = f"{mechanism.lower()}.sasl.server.callback.handler.class"
+        handler = config.listener_setting(listener, key)
+        if handler and handler not in DEFAULT_SERVER_CALLBACK_HANDLERS[mechanism]:
+            raise ConfigError(f"{handler} is not served: {mechanism} logins are checked by Kafka's default handler only "
+                              f"({DEFAULT_SERVER_CALLBACK_HANDLERS[mechanism][0]})", key=f"listener.name.{listener.lower()}.{key}")
 
 
 def oauthbearer_validator(config: BrokerConfig, listener: str) -> UnsecuredValidatorOptions:
@@ -524,6 +557,9 @@ def node_security(config: BrokerConfig, listener: str, mechanism_key: str):
     if protocol in (SecurityProtocol.SSL,):
         return NodeSecurity(ssl_context=ssl_context)
     mechanism = str(config.get(mechanism_key)).upper()
+    if mechanism == "GSSAPI":
+        raise ConfigError(f"listener {listener} ({protocol.value}) is reached with {mechanism_key}=GSSAPI: {KERBEROS_REFUSAL}",
+                          key=mechanism_key)
     if mechanism not in SERVED_MECHANISMS:
         raise ConfigError(
             f"listener {listener} ({protocol.value}) is reached with SASL mechanism {mechanism}, which this broker does "
