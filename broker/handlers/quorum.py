@@ -211,6 +211,7 @@ def handle_alter_partition(services, ctx, request):
 
 
 @handles(73, listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_assign_replicas_to_dirs(services, ctx, request):
     def failed(code, _message):
         return AssignReplicasToDirsResponse(throttle_time_ms=0, error_code=code, directories=[])
