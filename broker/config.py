@@ -28,7 +28,8 @@ Deviations from Kafka, each chosen so that the defaults run a working single bro
   rather than Kafka 4.0's 1 MiB, so tests can roll segments quickly; `log.index.size.max.bytes` down to
   12 (`MIN_INDEX_BYTES`: one offset index entry) rather than Kafka's 4.
 - Our own keys: `metrics.port` / `metrics.host` (Prometheus endpoint; port 0 = disabled, the default),
-  `log.format` (`console` or `json`), `log.level`, and `log.cache.window.bytes` (how much of the end of
+  `log.format` (`console` or `json`), `log.level`, `log.levels` (one logger's level, where Kafka uses its
+  log4j configuration), and `log.cache.window.bytes` (how much of the end of
   each active segment stays in the page cache; see storage/log_manager.py).
 
 Keys Kafka's sample server.properties carries but Odradek does not act on yet (thread counts, socket
@@ -247,6 +248,31 @@ def _parse_log_level(value: Any) -> str:
     if text not in LOG_LEVELS:
         raise ValueError(f"must be one of: {', '.join(sorted(LOG_LEVELS))}")
     return LOG_LEVELS[text]
+
+
+class LoggerLevels(dict):
+    """`log.levels` parsed: renders back as it is written, `logger=LEVEL,...`."""
+
+
+def parse_log_levels(value: Any) -> LoggerLevels:
+    """`log.levels`: `logger=LEVEL,...` (`kafka.authorizer.logger=DEBUG,odradek.broker.network=WARN`), each
+    level one of LOG_LEVELS' names, as Python's level name; a logger named twice is refused."""
+    if isinstance(value, Mapping):
+        items = [f"{k}={v}" for k, v in value.items()]
+    else:
+        items = list(parse_list(value))
+    result = LoggerLevels()
+    for item in items:
+        name, sep, level = item.partition("=")
+        name, level = name.strip(), level.strip().upper()
+        if not sep or not name or not level:
+            raise ValueError(f"{item!r} is not logger=LEVEL (a list of logger=LEVEL)")
+        if level not in LOG_LEVELS:
+            raise ValueError(f"the level of {name!r} must be one of: {', '.join(sorted(LOG_LEVELS))}")
+        if name in result:
+            raise ValueError(f"logger {name!r} appears twice")
+        result[name] = LOG_LEVELS[level]
+    return result
 
 
 def _parse_protocol_map(value: Any) -> dict[str, str]:
@@ -1041,6 +1067,14 @@ class BrokerConfig(BaseModel):
         "log.format", "console", T.STRING, "Format of the broker's own logs: console or json."
     )
     log_level: LogLevel = _f("log.level", "INFO", T.STRING, "Level of the broker's own logs.")
+    # Kafka sets one logger's level in its log4j configuration (log4j.logger.kafka.authorizer.logger=DEBUG),
+    # which Odradek does not read: this key carries the same choice in the broker's config, so the audit log
+    # can be turned to DEBUG (grants too) while the rest stays at log.level.
+    log_levels: Annotated[dict[str, str], PlainValidator(parse_log_levels)] = _f(
+        "log.levels", "", T.STRING,
+        "Levels of single loggers, over log.level: logger=LEVEL,... (kafka.authorizer.logger=DEBUG logs every "
+        "authorization grant; odradek.broker.network=WARN quietens one module).",
+    )
     log_cache_window_bytes: Long = _f(
         "log.cache.window.bytes",
         32 * 1024 * 1024,
@@ -1384,6 +1418,8 @@ def render_value(value: Any) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, LoggerLevels):
+        return ",".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, Mapping):
         return ",".join(f"{k}:{v}" for k, v in value.items())
     if isinstance(value, SemicolonList):
