@@ -151,7 +151,10 @@ def handle_create_topics(services, ctx, request):
 
 
 def _delete_refusal(services, ctx, t) -> ErrorCode | None:
-    """DESCRIBE and DELETE on the topic; an unknown topic id is the handler's to answer."""
+    """DELETE on the cluster (Kafka's hasClusterAuth: ALL on the cluster grants it), else DELETE on the topic;
+    an unknown topic id is the handler's to answer."""
+    if services.authorized(ctx, AclOperation.DELETE, ResourceType.CLUSTER, log_denied=False):
+        return None
     if isinstance(t, str):
         name = t
     elif t.name is not None or t.topic_id == ZERO_UUID:

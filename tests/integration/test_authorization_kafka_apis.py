@@ -4,7 +4,8 @@ in-process broker with requests dispatched as User:alice (a few ACLs) and User:a
 * CreateTopics answers a created topic's configs only to a principal that may DESCRIBE_CONFIGS it; to
   another it answers TOPIC_AUTHORIZATION_FAILED in topic_config_error_code (ReplicationControlManager);
 * AlterReplicaLogDirs needs ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED per partition otherwise);
-* AssignReplicasToDirs, on a controller listener, needs CLUSTER_ACTION like every other node RPC.
+* AssignReplicasToDirs, on a controller listener, needs CLUSTER_ACTION like every other node RPC;
+* DeleteTopics is allowed by DELETE on the cluster (ALL there) as well as on the topic (ControllerApis).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from odradek.protocol.messages import REQUESTS
 
 from .test_authorization_principals import AUTHZ, call, creation
 
-CREATE = 5  # AclOperation.CREATE
-TOPIC, PREFIXED = 2, 4
+CREATE, ALL = 5, 2  # AclOperation
+TOPIC, CLUSTER, LITERAL, PREFIXED = 2, 4, 3, 4
 
 
 def create_topic(name: str):
@@ -52,3 +53,9 @@ async def test_checks_kafka_makes_that_were_missing(tmp_path):
         assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         answer = await call(b, "User:admin", 73, 0, assign, scope="controller")
         assert answer.error_code != ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+        delete_cls = REQUESTS[20]
+        delete = delete_cls(timeout_ms=5000, topics=[delete_cls.DeleteTopicState(name="b-1")])
+        assert (await call(b, "User:alice", 20, 6, delete)).responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        await call(b, "User:admin", 30, 3, REQUESTS[30](creations=[creation(CLUSTER, "kafka-cluster", LITERAL, ALL)]))
+        assert (await call(b, "User:alice", 20, 6, delete)).responses[0].error_code == 0
