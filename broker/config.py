@@ -681,6 +681,12 @@ class BrokerConfig(BaseModel):
     ssl_protocol: Str = _f("ssl.protocol", "TLSv1.3", T.STRING, "TLS protocol of contexts this node makes as a client.")
     ssl_enabled_protocols: StrList = _f("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", T.LIST, "TLS versions accepted.")
     ssl_cipher_suites: StrList = _f("ssl.cipher.suites", "", T.LIST, "TLS 1.2 cipher suites (OpenSSL or IANA names); empty: the defaults.")
+    # Java's implementation choices, which Kafka's documentation lists among a secured broker's settings: OpenSSL
+    # does what each names (X.509 key managers, PKIX path validation, a cryptographic random source), so
+    # Java's algorithm names are accepted and any other value refused.
+    ssl_keymanager_algorithm: Annotated[str, BeforeValidator(_choice("SunX509", "NewSunX509", "PKIX"))] = _f("ssl.keymanager.algorithm", "SunX509", T.STRING, "Java's key manager algorithm (SunX509, NewSunX509, PKIX): accepted; OpenSSL presents the key store's certificate chain.")
+    ssl_trustmanager_algorithm: Annotated[str, BeforeValidator(_choice("PKIX", "SunX509"))] = _f("ssl.trustmanager.algorithm", "PKIX", T.STRING, "Java's trust manager algorithm (PKIX, SunX509): accepted; OpenSSL validates certificate paths against the trust store.")
+    ssl_secure_random_implementation: Annotated[str | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else _choice("SHA1PRNG", "NativePRNG", "NativePRNGBlocking", "NativePRNGNonBlocking", "DRBG", "Windows-PRNG")(v))] = _f("ssl.secure.random.implementation", None, T.STRING, "Java's SecureRandom algorithm (SHA1PRNG, NativePRNG, DRBG ...): accepted; OpenSSL's own random generator serves TLS here.")
     ssl_endpoint_identification_algorithm: OptStr = _f("ssl.endpoint.identification.algorithm", "https", T.STRING, "https: this node checks the host name of the nodes it connects to; empty: it does not.")
     sasl_enabled_mechanisms: StrList = _f("sasl.enabled.mechanisms", "GSSAPI", T.LIST, "SASL mechanisms served: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (unsecured JWTs only; GSSAPI is not served).")
     sasl_mechanism_inter_broker_protocol: Str = _f("sasl.mechanism.inter.broker.protocol", "GSSAPI", T.STRING, "SASL mechanism brokers use with each other.")
@@ -1345,7 +1351,8 @@ PER_LISTENER_KEYS = frozenset({
     "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
     "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
     "ssl.truststore.certificates", "ssl.client.auth", "ssl.principal.mapping.rules", "ssl.enabled.protocols",
-    "ssl.cipher.suites", "ssl.endpoint.identification.algorithm", "sasl.enabled.mechanisms", "sasl.jaas.config",
+    "ssl.cipher.suites", "ssl.endpoint.identification.algorithm", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.secure.random.implementation", "sasl.enabled.mechanisms", "sasl.jaas.config",
     "sasl.server.callback.handler.class", "sasl.oauthbearer.jwks.endpoint.url", "sasl.server.max.receive.size",
     "connections.max.reauth.ms", "max.connection.creation.rate", "max.connections",
 })

@@ -349,6 +349,10 @@ def _load_truststore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str | 
         raise ConfigError(f"cannot load the trust store: {e}", key="ssl.truststore.location") from None
 
 
+# The TLS 1.3 suites OpenSSL enables, all of them, always (see _versions_and_ciphers).
+_TLS13_SUITES = frozenset({"TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_128_GCM_SHA256"})
+
+
 def _versions_and_ciphers(ctx: ssl.SSLContext, config: BrokerConfig, listener: str | None) -> None:
     enabled = _setting(config, listener, "ssl.enabled.protocols")
     versions = []
@@ -356,11 +360,28 @@ def _versions_and_ciphers(ctx: ssl.SSLContext, config: BrokerConfig, listener: s
         if name not in _PROTOCOL_VERSIONS:
             raise ConfigError(f"unknown TLS protocol {name!r} (TLSv1.2, TLSv1.3)", key="ssl.enabled.protocols")
         versions.append(_PROTOCOL_VERSIONS[name])
+    suites = [s for s in _setting(config, listener, "ssl.cipher.suites") if s]
+    # TLS 1.3 suites are not configurable through OpenSSL's cipher list (Python has no set_ciphersuites), so a
+    # list is honoured as Java honours it where it can be: without TLS 1.3 suites no TLS 1.3 handshake is
+    # possible (Java enables none), without TLS 1.2 suites no TLS 1.2 one; a list naming some TLS 1.3 suites
+    # but not all of OpenSSL's would be ignored for TLS 1.3, and refuses the start instead.
+    tls13 = {s for s in suites if s.startswith(("TLS_AES_", "TLS_CHACHA20_"))}
+    tls12 = [_openssl_cipher_name(s) for s in suites if s not in tls13]
+    if suites and versions:
+        if tls13 and not tls13 >= _TLS13_SUITES and ssl.TLSVersion.TLSv1_3 in versions:
+            raise ConfigError(
+                f"lists the TLS 1.3 suites {', '.join(sorted(tls13))} but not {', '.join(sorted(_TLS13_SUITES - tls13))}: "
+                "TLS 1.3 suites cannot be narrowed here; list all three, or none (and leave TLSv1.3 out of "
+                "ssl.enabled.protocols) to serve TLS 1.2 only", key="ssl.cipher.suites")
+        if not tls13:
+            versions = [v for v in versions if v < ssl.TLSVersion.TLSv1_3]
+        if not tls12:
+            versions = [v for v in versions if v >= ssl.TLSVersion.TLSv1_3]
+        if not versions:
+            raise ConfigError("no cipher suite listed serves a protocol of ssl.enabled.protocols",
+                              key="ssl.cipher.suites")
     if versions:
         ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
-    suites = [s for s in _setting(config, listener, "ssl.cipher.suites") if s]
-    # TLS 1.3 suites are not configurable through OpenSSL's cipher list (Python has no set_ciphersuites).
-    tls12 = [_openssl_cipher_name(s) for s in suites if not s.startswith(("TLS_AES_", "TLS_CHACHA20_"))]
     if tls12:
         try:
             ctx.set_ciphers(":".join(tls12))

@@ -56,8 +56,12 @@ ssl.truststore.password=ts-secret
 ssl.client.auth=required
 ssl.endpoint.identification.algorithm=https
 ssl.enabled.protocols=TLSv1.2,TLSv1.3
-ssl.cipher.suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384
+ssl.cipher.suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,\
+    TLS_AES_256_GCM_SHA384,TLS_AES_128_GCM_SHA256,TLS_CHACHA20_POLY1305_SHA256
 ssl.principal.mapping.rules=RULE:^CN=([^,]+),.*$/$1/L,DEFAULT
+ssl.secure.random.implementation=SHA1PRNG
+ssl.keymanager.algorithm=SunX509
+ssl.trustmanager.algorithm=PKIX
 principal.builder.class=org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder
 
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
@@ -154,6 +158,8 @@ def test_gssapi_as_a_mechanism_refuses_where_it_would_be_used(kafka_properties, 
     ({"listener.name.client.log.retention.ms": "5"}, "listener.name.client.log.retention.ms", "not read per listener"),
     ({"listener.name.client.plain.sasl.login.class": "x"}, "listener.name.client.plain.sasl.login.class", "is unknown"),
     ({"max.connections.per.ip.overrides": "127.0.0.1"}, "max.connections.per.ip.overrides", "host:count"),
+    ({"ssl.trustmanager.algorithm": "com.acme.Pinning"}, "ssl.trustmanager.algorithm", "must be one of"),
+    ({"ssl.provider": "BCFIPS"}, "ssl.provider", "unknown config"),  # a JCA provider: nothing here to honour it
 ])
 def test_settings_not_honoured_refuse_at_load(kafka_properties, changes, key, words):
     with pytest.raises(ConfigError, match=words) as refused:
@@ -200,3 +206,23 @@ def test_connection_limits_per_address_override_and_per_listener(kafka_propertie
     on_mtls[0].connection_lost(None)
     assert server.connections_per_listener == {"MTLS": 1, "PLAINTEXT": 1}
     assert not connect("MTLS").closed
+
+
+def test_cipher_suites_bound_the_protocols_as_in_java(kafka_properties):
+    import ssl
+
+    def context(suites: str, protocols: str = "TLSv1.2,TLSv1.3") -> ssl.SSLContext:
+        config = load(kafka_properties, **{"ssl.cipher.suites": suites, "ssl.enabled.protocols": protocols})
+        return listener_security(config, "MTLS", SecurityProtocol.SSL).ssl_context
+
+    tls12_only = context("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384")  # no TLS 1.3 suite: Java enables no TLS 1.3
+    assert (tls12_only.minimum_version, tls12_only.maximum_version) == (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2)
+    assert {c["name"] for c in tls12_only.get_ciphers() if c["protocol"] == "TLSv1.2"} == {"ECDHE-ECDSA-AES256-GCM-SHA384"}
+    tls13_only = context("TLS_AES_256_GCM_SHA384,TLS_AES_128_GCM_SHA256,TLS_CHACHA20_POLY1305_SHA256")
+    assert tls13_only.minimum_version == ssl.TLSVersion.TLSv1_3
+    with pytest.raises(ConfigError, match="cannot be narrowed") as narrowed:  # would be ignored for TLS 1.3
+        context("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_AES_256_GCM_SHA384")
+    assert narrowed.value.key == "ssl.cipher.suites"
+    for suites, protocols in (("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLSv1.3"), ("TLS_AES_256_GCM_SHA384", "TLSv1.2")):
+        with pytest.raises(ConfigError, match="no cipher suite listed"):  # Java would fail every handshake
+            context(suites, protocols)
