@@ -460,11 +460,17 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
                               ("describe", "show quotas (all, or of the given entity)")):
         p = qsub.add(action, help=help_text)
         p.add_argument("--user", default=None, help="a user name")
-        p.add_argument("--user-default", action="store_true", help="the default user entity")
+        p.add_argument("--user-default", "--user-defaults", action="store_true", help="the default user entity")
         p.add_argument("--client", dest="quota_client_id", default=None, help="a client id")
-        p.add_argument("--client-default", action="store_true", help="the default client-id entity")
+        p.add_argument("--client-default", "--client-defaults", action="store_true", help="the default client-id entity")
         p.add_argument("--ip", default=None, help="a client address (connection_creation_rate only)")
-        p.add_argument("--ip-default", action="store_true", help="the default ip entity")
+        p.add_argument("--ip-default", "--ip-defaults", action="store_true", help="the default ip entity")
+        # kafka-configs.sh's general form: --entity-type users --entity-name alice [--entity-type clients
+        # --entity-default] (each --entity-name or --entity-default goes with the --entity-type before it).
+        p.add_argument("--entity-type", dest="entity_parts", action="append", type=_entity_type, default=[],
+                       help="users, clients or ips (kafka-configs.sh)")
+        p.add_argument("--entity-name", dest="entity_parts", action="append", type=lambda v: ("name", v))
+        p.add_argument("--entity-default", dest="entity_parts", action="append_const", const=("name", None))
         if action == "set":
             p.add_argument("pairs", nargs="*", type=_key_value, metavar="KEY=VALUE",
                            help="producer_byte_rate, consumer_byte_rate, request_percentage; for an ip, "
@@ -1451,8 +1457,23 @@ async def acl_remove(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
+
+
+def _entity_type(value: str) -> tuple[str, str]:
+    if value not in _ENTITY_TYPES:
+        raise argparse.ArgumentTypeError(f"quotas are set on {', '.join(_ENTITY_TYPES)} (got {value!r})")
+    return ("type", _ENTITY_TYPES[value])
+
+
 def _quota_entity(args: argparse.Namespace) -> dict[str, str | None]:
     entity: dict[str, str | None] = {}
+    parts = list(args.entity_parts)
+    while parts:  # kafka-configs.sh's --entity-type T (--entity-name N | --entity-default), pairwise
+        kind, value = parts.pop(0)
+        if kind != "type" or not parts or parts[0][0] != "name":
+            raise UsageError("each --entity-type takes an --entity-name or --entity-default after it")
+        entity[value] = parts.pop(0)[1]
     if args.user is not None or args.user_default:
         entity["user"] = None if args.user_default else args.user
     if args.quota_client_id is not None or args.client_default:

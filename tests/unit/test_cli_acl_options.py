@@ -1,5 +1,6 @@
 """`odradek acl` reads kafka-acls.sh's options as kafka-acls.sh does: operations in any of Kafka's spellings,
-pattern types in any case, and the --producer / --consumer / --idempotent conveniences (AclCommand)."""
+pattern types in any case, and the --producer / --consumer / --idempotent conveniences (AclCommand); and
+`odradek quota` takes kafka-configs.sh's entity options (--user-defaults, --entity-type/--entity-name)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,19 @@ def test_producer_and_consumer_conveniences():
 def test_convenience_misuse_is_a_usage_error(argv):
     with pytest.raises(UsageError):
         bindings("add", "--allow-principal", "User:bob", *argv)
+
+
+def quota_entity(*argv: str) -> dict:
+    from odradek.client.cli import _quota_entity
+
+    return _quota_entity(build_parser().parse_args(["quota", "set", *argv, "producer_byte_rate=1"]))
+
+
+def test_quota_entities_in_kafka_configs_spellings():
+    assert quota_entity("--user", "alice", "--client-defaults") == {"user": "alice", "client-id": None}
+    assert quota_entity("--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients",
+                        "--entity-default") == {"user": "alice", "client-id": None}
+    assert quota_entity("--entity-type", "ips", "--entity-name", "10.0.0.7") == {"ip": "10.0.0.7"}
+    assert quota_entity("--user-defaults") == {"user": None}
+    with pytest.raises(UsageError):
+        quota_entity("--entity-type", "users")
