@@ -561,6 +561,7 @@ class NetworkServer:
         max_connections_per_ip: int = 2**31 - 1,
         max_connections_per_ip_overrides: dict[str, int] | None = None,
         listener_max_connections: dict[str, int] | None = None,
+        protected_listeners: frozenset[str] = frozenset(),
         connections_max_idle_ms: int,
         use_sendfile: bool = True,
         on_protocol_error: Callable[[], None] | None = None,
@@ -581,6 +582,9 @@ class NetworkServer:
         # max.connections.per.ip.overrides (addresses resolved) and listener.name.<l>.max.connections (KIP-402).
         self.max_connections_per_ip_overrides = dict(max_connections_per_ip_overrides or {})
         self.listener_max_connections = dict(listener_max_connections or {})
+        # The inter-broker and controller listeners: never refused for `max.connections` (KIP-402), or clients
+        # filling the broker would stop replication and the quorum; their own listener limit still applies.
+        self.protected_listeners = protected_listeners
         self.connections_per_ip: dict[str, int] = {}
         self.connections_per_listener: dict[str, int] = {}
         # KIP-612: the rates of new connections, and the client quotas they read the per-address rates from.
@@ -634,7 +638,7 @@ class NetworkServer:
         return at_ms - now_ms, close_after_ms
 
     def register(self, conn: KafkaProtocol) -> bool:
-        if len(self.connections) >= self.max_connections:
+        if len(self.connections) >= self.max_connections and conn.listener not in self.protected_listeners:
             return False
         on_listener = self.connections_per_listener.get(conn.listener, 0)
         if on_listener >= self.listener_max_connections.get(conn.listener, self.max_connections):

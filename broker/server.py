@@ -108,6 +108,7 @@ class Broker:
             max_connections_per_ip=cfg.max_connections_per_ip,
             max_connections_per_ip_overrides=per_ip_overrides,
             listener_max_connections=listener_max_connections(cfg),
+            protected_listeners=protected_listeners(cfg),
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             on_protocol_error=self._count_protocol_error,
             metrics=self.metrics,
@@ -353,6 +354,15 @@ def listener_max_connections(cfg: BrokerConfig) -> dict[str, int]:
         for listener in cfg.listener_list()
         if f"{listener.name.lower()}.max.connections" in cfg._listener_settings
     }
+
+
+def protected_listeners(cfg: BrokerConfig) -> frozenset[str]:
+    """Listeners `max.connections` does not refuse (Kafka's ConnectionQuotas): the inter-broker listener when
+    clients have listeners of their own, and the controller listeners, which count their connections apart."""
+    protected = {listener.name for listener in cfg.controller_listeners()}
+    if len(cfg.client_listeners()) > 1:
+        protected.add(cfg.inter_broker_listener)
+    return frozenset(protected)
 
 
 def _same(value):

@@ -16,7 +16,7 @@ from odradek.broker.context import SecurityProtocol
 from odradek.broker.handlers import accepted_versions, advertised_versions, load_handlers
 from odradek.broker.network import KafkaProtocol, NetworkServer
 from odradek.broker.security import listener_security, node_security
-from odradek.broker.server import ip_overrides, listener_max_connections
+from odradek.broker.server import ip_overrides, listener_max_connections, protected_listeners
 from tests.pki import make_pki
 from tests.unit.test_sasl_network import FakeTransport
 
@@ -206,6 +206,12 @@ def test_connection_limits_per_address_override_and_per_listener(kafka_propertie
     on_mtls[0].connection_lost(None)
     assert server.connections_per_listener == {"MTLS": 1, "PLAINTEXT": 1}
     assert not connect("MTLS").closed
+
+    # max.connections (KIP-402) refuses clients, never the inter-broker or controller listeners.
+    assert protected_listeners(config) == {"INTERNAL", "CONTROLLER"}
+    server.max_connections, server.protected_listeners = len(server.connections), frozenset({"INTERNAL"})
+    server.max_connections_per_ip_overrides = {"10.0.0.9": 100}
+    assert connect("PLAINTEXT").closed and not connect("INTERNAL").closed
 
 
 def test_cipher_suites_bound_the_protocols_as_in_java(kafka_properties):
