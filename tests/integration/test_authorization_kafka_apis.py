@@ -5,7 +5,8 @@ in-process broker with requests dispatched as User:alice (a few ACLs) and User:a
   another it answers TOPIC_AUTHORIZATION_FAILED in topic_config_error_code (ReplicationControlManager);
 * AlterReplicaLogDirs needs ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED per partition otherwise);
 * AssignReplicasToDirs, on a controller listener, needs CLUSTER_ACTION like every other node RPC;
-* DeleteTopics is allowed by DELETE on the cluster (ALL there) as well as on the topic (ControllerApis).
+* DeleteTopics is allowed by DELETE on the cluster (ALL there) as well as on the topic (ControllerApis);
+* ElectLeaders refused answers CLUSTER_AUTHORIZATION_FAILED in every partition named (v0 has no top-level code).
 """
 
 from __future__ import annotations
@@ -55,6 +56,15 @@ async def test_checks_kafka_makes_that_were_missing(tmp_path):
         assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         answer = await call(b, "User:admin", 73, 0, assign, scope="controller")
         assert answer.error_code != ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+        elect_cls = REQUESTS[43]
+        for version in (0, 2):  # v0 has no top-level error code: the refusal is in every partition named
+            elect = elect_cls(election_type=0, timeout_ms=5000, topic_partitions=[
+                elect_cls.TopicPartitions(topic="a-1", partitions=[0, 1])])
+            refused = await call(b, "User:alice", 43, version, elect)
+            assert [p.error_code for p in refused.replica_election_results[0].partition_result] == \
+                [ErrorCode.CLUSTER_AUTHORIZATION_FAILED] * 2
+            assert refused.error_code == (ErrorCode.CLUSTER_AUTHORIZATION_FAILED if version else 0)
 
         delete_cls = REQUESTS[20]
         delete = delete_cls(timeout_ms=5000, topics=[delete_cls.DeleteTopicState(name="b-1")])
