@@ -416,8 +416,8 @@ class SinkOptions:
                               "micro-batch id to deduplicate on)")
         client = ClientOptions.parse(options)
         if any(k == "transactional_id" for k, _ in client.producer):
-            raise OptionError("Kafka option 'transactional.id' is not supported: the exactly-once sink derives a "
-                              "transactional id per query and task (see sink.py)")
+            raise OptionError("Kafka option 'transactional.id' is not supported: the sink manages transactions "
+                              "itself (the exactly-once sink derives an id per query and task, see sink.py)")
         if exactly_once:
             try:  # each task's producer is transactional: acks=all and idempotence are required
                 client.producer_config().replace(transactional_id="check")

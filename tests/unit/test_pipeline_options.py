@@ -164,3 +164,15 @@ def test_sink_options():
         SinkOptions.parse(lower({**BOOT, "sink.exactlyOnce": "true"}), streaming=False)
     with pytest.raises(OptionError, match="for reading"):
         SinkOptions.parse(lower({**BOOT, "subscribe": "t"}), streaming=False)
+
+
+def test_exactly_once_sink_options_must_allow_its_transactions():
+    # Each task's producer is transactional, with a transactional id the sink derives itself.
+    for refused in ({"kafka.acks": "1"}, {"kafka.enable.idempotence": "false"}):
+        with pytest.raises(OptionError, match="sink.exactlyOnce=false"):
+            SinkOptions.parse(lower({**BOOT, **refused}), streaming=True)
+        at_least_once = SinkOptions.parse(lower({**BOOT, **refused, "sink.exactlyOnce": "false"}), streaming=True)
+        assert not at_least_once.exactly_once
+    for streaming in (True, False):
+        with pytest.raises(OptionError, match="transactional.id"):
+            SinkOptions.parse(lower({**BOOT, "kafka.transactional.id": "mine"}), streaming=streaming)
