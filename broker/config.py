@@ -464,6 +464,14 @@ class SemicolonList(tuple):
     __slots__ = ()
 
 
+def _parse_authorizer(value: Any) -> str:
+    text = _text(value)
+    if text and text not in AUTHORIZER_CLASS_NAMES:
+        raise ValueError(f"{text} is not served: {AUTHORIZER_CLASS_NAMES[0]} (KRaft's StandardAuthorizer) turns ACLs "
+                         "on, an empty value leaves them off")
+    return text
+
+
 def _parse_super_users(value: Any) -> SemicolonList:
     if isinstance(value, (list, tuple)):
         value = ";".join(_text(v) for v in value)
@@ -1046,7 +1054,7 @@ class BrokerConfig(BaseModel):
     )
 
     # ---- authorization and quotas
-    authorizer_class_name: Annotated[str, BeforeValidator(_choice("", *AUTHORIZER_CLASS_NAMES))] = _f(
+    authorizer_class_name: Annotated[str, BeforeValidator(_parse_authorizer)] = _f(
         "authorizer.class.name", "", T.STRING,
         "The authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACLs on; empty turns them off.",
     )

@@ -154,6 +154,7 @@ def test_gssapi_as_a_mechanism_refuses_where_it_would_be_used(kafka_properties, 
 
 @pytest.mark.parametrize("changes, key, words", [
     ({"principal.builder.class": "com.acme.LdapPrincipalBuilder"}, "principal.builder.class", "is not served"),
+    ({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}, "authorizer.class.name", "is not served"),
     ({"listener.name.client.max.connections.per.ip": "5"}, "listener.name.client.max.connections.per.ip", "not read per listener"),
     ({"listener.name.client.log.retention.ms": "5"}, "listener.name.client.log.retention.ms", "not read per listener"),
     ({"listener.name.client.plain.sasl.login.class": "x"}, "listener.name.client.plain.sasl.login.class", "is unknown"),
