@@ -126,3 +126,44 @@ def configure_logging(
 def get_logger(name: str | None = None, **initial: Any) -> Any:
     """A structlog logger bound to `name` (stdlib logger name) and any initial key/values."""
     return structlog.get_logger(name, **initial)
+
+
+# -- Kafka's broker-loggers resource (kafka-configs.sh --entity-type broker-loggers): the loggers of this
+# process and their levels, in log4j's words, as Kafka's Log4jController shows and takes them.
+
+ROOT_LOGGER = "root"
+# Kafka's LogLevelConfig.VALID_LOG_LEVELS (upper case, as Kafka compares them), by the Python level each is.
+LOG4J_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
+                "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
+
+
+def _log4j_name(level: int) -> str:
+    if level < logging.DEBUG:
+        return "TRACE"
+    for name in ("FATAL", "ERROR", "WARN", "INFO"):
+        if level >= LOG4J_LEVELS[name]:
+            return name
+    return "DEBUG"
+
+
+def logger_levels() -> dict[str, str]:
+    """Every logger this process has made, `root` first, with the level it logs at (its own, else the one
+    it inherits), in log4j's words (Log4jController.loggers)."""
+    levels = {ROOT_LOGGER: _log4j_name(logging.getLogger().getEffectiveLevel())}
+    known = logging.Logger.manager.loggerDict
+    for name in sorted(known):
+        logger = known[name]
+        if isinstance(logger, logging.Logger):  # not a PlaceHolder for loggers under it
+            levels[name] = _log4j_name(logger.getEffectiveLevel())
+    return levels
+
+
+def logger_exists(name: str) -> bool:
+    return name == ROOT_LOGGER or isinstance(logging.Logger.manager.loggerDict.get(name), logging.Logger)
+
+
+def set_logger_level(name: str, level: str | None) -> None:
+    """A broker-loggers change, at run time: SET a level (one of LOG4J_LEVELS), or DELETE it (None) so that
+    the logger inherits its parent's again. The caller has checked the name and the level."""
+    logger = logging.getLogger() if name == ROOT_LOGGER else logging.getLogger(name)
+    logger.setLevel(logging.NOTSET if level is None else LOG4J_LEVELS[level])

@@ -207,15 +207,16 @@ def _milliseconds(text: str) -> float:
 
 
 _RESOURCE_TYPES = {"topic": "topic", "topics": "topic", "broker": "broker", "brokers": "broker",
-                   "group": "group", "groups": "group"}
+                   "group": "group", "groups": "group", "broker-logger": "broker_logger", "broker-loggers": "broker_logger"}
 
 
 def _resource_type(text: str) -> str:
-    """topic, broker or group; kafka-configs.sh's plural entity types too."""
+    """topic, broker, group or broker-logger (a node's loggers and their levels); kafka-configs.sh's plural
+    entity types too."""
     try:
         return _RESOURCE_TYPES[text]
     except KeyError:
-        raise argparse.ArgumentTypeError(f"expected topic, broker or group, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected topic, broker, group or broker-logger, got {text!r}") from None
 
 
 def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -402,12 +403,12 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     # config
     csub = _SubParsers(sub.add("config", help="read and change topic, broker and group configs"), "action")
     p = csub.add("get", help="show configs")
-    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group}")
+    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group,broker-logger}")
     p.add_argument("name")
     p.add_argument("keys", nargs="*")
     p.add_argument("--all", action="store_true", help="include defaults")
     p = csub.add("set", help="set or delete configs (incremental)")
-    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group}")
+    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group,broker-logger}")
     p.add_argument("name")
     p.add_argument("pairs", nargs="*", type=_key_value, metavar="KEY=VALUE")
     p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V...]",

@@ -141,3 +141,58 @@ async def test_describe_transactions_shows_only_describable_topics(tmp_path):
         described = await call(b, "User:alice", 65, 0, REQUESTS[65](transactional_ids=["tx"]))
         assert described.transaction_states[0].error_code == 0
         assert [t.topic for t in described.transaction_states[0].topics] == ["seen"]
+
+
+async def test_broker_loggers_are_described_and_changed_on_the_node_itself(tmp_path):
+    """kafka-configs.sh --entity-type broker-loggers: the audit logger turned to DEBUG at run time and back,
+    ALTER_CONFIGS / DESCRIBE_CONFIGS on the cluster, Kafka's refusals for what RuntimeLoggerManager refuses."""
+    import logging
+
+    from odradek.broker.authorizer import AUDIT_LOGGER
+
+    describe_cls, alter_cls = REQUESTS[32], REQUESTS[44]
+    resource = alter_cls.AlterConfigsResource
+
+    def describe(*keys):
+        return describe_cls(include_synonyms=False, include_documentation=False, resources=[
+            describe_cls.DescribeConfigsResource(resource_type=8, resource_name="1", configuration_keys=list(keys) or None)])
+
+    def alter(*ops, name="1", validate_only=False):
+        return alter_cls(validate_only=validate_only, resources=[resource(resource_type=8, resource_name=name, configs=[
+            resource.AlterableConfig(name=n, config_operation=op, value=v) for n, op, v in ops])])
+
+    async with running_broker(tmp_path, **AUTHZ) as kafka:
+        b = kafka.broker
+        try:
+            before = (await call(b, "User:admin", 32, 4, describe(AUDIT_LOGGER, "root"))).results[0]
+            inherited = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARN"}[
+                logging.getLogger().getEffectiveLevel()]  # the root's, whatever the test run set it to
+            assert {c.name: (c.value, c.config_source, c.read_only) for c in before.configs} == {
+                AUDIT_LOGGER: (inherited, 6, False), "root": (inherited, 6, False)}  # DYNAMIC_BROKER_LOGGER_CONFIG
+            everything = (await call(b, "User:admin", 32, 4, describe())).results[0]
+            assert everything.configs[0].name == "root" and AUDIT_LOGGER in {c.name for c in everything.configs}
+            assert (await call(b, "User:alice", 32, 4, describe())).results[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+            refused = await call(b, "User:alice", 44, 1, alter((AUDIT_LOGGER, 0, "DEBUG")))
+            assert refused.responses[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            checked = await call(b, "User:admin", 44, 1, alter((AUDIT_LOGGER, 0, "DEBUG"), validate_only=True))
+            assert checked.responses[0].error_code == 0 and logging.getLogger(AUDIT_LOGGER).level == logging.NOTSET
+            done = await call(b, "User:admin", 44, 1, alter((AUDIT_LOGGER, 0, "DEBUG")))
+            assert done.responses[0].error_code == 0 and logging.getLogger(AUDIT_LOGGER).isEnabledFor(logging.DEBUG)
+            after = (await call(b, "User:admin", 32, 4, describe(AUDIT_LOGGER))).results[0]
+            assert [(c.name, c.value) for c in after.configs] == [(AUDIT_LOGGER, "DEBUG")]
+            assert (await call(b, "User:admin", 44, 1, alter((AUDIT_LOGGER, 1, None)))).responses[0].error_code == 0
+            assert logging.getLogger(AUDIT_LOGGER).level == logging.NOTSET
+
+            for ops, name, code in [
+                (((AUDIT_LOGGER, 0, "LOUD"),), "1", ErrorCode.INVALID_CONFIG),
+                ((("no.such.logger", 0, "DEBUG"),), "1", ErrorCode.INVALID_CONFIG),
+                ((("root", 1, None),), "1", ErrorCode.INVALID_REQUEST),
+                (((AUDIT_LOGGER, 2, "DEBUG"),), "1", ErrorCode.INVALID_REQUEST),  # APPEND
+                (((AUDIT_LOGGER, 0, "DEBUG"),), "2", ErrorCode.INVALID_REQUEST),  # another node's
+            ]:
+                answer = await call(b, "User:admin", 44, 1, alter(*ops, name=name))
+                assert answer.responses[0].error_code == code, (ops, name, answer)
+            assert logging.getLogger(AUDIT_LOGGER).level == logging.NOTSET  # nothing changed by a refused request
+        finally:
+            logging.getLogger(AUDIT_LOGGER).setLevel(logging.NOTSET)

@@ -129,3 +129,21 @@ def test_denials_reach_the_daemons_log_under_the_audit_logger(open_secured):
                     if "[debug" in entry and "kafka.authorizer.logger" not in entry]
     finally:
         ok(odradek(bs, "acl", "remove", "--principal", "User:carol", "--topic", "audited"))
+
+
+def test_broker_loggers_from_the_cli(open_secured):
+    """kafka-configs.sh --entity-type broker-loggers, as `odradek config get|set broker-logger <node>`: the audit
+    logger is at DEBUG from log.levels, is unset back to the root's INFO, and set again, at run time."""
+    bs = open_secured.bootstrap
+
+    def level() -> str:
+        return json.loads(ok(odradek(bs, "-o", "json", "config", "get", "broker-logger", "1", "kafka.authorizer.logger")))[
+            "kafka.authorizer.logger"]["value"]
+
+    assert level() == "DEBUG"
+    ok(odradek(bs, "config", "set", "broker-logger", "1", "--delete", "kafka.authorizer.logger"))
+    assert level() == "INFO"
+    ok(odradek(bs, "config", "set", "broker-loggers", "1", "kafka.authorizer.logger=DEBUG"))
+    assert level() == "DEBUG"
+    refused = odradek(bs, "config", "set", "broker-logger", "1", "kafka.authorizer.logger=LOUD")
+    assert refused.returncode == 1 and "INVALID_CONFIG" in refused.stderr
