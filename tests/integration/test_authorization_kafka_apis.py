@@ -120,8 +120,6 @@ async def test_listings_show_only_what_the_principal_may_describe(tmp_path):
         assert [t.transactional_id for t in transactions.transaction_states] == ["tx-seen"]
 
 
-@pytest.mark.xfail(reason="gap left to the transactions work: DescribeTransactions lists every topic of the "
-                          "transaction; KafkaApis keeps only those the principal may DESCRIBE", strict=False)
 async def test_describe_transactions_shows_only_describable_topics(tmp_path):
     async with running_broker(tmp_path, **AUTHZ) as kafka:
         b = kafka.broker
