@@ -12,10 +12,21 @@ most in a transaction), whose partitions are verified, not added, by the partiti
 (handlers/produce.py); tests/integration/test_txn_produce_checks.py pins what ApiVersions says.
 AddPartitionsToTxn v5 and TxnOffsetCommit v5 are advertised as Kafka does whatever the feature: v5 of the
 first only adds the TRANSACTION_ABORTABLE error, and a client sends v5 of the second only with TV2.
+
+TxnOffsetCommit is verified (KIP-890 part 1) before the group coordinator writes it: the transaction
+coordinator must have the group's `__consumer_offsets` partition in the producer's Ongoing transaction
+(AddOffsetsToTxn put it there), asked with the same AddPartitionsToTxn verify_only client the produce path
+uses (txn_wiring.ask_transaction_coordinator). A commit for a transaction that never added the offsets, or
+that has ended, is refused (INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4) and writes nothing.
+v5 is verified as v4 here: with Transaction Version 2 Kafka would add the partition instead, and this broker
+does not finalize TV2.
 """
 
 from __future__ import annotations
 
+import asyncio
+
+from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     AddOffsetsToTxnResponse,
@@ -25,8 +36,10 @@ from odradek.protocol.messages import (
     TxnOffsetCommitResponse,
 )
 from odradek.replication.acl import AclOperation, ResourceType
+from odradek.storage.names import TopicPartition
 
 from ..authorizer import per_item, transaction_refusal
+from ..txn_wiring import ask_transaction_coordinator, needs_verification, offsets_verify_error
 from .groups import respond
 from . import handles
 
@@ -74,7 +87,42 @@ def _commit_refused(topic, code, version: int):
 @per_item("topics", "topics", lambda services, ctx, t: None if services.authorized(ctx, READ, TOPIC, t.name)
           else ErrorCode.TOPIC_AUTHORIZATION_FAILED, _commit_refused)
 def _txn_offset_commit(services, ctx, request):
-    return respond(services, services.groups.txn_offset_commit(request, ctx.api_version, services.now_ms()))
+    version = ctx.api_version
+    tp = _offsets_partition_to_verify(services, request)
+    if tp is None:
+        return respond(services, services.groups.txn_offset_commit(request, version, services.now_ms()))
+    return _verify_then_commit(services, request, version, tp)
+
+
+def _offsets_partition_to_verify(services, request):
+    """The group's `__consumer_offsets` partition if the commit must first be verified with the transaction
+    coordinator (KIP-890 part 1, Kafka's GroupCoordinatorService.commitTransactionalOffsets): not when
+    verification is off, not for a request the group coordinator refuses anyway (no group id, a group it
+    does not coordinate), and not when the partition already holds this producer's open transaction
+    (a second commit of the transaction, as Kafka skips the round trip then)."""
+    if not services.config.transaction_partition_verification_enable or not request.group_id:
+        return None
+    groups = services.groups
+    partition = groups.partition_for(request.group_id)
+    if not groups.runtime.is_loaded(partition):
+        return None
+    tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, partition)
+    return tp if needs_verification(services.data, tp, (request.producer_id, request.producer_epoch)) else None
+
+
+async def _verify_then_commit(services, request, version: int, tp):
+    """Ask the coordinator whether the group's offsets partition is in the producer's open transaction (it is
+    once AddOffsetsToTxn was answered); refused, the commit writes nothing and every partition is answered
+    the error (txn_wiring.offsets_verify_error has the mapping)."""
+    errors = await ask_transaction_coordinator(services, request.transactional_id,
+                                               (request.producer_id, request.producer_epoch), [tp])
+    code = errors.get(tp, ErrorCode.INVALID_TXN_STATE)
+    if code is not ErrorCode.NONE:
+        refused = offsets_verify_error(code, version)
+        return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[_commit_refused(t, refused, version)
+                                                                   for t in request.topics])
+    result = respond(services, services.groups.txn_offset_commit(request, version, services.now_ms()))
+    return await result if isinstance(result, asyncio.Future) else result
 
 
 @handles(65, (0, 0))
