@@ -17,7 +17,9 @@ TxnOffsetCommit is verified (KIP-890 part 1) before the group coordinator writes
 coordinator must have the group's `__consumer_offsets` partition in the producer's Ongoing transaction
 (AddOffsetsToTxn put it there), asked with the same AddPartitionsToTxn verify_only client the produce path
 uses (txn_wiring.ask_transaction_coordinator). A commit for a transaction that never added the offsets, or
-that has ended, is refused (INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4) and writes nothing.
+that has ended, is refused (INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4) and writes nothing;
+a verification guard taken on the partition first refuses a commit whose transaction ended while the
+coordinator was being asked, as the produce path's does.
 v5 is verified as v4 here: with Transaction Version 2 Kafka would add the partition instead, and this broker
 does not finalize TV2.
 """
@@ -35,11 +37,13 @@ from odradek.protocol.messages import (
     EndTxnResponse,
     TxnOffsetCommitResponse,
 )
+from odradek.protocol.records import NO_SEQUENCE
 from odradek.replication.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
+from odradek.storage.producer_state import SENTINEL
 
 from ..authorizer import per_item, transaction_refusal
-from ..txn_wiring import ask_transaction_coordinator, needs_verification, offsets_verify_error
+from ..txn_wiring import ask_transaction_coordinator, offsets_verify_error
 from .groups import respond
 from . import handles
 
@@ -88,18 +92,19 @@ def _commit_refused(topic, code, version: int):
           else ErrorCode.TOPIC_AUTHORIZATION_FAILED, _commit_refused)
 def _txn_offset_commit(services, ctx, request):
     version = ctx.api_version
-    tp = _offsets_partition_to_verify(services, request)
-    if tp is None:
+    verification = _start_offsets_verification(services, request)
+    if verification is None:
         return respond(services, services.groups.txn_offset_commit(request, version, services.now_ms()))
-    return _verify_then_commit(services, request, version, tp)
+    return _verify_then_commit(services, request, version, *verification)
 
 
-def _offsets_partition_to_verify(services, request):
-    """The group's `__consumer_offsets` partition if the commit must first be verified with the transaction
-    coordinator (KIP-890 part 1, Kafka's GroupCoordinatorService.commitTransactionalOffsets): not when
-    verification is off, not for a request the group coordinator refuses anyway (no group id, a group it
-    does not coordinate), and not when the partition already holds this producer's open transaction
-    (a second commit of the transaction, as Kafka skips the round trip then)."""
+def _start_offsets_verification(services, request):
+    """(the group's `__consumer_offsets` partition, the verification guard taken on it) if the commit must
+    first be verified with the transaction coordinator (KIP-890 part 1, Kafka's
+    GroupCoordinatorService.commitTransactionalOffsets); None when verification is off, for a request the
+    group coordinator refuses anyway (no group id, a group it does not coordinate), and when the partition
+    holds this producer's open transaction already (the SENTINEL: a later commit of the same transaction,
+    as Kafka skips the round trip then)."""
     if not services.config.transaction_partition_verification_enable or not request.group_id:
         return None
     groups = services.groups
@@ -107,16 +112,34 @@ def _offsets_partition_to_verify(services, request):
     if not groups.runtime.is_loaded(partition):
         return None
     tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, partition)
-    return tp if needs_verification(services.data, tp, (request.producer_id, request.producer_epoch)) else None
+    # The guard is taken before the coordinator is asked, as the produce path does: a marker of this
+    # producer written to the partition meanwhile (the transaction ended) spends it.
+    guard = services.data.maybe_start_transaction_verification(tp, request.producer_id, NO_SEQUENCE,
+                                                               request.producer_epoch, services.now_ms())
+    if guard is None or guard is SENTINEL:
+        return None
+    return tp, guard
 
 
-async def _verify_then_commit(services, request, version: int, tp):
+def _guard_holds(services, tp, producer_id: int, guard) -> bool:
+    partition = services.data.get_partition(tp)
+    state = None if partition is None else partition.log.producer_state.verification_states.get(producer_id)
+    return state is not None and state.guard.verifies(guard)
+
+
+async def _verify_then_commit(services, request, version: int, tp, guard):
     """Ask the coordinator whether the group's offsets partition is in the producer's open transaction (it is
     once AddOffsetsToTxn was answered); refused, the commit writes nothing and every partition is answered
-    the error (txn_wiring.offsets_verify_error has the mapping)."""
-    errors = await ask_transaction_coordinator(services, request.transactional_id,
-                                               (request.producer_id, request.producer_epoch), [tp])
+    the error (txn_wiring.offsets_verify_error has the mapping). Confirmed, the commit is written at once
+    if the guard still holds: from the check to the append nothing yields to the event loop, so no marker
+    can land in between. A spent guard (the transaction ended while the coordinator was asked) is
+    INVALID_TXN_STATE, as Kafka's log refuses a write whose verification guard no longer matches: written,
+    the offsets would sit in a transaction nobody ends, and a later commit of the producer would expose them."""
+    producer = (request.producer_id, request.producer_epoch)
+    errors = await ask_transaction_coordinator(services, request.transactional_id, producer, [tp])
     code = errors.get(tp, ErrorCode.INVALID_TXN_STATE)
+    if code is ErrorCode.NONE and not _guard_holds(services, tp, request.producer_id, guard):
+        code = ErrorCode.INVALID_TXN_STATE
     if code is not ErrorCode.NONE:
         refused = offsets_verify_error(code, version)
         return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[_commit_refused(t, refused, version)

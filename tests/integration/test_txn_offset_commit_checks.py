@@ -2,19 +2,24 @@
 GroupCoordinatorService.commitTransactionalOffsets) on a live in-process broker, with raw requests: a
 commit for a transaction that never sent AddOffsetsToTxn, or that has ended, is refused and writes nothing
 (a require_stable fetch finds no pending offset); inside the transaction it is accepted, also a second time
-(the partition's open transaction makes the round trip unnecessary); a fenced producer is refused."""
+(the partition's open transaction makes the round trip unnecessary); a fenced producer is refused; and a
+commit whose transaction is aborted between the coordinator's answer and the write is refused by the
+verification guard instead of opening a transaction nobody ends in __consumer_offsets."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
 import pytest
 
+from odradek.broker.handlers import transactions as transactions_handler
 from odradek.broker.testing import BrokerThread, RawClient
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     AddOffsetsToTxnRequest,
+    EndTxnRequest,
     FindCoordinatorRequest,
     OffsetFetchRequest,
     TxnOffsetCommitRequest,
@@ -118,4 +123,47 @@ def test_a_fenced_producer_is_refused(broker):
         add_offsets(client, txn_id, new, group)
         assert txn_commit(client, txn_id, new, group, 6) == ErrorCode.NONE
         assert end(client, txn_id, new, commit=True) == 0
+        assert until_stable(client, group) == (ErrorCode.NONE, 6)
+
+
+def test_an_abort_between_the_verification_and_the_write_is_refused(broker, monkeypatch):
+    services = broker.broker.services
+    txn_id, group = name("race"), name("group")
+    with RawClient(broker.bootstrap) as client:
+        find_group_coordinator(client, group)
+        producer = init(client, txn_id)
+        add_offsets(client, txn_id, producer, group)
+        real_ask = transactions_handler.ask_transaction_coordinator
+        seen: list[dict] = []
+
+        async def ask_then_abort(services, transactional_id, producer_, partitions):
+            errors = await real_ask(services, transactional_id, producer_, partitions)
+            seen.append(errors)
+            # The coordinator said yes; the transaction is aborted before the commit is written: EndTxn through
+            # the coordinator, whose marker sender writes the ABORT marker to the offsets partition.
+            (tp,) = partitions
+            log = services.data.get_partition(tp).log
+            before = log.log_end_offset
+            services.transactions.end_txn(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_[0],
+                                                        producer_epoch=producer_[1], committed=False),
+                                          3, services.now_ms())
+            deadline = time.monotonic() + DEADLINE_S
+            while log.log_end_offset == before and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # bounded poll of the partition: the marker is written by another task
+            assert log.log_end_offset == before + 1, "the abort marker never reached the offsets partition"
+            return errors
+
+        monkeypatch.setattr(transactions_handler, "ask_transaction_coordinator", ask_then_abort)
+        assert txn_commit(client, txn_id, producer, group, 5) == ErrorCode.INVALID_TXN_STATE
+        monkeypatch.undo()
+        assert [list(e.values()) for e in seen] == [[ErrorCode.NONE]]  # verified: the guard refused the write
+        tp = next(iter(seen[0]))
+        log = services.data.get_partition(tp).log
+        assert producer[0] not in log.producer_state.ongoing.values() and not log.producer_state.verification_states
+        assert stable_fetch(client, group) == (ErrorCode.NONE, -1)
+
+        # The next transaction commits its offsets normally.
+        add_offsets(client, txn_id, producer, group)
+        assert txn_commit(client, txn_id, producer, group, 6) == ErrorCode.NONE
+        assert end(client, txn_id, producer, commit=True) == 0
         assert until_stable(client, group) == (ErrorCode.NONE, 6)
