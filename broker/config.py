@@ -901,6 +901,13 @@ class BrokerConfig(BaseModel):
     transaction_state_log_segment_bytes: Int = _f(
         "transaction.state.log.segment.bytes", 104857600, T.INT, "Segment size of __transaction_state.", ge=1
     )
+    transaction_state_log_load_buffer_size: Int = _f(
+        "transaction.state.log.load.buffer.size",
+        5242880,
+        T.INT,
+        "Accepted for compatibility: a __transaction_state partition is loaded in reads of a fixed size.",
+        ge=1,
+    )
     transaction_max_timeout_ms: Int = _f(
         "transaction.max.timeout.ms",
         900000,
@@ -913,6 +920,16 @@ class BrokerConfig(BaseModel):
         604800000,
         T.INT,
         "Idle time after which a transactional id expires.",
+        ge=1,
+    )
+    # Kafka's coordinator scans for timed-out transactions every interval, so one is aborted between its
+    # timeout and its timeout plus the interval; here each Ongoing transaction has its own timer at start +
+    # timeout (coordinator/transaction/shard.py), which keeps that bound for any interval.
+    abort_timed_out_transaction_cleanup_interval_ms: Int = _f(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        10000,
+        T.INT,
+        "Accepted for compatibility: each open transaction is aborted by its own timer when its timeout passes.",
         ge=1,
     )
     remove_expired_transaction_cleanup_interval_ms: Int = _f(

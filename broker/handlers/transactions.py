@@ -16,9 +16,10 @@ first only adds the TRANSACTION_ABORTABLE error, and a client sends v5 of the se
 TxnOffsetCommit is verified (KIP-890 part 1) before the group coordinator writes it: the transaction
 coordinator must have the group's `__consumer_offsets` partition in the producer's Ongoing transaction
 (AddOffsetsToTxn put it there), asked with the same AddPartitionsToTxn verify_only client the produce path
-uses (txn_wiring.ask_transaction_coordinator). A commit for a transaction that never added the offsets, or
-that has ended, is refused (INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4) and writes nothing;
-a verification guard taken on the partition first refuses a commit whose transaction ended while the
+uses (txn_wiring.ask_transaction_coordinator). Otherwise the offsets would open a transaction there that no
+marker ever closes: pending offsets for good, and require_stable readers told UNSTABLE_OFFSET_COMMIT
+forever. A commit for a transaction that never added the offsets, or that has ended, is refused
+(INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4) and writes nothing; a verification guard taken on the partition first refuses a commit whose transaction ended while the
 coordinator was being asked, as the produce path's does.
 v5 is verified as v4 here: with Transaction Version 2 Kafka would add the partition instead, and this broker
 does not finalize TV2.

@@ -203,6 +203,54 @@ def test_kafka_python_transactions(broker):
     assert got == [b"kp-c%d" % i for i in range(10)]
 
 
+def test_kafka_python_consume_transform_produce_with_group_metadata(broker):
+    """kafka-python's loop: a read_committed group consumer, send_offsets_to_transaction with the consumer's
+    group metadata (TxnOffsetCommit v3, KIP-447), the first transaction aborted and its input read again."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.structs import OffsetAndMetadata
+
+    source, sink, group = name("kp-src"), name("kp-dst"), name("kp-etl")
+    create(broker.bootstrap, source, sink)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(40):
+        plain.produce(source, key=str(i % 5).encode(), value=str(i).encode())
+    plain.flush(30)
+    consumer = KafkaConsumer(source, bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", isolation_level="read_committed")
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=name("kp-etl-txn"))
+    producer.init_transactions()
+    done, aborted_once = 0, False
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while done < 40 and time.monotonic() < deadline:
+            batch = [r for records in consumer.poll(timeout_ms=500, max_records=15).values() for r in records]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for r in batch:
+                producer.send(sink, key=r.key, value=b"y" + r.value)
+            positions = {tp: OffsetAndMetadata(consumer.position(tp), "", -1) for tp in consumer.assignment()}
+            producer.send_offsets_to_transaction(positions, consumer.group_metadata())
+            if not aborted_once:  # its output vanishes, its offsets are not committed: read it again
+                aborted_once = True
+                producer.abort_transaction()
+                for tp in consumer.assignment():
+                    committed = consumer.committed(tp)
+                    consumer.seek(tp, committed if committed is not None else 0)
+                continue
+            producer.commit_transaction()
+            done += len(batch)
+    finally:
+        producer.close()
+        consumer.close()
+    assert done == 40
+    assert sorted(read_committed(broker.bootstrap, sink, 40)) == sorted(b"y%d" % i for i in range(40))
+    check = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    committed = check.committed([TopicPartition(source, 0), TopicPartition(source, 1)], 30)
+    check.close()
+    assert sum(tp.offset for tp in committed) == 40
+
+
 def test_aiokafka_transactions_with_offsets(broker):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition as AioTopicPartition
@@ -234,6 +282,22 @@ def test_aiokafka_transactions_with_offsets(broker):
             assert await consumer.committed(AioTopicPartition(source, 0)) == 5
         finally:
             await consumer.stop()
+
+        # aiokafka's own read_committed consumer: the committed records in order, never the aborted one.
+        reader = AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, isolation_level="read_committed",
+                                  auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
+        await reader.start()
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + DEADLINE_S
+            while len(got) < 5 and time.monotonic() < deadline:
+                for records in (await reader.getmany(timeout_ms=200)).values():
+                    got.extend(r.value for r in records)
+            for records in (await reader.getmany(timeout_ms=500)).values():  # nothing after them
+                got.extend(r.value for r in records)
+        finally:
+            await reader.stop()
+        assert got == [b"aio-c%d" % i for i in range(5)]
 
     asyncio.run(run())
     assert read_committed(broker.bootstrap, topic, 5) == [b"aio-c%d" % i for i in range(5)]
@@ -339,10 +403,11 @@ def test_cli_lists_describes_and_aborts_a_hanging_transaction(broker):
     p.begin_transaction()
     p.produce(topic, value=b"hanging")
     p.flush(30)
-    listed = json.loads(odradek("txn", "list", "--state", "Ongoing"))
-    assert {"transactional_id": txn_id, "producer_id": listed[0]["producer_id"], "state": "Ongoing"} in listed
-    described = json.loads(odradek("txn", "describe", txn_id))
+    listed = {t["transactional_id"]: t for t in json.loads(odradek("txn", "list", "--state", "Ongoing"))}
+    assert listed[txn_id]["state"] == "Ongoing" and listed[txn_id]["coordinator"] == 1  # kafka-transactions.sh's columns
+    described = json.loads(odradek("txn", "describe", "--transactional-id", txn_id))
     assert described["state"] == "Ongoing" and described["partitions"] == [f"{topic}-0"]
+    assert described["duration_ms"] >= 0 and described["start_time_ms"] > 0
     aborted = json.loads(odradek("txn", "abort", "--topic", topic, "--partition", "0", "--start-offset", "0"))
     assert aborted["aborted"]
     # The partition's last stable offset moved on: a committed record after it is readable at once.

@@ -222,6 +222,52 @@ def test_a_producer_id_that_is_not_the_transactional_ids_is_refused_by_its_coord
         assert end(client, txn_id, producer, commit=False) == 0
 
 
+def test_txn_offset_commit_is_verified_like_a_produce(broker):
+    """TxnOffsetCommit without AddOffsetsToTxn first would open a transaction on the group's __consumer_offsets
+    partition that no marker closes (offsets pending for good); it is refused as Kafka's verification does,
+    per version, and accepted once the partition is in the transaction; a fenced producer's is refused."""
+    from odradek.protocol.messages import AddOffsetsToTxnRequest, OffsetFetchRequest, TxnOffsetCommitRequest
+
+    topic, txn_id, group = name("offsets"), name("offsets-txn"), name("offsets-group")
+    T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+
+    def commit(producer: tuple[int, int], version: int, offset: int = 5) -> int:
+        r = client.request(TxnOffsetCommitRequest(
+            transactional_id=txn_id, group_id=group, producer_id=producer[0], producer_epoch=producer[1],
+            generation_id=-1, member_id="", group_instance_id=None, topics=[T(name=topic, partitions=[
+                T.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                                                  committed_metadata="")])]), version)
+        (code,) = {p.error_code for t in r.topics for p in t.partitions}
+        return code
+
+    def committed_offset() -> int:
+        O = OffsetFetchRequest.OffsetFetchRequestTopic
+        r = client.request(OffsetFetchRequest(group_id=group, topics=[O(name=topic, partition_indexes=[0])],
+                                              require_stable=True), 7)
+        assert r.error_code == 0
+        return r.topics[0].partitions[0].committed_offset
+
+    with RawClient(broker.bootstrap) as client:
+        create(client, topic)
+        producer = init(client, txn_id)
+        add(client, txn_id, producer, topic, [0])  # a transaction is open, but without the group's offsets
+        assert commit(producer, 0) == ErrorCode.INVALID_TXN_STATE
+        assert commit(producer, 3) == ErrorCode.INVALID_TXN_STATE
+        assert commit(producer, 4) == ErrorCode.TRANSACTION_ABORTABLE
+        assert committed_offset() == -1  # nothing pending: require_stable is not told UNSTABLE_OFFSET_COMMIT
+        added = client.request(AddOffsetsToTxnRequest(transactional_id=txn_id, producer_id=producer[0],
+                                                      producer_epoch=producer[1], group_id=group), 3)
+        assert added.error_code == 0
+        assert commit((producer[0], producer[1] + 1), 3) == ErrorCode.INVALID_PRODUCER_EPOCH  # not its epoch
+        assert commit(producer, 3) == 0
+        assert commit(producer, 3, offset=7) == 0  # open on the partition now: not verified again
+        assert end(client, txn_id, producer, commit=True) == 0
+        deadline = time.monotonic() + DEADLINE_S
+        while (offset := committed_offset()) != 7 and time.monotonic() < deadline:
+            time.sleep(0.05)  # bounded poll: the commit marker reaches __consumer_offsets after EndTxn answers
+        assert offset == 7
+
+
 def test_transaction_version_2_is_not_advertised(broker):
     """KIP-890 part 2 (an epoch bump per transaction) is not implemented: the broker finalizes no
     `transaction.version` feature and offers EndTxn up to v4, so every client (the Java client included)

@@ -95,3 +95,15 @@ def test_null_sink_takes_a_tiny_produce(tmp_path):
     md = report.markdown({"meta": {"runs": 1}, "cells": [result]})
     assert "null sink (ceiling)" in md and "smoke" in md
     json.dumps(result, default=str)
+
+
+def test_txn_bench_reports_idempotent_and_transactional_from_one_run(tmp_path):
+    """`python -m bench.txn_bench` in small: one broker, both modes in the same run, their ratio."""
+    from bench import txn_bench
+
+    results = txn_bench.run(records=300, txn_size=100, workdir=tmp_path)
+    idem, txn = results["idempotent"], results["transactional"]
+    assert idem["records"] == txn["records"] == 300 and txn["transactions"] == 3
+    assert idem["records_per_s"] > 0 and txn["records_per_s"] > 0
+    assert results["ratio"] == round(txn["records_per_s"] / idem["records_per_s"], 3)
+    assert 0 < txn["commit_ms_median"] <= txn["commit_ms_p99"]

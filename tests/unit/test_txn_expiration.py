@@ -8,6 +8,8 @@ coordinator has forgotten them too, and the id starts over with a new producer i
 
 from __future__ import annotations
 
+import pytest
+
 from odradek.broker.config import BrokerConfig
 from odradek.coordinator.transaction.config import TransactionCoordinatorConfig
 from odradek.protocol.errors import ErrorCode
@@ -105,3 +107,24 @@ def test_producer_id_expiration_reaches_the_partition_logs():
     assert log_config(MetadataImage(), "t", config).producer_id_expiration_ms == 5000
     assert config.producer_id_expiration_check_interval_ms == 700
     assert BrokerConfig().producer_id_expiration_check_interval_ms == 600_000  # Kafka's default
+
+
+@pytest.mark.parametrize("key, default", [
+    ("transaction.state.log.num.partitions", 50),
+    ("transaction.state.log.replication.factor", 1),  # Kafka's sample server.properties (see broker/config.py)
+    ("transaction.state.log.min.isr", 1),
+    ("transaction.state.log.segment.bytes", 104857600),
+    ("transaction.state.log.load.buffer.size", 5242880),
+    ("transaction.max.timeout.ms", 900000),
+    ("transactional.id.expiration.ms", 604800000),
+    ("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000),
+    ("transaction.remove.expired.transaction.cleanup.interval.ms", 3600000),
+    ("transaction.partition.verification.enable", True),
+    ("producer.id.expiration.ms", 86400000),
+    ("producer.id.expiration.check.interval.ms", 600000),
+])
+def test_every_transaction_setting_of_kafka_loads_with_its_default(key, default):
+    """A Kafka server.properties with any of these keys loads (an unknown key is refused), with Kafka's default."""
+    assert BrokerConfig().get(key) == default
+    value = "false" if isinstance(default, bool) else "7"
+    assert BrokerConfig.from_properties({key: value}).get(key) == (False if isinstance(default, bool) else 7)
