@@ -951,7 +951,8 @@ class BrokerConfig(BaseModel):
         "offsets.retention.check.interval.ms", 600000, T.LONG, "How often stale offsets are expired.", ge=1
     )
     offsets_commit_timeout_ms: Int = _f(
-        "offsets.commit.timeout.ms", 5000, T.INT, "Longest wait for an offset commit to be replicated.", ge=1
+        "offsets.commit.timeout.ms", 5000, T.INT,
+        "Longest wait for a __consumer_offsets write (commits, group state) to be replicated.", ge=1
     )
     offset_metadata_max_bytes: Int = _f(
         "offset.metadata.max.bytes", 4096, T.INT, "Largest metadata string of a committed offset."

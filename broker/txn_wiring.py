@@ -29,7 +29,9 @@ import struct
 
 import structlog
 
+from odradek.coordinator.group.group_coordinator import error_code_of
 from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC
+from odradek.coordinator.runtime import CoordinatorError
 from odradek.coordinator.transaction.config import TransactionCoordinatorConfig
 from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 from odradek.coordinator.transaction.shard import MarkerJob
@@ -293,20 +295,50 @@ def _verify_error(code: ErrorCode, produce_version: int) -> ErrorCode:
     if code is ErrorCode.TRANSACTION_ABORTABLE:
         return ErrorCode.TRANSACTION_ABORTABLE if produce_version >= 12 else ErrorCode.INVALID_TXN_STATE
     if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
-                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT):
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION):
         return ErrorCode.NOT_ENOUGH_REPLICAS
     return code
 
 
+def offsets_verify_error(code: ErrorCode, txn_offset_commit_version: int) -> ErrorCode:
+    """What a TxnOffsetCommit is told when the coordinator did not verify the group's `__consumer_offsets`
+    partition (Kafka 4.x: AddPartitionsToTxnManager's conversions for the version's
+    TransactionSupportedOperation, then the group coordinator's handleOperationException).
+
+    TRANSACTION_ABORTABLE (the partition is not in an Ongoing transaction: no AddOffsetsToTxn, or the
+    transaction ended) is INVALID_TXN_STATE below v4, which does not know the code
+    (txnOffsetCommitRequestVersionToTransactionSupportedOperation: DEFAULT_ERROR up to v3); a fenced producer
+    is INVALID_PRODUCER_EPOCH; an unreachable coordinator (NETWORK_EXCEPTION) is COORDINATOR_LOAD_IN_PROGRESS,
+    which every client retries without a coordinator lookup; the rest as any group write's error."""
+    if code is ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code is ErrorCode.TRANSACTION_ABORTABLE and txn_offset_commit_version < 4:
+        return ErrorCode.INVALID_TXN_STATE
+    if code is ErrorCode.NETWORK_EXCEPTION:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    return error_code_of(CoordinatorError("", code))
+
+
 async def verify_transaction(services, transactional_id: str, producer: tuple[int, int], partitions: list,
                              produce_version: int) -> dict:
+    """Produce's verification (KIP-890 part 1): {tp: the produce error} for the partitions (TopicPartitions)
+    the coordinator did not confirm in the producer's open transaction."""
+    errors = await ask_transaction_coordinator(services, transactional_id, producer, partitions)
+    return {tp: _verify_error(code, produce_version) for tp, code in errors.items() if code is not ErrorCode.NONE}
+
+
+async def ask_transaction_coordinator(services, transactional_id: str, producer: tuple[int, int],
+                                      partitions: list) -> dict:
     """Ask the transactional id's coordinator (AddPartitionsToTxn v4, verify_only) whether `partitions`
-    (TopicPartitions) are in the producer's open transaction: {tp: the produce error} for those that are not."""
+    (TopicPartitions) are in the producer's open transaction: {tp: its code as the coordinator answered it},
+    NONE for a verified one; NETWORK_EXCEPTION when the coordinator could not be asked (Kafka's
+    AddPartitionsToTxnManager on a disconnect), COORDINATOR_NOT_AVAILABLE when it is not known. Produce and
+    TxnOffsetCommit each map the codes for their own clients."""
     from odradek.coordinator.partitioning import partition_for
     from odradek.protocol.messages import AddPartitionsToTxnRequest
 
     def every(code: ErrorCode) -> dict:
-        return {tp: _verify_error(code, produce_version) for tp in partitions}
+        return {tp: code for tp in partitions}
 
     topic = services.topic_by_name(TRANSACTION_STATE_TOPIC)
     if topic is None:
@@ -328,9 +360,14 @@ async def verify_transaction(services, transactional_id: str, producer: tuple[in
         else:
             # The coordinator's sender holds this broker's connections to other nodes for transactions.
             response = await services.transactions.markers.request(leader[0], request, 4, purpose="txn-verify")
-    except Exception as e:  # noqa: BLE001 - the coordinator is unreachable: the producer retries
+    except Exception as e:  # noqa: BLE001 - the coordinator is unreachable: the client retries
         log.debug("transaction verification failed", transactional_id=transactional_id, error=repr(e))
-        return every(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return every(ErrorCode.NETWORK_EXCEPTION)
+    if response.error_code:
+        # Kafka's AddPartitionsToTxnManager: the client is not told CLUSTER_AUTHORIZATION_FAILED (the broker's
+        # own permission), only that the verification did not complete.
+        code = ErrorCode(response.error_code)
+        return every(ErrorCode.INVALID_TXN_STATE if code is ErrorCode.CLUSTER_AUTHORIZATION_FAILED else code)
     errors = {tp: ErrorCode.INVALID_TXN_STATE for tp in partitions}  # a partition left out of the answer
     for result in response.results_by_transaction:
         for t in result.topic_results:
@@ -338,4 +375,4 @@ async def verify_transaction(services, transactional_id: str, producer: tuple[in
                 key = next((tp for tp in partitions if tp.topic == t.name and tp.partition == p.partition_index), None)
                 if key is not None:
                     errors[key] = ErrorCode(p.partition_error_code)
-    return {tp: _verify_error(code, produce_version) for tp, code in errors.items() if code is not ErrorCode.NONE}
+    return errors

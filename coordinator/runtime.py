@@ -13,6 +13,9 @@ knows three verbs, as Kafka's CoordinatorRuntime does:
   replicated state), and completes the Deferred with the response once the records are durable. An op
   writes nothing if it raises, and a failed append replays nothing: the replicated state never runs ahead
   of the log.
+  `write(..., timeout_ms)` bounds the wait for durability: the Deferred then fails with REQUEST_TIMED_OUT
+  (Kafka's write timeout: `offsets.commit.timeout.ms` for groups, `request.timeout.ms` for transactions),
+  while the records stay written and take effect if they are replicated later.
 - `load(partition, now_ms)`: a new shard replays the partition's log (`read_all`) and is told
   `on_loaded(now_ms)` to re-arm its timers. `unload(partition)` drops it (leadership moved).
 - `schedule(partition, key, deadline_ms, op)`: a timer on the shared timing wheel that runs `op` as a
@@ -409,8 +412,36 @@ class CoordinatorRuntime(Generic[S]):
         """Run a read-only function on the shard (raises NotCoordinatorError if it is not loaded)."""
         return fn(self.shard(partition))
 
-    def write(self, partition: int, op: Callable[[S], Result], now_ms: int) -> Deferred:
-        """Run `op` on the shard; make its records durable, replay them and release its response."""
+    def write(self, partition: int, op: Callable[[S], Result], now_ms: int, timeout_ms: int | None = None) -> Deferred:
+        """Run `op` on the shard; make its records durable, replay them and release its response. With
+        `timeout_ms`, a response still held that long fails with REQUEST_TIMED_OUT (see `_bounded`)."""
+        written = self._write(partition, op, now_ms)
+        return written if timeout_ms is None or written.done else self._bounded(written, now_ms, timeout_ms)
+
+    def _bounded(self, written: Deferred, now_ms: int, timeout_ms: int) -> Deferred:
+        """Kafka's CoordinatorWriteEvent write timeout: the caller is answered REQUEST_TIMED_OUT (each
+        coordinator maps it for its API) instead of waiting for as long as the partition's ISR cannot move.
+        Only the answer is given up: the records stay in the log and in the shard (replayed on append), and
+        take effect if the high watermark reaches them later, as in Kafka, where the timeout completes the
+        write's future but neither reverts the state machine nor removes the records. A retry finds that
+        effect; a change of leader that truncates them reloads the shard from what survived."""
+        out: Deferred = Deferred()
+        timeout = TimerTask(now_ms + timeout_ms, lambda: out.fail(CoordinatorError(
+            f"coordinator write not replicated within {timeout_ms} ms", ErrorCode.REQUEST_TIMED_OUT)))
+
+        def settle(d: Deferred) -> None:
+            timeout.cancel()
+            if d.failed_with is not None:
+                out.fail(d.failed_with)
+            else:
+                out.complete(d.result())
+
+        written.add_callback(settle)
+        if not out.done:
+            self._timer.add(timeout)
+        return out
+
+    def _write(self, partition: int, op: Callable[[S], Result], now_ms: int) -> Deferred:
         self._tick(now_ms)
         context = self._contexts.get(partition)
         if context is None:
@@ -516,7 +547,7 @@ class CoordinatorRuntime(Generic[S]):
             # The timer's own deadline is its "now": what follows is the same however coarsely the clock
             # was stepped over it.
             now_ms = task.expiration_ms
-            self.write(partition, lambda shard: op(shard, now_ms), now_ms)
+            self._write(partition, lambda shard: op(shard, now_ms), now_ms)
 
         task = TimerTask(deadline_ms, fire)
         context.timers[key] = task

@@ -13,19 +13,23 @@ most in a transaction), whose partitions are verified, not added, by the partiti
 AddPartitionsToTxn v5 and TxnOffsetCommit v5 are advertised as Kafka does whatever the feature: v5 of the
 first only adds the TRANSACTION_ABORTABLE error, and a client sends v5 of the second only with TV2.
 
-TxnOffsetCommit is verified as a produce is (KIP-890 part 1, Kafka's CoordinatorPartitionWriter): unless the
-producer's transaction is open on the group's `__consumer_offsets` partition already, the transaction
-coordinator must confirm that AddOffsetsToTxn put that partition in the transaction. Otherwise the offsets
-would open a transaction there that no marker ever closes: pending offsets forever, and a group whose
-read_committed consumers (require_stable) wait on UNSTABLE_OFFSET_COMMIT for good. A refusal is Kafka's:
-INVALID_TXN_STATE (TRANSACTION_ABORTABLE from v4), INVALID_PRODUCER_EPOCH for a fenced producer,
-COORDINATOR_NOT_AVAILABLE (retried) while the coordinator cannot answer.
+TxnOffsetCommit is verified (KIP-890 part 1) before the group coordinator writes it: the transaction
+coordinator must have the group's `__consumer_offsets` partition in the producer's Ongoing transaction
+(AddOffsetsToTxn put it there), asked with the same AddPartitionsToTxn verify_only client the produce path
+uses (txn_wiring.ask_transaction_coordinator). Otherwise the offsets would open a transaction there that no
+marker ever closes: pending offsets for good, and require_stable readers told UNSTABLE_OFFSET_COMMIT
+forever. A commit for a transaction that never added the offsets, or that has ended, is refused
+(INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4) and writes nothing; a verification guard taken on the partition first refuses a commit whose transaction ended while the
+coordinator was being asked, as the produce path's does.
+v5 is verified as v4 here: with Transaction Version 2 Kafka would add the partition instead, and this broker
+does not finalize TV2.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     AddOffsetsToTxnResponse,
@@ -34,17 +38,17 @@ from odradek.protocol.messages import (
     EndTxnResponse,
     TxnOffsetCommitResponse,
 )
+from odradek.protocol.records import NO_SEQUENCE
 from odradek.replication.acl import AclOperation, ResourceType
-
 from odradek.storage.names import TopicPartition
+from odradek.storage.producer_state import SENTINEL
 
 from ..authorizer import per_item, transaction_refusal
-from ..txn_wiring import needs_verification, verify_transaction
+from ..txn_wiring import ask_transaction_coordinator, offsets_verify_error
 from .groups import respond
 from . import handles
 
 READ, WRITE, TOPIC, GROUP = AclOperation.READ, AclOperation.WRITE, ResourceType.TOPIC, ResourceType.GROUP
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @handles(24, (0, 5))
@@ -88,25 +92,60 @@ def _commit_refused(topic, code, version: int):
 @per_item("topics", "topics", lambda services, ctx, t: None if services.authorized(ctx, READ, TOPIC, t.name)
           else ErrorCode.TOPIC_AUTHORIZATION_FAILED, _commit_refused)
 def _txn_offset_commit(services, ctx, request):
-    if services.config.transaction_partition_verification_enable and request.group_id and request.topics:
-        offsets_partition = TopicPartition(OFFSETS_TOPIC, services.groups.partition_for(request.group_id))
-        producer = (request.producer_id, request.producer_epoch)
-        if needs_verification(services.data, offsets_partition, producer):
-            return _verify_then_commit(services, ctx, request, offsets_partition, producer)
-    return respond(services, services.groups.txn_offset_commit(request, ctx.api_version, services.now_ms()))
+    version = ctx.api_version
+    verification = _start_offsets_verification(services, request)
+    if verification is None:
+        return respond(services, services.groups.txn_offset_commit(request, version, services.now_ms()))
+    return _verify_then_commit(services, request, version, *verification)
 
 
-async def _verify_then_commit(services, ctx, request, offsets_partition: TopicPartition, producer: tuple[int, int]):
-    # Produce v12 is where TRANSACTION_ABORTABLE reaches producers; TxnOffsetCommit carries it from v4.
-    as_produce_version = 12 if ctx.api_version >= 4 else 11
-    refused = await verify_transaction(services, request.transactional_id, producer, [offsets_partition],
-                                       as_produce_version)
-    code = refused.get(offsets_partition)
-    if code is not None:
-        if code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT):
-            code = ErrorCode.COORDINATOR_NOT_AVAILABLE  # the coordinator's trouble, as a group coordinator says it
-        return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[_commit_refused(t, code, 0) for t in request.topics])
-    result = respond(services, services.groups.txn_offset_commit(request, ctx.api_version, services.now_ms()))
+def _start_offsets_verification(services, request):
+    """(the group's `__consumer_offsets` partition, the verification guard taken on it) if the commit must
+    first be verified with the transaction coordinator (KIP-890 part 1, Kafka's
+    GroupCoordinatorService.commitTransactionalOffsets); None when verification is off, for a request the
+    group coordinator refuses anyway (no group id, a group it does not coordinate), and when the partition
+    holds this producer's open transaction already (the SENTINEL: a later commit of the same transaction,
+    as Kafka skips the round trip then)."""
+    if not services.config.transaction_partition_verification_enable or not request.group_id:
+        return None
+    groups = services.groups
+    partition = groups.partition_for(request.group_id)
+    if not groups.runtime.is_loaded(partition):
+        return None
+    tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, partition)
+    # The guard is taken before the coordinator is asked, as the produce path does: a marker of this
+    # producer written to the partition meanwhile (the transaction ended) spends it.
+    guard = services.data.maybe_start_transaction_verification(tp, request.producer_id, NO_SEQUENCE,
+                                                               request.producer_epoch, services.now_ms())
+    if guard is None or guard is SENTINEL:
+        return None
+    return tp, guard
+
+
+def _guard_holds(services, tp, producer_id: int, guard) -> bool:
+    partition = services.data.get_partition(tp)
+    state = None if partition is None else partition.log.producer_state.verification_states.get(producer_id)
+    return state is not None and state.guard.verifies(guard)
+
+
+async def _verify_then_commit(services, request, version: int, tp, guard):
+    """Ask the coordinator whether the group's offsets partition is in the producer's open transaction (it is
+    once AddOffsetsToTxn was answered); refused, the commit writes nothing and every partition is answered
+    the error (txn_wiring.offsets_verify_error has the mapping). Confirmed, the commit is written at once
+    if the guard still holds: from the check to the append nothing yields to the event loop, so no marker
+    can land in between. A spent guard (the transaction ended while the coordinator was asked) is
+    INVALID_TXN_STATE, as Kafka's log refuses a write whose verification guard no longer matches: written,
+    the offsets would sit in a transaction nobody ends, and a later commit of the producer would expose them."""
+    producer = (request.producer_id, request.producer_epoch)
+    errors = await ask_transaction_coordinator(services, request.transactional_id, producer, [tp])
+    code = errors.get(tp, ErrorCode.INVALID_TXN_STATE)
+    if code is ErrorCode.NONE and not _guard_holds(services, tp, request.producer_id, guard):
+        code = ErrorCode.INVALID_TXN_STATE
+    if code is not ErrorCode.NONE:
+        refused = offsets_verify_error(code, version)
+        return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[_commit_refused(t, refused, version)
+                                                                   for t in request.topics])
+    result = respond(services, services.groups.txn_offset_commit(request, version, services.now_ms()))
     return await result if isinstance(result, asyncio.Future) else result
 
 

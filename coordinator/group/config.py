@@ -18,6 +18,9 @@ class GroupCoordinatorConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    # offsets.commit.timeout.ms: the longest a write to __consumer_offsets (commits, group state) waits to be
+    # replicated before it is answered COORDINATOR_NOT_AVAILABLE (Kafka's write timeout of every group op)
+    offsets_commit_timeout_ms: int = 5000
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
     group_min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
     group_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
@@ -35,7 +38,7 @@ class GroupCoordinatorConfig:
         """Read the settings off the broker's config object (by attribute name, without importing it)."""
         values = {}
         for name in ("offsets_topic_num_partitions", "transaction_state_log_num_partitions",
-                     "offsets_retention_check_interval_ms", "offset_metadata_max_bytes",
+                     "offsets_retention_check_interval_ms", "offset_metadata_max_bytes", "offsets_commit_timeout_ms",
                      "group_initial_rebalance_delay_ms", "group_min_session_timeout_ms",
                      "group_max_session_timeout_ms", "group_max_size", "consumer_group_session_timeout_ms",
                      "consumer_group_heartbeat_interval_ms", "consumer_group_max_size"):

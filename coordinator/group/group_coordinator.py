@@ -9,7 +9,7 @@ and answers NOT_COORDINATOR for groups of partitions it does not hold.
 
 Methods take the decoded request, its API version and `now_ms` (nothing here reads a clock), and return
 the response message, or a `Deferred` of it for the APIs that write (their response waits until the
-records are durable) and for the long polls (JoinGroup and SyncGroup wait for the rebalance). A Deferred
+records are durable, or until `offsets.commit.timeout.ms`: then COORDINATOR_NOT_AVAILABLE) and for the long polls (JoinGroup and SyncGroup wait for the rebalance). A Deferred
 never fails: errors are answered in the response, as Kafka answers them.
 
 Timers (session expiry, rebalance and initial delays, offset retention) are tasks on the shared timing
@@ -131,7 +131,14 @@ class GroupCoordinator:
         return self.runtime.shard(self.partition_for(group_id))
 
     def _write(self, group_id: str, op: Callable[[GroupCoordinatorShard], Result], now_ms: int) -> Deferred:
-        return self.runtime.write(self.partition_for(group_id), op, now_ms)
+        return self._write_partition(self.partition_for(group_id), op, now_ms)
+
+    def _write_partition(self, partition: int, op: Callable[[GroupCoordinatorShard], Result], now_ms: int) -> Deferred:
+        """Every group write is bounded by `offsets.commit.timeout.ms`, as each scheduleWriteOperation of Kafka's
+        GroupCoordinatorService is: not replicated by then, it fails with REQUEST_TIMED_OUT, which
+        `error_code_of` answers COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again and
+        retries). The records stay written and take effect if replicated later (runtime.py, `_bounded`)."""
+        return self.runtime.write(partition, op, now_ms, timeout_ms=self.config.offsets_commit_timeout_ms)
 
     # ------------------------------------------------------------------------------------------------
     # FindCoordinator (10)
@@ -403,7 +410,8 @@ class GroupCoordinator:
                 by_partition.setdefault(self.partition_for(group_id), []).append(group_id)
         parts = []
         for partition, group_ids in by_partition.items():
-            written = self.runtime.write(partition, lambda shard, ids=group_ids: shard.delete_groups(ids, now_ms), now_ms)
+            written = self._write_partition(partition, lambda shard, ids=group_ids: shard.delete_groups(ids, now_ms),
+                                            now_ms)
             parts.append(written.then(lambda results: results,
                                       lambda e, ids=group_ids: [(g, error_code_of(e)) for g in ids]))
 

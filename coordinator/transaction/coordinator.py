@@ -10,7 +10,7 @@ partition leader can refuse markers from a deposed coordinator) and drops them w
 
 Methods take the decoded request, its version and `now_ms`, and return the response or a `Deferred` of
 it (the writes answer once their record is durable, or COORDINATOR_NOT_AVAILABLE if it is not replicated
-within `request.timeout.ms`, see `_bounded`). Errors are answered in the response, as Kafka does,
+within `request.timeout.ms`, see `_write`). Errors are answered in the response, as Kafka does,
 with its per-version substitutions (PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to clients too old for it).
 
 Markers: the shard hands ended transactions to the `MarkerSink` (the broker's sender); the sender calls
@@ -31,11 +31,11 @@ from odradek.protocol.messages import (
     InitProducerIdResponse,
     ListTransactionsResponse,
 )
-from odradek.replication.timing_wheel import Timer, TimerTask
+from odradek.replication.timing_wheel import Timer
 
 from ..group.group_coordinator import error_code_of
 from ..partitioning import CONSUMER_OFFSETS_TOPIC, partition_for
-from ..runtime import CoordinatorError, CoordinatorRuntime, Deferred, NotCoordinatorError, PartitionWriter
+from ..runtime import CoordinatorRuntime, Deferred, NotCoordinatorError, PartitionWriter
 from ..topics import TopicsView
 from .config import TransactionCoordinatorConfig
 from .metadata import TransactionState
@@ -102,33 +102,13 @@ class TransactionCoordinator:
         return self.runtime.shard(self.partition_for(transactional_id))
 
     def _write(self, transactional_id: str, op, now_ms: int) -> Deferred:
-        return self._bounded(self.runtime.write(self.partition_for(transactional_id), op, now_ms), now_ms)
-
-    def _bounded(self, written: Deferred, now_ms: int) -> Deferred:
-        """The response to a write, or REQUEST_TIMED_OUT (answered COORDINATOR_NOT_AVAILABLE) if its records
-        are not replicated within `request_timeout_ms`, as Kafka's appendTransactionToLog does: a client is
-        never left waiting on a partition whose ISR cannot move. The write itself stays in the log and may
-        still commit; the shard already reflects it (the runtime replays before durability), so the client's
-        retry finds its effect (CONCURRENT_TRANSACTIONS while markers are written, then the next state)."""
-        if written.done:
-            return written
-        out: Deferred = Deferred()
-        deadline_ms = now_ms + self.config.request_timeout_ms
-        timeout = TimerTask(deadline_ms, lambda: out.fail(CoordinatorError(
-            f"__transaction_state write not replicated within {self.config.request_timeout_ms} ms",
-            ErrorCode.REQUEST_TIMED_OUT)))
-
-        def settle(d: Deferred) -> None:
-            timeout.cancel()
-            if d.failed_with is not None:
-                out.fail(d.failed_with)
-            else:
-                out.complete(d.result())
-
-        written.add_callback(settle)
-        if not out.done:
-            self.runtime.timer.add(timeout)
-        return out
+        """A write answered REQUEST_TIMED_OUT (COORDINATOR_NOT_AVAILABLE to the client) if its records are not
+        replicated within `request_timeout_ms`, as Kafka's appendTransactionToLog: a client is never left
+        waiting on a partition whose ISR cannot move. The write stays in the log and may still commit; the
+        shard already reflects it, so the client's retry finds its effect (CONCURRENT_TRANSACTIONS while
+        markers are written, then the next state)."""
+        return self.runtime.write(self.partition_for(transactional_id), op, now_ms,
+                                  timeout_ms=self.config.request_timeout_ms)
 
     # ------------------------------------------------------------------------------------------------
     # InitProducerId (22) with a transactional id
