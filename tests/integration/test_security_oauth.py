@@ -28,6 +28,7 @@ from tests.pki import make_pki
 confluent_kafka = pytest.importorskip("confluent_kafka")
 pytest.importorskip("cryptography")
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType  # noqa: E402
+from .test_security import _librdkafka_error
 
 STORE_PASSWORD = "store-secret"
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -114,18 +115,6 @@ def _produce_error(conf: dict, topic: str) -> str | None:
     producer.produce(topic, b"x", on_delivery=lambda err, _m: result.append(err))
     producer.flush(20)
     return "no delivery report" if not result else None if result[0] is None else result[0].name()
-
-
-def _librdkafka_error(conf: dict, timeout_s: float = 20.0) -> str:
-    errors: list = []
-    producer = confluent_kafka.Producer({**conf, "error_cb": errors.append, "message.timeout.ms": 5000})
-    producer.produce("refused", b"x")
-    deadline = time.monotonic() + timeout_s
-    while not errors and time.monotonic() < deadline:
-        producer.poll(0.2)
-    producer.purge()
-    producer.flush(5)
-    return str(errors[0]) if errors else ""
 
 
 def _create_topics(broker: Broker, *names: str) -> AdminClient:

@@ -8,7 +8,6 @@ verification guard instead of opening a transaction nobody ends in __consumer_of
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 
@@ -19,13 +18,12 @@ from odradek.broker.testing import BrokerThread, RawClient
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     AddOffsetsToTxnRequest,
-    EndTxnRequest,
     FindCoordinatorRequest,
     OffsetFetchRequest,
     TxnOffsetCommitRequest,
 )
 
-from .test_txn_produce_checks import create, end, init
+from .test_txn_produce_checks import abort_and_await_marker, create, end, init
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -142,15 +140,7 @@ def test_an_abort_between_the_verification_and_the_write_is_refused(broker, monk
             # The coordinator said yes; the transaction is aborted before the commit is written: EndTxn through
             # the coordinator, whose marker sender writes the ABORT marker to the offsets partition.
             (tp,) = partitions
-            log = services.data.get_partition(tp).log
-            before = log.log_end_offset
-            services.transactions.end_txn(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_[0],
-                                                        producer_epoch=producer_[1], committed=False),
-                                          3, services.now_ms())
-            deadline = time.monotonic() + DEADLINE_S
-            while log.log_end_offset == before and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)  # bounded poll of the partition: the marker is written by another task
-            assert log.log_end_offset == before + 1, "the abort marker never reached the offsets partition"
+            await abort_and_await_marker(services, tp, transactional_id, producer_)
             return errors
 
         monkeypatch.setattr(transactions_handler, "ask_transaction_coordinator", ask_then_abort)

@@ -112,6 +112,21 @@ def broker(tmp_path_factory):
     with BrokerThread(tmp_path_factory.mktemp("txn-checks")) as running:
         yield running
 
+async def abort_and_await_marker(services, tp: TopicPartition, transactional_id: str, producer_: tuple[int, int]) -> None:
+    """Abort the producer's transaction through the coordinator (EndTxn) and wait, bounded, until its marker
+    sender has written the ABORT marker to `tp`: the step a race test puts between the coordinator's yes and
+    the write."""
+    log = services.data.get_partition(tp).log
+    before = log.log_end_offset
+    services.transactions.end_txn(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_[0],
+                                                producer_epoch=producer_[1], committed=False),
+                                  3, services.now_ms())
+    deadline = time.monotonic() + DEADLINE_S
+    while log.log_end_offset == before and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # bounded poll of the partition: the marker is written by another task
+    assert log.log_end_offset == before + 1, f"the abort marker never reached {tp}"
+
+
 
 def test_an_abort_between_the_verification_and_the_write_leaves_no_hanging_transaction(broker, monkeypatch):
     topic, txn_id = name("race"), name("race-txn")
@@ -129,15 +144,7 @@ def test_an_abort_between_the_verification_and_the_write_leaves_no_hanging_trans
             seen.append(refused)
             # The coordinator said yes; now the transaction is aborted before the write lands: EndTxn through
             # the coordinator, whose marker sender writes the ABORT marker to the partition.
-            log = services.data.get_partition(tp).log
-            before = log.log_end_offset
-            services.transactions.end_txn(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_[0],
-                                                        producer_epoch=producer_[1], committed=False),
-                                          3, services.now_ms())
-            deadline = time.monotonic() + DEADLINE_S
-            while log.log_end_offset == before and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)  # bounded poll of the partition: the marker is written by another task
-            assert log.log_end_offset == before + 1, "the abort marker never reached the partition"
+            await abort_and_await_marker(services, tp, transactional_id, producer_)
             return refused
 
         monkeypatch.setattr(produce_handler, "verify_transaction", verify_then_abort)
