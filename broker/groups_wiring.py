@@ -18,7 +18,7 @@ from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC
 from odradek.coordinator.topics import TopicMetadata
 from odradek.replication.metadata_publisher import MetadataUpdate
 
-from .internal_topics import InternalTopicWriter, ensure_internal_topic
+from .internal_topics import InternalTopicWriter, ensure_internal_topic, offsets_topic_spec
 
 OFFSETS_TOPIC = CONSUMER_OFFSETS_TOPIC  # the name components.py checks for at start
 
@@ -63,8 +63,8 @@ class CoordinatorLoader:
 
 def start_group_coordinator(broker) -> GroupCoordinator:
     cfg = broker.config
-    num_partitions = ensure_internal_topic(broker, CONSUMER_OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
-                                           cfg.offsets_topic_replication_factor, cfg.offsets_topic_segment_bytes)
+    # None: not created yet (too few live brokers); FindCoordinator asks again (ensure_coordinator_topic).
+    num_partitions = ensure_internal_topic(broker, offsets_topic_spec(cfg)) or cfg.offsets_topic_num_partitions
     config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions)
     writer = InternalTopicWriter(broker.data, CONSUMER_OFFSETS_TOPIC)
     groups = GroupCoordinator(writer, broker.timer, config, MetadataTopicsView(broker))
