@@ -182,7 +182,8 @@ def ensure_internal_topic(broker, spec: InternalTopicSpec) -> int | None:
     existing = image.topics_by_name.get(name)
     if existing is not None:
         return len(existing.partitions)
-    live = sum(1 for b in image.brokers.values() if not b.fenced)
+    # The brokers the controller may place replicas on: unfenced and not shutting down.
+    live = sum(1 for b in image.brokers.values() if not b.fenced and not b.in_controlled_shutdown)
     if live < spec.replication_factor:
         log.info("internal topic not created yet: fewer live brokers than its replication factor", topic=name,
                  live_brokers=live, replication_factor=spec.replication_factor)

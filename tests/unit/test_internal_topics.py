@@ -161,7 +161,7 @@ def _cluster(live: int, fenced: int = 0, **config):
 
     from odradek.broker.config import BrokerConfig
 
-    brokers = {i: SimpleNamespace(fenced=i >= live) for i in range(live + fenced)}
+    brokers = {i: SimpleNamespace(fenced=i >= live, in_controlled_shutdown=False) for i in range(live + fenced)}
     image = SimpleNamespace(topics_by_name={}, brokers=brokers)
     cfg = BrokerConfig.from_properties({k.replace("_", "."): str(v) for k, v in config.items()})
     return SimpleNamespace(metadata=SimpleNamespace(image=image), controller=_Controller(image), config=cfg)
