@@ -169,6 +169,9 @@ def ensure_coordinator_topic(broker, key_type: int) -> int | None:
     return None
 
 
+_short_handed_logged: dict[str, int] = {}
+
+
 def ensure_internal_topic(broker, spec: InternalTopicSpec) -> int | None:
     """Create internal topic `spec.name` (compacted) through the controller if it does not exist; its number
     of partitions, or None while it cannot be created yet (fewer live brokers than its replication factor).
@@ -185,8 +188,11 @@ def ensure_internal_topic(broker, spec: InternalTopicSpec) -> int | None:
     # The brokers the controller may place replicas on: unfenced and not shutting down.
     live = sum(1 for b in image.brokers.values() if not b.fenced and not b.in_controlled_shutdown)
     if live < spec.replication_factor:
-        log.info("internal topic not created yet: fewer live brokers than its replication factor", topic=name,
-                 live_brokers=live, replication_factor=spec.replication_factor)
+        if _short_handed_logged.get(name) != live:  # once per count, not once per client retry
+            _short_handed_logged[name] = live
+            log.warning("internal topic not created yet: fewer live brokers than its replication factor "
+                        "(clients are answered COORDINATOR_NOT_AVAILABLE until there are enough)", topic=name,
+                        live_brokers=live, replication_factor=spec.replication_factor)
         return None
     config = {"cleanup.policy": "compact", "segment.bytes": str(spec.segment_bytes), **dict(spec.extra_configs)}
     created = broker.controller.create_topics(
