@@ -19,8 +19,10 @@ timeout, a node down) for the next round, after a backoff that doubles up to a s
 topic is gone from the image is done (Kafka skips markers for deleted partitions). INVALID_PRODUCER_EPOCH
 or TRANSACTION_COORDINATOR_FENCED mean a newer coordinator or producer epoch has taken over: the job stops
 without completing (the newer owner finishes the transaction). When every partition has its marker the
-coordinator writes CompleteCommit/CompleteAbort. Losing the coordinator partition cancels its jobs; the
-new leader resumes them from the Prepare state it loads.
+coordinator writes CompleteCommit/CompleteAbort, again after a backoff while `__transaction_state` refuses it
+(COORDINATOR_NOT_AVAILABLE: its ISR below min.isr, or not replicated within request.timeout.ms), as Kafka's
+retry queue of log appends does, so a Prepare state completes once the ISR is back. Losing the coordinator
+partition cancels its jobs; the new leader resumes them from the Prepare state it loads.
 """
 
 from __future__ import annotations
@@ -260,7 +262,8 @@ class StartWhenLeading:
 def start_transaction_coordinator(broker) -> TransactionCoordinator:
     cfg = broker.config
     # None: not created yet (fewer live brokers than its replication factor); FindCoordinator asks again.
-    num_partitions = ensure_internal_topic(broker, transaction_state_topic_spec(cfg)) or cfg.transaction_state_log_num_partitions
+    num_partitions = (ensure_internal_topic(broker, transaction_state_topic_spec(cfg))
+                      or cfg.transaction_state_log_num_partitions)
     config = TransactionCoordinatorConfig.from_broker_config(cfg, transaction_state_log_num_partitions=num_partitions)
     sender = MarkerSender(broker)
     services = broker.services

@@ -36,7 +36,8 @@ class Coordinator:
 
 def sender(coordinator) -> MarkerSender:
     broker = SimpleNamespace(metadata=SimpleNamespace(image=SimpleNamespace(topics_by_name={})), now_ms=lambda: 0,
-                             after_state_change=lambda: None, services=SimpleNamespace(future_from=BrokerServices.future_from))
+                             after_state_change=lambda: None,
+                             services=SimpleNamespace(future_from=BrokerServices.future_from))
     s = MarkerSender(broker)
     s.coordinator = coordinator
     return s
