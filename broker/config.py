@@ -28,7 +28,8 @@ Deviations from Kafka, each chosen so that the defaults run a working single bro
   rather than Kafka 4.0's 1 MiB, so tests can roll segments quickly; `log.index.size.max.bytes` down to
   12 (`MIN_INDEX_BYTES`: one offset index entry) rather than Kafka's 4.
 - Our own keys: `metrics.port` / `metrics.host` (Prometheus endpoint; port 0 = disabled, the default),
-  `log.format` (`console` or `json`), `log.level`, and `log.cache.window.bytes` (how much of the end of
+  `log.format` (`console` or `json`), `log.level`, `log.levels` (one logger's level, where Kafka uses its
+  log4j configuration), and `log.cache.window.bytes` (how much of the end of
   each active segment stays in the page cache; see storage/log_manager.py).
 
 Keys Kafka's sample server.properties carries but Odradek does not act on yet (thread counts, socket
@@ -48,7 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, PrivateAttr, TypeAdapter, ValidationError, model_validator,
+)
 
 from odradek.replication.replica_selector import replica_selector_for
 
@@ -247,6 +250,31 @@ def _parse_log_level(value: Any) -> str:
     return LOG_LEVELS[text]
 
 
+class LoggerLevels(dict):
+    """`log.levels` parsed: renders back as it is written, `logger=LEVEL,...`."""
+
+
+def parse_log_levels(value: Any) -> LoggerLevels:
+    """`log.levels`: `logger=LEVEL,...` (`kafka.authorizer.logger=DEBUG,odradek.broker.network=WARN`), each
+    level one of LOG_LEVELS' names, as Python's level name; a logger named twice is refused."""
+    if isinstance(value, Mapping):
+        items = [f"{k}={v}" for k, v in value.items()]
+    else:
+        items = list(parse_list(value))
+    result = LoggerLevels()
+    for item in items:
+        name, sep, level = item.partition("=")
+        name, level = name.strip(), level.strip().upper()
+        if not sep or not name or not level:
+            raise ValueError(f"{item!r} is not logger=LEVEL (a list of logger=LEVEL)")
+        if level not in LOG_LEVELS:
+            raise ValueError(f"the level of {name!r} must be one of: {', '.join(sorted(LOG_LEVELS))}")
+        if name in result:
+            raise ValueError(f"logger {name!r} appears twice")
+        result[name] = LOG_LEVELS[level]
+    return result
+
+
 def _parse_protocol_map(value: Any) -> dict[str, str]:
     if isinstance(value, Mapping):
         items = [f"{k}:{v}" for k, v in value.items()]
@@ -429,13 +457,65 @@ SslClientAuth = Annotated[str, BeforeValidator(_choice("none", "requested", "req
 AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",)
 
 
-def _parse_super_users(value: Any) -> tuple[str, ...]:
-    principals = tuple(p.strip() for p in _text(value).split(";") if p.strip())
+class SemicolonList(tuple):
+    """A list Kafka writes with semicolons (`super.users=User:admin;User:CN=broker,O=org`): a principal may
+    hold commas, so it renders back joined by `;`, never `,`."""
+
+    __slots__ = ()
+
+
+def _parse_authorizer(value: Any) -> str:
+    text = _text(value)
+    if text and text not in AUTHORIZER_CLASS_NAMES:
+        raise ValueError(f"{text} is not served: {AUTHORIZER_CLASS_NAMES[0]} (KRaft's StandardAuthorizer) turns ACLs "
+                         "on, an empty value leaves them off")
+    return text
+
+
+def _parse_super_users(value: Any) -> SemicolonList:
+    if isinstance(value, (list, tuple)):
+        value = ";".join(_text(v) for v in value)
+    principals = SemicolonList(p.strip() for p in _text(value).split(";") if p.strip())
     for p in principals:
         kind, sep, name = p.partition(":")
         if not sep or not kind or not name:
             raise ValueError(f"{p!r} is not a principal (Type:name, e.g. User:admin)")
     return principals
+
+
+# The principal builder Kafka uses when none is named, and the only one served (broker/security.py builds
+# principals its way); another class is refused rather than ignored.
+DEFAULT_PRINCIPAL_BUILDER = "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"
+
+
+def _parse_principal_builder(value: Any) -> str | None:
+    text = parse_optional_string(value)
+    if text is not None and text != DEFAULT_PRINCIPAL_BUILDER:
+        raise ValueError(
+            f"{text} is not served: principals are built as Kafka's {DEFAULT_PRINCIPAL_BUILDER} builds them "
+            "(ssl.principal.mapping.rules for certificates, the SASL user name otherwise); leave it unset"
+        )
+    return text
+
+
+def _parse_ip_overrides(value: Any) -> dict[str, int]:
+    """`max.connections.per.ip.overrides`: `host-or-address:count,...` (Kafka's format). Host names are
+    resolved when the listeners start (broker/server.py), as Kafka resolves them when it reads the config."""
+    if isinstance(value, Mapping):
+        items = [f"{k}:{v}" for k, v in value.items()]
+    else:
+        items = list(parse_list(value))
+    result: dict[str, int] = {}
+    for item in items:
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not _INT_RE.fullmatch(count.strip()):
+            raise ValueError(f"{item!r} is not host:count (a list of host-or-address:count)")
+        number = int(count)
+        if not 0 <= number <= INT32_MAX:
+            raise ValueError(f"the count of {host!r} must be 0..{INT32_MAX}")
+        result[host] = number
+    return result
 
 
 def _f(alias: str, default: Any, ktype: ConfigType, doc: str, **constraints: Any) -> Any:
@@ -533,6 +613,13 @@ class BrokerConfig(BaseModel):
         T.STRING,
         "Listener brokers use to reach each other; default: the first broker listener.",
     )
+    security_inter_broker_protocol: Annotated[
+        str | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else _choice(*SECURITY_PROTOCOLS)(v))
+    ] = _f(
+        "security.inter.broker.protocol", None, T.STRING,
+        "The older way to name the inter-broker listener: the listener named after this security protocol "
+        "(SSL means the listener SSL). Only one of it and inter.broker.listener.name may be set.",
+    )
 
     # ---- network and request handling
     num_network_threads: Int = _f(
@@ -569,6 +656,10 @@ class BrokerConfig(BaseModel):
     max_connections_per_ip: Int = _f(
         "max.connections.per.ip", INT32_MAX, T.INT, "Most connections from one address.", ge=0
     )
+    max_connections_per_ip_overrides: Annotated[dict[str, int], BeforeValidator(_parse_ip_overrides)] = _f(
+        "max.connections.per.ip.overrides", "", T.STRING,
+        "Per-address exceptions to max.connections.per.ip: host-or-address:count,... (host names resolved at start).",
+    )
     max_connection_creation_rate: Int = _f(
         "max.connection.creation.rate", INT32_MAX, T.INT,
         "Most connections accepted per second on listeners other than the inter-broker one; over it, accepting "
@@ -598,6 +689,12 @@ class BrokerConfig(BaseModel):
     ssl_protocol: Str = _f("ssl.protocol", "TLSv1.3", T.STRING, "TLS protocol of contexts this node makes as a client.")
     ssl_enabled_protocols: StrList = _f("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", T.LIST, "TLS versions accepted.")
     ssl_cipher_suites: StrList = _f("ssl.cipher.suites", "", T.LIST, "TLS 1.2 cipher suites (OpenSSL or IANA names); empty: the defaults.")
+    # Java's implementation choices, which Kafka's documentation lists among a secured broker's settings: OpenSSL
+    # does what each names (X.509 key managers, PKIX path validation, a cryptographic random source), so
+    # Java's algorithm names are accepted and any other value refused.
+    ssl_keymanager_algorithm: Annotated[str, BeforeValidator(_choice("SunX509", "NewSunX509", "PKIX"))] = _f("ssl.keymanager.algorithm", "SunX509", T.STRING, "Java's key manager algorithm (SunX509, NewSunX509, PKIX): accepted; OpenSSL presents the key store's certificate chain.")
+    ssl_trustmanager_algorithm: Annotated[str, BeforeValidator(_choice("PKIX", "SunX509"))] = _f("ssl.trustmanager.algorithm", "PKIX", T.STRING, "Java's trust manager algorithm (PKIX, SunX509): accepted; OpenSSL validates certificate paths against the trust store.")
+    ssl_secure_random_implementation: Annotated[str | None, BeforeValidator(lambda v: None if _blank_to_none(v) is None else _choice("SHA1PRNG", "NativePRNG", "NativePRNGBlocking", "NativePRNGNonBlocking", "DRBG", "Windows-PRNG")(v))] = _f("ssl.secure.random.implementation", None, T.STRING, "Java's SecureRandom algorithm (SHA1PRNG, NativePRNG, DRBG ...): accepted; OpenSSL's own random generator serves TLS here.")
     ssl_endpoint_identification_algorithm: OptStr = _f("ssl.endpoint.identification.algorithm", "https", T.STRING, "https: this node checks the host name of the nodes it connects to; empty: it does not.")
     sasl_enabled_mechanisms: StrList = _f("sasl.enabled.mechanisms", "GSSAPI", T.LIST, "SASL mechanisms served: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (unsecured JWTs only; GSSAPI is not served).")
     sasl_mechanism_inter_broker_protocol: Str = _f("sasl.mechanism.inter.broker.protocol", "GSSAPI", T.STRING, "SASL mechanism brokers use with each other.")
@@ -608,7 +705,7 @@ class BrokerConfig(BaseModel):
     sasl_server_max_receive_size: Int = _f("sasl.server.max.receive.size", 524288, T.INT, "Largest frame accepted before authentication.", ge=1)
     connection_failed_authentication_delay_ms: Int = _f("connection.failed.authentication.delay.ms", 100, T.INT, "Delay before a failed authentication is answered and the connection closed.", ge=0)
     connections_max_reauth_ms: Long = _f("connections.max.reauth.ms", 0, T.LONG, "Longest SASL session before the client must re-authenticate (KIP-368); 0: never.", ge=0)
-    principal_builder_class: OptStr = _f("principal.builder.class", None, T.CLASS, "Accepted for compatibility: principals are built as Kafka's DefaultKafkaPrincipalBuilder does.")
+    principal_builder_class: Annotated[str | None, BeforeValidator(_parse_principal_builder)] = _f("principal.builder.class", None, T.CLASS, f"Only {DEFAULT_PRINCIPAL_BUILDER} (Kafka's default, also when unset): principals are built as it builds them; another class refuses the start.")
 
     # ---- log storage
     log_dir: Str = _f("log.dir", "./odradek-data", T.STRING, "Data directory, used when log.dirs is not set.")
@@ -975,11 +1072,11 @@ class BrokerConfig(BaseModel):
     )
 
     # ---- authorization and quotas
-    authorizer_class_name: Annotated[str, BeforeValidator(_choice("", *AUTHORIZER_CLASS_NAMES))] = _f(
+    authorizer_class_name: Annotated[str, BeforeValidator(_parse_authorizer)] = _f(
         "authorizer.class.name", "", T.STRING,
         "The authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACLs on; empty turns them off.",
     )
-    super_users: Annotated[tuple[str, ...], BeforeValidator(_parse_super_users)] = _f(
+    super_users: Annotated[tuple[str, ...], PlainValidator(_parse_super_users)] = _f(
         "super.users", "", T.STRING, "Principals allowed everything, separated by semicolons: User:admin;User:broker.",
     )
     allow_everyone_if_no_acl_found: Bool = _f(
@@ -1002,6 +1099,14 @@ class BrokerConfig(BaseModel):
         "log.format", "console", T.STRING, "Format of the broker's own logs: console or json."
     )
     log_level: LogLevel = _f("log.level", "INFO", T.STRING, "Level of the broker's own logs.")
+    # Kafka sets one logger's level in its log4j configuration (log4j.logger.kafka.authorizer.logger=DEBUG),
+    # which Odradek does not read: this key carries the same choice in the broker's config, so the audit log
+    # can be turned to DEBUG (grants too) while the rest stays at log.level.
+    log_levels: Annotated[dict[str, str], PlainValidator(parse_log_levels)] = _f(
+        "log.levels", "", T.STRING,
+        "Levels of single loggers, over log.level: logger=LEVEL,... (kafka.authorizer.logger=DEBUG logs every "
+        "authorization grant; odradek.broker.network=WARN quietens one module).",
+    )
     log_cache_window_bytes: Long = _f(
         "log.cache.window.bytes",
         32 * 1024 * 1024,
@@ -1044,6 +1149,17 @@ class BrokerConfig(BaseModel):
                 "listeners",
                 f"a controller-only node (process.roles=controller) serves only its controller listeners "
                 f"({', '.join(sorted(controller_names))}), not {', '.join(sorted(names - controller_names))}",
+            )
+        if self.inter_broker_listener_name is not None and self.security_inter_broker_protocol is not None:
+            raise _KeyedError(
+                "security.inter.broker.protocol",
+                "only one of inter.broker.listener.name and security.inter.broker.protocol may be set",
+            )
+        if self.security_inter_broker_protocol is not None and self.security_inter_broker_protocol not in names:
+            raise _KeyedError(
+                "security.inter.broker.protocol",
+                f"names the listener {self.security_inter_broker_protocol}, which is not one of the listeners "
+                f"({', '.join(sorted(names))}); set inter.broker.listener.name instead",
             )
         if (
             self.inter_broker_listener_name is not None
@@ -1100,11 +1216,14 @@ class BrokerConfig(BaseModel):
         plain: dict[str, Any] = {}
         for key, value in properties.items():
             match = _LISTENER_PREFIXED.match(key)
+            rest = match.group(2) if match is not None else key
+            _refuse_kerberos(key, rest, value, sources.get(key))
             if match is not None:
-                rest = match.group(2)
-                if rest not in known and not _MECHANISM_PREFIXED.match(rest):
+                mechanism_key = _MECHANISM_PREFIXED.match(rest)
+                if not (rest in PER_LISTENER_KEYS or (mechanism_key and mechanism_key.group(2) in PER_MECHANISM_KEYS)):
+                    reason = "is not read per listener: set it without the listener.name prefix" if rest in known else "is unknown"
                     raise ConfigError(
-                        f"unknown listener setting {rest!r} for listener {match.group(1)!r}", key=key, source=sources.get(key)
+                        f"listener setting {rest!r} for listener {match.group(1)!r} {reason}", key=key, source=sources.get(key)
                     )
                 prefixed[f"{match.group(1).lower()}.{rest}"] = _text(value)
                 continue
@@ -1187,6 +1306,8 @@ class BrokerConfig(BaseModel):
     def inter_broker_listener(self) -> str:
         if self.inter_broker_listener_name is not None:
             return self.inter_broker_listener_name.upper()
+        if self.security_inter_broker_protocol is not None:
+            return self.security_inter_broker_protocol
         return self.client_listeners()[0].name
 
     def voters(self) -> list[QuorumVoter]:
@@ -1247,7 +1368,35 @@ class BrokerConfig(BaseModel):
 
 
 _LISTENER_PREFIXED = re.compile(r"^listener\.name\.([A-Za-z0-9_-]+)\.(.+)$")
-_MECHANISM_PREFIXED = re.compile(r"^[A-Za-z0-9-]+\.sasl\.[a-z.]+$")
+_MECHANISM_PREFIXED = re.compile(r"^([A-Za-z0-9-]+)\.(sasl\.[a-z.]+)$")
+
+# What `listener.name.<listener>.<key>` may set: the keys read for one listener (broker/security.py, the
+# connection limits in broker/server.py and broker/quotas.py). Any other key so prefixed would be ignored
+# for that listener, so it refuses the start instead (a setting is never silently dropped).
+PER_LISTENER_KEYS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+    "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+    "ssl.truststore.certificates", "ssl.client.auth", "ssl.principal.mapping.rules", "ssl.enabled.protocols",
+    "ssl.cipher.suites", "ssl.endpoint.identification.algorithm", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.secure.random.implementation", "sasl.enabled.mechanisms", "sasl.jaas.config",
+    "sasl.server.callback.handler.class", "sasl.oauthbearer.jwks.endpoint.url", "sasl.server.max.receive.size",
+    "connections.max.reauth.ms", "max.connection.creation.rate", "max.connections",
+})
+# ... and `listener.name.<listener>.<mechanism>.<key>` (lower-case mechanism, as Kafka's JAAS keys).
+PER_MECHANISM_KEYS = frozenset({"sasl.jaas.config", "sasl.server.callback.handler.class"})
+
+KERBEROS_REFUSAL = (
+    "SASL GSSAPI (Kerberos) is not served by this broker: remove GSSAPI from sasl.enabled.mechanisms (and the "
+    "sasl.kerberos.* settings) and authenticate with SCRAM-SHA-512, SCRAM-SHA-256, PLAIN, OAUTHBEARER or mutual TLS"
+)
+
+
+def _refuse_kerberos(key: str, rest: str, value: Any, source: str | None) -> None:
+    """A Kerberos setting or a GSSAPI JAAS entry refuses the start. GSSAPI named as a mechanism is refused
+    where it would be used (broker/security.py: a SASL listener serving it, a node logging in with it); on
+    a broker without SASL listeners Kafka's default `sasl.enabled.mechanisms=GSSAPI` is inert, as in Kafka."""
+    if rest.startswith("sasl.kerberos.") or rest.lower().startswith("gssapi."):
+        raise ConfigError(KERBEROS_REFUSAL, key=key, source=source)
 
 
 class _KeyedError(ValueError):
@@ -1302,8 +1451,12 @@ def render_value(value: Any) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, LoggerLevels):
+        return ",".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, Mapping):
         return ",".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, SemicolonList):
+        return ";".join(value)
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     if isinstance(value, float):

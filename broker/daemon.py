@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
         return 2
     from .logging import configure_logging
 
-    configure_logging(config.log_format, config.log_level)
+    configure_logging(config.log_format, config.log_level, levels=config.log_levels)
     _raise_open_file_limit()
     try:
         import uvloop

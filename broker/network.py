@@ -559,6 +559,9 @@ class NetworkServer:
         max_connections: int,
         queued_max_requests: int,
         max_connections_per_ip: int = 2**31 - 1,
+        max_connections_per_ip_overrides: dict[str, int] | None = None,
+        listener_max_connections: dict[str, int] | None = None,
+        protected_listeners: frozenset[str] = frozenset(),
         connections_max_idle_ms: int,
         use_sendfile: bool = True,
         on_protocol_error: Callable[[], None] | None = None,
@@ -576,7 +579,14 @@ class NetworkServer:
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
+        # max.connections.per.ip.overrides (addresses resolved) and listener.name.<l>.max.connections (KIP-402).
+        self.max_connections_per_ip_overrides = dict(max_connections_per_ip_overrides or {})
+        self.listener_max_connections = dict(listener_max_connections or {})
+        # The inter-broker and controller listeners: never refused for `max.connections` (KIP-402), or clients
+        # filling the broker would stop replication and the quorum; their own listener limit still applies.
+        self.protected_listeners = protected_listeners
         self.connections_per_ip: dict[str, int] = {}
+        self.connections_per_listener: dict[str, int] = {}
         # KIP-612: the rates of new connections, and the client quotas they read the per-address rates from.
         self.connection_rates = connection_rates
         self.client_quotas = client_quotas
@@ -628,12 +638,16 @@ class NetworkServer:
         return at_ms - now_ms, close_after_ms
 
     def register(self, conn: KafkaProtocol) -> bool:
-        if len(self.connections) >= self.max_connections:
+        if len(self.connections) >= self.max_connections and conn.listener not in self.protected_listeners:
+            return False
+        on_listener = self.connections_per_listener.get(conn.listener, 0)
+        if on_listener >= self.listener_max_connections.get(conn.listener, self.max_connections):
             return False
         count = self.connections_per_ip.get(conn.client_host, 0)
-        if count >= self.max_connections_per_ip:
+        if count >= self.max_connections_per_ip_overrides.get(conn.client_host, self.max_connections_per_ip):
             return False
         self.connections_per_ip[conn.client_host] = count + 1
+        self.connections_per_listener[conn.listener] = on_listener + 1
         self.connections.add(conn)
         if self.metrics is not None:
             self.metrics.connection_opened()
@@ -648,6 +662,11 @@ class NetworkServer:
                 self.connections_per_ip[conn.client_host] = count
             else:
                 self.connections_per_ip.pop(conn.client_host, None)
+            on_listener = self.connections_per_listener.get(conn.listener, 1) - 1
+            if on_listener > 0:
+                self.connections_per_listener[conn.listener] = on_listener
+            else:
+                self.connections_per_listener.pop(conn.listener, None)
             if self.metrics is not None:
                 self.metrics.connection_closed()
 

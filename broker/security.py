@@ -30,7 +30,7 @@ from odradek.protocol.sasl import (
     OAUTHBEARER, PLAIN, ScramCredential, ScramMechanism, UnsecuredLoginOptions, UnsecuredValidatorOptions,
 )
 
-from .config import BrokerConfig, ConfigError
+from .config import KERBEROS_REFUSAL, BrokerConfig, ConfigError
 from .context import ANONYMOUS, KafkaPrincipal, SecurityProtocol
 
 SERVED_MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512", OAUTHBEARER)
@@ -349,6 +349,10 @@ def _load_truststore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str | 
         raise ConfigError(f"cannot load the trust store: {e}", key="ssl.truststore.location") from None
 
 
+# The TLS 1.3 suites OpenSSL enables, all of them, always (see _versions_and_ciphers).
+_TLS13_SUITES = frozenset({"TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_128_GCM_SHA256"})
+
+
 def _versions_and_ciphers(ctx: ssl.SSLContext, config: BrokerConfig, listener: str | None) -> None:
     enabled = _setting(config, listener, "ssl.enabled.protocols")
     versions = []
@@ -356,11 +360,28 @@ def _versions_and_ciphers(ctx: ssl.SSLContext, config: BrokerConfig, listener: s
         if name not in _PROTOCOL_VERSIONS:
             raise ConfigError(f"unknown TLS protocol {name!r} (TLSv1.2, TLSv1.3)", key="ssl.enabled.protocols")
         versions.append(_PROTOCOL_VERSIONS[name])
+    suites = [s for s in _setting(config, listener, "ssl.cipher.suites") if s]
+    # TLS 1.3 suites are not configurable through OpenSSL's cipher list (Python has no set_ciphersuites), so a
+    # list is honoured as Java honours it where it can be: without TLS 1.3 suites no TLS 1.3 handshake is
+    # possible (Java enables none), without TLS 1.2 suites no TLS 1.2 one; a list naming some TLS 1.3 suites
+    # but not all of OpenSSL's would be ignored for TLS 1.3, and refuses the start instead.
+    tls13 = {s for s in suites if s.startswith(("TLS_AES_", "TLS_CHACHA20_"))}
+    tls12 = [_openssl_cipher_name(s) for s in suites if s not in tls13]
+    if suites and versions:
+        if tls13 and not tls13 >= _TLS13_SUITES and ssl.TLSVersion.TLSv1_3 in versions:
+            raise ConfigError(
+                f"lists the TLS 1.3 suites {', '.join(sorted(tls13))} but not {', '.join(sorted(_TLS13_SUITES - tls13))}: "
+                "TLS 1.3 suites cannot be narrowed here; list all three, or none (and leave TLSv1.3 out of "
+                "ssl.enabled.protocols) to serve TLS 1.2 only", key="ssl.cipher.suites")
+        if not tls13:
+            versions = [v for v in versions if v < ssl.TLSVersion.TLSv1_3]
+        if not tls12:
+            versions = [v for v in versions if v >= ssl.TLSVersion.TLSv1_3]
+        if not versions:
+            raise ConfigError("no cipher suite listed serves a protocol of ssl.enabled.protocols",
+                              key="ssl.cipher.suites")
     if versions:
         ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
-    suites = [s for s in _setting(config, listener, "ssl.cipher.suites") if s]
-    # TLS 1.3 suites are not configurable through OpenSSL's cipher list (Python has no set_ciphersuites).
-    tls12 = [_openssl_cipher_name(s) for s in suites if not s.startswith(("TLS_AES_", "TLS_CHACHA20_"))]
     if tls12:
         try:
             ctx.set_ciphers(":".join(tls12))
@@ -456,7 +477,14 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
     if not security.sasl:
         return security
     enabled = tuple(m.upper() for m in config.listener_setting(listener, "sasl.enabled.mechanisms"))
+    if "GSSAPI" in enabled:
+        # Served alongside the others it would be silently dropped: refused, naming the way out.
+        raise ConfigError(f"listener {listener} ({protocol.value}): {KERBEROS_REFUSAL}", key="sasl.enabled.mechanisms")
     mechanisms = tuple(m for m in enabled if m in SERVED_MECHANISMS)
+    unserved = [m for m in enabled if m not in SERVED_MECHANISMS]
+    if unserved:
+        raise ConfigError(f"listener {listener} ({protocol.value}) enables {', '.join(unserved)}, which this broker does not "
+                          "serve (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)", key="sasl.enabled.mechanisms")
     if not mechanisms:
         raise ConfigError(
             f"listener {listener} ({protocol.value}) has no SASL mechanism this broker serves (enabled: "
@@ -464,6 +492,7 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
             key="sasl.enabled.mechanisms",
         )
     security.mechanisms = mechanisms
+    _refuse_other_callback_handlers(config, listener, mechanisms)
     if PLAIN in mechanisms:
         entry = jaas_for(config, listener, PLAIN)
         if entry is None:
@@ -476,10 +505,35 @@ def listener_security(config: BrokerConfig, listener: str, protocol: SecurityPro
     if OAUTHBEARER in mechanisms:
         security.oauthbearer = oauthbearer_validator(config, listener)
     security.scram_lookup = scram_lookup
-    security.max_receive_bytes = config.sasl_server_max_receive_size
+    security.max_receive_bytes = config.listener_setting(listener, "sasl.server.max.receive.size")
     security.failed_authentication_delay_ms = config.connection_failed_authentication_delay_ms
     security.reauth_ms = config.listener_setting(listener, "connections.max.reauth.ms")
     return security
+
+
+# Kafka's own server callback handlers, what it uses when none is configured: naming one is the same as not.
+DEFAULT_SERVER_CALLBACK_HANDLERS = {
+    PLAIN: ("org.apache.kafka.common.security.plain.internals.PlainServerCallbackHandler",),
+    "SCRAM-SHA-256": ("org.apache.kafka.common.security.scram.internals.ScramServerCallbackHandler",),
+    "SCRAM-SHA-512": ("org.apache.kafka.common.security.scram.internals.ScramServerCallbackHandler",),
+    OAUTHBEARER: UNSECURED_VALIDATOR_CLASSES,
+}
+
+
+def _refuse_other_callback_handlers(config: BrokerConfig, listener: str, mechanisms: tuple[str, ...]) -> None:
+    """A server callback handler of another class (an LDAP check for PLAIN, say) would be ignored here, and
+    logins checked some other way than the operator asked: refused at start instead, naming the key."""
+    defaults = {name for m in mechanisms for name in DEFAULT_SERVER_CALLBACK_HANDLERS[m]}
+    general = config.listener_setting(listener, "sasl.server.callback.handler.class")
+    if general and general not in defaults:
+        raise ConfigError(f"{general} is not served: logins are checked by Kafka's default server callback handlers only",
+                          key=f"listener.name.{listener.lower()}.sasl.server.callback.handler.class")
+    for mechanism in mechanisms:
+        key = f"{mechanism.lower()}.sasl.server.callback.handler.class"
+        handler = config.listener_setting(listener, key)
+        if handler and handler not in DEFAULT_SERVER_CALLBACK_HANDLERS[mechanism]:
+            raise ConfigError(f"{handler} is not served: {mechanism} logins are checked by Kafka's default handler only "
+                              f"({DEFAULT_SERVER_CALLBACK_HANDLERS[mechanism][0]})", key=f"listener.name.{listener.lower()}.{key}")
 
 
 def oauthbearer_validator(config: BrokerConfig, listener: str) -> UnsecuredValidatorOptions:
@@ -524,6 +578,9 @@ def node_security(config: BrokerConfig, listener: str, mechanism_key: str):
     if protocol in (SecurityProtocol.SSL,):
         return NodeSecurity(ssl_context=ssl_context)
     mechanism = str(config.get(mechanism_key)).upper()
+    if mechanism == "GSSAPI":
+        raise ConfigError(f"listener {listener} ({protocol.value}) is reached with {mechanism_key}=GSSAPI: {KERBEROS_REFUSAL}",
+                          key=mechanism_key)
     if mechanism not in SERVED_MECHANISMS:
         raise ConfigError(
             f"listener {listener} ({protocol.value}) is reached with SASL mechanism {mechanism}, which this broker does "

@@ -11,6 +11,8 @@ clean-shutdown marker.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 import time
 from types import CoroutineType
 from typing import Any
@@ -88,6 +90,7 @@ class Broker:
 
         cfg = self.config
         refuse_unserved_settings(cfg)
+        per_ip_overrides = ip_overrides(cfg)  # an unresolvable host name stops the start here
         # TLS contexts and SASL settings are read before anything starts: a bad key store stops the start.
         security = {
             listener.name: listener_security(cfg, listener.name, SecurityProtocol(listener.security_protocol), self._scram_credential)
@@ -103,6 +106,9 @@ class Broker:
             max_connections=cfg.max_connections,
             queued_max_requests=cfg.queued_max_requests,
             max_connections_per_ip=cfg.max_connections_per_ip,
+            max_connections_per_ip_overrides=per_ip_overrides,
+            listener_max_connections=listener_max_connections(cfg),
+            protected_listeners=protected_listeners(cfg),
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             on_protocol_error=self._count_protocol_error,
             metrics=self.metrics,
@@ -319,6 +325,44 @@ def refuse_unserved_settings(cfg: BrokerConfig) -> None:
             f"({', '.join(cfg.controller_listener_names)}) in listeners",
             key="listeners",
         )
+
+
+def ip_overrides(cfg: BrokerConfig) -> dict[str, int]:
+    """`max.connections.per.ip.overrides` by client address: an address as written (normalized), a host name
+    as every address it resolves to now (Kafka resolves it once, when it reads the config). A name that does
+    not resolve refuses the start, as Kafka's UnknownHostException does."""
+    result: dict[str, int] = {}
+    for host, count in cfg.max_connections_per_ip_overrides.items():
+        try:
+            result[str(ipaddress.ip_address(host))] = count
+            continue
+        except ValueError:
+            pass
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError as e:
+            raise ConfigError(f"cannot resolve {host!r}: {e.strerror or e}", key="max.connections.per.ip.overrides") from None
+        for info in infos:
+            result[str(ipaddress.ip_address(info[4][0].split("%")[0]))] = count
+    return result
+
+
+def listener_max_connections(cfg: BrokerConfig) -> dict[str, int]:
+    """`listener.name.<listener>.max.connections` where set (KIP-402); the broker-wide limit bounds them all."""
+    return {
+        listener.name: cfg.listener_setting(listener.name, "max.connections")
+        for listener in cfg.listener_list()
+        if f"{listener.name.lower()}.max.connections" in cfg._listener_settings
+    }
+
+
+def protected_listeners(cfg: BrokerConfig) -> frozenset[str]:
+    """Listeners `max.connections` does not refuse (Kafka's ConnectionQuotas): the inter-broker listener when
+    clients have listeners of their own, and the controller listeners, which count their connections apart."""
+    protected = {listener.name for listener in cfg.controller_listeners()}
+    if len(cfg.client_listeners()) > 1:
+        protected.add(cfg.inter_broker_listener)
+    return frozenset(protected)
 
 
 def _same(value):

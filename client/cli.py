@@ -207,15 +207,16 @@ def _milliseconds(text: str) -> float:
 
 
 _RESOURCE_TYPES = {"topic": "topic", "topics": "topic", "broker": "broker", "brokers": "broker",
-                   "group": "group", "groups": "group"}
+                   "group": "group", "groups": "group", "broker-logger": "broker_logger", "broker-loggers": "broker_logger"}
 
 
 def _resource_type(text: str) -> str:
-    """topic, broker or group; kafka-configs.sh's plural entity types too."""
+    """topic, broker, group or broker-logger (a node's loggers and their levels); kafka-configs.sh's plural
+    entity types too."""
     try:
         return _RESOURCE_TYPES[text]
     except KeyError:
-        raise argparse.ArgumentTypeError(f"expected topic, broker or group, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected topic, broker, group or broker-logger, got {text!r}") from None
 
 
 def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -270,7 +271,11 @@ def _topic_argument(p: argparse.ArgumentParser, *, many: bool = False) -> None:
 
 
 def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.ArgumentParser:
+    # No abbreviations here (nor on `acl`): kafka-acls.sh's --producer / --consumer, given after the command,
+    # would otherwise be taken for ambiguous abbreviations of the global --producer.config / --consumer.config
+    # while the arguments are sorted out, before the subcommand's parser (which has them exactly) sees them.
     parser = _Parser(
+        allow_abbrev=False,
         prog="odradek", description="Odradek command line: topics, records, groups, configs, perf.",
         epilog="exit codes: 0 success, 1 the cluster refused or failed the operation, 2 bad usage, "
                "3 no broker reachable or timed out, 130 interrupted",
@@ -398,12 +403,12 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     # config
     csub = _SubParsers(sub.add("config", help="read and change topic, broker and group configs"), "action")
     p = csub.add("get", help="show configs")
-    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group}")
+    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group,broker-logger}")
     p.add_argument("name")
     p.add_argument("keys", nargs="*")
     p.add_argument("--all", action="store_true", help="include defaults")
     p = csub.add("set", help="set or delete configs (incremental)")
-    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group}")
+    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group,broker-logger}")
     p.add_argument("name")
     p.add_argument("pairs", nargs="*", type=_key_value, metavar="KEY=VALUE")
     p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V...]",
@@ -426,7 +431,7 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
                    help="repeatable (default: every mechanism the user has)")
 
     # acl (kafka-acls.sh) and quota (kafka-configs.sh --entity-type users/clients)
-    asub = _SubParsers(sub.add("acl", help="add, list and remove ACLs (kafka-acls)"), "action")
+    asub = _SubParsers(sub.add("acl", help="add, list and remove ACLs (kafka-acls)", allow_abbrev=False), "action")
     for action, help_text in (("add", "add ACLs"), ("list", "list ACLs (all, or those matching the options)"),
                               ("remove", "remove the ACLs matching the options")):
         p = asub.add(action, help=help_text)
@@ -442,19 +447,31 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
         p.add_argument("--group", action="append", default=[])
         p.add_argument("--transactional-id", action="append", default=[])
         p.add_argument("--cluster", action="store_true")
-        p.add_argument("--resource-pattern-type", default="literal" if action == "add" else "any",
-                       choices=["literal", "prefixed", "any", "match"])
+        p.add_argument("--resource-pattern-type", default="literal" if action == "add" else "any", type=str.lower,
+                       choices=["literal", "prefixed", "any", "match"], help="(any case, as kafka-acls.sh)")
+        if action != "list":  # kafka-acls.sh's conveniences for add and remove
+            p.add_argument("--producer", action="store_true",
+                           help="Write, Describe, Create on --topic (Write, Describe on --transactional-id)")
+            p.add_argument("--consumer", action="store_true", help="Read, Describe on --topic and Read on --group")
+            p.add_argument("--idempotent", action="store_true", help="with --producer: IdempotentWrite on the cluster")
+            p.add_argument("--force", action="store_true", help="accepted for kafka-acls.sh: nothing is asked anyway")
     qsub = _SubParsers(sub.add("quota", help="set and describe client quotas (kafka-configs --entity-type users/clients/ips)"),
                        "action")
     for action, help_text in (("set", "set or delete quota values of a user, a client id, or both"),
                               ("describe", "show quotas (all, or of the given entity)")):
         p = qsub.add(action, help=help_text)
         p.add_argument("--user", default=None, help="a user name")
-        p.add_argument("--user-default", action="store_true", help="the default user entity")
+        p.add_argument("--user-default", "--user-defaults", action="store_true", help="the default user entity")
         p.add_argument("--client", dest="quota_client_id", default=None, help="a client id")
-        p.add_argument("--client-default", action="store_true", help="the default client-id entity")
+        p.add_argument("--client-default", "--client-defaults", action="store_true", help="the default client-id entity")
         p.add_argument("--ip", default=None, help="a client address (connection_creation_rate only)")
-        p.add_argument("--ip-default", action="store_true", help="the default ip entity")
+        p.add_argument("--ip-default", "--ip-defaults", action="store_true", help="the default ip entity")
+        # kafka-configs.sh's general form: --entity-type users --entity-name alice [--entity-type clients
+        # --entity-default] (each --entity-name or --entity-default goes with the --entity-type before it).
+        p.add_argument("--entity-type", dest="entity_parts", action="append", type=_entity_type, default=[],
+                       help="users, clients or ips (kafka-configs.sh)")
+        p.add_argument("--entity-name", dest="entity_parts", action="append", type=lambda v: ("name", v))
+        p.add_argument("--entity-default", dest="entity_parts", action="append_const", const=("name", None))
         if action == "set":
             p.add_argument("pairs", nargs="*", type=_key_value, metavar="KEY=VALUE",
                            help="producer_byte_rate, consumer_byte_rate, request_percentage; for an ip, "
@@ -1356,22 +1373,53 @@ def _acl_bindings(args: argparse.Namespace, *, add: bool) -> list:
                  + [("transactional_id", n) for n in args.transactional_id] + ([("cluster", "kafka-cluster")] if args.cluster else []))
     entries = ([(p, "allow") for p in args.allow_principal] + [(p, "deny") for p in args.deny_principal]
                + [(p, "any") for p in args.principal])
-    operations = [op.lower().replace("-", "_") for op in args.operation] or ["any"]
+    # Kafka's spellings (DescribeConfigs, IDEMPOTENT_WRITE, describe-configs) all name one operation.
+    operations = [re.sub(r"(?<=[a-z])(?=[A-Z])", "_", op).lower().replace("-", "_") for op in args.operation] or ["any"]
+    by_resource = [(rtype, name, operations) for rtype, name in resources]
+    if getattr(args, "producer", False) or getattr(args, "consumer", False):
+        by_resource = _convenience_acls(args, resources)
+    elif getattr(args, "idempotent", False):
+        raise UsageError("--idempotent goes with --producer")
     if add:
-        if not resources or not entries or not args.operation:
+        if not by_resource or not entries or not (args.operation or args.producer or args.consumer):
             raise UsageError("acl add needs a resource (--topic, --group, --transactional-id or --cluster), "
-                             "--allow-principal or --deny-principal, and --operation")
+                             "--allow-principal or --deny-principal, and --operation (or --producer/--consumer)")
         if any(permission == "any" for _, permission in entries):
             raise UsageError("acl add takes --allow-principal or --deny-principal, not --principal")
     out = []
-    for rtype, name in resources or [("any", None)]:
+    for rtype, name, ops in by_resource or [("any", None, operations)]:
         for principal, permission in entries or [(None, "any")]:
             hosts = (args.allow_host if permission == "allow" else args.deny_host if permission == "deny" else
                      args.allow_host + args.deny_host) or (["*"] if add else [None])
             for host in hosts:
-                for op in operations:
+                for op in ops:
                     out.append(AclBinding(rtype, name, args.resource_pattern_type, principal, host, op, permission))
     return out
+
+
+def _convenience_acls(args: argparse.Namespace, resources: list) -> list:
+    """kafka-acls.sh's --producer and --consumer (AclCommand): the operations each resource needs, allow only."""
+    if args.operation or args.deny_principal or args.deny_host:
+        raise UsageError("--producer and --consumer take no --operation, --deny-principal or --deny-host")
+    if args.producer and not args.topic and not args.transactional_id:
+        raise UsageError("with --producer give --topic (and/or --transactional-id)")
+    if args.consumer and (not args.topic or not args.group):
+        raise UsageError("with --consumer give --topic and --group")
+    if args.idempotent and not args.producer:
+        raise UsageError("--idempotent goes with --producer")
+    ops: dict[tuple[str, str], list[str]] = {}
+    for rtype, name in resources:
+        wanted = []
+        if args.producer:
+            wanted += {"topic": ["write", "describe", "create"], "transactional_id": ["write", "describe"]}.get(rtype, [])
+        if args.consumer:
+            wanted += {"topic": ["read", "describe"], "group": ["read"]}.get(rtype, [])
+        if wanted:
+            ops.setdefault((rtype, name), [])
+            ops[(rtype, name)] += [op for op in wanted if op not in ops[(rtype, name)]]
+    if args.producer and args.idempotent:
+        ops[("cluster", "kafka-cluster")] = ["idempotent_write"]
+    return [(rtype, name, wanted) for (rtype, name), wanted in ops.items()]
 
 
 def _acl_row(b: Any) -> list[Any]:
@@ -1422,8 +1470,23 @@ async def acl_remove(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
+
+
+def _entity_type(value: str) -> tuple[str, str]:
+    if value not in _ENTITY_TYPES:
+        raise argparse.ArgumentTypeError(f"quotas are set on {', '.join(_ENTITY_TYPES)} (got {value!r})")
+    return ("type", _ENTITY_TYPES[value])
+
+
 def _quota_entity(args: argparse.Namespace) -> dict[str, str | None]:
     entity: dict[str, str | None] = {}
+    parts = list(args.entity_parts)
+    while parts:  # kafka-configs.sh's --entity-type T (--entity-name N | --entity-default), pairwise
+        kind, value = parts.pop(0)
+        if kind != "type" or not parts or parts[0][0] != "name":
+            raise UsageError("each --entity-type takes an --entity-name or --entity-default after it")
+        entity[value] = parts.pop(0)[1]
     if args.user is not None or args.user_default:
         entity["user"] = None if args.user_default else args.user
     if args.quota_client_id is not None or args.client_default:

@@ -144,13 +144,17 @@ def handle_describe_log_dirs(services, ctx, request):
 def handle_alter_replica_log_dirs(services, ctx, request):
     """Move replicas of this broker to other log directories (broker/log_dirs.py); per partition NONE
     (the move has begun, or the replica is there already), LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR (the
-    directory or the replica is offline) or REPLICA_NOT_AVAILABLE (no replica here), as Kafka answers."""
+    directory or the replica is offline) or REPLICA_NOT_AVAILABLE (no replica here), as Kafka answers.
+    With an authorizer it needs ALTER on the cluster; without it every partition answers
+    CLUSTER_AUTHORIZATION_FAILED and nothing moves (KafkaApis.handleAlterReplicaLogDirsRequest)."""
+    allowed = services.authorized(ctx, AclOperation.ALTER, ResourceType.CLUSTER)
     results: dict[str, list] = {}
     for entry in request.dirs:
         for topic in entry.topics:
             out = results.setdefault(topic.name, [])
             for index in topic.partitions:
-                code = services.log_dirs.alter(TopicPartition(topic.name, index), entry.path)
+                code = (services.log_dirs.alter(TopicPartition(topic.name, index), entry.path) if allowed
+                        else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
                 out.append(AResult.AlterReplicaLogDirPartitionResult(partition_index=index, error_code=int(code)))
     return AlterReplicaLogDirsResponse(
         throttle_time_ms=0, results=[AResult(topic_name=name, partitions=parts) for name, parts in results.items()]

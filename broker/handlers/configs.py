@@ -5,6 +5,10 @@ property, default), synonyms and documentation on request. AlterConfigs replaces
 wholesale; IncrementalAlterConfigs sets, deletes, appends to or subtracts from single keys (append and
 subtract only for list-typed configs). Broker resources (named by this node's id, or "" for the
 cluster-wide defaults) can be described but not altered: dynamic broker configs are not supported.
+BROKER_LOGGER resources (kafka-configs.sh --entity-type broker-loggers) name this node's id: described as
+every logger and its level, and changed by IncrementalAlterConfigs SET / DELETE on the node itself, not
+forwarded to the controller (Kafka's RuntimeLoggerManager), which is how an operator turns the audit log
+(`kafka.authorizer.logger`) to DEBUG at run time; `log.levels` sets the same at start.
 Every requested resource gets exactly one result, in request order.
 """
 
@@ -20,12 +24,15 @@ from odradek.replication.acl import AclOperation, ResourceType
 
 from ..authorizer import per_item
 from ..config import ConfigError, ConfigType, render_value
+from ..logging import LOG4J_LEVELS, ROOT_LOGGER, get_logger, logger_exists, logger_levels, set_logger_level
 from ..controller_channel import ConfigChange
-from ..topic_config import TOPIC_CONFIGS, ConfigResourceType, describe_broker, describe_topic
+from ..topic_config import TOPIC_CONFIGS, ConfigEntry, ConfigResourceType, ConfigSource, describe_broker, describe_topic
 from . import BROKER as BROKER_LISTENERS
 from . import CONTROLLER as CONTROLLER_LISTENERS
 from . import handles
 from .envelope import forwarded
+
+log = get_logger(__name__)
 
 DResult = DescribeConfigsResponse.DescribeConfigsResult
 DEntry = DResult.DescribeConfigsResourceResult
@@ -34,6 +41,7 @@ AResult = AlterConfigsResponse.AlterConfigsResourceResponse
 IResult = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
 
 TOPIC, BROKER = int(ConfigResourceType.TOPIC), int(ConfigResourceType.BROKER)
+BROKER_LOGGER = int(ConfigResourceType.BROKER_LOGGER)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
@@ -90,7 +98,22 @@ def _describe_entries(services, resource_type: int, name: str, keys):
         if name == "":
             return []  # the dynamic cluster-wide defaults, as Kafka answers: there are none
         return describe_broker(services.config, keys)
+    if resource_type == BROKER_LOGGER:
+        _check_logger_resource(services, name)
+        wanted = None if not keys else set(keys)
+        return [ConfigEntry(logger, level, False, ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG, False, ConfigType.STRING, "")
+                for logger, level in logger_levels().items() if wanted is None or logger in wanted]
     raise _unsupported_type(resource_type)
+
+
+def _check_logger_resource(services, name: str) -> None:
+    """A BROKER_LOGGER resource names this node, and only it (ConfigHelper, RuntimeLoggerManager)."""
+    if not name:
+        raise ResourceError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
+    if not (name.isascii() and name.isdigit()):
+        raise ResourceError(ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}")
+    if int(name) != services.node_id:
+        raise ResourceError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {services.node_id} but received {name}")
 
 
 def describe_entry(entry, *, include_synonyms: bool, include_documentation: bool, version: int) -> DEntry:
@@ -300,9 +323,62 @@ def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
 
 
 @handles(44, (0, 1), listeners=(BROKER_LISTENERS, CONTROLLER_LISTENERS))
+def handle_incremental_alter_configs(services, ctx, request):
+    """A request of BROKER_LOGGER resources only (what Kafka's admin client sends to the node named) is this
+    node's to answer; any other goes to the active controller."""
+    if request.resources and all(r.resource_type == BROKER_LOGGER for r in request.resources):
+        return _alter_loggers(services, ctx, request)
+    return _incremental_alter_configs(services, ctx, request)
+
+
+@per_item("resources", "responses", _refusal(AclOperation.ALTER_CONFIGS), _denied(IResult))
+def _alter_loggers(services, ctx, request):
+    """Kafka's RuntimeLoggerManager: every change of a resource is checked before any is made; SET takes one
+    of LogLevelConfig's levels, DELETE unsets (not the root logger's), APPEND and SUBTRACT are refused."""
+    repeated = _duplicates(r.resource_name for r in request.resources)
+    results = []
+    for r in request.resources:
+        result = IResult(error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name)
+        try:
+            if r.resource_name in repeated:
+                raise ResourceError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            _check_unique_keys([c.name for c in r.configs])
+            _check_logger_resource(services, r.resource_name)
+            for c in r.configs:
+                _check_logger_change(c.name, c.config_operation, c.value)
+        except ResourceError as e:
+            result.error_code, result.error_message = e.error_code, e.message
+        else:
+            if not request.validate_only:
+                for c in r.configs:
+                    set_logger_level(c.name, c.value if c.config_operation == SET else None)
+                    log.warning("logger level changed", logger=c.name, level=c.value if c.config_operation == SET else None)
+        results.append(result)
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+
+def _check_logger_change(name: str, op: int, value) -> None:
+    if op == SET:
+        if value is None:
+            raise ResourceError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
+        if not logger_exists(name):
+            raise ResourceError(ErrorCode.INVALID_CONFIG, f"Logger {name} does not exist!")
+        if value not in LOG4J_LEVELS:
+            raise ResourceError(ErrorCode.INVALID_CONFIG, f"Cannot set the log level of {name} to {value} as it is not a "
+                                f"supported log level. Valid log levels are {', '.join(sorted(LOG4J_LEVELS))}")
+    elif op == DELETE:
+        if not logger_exists(name):
+            raise ResourceError(ErrorCode.INVALID_CONFIG, f"Logger {name} does not exist!")
+        if name == ROOT_LOGGER:
+            raise ResourceError(ErrorCode.INVALID_REQUEST, f"Removing the log level of the {ROOT_LOGGER} logger is not allowed")
+    else:
+        raise ResourceError(ErrorCode.INVALID_REQUEST,
+                            f"{OP_NAMES.get(op, op)} operation is not allowed for the BROKER_LOGGER resource")
+
+
 @forwarded
 @per_item("resources", "responses", _refusal(AclOperation.ALTER_CONFIGS), _denied(IResult))
-def handle_incremental_alter_configs(services, ctx, request):
+def _incremental_alter_configs(services, ctx, request):
     def change_of(r) -> ConfigChange | None:
         keys = [c.name for c in r.configs]
         if r.resource_type == TOPIC:

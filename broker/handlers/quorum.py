@@ -29,14 +29,14 @@ from odradek.protocol.messages import (
     FetchResponse,
     UnregisterBrokerResponse,
 )
-from odradek.replication.acl import AclOperation
+from odradek.replication.acl import AclOperation, ResourceType
 from odradek.replication.metadata_image import Endpoint, MetadataError
 from odradek.replication.raft import METADATA_TOPIC, METADATA_TOPIC_ID
 
 
 from ..authorizer import requires
 from . import BROKER, CONTROLLER, handles
-from .envelope import forward_for_client, forwarded
+from .envelope import error_response, forward_for_client, forwarded
 
 QTopic = DescribeQuorumResponse.TopicData
 QPartition = QTopic.PartitionData
@@ -211,6 +211,7 @@ def handle_alter_partition(services, ctx, request):
 
 
 @handles(73, listeners=(CONTROLLER,))
+@requires(AclOperation.CLUSTER_ACTION)
 def handle_assign_replicas_to_dirs(services, ctx, request):
     def failed(code, _message):
         return AssignReplicasToDirsResponse(throttle_time_ms=0, error_code=code, directories=[])
@@ -225,10 +226,14 @@ def handle_assign_replicas_to_dirs(services, ctx, request):
 
 @handles(43, listeners=(BROKER, CONTROLLER))
 @forwarded
-@requires(AclOperation.ALTER)
 def handle_elect_leaders(services, ctx, request):
+    """ALTER on the cluster. A refusal, like any failure of the whole request, answers every partition named
+    (ElectLeadersRequest.getErrorResponse): v0 has no top-level error code to carry it."""
+    if not services.authorized(ctx, AclOperation.ALTER, ResourceType.CLUSTER):
+        return error_response(43, ctx.api_version, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
     def failed(code, message):
-        return ElectLeadersResponse(throttle_time_ms=0, error_code=code, replica_election_results=[])
+        return error_response(43, ctx.api_version, request, ErrorCode(code), message)
 
     return _decided(services, services.controller.elect_leaders(request), failed)
 

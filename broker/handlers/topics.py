@@ -65,11 +65,15 @@ def _assignments(t) -> dict[int, list[int]] | None:
     return result
 
 
-def _created(services, created: CreatedTopic, version: int) -> CTResult:
+def _created(services, created: CreatedTopic, version: int, describable: bool = True) -> CTResult:
     result = CTResult(name=created.name, error_code=0, error_message=None)
     if version >= 7:
         result.topic_id = created.topic_id or ZERO_UUID
-    if version >= 5:
+    if version >= 5 and not describable:
+        # Created, but the principal may not DESCRIBE_CONFIGS it: no configs, partitions or replication
+        # factor in the answer, TOPIC_AUTHORIZATION_FAILED for them (Kafka's ReplicationControlManager).
+        result.topic_config_error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    elif version >= 5:
         result.num_partitions = created.num_partitions
         result.replication_factor = created.replication_factor
         try:
@@ -133,7 +137,9 @@ def handle_create_topics(services, ctx, request):
                 if isinstance(outcome, MetadataError):
                     r = CTResult(name=items[r].name, error_code=int(outcome.error_code), error_message=outcome.message)
                 else:
-                    r = _created(services, outcome, version)
+                    describable = services.authorized(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, outcome.name,
+                                                      log_denied=False)
+                    r = _created(services, outcome, version, describable)
             topics.append(r)
         return CreateTopicsResponse(throttle_time_ms=0, topics=topics)
 
@@ -145,7 +151,10 @@ def handle_create_topics(services, ctx, request):
 
 
 def _delete_refusal(services, ctx, t) -> ErrorCode | None:
-    """DESCRIBE and DELETE on the topic; an unknown topic id is the handler's to answer."""
+    """DELETE on the cluster (Kafka's hasClusterAuth: ALL on the cluster grants it), else DELETE on the topic;
+    an unknown topic id is the handler's to answer."""
+    if services.authorized(ctx, AclOperation.DELETE, ResourceType.CLUSTER, log_denied=False):
+        return None
     if isinstance(t, str):
         name = t
     elif t.name is not None or t.topic_id == ZERO_UUID:

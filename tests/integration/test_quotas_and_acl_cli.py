@@ -26,7 +26,7 @@ AUTHORIZER = "authorizer.class.name=org.apache.kafka.metadata.authorizer.Standar
 @pytest.fixture(scope="module")
 def open_secured(tmp_path_factory):
     proc = BrokerProcess(tmp_path_factory.mktemp("quota-data"), AUTHORIZER, "allow.everyone.if.no.acl.found=true",
-                         "num.partitions=1").start()
+                         "num.partitions=1", "log.levels=kafka.authorizer.logger=DEBUG").start()
     yield proc
     proc.stop()
 
@@ -120,5 +120,30 @@ def test_denials_reach_the_daemons_log_under_the_audit_logger(open_secured):
             time.sleep(0.05)
         logged = [entry for entry in open_secured.log_text().splitlines() if line in entry]
         assert logged and "kafka.authorizer.logger" in logged[0]
+        # log.levels turned the audit logger alone to DEBUG: the grant of the CLI's CreateAcls is there too,
+        # and no other logger writes at DEBUG (the broker's log.level stays INFO).
+        grant = "Principal = User:ANONYMOUS is Allowed operation = ALTER from host = 127.0.0.1 on resource = " \
+                "Cluster:LITERAL:kafka-cluster for request = CreateAcls"
+        assert any(grant in entry and "kafka.authorizer.logger" in entry for entry in open_secured.log_text().splitlines())
+        assert not [entry for entry in open_secured.log_text().splitlines()
+                    if "[debug" in entry and "kafka.authorizer.logger" not in entry]
     finally:
         ok(odradek(bs, "acl", "remove", "--principal", "User:carol", "--topic", "audited"))
+
+
+def test_broker_loggers_from_the_cli(open_secured):
+    """kafka-configs.sh --entity-type broker-loggers, as `odradek config get|set broker-logger <node>`: the audit
+    logger is at DEBUG from log.levels, is unset back to the root's INFO, and set again, at run time."""
+    bs = open_secured.bootstrap
+
+    def level() -> str:
+        return json.loads(ok(odradek(bs, "-o", "json", "config", "get", "broker-logger", "1", "kafka.authorizer.logger")))[
+            "kafka.authorizer.logger"]["value"]
+
+    assert level() == "DEBUG"
+    ok(odradek(bs, "config", "set", "broker-logger", "1", "--delete", "kafka.authorizer.logger"))
+    assert level() == "INFO"
+    ok(odradek(bs, "config", "set", "broker-loggers", "1", "kafka.authorizer.logger=DEBUG"))
+    assert level() == "DEBUG"
+    refused = odradek(bs, "config", "set", "broker-logger", "1", "kafka.authorizer.logger=LOUD")
+    assert refused.returncode == 1 and "INVALID_CONFIG" in refused.stderr

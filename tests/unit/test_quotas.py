@@ -163,3 +163,24 @@ def test_an_address_over_its_connection_rate_is_closed_and_not_counted():
     assert rates.ip_throttle(configured, "CLIENT", "10.0.0.1", 0) == 500  # the refused one was not counted
     assert rates.ip_throttle(configured, "CLIENT", "10.0.0.2", 0) == 0  # another address has its own rate
     assert rates.ip_throttle(configured, "CLIENT", "10.0.0.1", 2_000) == 0  # once the windows have passed
+
+
+def test_request_percentage_throttles_a_client_over_its_share_of_handler_time():
+    """request_percentage: handler time as percent of one thread (KIP-124); over it, the connection gets the
+    throttle time (the network puts it in throttle_time_ms and mutes the channel, KIP-219)."""
+    from types import SimpleNamespace
+
+    from odradek.broker.config import BrokerConfig
+    from odradek.broker.context import ConnectionContext
+    from odradek.broker.quotas import ClientQuotas
+    from odradek.replication.quota import REQUEST_PERCENTAGE
+
+    image = SimpleNamespace(client_quotas={entity_key([(C, "busy")]): {REQUEST_PERCENTAGE: 10.0}})
+    now = [0]
+    client_quotas = ClientQuotas(BrokerConfig(), SimpleNamespace(image=image), now_ms=lambda: now[0])
+    connection = ConnectionContext("c", "10.0.0.1", "PLAINTEXT", "PLAINTEXT")
+    assert client_quotas.record_request_time(connection, "idle", 5.0) == 0  # no quota for this client id
+    assert client_quotas.record_request_time(connection, "busy", 0.001) == 0  # 0.1% of a second: within 10%
+    now[0] += 10
+    throttle_ms = client_quotas.record_request_time(connection, "busy", 2.0)  # 200% of a second: far over 10%
+    assert throttle_ms > 0 and connection.throttle_ms == throttle_ms
