@@ -1021,12 +1021,13 @@ class BrokerConfig(BaseModel):
     )
     # Kafka's coordinator scans for timed-out transactions every interval, so one is aborted between its
     # timeout and its timeout plus the interval; here each Ongoing transaction has its own timer at start +
-    # timeout (coordinator/transaction/shard.py), which keeps that bound for any interval.
+    # timeout (coordinator/transaction/shard.py), which keeps that bound for any interval. The interval is when
+    # an abort that __transaction_state refused (ISR below min.isr) is tried again, as Kafka's next scan would.
     abort_timed_out_transaction_cleanup_interval_ms: Int = _f(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         10000,
         T.INT,
-        "Accepted for compatibility: each open transaction is aborted by its own timer when its timeout passes.",
+        "Each open transaction is aborted by its own timer at its timeout; an abort the log refused is retried after this.",
         ge=1,
     )
     remove_expired_transaction_cleanup_interval_ms: Int = _f(

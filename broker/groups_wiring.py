@@ -14,11 +14,11 @@ from collections.abc import Iterable
 
 from odradek.coordinator.group.config import GroupCoordinatorConfig
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
-from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC
+from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.coordinator.topics import TopicMetadata
 from odradek.replication.metadata_publisher import MetadataUpdate
 
-from .internal_topics import InternalTopicWriter, ensure_internal_topic
+from .internal_topics import InternalTopicWriter, ensure_internal_topic, offsets_topic_spec
 
 OFFSETS_TOPIC = CONSUMER_OFFSETS_TOPIC  # the name components.py checks for at start
 
@@ -63,9 +63,14 @@ class CoordinatorLoader:
 
 def start_group_coordinator(broker) -> GroupCoordinator:
     cfg = broker.config
-    num_partitions = ensure_internal_topic(broker, CONSUMER_OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
-                                           cfg.offsets_topic_replication_factor, cfg.offsets_topic_segment_bytes)
-    config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions)
+    # None: not created yet (too few live brokers); FindCoordinator asks again (ensure_coordinator_topic).
+    num_partitions = ensure_internal_topic(broker, offsets_topic_spec(cfg)) or cfg.offsets_topic_num_partitions
+    # FindCoordinator places transactional ids too: over __transaction_state's own count once it exists, as
+    # the transaction coordinator does (txn_wiring), not a configured count that may differ.
+    txn_topic = broker.metadata.image.topics_by_name.get(TRANSACTION_STATE_TOPIC)
+    txn_partitions = len(txn_topic.partitions) if txn_topic is not None else cfg.transaction_state_log_num_partitions
+    config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions,
+                                                       transaction_state_log_num_partitions=txn_partitions)
     writer = InternalTopicWriter(broker.data, CONSUMER_OFFSETS_TOPIC)
     groups = GroupCoordinator(writer, broker.timer, config, MetadataTopicsView(broker))
     broker.metadata.register(CoordinatorLoader(groups, broker.node_id, broker.now_ms))

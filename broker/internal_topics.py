@@ -5,7 +5,10 @@ through a `PartitionWriter`. `InternalTopicWriter` is that writer for one intern
 
 - `append` writes the records as one batch through the replica manager (as the coordinator's, never a
   client's, append) and says whether they are committed already. With one replica the high watermark
-  moves with the append, so they are; otherwise it returns the offset to wait for.
+  moves with the append, so they are; otherwise it returns the offset to wait for. With
+  `enforce_min_isr` it is an acks=all append, as Kafka's coordinators write: refused (NOT_ENOUGH_REPLICAS,
+  before anything is written, so the runtime replays nothing) while the partition's ISR is smaller than
+  its min.insync.replicas; the coordinator answers that COORDINATOR_NOT_AVAILABLE.
 - `register_listener` hooks the partition's high watermark (replication/partition.py): every time it
   advances the coordinator hears `on_committed(partition, high_watermark)`, which releases the responses
   held for records now on every in-sync replica. The runtime registers on load and deregisters on unload.
@@ -13,24 +16,32 @@ through a `PartitionWriter`. `InternalTopicWriter` is that writer for one intern
   (key, value), records of transactional batches (TxnOffsetCommit) as `TransactionalRecord`s and the
   transaction markers as `TransactionMarker`s, in log order.
 
-`ensure_internal_topic` creates the topic on first use, compacted, with its own segment size.
+`ensure_internal_topic` creates the topic on first use, compacted, with its own segment size and its
+full replication factor, never fewer replicas: while fewer brokers are alive than the factor asks for it
+creates nothing (Kafka's getOrCreateInternalTopic, and its controller, refuse alike), the coordinator's
+FindCoordinator answers COORDINATOR_NOT_AVAILABLE, and the next FindCoordinator tries again
+(`ensure_coordinator_topic`), so a short-handed first use never fixes a smaller factor for good.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import structlog
 
+from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.protocol.errors import ErrorCode
 from odradek.coordinator.runtime import TransactionalRecord, TransactionMarker
 from odradek.protocol.records import ABORT, COMMIT, build_batch, iter_batches, iter_records, parse_control_record
+from odradek.replication.errors import NotEnoughReplicasError
 from odradek.replication.metadata_image import MetadataError
 from odradek.replication.partition import Partition
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.names import TopicPartition
 
-__all__ = ["InternalTopicWriter", "ensure_internal_topic"]
+__all__ = ["InternalTopicSpec", "InternalTopicWriter", "ensure_coordinator_topic", "ensure_internal_topic",
+           "offsets_topic_spec", "transaction_state_topic_spec"]
 
 log = structlog.get_logger("odradek.internal_topics")
 
@@ -41,9 +52,10 @@ _MAX_UNCOMPRESSED_BATCH_BYTES = 64 << 20
 class InternalTopicWriter:
     """A coordinator's `PartitionWriter` over the partitions of internal topic `topic` hosted here."""
 
-    def __init__(self, replicas: ReplicaManager, topic: str) -> None:
+    def __init__(self, replicas: ReplicaManager, topic: str, *, enforce_min_isr: bool = False) -> None:
         self.replicas = replicas
         self.topic = topic
+        self.enforce_min_isr = enforce_min_isr
         self._listeners: dict[int, tuple[Partition, Callable[[TopicPartition, int], None]]] = {}
 
     def _partition(self, index: int) -> Partition:
@@ -61,6 +73,14 @@ class InternalTopicWriter:
         else:  # a transactional batch of the producer (no sequence: Kafka's coordinators write none)
             batch = bytearray(build_batch([(key, value, None, now_ms) for key, value in records],
                                           producer_id=producer[0], producer_epoch=producer[1], transactional=True))
+        if self.enforce_min_isr:
+            # Kafka's acks=-1 check before the append (Partition.appendRecordsToLeader): nothing is written,
+            # so the shard does not run ahead of a log that could not take the records.
+            hosted = self._partition(partition)
+            if len(hosted.isr) < hosted.min_insync_replicas:
+                raise NotEnoughReplicasError(
+                    f"{self.topic}-{partition}: ISR {sorted(hosted.isr)} is smaller than "
+                    f"min.insync.replicas={hosted.min_insync_replicas}")
         info = self.replicas.append_internal(TopicPartition(self.topic, partition), batch, now_ms=now_ms)
         end_offset = info.last_offset + 1
         # None: committed already (the high watermark moved with the append); otherwise the runtime holds
@@ -115,19 +135,68 @@ class InternalTopicWriter:
             hosted.remove_listener(listener)
 
 
-def ensure_internal_topic(broker, name: str, num_partitions: int, replication_factor: int, segment_bytes: int,
-                          extra_configs: dict[str, str] | None = None) -> int:
-    """Create internal topic `name` (compacted) through the controller if it does not exist; its number
-    of partitions. A local controller creates it at once; in a cluster the creation goes to the active
-    controller and this returns the number asked for: the coordinator's partitions load as their
-    leadership reaches this broker, and FindCoordinator answers COORDINATOR_NOT_AVAILABLE until then."""
+@dataclass(frozen=True, slots=True)
+class InternalTopicSpec:
+    """How a coordinator's topic is created: Kafka's offsetsTopicConfigs / transactionTopicConfigs."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    segment_bytes: int
+    extra_configs: tuple[tuple[str, str], ...] = ()
+
+
+def offsets_topic_spec(cfg) -> InternalTopicSpec:
+    return InternalTopicSpec(CONSUMER_OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
+                             cfg.offsets_topic_replication_factor, cfg.offsets_topic_segment_bytes)
+
+
+def transaction_state_topic_spec(cfg) -> InternalTopicSpec:
+    # min.insync.replicas as configured, as Kafka's TransactionLog sets it: the single-node defaults are RF 1
+    # and min.isr 1 (Kafka's own sample server.properties), a cluster sets 3 and 2 (`odradek cluster`).
+    return InternalTopicSpec(TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions,
+                             cfg.transaction_state_log_replication_factor, cfg.transaction_state_log_segment_bytes,
+                             (("min.insync.replicas", str(cfg.transaction_state_log_min_isr)),))
+
+
+def ensure_coordinator_topic(broker, key_type: int) -> int | None:
+    """FindCoordinator's part (key type 0 groups, 1 transactions): create the coordinator's topic while it is
+    missing. `broker` is the broker or its services (metadata, controller, config)."""
+    if key_type == 0:
+        return ensure_internal_topic(broker, offsets_topic_spec(broker.config))
+    if key_type == 1:
+        return ensure_internal_topic(broker, transaction_state_topic_spec(broker.config))
+    return None
+
+
+_short_handed_logged: dict[str, int] = {}
+
+
+def ensure_internal_topic(broker, spec: InternalTopicSpec) -> int | None:
+    """Create internal topic `spec.name` (compacted) through the controller if it does not exist; its number
+    of partitions, or None while it cannot be created yet (fewer live brokers than its replication factor).
+    A local controller creates it at once; in a cluster the creation goes to the active controller and this
+    returns the number asked for: the coordinator's partitions load as their leadership reaches this broker,
+    and FindCoordinator answers COORDINATOR_NOT_AVAILABLE until then."""
     from .controller_channel import NewTopic
 
-    existing = broker.metadata.image.topics_by_name.get(name)
+    name = spec.name
+    image = broker.metadata.image
+    existing = image.topics_by_name.get(name)
     if existing is not None:
         return len(existing.partitions)
-    config = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes), **(extra_configs or {})}
-    created = broker.controller.create_topics([NewTopic(name, num_partitions, replication_factor, config)], internal=True)
+    # The brokers the controller may place replicas on: unfenced and not shutting down.
+    live = sum(1 for b in image.brokers.values() if not b.fenced and not b.in_controlled_shutdown)
+    if live < spec.replication_factor:
+        if _short_handed_logged.get(name) != live:  # once per count, not once per client retry
+            _short_handed_logged[name] = live
+            log.warning("internal topic not created yet: fewer live brokers than its replication factor "
+                        "(clients are answered COORDINATOR_NOT_AVAILABLE until there are enough)", topic=name,
+                        live_brokers=live, replication_factor=spec.replication_factor)
+        return None
+    config = {"cleanup.policy": "compact", "segment.bytes": str(spec.segment_bytes), **dict(spec.extra_configs)}
+    created = broker.controller.create_topics(
+        [NewTopic(name, spec.num_partitions, spec.replication_factor, config)], internal=True)
 
     def check(d) -> None:
         error = d.failed_with
@@ -141,6 +210,8 @@ def ensure_internal_topic(broker, name: str, num_partitions: int, replication_fa
     if created.done and created.failed_with is None:
         (outcome,) = created.result()
         if isinstance(outcome, MetadataError) and outcome.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            if outcome.error_code == ErrorCode.INVALID_REPLICATION_FACTOR:
+                return None  # the controller counts the brokers too (fenced ones are no use): next time
             raise outcome
     existing = broker.metadata.image.topics_by_name.get(name)
-    return len(existing.partitions) if existing is not None else num_partitions
+    return len(existing.partitions) if existing is not None else spec.num_partitions

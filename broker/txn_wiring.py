@@ -5,7 +5,9 @@ coordinator it writes through an `InternalTopicWriter`, and a `TransactionCoordi
 listener) loads the `__transaction_state` partitions this broker leads and unloads those it no longer
 leads, with the partition's leader epoch as the coordinator epoch. The topic is created on first use
 (FindCoordinator for a transactional id, InitProducerId with one), as Kafka does, compacted, with
-`transaction.state.log.replication.factor` capped by the brokers there are and its min.insync.replicas.
+`transaction.state.log.replication.factor` replicas (not created while fewer brokers are alive: FindCoordinator
+answers COORDINATOR_NOT_AVAILABLE and tries again, internal_topics.py) and min.insync.replicas
+`transaction.state.log.min.isr`, which every write of the coordinator honours (acks=all).
 
 Theory of the marker sender
 ---------------------------
@@ -17,8 +19,10 @@ timeout, a node down) for the next round, after a backoff that doubles up to a s
 topic is gone from the image is done (Kafka skips markers for deleted partitions). INVALID_PRODUCER_EPOCH
 or TRANSACTION_COORDINATOR_FENCED mean a newer coordinator or producer epoch has taken over: the job stops
 without completing (the newer owner finishes the transaction). When every partition has its marker the
-coordinator writes CompleteCommit/CompleteAbort. Losing the coordinator partition cancels its jobs; the
-new leader resumes them from the Prepare state it loads.
+coordinator writes CompleteCommit/CompleteAbort, again after a backoff while `__transaction_state` refuses it
+(COORDINATOR_NOT_AVAILABLE: its ISR below min.isr, or not replicated within request.timeout.ms), as Kafka's
+retry queue of log appends does, so a Prepare state completes once the ISR is back. Losing the coordinator
+partition cancels its jobs; the new leader resumes them from the Prepare state it loads.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from odradek.replication.metadata_publisher import MetadataUpdate
 
 from .context import ANONYMOUS, ConnectionContext, KafkaPrincipal, RequestContext
 from .groups_wiring import MetadataTopicsView
-from .internal_topics import InternalTopicWriter, ensure_internal_topic
+from .internal_topics import InternalTopicWriter, ensure_internal_topic, transaction_state_topic_spec
 
 log = structlog.get_logger("odradek.txn_markers")
 
@@ -143,10 +147,25 @@ class MarkerSender:
             if pending:
                 await asyncio.sleep(backoff_s)  # a retry backoff: leaders move, nodes come back
                 backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
-        coordinator = self.coordinator
-        if coordinator is not None:
-            coordinator.on_markers_written(job, self.broker.now_ms())
+        await self._complete(job)
+
+    async def _complete(self, job: MarkerJob) -> None:
+        """Write the Complete state, again and again while `__transaction_state` cannot take it (Kafka's
+        tryAppendToLog puts a COORDINATOR_NOT_AVAILABLE back on its retry queue): with the ISR below
+        min.insync.replicas the write is refused, and the transaction completes once the ISR is back."""
+        backoff_s = 0.01
+        while (coordinator := self.coordinator) is not None:
+            written = coordinator.on_markers_written(job, self.broker.now_ms())
             self.broker.after_state_change()
+            code = written.result() if written.done else await self.broker.services.future_from(written)
+            if code is not ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                if code is not ErrorCode.NONE:  # NOT_COORDINATOR: the partition's new leader completes it
+                    log.info("transaction not completed here", transactional_id=job.transactional_id,
+                             error=code.name)
+                return
+            log.debug("completing the transaction must wait", transactional_id=job.transactional_id)
+            await asyncio.sleep(backoff_s)  # a retry backoff: the ISR grows back
+            backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
 
     async def _send_to(self, leader: int, job: MarkerJob, partitions: list[tuple[str, int]]) -> dict:
         by_topic: dict[str, list[int]] = {}
@@ -244,18 +263,18 @@ class StartWhenLeading:
 
 def start_transaction_coordinator(broker) -> TransactionCoordinator:
     cfg = broker.config
-    live = max(1, len(broker.services.live_brokers())) if broker.services is not None else 1
-    replication_factor = min(cfg.transaction_state_log_replication_factor, live)
-    num_partitions = ensure_internal_topic(
-        broker, TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions, replication_factor,
-        cfg.transaction_state_log_segment_bytes,
-        extra_configs={"min.insync.replicas": str(min(cfg.transaction_state_log_min_isr, replication_factor))})
+    # None: not created yet (fewer live brokers than its replication factor); FindCoordinator asks again.
+    num_partitions = (ensure_internal_topic(broker, transaction_state_topic_spec(cfg))
+                      or cfg.transaction_state_log_num_partitions)
     config = TransactionCoordinatorConfig.from_broker_config(cfg, transaction_state_log_num_partitions=num_partitions)
     sender = MarkerSender(broker)
+    services = broker.services
     coordinator = TransactionCoordinator(
-        InternalTopicWriter(broker.data, TRANSACTION_STATE_TOPIC), broker.timer, config,
-        next_producer_id=broker.services.producer_ids.next_producer_id, markers=sender,
-        topics=MetadataTopicsView(broker), offsets_topic_num_partitions=cfg.offsets_topic_num_partitions)
+        InternalTopicWriter(broker.data, TRANSACTION_STATE_TOPIC, enforce_min_isr=True), broker.timer, config,
+        next_producer_id=services.producer_ids.next_producer_id, markers=sender,
+        topics=MetadataTopicsView(broker),
+        # The group's partition as the group coordinator places it (the topic's own partition count).
+        offsets_partition_for=lambda group_id: services.groups.partition_for(group_id))
     sender.coordinator = coordinator
     broker.txn_marker_sender = sender
     broker.metadata.register(TransactionCoordinatorLoader(coordinator, broker.node_id, broker.now_ms))

@@ -22,6 +22,7 @@ from odradek.protocol.messages import (
 from odradek.replication.acl import AclOperation, ResourceType
 
 from ..authorizer import then, per_item
+from ..internal_topics import ensure_coordinator_topic
 from . import handles
 
 READ, DESCRIBE, GROUP = AclOperation.READ, AclOperation.DESCRIBE, ResourceType.GROUP
@@ -60,14 +61,18 @@ def handle_find_coordinator(services, ctx, request):
     if request.key_type == 1:
         services.transactions  # creates __transaction_state on first use, as Kafka does
     response = services.groups.find_coordinator(request, ctx.api_version, _locate(services, ctx.listener))
+    entries = response.coordinators if ctx.api_version >= 4 else [response]
     if services.authorizer is not None:  # DESCRIBE on the group or the transactional id
         resource_type, code = ((GROUP, _DENIED) if request.key_type == 0 else
                                (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
-        entries = response.coordinators if ctx.api_version >= 4 else [response]
         for key, entry in zip(request.coordinator_keys if ctx.api_version >= 4 else [request.key], entries):
             if not services.authorized(ctx, DESCRIBE, resource_type, key):
                 entry.error_code, entry.node_id, entry.host, entry.port = int(code), -1, "", -1
                 entry.error_message = None
+    if any(e.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE for e in entries):
+        # The topic may be missing still (too few brokers were alive to create it): an authorized key tries
+        # again, as Kafka's FindCoordinator does.
+        ensure_coordinator_topic(services, request.key_type)
     return response
 
 

@@ -65,11 +65,16 @@ def _by_topic(partitions) -> list[tuple[str, list[int]]]:
 class TransactionCoordinator:
     def __init__(self, writer: PartitionWriter, timer: Timer, config: TransactionCoordinatorConfig | None = None, *,
                  next_producer_id: Callable[[], int | None], markers: MarkerSink, topics: TopicsView | None = None,
+                 offsets_partition_for: Callable[[str], int] | None = None,
                  offsets_topic_num_partitions: int = 50) -> None:
+        """`offsets_partition_for(group_id)`: the group's `__consumer_offsets` partition as the group coordinator
+        places it (its partition_for, over the topic's real partition count); without it (tests), the hash
+        over `offsets_topic_num_partitions`."""
         self.config = config if config is not None else TransactionCoordinatorConfig()
         self.topics = topics
         self.markers = markers
-        self.offsets_topic_num_partitions = offsets_topic_num_partitions
+        self.offsets_partition_for: Callable[[str], int] = offsets_partition_for or (
+            lambda group_id: partition_for(group_id, offsets_topic_num_partitions))
         self._coordinator_epochs: dict[int, int] = {}
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime(
             writer, lambda p: TransactionShard(p, self.config, next_producer_id=next_producer_id, markers=markers,
@@ -203,7 +208,7 @@ class TransactionCoordinator:
         txn_id = request.transactional_id
         if not txn_id:
             return Deferred.completed(response(ErrorCode.INVALID_REQUEST))
-        offsets_partition = (CONSUMER_OFFSETS_TOPIC, partition_for(request.group_id, self.offsets_topic_num_partitions))
+        offsets_partition = (CONSUMER_OFFSETS_TOPIC, self.offsets_partition_for(request.group_id))
         written = self._write(txn_id, lambda shard: shard.add_partitions(
             txn_id, request.producer_id, request.producer_epoch, [offsets_partition], now_ms), now_ms)
         return written.then(response, lambda e: response(error_code_of(e)))
@@ -226,9 +231,14 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------------------------------------
     # Markers written (from the broker's sender), operator aborts
 
-    def on_markers_written(self, job: MarkerJob, now_ms: int) -> Deferred[bool]:
-        return self.runtime.write(job.txn_partition, lambda shard: shard.complete(
-            job.transactional_id, job.producer_id, job.producer_epoch, now_ms), now_ms)
+    def on_markers_written(self, job: MarkerJob, now_ms: int) -> Deferred[ErrorCode]:
+        """Write CompleteCommit/CompleteAbort; the code Kafka's TransactionMarkerChannelManager.tryAppendToLog
+        sees: NONE (written, or nothing left to complete), COORDINATOR_NOT_AVAILABLE (the log could not take
+        it: ISR below min.insync.replicas, not replicated in time; the sender retries, the transaction must
+        not stay in PrepareCommit/Abort), NOT_COORDINATOR (the partition moved: its new leader completes it)."""
+        written = self._bounded(self.runtime.write(job.txn_partition, lambda shard: shard.complete(
+            job.transactional_id, job.producer_id, job.producer_epoch, now_ms), now_ms), now_ms)
+        return written.then(lambda _: ErrorCode.NONE, error_code_of)
 
     def abort_transaction(self, transactional_id: str, now_ms: int) -> Deferred[ErrorCode]:
         written = self._write(transactional_id, lambda shard: shard.abort(transactional_id, now_ms), now_ms)

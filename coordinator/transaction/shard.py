@@ -232,6 +232,15 @@ class TransactionShard:
             return out.result(None)
         log.info("aborting a timed-out transaction", transactional_id=transactional_id, producer_id=producer_id)
         self._write(out, metadata.prepare_end(False, now_ms, fence=True), send_markers=True)
+        retry_at_ms = now_ms + self.config.abort_timed_out_transaction_cleanup_interval_ms
+
+        def retry_if_refused(error: BaseException | None) -> None:
+            # The log refused the abort (ISR below min.insync.replicas): the transaction is still Ongoing and
+            # its timer has fired; Kafka's next scan tries again, so does this timer.
+            if error is not None:
+                self._schedule_timeout(metadata, at_ms=retry_at_ms)
+
+        out.callbacks.append(retry_if_refused)
         return out.result(None)
 
     def abort(self, transactional_id: str, now_ms: int) -> Result:
@@ -285,12 +294,12 @@ class TransactionShard:
                                      metadata.producer_id, metadata.producer_epoch,
                                      metadata.state is S.PREPARE_COMMIT, metadata.partitions))
 
-    def _schedule_timeout(self, metadata: TransactionMetadata) -> None:
+    def _schedule_timeout(self, metadata: TransactionMetadata, at_ms: int | None = None) -> None:
         if self._runtime is None:
             return
         txn_id, producer_id = metadata.transactional_id, metadata.producer_id
         self._runtime.schedule(self.partition, _timeout_key(txn_id),
-                               metadata.txn_start_timestamp_ms + metadata.txn_timeout_ms,
+                               metadata.txn_start_timestamp_ms + metadata.txn_timeout_ms if at_ms is None else at_ms,
                                lambda shard, now_ms: shard.abort_timed_out(txn_id, producer_id, now_ms))
 
     def _schedule_expiration(self, now_ms: int) -> None:

@@ -91,3 +91,111 @@ def test_resigning_deregisters_the_listener_and_a_reload_reads_the_log_back(host
     again.startup(NOW)
     assert fetched(again, "g") == {("t", 0): 7}
     assert len(partition._listeners) == 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# __transaction_state: every write is acks=all (transaction.state.log.min.isr), and the coordinator's topics
+# are created with their full replication factor or not at all.
+
+
+def test_a_min_isr_writer_refuses_below_min_insync_replicas_and_writes_nothing(tmp_path):
+    from odradek.coordinator.transaction.config import TransactionCoordinatorConfig
+    from odradek.coordinator.transaction.coordinator import TransactionCoordinator
+    from odradek.protocol.messages import InitProducerIdRequest
+    from odradek.replication.errors import NotEnoughReplicasError
+
+    txn_topic = "__transaction_state"
+    timer = Timer(start_ms=NOW)
+    manager = ReplicaManager(node_id=1, timer=timer)
+    log = Log.open(str(tmp_path / f"{txn_topic}-0"), LogConfig(), now_ms=NOW)
+    try:
+        tp, topic_id = TopicPartition(txn_topic, 0), uuid.uuid4()
+
+        def isr(members) -> None:
+            manager.apply_partition_state(tp, topic_id=topic_id, log=log, leader_id=1, leader_epoch=0,
+                                          replicas=(1, 2), isr=members, min_insync_replicas=2, now_ms=NOW)
+
+        isr((1,))
+        writer = InternalTopicWriter(manager, txn_topic, enforce_min_isr=True)
+        with pytest.raises(NotEnoughReplicasError):
+            writer.append(0, [(b"k", b"v")], NOW)
+        assert log.log_end_offset == 0
+
+        tc = TransactionCoordinator(writer, timer, TransactionCoordinatorConfig(transaction_state_log_num_partitions=1),
+                                    next_producer_id=lambda: 7, markers=None)
+        tc.startup(NOW)
+        request = InitProducerIdRequest(transactional_id="t", transaction_timeout_ms=60_000, producer_id=-1,
+                                        producer_epoch=-1)
+        refused = tc.init_producer_id(request, 4, NOW).result()
+        assert refused.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE and log.log_end_offset == 0
+        assert tc.shard_for("t").describe("t") is None  # nothing replayed either
+
+        isr((1, 2))  # the follower is back in the ISR: the write goes through and waits for it
+        pending = tc.init_producer_id(request, 4, NOW)
+        assert log.log_end_offset == 1 and not pending.done
+        manager.get_partition(tp).update_follower_fetch_state(2, 1, NOW)
+        assert pending.result().error_code == 0 and pending.result().producer_id == 7
+    finally:
+        log.close()
+
+
+class _Controller:
+    def __init__(self, image) -> None:
+        self.image = image
+        self.created = []
+
+    def create_topics(self, topics, *, internal: bool = False):
+        from types import SimpleNamespace
+
+        from odradek.coordinator.runtime import Deferred
+
+        assert internal
+        for t in topics:
+            self.created.append(t)
+            self.image.topics_by_name[t.name] = SimpleNamespace(partitions=dict.fromkeys(range(t.num_partitions)))
+        return Deferred.completed([None for _ in topics])
+
+
+def _cluster(live: int, fenced: int = 0, **config):
+    from types import SimpleNamespace
+
+    from odradek.broker.config import BrokerConfig
+
+    brokers = {i: SimpleNamespace(fenced=i >= live, in_controlled_shutdown=False) for i in range(live + fenced)}
+    image = SimpleNamespace(topics_by_name={}, brokers=brokers)
+    cfg = BrokerConfig.from_properties({k.replace("_", "."): str(v) for k, v in config.items()})
+    return SimpleNamespace(metadata=SimpleNamespace(image=image), controller=_Controller(image), config=cfg)
+
+
+@pytest.mark.parametrize("key_type, name, rf_key", [
+    (0, "__consumer_offsets", "offsets_topic_replication_factor"),
+    (1, "__transaction_state", "transaction_state_log_replication_factor"),
+])
+def test_coordinator_topics_wait_for_as_many_live_brokers_as_their_replication_factor(key_type, name, rf_key):
+    """Kafka's getOrCreateInternalTopic: with fewer live (unfenced) brokers than the replication factor
+    nothing is created (FindCoordinator answers COORDINATOR_NOT_AVAILABLE); the next FindCoordinator after
+    the third broker arrives creates it with all three replicas, never with the two there were."""
+    from odradek.broker.internal_topics import ensure_coordinator_topic
+
+    broker = _cluster(live=2, fenced=1, **{rf_key: 3, "transaction_state_log_min_isr": 2})
+    assert ensure_coordinator_topic(broker, key_type) is None
+    assert broker.controller.created == []
+    broker.metadata.image.brokers[2].fenced = False
+    assert ensure_coordinator_topic(broker, key_type) == 50
+    (created,) = broker.controller.created
+    assert (created.name, created.replication_factor) == (name, 3)
+    assert created.configs["cleanup.policy"] == "compact"
+    if key_type == 1:
+        assert created.configs["min.insync.replicas"] == "2"
+    assert ensure_coordinator_topic(broker, key_type) == 50 and len(broker.controller.created) == 1
+
+
+def test_a_single_broker_creates_its_coordinator_topics_with_the_defaults():
+    """The single-node defaults (RF 1, min.isr 1, as configs/server.properties and Kafka's sample config):
+    `odradek broker start` runs transactions out of the box."""
+    from odradek.broker.internal_topics import ensure_coordinator_topic
+
+    broker = _cluster(live=1)
+    assert ensure_coordinator_topic(broker, 1) == 50 and ensure_coordinator_topic(broker, 0) == 50
+    assert [(t.name, t.replication_factor) for t in broker.controller.created] == [
+        ("__transaction_state", 1), ("__consumer_offsets", 1)]

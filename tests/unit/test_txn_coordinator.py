@@ -114,7 +114,7 @@ class Harness:
     def finish_markers(self):
         jobs, self.sink.jobs = self.sink.jobs, []
         for job in jobs:
-            assert self.tc.on_markers_written(job, self.now).result() is True
+            assert self.tc.on_markers_written(job, self.now).result() is ErrorCode.NONE
         return jobs
 
 
@@ -378,3 +378,88 @@ def test_a_write_not_replicated_in_time_is_answered_coordinator_not_available():
     h.writer.commit(partition)
     assert h.state().state is S.COMPLETE_COMMIT
     assert h.end(1001, 1).error_code == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# A log that cannot take the write (ISR below transaction.state.log.min.isr: NOT_ENOUGH_REPLICAS before
+# anything is appended) changes nothing, is answered COORDINATOR_NOT_AVAILABLE, and is tried again.
+
+
+def _not_enough_replicas():
+    from odradek.replication.errors import NotEnoughReplicasError
+
+    return NotEnoughReplicasError("ISR [1] is smaller than min.insync.replicas=2")
+
+
+def test_end_txn_refused_by_the_log_leaves_the_transaction_open():
+    h = Harness()
+    h.init()
+    h.add(1001, 0)
+    h.writer.fail_next = _not_enough_replicas()
+    assert h.end(1001, 0).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert h.state().state is S.ONGOING and h.sink.jobs == []  # no Prepare state, no markers
+    assert h.end(1001, 0).error_code == 0  # the client's retry, once the ISR is back
+    assert h.state().state is S.PREPARE_COMMIT and len(h.sink.jobs) == 1
+
+
+def test_completion_refused_by_the_log_is_retriable_and_the_transaction_stays_prepared():
+    h = Harness()
+    h.init()
+    h.add(1001, 0)
+    h.end(1001, 0)
+    (job,) = h.sink.jobs
+    h.writer.fail_next = _not_enough_replicas()
+    assert h.tc.on_markers_written(job, h.now).result() is ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert h.state().state is S.PREPARE_COMMIT
+    assert h.end(1001, 0).error_code == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert h.tc.on_markers_written(job, h.now).result() is ErrorCode.NONE  # the sender's retry
+    assert h.state().state is S.COMPLETE_COMMIT and h.end(1001, 0).error_code == 0
+
+
+def test_completion_on_a_partition_no_longer_led_is_not_coordinator():
+    h = Harness()
+    h.init()
+    h.add(1001, 0)
+    h.end(1001, 0)
+    (job,) = h.sink.jobs
+    h.tc.on_resigned(job.txn_partition)
+    assert h.tc.on_markers_written(job, h.now).result() is ErrorCode.NOT_COORDINATOR  # the sender stops
+
+
+def test_a_timeout_abort_refused_by_the_log_is_tried_again_after_the_cleanup_interval():
+    h = Harness(abort_timed_out_transaction_cleanup_interval_ms=2_000)
+    h.init(timeout_ms=5_000)
+    h.add(1001, 0)
+    h.advance(4_999)
+    h.writer.fail_next = _not_enough_replicas()
+    h.advance(1)
+    assert h.state().state is S.ONGOING and h.sink.jobs == []  # refused: the timer must not be lost
+    h.advance(1_999)
+    assert h.state().state is S.ONGOING
+    h.advance(1)
+    m = h.state()
+    assert m.state is S.PREPARE_ABORT and m.producer_epoch == 1 and len(h.sink.jobs) == 1
+
+
+def test_add_offsets_uses_the_group_coordinators_placement():
+    """AddOffsetsToTxn adds the partition the group coordinator places the group in (over the real
+    partition count of __consumer_offsets), not a hash over the configured count."""
+    from odradek.coordinator.partitioning import partition_for
+
+    h = Harness()
+    placed = []
+
+    def offsets_partition_for(group_id: str) -> int:
+        placed.append(group_id)
+        return partition_for(group_id, 7)
+
+    h.tc = TransactionCoordinator(h.writer, h.timer, h.config, next_producer_id=h._next_producer_id, markers=h.sink,
+                                  topics=h.topics, offsets_partition_for=offsets_partition_for,
+                                  offsets_topic_num_partitions=50)
+    h.tc.startup(h.now)
+    h.init()
+    group = next(g for g in (f"g{i}" for i in range(100)) if partition_for(g, 7) != partition_for(g, 50))
+    r = h.tc.add_offsets_to_txn(AddOffsetsToTxnRequest(transactional_id=TXN, producer_id=1001, producer_epoch=0,
+                                                       group_id=group), 3, h.now).result()
+    assert r.error_code == 0 and placed == [group]
+    assert h.state().partitions == {("__consumer_offsets", partition_for(group, 7))}
