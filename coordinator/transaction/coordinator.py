@@ -236,8 +236,9 @@ class TransactionCoordinator:
         sees: NONE (written, or nothing left to complete), COORDINATOR_NOT_AVAILABLE (the log could not take
         it: ISR below min.insync.replicas, not replicated in time; the sender retries, the transaction must
         not stay in PrepareCommit/Abort), NOT_COORDINATOR (the partition moved: its new leader completes it)."""
-        written = self._bounded(self.runtime.write(job.txn_partition, lambda shard: shard.complete(
-            job.transactional_id, job.producer_id, job.producer_epoch, now_ms), now_ms), now_ms)
+        written = self.runtime.write(job.txn_partition, lambda shard: shard.complete(
+            job.transactional_id, job.producer_id, job.producer_epoch, now_ms), now_ms,
+            timeout_ms=self.config.request_timeout_ms)
         return written.then(lambda _: ErrorCode.NONE, error_code_of)
 
     def abort_transaction(self, transactional_id: str, now_ms: int) -> Deferred[ErrorCode]:
