@@ -231,27 +231,29 @@ def _bundled_options(secured: Secured, listener: str) -> dict:
 
 @pytest.mark.parametrize("listener", LISTENERS)
 def test_bundled_client_round_trip(secured, listener):
-    from odradek.client import Consumer, Producer, TopicPartition
-
     topic = f"od-{listener.lower()}-{uuid.uuid4().hex[:6]}"
-
-    async def run():
-        async with Producer(**_bundled_options(secured, listener)) as producer:
-            await producer.send_and_wait(topic, b"bundled")
-        async with Consumer(**_bundled_options(secured, listener), auto_offset_reset="earliest") as consumer:
-            consumer.assign([TopicPartition(topic, 0)])
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
-                batch = await consumer.getmany(timeout_ms=1000)
-                values = [r.value for records in batch.values() for r in records]
-                if values:
-                    return values
-        return []
-
-    assert asyncio.run(run()) == [b"bundled"]
+    assert asyncio.run(bundled_round_trip(_bundled_options(secured, listener), topic)) == [b"bundled"]
 
 
 # -- refusals
+
+
+async def bundled_round_trip(options: dict, topic: str, timeout_s: float = 30.0) -> list:
+    """Write b"bundled" with the bundled producer and read partition 0 back with the bundled consumer, both
+    built from `options`: the values read (bounded poll), [] if none arrived."""
+    from odradek.client import Consumer, Producer, TopicPartition
+
+    async with Producer(**options) as producer:
+        await producer.send_and_wait(topic, b"bundled")
+    async with Consumer(**options, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=1000)
+            values = [r.value for records in batch.values() for r in records]
+            if values:
+                return values
+    return []
 
 
 def _librdkafka_error(conf: dict, timeout_s: float = 15.0) -> str:

@@ -28,7 +28,7 @@ from tests.pki import make_pki
 confluent_kafka = pytest.importorskip("confluent_kafka")
 pytest.importorskip("cryptography")
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType  # noqa: E402
-from .test_security import _librdkafka_error
+from .test_security import _librdkafka_error, bundled_round_trip
 
 STORE_PASSWORD = "store-secret"
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -320,7 +320,7 @@ def test_kafka_python_and_aiokafka_token_providers(broker):
 
 
 def test_bundled_client_and_cli_with_unsecured_tokens(broker):
-    from odradek.client import Consumer, Producer, TopicPartition
+    from odradek.client import Producer
     from odradek.client.errors import AuthenticationError
 
     topic = f"bundled-{uuid.uuid4().hex[:6]}"
@@ -329,20 +329,7 @@ def test_bundled_client_and_cli_with_unsecured_tokens(broker):
                "ssl_ca_location": str(broker.pki.ca), "sasl_mechanism": "OAUTHBEARER",
                "enable_sasl_oauthbearer_unsecure_jwt": True, "sasl_oauthbearer_config": "principal=admin scope=kafka"}
 
-    async def round_trip():
-        async with Producer(**options) as producer:
-            await producer.send_and_wait(topic, b"bundled")
-        async with Consumer(**options, auto_offset_reset="earliest") as consumer:
-            consumer.assign([TopicPartition(topic, 0)])
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                batch = await consumer.getmany(timeout_ms=1000)
-                values = [r.value for records in batch.values() for r in records]
-                if values:
-                    return values
-        return []
-
-    assert asyncio.run(round_trip()) == [b"bundled"]
+    assert asyncio.run(bundled_round_trip(options, topic)) == [b"bundled"]
 
     async def expired():
         expired_cb = _token_cb({"sub": "admin", "exp": 1_000_000_000})
