@@ -52,7 +52,9 @@ LAYERS = [
     ("broker: dispatch, timers, server", ("broker/server.py", "broker/components.py")),
     ("metrics", ("broker/metrics.py", "prometheus_client/")),
     ("logging", ("structlog/", "broker/logging.py", "logging/")),
-    ("replication: replica manager, partition, purgatory", ("replication/",)),
+    ("replication: replica manager, partition, delayed operations", ("replication/",)),
+    ("purgatory: timing wheel, delayed operations", ("purgatory/",)),
+    ("metadata and raft", ("metadata/", "raft/")),
     ("storage: log, segments, indexes", ("storage/",)),
     ("asyncio / uvloop", ("asyncio/", "uvloop/")),
 ]

@@ -40,8 +40,8 @@ import structlog
 from odradek.protocol.connection import api_name
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import RESPONSES
-from odradek.replication.acl import CLUSTER_NAME, OPERATIONS_BY_TYPE, AclIndex, AclOperation, ResourceType
-from odradek.replication.metadata_publisher import MetadataPublisher
+from odradek.metadata.acl import CLUSTER_NAME, OPERATIONS_BY_TYPE, AclIndex, AclOperation, ResourceType
+from odradek.metadata.publisher import MetadataPublisher
 
 from .config import BrokerConfig
 from .context import RequestContext

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from odradek.replication.metadata_image import new_cluster_id
+from odradek.metadata.image import new_cluster_id
 from odradek.storage.meta_properties import format_log_dir, read_meta_properties
 
 DEFAULT_DIR = "./odradek-cluster"

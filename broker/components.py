@@ -23,12 +23,12 @@ import structlog
 
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.errors import ErrorCode
-from odradek.replication.controller import Controller
-from odradek.replication.metadata_image import Endpoint
-from odradek.replication.metadata_log import MetadataLog, StorageLogAdapter, metadata_log_config
-from odradek.replication.metadata_publisher import MetadataPublisher, MetadataUpdate
+from odradek.metadata.controller import Controller
+from odradek.metadata.image import Endpoint
+from odradek.metadata.log import MetadataLog, StorageLogAdapter, metadata_log_config
+from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
 from odradek.replication.replica_manager import ReplicaManager
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.log_manager import LogManager
 from odradek.storage.meta_properties import read_meta_properties
 from odradek.storage.names import TopicPartition
@@ -151,8 +151,8 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     active controller and forwards otherwise."""
     import random
 
-    from odradek.replication.raft import FileQuorumStateStore, RaftConfig, RaftNode
-    from odradek.replication.raft.storage_log import StorageRaftLog
+    from odradek.raft import FileQuorumStateStore, RaftConfig, RaftNode
+    from odradek.raft.storage_log import StorageRaftLog
 
     from .config import ConfigError
     from .node_client import NodeConnections
@@ -250,7 +250,7 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
     import uuid
 
     from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
-    from odradek.replication.metadata_image import METADATA_VERSION, METADATA_VERSION_FEATURE
+    from odradek.metadata.image import METADATA_VERSION, METADATA_VERSION_FEATURE
 
     cfg = broker.config
     controller = broker.controller

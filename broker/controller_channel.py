@@ -26,19 +26,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from odradek.coordinator.runtime import Deferred
+from odradek.purgatory.deferred import Deferred
 from odradek.protocol.errors import ErrorCode
-from odradek.replication.controller import Controller
-from odradek.replication.metadata_image import (
+from odradek.metadata.controller import Controller
+from odradek.metadata.image import (
     Endpoint,
     MetadataError,
     MetadataReplayError,
     ProducerIdsBlock,
     replay_all,
 )
-from odradek.replication.metadata_log import MetadataLog
-from odradek.replication.metadata_publisher import MetadataPublisher, MetadataUpdate
-from odradek.replication.metadata_records import ConfigResourceType
+from odradek.metadata.log import MetadataLog
+from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
+from odradek.metadata.records import ConfigResourceType
 
 from .config import BrokerConfig, ConfigError
 from .topic_config import validate_topic_configs

@@ -16,7 +16,7 @@ from odradek.coordinator.group.config import GroupCoordinatorConfig
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.coordinator.topics import TopicMetadata
-from odradek.replication.metadata_publisher import MetadataUpdate
+from odradek.metadata.publisher import MetadataUpdate
 
 from .internal_topics import InternalTopicWriter, ensure_internal_topic, offsets_topic_spec
 

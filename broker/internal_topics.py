@@ -35,7 +35,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.coordinator.runtime import TransactionalRecord, TransactionMarker
 from odradek.protocol.records import ABORT, COMMIT, build_batch, iter_batches, iter_records, parse_control_record
 from odradek.replication.errors import NotEnoughReplicasError
-from odradek.replication.metadata_image import MetadataError
+from odradek.metadata.image import MetadataError
 from odradek.replication.partition import Partition
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.names import TopicPartition

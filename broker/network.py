@@ -46,7 +46,7 @@ A failed authentication is answered after connection.failed.authentication.delay
 closed. Afterwards SaslHandshake/SaslAuthenticate re-authenticate (KIP-368), and a session past its
 lifetime is closed at its next other request.
 
-Connection creation rates (KIP-612, replication/quota.py's ConnectionCreationRates decides): a connection
+Connection creation rates (KIP-612, metadata/quota.py's ConnectionCreationRates decides): a connection
 over the broker's or its listener's rate is held back before it is served, as Kafka's acceptor waits
 before accepting: asyncio has already accepted the socket, so it is not read until the wait is over, and
 the next connections on that listener wait behind it (`NetworkServer.admit`); the client sees a
@@ -72,7 +72,7 @@ from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
 from odradek.protocol.errors import ProtocolError, UnsupportedApiError
 from odradek.protocol.fast_produce import ProduceFrame
 from odradek.protocol.messages import SaslAuthenticateResponse, SaslHandshakeResponse
-from odradek.replication.quota import ConnectionCreationRates
+from odradek.metadata.quota import ConnectionCreationRates
 from odradek.storage.segment import read_region
 
 from .authenticator import Authenticator, SaslState

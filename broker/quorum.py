@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import structlog
 
-from odradek.coordinator.runtime import Deferred
+from odradek.purgatory.deferred import Deferred
 from odradek.protocol.envelope import (
     address_bytes,
     decode_response_data,
@@ -36,13 +36,13 @@ from odradek.protocol.envelope import (
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import EnvelopeRequest, FetchRequest, FetchSnapshotRequest
-from odradek.replication.controller import Controller
-from odradek.replication.metadata_image import MetadataDelta, MetadataError, MetadataImage
-from odradek.replication.metadata_publisher import EMPTY_IMAGE, MetadataPublisher, MetadataUpdate
-from odradek.replication.metadata_records import decode_metadata_record, encode_metadata_record
-from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapshot
-from odradek.replication.raft import CommittedBatch, NotLeaderError, OutboundRequest, OutboundResponse, RaftNode
-from odradek.replication.raft.log import SnapshotId
+from odradek.metadata.controller import Controller
+from odradek.metadata.image import MetadataDelta, MetadataError, MetadataImage
+from odradek.metadata.publisher import EMPTY_IMAGE, MetadataPublisher, MetadataUpdate
+from odradek.metadata.records import decode_metadata_record, encode_metadata_record
+from odradek.metadata.snapshot import decode_snapshot, encode_snapshot
+from odradek.raft import CommittedBatch, NotLeaderError, OutboundRequest, OutboundResponse, RaftNode
+from odradek.raft.log import SnapshotId
 
 from .config import BrokerConfig
 from .controller_channel import ControllerDecisions
@@ -469,7 +469,7 @@ class ClusterControllerChannel:
         if self.is_active:
             return self.local.allocate_producer_ids(broker_id)
         from odradek.protocol.messages import AllocateProducerIdsRequest
-        from odradek.replication.metadata_image import ProducerIdsBlock
+        from odradek.metadata.image import ProducerIdsBlock
 
         async def call():
             epoch = self.loader.image.brokers.get(broker_id)

@@ -1,5 +1,5 @@
 """Client quotas on this broker: bytes produced, bytes fetched and request time, measured per client and
-turned into throttle times (replication/quota.py has the rules and the arithmetic).
+turned into throttle times (metadata/quota.py has the rules and the arithmetic).
 
 The quotas themselves are in the published image (`image.client_quotas`, from AlterClientQuotas through
 the controller), so every broker holds the same ones; the measurements are this broker's own, as in Kafka.
@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from odradek.replication.metadata_publisher import MetadataPublisher
-from odradek.replication.quota import (
+from odradek.metadata.publisher import MetadataPublisher
+from odradek.metadata.quota import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,

@@ -31,7 +31,7 @@ import structlog
 
 from odradek.protocol.errors import ProtocolError
 from odradek.replication.fetcher_state import FollowerFetcher
-from odradek.replication.metadata_image import MetadataImage
+from odradek.metadata.image import MetadataImage
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.names import TopicPartition
 

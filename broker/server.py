@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from . import handlers as handler_registry
-from odradek.coordinator.runtime import Deferred
+from odradek.purgatory.deferred import Deferred
 
 from .components import arm_timer
 from .config import BrokerConfig, ConfigError

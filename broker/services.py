@@ -27,13 +27,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.producer_ids import ProducerIdManager
-from odradek.coordinator.runtime import Deferred
-from odradek.replication.metadata_image import Endpoint, MetadataImage, TopicImage
-from odradek.replication.metadata_publisher import MetadataPublisher
+from odradek.purgatory.deferred import Deferred
+from odradek.metadata.image import Endpoint, MetadataImage, TopicImage
+from odradek.metadata.publisher import MetadataPublisher
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.log_manager import LogManager
 
-from odradek.replication.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.metadata.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 from .authorizer import Authorizer
 from .config import BrokerConfig

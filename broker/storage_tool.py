@@ -24,9 +24,9 @@ import re
 import sys
 
 from odradek.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, credential_from_salted_password, salted_password
-from odradek.replication.metadata_image import MetadataReplayError, new_cluster_id, replay_all
-from odradek.replication.metadata_records import UserScramCredentialRecord
-from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapshot, image_records
+from odradek.metadata.image import MetadataReplayError, new_cluster_id, replay_all
+from odradek.metadata.records import UserScramCredentialRecord
+from odradek.metadata.snapshot import decode_snapshot, encode_snapshot, image_records
 from odradek.storage.errors import ForeignLogDirectoryError
 from odradek.storage.meta_properties import format_log_dir, new_directory_id, read_meta_properties
 

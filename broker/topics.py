@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import structlog
 
-from odradek.replication.metadata_image import MetadataError, MetadataImage, validate_topic_name
-from odradek.replication.metadata_publisher import MetadataUpdate
+from odradek.metadata.image import MetadataError, MetadataImage, validate_topic_name
+from odradek.metadata.publisher import MetadataUpdate
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.config import LogConfig
 from odradek.storage.log_manager import LogManager

@@ -42,7 +42,7 @@ from odradek.coordinator.transaction.shard import MarkerJob
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import WriteTxnMarkersRequest
-from odradek.replication.metadata_publisher import MetadataUpdate
+from odradek.metadata.publisher import MetadataUpdate
 
 from .context import ANONYMOUS, ConnectionContext, KafkaPrincipal, RequestContext
 from .groups_wiring import MetadataTopicsView

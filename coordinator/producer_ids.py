@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from odradek.replication.metadata_image import ProducerIdsBlock
+from odradek.metadata.image import ProducerIdsBlock
 
-from .runtime import Deferred
+from odradek.purgatory.deferred import Deferred
 
 
 class ProducerIdManager:

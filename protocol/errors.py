@@ -251,3 +251,19 @@ RETRIABLE_ERRORS: frozenset[ErrorCode] = INVALID_METADATA_ERRORS | frozenset({
     ErrorCode.INVALID_SHARE_SESSION_EPOCH,
     ErrorCode.SHARE_SESSION_LIMIT_REACHED,
 })
+
+
+class KafkaApiError(Exception):
+    """Base of every error a layer raises to be answered to a client with a Kafka error code (Kafka's
+    ApiException): storage's, replication's, the metadata controller's and the coordinators' errors derive
+    from it, so the broker reads `error_code` from one type instead of probing for the attribute.
+
+    `error_code` is a class attribute where the subclass names one code, an instance attribute where the
+    code is chosen at the raise (MetadataError, CoordinatorError)."""
+
+    error_code: int = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def error_code_of(error: BaseException, default: int = ErrorCode.UNKNOWN_SERVER_ERROR) -> int:
+    """The Kafka error code to answer for `error`: its own if it is a KafkaApiError, else `default`."""
+    return int(error.error_code) if isinstance(error, KafkaApiError) else int(default)

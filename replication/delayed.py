@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.errors import ReplicationError
 from odradek.replication.partition import NO_LEADER_EPOCH, FetchIsolation, Partition
-from odradek.replication.purgatory import DelayedOperation
+from odradek.purgatory.delayed_operation import DelayedOperation
 from odradek.storage.errors import StorageError
 from odradek.storage.names import TopicPartition
 

@@ -7,7 +7,7 @@ way. A follower position past the leader's log end raises storage's `OffsetOutOf
 
 from __future__ import annotations
 
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, KafkaApiError
 
 __all__ = [
     "FencedLeaderEpochError",
@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 
-class ReplicationError(Exception):
+class ReplicationError(KafkaApiError):
     """Base of every replication-layer error."""
 
     error_code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR

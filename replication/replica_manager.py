@@ -40,9 +40,9 @@ from odradek.storage.producer_state import SENTINEL, AppendOrigin, VerificationG
 from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from .errors import NotLeaderOrFollowerError, ReplicationError
 from .partition import NO_LEADER_EPOCH, FetchIsolation, Partition
-from .purgatory import DelayedOperationPurgatory
+from odradek.purgatory.delayed_operation import DelayedOperationPurgatory
 from .replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
-from .timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 
 NO_TIMESTAMP = -1
 

@@ -8,8 +8,10 @@ the two refusals at start-up (a directory locked by another process, a directory
 
 from __future__ import annotations
 
+from odradek.protocol.errors import KafkaApiError
 
-class StorageError(Exception):
+
+class StorageError(KafkaApiError):
     """Base of every storage-layer error. `error_code` is Kafka's UNKNOWN_SERVER_ERROR unless overridden.
 
     `record_errors`: for a batch refused because of some of its records, (index in the batch, why) for each

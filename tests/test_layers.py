@@ -1,8 +1,10 @@
-"""Imports run downward only: broker -> coordinator -> replication -> storage -> protocol.
+"""Imports run downward only:
+
+    broker -> coordinator -> replication -> metadata -> raft -> purgatory / storage -> protocol
 
 client/ and pipeline/ use protocol (pipeline also uses client), never broker internals; protocol/ stays
-sans-I/O; storage/, replication/ and coordinator/ are synchronous and take time as an argument (no event
-loop, sockets, threads or clock); modules of client/ and pipeline/ do not import each other in a circle.
+sans-I/O; every layer below broker/ is synchronous and takes time as an argument (no event loop, sockets,
+threads or clock); modules of client/ and pipeline/ do not import each other in a circle.
 Checked on the source text with ast, so a violation fails here even if never executed.
 """
 
@@ -18,9 +20,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ALLOWED = {
     "protocol": set(),
     "storage": {"protocol"},
-    "replication": {"storage", "protocol"},
-    "coordinator": {"replication", "storage", "protocol"},
-    "broker": {"coordinator", "replication", "storage", "protocol"},
+    # the timing wheel, delayed operations and Deferred: what every layer above waits with
+    "purgatory": {"protocol"},
+    # the Raft quorum core: the replicated log of the cluster's metadata
+    "raft": {"purgatory", "storage", "protocol"},
+    # the metadata image, its records, log, publisher and snapshots, and the controller's decisions
+    "metadata": {"raft", "purgatory", "storage", "protocol"},
+    # the partition data path: partition state, the replica manager, delayed produce and fetch
+    "replication": {"metadata", "purgatory", "storage", "protocol"},
+    "coordinator": {"replication", "metadata", "raft", "purgatory", "storage", "protocol"},
+    "broker": {"coordinator", "replication", "metadata", "raft", "purgatory", "storage", "protocol"},
     "client": {"protocol"},
     "pipeline": {"client", "protocol"},
 }
@@ -28,7 +37,7 @@ SANS_IO_FORBIDDEN = {"asyncio", "socket", "uvloop", "selectors", "time", "thread
 # Below broker/ nothing runs an event loop, opens a socket, starts a thread or reads the clock: the broker
 # drives these layers and passes now_ms. storage/ may take threading's locks (SYNC_LAYER_LOCKS): a log and
 # its indexes are also used from the broker's worker threads (the cleaner, flushes, page-cache release).
-SYNC_LAYERS = ("storage", "replication", "coordinator")
+SYNC_LAYERS = ("storage", "purgatory", "raft", "metadata", "replication", "coordinator")
 SYNC_LAYER_FORBIDDEN = {"asyncio", "socket", "uvloop", "selectors", "time", "threading", "concurrent"}
 SYNC_LAYER_LOCKS = {"storage": {"threading.Lock", "threading.RLock"}}
 ACYCLIC_LAYERS = ("client", "pipeline")

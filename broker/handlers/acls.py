@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
-from odradek.replication.acl import (
+from odradek.metadata.acl import (
     AclBinding,
     AclError,
     AclFilter,
@@ -20,7 +20,7 @@ from odradek.replication.acl import (
     PatternType,
     ResourceType,
 )
-from odradek.replication.metadata_image import MetadataError
+from odradek.metadata.image import MetadataError
 
 from . import BROKER, CONTROLLER, handles
 from .envelope import forwarded

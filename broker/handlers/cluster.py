@@ -13,7 +13,7 @@ import os
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import AlterReplicaLogDirsResponse, DescribeClusterResponse, DescribeLogDirsResponse
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 
 from ..authorizer import requires

@@ -18,9 +18,9 @@ from collections import Counter
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import AlterConfigsResponse, DescribeConfigsResponse, IncrementalAlterConfigsResponse
-from odradek.replication.metadata_image import MetadataError, validate_topic_name
+from odradek.metadata.image import MetadataError, validate_topic_name
 
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 
 from ..authorizer import per_item
 from ..config import ConfigError, ConfigType, render_value

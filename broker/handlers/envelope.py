@@ -37,7 +37,7 @@ import inspect
 
 import structlog
 
-from odradek.coordinator.runtime import Deferred
+from odradek.purgatory.deferred import Deferred
 from odradek.protocol.envelope import (
     PrincipalDeserializationError,
     address_host,
@@ -47,7 +47,7 @@ from odradek.protocol.envelope import (
 )
 from odradek.protocol.errors import ErrorCode, RemoteProtocolError
 from odradek.protocol.messages import RESPONSES, EnvelopeResponse
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 
 from ..authorizer import requires
 from ..context import ConnectionContext, KafkaPrincipal, RequestContext

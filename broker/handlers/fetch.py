@@ -33,7 +33,7 @@ import asyncio
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_fetch import encode_fetch_response
 from odradek.protocol.messages import FetchResponse
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.replication.partition import FetchIsolation
 from odradek.replication.replica_manager import FetchRequestPartition, FetchResult
 from odradek.replication.replica_selector import ClientMetadata

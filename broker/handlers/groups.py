@@ -8,7 +8,7 @@ JoinGroup and SyncGroup are long polls: their response is a future completed by 
 from __future__ import annotations
 
 from odradek.coordinator.group.classic import join_error
-from odradek.coordinator.runtime import Deferred
+from odradek.purgatory.deferred import Deferred
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     ConsumerGroupDescribeResponse,
@@ -19,7 +19,7 @@ from odradek.protocol.messages import (
     LeaveGroupResponse,
     SyncGroupResponse,
 )
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 
 from ..authorizer import then, per_item
 from ..internal_topics import ensure_coordinator_topic

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import ListOffsetsResponse, OffsetForLeaderEpochResponse
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.replication.errors import ReplicationError
 from odradek.storage.errors import StorageError
 from odradek.storage.names import TopicPartition

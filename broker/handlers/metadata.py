@@ -16,8 +16,8 @@ from __future__ import annotations
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import MetadataResponse
-from odradek.replication.acl import AclOperation, ResourceType
-from odradek.replication.metadata_image import MetadataError
+from odradek.metadata.acl import AclOperation, ResourceType
+from odradek.metadata.image import MetadataError
 
 from ..controller_channel import NewTopic
 from ..topics import is_valid_name

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_produce import ProduceFrame, encode_produce_response
 from odradek.protocol.messages import ProduceResponse
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.producer_state import SENTINEL
 from odradek.storage.names import TopicPartition
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import DescribeProducersResponse
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 
 from . import handles

@@ -7,7 +7,7 @@ leader answers from its core, any other node forwards it to the leader, and a cl
 (no Raft: its metadata log is local) describes itself as a quorum of one.
 
 BrokerRegistration (62), BrokerHeartbeat (63), UnregisterBroker (64), AlterPartition (56),
-AssignReplicasToDirs (73) and AllocateProducerIds (67) are answered by the active controller only (replication/controller.py decides,
+AssignReplicasToDirs (73) and AllocateProducerIds (67) are answered by the active controller only (metadata/controller.py decides,
 the records are committed, then the response goes out); elsewhere NOT_CONTROLLER, which brokers take as
 "look for the controller again". ElectLeaders (43), AlterPartitionReassignments (45) and
 ListPartitionReassignments (46) are admin requests: any broker takes them and forwards them whole to the
@@ -29,9 +29,9 @@ from odradek.protocol.messages import (
     FetchResponse,
     UnregisterBrokerResponse,
 )
-from odradek.replication.acl import AclOperation, ResourceType
-from odradek.replication.metadata_image import Endpoint, MetadataError
-from odradek.replication.raft import METADATA_TOPIC, METADATA_TOPIC_ID
+from odradek.metadata.acl import AclOperation, ResourceType
+from odradek.metadata.image import Endpoint, MetadataError
+from odradek.raft import METADATA_TOPIC, METADATA_TOPIC_ID
 
 
 from ..authorizer import requires

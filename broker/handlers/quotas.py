@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import AlterClientQuotasResponse, DescribeClientQuotasResponse
-from odradek.replication.acl import AclOperation, ResourceType
-from odradek.replication.metadata_image import MetadataError
-from odradek.replication.quota import CLIENT_ID, IP, USER
+from odradek.metadata.acl import AclOperation, ResourceType
+from odradek.metadata.image import MetadataError
+from odradek.metadata.quota import CLIENT_ID, IP, USER
 
 from . import BROKER, CONTROLLER, handles
 from .envelope import forwarded

@@ -21,9 +21,9 @@ from odradek.protocol.messages import (
     SaslHandshakeResponse,
 )
 from odradek.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, credential_from_salted_password
-from odradek.replication.acl import AclOperation, ResourceType
-from odradek.replication.metadata_image import MetadataError
-from odradek.replication.metadata_records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from odradek.metadata.acl import AclOperation, ResourceType
+from odradek.metadata.image import MetadataError
+from odradek.metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 
 from ..authorizer import requires
 from . import BROKER, CONTROLLER, handles

@@ -21,10 +21,10 @@ from odradek.protocol.messages import (
     DeleteRecordsResponse,
     DeleteTopicsResponse,
 )
-from odradek.replication.metadata_image import MetadataError, validate_topic_name
+from odradek.metadata.image import MetadataError, validate_topic_name
 from odradek.storage.names import TopicPartition
 
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 
 from ..authorizer import per_item
 from ..config import ConfigError

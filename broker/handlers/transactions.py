@@ -39,7 +39,7 @@ from odradek.protocol.messages import (
     TxnOffsetCommitResponse,
 )
 from odradek.protocol.records import NO_SEQUENCE
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import SENTINEL
 

@@ -24,7 +24,7 @@ import asyncio
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import WriteTxnMarkersResponse
 from odradek.protocol.records import ABORT, COMMIT, build_control_batch
-from odradek.replication.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import AppendOrigin
 

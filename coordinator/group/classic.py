@@ -37,7 +37,9 @@ from odradek.protocol.messages import JoinGroupResponse, SyncGroupResponse
 
 from .classic_group import ClassicGroup, ClassicGroupMember, ClassicGroupState
 from .records import group_metadata_record
-from ..runtime import Batch, CoordinatorError, Deferred, NotCoordinatorError, Result
+from odradek.purgatory.deferred import Deferred
+
+from ..runtime import Batch, CoordinatorError, NotCoordinatorError, Result
 
 if TYPE_CHECKING:
     from .shard import GroupCoordinatorShard

@@ -39,7 +39,9 @@ from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import ConsumerProtocolSubscription
 
 from .records import GroupMetadataValue
-from ..runtime import CoordinatorError, Deferred
+from odradek.purgatory.deferred import Deferred
+
+from ..runtime import CoordinatorError
 
 __all__ = [
     "ClassicGroup",

@@ -39,7 +39,7 @@ from odradek.protocol.messages import (
     SyncGroupResponse,
     TxnOffsetCommitResponse,
 )
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 
 from .classic import join_error, sync_response
 from .classic_group import ClassicGroup, ClassicGroupState

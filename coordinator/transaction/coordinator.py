@@ -31,11 +31,13 @@ from odradek.protocol.messages import (
     InitProducerIdResponse,
     ListTransactionsResponse,
 )
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 
 from ..group.group_coordinator import error_code_of
 from ..partitioning import CONSUMER_OFFSETS_TOPIC, partition_for
-from ..runtime import CoordinatorRuntime, Deferred, NotCoordinatorError, PartitionWriter
+from odradek.purgatory.deferred import Deferred
+
+from ..runtime import CoordinatorRuntime, NotCoordinatorError, PartitionWriter
 from ..topics import TopicsView
 from .config import TransactionCoordinatorConfig
 from .metadata import TransactionState

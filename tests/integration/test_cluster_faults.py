@@ -40,7 +40,7 @@ import pytest
 from odradek.broker.cluster_tool import node_properties, write_properties
 from odradek.broker.node_client import NodeConnection, NodeUnavailable
 from odradek.protocol.messages import DescribeQuorumRequest, MetadataRequest
-from odradek.replication.metadata_image import new_cluster_id
+from odradek.metadata.image import new_cluster_id
 from odradek.storage.meta_properties import format_log_dir
 
 from ..checker import Seen, Sent, check

@@ -28,7 +28,7 @@ from odradek.protocol.messages import (
     ProduceRequest,
 )
 from odradek.protocol.records import build_batch
-from odradek.replication.metadata_image import Endpoint
+from odradek.metadata.image import Endpoint
 from odradek.storage.names import TopicPartition
 
 pytestmark = pytest.mark.timeout(120)

@@ -26,8 +26,8 @@ from odradek.protocol.envelope import address_bytes, encode_request_data, serial
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import ApiVersionsRequest, CreateAclsRequest, CreateTopicsRequest, EnvelopeRequest
-from odradek.replication.acl import AclOperation, ResourceType
-from odradek.replication.metadata_image import new_cluster_id
+from odradek.metadata.acl import AclOperation, ResourceType
+from odradek.metadata.image import new_cluster_id
 from odradek.storage.meta_properties import format_log_dir
 
 from .test_quorum_inprocess import QUICK, active, free_ports, until

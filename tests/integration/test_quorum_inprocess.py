@@ -19,7 +19,7 @@ from odradek.broker.node_client import NodeConnection
 from odradek.broker.server import Broker
 from odradek.broker.testing import broker_config
 from odradek.protocol.messages import CreateTopicsRequest, DescribeQuorumRequest, MetadataRequest
-from odradek.replication.metadata_image import new_cluster_id
+from odradek.metadata.image import new_cluster_id
 from odradek.storage.meta_properties import format_log_dir
 
 pytestmark = pytest.mark.timeout(120)

@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from odradek.broker.server import Broker
 from odradek.broker.storage_tool import parse_add_scram, write_bootstrap_records
 from odradek.broker.testing import broker_config
-from odradek.replication.metadata_image import new_cluster_id
+from odradek.metadata.image import new_cluster_id
 from odradek.storage.meta_properties import format_log_dir
 from odradek.storage.names import TopicPartition
 from tests.pki import make_pki

@@ -32,7 +32,7 @@ import pytest
 from odradek.broker.node_client import NodeSecurity
 from odradek.broker.storage_tool import parse_add_scram, write_bootstrap_records
 from odradek.storage.meta_properties import format_log_dir
-from odradek.replication.metadata_image import new_cluster_id
+from odradek.metadata.image import new_cluster_id
 
 from ..netproxy import Fabric, ProcessSources
 from ..pki import Pki, make_pki

@@ -361,7 +361,7 @@ async def test_three_nodes_with_oauthbearer_on_every_listener(tmp_path):
 
     from odradek.broker.server import Broker
     from odradek.broker.testing import broker_config
-    from odradek.replication.metadata_image import new_cluster_id
+    from odradek.metadata.image import new_cluster_id
     from odradek.storage.meta_properties import format_log_dir
     from odradek.storage.names import TopicPartition
 

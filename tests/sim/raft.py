@@ -1,4 +1,4 @@
-"""A seeded, deterministic simulation of the KRaft quorum core (replication/raft) under faults.
+"""A seeded, deterministic simulation of the KRaft quorum core (raft/) under faults.
 
 One run is one seed: a cluster of voters and observers, each a `RaftNode` over a `MemoryRaftLog`
 (which loses what was not flushed when its node crashes) and a quorum-state store, joined by a
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from odradek.protocol.messages import VoteResponse
 from odradek.protocol.records import iter_batches, iter_records
-from odradek.replication.raft import (
+from odradek.raft import (
     CommittedBatch,
     MemoryQuorumStateStore,
     MemoryRaftLog,

@@ -19,15 +19,15 @@ from odradek.protocol.messages import (
     ListPartitionReassignmentsRequest,
     UnregisterBrokerRequest,
 )
-from odradek.replication.controller import Controller
-from odradek.replication.metadata_image import (
+from odradek.metadata.controller import Controller
+from odradek.metadata.image import (
     METADATA_VERSION,
     METADATA_VERSION_FEATURE,
     MetadataError,
     MetadataImage,
     replay_all,
 )
-from odradek.replication.metadata_records import ClusterIdRecord, FeatureLevelRecord
+from odradek.metadata.records import ClusterIdRecord, FeatureLevelRecord
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from odradek.replication.raft import (
+from odradek.raft import (
     CommittedBatch,
     MemoryQuorumStateStore,
     MemoryRaftLog,

@@ -1,4 +1,4 @@
-"""The authorizer's decisions (replication/acl.py) as a table of cases, after Kafka's StandardAuthorizerTest;
+"""The authorizer's decisions (metadata/acl.py) as a table of cases, after Kafka's StandardAuthorizerTest;
 ACL records through the image, snapshots and the controller."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from odradek.replication.acl import (
+from odradek.metadata.acl import (
     AclBinding,
     AclError,
     AclFilter,
@@ -19,9 +19,9 @@ from odradek.replication.acl import (
     ResourceType as Res,
     validate_binding,
 )
-from odradek.replication.metadata_image import MetadataError, MetadataImage, replay_all
-from odradek.replication.metadata_records import AccessControlEntryRecord, RemoveAccessControlEntryRecord
-from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapshot
+from odradek.metadata.image import MetadataError, MetadataImage, replay_all
+from odradek.metadata.records import AccessControlEntryRecord, RemoveAccessControlEntryRecord
+from odradek.metadata.snapshot import decode_snapshot, encode_snapshot
 
 ALLOW, DENY = Perm.ALLOW, Perm.DENY
 LIT, PRE = Pat.LITERAL, Pat.PREFIXED
@@ -184,7 +184,7 @@ def test_image_replays_acl_records_and_snapshots_keep_them():
 
 
 def test_controller_creates_each_binding_once_and_deletes_by_filter():
-    from odradek.replication.controller import Controller
+    from odradek.metadata.controller import Controller
 
     controller = Controller(rng=random.Random(1))
     controller.image = MetadataImage()

@@ -11,25 +11,25 @@ import pytest
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
-from odradek.replication.controller import ElectionType
-from odradek.replication.broker_heartbeats import BrokerHeartbeatManager
-from odradek.replication.controller import Controller
-from odradek.replication.metadata_image import (
+from odradek.metadata.controller import ElectionType
+from odradek.metadata.broker_heartbeats import BrokerHeartbeatManager
+from odradek.metadata.controller import Controller
+from odradek.metadata.image import (
     NO_LEADER,
     Endpoint,
     PartitionImage,
     merge_partition_change,
     replay_all,
 )
-from odradek.replication.metadata_records import (
+from odradek.metadata.records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
     PartitionChangeRecord,
     RegisterBrokerRecord,
 )
-from odradek.replication.partition_change import Election, build_partition_change
-from odradek.replication.replica_placement import place_replicas
+from odradek.metadata.partition_change import Election, build_partition_change
+from odradek.metadata.replica_placement import place_replicas
 
 from .cluster_harness import AP, CLUSTER_ID, Cluster, error_of
 

@@ -15,10 +15,10 @@ import uuid
 import pytest
 
 from odradek.protocol.errors import ErrorCode
-from odradek.replication.controller import ElectionType
-from odradek.replication.metadata_image import NO_LEADER, MetadataError, MetadataImage, replay_all
-from odradek.replication.metadata_records import ConfigResourceType
-from odradek.replication.partition_change import LeaderRecoveryState, is_reassigning
+from odradek.metadata.controller import ElectionType
+from odradek.metadata.image import NO_LEADER, MetadataError, MetadataImage, replay_all
+from odradek.metadata.records import ConfigResourceType
+from odradek.metadata.partition_change import LeaderRecoveryState, is_reassigning
 
 from .cluster_harness import Cluster
 

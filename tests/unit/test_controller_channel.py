@@ -23,13 +23,13 @@ from odradek.broker.controller_channel import (
 from odradek.broker.config import ConfigError
 from odradek.broker.server import refuse_unserved_settings
 from odradek.coordinator.producer_ids import ProducerIdManager
-from odradek.coordinator.runtime import Deferred
+from odradek.purgatory.deferred import Deferred
 from odradek.protocol.errors import ErrorCode
-from odradek.replication.controller import Controller
-from odradek.replication.metadata_image import Endpoint, MetadataError, ProducerIdsBlock
-from odradek.replication.metadata_log import MetadataLog
-from odradek.replication.metadata_publisher import MetadataPublisher, MetadataUpdate
-from odradek.replication.metadata_records import ConfigResourceType
+from odradek.metadata.controller import Controller
+from odradek.metadata.image import Endpoint, MetadataError, ProducerIdsBlock
+from odradek.metadata.log import MetadataLog
+from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
+from odradek.metadata.records import ConfigResourceType
 
 from .test_metadata_log import MemoryStorage
 

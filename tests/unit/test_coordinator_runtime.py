@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from odradek.coordinator.runtime import CoordinatorRuntime, InMemoryPartitionWriter, Result
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 
 
 class ToyShard:

@@ -15,8 +15,8 @@ from odradek.replication.delayed import (
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.errors import ReplicationError
 from odradek.replication.partition import FetchIsolation, Partition, TopicPartition
-from odradek.replication.purgatory import DelayedOperationPurgatory
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.delayed_operation import DelayedOperationPurgatory
+from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.errors import KafkaStorageError
 
 A = TopicPartition("a", 0)

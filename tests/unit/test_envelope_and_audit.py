@@ -28,7 +28,7 @@ from odradek.protocol.envelope import (
 from odradek.protocol.errors import RemoteProtocolError
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import CreateTopicsRequest, CreateTopicsResponse
-from odradek.replication.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from odradek.metadata.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 
 # -- the envelope's contents
 

@@ -26,7 +26,7 @@ from odradek.replication.replica_selector import (
     ReplicaView,
     replica_selector_for,
 )
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.names import TopicPartition

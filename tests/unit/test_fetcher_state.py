@@ -25,7 +25,7 @@ from odradek.replication.fetcher_state import (
 )
 from odradek.replication.partition import FetchIsolation
 from odradek.replication.replica_manager import FetchRequestPartition, ReplicaManager
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.names import TopicPartition

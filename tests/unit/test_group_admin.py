@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from odradek.coordinator.group import records as r
 from odradek.coordinator.partitioning import java_string_hash_code, partition_for
-from odradek.coordinator.runtime import Deferred, gather
+from odradek.purgatory.deferred import Deferred, gather
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     DeleteGroupsRequest,

@@ -18,7 +18,7 @@ from odradek.protocol.messages import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
-from odradek.replication.metadata_image import BrokerRegistration, Endpoint, MetadataImage, PartitionImage, TopicImage
+from odradek.metadata.image import BrokerRegistration, Endpoint, MetadataImage, PartitionImage, TopicImage
 
 from .test_group_support import DELAY_MS, NUM_PARTITIONS, Harness, subscription
 

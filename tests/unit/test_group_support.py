@@ -19,7 +19,7 @@ from odradek.protocol.messages import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 
 NUM_PARTITIONS = 4
 SESSION_MS = 10_000

@@ -7,7 +7,7 @@ from __future__ import annotations
 from odradek.coordinator.runtime import CoordinatorRuntime, InMemoryPartitionWriter, Result
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import OffsetCommitRequest, TxnOffsetCommitRequest
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 
 from .test_group_support import Harness
 

@@ -12,7 +12,7 @@ from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import OffsetCommitRequest, OffsetFetchRequest
 from odradek.replication.replica_manager import ReplicaManager
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.names import TopicPartition
@@ -147,7 +147,7 @@ class _Controller:
     def create_topics(self, topics, *, internal: bool = False):
         from types import SimpleNamespace
 
-        from odradek.coordinator.runtime import Deferred
+        from odradek.purgatory.deferred import Deferred
 
         assert internal
         for t in topics:

@@ -13,7 +13,7 @@ import uuid
 from odradek.protocol.records import build_batch
 from odradek.replication.partition import FetchIsolation
 from odradek.replication.replica_manager import FetchRequestPartition, ReplicaManager
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.names import TopicPartition

@@ -19,8 +19,8 @@ from odradek.protocol.records import (
     stamp_leader_epoch,
     validate_batch,
 )
-from odradek.replication.controller import Controller
-from odradek.replication.metadata_image import (
+from odradek.metadata.controller import Controller
+from odradek.metadata.image import (
     METADATA_VERSION,
     NO_LEADER_CHANGE,
     Endpoint,
@@ -31,8 +31,8 @@ from odradek.replication.metadata_image import (
     PartitionImage,
     replay_all,
 )
-from odradek.replication.metadata_log import MetadataLog, StorageLogAdapter, metadata_log_config
-from odradek.replication.metadata_records import (
+from odradek.metadata.log import MetadataLog, StorageLogAdapter, metadata_log_config
+from odradek.metadata.records import (
     RemoveUserScramCredentialRecord,
     UserScramCredentialRecord,
     AccessControlEntryRecord,
@@ -475,7 +475,7 @@ def test_load_skips_control_batches():
 
 
 def test_load_reads_in_chunks(monkeypatch):
-    import odradek.replication.metadata_log as metadata
+    import odradek.metadata.log as metadata
 
     storage = MemoryStorage()
     log = started(storage)

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from odradek.protocol.errors import RemoteProtocolError
-from odradek.replication.metadata_image import MetadataError, MetadataImage, MetadataReplayError, replay_all
-from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapshot, image_records
+from odradek.metadata.image import MetadataError, MetadataImage, MetadataReplayError, replay_all
+from odradek.metadata.snapshot import decode_snapshot, encode_snapshot, image_records
 
 from .test_metadata_log import NOW_MS, apply_operation, operations, started
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.replication.purgatory import DelayedOperation, DelayedOperationPurgatory
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.delayed_operation import DelayedOperation, DelayedOperationPurgatory
+from odradek.purgatory.timing_wheel import Timer
 
 
 class Operation(DelayedOperation):

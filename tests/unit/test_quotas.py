@@ -1,4 +1,4 @@
-"""Client quotas (replication/quota.py): entity precedence, the windowed rate, throttle times; quota records
+"""Client quotas (metadata/quota.py): entity precedence, the windowed rate, throttle times; quota records
 through the controller, the image and snapshots. Time is an argument throughout."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from odradek.replication.controller import Controller
-from odradek.replication.metadata_image import MetadataError, replay_all
-from odradek.replication.metadata_snapshot import decode_snapshot, encode_snapshot
-from odradek.replication.quota import (
+from odradek.metadata.controller import Controller
+from odradek.metadata.image import MetadataError, replay_all
+from odradek.metadata.snapshot import decode_snapshot, encode_snapshot
+from odradek.metadata.quota import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
     ConnectionCreationRates,
@@ -173,7 +173,7 @@ def test_request_percentage_throttles_a_client_over_its_share_of_handler_time():
     from odradek.broker.config import BrokerConfig
     from odradek.broker.context import ConnectionContext
     from odradek.broker.quotas import ClientQuotas
-    from odradek.replication.quota import REQUEST_PERCENTAGE
+    from odradek.metadata.quota import REQUEST_PERCENTAGE
 
     image = SimpleNamespace(client_quotas={entity_key([(C, "busy")]): {REQUEST_PERCENTAGE: 10.0}})
     now = [0]

@@ -20,8 +20,8 @@ from odradek.protocol.messages import (
     VoteRequest,
     VoteResponse,
 )
-from odradek.replication.raft import API_VERSIONS, NotLeaderError, OutboundResponse, QuorumStateData, Role, SnapshotId
-from odradek.replication.raft.core import METADATA_TOPIC_ID
+from odradek.raft import API_VERSIONS, NotLeaderError, OutboundResponse, QuorumStateData, Role, SnapshotId
+from odradek.raft.core import METADATA_TOPIC_ID
 
 from .raft_harness import Cluster
 
@@ -159,7 +159,7 @@ def test_divergence_across_epochs_the_follower_never_held_takes_two_rounds():
     # has no epoch 3, so it cuts at the end of its epoch 1 (10, a boundary of its own), not at 8 (inside
     # a batch), and the next answer, about epoch 1, brings it to 5.
     from odradek.protocol.records import build_batch
-    from odradek.replication.raft import MemoryRaftLog
+    from odradek.raft import MemoryRaftLog
 
     def log_of(*batches):
         log = MemoryRaftLog()
@@ -188,7 +188,7 @@ def test_records_of_earlier_epochs_commit_only_with_one_of_the_new_leaders_own()
     # fetches at 5, a majority has 0-4, but the high watermark must wait for the LeaderChange batch at 5
     # (Raft's rule against committing an earlier term's entries by counting, Figure 8 of the paper).
     from odradek.protocol.records import build_batch
-    from odradek.replication.raft import MemoryRaftLog
+    from odradek.raft import MemoryRaftLog
 
     def preload():
         log = MemoryRaftLog()
@@ -336,7 +336,7 @@ def test_every_emitted_message_encodes_at_the_versions_kafka_controllers_speak()
 
 
 def test_quorum_state_speaks_kafkas_json(tmp_path):
-    from odradek.replication.raft import FileQuorumStateStore
+    from odradek.raft import FileQuorumStateStore
 
     kafka_v0 = ('{"clusterId":"","leaderId":1,"leaderEpoch":2,"votedId":-1,"appliedOffset":0,'
                 '"currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}')

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from odradek.protocol.records import build_batch, iter_batches
-from odradek.replication.raft import MemoryRaftLog, SnapshotId
+from odradek.raft import MemoryRaftLog, SnapshotId
 
 
 def batch(*values: bytes) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from odradek.replication.raft import FileQuorumStateStore, Role, SnapshotId, StorageRaftLog
+from odradek.raft import FileQuorumStateStore, Role, SnapshotId, StorageRaftLog
 from odradek.storage.config import LogConfig
 
 from .raft_harness import Cluster

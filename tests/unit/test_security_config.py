@@ -18,7 +18,7 @@ from odradek.broker.storage_tool import parse_add_scram, read_bootstrap_records,
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 from odradek.protocol.sasl import ScramMechanism, salted_password, scram_credential
-from odradek.replication.metadata_image import replay_all
+from odradek.metadata.image import replay_all
 from tests.pki import make_pki
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '

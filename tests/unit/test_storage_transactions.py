@@ -254,7 +254,7 @@ def replicated_leader(tmp_path):
     import uuid
 
     from odradek.replication.replica_manager import ReplicaManager
-    from odradek.replication.timing_wheel import Timer
+    from odradek.purgatory.timing_wheel import Timer
     from odradek.storage.names import TopicPartition
 
     rm = ReplicaManager(node_id=1, timer=Timer(tick_ms=1, wheel_size=20, start_ms=NOW))

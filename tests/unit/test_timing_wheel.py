@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.replication.timing_wheel import Timer, TimerTask, TimingWheel
+from odradek.purgatory.timing_wheel import Timer, TimerTask, TimingWheel
 
 
 def _recorder(fired: list[tuple[str, int]], clock: list[int]):

@@ -25,7 +25,7 @@ from odradek.protocol.messages import (
     InitProducerIdRequest,
     ListTransactionsRequest,
 )
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 
 S = TransactionState
 TXN = "txn-a"

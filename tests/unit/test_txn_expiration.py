@@ -100,7 +100,7 @@ def test_producer_id_expiration_reaches_the_partition_logs():
     """producer.id.expiration.ms is a broker setting; each log's config carries it (it was parsed and then
     ignored: every log kept the 24 h default)."""
     from odradek.broker.topics import log_config
-    from odradek.replication.metadata_image import MetadataImage
+    from odradek.metadata.image import MetadataImage
 
     config = BrokerConfig.from_properties({"producer.id.expiration.ms": "5000",
                                            "producer.id.expiration.check.interval.ms": "700"})

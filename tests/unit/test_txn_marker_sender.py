@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from odradek.broker.services import BrokerServices
 from odradek.broker.txn_wiring import MarkerSender
-from odradek.coordinator.runtime import Deferred
+from odradek.purgatory.deferred import Deferred
 from odradek.coordinator.transaction.shard import MarkerJob
 from odradek.protocol.errors import ErrorCode
 

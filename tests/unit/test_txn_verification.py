@@ -14,7 +14,7 @@ import pytest
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import ABORT, COMMIT, build_batch, build_control_batch
 from odradek.replication.replica_manager import ReplicaManager
-from odradek.replication.timing_wheel import Timer
+from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import InvalidTxnStateError, OutOfOrderSequenceError, UnknownProducerIdError
 from odradek.storage.log import Log

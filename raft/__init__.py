@@ -1,7 +1,7 @@
 """The KRaft controller quorum: a sans-I/O Raft core (`core.RaftNode`) over Kafka's own RPCs, with the
 log and quorum-state interfaces it is driven through (`log`, `quorum_state`)."""
 
-from odradek.replication.raft.core import (
+from odradek.raft.core import (
     API_VERSIONS,
     METADATA_TOPIC,
     METADATA_TOPIC_ID,
@@ -17,9 +17,9 @@ from odradek.replication.raft.core import (
     ReplicaState,
     Role,
 )
-from odradek.replication.raft.log import AppendedRange, MemoryRaftLog, RaftLog, SnapshotId
-from odradek.replication.raft.storage_log import StorageRaftLog
-from odradek.replication.raft.quorum_state import (
+from odradek.raft.log import AppendedRange, MemoryRaftLog, RaftLog, SnapshotId
+from odradek.raft.storage_log import StorageRaftLog
+from odradek.raft.quorum_state import (
     FileQuorumStateStore,
     MemoryQuorumStateStore,
     QuorumStateData,

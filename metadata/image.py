@@ -23,11 +23,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, KafkaApiError
 from odradek.protocol.sasl import ScramCredential
-from odradek.replication.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from odradek.replication.errors import ReplicationError
-from odradek.replication.metadata_records import (
+from odradek.metadata.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from odradek.metadata.records import (
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -61,7 +60,7 @@ METADATA_MAX_BATCH_BYTES = 8 << 20
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
-class MetadataError(ReplicationError):
+class MetadataError(KafkaApiError):
     """A metadata operation cannot be carried out: `error_code` and `message` go into the response."""
 
     def __init__(self, error_code: ErrorCode, message: str) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from odradek.replication.metadata_image import MetadataDelta, MetadataImage, TopicImage
+from odradek.metadata.image import MetadataDelta, MetadataImage, TopicImage
 
 EMPTY_IMAGE = MetadataImage()
 

@@ -82,8 +82,8 @@ from odradek.protocol.messages import (
     VoteResponse,
 )
 from odradek.protocol.records import build_batch, iter_batches, iter_records
-from odradek.replication.raft.log import RaftLog, SnapshotId
-from odradek.replication.raft.quorum_state import NO_ID, QuorumStateData, QuorumStateStore
+from odradek.raft.log import RaftLog, SnapshotId
+from odradek.raft.quorum_state import NO_ID, QuorumStateData, QuorumStateStore
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0

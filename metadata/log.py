@@ -24,14 +24,14 @@ from typing import Protocol
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import build_batch, iter_batches, iter_records
-from odradek.replication.metadata_image import (
+from odradek.metadata.image import (
     METADATA_MAX_BATCH_BYTES,
     MetadataDelta,
     MetadataError,
     MetadataImage,
     MetadataReplayError,
 )
-from odradek.replication.metadata_records import decode_metadata_record, encode_metadata_record
+from odradek.metadata.records import decode_metadata_record, encode_metadata_record
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.producer_state import AppendOrigin

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 from odradek.protocol.records import build_batch, iter_batches, iter_records
 
-from .metadata_image import METADATA_MAX_BATCH_BYTES, MetadataImage, MetadataReplayError, replay_all
-from .metadata_records import (
+from odradek.metadata.image import METADATA_MAX_BATCH_BYTES, MetadataImage, MetadataReplayError, replay_all
+from odradek.metadata.records import (
     AccessControlEntryRecord,
     ClientQuotaRecord,
     ClusterIdRecord,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 
-from odradek.replication.raft.log import AppendedRange, SnapshotId
+from odradek.raft.log import AppendedRange, SnapshotId
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.producer_state import AppendOrigin

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 
-from odradek.replication.timing_wheel import Timer, TimerTask
+from odradek.purgatory.timing_wheel import Timer, TimerTask
 
 __all__ = ["DelayedOperation", "DelayedOperationPurgatory"]
 

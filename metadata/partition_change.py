@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from odradek.replication.metadata_image import NO_LEADER, NO_LEADER_CHANGE, PartitionImage
-from odradek.replication.metadata_records import PartitionChangeRecord
+from odradek.metadata.image import NO_LEADER, NO_LEADER_CHANGE, PartitionImage
+from odradek.metadata.records import PartitionChangeRecord
 
 __all__ = [
     "Election",

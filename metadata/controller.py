@@ -44,8 +44,8 @@ from odradek.protocol.messages import (
     ListPartitionReassignmentsResponse,
     UnregisterBrokerResponse,
 )
-from odradek.replication.broker_heartbeats import DEFAULT_SESSION_TIMEOUT_MS, BrokerHeartbeatManager
-from odradek.replication.metadata_image import (
+from odradek.metadata.broker_heartbeats import DEFAULT_SESSION_TIMEOUT_MS, BrokerHeartbeatManager
+from odradek.metadata.image import (
     METADATA_TOPIC,
     METADATA_VERSION,
     METADATA_VERSION_FEATURE,
@@ -65,7 +65,7 @@ from odradek.replication.metadata_image import (
     replay_all,
     validate_topic_name,
 )
-from odradek.replication.metadata_records import (
+from odradek.metadata.records import (
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -79,10 +79,10 @@ from odradek.replication.metadata_records import (
     TopicRecord,
     UnregisterBrokerRecord,
 )
-from odradek.replication.acl import AclError, AclIndex, validate_binding
-from odradek.replication.metadata_records import AccessControlEntryRecord, ClientQuotaRecord, RemoveAccessControlEntryRecord
-from odradek.replication.quota import QuotaError, entity_key, validate_quota_op
-from odradek.replication.partition_change import (
+from odradek.metadata.acl import AclError, AclIndex, validate_binding
+from odradek.metadata.records import AccessControlEntryRecord, ClientQuotaRecord, RemoveAccessControlEntryRecord
+from odradek.metadata.quota import QuotaError, entity_key, validate_quota_op
+from odradek.metadata.partition_change import (
     Election,
     LeaderRecoveryState,
     ReassignmentReplicas,
@@ -90,7 +90,7 @@ from odradek.replication.partition_change import (
     is_reassigning,
     revert_reassignment,
 )
-from odradek.replication.replica_placement import place_replicas
+from odradek.metadata.replica_placement import place_replicas
 
 DEFAULT_PRODUCER_ID_BLOCK_SIZE = 1000
 _INT64_MAX = (1 << 63) - 1

@@ -22,7 +22,7 @@ import random
 from collections.abc import Iterable
 
 from odradek.protocol.errors import ErrorCode
-from odradek.replication.metadata_image import MetadataError
+from odradek.metadata.image import MetadataError
 
 __all__ = ["place_replicas"]
 
