@@ -79,7 +79,8 @@ class TransactionCoordinator:
         over `offsets_topic_num_partitions`. With `marker_channel` (and `image`, the current metadata image)
         the markers are this coordinator's own `TransactionMarkerChannelManager`; else `markers` (tests)."""
         if marker_channel is not None:
-            assert image is not None, "the marker channel manager finds the partitions' leaders in the image"
+            if image is None:
+                raise ValueError("a marker channel needs the metadata image: the partitions' leaders are in it")
             markers = TransactionMarkerChannelManager(marker_channel, timer, image=image, complete=self.on_markers_written)
         self.config = config if config is not None else TransactionCoordinatorConfig()
         self.topics = topics
