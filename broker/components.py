@@ -27,6 +27,7 @@ from odradek.metadata.controller import Controller
 from odradek.metadata.image import Endpoint
 from odradek.metadata.log import MetadataLog, StorageLogAdapter, metadata_log_config
 from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
+from odradek.replication.hosting import PartitionHosting
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.log_manager import LogManager
@@ -38,7 +39,7 @@ from .storage_tool import read_bootstrap_records
 from .context import SecurityProtocol
 from .controller_channel import LocalControllerChannel
 from .services import BrokerServices
-from .topics import PartitionHosting
+from .topics import topic_settings
 
 log = structlog.get_logger("odradek.broker")
 
@@ -79,8 +80,7 @@ async def start_components(broker) -> None:
             node_id=cfg.node_id, config=cfg, data=broker.data, image=lambda: publisher.image,
             broker_epoch=lambda: broker.broker_epoch, clock=now_ms,
         )
-    publisher.register(PartitionHosting(cfg.node_id, cfg, broker.log_manager, broker.data, now_ms,
-                                        fetchers=broker.replica_fetchers))
+    publisher.register(PartitionHosting(broker.data, broker.log_manager, topic_settings(cfg), now_ms, broker.replica_fetchers))
     from .log_dirs import LogDirs
 
     broker.log_dirs = LogDirs(broker)

@@ -12,9 +12,10 @@ range, back-off on errors). This module only owns the loop and the connection:
     a partition is added) -> send it on this fetcher's own connection to the leader's inter-broker
     listener (the endpoint the metadata image has for it) -> hand the answer (or the failure) back.
 
-`PartitionHosting` (broker/topics.py) tells the manager what the image says: `follow(tp, ...)` for a
-partition followed here (a new leader moves it to that leader's fetcher; the same leader and epoch
-changes nothing), `unfollow(tp)` when it is led here, leaderless or dropped. A fetcher left with no
+The replica manager, applying each committed metadata update (`ReplicaManager.apply_delta`,
+replication/hosting.py), tells the manager what the image says through its `FetcherTargets` port:
+`follow(tp, ...)` for a partition followed here (a new leader moves it to that leader's fetcher; the same
+leader and epoch changes nothing), `unfollow(tp)` when it is led here, leaderless or dropped. A fetcher left with no
 partitions stops. The leader holds a fetch up to replica.fetch.wait.max.ms when it has nothing new, so a
 fetcher that is up to date costs one parked request per leader, not polling.
 

@@ -9,20 +9,16 @@ leads, with the partition's leader epoch as the coordinator epoch. The topic is 
 answers COORDINATOR_NOT_AVAILABLE and tries again, internal_topics.py) and min.insync.replicas
 `transaction.state.log.min.isr`, which every write of the coordinator honours (acks=all).
 
-Theory of the marker sender
----------------------------
-`MarkerSender` is the coordinator's `MarkerSink`. For every ended transaction it runs one task: group the
-partitions still without a marker by their leader in the current image, send each leader one
-WriteTxnMarkers (v1) through the inter-broker listener (this broker's own partitions go through the same
-handler, called in process), and keep what answered a retriable error (leader moved, not enough replicas,
-timeout, a node down) for the next round, after a backoff that doubles up to a second. A partition whose
-topic is gone from the image is done (Kafka skips markers for deleted partitions). INVALID_PRODUCER_EPOCH
-or TRANSACTION_COORDINATOR_FENCED mean a newer coordinator or producer epoch has taken over: the job stops
-without completing (the newer owner finishes the transaction). When every partition has its marker the
-coordinator writes CompleteCommit/CompleteAbort, again after a backoff while `__transaction_state` refuses it
-(COORDINATOR_NOT_AVAILABLE: its ISR below min.isr, or not replicated within request.timeout.ms), as Kafka's
-retry queue of log appends does, so a Prepare state completes once the ISR is back. Losing the coordinator
-partition cancels its jobs; the new leader resumes them from the Prepare state it loads.
+The marker sender
+-----------------
+The coordinator drives the end of a transaction itself (coordinator/transaction/markers.py, Kafka's
+TransactionMarkerChannelManager: the Prepare write, WriteTxnMarkers to every partition's leader with their
+retries, the Complete write and its retries); see that module for the walk before and after.
+`MarkerSender` is its `MarkerChannel`, the part with sockets and tasks: each WriteTxnMarkers it is given
+goes out as one task, through the inter-broker listener (this broker's own partitions through the same
+handler, called in process), and its response (None on a failure: a node down, a connection lost, a
+timeout) goes back to the coordinator, after which the broker re-arms its timer. It also lends its
+connections to produce's transaction verification (`ask_transaction_coordinator`).
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC
 from odradek.coordinator.runtime import CoordinatorError
 from odradek.coordinator.transaction.config import TransactionCoordinatorConfig
 from odradek.coordinator.transaction.coordinator import TransactionCoordinator
-from odradek.coordinator.transaction.shard import MarkerJob
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import WriteTxnMarkersRequest
@@ -51,17 +46,6 @@ from .internal_topics import InternalTopicWriter, ensure_internal_topic, transac
 log = structlog.get_logger("odradek.txn_markers")
 
 WRITE_TXN_MARKERS_VERSION = 1
-_MAX_BACKOFF_S = 1.0
-_RETRIABLE = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
-    ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.FENCED_LEADER_EPOCH,
-}
-_STOP = {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED, ErrorCode.TRANSACTION_COORDINATOR_FENCED}
-
-Marker = WriteTxnMarkersRequest.WritableTxnMarker
-MarkerTopic = Marker.WritableTxnMarkerTopic
 
 
 class TransactionCoordinatorLoader:
@@ -87,112 +71,50 @@ class TransactionCoordinatorLoader:
 
 
 class MarkerSender:
-    """The coordinator's MarkerSink: WriteTxnMarkers to the partitions' leaders until all are written."""
+    """The coordinator's MarkerChannel: WriteTxnMarkers sent over the network, their responses reported back."""
 
     def __init__(self, broker) -> None:
         self.broker = broker
-        self.coordinator: TransactionCoordinator | None = None
-        self._jobs: dict[int, set[asyncio.Task]] = {}
+        self._tasks: set[asyncio.Task] = set()
         self._connections = None
         self._security = None  # TLS / SASL of the inter-broker listener, as the replica fetchers use
         self._correlation = itertools.count()
-        self.markers_written = 0
 
-    def send(self, job: MarkerJob) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(job))
-        tasks = self._jobs.setdefault(job.txn_partition, set())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+    # -- MarkerChannel --
 
-    def cancel(self, txn_partition: int) -> None:
-        for task in self._jobs.pop(txn_partition, set()):
-            task.cancel()
+    def send(self, leader_id: int, request: WriteTxnMarkersRequest, done) -> None:
+        task = asyncio.get_running_loop().create_task(self._send(leader_id, request, done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def now_ms(self) -> int:
+        return self.broker.now_ms()
+
+    def timers_changed(self) -> None:
+        self.broker.after_state_change()
+
+    async def _send(self, leader_id: int, request: WriteTxnMarkersRequest, done) -> None:
+        try:
+            if leader_id == self.broker.node_id:
+                response = await self._local(request)
+            else:
+                response = await self._remote(leader_id, request)
+        except Exception as e:  # noqa: BLE001 - a node down or a connection lost: retried
+            log.debug("WriteTxnMarkers failed", leader=leader_id, error=repr(e))
+            response = None
+        try:
+            done(response)
+        except Exception:  # a bug: logged, the other transactions go on
+            log.exception("handling a WriteTxnMarkers response failed", leader=leader_id)
+        self.broker.after_state_change()
 
     async def close(self) -> None:
-        tasks = [t for ts in self._jobs.values() for t in ts]
-        self._jobs.clear()
+        tasks, self._tasks = list(self._tasks), set()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._connections is not None:
             await self._connections.close()
-
-    async def _run(self, job: MarkerJob) -> None:
-        pending = set(job.partitions)
-        backoff_s = 0.01
-        while pending:
-            image = self.broker.metadata.image
-            by_leader: dict[int, list[tuple[str, int]]] = {}
-            for topic, index in sorted(pending):
-                t = image.topics_by_name.get(topic)
-                p = t.partitions.get(index) if t is not None else None
-                if p is None:
-                    pending.discard((topic, index))  # deleted: nothing left to mark
-                elif p.leader >= 0:
-                    by_leader.setdefault(p.leader, []).append((topic, index))
-            results = await asyncio.gather(*(self._send_to(leader, job, parts) for leader, parts in by_leader.items()))
-            for errors in results:
-                for tp, code in errors.items():
-                    if code == ErrorCode.NONE:
-                        pending.discard(tp)
-                        self.markers_written += 1
-                    elif code in _STOP:
-                        log.info("transaction markers superseded", transactional_id=job.transactional_id,
-                                 partition=tp, error=code.name)
-                        return
-                    elif code not in _RETRIABLE:
-                        log.warning("transaction marker refused; not retried", transactional_id=job.transactional_id,
-                                    partition=tp, error=code.name)
-                        pending.discard(tp)
-            if pending:
-                await asyncio.sleep(backoff_s)  # a retry backoff: leaders move, nodes come back
-                backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
-        await self._complete(job)
-
-    async def _complete(self, job: MarkerJob) -> None:
-        """Write the Complete state, again and again while `__transaction_state` cannot take it (Kafka's
-        tryAppendToLog puts a COORDINATOR_NOT_AVAILABLE back on its retry queue): with the ISR below
-        min.insync.replicas the write is refused, and the transaction completes once the ISR is back."""
-        backoff_s = 0.01
-        while (coordinator := self.coordinator) is not None:
-            written = coordinator.on_markers_written(job, self.broker.now_ms())
-            self.broker.after_state_change()
-            code = written.result() if written.done else await self.broker.services.future_from(written)
-            if code is not ErrorCode.COORDINATOR_NOT_AVAILABLE:
-                if code is not ErrorCode.NONE:  # NOT_COORDINATOR: the partition's new leader completes it
-                    log.info("transaction not completed here", transactional_id=job.transactional_id,
-                             error=code.name)
-                return
-            log.debug("completing the transaction must wait", transactional_id=job.transactional_id)
-            await asyncio.sleep(backoff_s)  # a retry backoff: the ISR grows back
-            backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
-
-    async def _send_to(self, leader: int, job: MarkerJob, partitions: list[tuple[str, int]]) -> dict:
-        by_topic: dict[str, list[int]] = {}
-        for topic, index in partitions:
-            by_topic.setdefault(topic, []).append(index)
-        request = WriteTxnMarkersRequest(markers=[Marker(
-            producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.committed,
-            topics=[MarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
-            coordinator_epoch=job.coordinator_epoch)])
-        try:
-            if leader == self.broker.node_id:
-                response = await self._local(request)
-            else:
-                response = await self._remote(leader, request)
-        except Exception as e:  # noqa: BLE001 - a node down or a connection lost: retried
-            log.debug("WriteTxnMarkers failed", leader=leader, error=repr(e))
-            return {tp: ErrorCode.REQUEST_TIMED_OUT for tp in partitions}
-        errors = {tp: ErrorCode.REQUEST_TIMED_OUT for tp in partitions}
-        for marker in response.markers:
-            for topic in marker.topics:
-                for p in topic.partitions:
-                    if (topic.name, p.partition_index) in errors:
-                        try:
-                            errors[(topic.name, p.partition_index)] = ErrorCode(p.error_code)
-                        except ValueError:
-                            errors[(topic.name, p.partition_index)] = ErrorCode.UNKNOWN_SERVER_ERROR
-        return errors
 
     async def _local(self, request):
         """This broker's own partitions: the WriteTxnMarkers handler, called as a request would reach it."""
@@ -269,13 +191,13 @@ def start_transaction_coordinator(broker) -> TransactionCoordinator:
     config = TransactionCoordinatorConfig.from_broker_config(cfg, transaction_state_log_num_partitions=num_partitions)
     sender = MarkerSender(broker)
     services = broker.services
+    publisher = broker.metadata
     coordinator = TransactionCoordinator(
         InternalTopicWriter(broker.data, TRANSACTION_STATE_TOPIC, enforce_min_isr=True), broker.timer, config,
-        next_producer_id=services.producer_ids.next_producer_id, markers=sender,
-        topics=MetadataTopicsView(broker),
+        next_producer_id=services.producer_ids.next_producer_id, marker_channel=sender,
+        image=lambda: publisher.image, topics=MetadataTopicsView(broker),
         # The group's partition as the group coordinator places it (the topic's own partition count).
         offsets_partition_for=lambda group_id: services.groups.partition_for(group_id))
-    sender.coordinator = coordinator
     broker.txn_marker_sender = sender
     broker.metadata.register(TransactionCoordinatorLoader(coordinator, broker.node_id, broker.now_ms))
     return coordinator
@@ -377,8 +299,9 @@ async def ask_transaction_coordinator(services, transactional_id: str, producer:
             deferred = services.transactions.add_partitions_to_txn(request, 4, services.now_ms())
             response = deferred.result() if deferred.done else await services.future_from(deferred)
         else:
-            # The coordinator's sender holds this broker's connections to other nodes for transactions.
-            response = await services.transactions.markers.request(leader[0], request, 4, purpose="txn-verify")
+            # The coordinator's marker channel holds this broker's connections to other nodes for transactions.
+            response = await services.transactions.markers.channel.request(leader[0], request, 4,
+                                                                           purpose="txn-verify")
     except Exception as e:  # noqa: BLE001 - the coordinator is unreachable: the client retries
         log.debug("transaction verification failed", transactional_id=transactional_id, error=repr(e))
         return every(ErrorCode.NETWORK_EXCEPTION)

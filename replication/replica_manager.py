@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from odradek.protocol.errors import ErrorCode
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
@@ -43,6 +44,12 @@ from .partition import NO_LEADER_EPOCH, FetchIsolation, Partition
 from odradek.purgatory.delayed_operation import DelayedOperationPurgatory
 from .replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
 from odradek.purgatory.timing_wheel import Timer
+
+if TYPE_CHECKING:
+    from odradek.metadata.publisher import MetadataUpdate
+    from odradek.storage.log_manager import LogManager
+
+    from .hosting import FetcherTargets, TopicSettings
 
 NO_TIMESTAMP = -1
 
@@ -260,6 +267,57 @@ class ReplicaManager:
             self.produce_purgatory.check_and_complete(tp)
             self.delete_records_purgatory.check_and_complete(tp)
         return partition
+
+    # -- applying committed metadata (Kafka's applyDelta; replication/hosting.py has the theory) --
+
+    def apply_delta(self, update: MetadataUpdate, *, now_ms: int, log_manager: LogManager,
+                    topic_settings: TopicSettings, fetchers: FetcherTargets | None) -> None:
+        """Make the partitions hosted here what the committed image of `update` says: logs opened, created
+        or deleted through `log_manager`, each partition led, followed (its leader added to `fetchers`) or
+        leaderless, topic configs applied (`topic_settings`), and the brokers that may not join an ISR noted."""
+        image = update.image
+        self.set_ineligible_replicas(
+            (b.broker_id for b in image.brokers.values() if b.fenced or b.in_controlled_shutdown), now_ms
+        )
+        for topic in update.removed_topics.values():
+            for tp in [tp for tp in [*self.partitions, *self.offline_partitions] if tp.topic == topic.name]:
+                self._drop(tp, log_manager, fetchers)
+        for topic_id in update.changed_topic_ids:
+            topic = image.topics_by_id.get(topic_id)
+            if topic is None:
+                continue
+            log_config, min_isr = topic_settings(image, topic.name)
+            log_manager.update_topic_config(topic.name, log_config)
+            for index, p in topic.partitions.items():
+                tp = TopicPartition(topic.name, index)
+                if self.node_id not in p.replicas:
+                    if self.get_partition(tp) is not None or tp in self.offline_partitions:
+                        self._drop(tp, log_manager, fetchers)  # reassigned away
+                    continue
+                if tp in self.offline_partitions:
+                    continue  # its log directory failed: offline here until the broker restarts, as in Kafka
+                partition = self.get_partition(tp)
+                plog = partition.log if partition is not None else log_manager.get_or_create_log(
+                    tp, topic_id=topic.topic_id.bytes, now_ms=now_ms
+                )
+                self.apply_partition_state(
+                    tp, topic_id=topic.topic_id, log=plog, leader_id=p.leader, leader_epoch=p.leader_epoch,
+                    replicas=p.replicas, isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
+                    partition_epoch=p.partition_epoch,
+                )
+                if fetchers is not None:
+                    if p.leader >= 0 and p.leader != self.node_id:
+                        fetchers.follow(tp, topic_id=topic.topic_id, leader_id=p.leader, leader_epoch=p.leader_epoch)
+                    else:
+                        fetchers.unfollow(tp)
+
+    def _drop(self, tp: TopicPartition, log_manager: LogManager, fetchers: FetcherTargets | None) -> None:
+        """No longer hosted here (reassigned away, or its topic deleted): unfollowed, removed, log deleted."""
+        if fetchers is not None:
+            fetchers.unfollow(tp)
+        self.remove_partition(tp)
+        self.offline_partitions.discard(tp)
+        log_manager.delete_log(tp)
 
     # -- produce --
 

@@ -13,8 +13,10 @@ it (the writes answer once their record is durable, or COORDINATOR_NOT_AVAILABLE
 within `request.timeout.ms`, see `_write`). Errors are answered in the response, as Kafka does,
 with its per-version substitutions (PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to clients too old for it).
 
-Markers: the shard hands ended transactions to the `MarkerSink` (the broker's sender); the sender calls
-`on_markers_written` when every partition has its marker, which writes the Complete state.
+Markers: the shard hands ended transactions to the `MarkerSink`. Given the broker's `MarkerChannel` (the
+network), the coordinator's own `TransactionMarkerChannelManager` (markers.py) is that sink and drives
+the rest of the walk itself: WriteTxnMarkers to every partition's leader, retries, then
+`on_markers_written`, which writes the Complete state, again while the log refuses it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from odradek.protocol.messages import (
     InitProducerIdResponse,
     ListTransactionsResponse,
 )
+from odradek.metadata.image import MetadataImage
 from odradek.purgatory.timing_wheel import Timer
 
 from ..group.group_coordinator import error_code_of
@@ -40,6 +43,7 @@ from odradek.purgatory.deferred import Deferred
 from ..runtime import CoordinatorRuntime, NotCoordinatorError, PartitionWriter
 from ..topics import TopicsView
 from .config import TransactionCoordinatorConfig
+from .markers import MarkerChannel, TransactionMarkerChannelManager
 from .metadata import TransactionState
 from .records import deserialize, serialize
 from .shard import EndResult, InitResult, MarkerJob, MarkerSink, TransactionShard
@@ -66,12 +70,18 @@ def _by_topic(partitions) -> list[tuple[str, list[int]]]:
 
 class TransactionCoordinator:
     def __init__(self, writer: PartitionWriter, timer: Timer, config: TransactionCoordinatorConfig | None = None, *,
-                 next_producer_id: Callable[[], int | None], markers: MarkerSink, topics: TopicsView | None = None,
-                 offsets_partition_for: Callable[[str], int] | None = None,
+                 next_producer_id: Callable[[], int | None], markers: MarkerSink | None = None,
+                 marker_channel: MarkerChannel | None = None, image: Callable[[], MetadataImage] | None = None,
+                 topics: TopicsView | None = None, offsets_partition_for: Callable[[str], int] | None = None,
                  offsets_topic_num_partitions: int = 50) -> None:
         """`offsets_partition_for(group_id)`: the group's `__consumer_offsets` partition as the group coordinator
         places it (its partition_for, over the topic's real partition count); without it (tests), the hash
-        over `offsets_topic_num_partitions`."""
+        over `offsets_topic_num_partitions`. With `marker_channel` (and `image`, the current metadata image)
+        the markers are this coordinator's own `TransactionMarkerChannelManager`; else `markers` (tests)."""
+        if marker_channel is not None:
+            if image is None:
+                raise ValueError("a marker channel needs the metadata image: the partitions' leaders are in it")
+            markers = TransactionMarkerChannelManager(marker_channel, timer, image=image, complete=self.on_markers_written)
         self.config = config if config is not None else TransactionCoordinatorConfig()
         self.topics = topics
         self.markers = markers
@@ -231,12 +241,12 @@ class TransactionCoordinator:
         return written.then(response, lambda e: response(EndResult(error_code_of(e))))
 
     # ------------------------------------------------------------------------------------------------
-    # Markers written (from the broker's sender), operator aborts
+    # Markers written (from the marker channel manager), operator aborts
 
     def on_markers_written(self, job: MarkerJob, now_ms: int) -> Deferred[ErrorCode]:
         """Write CompleteCommit/CompleteAbort; the code Kafka's TransactionMarkerChannelManager.tryAppendToLog
         sees: NONE (written, or nothing left to complete), COORDINATOR_NOT_AVAILABLE (the log could not take
-        it: ISR below min.insync.replicas, not replicated in time; the sender retries, the transaction must
+        it: ISR below min.insync.replicas, not replicated in time; the manager retries, the transaction must
         not stay in PrepareCommit/Abort), NOT_COORDINATOR (the partition moved: its new leader completes it)."""
         written = self.runtime.write(job.txn_partition, lambda shard: shard.complete(
             job.transactional_id, job.producer_id, job.producer_epoch, now_ms), now_ms,

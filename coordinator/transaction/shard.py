@@ -9,7 +9,7 @@ releases the response once it is durable. An operation that only answers writes 
 
 A transaction is ended in two writes: EndTxn (or a timeout, or a producer re-initialising over an open
 transaction) writes PrepareCommit/PrepareAbort; once that is durable the markers are handed to the
-`MarkerSink` (the broker sends WriteTxnMarkers to every partition's leader); when all are written,
+`MarkerSink` (markers.py: WriteTxnMarkers to every partition's leader); when all are written,
 `complete` writes CompleteCommit/CompleteAbort. A shard loaded in a Prepare state (a new coordinator after
 a failover) hands its markers to the sink again: writing a marker twice is harmless (the partition
 ignores a marker for a transaction it has already closed).
@@ -67,8 +67,8 @@ class MarkerJob:
 
 class MarkerSink(Protocol):
     def send(self, job: MarkerJob) -> None:
-        """Write the job's markers (retrying until every partition has it), then call the coordinator's
-        `on_markers_written`."""
+        """Write the job's markers (retrying until every partition has it), then the Complete state (the
+        coordinator's `on_markers_written`); markers.TransactionMarkerChannelManager."""
 
     def cancel(self, txn_partition: int) -> None:
         """Stop the jobs of a partition this broker no longer coordinates."""

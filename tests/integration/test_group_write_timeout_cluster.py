@@ -14,7 +14,7 @@ import pytest
 from odradek.broker.node_client import NodeConnection
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
 from odradek.broker.server import Broker
-from odradek.broker.topics import PartitionHosting
+from odradek.replication.hosting import PartitionHosting
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     CreateTopicsRequest,

@@ -185,7 +185,7 @@ def isr_of(node, index: int = 0) -> tuple[int, ...]:
 
 async def test_the_leader_shrinks_the_isr_of_a_follower_that_stops_fetching_and_expands_it_again(tmp_path):
     from odradek.broker.replica_fetcher import ReplicaFetcherManager
-    from odradek.broker.topics import PartitionHosting
+    from odradek.replication.hosting import PartitionHosting
 
     _, configs = cluster_configs(tmp_path, **FAST, **{"replica.lag.time.max.ms": 1000})
     nodes = [Broker(c) for c in configs]
