@@ -40,8 +40,20 @@ from ..errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeout
 from . import cluster, configs, groups, perf, records, security, topics, transactions
 from .cluster import _describe_quorum_or_reason, quorum_json, render_cluster, render_quorum
 from .common import (
-    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, Output, Parser, SubParsers, UsageError,
-    global_options, key_value, print_error, print_warning)
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    Output,
+    Parser,
+    SubParsers,
+    UsageError,
+    global_options,
+    key_value,
+    print_error,
+    print_warning,
+)
 from .properties import client_properties
 from .security import _acl_bindings, _quota_entity
 from .topics import partition_flags, render_topics

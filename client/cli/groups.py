@@ -9,7 +9,16 @@ from typing import Any
 from ..cluster import TopicPartition
 from ..errors import KafkaError
 from .common import (
-    EXIT_FAILED, EXIT_OK, Output, SubParsers, UsageError, group_argument, non_negative, print_error, timestamp)
+    EXIT_FAILED,
+    EXIT_OK,
+    Output,
+    SubParsers,
+    UsageError,
+    group_argument,
+    non_negative,
+    print_error,
+    timestamp,
+)
 from .properties import admin_for
 
 

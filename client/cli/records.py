@@ -15,8 +15,21 @@ from ..cluster import TopicPartition
 from ..config import ConsumerConfig, ProducerConfig
 from ..errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from .common import (
-    EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, Output, SubParsers, UsageError, key_value, non_negative, positive,
-    print_error, print_warning, seconds, timestamp, topic_argument)
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    Output,
+    SubParsers,
+    UsageError,
+    key_value,
+    non_negative,
+    positive,
+    print_error,
+    print_warning,
+    seconds,
+    timestamp,
+    topic_argument,
+)
 from .properties import client_config
 
 

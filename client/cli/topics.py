@@ -9,7 +9,16 @@ from typing import Any
 from ..cluster import TopicPartition
 from ..errors import KafkaError, OdradekError
 from .common import (
-    EXIT_FAILED, EXIT_OK, Output, SubParsers, UsageError, key_value, positive, print_error, topic_argument)
+    EXIT_FAILED,
+    EXIT_OK,
+    Output,
+    SubParsers,
+    UsageError,
+    key_value,
+    positive,
+    print_error,
+    topic_argument,
+)
 from .properties import admin_for
 
 
