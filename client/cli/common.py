@@ -179,7 +179,7 @@ def global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 # A command: the parsed arguments and the output in, an exit code out.
-Handler = Callable[[argparse.Namespace, "Output"], Awaitable[int]]
+Handler = Callable[[argparse.Namespace, Output], Awaitable[int]]
 
 
 class SubParsers:
