@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import structlog
 
 from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.coordinator.runtime import TransactionalRecord, TransactionMarker
 from odradek.protocol.records import ABORT, COMMIT, build_batch, iter_batches, iter_records, parse_control_record
 from odradek.replication.errors import NotEnoughReplicasError
@@ -203,7 +203,7 @@ def ensure_internal_topic(broker, spec: InternalTopicSpec) -> int | None:
         if error is None:
             (outcome,) = d.result()
             error = outcome if isinstance(outcome, MetadataError) else None
-        if error is not None and getattr(error, "error_code", None) != ErrorCode.TOPIC_ALREADY_EXISTS:
+        if error is not None and error_code_of(error) != ErrorCode.TOPIC_ALREADY_EXISTS:
             log.warning("internal topic not created", topic=name, error=str(error))
 
     created.add_callback(check)

@@ -13,7 +13,7 @@ than parsing text. Failures that never reached a broker answer have their own cl
 
 from __future__ import annotations
 
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, KafkaApiError
 
 __all__ = [
     "ClientClosedError", "ConfigError", "ErrorCode", "KafkaConnectionError", "KafkaError", "KafkaTimeoutError",
@@ -29,8 +29,9 @@ class OdradekError(Exception):
     invalid_metadata: bool = False
 
 
-class KafkaError(OdradekError):
-    """A broker answered with an error code."""
+class KafkaError(OdradekError, KafkaApiError):
+    """A broker answered with an error code: `code` is its `ErrorCode` member, `error_code` the number (as on
+    every KafkaApiError, so `protocol.errors.error_code_of` reads a client's error as it reads a layer's)."""
 
     def __init__(self, code: int | ErrorCode, message: str | None = None, *, context: str | None = None,
                  retriable: bool | None = None):
@@ -44,6 +45,10 @@ class KafkaError(OdradekError):
         if message:
             text = f"{text} ({message})"
         super().__init__(text)
+
+    @property
+    def error_code(self) -> int:  # type: ignore[override]
+        return int(self.code)
 
     @property
     def retriable(self) -> bool:  # type: ignore[override]

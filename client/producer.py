@@ -598,7 +598,7 @@ class Producer:
 
     def _batch_failed(self, batch: _Batch, error: OdradekError) -> None:
         batch.last_error = error
-        code = getattr(error, "code", None)
+        code = error.code if isinstance(error, KafkaError) else None
         now = time.monotonic()
         retriable = error.retriable
         if self._transactional and code in _FENCED + (

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import SENTINEL, AppendOrigin, VerificationGuard
@@ -92,11 +92,6 @@ class FetchResult:
 
 def _base_offset(segment) -> int:
     return segment.base_offset
-
-
-def _error_of(e: Exception) -> int:
-    code = getattr(e, "error_code", None)
-    return int(code) if code is not None else int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 class ReplicaManager:
@@ -392,7 +387,7 @@ class ReplicaManager:
             else:
                 info = partition.log.append(records, leader_epoch=partition.leader_epoch, now_ms=now_ms, origin=origin)
         except (StorageError, ReplicationError) as e:
-            return ProduceResult(error_code=_error_of(e), log_start_offset=partition.log_start_offset,
+            return ProduceResult(error_code=error_code_of(e), log_start_offset=partition.log_start_offset,
                                  error_message=str(e) or None, record_errors=getattr(e, "record_errors", ()))
         except OSError as e:  # the disk failed under us: the client may retry elsewhere
             self._storage_failed(partition, e)
@@ -518,7 +513,7 @@ class ReplicaManager:
                     self._check_serves_consumers(partition)
                 snap = partition.fetch_offset_snapshot(p.current_leader_epoch, fetch_only_from_leader=only_from_leader)
             except (StorageError, ReplicationError) as e:
-                results[tp] = FetchResult(error_code=_error_of(e))
+                results[tp] = FetchResult(error_code=error_code_of(e))
                 continue
             result = FetchResult(
                 high_watermark=snap.high_watermark, last_stable_offset=snap.last_stable_offset,
@@ -543,7 +538,7 @@ class ReplicaManager:
                 except OffsetOutOfRangeError:
                     result.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
                 except StorageError as e:
-                    result.error_code = _error_of(e)
+                    result.error_code = error_code_of(e)
                 except OSError as e:
                     result.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
                     self._storage_failed(partition, e)
@@ -696,7 +691,7 @@ class ReplicaManager:
                 return int(ErrorCode.OFFSET_OUT_OF_RANGE), -1
             log.delete_records_before(target, now_ms=now_ms)
         except (StorageError, ReplicationError) as e:
-            return _error_of(e), -1
+            return error_code_of(e), -1
         except OSError as e:
             self._storage_failed(partition, e)
             return int(ErrorCode.KAFKA_STORAGE_ERROR), -1

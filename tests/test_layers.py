@@ -227,3 +227,43 @@ def test_the_cycle_finder_sees_function_level_imports():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# A test module imports helpers only from modules that hold no tests (tests/harness/, tests/pki.py, ...):
+# importing another test module drags in its marks and module-level setup (timeouts, importorskip) and ties
+# the two files' edits together. The pairs below are the last ones left: the metadata-log helpers drive the
+# local metadata log that the one-road work replaces, and move with it.
+TEST_IMPORTS_LEFT = {
+    ("tests/unit/test_controller_channel.py", "tests.unit.test_metadata_log"),
+    ("tests/unit/test_metadata_snapshot.py", "tests.unit.test_metadata_log"),
+}
+
+
+def _test_modules_imported(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                package = path.relative_to(ROOT).parent.parts
+                base = ".".join(package[: len(package) - node.level + 1])
+                source = f"{base}.{source}" if source else base
+            candidates = [source] + [f"{source}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for module in candidates:
+            if module.split(".")[-1].startswith("test_") and (ROOT / (module.replace(".", "/") + ".py")).is_file():
+                found.add(module)
+    return found
+
+
+def test_no_test_module_imports_another():
+    problems = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for module in sorted(_test_modules_imported(path)):
+            if (str(path.relative_to(ROOT)), module) not in TEST_IMPORTS_LEFT:
+                problems.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert not problems, "move what they share to tests/harness/:\n" + "\n".join(problems)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, KafkaApiError
 from odradek.protocol.messages import AlterConfigsResponse, DescribeConfigsResponse, IncrementalAlterConfigsResponse
 from odradek.metadata.image import MetadataError, validate_topic_name
 
@@ -46,7 +46,9 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 
-class ResourceError(Exception):
+class ResourceError(KafkaApiError):
+    """One config resource refused (its result carries the code and message; the others go on)."""
+
     def __init__(self, error_code: int, message: str):
         super().__init__(message)
         self.error_code = int(error_code)

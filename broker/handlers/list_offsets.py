@@ -10,7 +10,7 @@ or the last stable offset for read_committed, as Kafka's lastFetchableOffset).
 
 from __future__ import annotations
 
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.protocol.messages import ListOffsetsResponse, OffsetForLeaderEpochResponse
 from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.replication.errors import ReplicationError
@@ -49,7 +49,7 @@ def _list_one(services, tp: TopicPartition, p, replica_id: int, isolation_level:
         snap = partition.fetch_offset_snapshot(p.current_leader_epoch,
                                                fetch_only_from_leader=replica_id != DEBUGGING_REPLICA_ID)
     except (StorageError, ReplicationError) as e:
-        return LPartition(partition_index=p.partition_index, error_code=int(getattr(e, "error_code", -1)))
+        return LPartition(partition_index=p.partition_index, error_code=error_code_of(e))
     log = partition.log
     if replica_id == CONSUMER_REPLICA_ID:
         last_fetchable = snap.last_stable_offset if isolation_level == 1 else snap.high_watermark
@@ -139,7 +139,7 @@ def handle_offset_for_leader_epoch(services, ctx, request):
             try:
                 partition.check_leader_epoch(p.current_leader_epoch)
             except (StorageError, ReplicationError) as e:
-                parts.append(EPartition(error_code=int(getattr(e, "error_code", -1)), partition=p.partition))
+                parts.append(EPartition(error_code=error_code_of(e), partition=p.partition))
                 continue
             epoch, end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
             parts.append(EPartition(error_code=0, partition=p.partition, leader_epoch=epoch, end_offset=end_offset))

@@ -16,7 +16,7 @@ active controller in an Envelope (broker/handlers/envelope.py), which authorizes
 
 from __future__ import annotations
 
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.protocol.messages import (
     AllocateProducerIdsResponse,
     AlterPartitionReassignmentsResponse,
@@ -149,17 +149,13 @@ def _not_controller(services) -> bool:
     return not services.controller.is_active
 
 
-def _error_code(error: BaseException) -> int:
-    return int(getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
-
-
 def _decided(services, deferred, failed):
     """The controller's response once its records are committed, or `failed(error code, message)`."""
 
     def answer(d):
         error = d.failed_with
         if error is not None:
-            return failed(_error_code(error), getattr(error, "message", str(error)))
+            return failed(error_code_of(error), getattr(error, "message", str(error)))
         return d.result()
 
     return services.settle(deferred, answer)
@@ -265,7 +261,7 @@ def handle_allocate_producer_ids(services, ctx, request):
     def answer(d):
         error = d.failed_with
         if error is not None:
-            return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=int(getattr(error, "error_code", -1)),
+            return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=error_code_of(error),
                                                producer_id_start=-1, producer_id_len=-1)
         block = d.result()
         return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=0, producer_id_start=block.first_producer_id,

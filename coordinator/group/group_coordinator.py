@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, KafkaApiError
 from odradek.protocol.messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatResponse,
@@ -75,9 +75,10 @@ _ERROR_MESSAGES = {
 
 def error_code_of(error: BaseException) -> ErrorCode:
     """The code a failed write is answered with (Kafka's GroupCoordinatorService.handleOperationException)."""
-    code = getattr(error, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+    if not isinstance(error, KafkaApiError):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
     try:
-        code = ErrorCode(code)
+        code = ErrorCode(error.error_code)
     except ValueError:
         return ErrorCode.UNKNOWN_SERVER_ERROR
     if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT,

@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.brokerproc import BrokerProcess
+# The shared helpers' asserts (assert_identical, the fault checker's verify) explain themselves as the tests' do.
+pytest.register_assert_rewrite("tests.harness")
+
+from tests.brokerproc import BrokerProcess  # noqa: E402
 
 
 @pytest.fixture(scope="module")

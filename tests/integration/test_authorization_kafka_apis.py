@@ -17,7 +17,7 @@ from odradek.broker.testing import running_broker
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 
-from .test_authorization_principals import AUTHZ, call, creation
+from tests.harness.authz import AUTHZ, call, creation
 
 CREATE, ALL = 5, 2  # AclOperation
 TOPIC, CLUSTER, LITERAL, PREFIXED = 2, 4, 3, 4

@@ -13,7 +13,7 @@ import pytest
 
 from odradek.protocol.connection import RequestReceived, ServerConnection
 from tests import capture
-from tests.unit.test_vectors import NAME, REQUIRED, TRAILING, VECTORS_DIR, reframe
+from tests.harness.vectors import NAME, REQUIRED, TRAILING, VECTORS_DIR, reframe
 
 
 @pytest.fixture(scope="module", params=capture.available_clients())

@@ -14,7 +14,7 @@ from odradek.broker.server import Broker
 from odradek.client.admin import Admin
 from odradek.client.cli import Output, partition_flags, render_topics
 
-from .test_quorum_inprocess import active, cluster_configs, until
+from tests.harness.inprocess import active, cluster_configs, until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -30,7 +30,7 @@ from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.metadata.image import new_cluster_id
 from odradek.storage.meta_properties import format_log_dir
 
-from .test_quorum_inprocess import QUICK, active, free_ports, until
+from tests.harness.inprocess import QUICK, active, free_ports, until
 
 pytestmark = pytest.mark.timeout(120)
 

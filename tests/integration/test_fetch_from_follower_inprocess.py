@@ -26,7 +26,7 @@ from odradek.broker.server import Broker
 from odradek.protocol.messages import CreateTopicsRequest
 from odradek.storage.names import TopicPartition
 
-from .test_quorum_inprocess import active, cluster_configs, until
+from tests.harness.inprocess import active, cluster_configs, until
 
 pytestmark = pytest.mark.timeout(180)
 

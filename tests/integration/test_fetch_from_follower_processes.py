@@ -16,8 +16,10 @@ import urllib.request
 
 import pytest
 
+from tests.harness import processes
+from tests.harness.processes import Cluster, create_with_confluent
+
 from ..checker import Seen, Sent, check
-from .test_cluster_processes import Cluster, create_with_confluent
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -54,14 +56,12 @@ def metric(port: int, name: str) -> float:
 
 @pytest.fixture
 def rack_cluster(tmp_path, monkeypatch):
-    from . import test_cluster_processes
-
     prefix = free_metrics_prefix(3)
-    overrides = test_cluster_processes.OVERRIDES + [
+    overrides = processes.OVERRIDES + [
         "broker.rack=rack-{node}", f"replica.selector.class={RACK_AWARE}", f"metrics.port={prefix}{{node}}",
         "metrics.host=127.0.0.1",
     ]
-    monkeypatch.setattr(test_cluster_processes, "OVERRIDES", overrides)
+    monkeypatch.setattr(processes, "OVERRIDES", overrides)
     c = Cluster(tmp_path / "cluster")
     c.metrics_prefix = prefix
     c.up()

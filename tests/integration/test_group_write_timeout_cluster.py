@@ -24,7 +24,7 @@ from odradek.protocol.messages import (
 )
 from odradek.storage.names import TopicPartition
 
-from .test_quorum_inprocess import active, cluster_configs, until
+from tests.harness.inprocess import active, cluster_configs, until
 
 pytestmark = pytest.mark.timeout(150)
 

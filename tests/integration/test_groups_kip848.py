@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType, KafkaException
 
-from tests.integration.test_groups import (
+from tests.harness.groups import (
     Member,
     close_all,
     create_topic,

@@ -25,8 +25,8 @@ from odradek.protocol.messages import CreateTopicsRequest, DescribeLogDirsReques
 from odradek.protocol.records import build_batch
 from odradek.storage.names import TopicPartition
 
-from .test_quorum_inprocess import active, cluster_configs, until
-from .test_replication_inprocess import FAST, PARTITIONS, TOPIC, assert_identical, consume, in_sync, produce
+from tests.harness.inprocess import active, cluster_configs, until
+from tests.harness.replicated import FAST, PARTITIONS, TOPIC, assert_identical, consume, in_sync, produce
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from tests.harness.kafka_properties import KAFKA_SERVER_PROPERTIES
 from tests.pki import make_pki
-from tests.unit.test_kafka_server_properties import KAFKA_SERVER_PROPERTIES
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, Producer  # noqa: E402

@@ -10,7 +10,6 @@ takes over and metadata changes keep working. (Real processes and kill -9: test_
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
@@ -21,54 +20,9 @@ from odradek.broker.testing import broker_config
 from odradek.protocol.messages import CreateTopicsRequest, DescribeQuorumRequest, MetadataRequest
 from odradek.metadata.image import new_cluster_id
 from odradek.storage.meta_properties import format_log_dir
+from tests.harness.inprocess import QUICK, active, cluster_configs, free_ports, until
 
 pytestmark = pytest.mark.timeout(120)
-
-QUICK = {
-    "controller.quorum.election.timeout.ms": 300,
-    "controller.quorum.fetch.timeout.ms": 600,
-    "controller.quorum.request.timeout.ms": 1000,
-    "broker.heartbeat.interval.ms": 200,
-    "broker.session.timeout.ms": 1500,
-}
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def cluster_configs(tmp_path, n: int = 3, **extra):
-    cluster_id = new_cluster_id()
-    ports = free_ports(2 * n)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{ports[n + i]}" for i in range(n))
-    configs = []
-    for i in range(n):
-        data = tmp_path / f"node{i + 1}"
-        format_log_dir(str(data), node_id=i + 1, cluster_id=cluster_id, directory_id=new_cluster_id())
-        configs.append(broker_config(data, **{
-            "node.id": i + 1, "process.roles": "broker,controller", "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{ports[i]},CONTROLLER://127.0.0.1:{ports[n + i]}", **QUICK, **extra,
-        }))
-    return cluster_id, configs
-
-
-async def until(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-def active(nodes):
-    return [b for b in nodes if b.controller.is_active]
 
 
 async def test_three_nodes_elect_register_and_follow_the_metadata_log(tmp_path):
@@ -200,7 +154,6 @@ async def test_snapshots_bound_the_log_and_a_restart_starts_from_one(tmp_path):
         await until(lambda: restarted.metadata.image.topics_by_name.keys() == image.topics_by_name.keys(), what="the restarted node's image")
     finally:
         await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)
-
 
 
 async def test_controller_only_voters_and_broker_only_nodes(tmp_path):

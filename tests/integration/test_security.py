@@ -23,6 +23,7 @@ import uuid
 import pytest
 
 from tests.brokerproc import BrokerProcess
+from tests.harness.security import bundled_round_trip, librdkafka_error
 from tests.pki import make_pki
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -238,37 +239,6 @@ def test_bundled_client_round_trip(secured, listener):
 # -- refusals
 
 
-async def bundled_round_trip(options: dict, topic: str, timeout_s: float = 30.0) -> list:
-    """Write b"bundled" with the bundled producer and read partition 0 back with the bundled consumer, both
-    built from `options`: the values read (bounded poll), [] if none arrived."""
-    from odradek.client import Consumer, Producer, TopicPartition
-
-    async with Producer(**options) as producer:
-        await producer.send_and_wait(topic, b"bundled")
-    async with Consumer(**options, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=1000)
-            values = [r.value for records in batch.values() for r in records]
-            if values:
-                return values
-    return []
-
-
-def _librdkafka_error(conf: dict, timeout_s: float = 15.0) -> str:
-    """The first error librdkafka reports for `conf` (through error_cb), or "" if none."""
-    errors: list = []
-    producer = confluent_kafka.Producer({**conf, "error_cb": errors.append, "message.timeout.ms": 5000})
-    producer.produce("refused", b"x")
-    deadline = time.monotonic() + timeout_s
-    while not errors and time.monotonic() < deadline:
-        producer.poll(0.2)
-    producer.purge()
-    producer.flush(5)
-    return str(errors[0]) if errors else ""
-
-
 @pytest.mark.parametrize("listener, change, expected", [
     ("SASL_SSL", {"sasl.password": "wrong"}, "invalid credentials with SASL mechanism SCRAM-SHA-512"),
     ("SASL_SSL", {"sasl.username": "nobody"}, "invalid credentials with SASL mechanism SCRAM-SHA-512"),
@@ -276,14 +246,14 @@ def _librdkafka_error(conf: dict, timeout_s: float = 15.0) -> str:
     ("SASL_PLAINTEXT", {"sasl.mechanism": "SCRAM-SHA-256"}, "Unsupported SASL mechanism"),
 ])
 def test_librdkafka_sees_the_authentication_error(secured, listener, change, expected):
-    error = _librdkafka_error(secured.librdkafka(listener, **change))
+    error = librdkafka_error(secured.librdkafka(listener, **change))
     assert "_AUTHENTICATION" in error or "AUTHENTICATION" in error.upper(), error
     assert expected.lower() in error.lower(), error
 
 
 def test_a_client_skipping_sasl_is_disconnected(secured):
     before = sum("request before SASL authentication" in line for line in list(secured.proc.output))
-    error = _librdkafka_error({"bootstrap.servers": secured.bootstrap("SASL_PLAINTEXT"), "security.protocol": "PLAINTEXT"})
+    error = librdkafka_error({"bootstrap.servers": secured.bootstrap("SASL_PLAINTEXT"), "security.protocol": "PLAINTEXT"})
     assert "Disconnected" in error or "down" in error, error
     assert _log_has(secured, "request before SASL authentication")
     assert sum("request before SASL authentication" in line for line in list(secured.proc.output)) > before
@@ -293,7 +263,7 @@ def test_an_untrusted_client_certificate_is_refused(secured):
     cert, key = secured.pki.rogue_client
     # Under TLS 1.3 the client's handshake completes before the broker checks its certificate; the broker
     # then ends the connection, and librdkafka sees it reset while asking ApiVersions: it never gets in.
-    error = _librdkafka_error(secured.librdkafka("SSL", **{"ssl.certificate.location": str(cert), "ssl.key.location": str(key)}))
+    error = librdkafka_error(secured.librdkafka("SSL", **{"ssl.certificate.location": str(cert), "ssl.key.location": str(key)}))
     assert "brokers are down" in error or "SSL" in error or "Disconnected" in error, error
     ctx = ssl.create_default_context(cafile=str(secured.pki.ca))
     ctx.load_cert_chain(str(cert), str(key))
@@ -308,7 +278,7 @@ def test_an_untrusted_client_certificate_is_refused(secured):
 def test_a_client_without_a_certificate_is_refused_where_one_is_required(secured):
     conf = secured.librdkafka("SSL")
     del conf["ssl.certificate.location"], conf["ssl.key.location"]
-    error = _librdkafka_error(conf)
+    error = librdkafka_error(conf)
     assert error, "the broker accepted a client without a certificate"
 
 
@@ -370,7 +340,7 @@ def test_scram_users_from_the_cli(secured):
     assert producer.flush(30) == 0
     gone = subprocess.run([*cli, "user", "delete", "dave"], capture_output=True, text=True, timeout=60)
     assert gone.returncode == 0, gone.stderr
-    assert "invalid credentials" in _librdkafka_error(conf)
+    assert "invalid credentials" in librdkafka_error(conf)
 
 
 def test_large_fetches_over_tls_are_copied_not_sendfiled(secured):

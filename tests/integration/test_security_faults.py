@@ -36,7 +36,7 @@ from odradek.metadata.image import new_cluster_id
 
 from ..netproxy import Fabric, ProcessSources
 from ..pki import Pki, make_pki
-from .test_cluster_faults import (
+from tests.harness.faults import (
     LONG,
     SETTINGS,
     TOPIC,
@@ -146,7 +146,7 @@ class SecuredFaultCluster(FaultCluster):
 
 
 def _port_block(n: int) -> int:
-    from .test_cluster_processes import free_port_block
+    from tests.harness.processes import free_port_block
 
     return free_port_block(n)
 

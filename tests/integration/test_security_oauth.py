@@ -28,7 +28,7 @@ from tests.pki import make_pki
 confluent_kafka = pytest.importorskip("confluent_kafka")
 pytest.importorskip("cryptography")
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType  # noqa: E402
-from .test_security import _librdkafka_error, bundled_round_trip
+from tests.harness.security import librdkafka_error, bundled_round_trip
 
 STORE_PASSWORD = "store-secret"
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -156,7 +156,7 @@ def test_mutual_tls_with_pkcs12_stores_on_both_sides(broker):
     rogue_cert, rogue_key = broker.pki.rogue_client
     rogue = {**conf, "ssl.certificate.location": str(rogue_cert), "ssl.key.location": str(rogue_key)}
     del rogue["ssl.keystore.location"], rogue["ssl.keystore.password"]
-    assert _librdkafka_error(rogue), "a certificate from an untrusted CA was accepted"
+    assert librdkafka_error(rogue), "a certificate from an untrusted CA was accepted"
 
 
 @pytest.mark.parametrize("setting", ["ssl.keystore.password", "ssl.truststore.password"])
@@ -258,7 +258,7 @@ def _token_cb(claims: dict):
 def test_refused_tokens_fail_authentication(broker, listener, claims, status):
     conf = broker.oauth(listener, "unused", oauth_cb=_token_cb(claims))
     del conf["enable.sasl.oauthbearer.unsecure.jwt"], conf["sasl.oauthbearer.config"]
-    error = _librdkafka_error(conf)
+    error = librdkafka_error(conf)
     assert "AUTHENTICATION" in error.upper() and status in error, error
     assert broker.logged("OAUTHBEARER token refused")
 
@@ -268,7 +268,7 @@ def test_a_token_without_exp_or_with_a_signature_is_refused(broker):
     for token in (unsecured_jwt({"sub": "alice"}), signed):
         conf = broker.oauth("SASL_SSL", "unused", oauth_cb=lambda _c, t=token: (t, time.time() + 3600))
         del conf["enable.sasl.oauthbearer.unsecure.jwt"], conf["sasl.oauthbearer.config"]
-        assert "invalid_token" in _librdkafka_error(conf)
+        assert "invalid_token" in librdkafka_error(conf)
 
 
 class _Provider:
@@ -365,7 +365,7 @@ async def test_three_nodes_with_oauthbearer_on_every_listener(tmp_path):
     from odradek.storage.meta_properties import format_log_dir
     from odradek.storage.names import TopicPartition
 
-    from .test_quorum_inprocess import QUICK, active, free_ports, until
+    from tests.harness.inprocess import QUICK, active, free_ports, until
 
     pki = make_pki(tmp_path / "pki")
     keystore, truststore = pki.pkcs12_keystore("server", STORE_PASSWORD), pki.pkcs12_truststore(STORE_PASSWORD)

@@ -19,8 +19,7 @@ from odradek.broker.server import Broker
 from odradek.protocol.messages import CreateTopicsRequest
 from tests.pki import make_pki
 
-from .test_quorum_inprocess import active, until
-from .test_security_cluster import secured_configs
+from tests.harness.inprocess import active, secured_configs, until
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -19,7 +19,7 @@ from odradek.broker.server import Broker
 from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC, partition_for
 from odradek.protocol.messages import CreateTopicsRequest
 
-from .test_quorum_inprocess import active, cluster_configs, until
+from tests.harness.inprocess import active, cluster_configs, until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -69,7 +69,7 @@ from ..checker import (
     stuck_transactions,
 )
 from ..netproxy import Fabric
-from .test_cluster_faults import VOTERS, FaultCluster
+from tests.harness.faults import VOTERS, FaultCluster
 
 LONG = os.environ.get("ODRADEK_LONG") == "1"
 pytestmark = pytest.mark.timeout(1800 if LONG else 420)

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from odradek.broker.node_client import NodeUnavailable
 from odradek.protocol.messages import FindCoordinatorRequest
 
-from .test_cluster_processes import Cluster, create_with_confluent
+from tests.harness.processes import Cluster, create_with_confluent
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("ODRADEK_LONG") != "1", reason="long fault test: set ODRADEK_LONG=1"),

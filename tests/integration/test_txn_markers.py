@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from odradek.broker.testing import BrokerThread, RawClient
 from odradek.protocol.errors import ErrorCode
@@ -26,12 +24,10 @@ from odradek.protocol.messages import (
     WriteTxnMarkersRequest,
 )
 from odradek.protocol.records import build_batch, iter_batches
+from tests.harness.txn_markers import NOW, TIMEOUT_S, TOPIC, read_committed_values
 
 pytestmark = pytest.mark.timeout(120)
 
-TOPIC = "txn"
-NOW = int(time.time() * 1000)
-TIMEOUT_S = 30
 UNVERIFIED = {"transaction_partition_verification_enable": False}  # (the partitions' side only: see the module doc)
 HARNESS_TRANSACTIONAL_ID = "markers-harness"  # transactional batches need a transactional id in the request
 
@@ -91,21 +87,6 @@ def fetch_committed(client: RawClient):
                                                                      partition_max_bytes=1 << 20)])],
                                            forgotten_topics_data=[]), 11)
     return response.responses[0].partitions[0]
-
-
-def read_committed_values(bootstrap: str, expected: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn-reader", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
-    consumer.assign([KafkaTopicPartition(TOPIC, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(values) < expected and time.monotonic() < deadline:
-            values += [m.value() for m in consumer.consume(100, timeout=0.5) if m.error() is None]
-        values += [m.value() for m in consumer.consume(100, timeout=0.5) if m.error() is None]  # nothing more
-    finally:
-        consumer.close()
-    return values
 
 
 def kafka_python_committed(bootstrap: str, expected: int) -> list[bytes]:

@@ -23,7 +23,7 @@ from odradek.protocol.messages import (
     TxnOffsetCommitRequest,
 )
 
-from .test_txn_produce_checks import abort_and_await_marker, create, end, init
+from tests.harness.txn_requests import abort_and_await_marker, create, end, init
 
 pytestmark = pytest.mark.timeout(120)
 

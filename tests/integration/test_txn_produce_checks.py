@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 
@@ -24,22 +23,13 @@ import pytest
 from odradek.broker.handlers import produce as produce_handler
 from odradek.broker.testing import BrokerThread, RawClient
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.messages import (
-    AddPartitionsToTxnRequest,
-    ApiVersionsRequest,
-    CreateTopicsRequest,
-    EndTxnRequest,
-    FetchRequest,
-    FindCoordinatorRequest,
-    InitProducerIdRequest,
-    ProduceRequest,
-)
+from odradek.protocol.messages import AddPartitionsToTxnRequest, ApiVersionsRequest, FetchRequest, ProduceRequest
 from odradek.protocol.records import build_batch
 from odradek.storage.names import TopicPartition
+from tests.harness.txn_requests import DEADLINE_S, abort_and_await_marker, create, end, init
 
 pytestmark = pytest.mark.timeout(120)
 
-DEADLINE_S = 30
 PTopic = ProduceRequest.TopicProduceData
 NOW = int(time.time() * 1000)
 
@@ -48,36 +38,12 @@ def name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def create(client: RawClient, topic: str, partitions: int = 2) -> None:
-    response = client.request(CreateTopicsRequest(timeout_ms=10_000, validate_only=False, topics=[
-        CreateTopicsRequest.CreatableTopic(name=topic, num_partitions=partitions, replication_factor=1, assignments=[],
-                                           configs=[])]), 5)
-    assert response.topics[0].error_code == 0
-
-
-def init(client: RawClient, txn_id: str | None) -> tuple[int, int]:
-    if txn_id is not None:
-        assert client.request(FindCoordinatorRequest(key=txn_id, key_type=1), 3).error_code == 0
-    deadline = time.monotonic() + DEADLINE_S
-    while True:  # bounded: COORDINATOR_LOAD_IN_PROGRESS while the coordinator loads or an id block arrives
-        r = client.request(InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=60_000), 4)
-        if r.error_code == 0 or time.monotonic() > deadline:
-            assert r.error_code == 0, r
-            return r.producer_id, r.producer_epoch
-        time.sleep(0.05)
-
-
 def add(client: RawClient, txn_id: str, producer: tuple[int, int], topic: str, partitions: list[int]) -> None:
     r = client.request(AddPartitionsToTxnRequest(
         v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=producer[0],
         v3_and_below_producer_epoch=producer[1],
         v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=partitions)]), 3)
     assert all(p.partition_error_code == 0 for t in r.results_by_topic_v3_and_below for p in t.results_by_partition), r
-
-
-def end(client: RawClient, txn_id: str, producer: tuple[int, int], commit: bool) -> int:
-    return client.request(EndTxnRequest(transactional_id=txn_id, producer_id=producer[0], producer_epoch=producer[1],
-                                        committed=commit), 3).error_code
 
 
 def batch(producer: tuple[int, int], seq: int, value: bytes = b"v", *, transactional: bool = True) -> bytes:
@@ -111,21 +77,6 @@ def offsets(client: RawClient, topic: str, partition: int) -> tuple[int, int]:
 def broker(tmp_path_factory):
     with BrokerThread(tmp_path_factory.mktemp("txn-checks")) as running:
         yield running
-
-async def abort_and_await_marker(services, tp: TopicPartition, transactional_id: str, producer_: tuple[int, int]) -> None:
-    """Abort the producer's transaction through the coordinator (EndTxn) and wait, bounded, until its marker
-    sender has written the ABORT marker to `tp`: the step a race test puts between the coordinator's yes and
-    the write."""
-    log = services.data.get_partition(tp).log
-    before = log.log_end_offset
-    services.transactions.end_txn(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_[0],
-                                                producer_epoch=producer_[1], committed=False),
-                                  3, services.now_ms())
-    deadline = time.monotonic() + DEADLINE_S
-    while log.log_end_offset == before and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)  # bounded poll of the partition: the marker is written by another task
-    assert log.log_end_offset == before + 1, f"the abort marker never reached {tp}"
-
 
 
 def test_an_abort_between_the_verification_and_the_write_leaves_no_hanging_transaction(broker, monkeypatch):

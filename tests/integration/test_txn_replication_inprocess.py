@@ -23,8 +23,8 @@ from odradek.protocol.messages import (
 from odradek.protocol.records import build_batch
 from odradek.storage.names import TopicPartition
 
-from .test_quorum_inprocess import active, cluster_configs, until
-from .test_txn_markers import NOW, read_committed_values
+from tests.harness.inprocess import active, cluster_configs, until
+from tests.harness.txn_markers import NOW, read_committed_values
 
 pytestmark = pytest.mark.timeout(150)
 

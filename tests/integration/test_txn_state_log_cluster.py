@@ -20,7 +20,7 @@ from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import FindCoordinatorRequest, InitProducerIdRequest
 
-from .test_quorum_inprocess import active, cluster_configs, until
+from tests.harness.inprocess import active, cluster_configs, until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -26,7 +26,7 @@ from odradek.client.errors import KafkaError, UnsupportedVersionError
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS, RESPONSES
 
-from .test_client_core import FakeBroker
+from tests.harness.fake_broker import FakeBroker
 
 DQ = RESPONSES[55]
 PART = DQ.TopicData.PartitionData

@@ -19,7 +19,7 @@ from odradek.protocol.messages import (
     ListGroupsRequest,
 )
 
-from .test_group_support import Harness, form_group
+from tests.harness.group_coordinator import Harness, form_group
 
 INT32_MIN = -(1 << 31)
 

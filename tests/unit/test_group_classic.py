@@ -16,7 +16,7 @@ from odradek.coordinator.group.classic_group import (
 from odradek.coordinator.group.records import RecordType
 from odradek.protocol.errors import ErrorCode
 
-from .test_group_support import DELAY_MS, REBALANCE_MS, SESSION_MS, Harness, form_group, subscription
+from tests.harness.group_coordinator import DELAY_MS, REBALANCE_MS, SESSION_MS, Harness, form_group, subscription
 
 S = ClassicGroupState
 

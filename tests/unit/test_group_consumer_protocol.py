@@ -17,7 +17,7 @@ from odradek.protocol.messages import (
     ListGroupsRequest,
 )
 
-from .test_group_support import Harness
+from tests.harness.group_coordinator import Harness
 
 T = uuid.UUID(int=1)
 U = uuid.UUID(int=2)
@@ -265,7 +265,7 @@ def test_describe_list_delete_and_reload(h):
 def test_classic_and_consumer_groups_do_not_mix(h):
     Member(h, "a", group_id="cg").join()
     assert h.join("cg").result().error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    from .test_group_support import form_group
+    from tests.harness.group_coordinator import form_group
 
     form_group(h, "classic", 1)
     assert Member(h, "m", group_id="classic").join().error_code == ErrorCode.GROUP_ID_NOT_FOUND

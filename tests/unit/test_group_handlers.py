@@ -20,7 +20,7 @@ from odradek.protocol.messages import (
 )
 from odradek.metadata.image import BrokerRegistration, Endpoint, MetadataImage, PartitionImage, TopicImage
 
-from .test_group_support import DELAY_MS, NUM_PARTITIONS, Harness, subscription
+from tests.harness.group_coordinator import DELAY_MS, NUM_PARTITIONS, Harness, subscription
 
 VERSIONS = {8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5),
             42: (0, 2), 47: (0, 0), 68: (0, 1), 69: (0, 1)}

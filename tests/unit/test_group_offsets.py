@@ -7,7 +7,7 @@ from odradek.coordinator.topics import TopicsImage
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import OffsetDeleteRequest, OffsetFetchRequest
 
-from .test_group_support import Harness, form_group, subscription
+from tests.harness.group_coordinator import Harness, form_group, subscription
 
 HOUR_MS = 3600_000
 SESSION_MAX_MS = 1_800_000

@@ -19,7 +19,7 @@ from odradek.protocol.messages import (
     OffsetDeleteRequest,
 )
 
-from .test_group_support import NUM_PARTITIONS, Harness, subscription
+from tests.harness.group_coordinator import NUM_PARTITIONS, Harness, subscription
 
 GROUPS = ["g0", "g1", "g2"]
 SLOTS = 4

@@ -7,7 +7,7 @@ from odradek.coordinator.runtime import TransactionalRecord, TransactionMarker
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import OffsetFetchRequest, TxnOffsetCommitRequest
 
-from .test_group_support import Harness, form_group
+from tests.harness.group_coordinator import Harness, form_group
 
 G = "g"
 

@@ -9,7 +9,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import OffsetCommitRequest, TxnOffsetCommitRequest
 from odradek.purgatory.timing_wheel import Timer
 
-from .test_group_support import Harness
+from tests.harness.group_coordinator import Harness
 
 G = "g"
 TIMEOUT_MS = 5_000

@@ -14,7 +14,7 @@ from odradek.protocol.messages import REQUESTS
 from odradek.protocol.records import build_batch
 from odradek.protocol.sasl import plain_token
 
-from .test_sasl_network import Client, FakeTransport, feed
+from tests.harness.sasl import Client, FakeTransport, feed
 
 SaslHandshakeRequest, SaslAuthenticateRequest, ProduceRequest = REQUESTS[17], REQUESTS[36], REQUESTS[0]
 

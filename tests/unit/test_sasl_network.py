@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import struct
 
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from odradek.broker.authenticator import Authenticator, SaslState
@@ -26,43 +25,13 @@ from odradek.protocol.connection import ClientConnection
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 from odradek.protocol.sasl import ScramClient, ScramMechanism, plain_token, scram_credential
+from tests.harness.sasl import Client, FakeTransport, feed
 
 ApiVersionsRequest, SaslHandshakeRequest, SaslAuthenticateRequest, MetadataRequest = (
     REQUESTS[18], REQUESTS[17], REQUESTS[36], REQUESTS[3])
 SHA512 = ScramMechanism.SCRAM_SHA_512
 ALICE = scram_credential(SHA512, "alice-secret", b"salt-of-alice", 4096)
 MAX_RECEIVE = 4096
-
-
-class FakeTransport:
-    def __init__(self):
-        self.out = bytearray()
-        self.closed = False
-        self.reading = True
-
-    def write(self, data):
-        self.out += bytes(data)
-
-    def writelines(self, chunks):
-        for c in chunks:
-            self.write(c)
-
-    def close(self):
-        self.closed = True
-
-    abort = close
-
-    def pause_reading(self):
-        self.reading = False
-
-    def resume_reading(self):
-        self.reading = True
-
-    def get_extra_info(self, name, default=None):
-        return {"peername": ("10.0.0.9", 5555), "sockname": ("127.0.0.1", 9092)}.get(name, default)
-
-    def get_write_buffer_size(self):
-        return 0
 
 
 def make_connection(mechanisms=("PLAIN", "SCRAM-SHA-512"), reauth_ms=0):
@@ -88,30 +57,6 @@ def make_connection(mechanisms=("PLAIN", "SCRAM-SHA-512"), reauth_ms=0):
     transport = FakeTransport()
     proto.connection_made(transport)
     return proto, transport, dispatched
-
-
-def feed(proto, data: bytes) -> None:
-    view = memoryview(data)
-    while view and not proto.closed:
-        buf = proto.get_buffer(len(view))
-        n = min(len(buf), len(view))
-        buf[:n] = view[:n]
-        view = view[n:]
-        proto.buffer_updated(n)
-
-
-class Client:
-    """Frames requests and decodes responses through the protocol layer's client side."""
-
-    def __init__(self, proto, transport):
-        self.proto, self.transport, self.conn = proto, transport, ClientConnection(client_id="t")
-
-    def call(self, request, version):
-        _, data = self.conn.send_request(request, version)
-        feed(self.proto, data)
-        events = self.conn.receive_data(bytes(self.transport.out))
-        self.transport.out.clear()
-        return events[0].response if events else None
 
 
 def test_plain_then_requests_reach_the_handlers_with_the_principal():

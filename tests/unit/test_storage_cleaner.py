@@ -17,6 +17,7 @@ from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.log_manager import LogManager
 from odradek.storage.names import TopicPartition
+from tests.harness.crash import Crash, crash_after
 
 NOW = 1_700_000_000_000
 DAY = 24 * 3600 * 1000
@@ -147,30 +148,6 @@ def test_a_log_truncated_during_cleaning_is_left_alone(tmp_path):
     assert not any(n.endswith(".cleaned") for n in os.listdir(log.directory))
 
 
-class Crash(Exception):
-    pass
-
-
-def _crash_after(monkeypatch, calls: int):
-    """Make the `calls`-th os.replace/os.unlink raise, and every later one (the process is gone)."""
-    state = {"n": 0, "crashed": False}
-
-    def guard(real):
-        def call(*args, **kwargs):
-            if state["crashed"]:
-                raise Crash()
-            state["n"] += 1
-            if state["n"] == calls:
-                state["crashed"] = True
-                raise Crash()
-            return real(*args, **kwargs)
-        return call
-
-    monkeypatch.setattr(os, "replace", guard(os.replace))
-    monkeypatch.setattr(os, "unlink", guard(os.unlink))
-    return state
-
-
 def _build(directory: str) -> Log:
     log = Log.open(directory, CONFIG, now_ms=NOW)
     rng = random.Random(7)
@@ -191,7 +168,7 @@ def test_a_crash_at_any_step_of_cleaning_leaves_a_consistent_log(tmp_path, monke
         directory = str(tmp_path / f"run{steps}" / "t-0")
         log = _build(directory)
         with monkeypatch.context() as patch:
-            state = _crash_after(patch, steps)
+            state = crash_after(patch, steps)
             try:
                 Cleaner().clean(log, now_ms=NOW)
             except Crash:

@@ -373,7 +373,7 @@ def _transactional_log(directory: str, config: LogConfig) -> Log:
 
 
 def test_compaction_and_a_crash_at_any_step_keep_what_read_committed_readers_see(tmp_path, monkeypatch):
-    from .test_storage_cleaner import Crash, _crash_after
+    from tests.harness.crash import Crash, crash_after
 
     # (crashes are simulated by failing renames and unlinks, so the fsyncs, slow on a busy disk, can go)
     monkeypatch.setattr(os, "fsync", lambda fd: None)
@@ -390,7 +390,7 @@ def test_compaction_and_a_crash_at_any_step_keep_what_read_committed_readers_see
         directory = str(tmp_path / f"run{steps}" / "t-0")
         log = _transactional_log(directory, config)
         with monkeypatch.context() as patch:
-            state = _crash_after(patch, steps)
+            state = crash_after(patch, steps)
             try:
                 Cleaner().clean(log, now_ms=NOW)
             except Crash:

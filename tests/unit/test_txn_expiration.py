@@ -15,7 +15,7 @@ from odradek.coordinator.transaction.config import TransactionCoordinatorConfig
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import DescribeTransactionsRequest
 
-from .test_txn_coordinator import Harness, S
+from tests.harness.txn_coordinator import Harness, S
 
 EXPIRATION_MS = 10_000
 TICK_MS = 1_000

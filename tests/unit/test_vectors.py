@@ -13,41 +13,21 @@ equal the frame without them.
 from __future__ import annotations
 
 import pathlib
-import re
 import struct
 
 import pytest
 
-from odradek.protocol.codec import encode_into
 from odradek.protocol.connection import ClientConnection, RequestReceived, ServerConnection
-from odradek.protocol.headers import RequestHeader, write_request_header
 from odradek.protocol.messages import BY_KEY
 from odradek.protocol.records import ATTR_CODEC_MASK, validate_batch
 from odradek.protocol.schema import snake
+from tests.harness.vectors import NAME, REQUIRED, TRAILING, VECTORS_DIR, reframe
 
-VECTORS_DIR = pathlib.Path(__file__).resolve().parent.parent / "vectors"
 FILES = sorted(VECTORS_DIR.glob("*/*.bin"))
-NAME = re.compile(r"(?P<api>[a-z0-9_]+)_request_v(?P<version>\d+)_(?P<nnn>\d{3})\.bin")
 PAYLOAD = b"vector-0"  # what tests.capture makes each producer send
 
-# What each client must have sent on its way through bootstrap, produce, fetch and a group
-# (kafka-protocol.md §1.3); kcat is optional (captured only where it is installed).
-REQUIRED = {"api_versions", "metadata", "init_producer_id", "produce", "list_offsets", "fetch"}
 GROUP = {"find_coordinator", "join_group", "sync_group", "heartbeat", "offset_fetch", "offset_commit", "leave_group"}
 CLIENTS = ("confluent_kafka", "aiokafka", "kafka_python")
-# (client, api, version) -> the bytes a client leaves after the request body.
-TRAILING = {("confluent_kafka", "metadata", 13): b"\x01\x00\x00"}
-
-
-def reframe(header: RequestHeader, request) -> bytes:
-    """The frame ClientConnection.send_request would write, with the header's own correlation id."""
-    out = bytearray(4)
-    write_request_header(out, header)
-    chunks: list = []
-    encode_into(request, header.api_version, out, chunks)
-    assert not chunks
-    struct.pack_into(">i", out, 0, len(out) - 4)
-    return bytes(out)
 
 
 def _id(path: pathlib.Path) -> str:

@@ -1,4 +1,4 @@
-"""A group coordinator on a manual clock and an in-memory log, with shorthands for the requests (no tests)."""
+"""A group coordinator on a manual clock and an in-memory log, with shorthands for the requests."""
 
 from __future__ import annotations
 

@@ -22,11 +22,36 @@ import os
 import sys
 import time
 from array import array
-from typing import Any, Callable
+from typing import Any
 
-from .cluster import TopicPartition
-from .config import ConsumerConfig, ProducerConfig
-from .errors import ConfigError
+from ..cluster import TopicPartition
+from ..config import ConsumerConfig, ProducerConfig
+from ..errors import ConfigError
+from .common import SubParsers, non_negative, positive, topic_argument
+from .properties import client_config
+
+
+def register(sub: SubParsers) -> None:
+    """`perf produce|consume`."""
+    psub = SubParsers(sub.add("perf", help="measure throughput and latency"), "action")
+    p = psub.add("produce", handler=perf_produce, help="produce records as fast as allowed")
+    topic_argument(p)
+    p.add_argument("--num-records", "-n", type=positive, default=100_000)
+    p.add_argument("--record-size", "-s", type=positive, default=100)
+    p.add_argument("--throughput", type=positive, default=None, help="records per second (default: unlimited)")
+    p.add_argument("--acks", choices=["0", "1", "-1", "all"], default=None)
+    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default=None)
+    p.add_argument("--batch-size", type=positive, default=None)
+    p.add_argument("--linger-ms", type=non_negative, default=None)
+    p.add_argument("--keys", type=non_negative, default=0, help="use this many distinct keys (0: no keys)")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="draw throughput and latency (needs matplotlib)")
+    p.add_argument("--no-progress", action="store_true")
+    p = psub.add("consume", handler=perf_consume, help="consume records as fast as possible")
+    topic_argument(p)
+    p.add_argument("--num-records", "--messages", "-n", type=positive, default=100_000)
+    p.add_argument("--group", "-g", default=None)
+    p.add_argument("--plot", default=None, metavar="FILE.png")
+    p.add_argument("--no-progress", action="store_true")
 
 
 
@@ -139,15 +164,14 @@ class _Progress:
             self._progress.stop()
 
 
-async def perf_produce(args: argparse.Namespace, out: Any, make_config: Callable[..., Any]) -> int:
-    """`make_config(cls, defaults=..., **options)`: the CLI's config, client properties (-X) included."""
-    from .producer import Producer
+async def perf_produce(args: argparse.Namespace, out: Any) -> int:
+    from ..producer import Producer
 
     _check_plot(args.plot)
-    config = make_config(ProducerConfig, defaults=dict(acks="all", compression_type="none", batch_size=65_536,
-                                                       linger_ms=5),
-                         acks=args.acks, compression_type=args.compression, batch_size=args.batch_size,
-                         linger_ms=args.linger_ms)
+    config = client_config(ProducerConfig, args, defaults=dict(acks="all", compression_type="none",
+                                                             batch_size=65_536, linger_ms=5),
+                           acks=args.acks, compression_type=args.compression, batch_size=args.batch_size,
+                           linger_ms=args.linger_ms)
     config = config.replace(max_block_ms=max(config.default_api_timeout_ms, 30_000))
     payload = os.urandom(args.record_size)
     keys = [str(i).encode() for i in range(args.keys)] if args.keys else None
@@ -204,13 +228,13 @@ async def perf_produce(args: argparse.Namespace, out: Any, make_config: Callable
     return 0
 
 
-async def perf_consume(args: argparse.Namespace, out: Any, make_config: Callable[..., Any]) -> int:
-    from .consumer import Consumer
+async def perf_consume(args: argparse.Namespace, out: Any) -> int:
+    from ..consumer import Consumer
 
     _check_plot(args.plot)
-    config = make_config(ConsumerConfig, defaults=dict(max_poll_records=10_000), group_id=args.group,
-                         auto_offset_reset="earliest", enable_auto_commit=bool(args.group),
-                         allow_auto_create_topics=False)
+    config = client_config(ConsumerConfig, args, defaults=dict(max_poll_records=10_000), group_id=args.group,
+                           auto_offset_reset="earliest", enable_auto_commit=bool(args.group),
+                           allow_auto_create_topics=False)
     n = args.num_records
     latencies = array("d")
     times = array("d")

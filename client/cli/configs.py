@@ -1,0 +1,67 @@
+"""`odradek config get|set` of topics, brokers, groups and broker loggers, as kafka-configs.sh."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import EXIT_OK, Output, SubParsers, UsageError, key_value
+from .properties import admin_for
+
+
+def register(sub: SubParsers) -> None:
+    """`config get|set`."""
+    csub = SubParsers(sub.add("config", help="read and change topic, broker and group configs"), "action")
+    p = csub.add("get", handler=config_get, help="show configs")
+    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group,broker-logger}")
+    p.add_argument("name")
+    p.add_argument("keys", nargs="*")
+    p.add_argument("--all", action="store_true", help="include defaults")
+    p = csub.add("set", handler=config_set, help="set or delete configs (incremental)")
+    p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group,broker-logger}")
+    p.add_argument("name")
+    p.add_argument("pairs", nargs="*", type=key_value, metavar="KEY=VALUE")
+    p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V...]",
+                   help="kafka-configs.sh's spelling of KEY=VALUE pairs")
+    p.add_argument("--delete", "--delete-config", action="append", default=[], metavar="KEY")
+
+
+_RESOURCE_TYPES = {"topic": "topic", "topics": "topic", "broker": "broker", "brokers": "broker",
+                   "group": "group", "groups": "group", "broker-logger": "broker_logger", "broker-loggers": "broker_logger"}
+
+
+def _resource_type(text: str) -> str:
+    """topic, broker, group or broker-logger (a node's loggers and their levels); kafka-configs.sh's plural
+    entity types too."""
+    try:
+        return _RESOURCE_TYPES[text]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected topic, broker, group or broker-logger, got {text!r}") from None
+
+
+async def config_get(args: argparse.Namespace, out: Output) -> int:
+    async with admin_for(args) as admin:
+        entries = await admin.describe_configs(args.resource_type, args.name, args.keys or None)
+    if not args.all and not args.keys:
+        entries = [e for e in entries if not e.is_default]
+    if out.json:
+        out.emit_json({e.name: {"value": e.value, "source": e.source, "read_only": e.read_only,
+                                "sensitive": e.is_sensitive} for e in entries})
+    else:
+        out.table(["NAME", "VALUE", "SOURCE"], [[e.name, "(sensitive)" if e.is_sensitive else e.value, e.source]
+                                                for e in entries])
+    return EXIT_OK
+
+
+async def config_set(args: argparse.Namespace, out: Output) -> int:
+    changes: dict[str, str | None] = dict(args.pairs)
+    changes.update({k: None for k in args.delete})
+    if not changes:
+        raise UsageError("nothing to set: give KEY=VALUE pairs or --delete KEY")
+    async with admin_for(args) as admin:
+        await admin.alter_configs(args.resource_type, args.name, changes)
+    if out.json:
+        out.emit_json({"resource": args.resource_type, "name": args.name, "changes": changes})
+    else:
+        out.line(f"updated {args.resource_type} {args.name}: " +
+                 ", ".join(f"{k}={v}" if v is not None else f"-{k}" for k, v in changes.items()))
+    return EXIT_OK
