@@ -23,7 +23,7 @@ the Deferred completes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from odradek.purgatory.deferred import Deferred
 from odradek.protocol.errors import ErrorCode
@@ -119,10 +119,9 @@ class ControllerDecisions:
     def alter_configs(self, changes: Sequence[ConfigChange], *, validate_only: bool = False) -> Deferred[Results]:
         return self._run([lambda c=c: self.controller.decide_alter_config(c) for c in changes], validate_only)
 
-    def alter_user_scram_credentials(self, decide: Callable[[Any], tuple[list, object]]) -> Deferred[Results]:
-        """SCRAM credential records, as `decide(image)` makes them from the controller's image
-        (broker/handlers/sasl.py)."""
-        return self._run([lambda: decide(self.controller.image)], False)
+    def alter_user_scram_credentials(self, deletions: Sequence, upsertions: Sequence) -> Deferred[Results]:
+        """One item: each named user's outcome (metadata/controller/scram_control.py)."""
+        return self._run([lambda: self.controller.alter_user_scram_credentials(deletions, upsertions)], False)
 
     def allocate_producer_ids(self, broker_id: int) -> Deferred[ProducerIdsBlock]:
         return self._single(lambda: self.controller.allocate_producer_ids(broker_id))

@@ -3,7 +3,7 @@
 `Controller` (quorum_controller.py, whose doc is the theory of the whole package) is a thin facade over
 the control managers, one module per part of the metadata it decides: cluster_control (brokers),
 replication_control (topics and partitions), configuration_control, acl_control, client_quota_control,
-producer_id_control, feature_control. settings.py is its static configuration, requests.py the items of
+scram_control, producer_id_control, feature_control. settings.py is its static configuration, requests.py the items of
 the channel's topic and config calls.
 """
 

@@ -18,6 +18,7 @@ hands each operation to the control manager that owns that part of the metadata,
     configuration_control  dynamic configs of topics and brokers
     acl_control            ACL bindings
     client_quota_control   client quotas
+    scram_control          SCRAM users' credentials
     producer_id_control    producer-id blocks
     feature_control        finalized feature levels (metadata.version)
 
@@ -58,6 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from odradek.protocol.errors import ErrorCode
+from odradek.metadata.broker_heartbeats import BrokerHeartbeatManager
 from odradek.metadata.image import (
     Endpoint,
     MetadataError,
@@ -77,6 +79,7 @@ from .feature_control import FeatureControlManager
 from .producer_id_control import DEFAULT_PRODUCER_ID_BLOCK_SIZE, ProducerIdControlManager
 from .replication_control import ReplicationControlManager
 from .requests import ConfigChange, NewPartitions, NewTopic, TopicToDelete
+from .scram_control import ScramControlManager, ScramOutcome
 from .settings import ControllerSettings, TopicConfigValidator
 
 Decision = tuple[list, Any]
@@ -115,10 +118,11 @@ class Controller:
         )
         self.acls = AclControlManager(self._rng)
         self.client_quotas = ClientQuotaControlManager()
+        self.scram = ScramControlManager()
         self.producer_ids = ProducerIdControlManager(brokers)
 
     @property
-    def heartbeats(self):
+    def heartbeats(self) -> BrokerHeartbeatManager:
         """The brokers' sessions (the cluster control manager's)."""
         return self.cluster.heartbeats
 
@@ -267,7 +271,7 @@ class Controller:
         """One resource of an (Incremental)AlterConfigs: (records, None)."""
         return self.configs.alter_config_change(self.image, c)
 
-    # -- configs, ACLs, client quotas, producer ids
+    # -- configs, ACLs, client quotas, SCRAM users, producer ids
 
     def alter_configs(
         self,
@@ -287,6 +291,9 @@ class Controller:
 
     def alter_client_quota(self, entity, ops) -> tuple[list, None]:
         return self.client_quotas.alter_client_quota(entity, ops)
+
+    def alter_user_scram_credentials(self, deletions: Sequence, upsertions: Sequence) -> tuple[list, ScramOutcome]:
+        return self.scram.alter_user_scram_credentials(self.image, deletions, upsertions)
 
     def allocate_producer_ids(
         self, broker_id: int, block_size: int = DEFAULT_PRODUCER_ID_BLOCK_SIZE

@@ -117,7 +117,12 @@ class ReplicationControlManager:
         self._rng = rng
         self._brokers = brokers
         self._configs = configs
-        self.next_balance_ms: int | None = None  # the next leader-balance check; None: check at the next tick
+        self._next_balance_ms: int | None = None  # None: check at the next tick
+
+    @property
+    def next_balance_ms(self) -> int | None:
+        """When the next leader-balance check is due (None: at the next tick, or rebalancing is off)."""
+        return self._next_balance_ms
 
     # -- topics: CreateTopics, DeleteTopics, CreatePartitions
 
@@ -447,11 +452,11 @@ class ReplicationControlManager:
         a preferred-leader election for each partition led by another replica than its first, where the
         first can lead (in the ISR, active); at most max_elections_per_imbalance records."""
         if not self._configs.auto_leader_rebalance_enabled(image):
-            self.next_balance_ms = None
+            self._next_balance_ms = None
             return []
-        if self.next_balance_ms is not None and now_ms < self.next_balance_ms:
+        if self._next_balance_ms is not None and now_ms < self._next_balance_ms:
             return []
-        self.next_balance_ms = now_ms + self._settings.leader_imbalance_check_interval_ms
+        self._next_balance_ms = now_ms + self._settings.leader_imbalance_check_interval_ms
         changes = PartitionChanges(image)
         for topic, partition_id, partition in partitions_in_order(image):
             if len(changes.records) >= self._settings.max_elections_per_imbalance:
