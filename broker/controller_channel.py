@@ -23,6 +23,7 @@ the Deferred completes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Protocol
 
 from odradek.purgatory.deferred import Deferred
@@ -106,18 +107,17 @@ class ControllerDecisions:
         self, topics: Sequence[NewTopic], *, validate_only: bool = False, internal: bool = False
     ) -> Deferred[Results]:
         decide = self.controller.decide_create_topic
-        return self._run(
-            [lambda t=t: decide(t, validate_only=validate_only, internal=internal) for t in topics], validate_only
-        )
+        ops = [partial(decide, t, validate_only=validate_only, internal=internal) for t in topics]
+        return self._run(ops, validate_only)
 
     def delete_topics(self, topics: Sequence[TopicToDelete]) -> Deferred[Results]:
-        return self._run([lambda t=t: self.controller.decide_delete_topic(t) for t in topics], False)
+        return self._run([partial(self.controller.decide_delete_topic, t) for t in topics], False)
 
     def create_partitions(self, topics: Sequence[NewPartitions], *, validate_only: bool = False) -> Deferred[Results]:
-        return self._run([lambda t=t: self.controller.decide_create_partitions(t) for t in topics], validate_only)
+        return self._run([partial(self.controller.decide_create_partitions, t) for t in topics], validate_only)
 
     def alter_configs(self, changes: Sequence[ConfigChange], *, validate_only: bool = False) -> Deferred[Results]:
-        return self._run([lambda c=c: self.controller.decide_alter_config(c) for c in changes], validate_only)
+        return self._run([partial(self.controller.decide_alter_config, c) for c in changes], validate_only)
 
     def alter_user_scram_credentials(self, deletions: Sequence, upsertions: Sequence) -> Deferred[Results]:
         """One item: each named user's outcome (metadata/controller/scram_control.py)."""
@@ -129,14 +129,14 @@ class ControllerDecisions:
     # ACLs and client quotas: one item per binding, filter or quota entity
 
     def create_acls(self, bindings: Sequence) -> Deferred[Results]:
-        return self._run([lambda b=b: self.controller.create_acl(b) for b in bindings], False)
+        return self._run([partial(self.controller.create_acl, b) for b in bindings], False)
 
     def delete_acls(self, filters: Sequence) -> Deferred[Results]:
-        return self._run([lambda f=f: self.controller.delete_acls(f) for f in filters], False)
+        return self._run([partial(self.controller.delete_acls, f) for f in filters], False)
 
     def alter_client_quotas(self, entries: Sequence, *, validate_only: bool = False) -> Deferred[Results]:
         """`entries`: (entity pairs, [(key, value, remove)]) per quota entity."""
-        return self._run([lambda e=e: self.controller.alter_client_quota(*e) for e in entries], validate_only)
+        return self._run([partial(self.controller.alter_client_quota, *e) for e in entries], validate_only)
 
     def register_broker(
         self, broker_id: int, endpoints: Sequence[Endpoint], *, rack: str | None, cluster_id: str | None

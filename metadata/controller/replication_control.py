@@ -353,6 +353,7 @@ class ReplicationControlManager:
                             )
                         )
                         continue
+                assert partition is not None  # validated above; a change to it leaves it in place
                 out.partitions.append(
                     AlterPartitionResponse.TopicData.PartitionData(
                         partition_index=p.partition_index,

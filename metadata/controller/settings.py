@@ -23,8 +23,9 @@ AUTO_LEADER_REBALANCE_ENABLE = "auto.leader.rebalance.enable"
 DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS = 300_000  # leader.imbalance.check.interval.seconds = 300
 DEFAULT_MAX_ELECTIONS_PER_IMBALANCE = 1000
 
-TopicConfigValidator = Callable[[Mapping[str, str]], object]
-"""Checks topic config overrides (name -> value, no None); raises ValueError naming the bad one."""
+TopicConfigValidator = Callable[[Mapping[str, str | None]], object]
+"""Checks topic config overrides (name -> value; a None value, a deletion, is not checked); raises ValueError
+naming the bad one."""
 
 
 @dataclass(frozen=True, slots=True)
