@@ -23,7 +23,6 @@ import structlog
 
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.errors import ErrorCode
-from odradek.metadata.controller import Controller
 from odradek.metadata.image import Endpoint
 from odradek.metadata.log import MetadataLog, StorageLogAdapter, metadata_log_config
 from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
@@ -38,6 +37,7 @@ from odradek.storage.segment import drop_cache
 from .storage_tool import read_bootstrap_records
 from .context import SecurityProtocol
 from .controller_channel import LocalControllerChannel
+from .controller_settings import new_controller
 from .services import BrokerServices
 from .topics import topic_settings
 
@@ -93,7 +93,7 @@ async def start_components(broker) -> None:
         metadata_log.load()
         broker.metadata_log = metadata_log
         publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
-        controller = Controller()
+        controller = new_controller(cfg)
         controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
         broker.controller = LocalControllerChannel(controller, metadata_log, publisher, cfg, now_ms)
 
@@ -198,12 +198,7 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     driver.after_each_call = loader.maybe_snapshot
     local = None
     if raft.is_voter and "controller" in cfg.process_roles:
-        controller = Controller(
-            session_timeout_ms=cfg.broker_session_timeout_ms,
-            unclean_leader_election_enable=cfg.unclean_leader_election_enable,
-            auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
-            leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_seconds * 1000,
-        )
+        controller = new_controller(cfg)
         controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
         local = QuorumControllerChannel(controller, cfg, now_ms, driver, loader)
         local.cluster_id = broker.cluster_id

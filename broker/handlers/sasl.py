@@ -6,9 +6,9 @@ where Kafka answers ILLEGAL_SASL_STATE. They are registered so that ApiVersions 
 
 SCRAM credentials live in the metadata log (UserScramCredentialRecord: salt, StoredKey, ServerKey,
 iterations; never the password). AlterUserScramCredentials carries the salted password the client
-computed; the controller derives the keys. Results come one per distinct user name, as Kafka's
-ControllerApis answers; a user named in both a deletion and an upsertion of the same mechanism, an unknown
-mechanism, or iterations outside 4096..16384 fail that user only.
+computed; the controller derives the keys and decides each user's outcome
+(metadata/controller/scram_control.py). Results come one per distinct user name, as Kafka's ControllerApis
+answers.
 """
 
 from __future__ import annotations
@@ -20,16 +20,12 @@ from odradek.protocol.messages import (
     SaslAuthenticateResponse,
     SaslHandshakeResponse,
 )
-from odradek.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, credential_from_salted_password
 from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.metadata.image import MetadataError
-from odradek.metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 
 from ..authorizer import requires
 from . import BROKER, CONTROLLER, handles
 from .envelope import forwarded
-
-_MECHANISM_IDS = {int(m) for m in ScramMechanism}
 
 
 @handles(17, listeners=(BROKER, CONTROLLER))
@@ -74,51 +70,6 @@ def handle_describe_user_scram_credentials(services, ctx, request):
     return DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=0, results=results)
 
 
-def decide_scram_changes(image, deletions, upsertions) -> tuple[list, dict[str, tuple[int, str | None]]]:
-    """The records for a request's changes against `image`, and each user's (error code, message)."""
-    outcome: dict[str, tuple[int, str | None]] = {}
-    users = list(dict.fromkeys([d.name for d in deletions] + [u.name for u in upsertions]))
-    seen: dict[tuple[str, int], int] = {}
-    for item in [*deletions, *upsertions]:
-        seen[(item.name, item.mechanism)] = seen.get((item.name, item.mechanism), 0) + 1
-
-    def fail(name: str, code: ErrorCode, message: str) -> None:
-        outcome.setdefault(name, (int(code), message))
-
-    for item in [*deletions, *upsertions]:
-        if not item.name:
-            fail(item.name, ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-        elif item.mechanism not in _MECHANISM_IDS:
-            fail(item.name, ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {item.mechanism}")
-        elif seen[(item.name, item.mechanism)] > 1:
-            fail(item.name, ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
-    for d in deletions:
-        if d.name not in outcome and (d.name, d.mechanism) not in image.scram_credentials:
-            fail(d.name, ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
-    for u in upsertions:
-        if u.name in outcome:
-            continue
-        if not MIN_ITERATIONS <= u.iterations <= MAX_ITERATIONS:
-            fail(u.name, ErrorCode.UNACCEPTABLE_CREDENTIAL,
-                 f"Iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
-        elif not u.salt or not u.salted_password:
-            fail(u.name, ErrorCode.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
-    records = []
-    for d in deletions:
-        if d.name not in outcome:
-            records.append(RemoveUserScramCredentialRecord(name=d.name, mechanism=d.mechanism))
-    for u in upsertions:
-        if u.name not in outcome:
-            c = credential_from_salted_password(ScramMechanism(u.mechanism), bytes(u.salted_password), bytes(u.salt), u.iterations)
-            records.append(UserScramCredentialRecord(name=u.name, mechanism=u.mechanism, salt=c.salt,
-                                                     stored_key=c.stored_key, server_key=c.server_key, iterations=c.iterations))
-    for name in users:
-        outcome.setdefault(name, (0, None))
-    # Kafka applies a user's changes only if all of them are acceptable: drop the records of failed users.
-    failed = {name for name, (code, _) in outcome.items() if code}
-    return [r for r in records if r.name not in failed], outcome
-
-
 @handles(51, listeners=(BROKER, CONTROLLER))
 @forwarded
 def handle_alter_user_scram_credentials(services, ctx, request):
@@ -128,19 +79,17 @@ def handle_alter_user_scram_credentials(services, ctx, request):
             AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult(
                 user=user, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=None) for user in users])
     Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-    outcome_holder: dict = {}
-
-    def decide(image):
-        records, outcome = decide_scram_changes(image, request.deletions, request.upsertions)
-        outcome_holder.update(outcome)
-        return records, None
 
     def answer(results):
-        error = results[0] if results else None
+        (outcome,) = results
+        if isinstance(outcome, MetadataError):  # the records were refused: every user named gets the error
+            users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
+            return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+                Result(user=name, error_code=int(outcome.error_code), error_message=outcome.message) for name in users
+            ])
         return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
-            Result(user=name, error_code=int(error.error_code), error_message=error.message)
-            if isinstance(error, MetadataError) else Result(user=name, error_code=code, error_message=message)
-            for name, (code, message) in outcome_holder.items()
+            Result(user=name, error_code=code, error_message=message) for name, (code, message) in outcome.items()
         ])
 
-    return services.answer(services.controller.alter_user_scram_credentials(decide), answer)
+    changes = services.controller.alter_user_scram_credentials(request.deletions, request.upsertions)
+    return services.answer(changes, answer)

@@ -25,7 +25,7 @@ from odradek.broker.server import refuse_unserved_settings
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.purgatory.deferred import Deferred
 from odradek.protocol.errors import ErrorCode
-from odradek.metadata.controller import Controller
+from odradek.broker.controller_settings import new_controller
 from odradek.metadata.image import Endpoint, MetadataError, ProducerIdsBlock
 from odradek.metadata.log import MetadataLog
 from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
@@ -53,7 +53,7 @@ def node(storage: MemoryStorage | None = None, **props):
     publisher.register(recorder)
     publisher.publish(MetadataUpdate.snapshot(log.image, log.log_end_offset))
     config = BrokerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": 2, **props})
-    channel = LocalControllerChannel(Controller(rng=random.Random(1)), log, publisher, config, lambda: NOW_MS)
+    channel = LocalControllerChannel(new_controller(config, rng=random.Random(1)), log, publisher, config, lambda: NOW_MS)
     channel.register_broker(1, [Endpoint("PLAINTEXT", "h", 9092)], rack=None, cluster_id=None).result()
     return channel, recorder, storage
 

@@ -10,7 +10,6 @@ import pytest
 
 from odradek.broker.config import BrokerConfig, ConfigError
 from odradek.broker.context import SecurityProtocol
-from odradek.broker.handlers.sasl import decide_scram_changes
 from odradek.broker.security import (
     PrincipalMapper, client_credentials, distinguished_name, listener_security, node_security, parse_jaas,
 )
@@ -18,6 +17,7 @@ from odradek.broker.storage_tool import parse_add_scram, read_bootstrap_records,
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 from odradek.protocol.sasl import ScramMechanism, salted_password, scram_credential
+from odradek.metadata.controller.scram_control import ScramControlManager
 from odradek.metadata.image import replay_all
 from tests.pki import make_pki
 
@@ -139,6 +139,7 @@ def test_add_scram_forms_and_the_bootstrap_file(tmp_path):
 
 
 def test_alter_user_scram_credentials_decisions():
+    decide_scram_changes = ScramControlManager().alter_user_scram_credentials
     cls = REQUESTS[51]
     salt, salted = b"salt", salted_password(ScramMechanism.SCRAM_SHA_512, "pw", b"salt", 4096)
     up = lambda name, mech=2, it=4096: cls.ScramCredentialUpsertion(name=name, mechanism=mech, iterations=it, salt=salt,

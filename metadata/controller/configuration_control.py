@@ -1,0 +1,132 @@
+"""The controller's view of dynamic configs (Kafka's ConfigurationControlManager).
+
+Configs are kept in the image per resource (a topic by name, a broker by id, the cluster-wide broker
+defaults under broker resource ""), each set by a ConfigRecord (a None value deletes the key). A change
+writes a record only for a key whose value actually changes; the legacy AlterConfigs replaces the whole
+set (`replace`), deleting every key it does not name.
+
+Topic config values are checked against their definitions by the `TopicConfigValidator` the controller is
+given (settings.py says why it is injected); a refusal is INVALID_CONFIG with the validator's message.
+
+The other managers read configs through this one: whether a topic may elect an unclean leader and whether
+leaders are rebalanced, each the dynamic value (the topic's, then the cluster-wide one) over the static
+default in `ControllerSettings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from odradek.protocol.errors import ErrorCode
+from odradek.metadata.image import MetadataError, MetadataImage
+from odradek.metadata.records import ConfigRecord, ConfigResourceType
+
+from .requests import ConfigChange
+from .settings import (
+    AUTO_LEADER_REBALANCE_ENABLE,
+    UNCLEAN_LEADER_ELECTION_ENABLE,
+    ControllerSettings,
+    TopicConfigValidator,
+)
+
+
+class ConfigurationControlManager:
+    """See the module doc. Without a `validate_topic_configs`, topic config values are not checked (only
+    that names are not empty and values not null)."""
+
+    def __init__(self, settings: ControllerSettings, validate_topic_configs: TopicConfigValidator | None) -> None:
+        self._settings = settings
+        self._validate_topic_configs = validate_topic_configs
+
+    # -- decisions
+
+    def alter_configs(
+        self,
+        image: MetadataImage,
+        resource_type: int,
+        resource_name: str,
+        changes: Mapping[str, str | None],
+        *,
+        replace: bool = False,
+    ) -> list:
+        """ConfigRecords setting each of `changes` (a None value deletes the key), for a topic or a broker
+        (resource name "" for the cluster-wide defaults). With `replace` (legacy AlterConfigs) every key
+        not in `changes` is deleted too. Only actual changes produce records."""
+        if resource_type == ConfigResourceType.TOPIC:
+            if resource_name not in image.topics_by_name:
+                raise MetadataError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource_name} does not exist."
+                )
+        elif resource_type == ConfigResourceType.BROKER:
+            if resource_name and not (resource_name.isascii() and resource_name.isdigit()):
+                raise MetadataError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"Illegal non-integral BROKER resource type name: {resource_name}",
+                )
+        else:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, f"Unsupported config resource type {resource_type}")
+        current = image.configs.get((resource_type, resource_name), {})
+        wanted = dict(changes)
+        if replace:
+            for key in current:
+                wanted.setdefault(key, None)
+        records = []
+        for key, value in wanted.items():
+            if not key:
+                raise MetadataError(ErrorCode.INVALID_CONFIG, "Config names must not be empty")
+            if current.get(key) != value:
+                records.append(
+                    ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=key, value=value)
+                )
+        return records
+
+    def alter_config_change(self, image: MetadataImage, change: ConfigChange) -> tuple[list, None]:
+        """One resource of an (Incremental)AlterConfigs: a topic must exist and its new values pass the
+        validator (deletions are not checked); then `alter_configs`."""
+        if change.resource_type == ConfigResourceType.TOPIC:
+            if change.resource_name not in image.topics_by_name:
+                raise MetadataError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {change.resource_name} does not exist."
+                )
+            self.validate_topic_configs({k: v for k, v in change.changes.items() if v is not None})
+        return self.alter_configs(image, change.resource_type, change.resource_name, change.changes), None
+
+    def validate_topic_configs(self, configs: Mapping[str, str | None]) -> None:
+        """MetadataError(INVALID_CONFIG) for an unknown topic config or an invalid value."""
+        if self._validate_topic_configs is None:
+            return
+        try:
+            self._validate_topic_configs(dict(configs))
+        except ValueError as e:
+            raise MetadataError(ErrorCode.INVALID_CONFIG, str(e)) from None
+
+    def topic_config_records(self, name: str, configs: Mapping[str, str | None]) -> list:
+        """The ConfigRecords of a new topic's overrides (names must not be empty, values not null)."""
+        records = []
+        for key, value in configs.items():
+            if not key:
+                raise MetadataError(ErrorCode.INVALID_CONFIG, "Config names must not be empty")
+            if value is None:
+                raise MetadataError(
+                    ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {key}"
+                )
+            records.append(
+                ConfigRecord(resource_type=ConfigResourceType.TOPIC, resource_name=name, name=key, value=value)
+            )
+        return records
+
+    # -- what the other managers read
+
+    def unclean_leader_election_enabled(self, image: MetadataImage, topic: str) -> bool:
+        return self._flag(image, UNCLEAN_LEADER_ELECTION_ENABLE, self._settings.unclean_leader_election_enable, topic)
+
+    def auto_leader_rebalance_enabled(self, image: MetadataImage) -> bool:
+        return self._flag(image, AUTO_LEADER_REBALANCE_ENABLE, self._settings.auto_leader_rebalance_enable)
+
+    def _flag(self, image: MetadataImage, name: str, default: bool, topic: str | None = None) -> bool:
+        value = None
+        if topic is not None:
+            value = image.topic_configs(topic).get(name)
+        if value is None:
+            value = image.broker_configs().get(name)
+        return default if value is None else value.strip().lower() == "true"
