@@ -88,7 +88,8 @@ def read_request_header(buf, *, flexible: bool | None = None) -> tuple[RequestHe
 def _read_tags(buf, pos: int, into: list) -> int:
     try:
         count, pos = _uvarint(buf, pos)
-        check_tagged_field_count("header", count, len(buf) - pos)  # before any of them is kept
+        if count:  # nearly always 0: no call on the common path
+            check_tagged_field_count("header", count, len(buf) - pos)  # before any of them is kept
         for _ in range(count):
             tag, pos = _uvarint(buf, pos)
             size, pos = _uvarint(buf, pos)

@@ -27,6 +27,16 @@ Three rules, checked where the count is read, before the first element is decode
 
 A refusal is a `RemoteProtocolError` naming the field: the connection is closed, as Kafka closes it on
 a request it cannot parse.
+
+Where the rules are applied: the generated decoders (`codec`: every array, string, bytes and tagged-field
+section of every message, and of the metadata records, which share the codec), the request and response
+headers' tagged fields (`headers`), and record batches (`records`: recordsCount against the records
+section at seven bytes a record, headerCount against the record at two bytes a header; records are
+decoded lazily, one at a time). The hand-written produce parser (`fast_produce`) presizes nothing and
+reads flexible counts under 127 only; a v3-v8 count it cannot satisfy runs into the end of the frame,
+having built no more than the bytes it read, and the frame goes to the codec, which refuses it. It
+is left without extra checks: it is the hottest decoder, and a check there would only refuse sooner
+what the codec refuses anyway.
 """
 
 from __future__ import annotations
