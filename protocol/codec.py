@@ -10,7 +10,10 @@ decode to their defaults; encoding a non-default value into a version that lacks
 For each (class, version) actually used, Python source for a decoder and an encoder is generated as
 straight-line code and compiled once, on first use: runs of fixed-width fields become a single
 `struct.unpack_from` / `pack` call, arrays of int32 are read with one unpack, and every variable-length
-item is checked against the bytes remaining *before* anything is allocated. Decoders raise only
+item is checked against the bytes remaining *before* anything is allocated. Array counts and tagged-field
+counts also meet Kafka 4.4's caps (`limits`: 1,000,000 elements, 10,000 tagged fields), and an array's
+count is multiplied by its element type's minimum wire size (worked out from the schema when the decoder
+is generated, so the check costs one multiplication) before it is believed. Decoders raise only
 `RemoteProtocolError`; `records` fields decode to a zero-copy `memoryview` of the frame.
 
 `size()` is deliberately *not* generated: it walks the schema generically, so the property
@@ -28,6 +31,7 @@ import uuid as _uuid
 from typing import Any, NamedTuple
 
 from .errors import LocalProtocolError, RemoteProtocolError
+from .limits import MAX_ARRAY_ELEMENTS, check_tagged_field_count, refuse_array
 from .schema import _NO_DEFAULT, Api, F
 from .varint import read_uvarint as _uvarint
 from .varint import uvarint_size as _uvarint_len
@@ -196,16 +200,59 @@ def _read_bytes(buf, pos, flexible, nullable, what, zero_copy):
     return (data if zero_copy else bytes(data)), pos + n
 
 
-def _read_array_len(buf, pos, flexible, nullable, what):
+def _read_array_len(buf, pos, flexible, nullable, what, min_size=1):
+    """An array's count (-1 for null), refused before anything is allocated for it when it exceeds
+    MAX_ARRAY_ELEMENTS or when `n` elements of at least `min_size` bytes cannot fit in the bytes left
+    (see `limits`)."""
     n, pos = _read_len(buf, pos, flexible, True)
     if n < 0:
         if n == -1 and nullable:
             return -1, pos
         raise RemoteProtocolError(f"{what}: null or negative array length {n}")
-    # Every element takes at least one byte, so a count beyond the bytes left is a lie: refuse it
-    # before allocating anything for it.
-    _check(buf, pos, n, what)
+    if n > MAX_ARRAY_ELEMENTS or n * min_size > len(buf) - pos:
+        raise refuse_array(what, n, len(buf) - pos, min_size)
     return n, pos
+
+
+def _min_element_size(f: F, version: int, flexible: bool) -> int:
+    """The fewest bytes one element of array field `f` takes on the wire at `version`: what an array's
+    count is multiplied by before it is believed (`limits`, rule 1)."""
+    t = f.element_type
+    if t in _FIXED_SIZES:
+        return _FIXED_SIZES[t]
+    if t == "string":
+        return 1 if flexible else 2
+    if t in ("bytes", "records"):
+        return 1 if flexible else 4
+    return max(1, _min_struct_size(f._cls, version, flexible, set()))  # type: ignore[attr-defined]
+
+
+def _min_struct_size(cls: type, version: int, flexible: bool, seen: set) -> int:
+    """The fewest bytes a struct takes at `version`: every regular field at its shortest (null or empty
+    where it may be), and one byte for an empty tagged-field section. A struct met again while its own
+    size is being worked out (a recursive schema) counts as zero, which only loosens the bound."""
+    if cls in seen:
+        return 0
+    seen.add(cls)
+    total = 1 if flexible else 0
+    for g in cls.FIELDS:
+        if version not in g.vrange or (flexible and version in g.trange):
+            continue
+        t = g.element_type
+        if g.is_array:
+            total += 1 if flexible else 4
+        elif t in _FIXED_SIZES:
+            total += _FIXED_SIZES[t]
+        elif t == "string":
+            total += 1 if flexible else 2
+        elif t in ("bytes", "records"):
+            total += 1 if flexible else 4
+        elif version in g.nrange:
+            total += 1  # a nullable struct's marker byte
+        else:
+            total += _min_struct_size(g._cls, version, flexible, seen)  # type: ignore[attr-defined]
+    seen.discard(cls)
+    return total
 
 
 def _write_null(out, flexible, nullable, what, wide=True):
@@ -299,6 +346,7 @@ _RUNTIME = {
     "_write_records": _write_records, "_write_array_len": _write_array_len, "_uuid_from": _uuid_from,
     "_absent": _absent, "_check": _check, "struct": struct, "RemoteProtocolError": RemoteProtocolError,
     "LocalProtocolError": LocalProtocolError, "_I8": _I8, "ZERO_UUID": ZERO_UUID,
+    "_refuse_array": refuse_array, "_check_tags": check_tagged_field_count,
 }
 
 
@@ -372,12 +420,14 @@ class _Gen:
             body.append("    pos += 1")
             body.append("else:")
             tags: list[str] = []
+            owner, where = repr(self.cls.__qualname__), repr(f"{self.cls.__qualname__} tagged field")
             tags.append("n_tags, pos = _uvarint(buf, pos)")
+            tags.append(f"_check_tags({owner}, n_tags, len(buf) - pos)")
             tags.append("last_tag = -1")
             tags.append("for _ in range(n_tags):")
             tags.append("    tag, pos = _uvarint(buf, pos)")
             tags.append("    tsize, pos = _uvarint(buf, pos)")
-            tags.append("    _check(buf, pos, tsize, 'tagged field')")
+            tags.append(f"    _check(buf, pos, tsize, {where})")
             tags.append("    if tag <= last_tag: raise RemoteProtocolError('tagged fields out of order')")
             tags.append("    last_tag = tag")
             tags.append("    tbuf = buf[pos:pos + tsize]")
@@ -455,18 +505,20 @@ class _Gen:
                 else:
                     out.append(f"{target}, {p} = {sub}({buf}, {p})")
             return out
+        # The count is checked (limits.py) before the list exists: against the bytes left at this
+        # element type's minimum size, and against MAX_ARRAY_ELEMENTS. A compact count under 127 is read
+        # inline and needs only the first check; every longer one goes through _read_array_len.
+        min_size = _min_element_size(f, v, fl)
+        read_len = f"n, {p} = _read_array_len({buf}, {p}, {fl}, {nullable}, {what}, {min_size})"
         if fl:
-            out.extend(self.read_short_compact_len(
-                "n", buf, p, what, then=[], otherwise=f"n, {p} = _read_array_len({buf}, {p}, {fl}, {nullable}, {what})",
-            ))
+            out.extend(self.read_short_compact_len("n", buf, p, what, then=[], otherwise=read_len, min_size=min_size))
         else:
-            out.append(f"n, {p} = _read_array_len({buf}, {p}, {fl}, {nullable}, {what})")
+            out.append(read_len)
         out.append("if n < 0:")
         out.append(f"    {target} = None")
         out.append("else:")
         if t in _FIXED_FORMATS and t != "uuid":
-            size = _FIXED_SIZES[t]
-            out.append(f"    _check({buf}, {p}, n * {size}, {what})")
+            size = _FIXED_SIZES[t]  # == min_size: the count check above covered the whole array
             out.append(f"    {target} = list(struct.unpack_from('>%d{_FIXED_FORMATS[t]}' % n, {buf}, {p}))")
             out.append(f"    {p} += n * {size}")
             return out
@@ -474,8 +526,7 @@ class _Gen:
         out.append("    for _ in range(n):")
         if t == "string":
             out.append(f"        item, {p} = _read_string({buf}, {p}, {fl}, False, {what})")
-        elif t == "uuid":
-            out.append(f"        _check({buf}, {p}, 16, {what})")
+        elif t == "uuid":  # n * 16 bytes are there (checked above)
             out.append(f"        item = _uuid_from({buf}[{p}:{p} + 16])")
             out.append(f"        {p} += 16")
         else:
@@ -485,14 +536,22 @@ class _Gen:
         return out
 
     @staticmethod
-    def read_short_compact_len(var: str, buf: str, p: str, what: str, *, then: list[str], otherwise: str) -> list[str]:
+    def read_short_compact_len(var: str, buf: str, p: str, what: str, *, then: list[str], otherwise: str,
+                               min_size: int | None = None) -> list[str]:
         """Lines reading a compact length (stored + 1) into `var`: one under 127 is a single byte, read
-        inline, then `then` runs; anything else (null, longer, malformed) takes the call in `otherwise`."""
+        inline, then `then` runs; anything else (null, longer, malformed) takes the call in `otherwise`.
+        A string's or bytes' length is checked against the bytes left; an array's count (`min_size`
+        given) at `min_size` bytes an element."""
+        if min_size is None:
+            check = f"    if {var} > len({buf}) - {p}: _check({buf}, {p}, {var}, {what})"
+        else:
+            need = var if min_size == 1 else f"{var} * {min_size}"
+            check = f"    if {need} > len({buf}) - {p}: raise _refuse_array({what}, {var}, len({buf}) - {p}, {min_size})"
         return [
             f"{var} = {buf}[{p}] - 1",
             f"if 0 <= {var} < 127:",
             f"    {p} += 1",
-            f"    if {var} > len({buf}) - {p}: _check({buf}, {p}, {var}, {what})",
+            check,
             *("    " + ln for ln in then),
             "else:",
             f"    {otherwise}",

@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .errors import RemoteProtocolError
+from .limits import check_tagged_field_count
 from .messages import BY_KEY
 from .varint import read_uvarint as _uvarint
 from .varint import write_uvarint as _put_uvarint
@@ -87,6 +88,8 @@ def read_request_header(buf, *, flexible: bool | None = None) -> tuple[RequestHe
 def _read_tags(buf, pos: int, into: list) -> int:
     try:
         count, pos = _uvarint(buf, pos)
+        if count:  # nearly always 0: no call on the common path
+            check_tagged_field_count("header", count, len(buf) - pos)  # before any of them is kept
         for _ in range(count):
             tag, pos = _uvarint(buf, pos)
             size, pos = _uvarint(buf, pos)

@@ -259,8 +259,8 @@ def iter_records(batch_bytes, *, max_uncompressed_bytes: int) -> Iterator[Record
 def _decode_records(data: bytes, header: BatchHeader) -> Iterator[Record]:
     count = header.records_count
     end = len(data)
-    if count > end // _MIN_RECORD_SIZE:
-        raise CorruptRecordError(f"{count} records cannot fit in {end} bytes")
+    if count > end // _MIN_RECORD_SIZE:  # checked before any record is decoded (protocol/limits.py)
+        raise CorruptRecordError(f"recordsCount {count} cannot fit in the batch's {end} bytes of records")
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
     log_append_time = header.max_timestamp if header.attributes & ATTR_LOG_APPEND_TIME else None
@@ -299,7 +299,7 @@ def _decode_records(data: bytes, header: BatchHeader) -> Iterator[Record]:
 
             header_count, pos = read_varint(data, pos)
             if header_count < 0 or 2 * header_count > record_end - pos:
-                raise CorruptRecordError(f"header count {header_count} does not fit the record")
+                raise CorruptRecordError(f"headerCount {header_count} does not fit the record")
             headers = []
             for _ in range(header_count):
                 size, pos = read_varint(data, pos)

@@ -21,13 +21,15 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader, write_request_header
 from odradek.protocol.messages import ApiVersionsRequest, MetadataRequest, ProduceRequest
 from odradek.protocol.records import build_batch
+from odradek.protocol.varint import write_uvarint
 
 pytestmark = pytest.mark.timeout(60)
 
 MAX_FRAME = 104_857_600  # socket.request.max.bytes, the default the broker fixture runs with
 MAX_MESSAGE = 1_048_588  # message.max.bytes
 TOPIC = "bad-input"
-METADATA, PRODUCE, API_VERSIONS = 3, 0, 18
+METADATA, PRODUCE, API_VERSIONS, DESCRIBE_GROUPS = 3, 0, 18, 15
+MAX_ARRAY_ELEMENTS, MAX_TAGGED_FIELDS = 1_000_000, 10_000  # Kafka 4.4's caps (protocol/limits.py)
 RSS_BOUND_KB = 300 * 1024
 
 
@@ -40,6 +42,24 @@ def frame(api_key: int, version: int, body: bytes = b"", *, correlation_id: int 
     out += body
     struct.pack_into(">i", out, 0, len(out) - 4)
     return bytes(out)
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    write_uvarint(out, n)
+    return bytes(out)
+
+
+def tag_section(count: int) -> bytes:
+    """`count` empty tagged fields, tags 0, 1, 2, ..."""
+    return uvarint(count) + b"".join(uvarint(tag) + b"\x00" for tag in range(count))
+
+
+def flexible_frame_with_header_tags(api_key: int, version: int, tags: bytes, body: bytes) -> bytes:
+    """A request header v2 whose tagged-field section is `tags`, then `body`."""
+    head = struct.pack(">hhih", api_key, version, 7, 9) + b"bad-input"
+    out = head + tags + body
+    return struct.pack(">i", len(out)) + out
 
 
 def produce_request(records, *, topic: str = TOPIC, acks: int = -1) -> ProduceRequest:
@@ -140,6 +160,24 @@ CLOSING_CASES = {
         PRODUCE, 3, struct.pack(">hhi", -1, -1, 5000) + struct.pack(">ih", 1, len(TOPIC)) + TOPIC.encode()
         + struct.pack(">iii", 1, 0, 2**31 - 1) + b"\x00" * 32,
     ),
+    # Kafka 4.4's caps (protocol/limits.py): counts refused before anything is allocated for them, even
+    # when the frame holds the bytes. DescribeGroups v5: 1,000,001 empty group ids, one byte each (1 MB).
+    "array-over-1000000-elements-flexible": frame(
+        DESCRIBE_GROUPS, 5, uvarint(MAX_ARRAY_ELEMENTS + 2) + b"\x01" * (MAX_ARRAY_ELEMENTS + 1) + b"\x00\x00",
+    ),
+    # Metadata v1: 1,000,001 topics with empty names, two bytes each (2 MB).
+    "array-over-1000000-elements": frame(
+        METADATA, 1, struct.pack(">i", MAX_ARRAY_ELEMENTS + 1) + b"\x00\x00" * (MAX_ARRAY_ELEMENTS + 1),
+    ),
+    # Metadata v12 topics: 100 claimed, 18 bytes each at the least, 200 bytes follow.
+    "array-count-over-the-bytes-at-its-element-size": frame(METADATA, 12, uvarint(101) + bytes(200)),
+    # Metadata v12: topics null, two booleans, then 10,001 tagged fields in the body.
+    "tagged-fields-over-10000-in-body": frame(METADATA, 12, b"\x00\x01\x00" + tag_section(MAX_TAGGED_FIELDS + 1)),
+    "tagged-fields-over-10000-in-header": flexible_frame_with_header_tags(
+        METADATA, 12, tag_section(MAX_TAGGED_FIELDS + 1), b"\x00\x01\x00\x00",
+    ),
+    "tagged-field-count-uvarint-max": frame(METADATA, 12, b"\x00\x01\x00" + uvarint(2**32 - 1) + b"\x00" * 8),
+    "compact-string-length-2^31": frame(METADATA, 12, uvarint(2) + bytes(16) + uvarint(2**31) + b"abc"),
 }
 
 
@@ -148,6 +186,21 @@ def test_broker_closes_the_offending_connection(broker, data):
     with RawClient(broker.bootstrap) as client:
         client.send_bytes(data)
         assert client.closed_by_peer(5.0), "the broker kept the connection open"
+    broker_serves(broker.bootstrap)
+
+
+@pytest.mark.parametrize("case, says", [
+    ("array-over-1000000-elements-flexible", "DescribeGroupsRequest.groups: array of 1000001 elements exceeds the maximum of 1000000"),
+    ("tagged-fields-over-10000-in-header", "header: 10001 tagged fields exceed the maximum of 10000"),
+])
+def test_a_count_over_kafkas_cap_is_logged_with_its_field(broker, case, says):
+    with RawClient(broker.bootstrap) as client:
+        client.send_bytes(CLOSING_CASES[case])
+        assert client.closed_by_peer(5.0)
+    deadline = time.monotonic() + 5
+    while says not in broker.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert says in broker.log_text()
     broker_serves(broker.bootstrap)
 
 
@@ -270,8 +323,10 @@ def test_rss_stays_bounded_after_big_frame_attempts(broker):
             for _ in range(8):
                 client.send_bytes(chunk)
             clients.append(client)
-        # Frames over the limit, and absurd array lengths: refused before anything is buffered.
-        for data in (struct.pack(">i", 2**31 - 1) + chunk, frame(METADATA, 1, struct.pack(">i", 2**31 - 1))):
+        # Frames over the limit, absurd array lengths, and counts over Kafka 4.4's caps in frames that hold
+        # the bytes: refused before anything is buffered or allocated for them.
+        for data in (struct.pack(">i", 2**31 - 1) + chunk, frame(METADATA, 1, struct.pack(">i", 2**31 - 1)),
+                     CLOSING_CASES["array-over-1000000-elements"], CLOSING_CASES["tagged-fields-over-10000-in-body"]):
             for _ in range(10):
                 with RawClient(broker.bootstrap) as client:
                     try:
