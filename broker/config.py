@@ -1400,7 +1400,36 @@ class BrokerConfig(BaseModel):
         return self.client_listeners()[0].name
 
     def voters(self) -> list[QuorumVoter]:
-        return [_parse_voter(item) for item in self.controller_quorum_voters]
+        """`controller.quorum.voters`; without it, this node alone when it is the standalone controller of
+        `standalone_voter()`; else empty."""
+        if self.controller_quorum_voters:
+            return [_parse_voter(item) for item in self.controller_quorum_voters]
+        standalone = self.standalone_voter()
+        return [standalone] if standalone is not None else []
+
+    def standalone_voter(self) -> QuorumVoter | None:
+        """This node as the only voter when `controller.quorum.voters` is unset and
+        `controller.quorum.bootstrap.servers` names one address, this controller's own: Kafka 4's sample
+        server.properties (`controller.quorum.bootstrap.servers=localhost:9093` beside
+        `CONTROLLER://localhost:9093` in advertised.listeners), formatted with `kafka-storage format
+        --standalone`, is a quorum of this one voter (KIP-853). Odradek's quorum is static, so this is the
+        only dynamic-quorum form served; `odradek storage format --standalone` checks that it applies."""
+        if (
+            self.controller_quorum_voters
+            or "controller" not in self.process_roles
+            or len(self.controller_quorum_bootstrap_servers) != 1
+        ):
+            return None
+        host, sep, port_text = self.controller_quorum_bootstrap_servers[0].strip().rpartition(":")
+        host = host.strip("[]")
+        if not sep or not port_text.isdigit():
+            return None
+        port = int(port_text)
+        local = {"localhost", "127.0.0.1", "::1", socket.gethostname()}
+        for listener in self.advertised_controller_listener_list():
+            if listener.port == port and (host == listener.host or host in local):
+                return QuorumVoter(self.node_id, host, port)
+        return None
 
     @property
     def log_retention_ms_effective(self) -> int:
