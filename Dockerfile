@@ -1,6 +1,7 @@
 # Odradek broker image.
 #   docker build -t odradek:dev .
-#   docker run -p 9092:9092 odradek:dev          # clients on the host use localhost:9092
+#   docker run -p 127.0.0.1:9092:9092 odradek:dev   # clients on the host use localhost:9092 (no
+#                                                   # authentication: -p 9092:9092 opens it to the network)
 # Any property can be changed with ODRADEK_<KEY> environment variables (-e ODRADEK_NUM_PARTITIONS=3).
 FROM python:3.11-slim
 

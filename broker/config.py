@@ -30,6 +30,10 @@ variable's name could not say where the listener name ends; set them in the file
 Deviations from Kafka, each chosen so that the defaults run a working single broker:
 - `node.id` defaults to 1 (Kafka has no default in KRaft mode), `process.roles` to `broker,controller`
   (combined mode), and an empty `controller.quorum.voters` means "a quorum of one: this node".
+- The quorum is static: `controller.quorum.bootstrap.servers` (KIP-853's dynamic quorum) is served only in
+  Kafka 4's standalone form, naming this controller alone (`standalone_voter`). A controller listener in
+  `advertised.listeners` is accepted as in Kafka 3.9+: it is how other nodes reach this controller
+  (`advertised_controller_listener_list`), never an endpoint given to clients (`advertised_listener_list`).
 - `log.dir` defaults to `./odradek-data` (relative to the working directory), not `/tmp/kafka-logs`.
 - The internal topics' replication factors (`offsets.topic.replication.factor`,
   `transaction.state.log.replication.factor`, `.min.isr`, and the share-state ones) default to 1, as in
