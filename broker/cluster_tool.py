@@ -188,23 +188,26 @@ async def _wait_ready(nodes: int, port: int, timeout_s: float) -> bool:
 
 
 async def _node_ready(bootstrap: str, node_id: int, timeout_s: float) -> bool:
-    from odradek.protocol.messages import MetadataRequest
+    from odradek.protocol.messages import DescribeClusterRequest
 
     from .node_client import NodeConnection
 
     host, _, port = bootstrap.rpartition(":")
     conn = NodeConnection(node_id, host, int(port), backoff_s=0.0, connect_timeout_s=timeout_s)
     try:
-        md = await conn.request(MetadataRequest(topics=[]), 12, timeout_s=timeout_s)
-        return any(broker.node_id == node_id for broker in md.brokers)
+        described = await conn.request(DescribeClusterRequest(include_fenced_brokers=True), 2, timeout_s=timeout_s)
+        return described.error_code == 0 and any(
+            broker.broker_id == node_id and not broker.is_fenced for broker in described.brokers
+        )
     finally:
         await conn.close()
 
 
 def healthcheck(bootstrap: str, node_id: int, timeout_s: float = 5.0) -> int:
     """The compose file's healthcheck: 0 once the node at `bootstrap` serves clients (its broker listeners
-    open only after it has caught up with the metadata log) and its Metadata lists itself, which it does
-    once it is registered and unfenced; 1 otherwise (refused, timed out, not yet listed)."""
+    open only after it has caught up with the metadata log) and its DescribeCluster shows itself registered
+    and unfenced (Metadata would not do: a broker lists itself there even while fenced, as the controller
+    id clients are given); 1 otherwise (refused, timed out, fenced, not registered)."""
     try:
         return 0 if asyncio.run(_node_ready(bootstrap, node_id, timeout_s)) else 1
     except Exception:  # noqa: BLE001 - any failure is "not ready"; Docker only reads the exit code
@@ -298,9 +301,9 @@ def compose(nodes: int) -> str:
         "# odradek1..N on 9092 (clients, brokers) and 9093 (the quorum); the host reaches each on its own",
         "# EXTERNAL port.",
         "#",
-        "# Healthy means: the node answers Metadata on its own listener and lists itself there (it has caught",
-        "# up with the metadata log and is registered and unfenced), so `depends_on: {odradek1: {condition:",
-        "# service_healthy}}` waits for a node that takes writes.",
+        "# Healthy means: the node answers DescribeCluster on its own listener (it has caught up with the",
+        "# metadata log) and shows itself registered and unfenced there, so `depends_on: {odradek1:",
+        "# {condition: service_healthy}}` waits for a node that takes writes.",
         "#",
         "# Ports are published on 127.0.0.1 only: the listeners have no authentication. To reach a node from",
         "# other machines, publish \"19092:19092\" instead and advertise a name they resolve in",
