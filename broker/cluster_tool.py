@@ -34,6 +34,9 @@ from odradek.storage.meta_properties import format_log_dir, read_meta_properties
 DEFAULT_DIR = "./odradek-cluster"
 DEFAULT_PORT = 9092
 COMPOSE_CLUSTER_ID = "b2RyYWRlay1jb21wb3NlMQ"  # a fixed id for the compose file's fresh volumes
+# Docker's SIGTERM-to-SIGKILL grace in the compose file: above Broker.stop's controlled shutdown (10 s)
+# plus its drain (5 s) and the final flush.
+STOP_GRACE_PERIOD_S = 30
 
 
 def node_ports(node_id: int, port: int) -> tuple[int, int]:
@@ -184,6 +187,33 @@ async def _wait_ready(nodes: int, port: int, timeout_s: float) -> bool:
     return not pending
 
 
+async def _node_ready(bootstrap: str, node_id: int, timeout_s: float) -> bool:
+    from odradek.protocol.messages import DescribeClusterRequest
+
+    from .node_client import NodeConnection
+
+    host, _, port = bootstrap.rpartition(":")
+    conn = NodeConnection(node_id, host, int(port), backoff_s=0.0, connect_timeout_s=timeout_s)
+    try:
+        described = await conn.request(DescribeClusterRequest(include_fenced_brokers=True), 2, timeout_s=timeout_s)
+        return described.error_code == 0 and any(
+            broker.broker_id == node_id and not broker.is_fenced for broker in described.brokers
+        )
+    finally:
+        await conn.close()
+
+
+def healthcheck(bootstrap: str, node_id: int, timeout_s: float = 5.0) -> int:
+    """The compose file's healthcheck: 0 once the node at `bootstrap` serves clients (its broker listeners
+    open only after it has caught up with the metadata log) and its DescribeCluster shows itself registered
+    and unfenced (Metadata would not do: a broker lists itself there even while fenced, as the controller
+    id clients are given); 1 otherwise (refused, timed out, fenced, not registered)."""
+    try:
+        return 0 if asyncio.run(_node_ready(bootstrap, node_id, timeout_s)) else 1
+    except Exception:  # noqa: BLE001 - any failure is "not ready"; Docker only reads the exit code
+        return 1
+
+
 # -- down and status
 
 
@@ -262,17 +292,32 @@ def compose(nodes: int) -> str:
         "# (broker/cluster_tool.py); tests/unit/test_cluster_tool.py checks this file against them. Regenerate",
         "# rather than edit.",
         "#",
-        "#   docker compose up            # clients on the host: localhost:19092,localhost:29092,localhost:39092",
+        "#   docker compose up -d --wait  # returns once every node is healthy: clients on the host use",
+        "#                                # " + ",".join(f"localhost:{10000 * i + 9092}" for i in range(1, nodes + 1)),
+        "#   (docker-compose 1.29 has no --wait: `up -d`, then wait for `healthy` in `docker ps`)",
         "#",
         "# Every node is a broker and a controller (KRaft's combined mode). Each formats its volume with the",
         "# cluster id below on first start. Inside the compose network the nodes reach each other as",
         "# odradek1..N on 9092 (clients, brokers) and 9093 (the quorum); the host reaches each on its own",
         "# EXTERNAL port.",
+        "#",
+        "# Healthy means: the node answers DescribeCluster on its own listener (it has caught up with the",
+        "# metadata log) and shows itself registered and unfenced there, so `depends_on: {odradek1:",
+        "# {condition: service_healthy}}` waits for a node that takes writes.",
+        "#",
+        "# Ports are published on 127.0.0.1 only: the listeners have no authentication. To reach a node from",
+        "# other machines, publish \"19092:19092\" instead and advertise a name they resolve in",
+        "# ODRADEK_ADVERTISED_LISTENERS. Metrics are off; to serve them, add ODRADEK_METRICS_PORT: \"9404\" and",
+        "# publish \"127.0.0.1:19404:9404\" (a host port per node).",
+        "#",
+        "# stop_grace_period covers a node's controlled shutdown (up to 10 s: its leaderships move first) and",
+        "# the drain of in-flight requests, so `docker compose stop` does not SIGKILL it (Docker's default is 10 s).",
         "",
         "x-odradek: &odradek",
         "  build: .",
         "  image: odradek:dev",
         "  restart: unless-stopped",
+        f"  stop_grace_period: {STOP_GRACE_PERIOD_S}s",
         "",
         "services:",
     ]
@@ -292,9 +337,16 @@ def compose(nodes: int) -> str:
             f"      CLUSTER_ID: \"{COMPOSE_CLUSTER_ID}\"  # not ODRADEK_*: that prefix is for broker properties",
         ]
         out += [f"      ODRADEK_{k.upper().replace('.', '_')}: \"{v}\"" for k, v in props.items()]
+        check = f"import sys; from odradek.broker.cluster_tool import healthcheck; sys.exit(healthcheck('127.0.0.1:9092', {i}))"
         out += [
+            "    healthcheck:",
+            f"      test: [\"CMD\", \"python\", \"-c\", \"{check}\"]",
+            "      interval: 3s",
+            "      timeout: 10s",
+            "      retries: 5",
+            "      start_period: 120s",
             "    ports:",
-            f"      - \"{external}:{external}\"",
+            f"      - \"127.0.0.1:{external}:{external}\"",
             "    volumes:",
             f"      - odradek{i}-data:/var/lib/odradek",
             "",

@@ -13,13 +13,27 @@ without a second table (see `broker/topic_config.py`).
 
     server.properties file  <  ODRADEK_<KEY> environment variables  <  "key=value" overrides
 
-and raises `ConfigError` naming the key (and where the bad value came from) for an unknown key or a value
-that does not parse or validate. Only keys are merged; a derived value such as the effective retention
-(`log.retention.ms`, else `.minutes`, else `.hours`) is computed from the merged result.
+that is: for each key, a `--override` wins over an `ODRADEK_<KEY>` environment variable, which wins over the
+properties file, which wins over the built-in default. It raises `ConfigError` naming the key (and where the
+bad value came from) for an unknown key or a value that does not parse or validate. Only keys are merged; a
+derived value such as the effective retention (`log.retention.ms`, else `.minutes`, else `.hours`) is
+computed from the merged result.
+
+The environment is read as strictly as the file: every variable that starts with `ODRADEK_` must name a
+config key (`ODRADEK_LOG_DIRS` is `log.dirs`: upper case, dots and dashes as underscores), or be one of
+`NON_CONFIG_ENV_VARS`, the few names the CLI and the test suite read for themselves
+(`ODRADEK_BOOTSTRAP_SERVERS`, `ODRADEK_LONG`, ...). Any other refuses the start, naming the variable and
+the key it would map to, so a misspelt `ODRADEK_NUM_PARTITION=3` is not silently a broker with one
+partition per topic. Per-listener keys (`listener.name.<listener>.<key>`) have no environment form: the
+variable's name could not say where the listener name ends; set them in the file or with `--override`.
 
 Deviations from Kafka, each chosen so that the defaults run a working single broker:
 - `node.id` defaults to 1 (Kafka has no default in KRaft mode), `process.roles` to `broker,controller`
   (combined mode), and an empty `controller.quorum.voters` means "a quorum of one: this node".
+- The quorum is static: `controller.quorum.bootstrap.servers` (KIP-853's dynamic quorum) is served only in
+  Kafka 4's standalone form, naming this controller alone (`standalone_voter`). A controller listener in
+  `advertised.listeners` is accepted as in Kafka 3.9+: it is how other nodes reach this controller
+  (`advertised_controller_listener_list`), never an endpoint given to clients (`advertised_listener_list`).
 - `log.dir` defaults to `./odradek-data` (relative to the working directory), not `/tmp/kafka-logs`.
 - The internal topics' replication factors (`offsets.topic.replication.factor`,
   `transaction.state.log.replication.factor`, `.min.isr`, and the share-state ones) default to 1, as in
@@ -27,7 +41,9 @@ Deviations from Kafka, each chosen so that the defaults run a working single bro
 - `log.segment.bytes` accepts values down to 64 bytes (`MIN_SEGMENT_BYTES`, the storage layer's floor)
   rather than Kafka 4.0's 1 MiB, so tests can roll segments quickly; `log.index.size.max.bytes` down to
   12 (`MIN_INDEX_BYTES`: one offset index entry) rather than Kafka's 4.
-- Our own keys: `metrics.port` / `metrics.host` (Prometheus endpoint; port 0 = disabled, the default),
+- Our own keys: `metrics.port` / `metrics.host` (Prometheus endpoint; port 0 = disabled, the default;
+  the host defaults to the first listener's, so the endpoint is never reachable from wider than the
+  broker itself: see `BrokerConfig.metrics_host`),
   `log.format` (`console` or `json`), `log.level`, `log.levels` (one logger's level, where Kafka uses its
   log4j configuration), and `log.cache.window.bytes` (how much of the end of
   each active segment stays in the page cache; see storage/log_manager.py).
@@ -62,6 +78,7 @@ __all__ = [
     "Listener",
     "QuorumVoter",
     "ENV_PREFIX",
+    "NON_CONFIG_ENV_VARS",
     "load_config",
     "parse_properties",
     "parse_listener",
@@ -72,6 +89,21 @@ __all__ = [
 ]
 
 ENV_PREFIX = "ODRADEK_"
+# Environment variables that start with ENV_PREFIX but are not broker config keys: load_config leaves
+# these alone and refuses any other ODRADEK_* name that maps to no key. Add a name here (and to the README's
+# list) before reading a new one anywhere.
+NON_CONFIG_ENV_VARS = frozenset({
+    "ODRADEK_BOOTSTRAP_SERVERS",  # the client CLI's default --bootstrap-server (client/config.py)
+    "ODRADEK_FORCE_PROGRESS",  # the CLI's perf tools draw progress without a terminal (client/cli_perf.py)
+    "ODRADEK_LONG",  # the test suite: longer randomized and fault runs
+    "ODRADEK_SIM_SEED",  # the simulation tests: replay one seed
+    "ODRADEK_FAULT_SEED",  # the fault-injection tests: replay one seed ...
+    "ODRADEK_FAULT_ROUNDS",  # ... and how many rounds
+    "ODRADEK_TXN_FAULT_SEED",  # the transaction fault tests: seed, rounds, steps, debug logging
+    "ODRADEK_TXN_FAULT_ROUNDS",
+    "ODRADEK_TXN_FAULT_STEPS",
+    "ODRADEK_TXN_DEBUG",
+})
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Floors shared with topic_config and matching storage's LogConfig checks, so a value that passes
@@ -1095,7 +1127,13 @@ class BrokerConfig(BaseModel):
     metrics_port: Port = _f(
         "metrics.port", 0, T.INT, "Port of the Prometheus /metrics endpoint; 0 disables it."
     )
-    metrics_host: Str = _f("metrics.host", "0.0.0.0", T.STRING, "Address the /metrics endpoint binds.")
+    # Read it as `metrics_host` (the property below), which fills in the default.
+    metrics_host_setting: OptStr = _f(
+        "metrics.host", None, T.STRING,
+        "Address the /metrics endpoint binds; by default the host of the first listener (the first client "
+        "listener on a node that has one), so metrics are reachable from no wider than the broker: "
+        "127.0.0.1 when it listens on 127.0.0.1, every interface when it listens on 0.0.0.0 or an empty host.",
+    )
     log_format: LogFormat = _f(
         "log.format", "console", T.STRING, "Format of the broker's own logs: console or json."
     )
@@ -1173,13 +1211,28 @@ class BrokerConfig(BaseModel):
             advertised = self.advertised_listener_list()
         except ValueError as exc:
             raise _KeyedError("advertised.listeners", str(exc)) from None
+        # A controller listener in advertised.listeners (Kafka 3.9+, KIP-853) is how the other nodes reach
+        # this controller: checked here, kept out of advertised_listener_list (what clients are given).
+        try:
+            advertised_controllers = self.advertised_controller_listener_list()
+        except ValueError as exc:
+            raise _KeyedError("advertised.listeners", str(exc)) from None
+        for listener in advertised_controllers:
+            if listener.name not in names:
+                raise _KeyedError(
+                    "advertised.listeners", f"controller listener {listener.name!r} is not in listeners"
+                )
+            if listener.host in ("0.0.0.0", "::"):
+                raise _KeyedError(
+                    "advertised.listeners",
+                    f"cannot advertise the meta-address {listener.host!r} for the controller listener "
+                    f"{listener.name!r}; name a host the other nodes can reach",
+                )
+        if "broker" in self.process_roles and self.advertised_listeners is not None and not advertised:
+            raise _KeyedError("advertised.listeners", "needs a listener that is not a controller listener")
         for listener in advertised:
             if listener.name not in names:
                 raise _KeyedError("advertised.listeners", f"listener {listener.name!r} is not in listeners")
-            if listener.name in controller_names:
-                raise _KeyedError(
-                    "advertised.listeners", f"must not advertise the controller listener {listener.name!r}"
-                )
             if listener.host in ("0.0.0.0", "::"):
                 key = "advertised.listeners" if self.advertised_listeners is not None else "listeners"
                 raise _KeyedError(
@@ -1293,15 +1346,54 @@ class BrokerConfig(BaseModel):
         return [listener for listener in self.listener_list() if listener.name in controller]
 
     def advertised_listener_list(self) -> list[Listener]:
-        """What Metadata returns to clients: `advertised.listeners`, else the client listeners with an
-        empty host replaced by this machine's host name. A port of 0 must be replaced by the bound port."""
+        """What Metadata returns to clients (Kafka's effectiveAdvertisedBrokerListeners): `advertised.listeners`
+        without its controller listeners, else the client listeners with an empty host replaced by this
+        machine's host name. A port of 0 must be replaced by the bound port."""
         if self.advertised_listeners is not None:
-            return parse_listeners(self.advertised_listeners, self._protocol_map())
+            controller = {name.upper() for name in self.controller_listener_names}
+            return [
+                listener for listener in parse_listeners(self.advertised_listeners, self._protocol_map())
+                if listener.name not in controller
+            ]
         result = []
         for listener in self.client_listeners():
             host = listener.host or socket.gethostname()
             result.append(Listener(listener.name, host, listener.port, listener.security_protocol))
         return result
+
+    def advertised_controller_listener_list(self) -> list[Listener]:
+        """How other nodes reach this node's controller listeners (Kafka 3.9+'s
+        effectiveAdvertisedControllerListeners, KIP-853): per name in `controller.listener.names`, its entry
+        in `advertised.listeners` when there is one, else its entry in `listeners` (a 0.0.0.0 host becomes
+        empty: "this machine"). Kafka registers these as the controller's endpoints; they are never given
+        to clients, whose Metadata carries `advertised_listener_list()` only. Empty on a broker-only node."""
+        if "controller" not in self.process_roles:
+            return []
+        advertised = (
+            {listener.name: listener for listener in parse_listeners(self.advertised_listeners, self._protocol_map())}
+            if self.advertised_listeners is not None else {}
+        )
+        bound = {listener.name: listener for listener in self.controller_listeners()}
+        result = []
+        for name in self.controller_listener_names:
+            listener = advertised.get(name.upper()) or bound.get(name.upper())
+            if listener is None:
+                continue
+            if listener.host == "0.0.0.0" and name.upper() not in advertised:
+                listener = Listener(listener.name, "", listener.port, listener.security_protocol)
+            result.append(listener)
+        return result
+
+    @property
+    def metrics_host(self) -> str:
+        """The address /metrics binds: `metrics.host` when set, else the host of the first client listener
+        (the first controller listener on a controller-only node), so the endpoint is never reachable from
+        wider than the broker's own listeners. An empty host means every interface there, as the listeners
+        themselves bind it (0.0.0.0)."""
+        if self.metrics_host_setting is not None:
+            return self.metrics_host_setting
+        listeners = self.client_listeners() or self.listener_list()
+        return listeners[0].host or "0.0.0.0"
 
     @property
     def inter_broker_listener(self) -> str:
@@ -1312,7 +1404,36 @@ class BrokerConfig(BaseModel):
         return self.client_listeners()[0].name
 
     def voters(self) -> list[QuorumVoter]:
-        return [_parse_voter(item) for item in self.controller_quorum_voters]
+        """`controller.quorum.voters`; without it, this node alone when it is the standalone controller of
+        `standalone_voter()`; else empty."""
+        if self.controller_quorum_voters:
+            return [_parse_voter(item) for item in self.controller_quorum_voters]
+        standalone = self.standalone_voter()
+        return [standalone] if standalone is not None else []
+
+    def standalone_voter(self) -> QuorumVoter | None:
+        """This node as the only voter when `controller.quorum.voters` is unset and
+        `controller.quorum.bootstrap.servers` names one address, this controller's own: Kafka 4's sample
+        server.properties (`controller.quorum.bootstrap.servers=localhost:9093` beside
+        `CONTROLLER://localhost:9093` in advertised.listeners), formatted with `kafka-storage format
+        --standalone`, is a quorum of this one voter (KIP-853). Odradek's quorum is static, so this is the
+        only dynamic-quorum form served; `odradek storage format --standalone` checks that it applies."""
+        if (
+            self.controller_quorum_voters
+            or "controller" not in self.process_roles
+            or len(self.controller_quorum_bootstrap_servers) != 1
+        ):
+            return None
+        host, sep, port_text = self.controller_quorum_bootstrap_servers[0].strip().rpartition(":")
+        host = host.strip("[]")
+        if not sep or not port_text.isdigit():
+            return None
+        port = int(port_text)
+        local = {"localhost", "127.0.0.1", "::1", socket.gethostname()}
+        for listener in self.advertised_controller_listener_list():
+            if listener.port == port and (host == listener.host or host in local):
+                return QuorumVoter(self.node_id, host, port)
+        return None
 
     @property
     def log_retention_ms_effective(self) -> int:
@@ -1465,6 +1586,26 @@ def render_value(value: Any) -> str | None:
     return str(value)
 
 
+def _env_key(name: str) -> str:
+    """The key an `ODRADEK_*` variable would set: `ODRADEK_NUM_PARTITION` -> `num.partition`."""
+    return name[len(ENV_PREFIX):].lower().replace("_", ".")
+
+
+def _unknown_env_message(name: str, by_env_name: Mapping[str, str]) -> str:
+    key = _env_key(name)
+    if key.startswith("listener.name."):
+        return (f"per-listener keys ({key!r} here) have no environment form, since a variable's name cannot "
+                "say where the listener name ends: set listener.name.<listener>.<key> in the properties "
+                "file or with --override")
+    close = difflib.get_close_matches(name, [*by_env_name, *NON_CONFIG_ENV_VARS], n=1, cutoff=0.8)
+    if close and close[0] in by_env_name:
+        hint = f" (did you mean {close[0]}, for {by_env_name[close[0]]!r}?)"
+    else:
+        hint = f" (did you mean {close[0]}?)" if close else ""
+    return (f"names no config key (it would set {key!r}){hint}; a variable named ODRADEK_* must name a "
+            "config key, apart from the few the README lists")
+
+
 def _unknown_key_message(key: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -1581,10 +1722,12 @@ def load_config(
     overrides: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> BrokerConfig:
-    """Load the broker config: file < `ODRADEK_<KEY>` environment variables < `key=value` overrides.
+    """Load the broker config: for each key, an override wins over an `ODRADEK_<KEY>` environment
+    variable, which wins over the properties file, which wins over the default.
 
-    `env` defaults to `os.environ`. Environment variables that start with `ODRADEK_` but name no
-    config key are left alone (other tools may read them). Raises ConfigError naming the key."""
+    `env` defaults to `os.environ`. A variable that starts with `ODRADEK_` must name a config key or be
+    one of `NON_CONFIG_ENV_VARS`; any other raises ConfigError naming the variable and the key it would
+    be. Raises ConfigError naming the key for an unknown key or a bad value."""
     merged: dict[str, str] = {}
     sources: dict[str, str] = {}
     if properties_path is not None:
@@ -1600,10 +1743,14 @@ def load_config(
     env = os.environ if env is None else env
     by_env_name = {env_var_name(key): key for key in _known_keys()}
     for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name in NON_CONFIG_ENV_VARS:
+            continue
         key = by_env_name.get(name)
-        if key is not None:
-            merged[key] = value
-            sources[key] = f"environment variable {name}"
+        if key is None:
+            raise ConfigError(_unknown_env_message(name, by_env_name), key=_env_key(name),
+                              source=f"environment variable {name}")
+        merged[key] = value
+        sources[key] = f"environment variable {name}"
 
     for item in overrides:
         key, sep, value = item.partition("=")

@@ -4,6 +4,7 @@
     odradek storage format --cluster-id ID -c server.properties   # writes meta.properties in every log dir
     odradek storage info -c server.properties                     # what each log dir belongs to
     odradek storage format ... --add-scram 'SCRAM-SHA-512=[name=admin,password=admin-secret]'
+    odradek storage format --standalone -t ID -c server.properties  # Kafka 4's quick start: a quorum of one
 
 `--add-scram` (repeatable, Kafka's syntax; also `iterations=`, and `salt=` with `saltedpassword=` in
 base64 instead of `password=`) writes the user's SCRAM credential, salted, into `bootstrap.checkpoint` in
@@ -46,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="a SCRAM user to create with the cluster (repeatable)")
     fmt.add_argument("--ignore-formatted", "-g", action="store_true",
                      help="succeed when a directory is already formatted with this cluster and node id")
+    fmt.add_argument("--standalone", "-s", action="store_true",
+                     help="this controller is the quorum's only voter (Kafka 4's quick start); the config must "
+                          "say so: controller.quorum.bootstrap.servers naming only this node's controller listener, "
+                          "or controller.quorum.voters naming only this node")
     return parser
 
 
@@ -144,6 +149,11 @@ def main(argv: list[str]) -> int:
             shown = "not formatted" if props is None else " ".join(f"{k}={v}" for k, v in sorted(props.items()))
             print(f"{directory}: {shown}")
         return 0
+    if args.standalone and [v.node_id for v in config.voters()] != [config.node_id]:
+        print(f"odradek: --standalone makes node {config.node_id} the quorum's only voter, but its config names "
+              f"{', '.join(map(str, config.voters())) or 'no voters'}: set controller.quorum.bootstrap.servers to this "
+              "node's advertised controller listener, or controller.quorum.voters to this node alone", file=sys.stderr)
+        return 2
     if not valid_cluster_id(args.cluster_id):
         print(f"odradek: {args.cluster_id!r} is not a cluster id (22 characters of base64, as random-uuid prints)",
               file=sys.stderr)

@@ -106,3 +106,46 @@ def test_clients_on_a_broker_started_from_a_kafka_server_properties(kafka_style)
     while "orders" not in carol.list_topics(timeout=20).topics:  # User:carol from her certificate's CN
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_kafka4_sample_server_properties_starts(tmp_path):
+    """Kafka 4.0's own config/server.properties, with only its log directory and ports changed (and its
+    listeners bound to 127.0.0.1): `odradek storage format --standalone`, as Kafka 4's quick start formats,
+    then `broker start -c`. The advertised CONTROLLER listener is the controller's endpoint; the Metadata a
+    client gets names the PLAINTEXT one only."""
+    from tests.unit.test_config import KAFKA4_SAMPLE
+
+    client, controller = _free_port(), _free_port()
+    text = (KAFKA4_SAMPLE.replace("/tmp/kraft-combined-logs", str(tmp_path / "data"))
+            .replace("PLAINTEXT://:9092,CONTROLLER://:9093", f"PLAINTEXT://127.0.0.1:{client},CONTROLLER://127.0.0.1:{controller}")
+            .replace(":9092", f":{client}").replace(":9093", f":{controller}"))
+    properties = tmp_path / "server.properties"
+    properties.write_text(text)
+    odradek = [sys.executable, "-m", "odradek"]
+    cluster_id = subprocess.run([*odradek, "storage", "random-uuid"], capture_output=True, text=True, check=True).stdout.strip()
+    formatted = subprocess.run([*odradek, "storage", "format", "--standalone", "-t", cluster_id, "-c", str(properties)],
+                               capture_output=True, text=True, timeout=60)
+    assert formatted.returncode == 0, formatted.stderr
+    proc = subprocess.Popen([*odradek, "broker", "start", "-c", str(properties)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any(f"listening on PLAINTEXT://127.0.0.1:{client}" in line for line in list(output)):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(output[-40:])
+            time.sleep(0.05)
+        conf = {"bootstrap.servers": f"localhost:{client}"}
+        assert produce(conf, "kafka4") is None
+        brokers = AdminClient(conf).list_topics(timeout=20).brokers
+        assert [(b.id, b.host, b.port) for b in brokers.values()] == [(1, "localhost", client)]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reader.join(5)
+    assert proc.returncode == 0, "".join(output[-40:])

@@ -184,6 +184,55 @@ def test_kafka_sample_config_loads(tmp_path):
     assert cfg.advertised_listener_list() == [Listener("PLAINTEXT", "localhost", 9092)]
 
 
+KAFKA4_SAMPLE = (
+    # Kafka 4.0's config/server.properties (trimmed of comments): a dynamic quorum of this one controller
+    # (controller.quorum.bootstrap.servers, formatted with --standalone), the controller listener advertised.
+    "process.roles=broker,controller\n"
+    "node.id=1\n"
+    "controller.quorum.bootstrap.servers=localhost:9093\n"
+    "listeners=PLAINTEXT://:9092,CONTROLLER://:9093\n"
+    "inter.broker.listener.name=PLAINTEXT\n"
+    "advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093\n"
+    "controller.listener.names=CONTROLLER\n"
+    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+    "SASL_SSL:SASL_SSL\n"
+    "num.network.threads=3\n"
+    "num.io.threads=8\n"
+    "socket.send.buffer.bytes=102400\n"
+    "socket.receive.buffer.bytes=102400\n"
+    "socket.request.max.bytes=104857600\n"
+    "log.dirs=/tmp/kraft-combined-logs\n"
+    "num.partitions=1\n"
+    "num.recovery.threads.per.data.dir=1\n"
+    "offsets.topic.replication.factor=1\n"
+    "share.coordinator.state.topic.replication.factor=1\n"
+    "share.coordinator.state.topic.min.isr=1\n"
+    "transaction.state.log.replication.factor=1\n"
+    "transaction.state.log.min.isr=1\n"
+    "log.retention.hours=168\n"
+    "log.segment.bytes=1073741824\n"
+    "log.retention.check.interval.ms=300000\n"
+)
+
+
+def test_kafka4_sample_config_loads(tmp_path):
+    from odradek.broker.server import refuse_unserved_settings
+
+    cfg = load_config(write(tmp_path, KAFKA4_SAMPLE), [], {})
+    refuse_unserved_settings(cfg)
+    # The advertised controller listener is the controller's endpoint, not the clients' (the broker registers
+    # advertised_listener_list as its endpoints: components.registration_endpoints).
+    assert cfg.advertised_listener_list() == [Listener("PLAINTEXT", "localhost", 9092)]
+    assert cfg.advertised_controller_listener_list() == [Listener("CONTROLLER", "localhost", 9093)]
+    # controller.quorum.bootstrap.servers naming this controller alone: the standalone quorum of one.
+    assert [str(v) for v in cfg.voters()] == ["1@localhost:9093"]
+    # Naming another node is a dynamic quorum to join, which is not served.
+    other = load_config(write(tmp_path, KAFKA4_SAMPLE), ["controller.quorum.bootstrap.servers=ctl:9093"], {})
+    assert other.voters() == []
+    with pytest.raises(ConfigError, match="dynamic controller quorum"):
+        refuse_unserved_settings(other)
+
+
 def test_shipped_server_properties_loads():
     import pathlib
 
@@ -207,7 +256,8 @@ def test_precedence_file_env_override(tmp_path):
         "ODRADEK_NUM_PARTITIONS": "3",
         "ODRADEK_LOG_DIRS": "/from/env",
         "UNRELATED": "x",
-        "ODRADEK_CONFIG": "y",
+        "ODRADEK_BOOTSTRAP_SERVERS": "y",  # the client CLI's, not a broker key: left alone
+        "ODRADEK_LONG": "1",  # the test suite's
     }
     cfg = load_config(path, ["num.partitions=5"], env)
     assert cfg.num_partitions == 5  # override beats env beats file
@@ -226,6 +276,30 @@ def test_env_var_names():
 def test_empty_value_unsets_an_optional_key(tmp_path):
     path = write(tmp_path, "log.retention.ms=1000\n")
     assert load_config(path, ["log.retention.ms="], {}).log_retention_ms is None
+
+
+def test_unknown_odradek_variable_refuses_naming_it_and_its_key():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [], {"ODRADEK_NUM_PARTITION": "3"})
+    message = str(info.value)
+    assert "ODRADEK_NUM_PARTITION" in message and "'num.partition'" in message
+    assert "did you mean ODRADEK_NUM_PARTITIONS, for 'num.partitions'" in message
+    assert info.value.key == "num.partition" and info.value.source == "environment variable ODRADEK_NUM_PARTITION"
+    with pytest.raises(ConfigError, match="ODRADEK_BOOTSTRAP_SERVERS"):  # a non-config name misspelt
+        load_config(None, [], {"ODRADEK_BOOTSTRAP_SERVER": "h:9092"})
+    with pytest.raises(ConfigError, match="no environment form"):
+        load_config(None, [], {"ODRADEK_LISTENER_NAME_CLIENT_SSL_KEYSTORE_LOCATION": "/ks"})
+    # Names without the prefix, and the documented non-config names, are not the broker's business.
+    assert load_config(None, [], {"KAFKA_NUM_PARTITION": "3", "ODRADEK_SIM_SEED": "7"}).num_partitions == 1
+
+
+def test_non_config_names_are_listed_in_the_readme():
+    import pathlib
+
+    from odradek.broker.config import NON_CONFIG_ENV_VARS
+
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert [name for name in sorted(NON_CONFIG_ENV_VARS) if f"`{name}`" not in readme] == []
 
 
 def test_default_env_is_os_environ(monkeypatch):
@@ -364,6 +438,48 @@ def test_meta_address_must_not_be_advertised():
 def test_advertised_listener_must_exist():
     with pytest.raises(ConfigError, match="not in listeners"):
         load_config(None, ["advertised.listeners=SSL://h:9093"], {})
+
+
+def test_advertised_controller_listener_is_for_the_quorum_not_clients():
+    # Kafka 3.9+ (KIP-853) accepts the controller listener in advertised.listeners: it is the controller's
+    # endpoint for the other nodes; clients' Metadata never carries it.
+    cfg = load_config(None, [
+        "listeners=PLAINTEXT://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093",
+        "advertised.listeners=PLAINTEXT://broker1:9092,CONTROLLER://broker1:9093",
+        "controller.listener.names=CONTROLLER", "controller.quorum.voters=1@broker1:9093",
+    ], {})
+    assert cfg.advertised_listener_list() == [Listener("PLAINTEXT", "broker1", 9092)]
+    assert cfg.advertised_controller_listener_list() == [Listener("CONTROLLER", "broker1", 9093)]
+    # Not advertised: the controller listener as it is bound (0.0.0.0 as "this machine").
+    cfg = load_config(None, [
+        "listeners=PLAINTEXT://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093",
+        "advertised.listeners=PLAINTEXT://broker1:9092", "controller.listener.names=CONTROLLER",
+    ], {})
+    assert cfg.advertised_controller_listener_list() == [Listener("CONTROLLER", "", 9093)]
+    with pytest.raises(ConfigError, match="meta-address '0.0.0.0' for the controller listener"):
+        load_config(None, ["listeners=PLAINTEXT://h:9092,CONTROLLER://h:9093", "controller.listener.names=CONTROLLER",
+                           "advertised.listeners=PLAINTEXT://h:9092,CONTROLLER://0.0.0.0:9093"], {})
+    with pytest.raises(ConfigError, match="not a controller listener") as info:
+        load_config(None, ["listeners=PLAINTEXT://h:9092,CONTROLLER://h:9093", "controller.listener.names=CONTROLLER",
+                           "advertised.listeners=CONTROLLER://h:9093"], {})
+    assert info.value.key == "advertised.listeners"
+
+
+def test_metrics_host_defaults_to_the_first_listeners_host():
+    def host(*overrides):
+        return load_config(None, list(overrides), {}).metrics_host
+
+    assert host("listeners=PLAINTEXT://127.0.0.1:9092") == "127.0.0.1"
+    assert host() == "localhost"  # the default listener
+    # A wildcard listener means every interface, as Kafka users expect; an empty host binds 0.0.0.0.
+    assert host("listeners=PLAINTEXT://0.0.0.0:9092", "advertised.listeners=PLAINTEXT://h:9092") == "0.0.0.0"
+    assert host("listeners=PLAINTEXT://:9092") == "0.0.0.0"
+    # The first client listener, not a controller listener listed first.
+    assert host("listeners=CONTROLLER://127.0.0.2:9093,PLAINTEXT://127.0.0.1:9092",
+                "controller.listener.names=CONTROLLER") == "127.0.0.1"
+    assert host("listeners=PLAINTEXT://0.0.0.0:9092", "advertised.listeners=PLAINTEXT://h:9092",
+                "metrics.host=127.0.0.1") == "127.0.0.1"
+    assert load_config(None, [], {"ODRADEK_METRICS_HOST": "10.0.0.1"}).metrics_host == "10.0.0.1"
 
 
 def test_empty_host_is_advertised_as_hostname():
