@@ -51,7 +51,7 @@ from odradek.storage.producer_state import SENTINEL
 from odradek.storage.names import TopicPartition
 
 from ..context import ConnectionContext, Packed
-from ..txn_wiring import needs_verification, transactional_producer, verify_transaction
+from ..txn_verification import needs_verification, transactional_producer, verify_transaction
 from . import handles
 
 TopicResponse = ProduceResponse.TopicProduceResponse

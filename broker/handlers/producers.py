@@ -27,7 +27,7 @@ def _describe(services, tp: TopicPartition) -> PartitionResponse:
         known = image is not None and tp.partition in image.partitions
         code = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return PartitionResponse(partition_index=tp.partition, error_code=int(code), active_producers=[])
-    state = getattr(partition.log, "producer_state", None)
+    state = partition.producer_state
     entries = list(state.producers.values()) if state is not None else []
     return PartitionResponse(partition_index=tp.partition, error_code=0, active_producers=[
         ProducerState(producer_id=e.producer_id, producer_epoch=e.producer_epoch, last_sequence=e.last_seq,

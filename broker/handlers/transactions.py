@@ -16,7 +16,7 @@ first only adds the TRANSACTION_ABORTABLE error, and a client sends v5 of the se
 TxnOffsetCommit is verified (KIP-890 part 1) before the group coordinator writes it: the transaction
 coordinator must have the group's `__consumer_offsets` partition in the producer's Ongoing transaction
 (AddOffsetsToTxn put it there), asked with the same AddPartitionsToTxn verify_only client the produce path
-uses (txn_wiring.ask_transaction_coordinator). Otherwise the offsets would open a transaction there that no
+uses (txn_verification.ask_transaction_coordinator). Otherwise the offsets would open a transaction there that no
 marker ever closes: pending offsets for good, and require_stable readers told UNSTABLE_OFFSET_COMMIT
 forever. A commit for a transaction that never added the offsets, or that has ended, is refused
 (INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4) and writes nothing; a verification guard taken on the partition first refuses a commit whose transaction ended while the
@@ -44,7 +44,7 @@ from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import SENTINEL
 
 from ..authorizer import per_item, transaction_refusal
-from ..txn_wiring import ask_transaction_coordinator, offsets_verify_error
+from ..txn_verification import ask_transaction_coordinator, offsets_verify_error
 from .groups import respond
 from . import handles
 
@@ -131,7 +131,7 @@ def _guard_holds(services, tp, producer_id: int, guard) -> bool:
 async def _verify_then_commit(services, request, version: int, tp, guard):
     """Ask the coordinator whether the group's offsets partition is in the producer's open transaction (it is
     once AddOffsetsToTxn was answered); refused, the commit writes nothing and every partition is answered
-    the error (txn_wiring.offsets_verify_error has the mapping). Confirmed, the commit is written at once
+    the error (txn_verification.offsets_verify_error has the mapping). Confirmed, the commit is written at once
     if the guard still holds: from the check to the append nothing yields to the event loop, so no marker
     can land in between. A spent guard (the transaction ended while the coordinator was asked) is
     INVALID_TXN_STATE, as Kafka's log refuses a write whose verification guard no longer matches: written,

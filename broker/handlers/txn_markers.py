@@ -97,9 +97,8 @@ def _tell_groups(services, marker, written: list[TopicPartition]) -> None:
     if not offsets_partitions:
         return
     groups = services.groups_if_started
-    hook = getattr(groups, "on_transaction_completed", None)
-    if hook is not None:
-        hook(marker.producer_id, offsets_partitions, bool(marker.transaction_result))
+    if groups is not None:  # not started: no group has pending transactional offsets to settle
+        groups.on_transaction_completed(marker.producer_id, offsets_partitions, bool(marker.transaction_result))
 
 
 def _response(request, results: list[dict[TopicPartition, int]]) -> WriteTxnMarkersResponse:
