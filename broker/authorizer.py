@@ -44,7 +44,7 @@ from odradek.metadata.acl import CLUSTER_NAME, OPERATIONS_BY_TYPE, AclIndex, Acl
 from odradek.metadata.publisher import MetadataPublisher
 
 from .config import BrokerConfig
-from .context import RequestContext
+from .context import ConnectionContext, RequestContext
 
 _MAX_REMEMBERED = 100_000
 
@@ -83,8 +83,8 @@ class Authorizer:
             self._decisions = {}
         return self._index
 
-    def authorize(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType, name: str, *,
-                  log_allowed: bool = True, log_denied: bool = True) -> bool:
+    def authorize(self, ctx: RequestContext | ConnectionContext, op: AclOperation, resource_type: ResourceType,
+                  name: str, *, log_allowed: bool = True, log_denied: bool = True) -> bool:
         """Whether the principal may; the decision goes to the audit log unless told not to (Kafka's
         Action.logIfAllowed / logIfDenied: false for probes whose refusal is not an error, such as the
         topics an all-topics Metadata leaves out, or CREATE on the cluster before CREATE on a topic)."""
@@ -107,7 +107,8 @@ class Authorizer:
             _audit(ctx, connection, decision, op, resource_type, name)
         return decision
 
-    def authorize_by_resource_type(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType) -> bool:
+    def authorize_by_resource_type(self, ctx: RequestContext | ConnectionContext, op: AclOperation,
+                                   resource_type: ResourceType) -> bool:
         connection = ctx.connection if type(ctx) is RequestContext else ctx
         return self.index().authorize_by_resource_type(str(connection.principal), connection.client_host, op, resource_type)
 

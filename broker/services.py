@@ -42,7 +42,7 @@ from .quotas import ClientQuotas
 from .topics import is_internal
 
 if TYPE_CHECKING:
-    from odradek.coordinator.group_coordinator import GroupCoordinator
+    from odradek.coordinator.group.group_coordinator import GroupCoordinator
     from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 
 

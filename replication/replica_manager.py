@@ -29,7 +29,7 @@ Everything here is synchronous and takes `now_ms`; callers (the broker) own the 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from odradek.protocol.errors import ErrorCode
@@ -265,7 +265,7 @@ class ReplicaManager:
 
     def append_records(
         self,
-        entries: dict[TopicPartition, object],
+        entries: Mapping[TopicPartition, object],
         *,
         required_acks: int,
         timeout_ms: int,

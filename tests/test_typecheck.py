@@ -28,7 +28,6 @@ CHECKED = (
     "odradek.broker.services",
     "odradek.broker.context",
     "odradek.broker.txn_verification",
-    "odradek.protocol",
     "odradek.purgatory",
 )
 

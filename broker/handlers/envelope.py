@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -53,7 +54,11 @@ from ..authorizer import requires
 from ..context import ConnectionContext, KafkaPrincipal, RequestContext
 from ..node_client import NodeUnavailable
 from ..quorum import ForwardingRefused
-from . import _REGISTRY, BROKER, CONTROLLER, handles
+from . import _REGISTRY, BROKER, CONTROLLER, Answer, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import EnvelopeRequest
+    from ..services import BrokerServices
 
 log = structlog.get_logger("odradek.envelope")
 
@@ -94,7 +99,7 @@ def forwarded(handler):
     return handle
 
 
-async def forward_for_client(services, ctx, request):
+async def forward_for_client(services: BrokerServices, ctx: RequestContext, request):
     """The active controller's answer to a client's request sent in an envelope; when there is none, an
     answer to the client all the same, as Kafka's ForwardingManager gives: REQUEST_TIMED_OUT when no
     controller answered in time, UNKNOWN_SERVER_ERROR when the controller refused the envelope itself
@@ -162,7 +167,7 @@ def _failed(code: ErrorCode) -> EnvelopeResponse:
 
 @handles(ENVELOPE_KEY, listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_envelope(services, ctx, request):
+def handle_envelope(services: BrokerServices, ctx: RequestContext, request: EnvelopeRequest) -> Answer:
     if not services.controller.is_active:
         return _failed(ErrorCode.NOT_CONTROLLER)
     try:

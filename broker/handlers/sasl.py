@@ -13,6 +13,8 @@ mechanism, or iterations outside 4096..16384 fail that user only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     AlterUserScramCredentialsResponse,
@@ -26,19 +28,29 @@ from odradek.metadata.image import MetadataError
 from odradek.metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 
 from ..authorizer import requires
-from . import BROKER, CONTROLLER, handles
+from . import BROKER, CONTROLLER, Answer, handles
 from .envelope import forwarded
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import (
+        AlterUserScramCredentialsRequest,
+        DescribeUserScramCredentialsRequest,
+        SaslAuthenticateRequest,
+        SaslHandshakeRequest,
+    )
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 _MECHANISM_IDS = {int(m) for m in ScramMechanism}
 
 
 @handles(17, listeners=(BROKER, CONTROLLER))
-def handle_sasl_handshake(services, ctx, request):
+def handle_sasl_handshake(services: BrokerServices, ctx: RequestContext, request: SaslHandshakeRequest) -> Answer:
     return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
 
 
 @handles(36, listeners=(BROKER, CONTROLLER))
-def handle_sasl_authenticate(services, ctx, request):
+def handle_sasl_authenticate(services: BrokerServices, ctx: RequestContext, request: SaslAuthenticateRequest) -> Answer:
     return SaslAuthenticateResponse(
         error_code=ErrorCode.ILLEGAL_SASL_STATE, auth_bytes=b"",
         error_message="Unexpected SaslAuthenticate: this listener does not use SASL",
@@ -47,7 +59,8 @@ def handle_sasl_authenticate(services, ctx, request):
 
 @handles(50, listeners=(BROKER, CONTROLLER))
 @requires(AclOperation.DESCRIBE)
-def handle_describe_user_scram_credentials(services, ctx, request):
+def handle_describe_user_scram_credentials(services: BrokerServices, ctx: RequestContext,
+                                           request: DescribeUserScramCredentialsRequest) -> Answer:
     credentials = services.image.scram_credentials
     by_user: dict[str, list] = {}
     for (name, mechanism), credential in sorted(credentials.items()):
@@ -121,7 +134,8 @@ def decide_scram_changes(image, deletions, upsertions) -> tuple[list, dict[str, 
 
 @handles(51, listeners=(BROKER, CONTROLLER))
 @forwarded
-def handle_alter_user_scram_credentials(services, ctx, request):
+def handle_alter_user_scram_credentials(services: BrokerServices, ctx: RequestContext,
+                                        request: AlterUserScramCredentialsRequest) -> Answer:
     if not services.authorized(ctx, AclOperation.ALTER, ResourceType.CLUSTER):
         users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
         return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[

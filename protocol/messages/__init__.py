@@ -32,8 +32,9 @@ for _api in ALL_APIS:
 # Message classes: `ProduceRequest`, `ProduceResponse`, ... importable from this package.
 from ..codec import build_message_classes, data_class  # noqa: E402
 
-REQUESTS: dict[int, type] = {}
-RESPONSES: dict[int, type] = {}
+# (type[Any]: Message subclasses whose fields and nested classes a type checker cannot see; see the end)
+REQUESTS: dict[int, type[Any]] = {}
+RESPONSES: dict[int, type[Any]] = {}
 for _api in ALL_APIS:
     REQUESTS[_api.key], RESPONSES[_api.key] = build_message_classes(_api)
     globals()[REQUESTS[_api.key].__name__] = REQUESTS[_api.key]
