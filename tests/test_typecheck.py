@@ -29,6 +29,7 @@ CHECKED = (
     "odradek.broker.context",
     "odradek.broker.txn_verification",
     "odradek.purgatory",
+    "odradek.protocol",
 )
 
 
