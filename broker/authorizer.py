@@ -34,6 +34,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -45,6 +46,10 @@ from odradek.metadata.publisher import MetadataPublisher
 
 from .config import BrokerConfig
 from .context import ConnectionContext, RequestContext
+
+if TYPE_CHECKING:
+    from .handlers import Answer, Handler
+    from .services import BrokerServices
 
 _MAX_REMEMBERED = 100_000
 
@@ -138,7 +143,8 @@ def _audit(ctx, connection, allowed: bool, op: AclOperation, resource_type: Reso
 # -- requests authorized item by item (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs ...)
 
 
-def per_item(items_attr: str | Callable, results_attr: str, refusal: Callable, denied_result: Callable):
+def per_item(items_attr: str | Callable[[int], str], results_attr: str, refusal: Callable,
+             denied_result: Callable) -> Callable[[Handler], Handler]:
     """A handler decorator for requests whose items are authorized one by one and answered positionally:
     `refusal(services, ctx, item)` is the error code refusing an item (None: allowed), `denied_result(item,
     code, version)` its entry in the response. The handler sees the request without the refused items
@@ -147,9 +153,9 @@ def per_item(items_attr: str | Callable, results_attr: str, refusal: Callable, d
     this check only on the active controller (`@forwarded` sends it there first, in an envelope, from
     any other broker), so its items are authorized once, for the client, where they are decided."""
 
-    def decorate(handler):
+    def decorate(handler: Handler) -> Handler:
         @functools.wraps(handler)
-        def handle(services, ctx, request):
+        def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Answer:
             if services.authorizer is None:
                 return handler(services, ctx, request)
             attr = items_attr(ctx.api_version) if callable(items_attr) else items_attr
@@ -201,14 +207,14 @@ def then(result, fn):
     return fn(result)
 
 
-def requires(op: AclOperation, resource_type: ResourceType = ResourceType.CLUSTER):
+def requires(op: AclOperation, resource_type: ResourceType = ResourceType.CLUSTER) -> Callable[[Handler], Handler]:
     """A handler decorator for requests authorized as a whole on the cluster (inter-broker and controller
     RPCs: CLUSTER_ACTION; admin requests: ALTER or DESCRIBE): refused with the response's top-level
     error_code CLUSTER_AUTHORIZATION_FAILED."""
 
-    def decorate(handler):
+    def decorate(handler: Handler) -> Handler:
         @functools.wraps(handler)
-        def handle(services, ctx, request):
+        def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Answer:
             if services.authorizer is None or services.authorizer.authorize(ctx, op, resource_type, CLUSTER_NAME):
                 return handler(services, ctx, request)
             return RESPONSES[ctx.api_key](error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))

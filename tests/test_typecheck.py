@@ -22,7 +22,10 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".mypy_cache"
 
-# Packages (every module under them) and single modules, by import name.
+# Packages (every module under them) and single modules, by import name. Not yet listed: the wiring under
+# rewrite (broker/components.py, server.py, quorum.py, controller_channel.py, txn_wiring.py, topics.py and
+# metadata/controller.py, with metadata/partition_change.py beside it), raft/ (passes; its roles are being
+# split), and storage/, replication/, coordinator/ and the rest of broker/, which have errors still to fix.
 CHECKED = (
     "odradek.broker.handlers",
     "odradek.broker.services",
@@ -30,6 +33,16 @@ CHECKED = (
     "odradek.broker.txn_verification",
     "odradek.purgatory",
     "odradek.protocol",
+    "odradek.metadata",  # the package's own module; its modules one by one:
+    "odradek.metadata.acl",
+    "odradek.metadata.broker_heartbeats",
+    "odradek.metadata.image",
+    "odradek.metadata.log",
+    "odradek.metadata.publisher",
+    "odradek.metadata.quota",
+    "odradek.metadata.records",
+    "odradek.metadata.replica_placement",
+    "odradek.metadata.snapshot",
 )
 
 
@@ -60,7 +73,8 @@ def _targets(tree: pathlib.Path) -> list[str]:
     args = []
     for name in CHECKED:
         path = tree.joinpath(*name.split("."))
-        args += ["-p", name] if path.is_dir() else ["-m", name]
+        whole = path.is_dir() and not any(other.startswith(name + ".") for other in CHECKED)
+        args += ["-p", name] if whole else ["-m", name]
     return args
 
 

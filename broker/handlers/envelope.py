@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -54,9 +54,10 @@ from ..authorizer import requires
 from ..context import ConnectionContext, KafkaPrincipal, RequestContext
 from ..node_client import NodeUnavailable
 from ..quorum import ForwardingRefused
-from . import _REGISTRY, BROKER, CONTROLLER, Answer, handles
+from . import _REGISTRY, BROKER, CONTROLLER, Answer, Handler, handles
 
 if TYPE_CHECKING:
+    from odradek.protocol.codec import Message
     from odradek.protocol.messages import EnvelopeRequest
     from ..services import BrokerServices
 
@@ -82,13 +83,13 @@ FORWARDABLE = frozenset({
 })
 
 
-def forwarded(handler):
+def forwarded(handler: Handler) -> Handler:
     """A handler decorator for forwardable admin requests, outermost after `@handles`: on a node that is not
     the active controller, the request goes to the controller in an envelope, before any check here (the
     controller authorizes the client); on the active controller the handler runs."""
 
     @functools.wraps(handler)
-    def handle(services, ctx, request):
+    def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Answer:
         if services.controller.is_active:
             return handler(services, ctx, request)
         if ctx.connection.scope == CONTROLLER and services.authorized(
@@ -99,7 +100,7 @@ def forwarded(handler):
     return handle
 
 
-async def forward_for_client(services: BrokerServices, ctx: RequestContext, request):
+async def forward_for_client(services: BrokerServices, ctx: RequestContext, request: Any) -> Message:
     """The active controller's answer to a client's request sent in an envelope; when there is none, an
     answer to the client all the same, as Kafka's ForwardingManager gives: REQUEST_TIMED_OUT when no
     controller answered in time, UNKNOWN_SERVER_ERROR when the controller refused the envelope itself
