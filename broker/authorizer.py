@@ -33,7 +33,8 @@ import copy
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -41,7 +42,7 @@ import structlog
 from odradek.protocol.connection import api_name
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import RESPONSES
-from odradek.metadata.acl import CLUSTER_NAME, OPERATIONS_BY_TYPE, AclIndex, AclOperation, ResourceType
+from odradek.metadata.acl import CLUSTER_NAME, OPERATIONS_BY_TYPE, AclBinding, AclIndex, AclOperation, ResourceType
 from odradek.metadata.publisher import MetadataPublisher
 
 from .config import BrokerConfig
@@ -72,7 +73,7 @@ class Authorizer:
         self.metadata = metadata
         self.super_users = frozenset(config.super_users)
         self.allow_if_no_acl = config.allow_everyone_if_no_acl_found
-        self._acls = None
+        self._acls: Mapping[uuid.UUID, AclBinding] | None = None  # the image's ACLs the index was built from
         self._index: AclIndex | None = None
         self._decisions: dict = {}
 
@@ -93,7 +94,7 @@ class Authorizer:
         """Whether the principal may; the decision goes to the audit log unless told not to (Kafka's
         Action.logIfAllowed / logIfDenied: false for probes whose refusal is not an error, such as the
         topics an all-topics Metadata leaves out, or CREATE on the cluster before CREATE on a topic)."""
-        connection = ctx.connection if type(ctx) is RequestContext else ctx  # the fast produce path has no request
+        connection = ctx if isinstance(ctx, ConnectionContext) else ctx.connection  # (fast produce: no request)
         if connection.scope == "controller" and not (resource_type == ResourceType.CLUSTER and op == AclOperation.CLUSTER_ACTION):
             return self.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME,
                                   log_allowed=log_allowed, log_denied=log_denied)
@@ -114,7 +115,7 @@ class Authorizer:
 
     def authorize_by_resource_type(self, ctx: RequestContext | ConnectionContext, op: AclOperation,
                                    resource_type: ResourceType) -> bool:
-        connection = ctx.connection if type(ctx) is RequestContext else ctx
+        connection = ctx if isinstance(ctx, ConnectionContext) else ctx.connection
         return self.index().authorize_by_resource_type(str(connection.principal), connection.client_host, op, resource_type)
 
     def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
@@ -194,8 +195,8 @@ def then(result, fn):
         def settle(f: asyncio.Future) -> None:
             if f.cancelled():
                 out.cancel()
-            elif f.exception() is not None:
-                out.set_exception(f.exception())
+            elif (error := f.exception()) is not None:
+                out.set_exception(error)
             else:
                 try:
                     out.set_result(fn(f.result()))
