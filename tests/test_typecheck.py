@@ -26,7 +26,7 @@ CACHE = ROOT / ".mypy_cache"
 # rewrite (broker/components.py, server.py, quorum.py, controller_channel.py, txn_wiring.py, topics.py and
 # metadata/controller.py, with metadata/partition_change.py beside it), raft/ (passes; its roles are being
 # split), the wiring the composition root retypes (groups_wiring, log_dirs, internal_topics, replica_fetcher,
-# network, daemon), and storage/, replication/, coordinator/, config, authenticator and node_client, which
+# network, daemon), and replication/, coordinator/, config, authenticator and node_client, which
 # have errors still to fix.
 CHECKED = (
     "odradek.broker.handlers",
@@ -41,6 +41,7 @@ CHECKED = (
     "odradek.broker.logging",
     "odradek.purgatory",
     "odradek.protocol",
+    "odradek.storage",
     "odradek.metadata",  # the package's own module; its modules one by one:
     "odradek.metadata.acl",
     "odradek.metadata.broker_heartbeats",
