@@ -134,7 +134,9 @@ def make_default(f: F):
     return list(d) if isinstance(d, list) else d
 
 
-def build_message_classes(api: Api) -> tuple[type[Message], type[Message]]:
+def build_message_classes(api: Api) -> tuple[type[Any], type[Any]]:
+    """The request and response classes of an API (type[Any]: Message subclasses whose fields are generated,
+    which a type checker cannot see)."""
     req = _make_class(f"{api.name}Request", api.request, f"{api.name}Request")
     resp = _make_class(f"{api.name}Response", api.response, f"{api.name}Response")
     for cls, is_req in ((req, True), (resp, False)):
@@ -781,7 +783,7 @@ def _struct_size(obj, version: int, flexible: bool) -> int:
     return total
 
 
-def data_class(name: str, fields: list[F], *, valid: str = "0", flexible: str = "0+") -> type[Message]:
+def data_class(name: str, fields: list[F], *, valid: str = "0", flexible: str = "0+") -> type[Any]:
     """A versioned struct that is not an API message (metadata records, consumer protocol blobs)."""
     from .schema import VersionRange
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import tomllib
 
 import pytest
@@ -72,7 +73,9 @@ def _link_tree() -> pathlib.Path:
         link = top / name
         if link.is_symlink() and pathlib.Path(os.readlink(link)) == target:
             continue
-        if link.is_symlink() or link.exists():
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        elif link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(target, target_is_directory=target.is_dir())
     return tree
