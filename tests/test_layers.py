@@ -4,9 +4,9 @@
 
 client/ and pipeline/ use protocol (pipeline also uses client), never broker internals; protocol/ stays
 sans-I/O; every layer below broker/ is synchronous and takes time as an argument (no event loop, sockets,
-threads or clock); no module imports itself back through others, in any layer. Request handlers never
-import the broker's wiring, and neither they nor the wiring probe the services or the broker with
-getattr/setattr/hasattr: what they use is a typed attribute of a typed object.
+threads or clock); no module imports itself back through others, in any layer. Request handlers are
+annotated and never import the broker's wiring, and neither they nor the wiring probe the services or the
+broker with getattr/setattr/hasattr: what they use is a typed attribute of a typed object.
 Checked on the source text with ast, so a violation fails here even if never executed.
 """
 
@@ -256,6 +256,23 @@ def test_handlers_do_not_import_the_wiring():
                     problems.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {module}")
     assert not problems, "handlers reach the wiring (use BrokerServices, or a module both import):\n" + \
         "\n".join(problems)
+
+
+def test_handlers_are_annotated():
+    """Every registered handler says what it takes and answers: `(services: BrokerServices, ctx:
+    RequestContext, request: <its Request class>) -> Answer` (type-checked by tests/test_typecheck.py)."""
+    problems = []
+    for path in _broker_files(["broker/handlers/*.py"]):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
+                    isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id == "handles"
+                    for d in node.decorator_list):
+                continue
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            bare = [a.arg for a in args if a.annotation is None] + (["return"] if node.returns is None else [])
+            if bare:
+                problems.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {', '.join(bare)}")
+    assert not problems, "handlers without annotations:\n" + "\n".join(problems)
 
 
 def _probed(node: ast.AST) -> str | None:
