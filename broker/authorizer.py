@@ -33,18 +33,24 @@ import copy
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from odradek.protocol.connection import api_name
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import RESPONSES
-from odradek.metadata.acl import CLUSTER_NAME, OPERATIONS_BY_TYPE, AclIndex, AclOperation, ResourceType
+from odradek.metadata.acl import CLUSTER_NAME, OPERATIONS_BY_TYPE, AclBinding, AclIndex, AclOperation, ResourceType
 from odradek.metadata.publisher import MetadataPublisher
 
 from .config import BrokerConfig
-from .context import RequestContext
+from .context import ConnectionContext, RequestContext
+
+if TYPE_CHECKING:
+    from .handlers import Answer, Handler
+    from .services import BrokerServices
 
 _MAX_REMEMBERED = 100_000
 
@@ -67,7 +73,7 @@ class Authorizer:
         self.metadata = metadata
         self.super_users = frozenset(config.super_users)
         self.allow_if_no_acl = config.allow_everyone_if_no_acl_found
-        self._acls = None
+        self._acls: Mapping[uuid.UUID, AclBinding] | None = None  # the image's ACLs the index was built from
         self._index: AclIndex | None = None
         self._decisions: dict = {}
 
@@ -83,12 +89,12 @@ class Authorizer:
             self._decisions = {}
         return self._index
 
-    def authorize(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType, name: str, *,
-                  log_allowed: bool = True, log_denied: bool = True) -> bool:
+    def authorize(self, ctx: RequestContext | ConnectionContext, op: AclOperation, resource_type: ResourceType,
+                  name: str, *, log_allowed: bool = True, log_denied: bool = True) -> bool:
         """Whether the principal may; the decision goes to the audit log unless told not to (Kafka's
         Action.logIfAllowed / logIfDenied: false for probes whose refusal is not an error, such as the
         topics an all-topics Metadata leaves out, or CREATE on the cluster before CREATE on a topic)."""
-        connection = ctx.connection if type(ctx) is RequestContext else ctx  # the fast produce path has no request
+        connection = ctx if isinstance(ctx, ConnectionContext) else ctx.connection  # (fast produce: no request)
         if connection.scope == "controller" and not (resource_type == ResourceType.CLUSTER and op == AclOperation.CLUSTER_ACTION):
             return self.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME,
                                   log_allowed=log_allowed, log_denied=log_denied)
@@ -107,8 +113,9 @@ class Authorizer:
             _audit(ctx, connection, decision, op, resource_type, name)
         return decision
 
-    def authorize_by_resource_type(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType) -> bool:
-        connection = ctx.connection if type(ctx) is RequestContext else ctx
+    def authorize_by_resource_type(self, ctx: RequestContext | ConnectionContext, op: AclOperation,
+                                   resource_type: ResourceType) -> bool:
+        connection = ctx if isinstance(ctx, ConnectionContext) else ctx.connection
         return self.index().authorize_by_resource_type(str(connection.principal), connection.client_host, op, resource_type)
 
     def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
@@ -137,7 +144,8 @@ def _audit(ctx, connection, allowed: bool, op: AclOperation, resource_type: Reso
 # -- requests authorized item by item (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs ...)
 
 
-def per_item(items_attr: str | Callable, results_attr: str, refusal: Callable, denied_result: Callable):
+def per_item(items_attr: str | Callable[[int], str], results_attr: str, refusal: Callable,
+             denied_result: Callable) -> Callable[[Handler], Handler]:
     """A handler decorator for requests whose items are authorized one by one and answered positionally:
     `refusal(services, ctx, item)` is the error code refusing an item (None: allowed), `denied_result(item,
     code, version)` its entry in the response. The handler sees the request without the refused items
@@ -146,9 +154,9 @@ def per_item(items_attr: str | Callable, results_attr: str, refusal: Callable, d
     this check only on the active controller (`@forwarded` sends it there first, in an envelope, from
     any other broker), so its items are authorized once, for the client, where they are decided."""
 
-    def decorate(handler):
+    def decorate(handler: Handler) -> Handler:
         @functools.wraps(handler)
-        def handle(services, ctx, request):
+        def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Answer:
             if services.authorizer is None:
                 return handler(services, ctx, request)
             attr = items_attr(ctx.api_version) if callable(items_attr) else items_attr
@@ -187,8 +195,8 @@ def then(result, fn):
         def settle(f: asyncio.Future) -> None:
             if f.cancelled():
                 out.cancel()
-            elif f.exception() is not None:
-                out.set_exception(f.exception())
+            elif (error := f.exception()) is not None:
+                out.set_exception(error)
             else:
                 try:
                     out.set_result(fn(f.result()))
@@ -200,14 +208,14 @@ def then(result, fn):
     return fn(result)
 
 
-def requires(op: AclOperation, resource_type: ResourceType = ResourceType.CLUSTER):
+def requires(op: AclOperation, resource_type: ResourceType = ResourceType.CLUSTER) -> Callable[[Handler], Handler]:
     """A handler decorator for requests authorized as a whole on the cluster (inter-broker and controller
     RPCs: CLUSTER_ACTION; admin requests: ALTER or DESCRIBE): refused with the response's top-level
     error_code CLUSTER_AUTHORIZATION_FAILED."""
 
-    def decorate(handler):
+    def decorate(handler: Handler) -> Handler:
         @functools.wraps(handler)
-        def handle(services, ctx, request):
+        def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Answer:
             if services.authorizer is None or services.authorizer.authorize(ctx, op, resource_type, CLUSTER_NAME):
                 return handler(services, ctx, request)
             return RESPONSES[ctx.api_key](error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))

@@ -23,7 +23,7 @@ broker/components.py, where the start and stop order is written down.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.producer_ids import ProducerIdManager
@@ -42,8 +42,12 @@ from .quotas import ClientQuotas
 from .topics import is_internal
 
 if TYPE_CHECKING:
-    from odradek.coordinator.group_coordinator import GroupCoordinator
+    from odradek.coordinator.group.group_coordinator import GroupCoordinator
     from odradek.coordinator.transaction.coordinator import TransactionCoordinator
+
+    from .context import ConnectionContext, RequestContext
+    from .log_dirs import LogDirs
+    from .quorum import QuorumDriver
 
 
 class BrokerServices:
@@ -59,8 +63,8 @@ class BrokerServices:
         self, *, config: BrokerConfig, now_ms: Callable[[], int], metadata: MetadataPublisher,
         controller: ControllerChannel, data: ReplicaManager, log_manager: LogManager,
         producer_ids: ProducerIdManager, api_versions_response: Any,
-        groups_factory: Callable[[], GroupCoordinator], controller_api_versions_response: Any = None,
-        quorum=None, transactions_factory: Callable[[], TransactionCoordinator] | None = None, log_dirs=None,
+        groups_factory: Callable[[], GroupCoordinator], log_dirs: LogDirs, controller_api_versions_response: Any = None,
+        quorum: QuorumDriver | None = None, transactions_factory: Callable[[], TransactionCoordinator] | None = None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -83,13 +87,14 @@ class BrokerServices:
 
     # -- authorization: every check one line in its handler
 
-    def authorized(self, ctx, op: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME, *,
+    def authorized(self, ctx: RequestContext | ConnectionContext, op: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME, *,
                    log_denied: bool = True) -> bool:
         """Whether the request's principal may do `op` on the resource; True when no authorizer is configured.
         `log_denied=False` for a probe whose refusal is not an error (the audit log, broker/authorizer.py)."""
         return self.authorizer is None or self.authorizer.authorize(ctx, op, resource_type, name, log_denied=log_denied)
 
-    def authorized_names(self, ctx, op: AclOperation, resource_type: ResourceType, names, *, log_denied: bool = True) -> set:
+    def authorized_names(self, ctx: RequestContext, op: AclOperation, resource_type: ResourceType, names: Iterable[str],
+                         *, log_denied: bool = True) -> set[str]:
         """The names among `names` the principal may do `op` on (all of them with no authorizer)."""
         if self.authorizer is None:
             return set(names)

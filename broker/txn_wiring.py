@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import struct
 
 import structlog
 
-from odradek.coordinator.group.group_coordinator import error_code_of
 from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC
-from odradek.coordinator.runtime import CoordinatorError
 from odradek.coordinator.transaction.config import TransactionCoordinatorConfig
 from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 from odradek.protocol.errors import ErrorCode
@@ -201,120 +198,3 @@ def start_transaction_coordinator(broker) -> TransactionCoordinator:
     broker.txn_marker_sender = sender
     broker.metadata.register(TransactionCoordinatorLoader(coordinator, broker.node_id, broker.now_ms))
     return coordinator
-
-
-# ---------------------------------------------------------------------------------------------------
-# KIP-890 part 1: a partition leader asks the coordinator before a transaction's first write to a partition
-
-
-_TRANSACTIONAL_BIT = 0x10  # attributes bit 4 (the low byte of the int16 at offset 21 of a batch)
-_PID = struct.Struct(">qh")  # producerId int64, producerEpoch int16 at offset 43 of a batch
-
-
-def transactional_producer(records) -> tuple[int, int] | None:
-    """(producer id, epoch) of a transactional batch, or None: read off the first batch's header only."""
-    if records is None or len(records) < 61 or not records[22] & _TRANSACTIONAL_BIT:
-        return None
-    return _PID.unpack_from(records, 43)
-
-
-def needs_verification(data, tp, producer: tuple[int, int]) -> bool:
-    """Whether the partition has no open transaction of this producer (epoch) yet: its first transactional
-    write must be verified with the coordinator (Kafka skips the round trip once one is open)."""
-    partition = data.get_partition(tp)
-    if partition is None:
-        return False  # the append answers the error
-    entry = partition.log.producer_state.producers.get(producer[0])
-    return entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != producer[1]
-
-
-def _verify_error(code: ErrorCode, produce_version: int) -> ErrorCode:
-    """What the producer is told for a partition the coordinator did not verify (Kafka's
-    AddPartitionsToTxnManager and ReplicaManager: retriable coordinator trouble is NOT_ENOUGH_REPLICAS)."""
-    if code is ErrorCode.PRODUCER_FENCED:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if code is ErrorCode.TRANSACTION_ABORTABLE:
-        return ErrorCode.TRANSACTION_ABORTABLE if produce_version >= 12 else ErrorCode.INVALID_TXN_STATE
-    if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
-                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION):
-        return ErrorCode.NOT_ENOUGH_REPLICAS
-    return code
-
-
-def offsets_verify_error(code: ErrorCode, txn_offset_commit_version: int) -> ErrorCode:
-    """What a TxnOffsetCommit is told when the coordinator did not verify the group's `__consumer_offsets`
-    partition (Kafka 4.x: AddPartitionsToTxnManager's conversions for the version's
-    TransactionSupportedOperation, then the group coordinator's handleOperationException).
-
-    TRANSACTION_ABORTABLE (the partition is not in an Ongoing transaction: no AddOffsetsToTxn, or the
-    transaction ended) is INVALID_TXN_STATE below v4, which does not know the code
-    (txnOffsetCommitRequestVersionToTransactionSupportedOperation: DEFAULT_ERROR up to v3); a fenced producer
-    is INVALID_PRODUCER_EPOCH; an unreachable coordinator (NETWORK_EXCEPTION) is COORDINATOR_LOAD_IN_PROGRESS,
-    which every client retries without a coordinator lookup; the rest as any group write's error."""
-    if code is ErrorCode.PRODUCER_FENCED:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if code is ErrorCode.TRANSACTION_ABORTABLE and txn_offset_commit_version < 4:
-        return ErrorCode.INVALID_TXN_STATE
-    if code is ErrorCode.NETWORK_EXCEPTION:
-        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-    return error_code_of(CoordinatorError("", code))
-
-
-async def verify_transaction(services, transactional_id: str, producer: tuple[int, int], partitions: list,
-                             produce_version: int) -> dict:
-    """Produce's verification (KIP-890 part 1): {tp: the produce error} for the partitions (TopicPartitions)
-    the coordinator did not confirm in the producer's open transaction."""
-    errors = await ask_transaction_coordinator(services, transactional_id, producer, partitions)
-    return {tp: _verify_error(code, produce_version) for tp, code in errors.items() if code is not ErrorCode.NONE}
-
-
-async def ask_transaction_coordinator(services, transactional_id: str, producer: tuple[int, int],
-                                      partitions: list) -> dict:
-    """Ask the transactional id's coordinator (AddPartitionsToTxn v4, verify_only) whether `partitions`
-    (TopicPartitions) are in the producer's open transaction: {tp: its code as the coordinator answered it},
-    NONE for a verified one; NETWORK_EXCEPTION when the coordinator could not be asked (Kafka's
-    AddPartitionsToTxnManager on a disconnect), COORDINATOR_NOT_AVAILABLE when it is not known. Produce and
-    TxnOffsetCommit each map the codes for their own clients."""
-    from odradek.coordinator.partitioning import partition_for
-    from odradek.protocol.messages import AddPartitionsToTxnRequest
-
-    def every(code: ErrorCode) -> dict:
-        return {tp: code for tp in partitions}
-
-    topic = services.topic_by_name(TRANSACTION_STATE_TOPIC)
-    if topic is None:
-        return every(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    leader = services.partition_leader(TRANSACTION_STATE_TOPIC, partition_for(transactional_id, len(topic.partitions)))
-    if leader is None:
-        return every(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    by_topic: dict[str, list[int]] = {}
-    for tp in partitions:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    T = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
-    request = AddPartitionsToTxnRequest(transactions=[T(
-        transactional_id=transactional_id, producer_id=producer[0], producer_epoch=producer[1], verify_only=True,
-        topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
-    try:
-        if leader[0] == services.node_id:
-            deferred = services.transactions.add_partitions_to_txn(request, 4, services.now_ms())
-            response = deferred.result() if deferred.done else await services.future_from(deferred)
-        else:
-            # The coordinator's marker channel holds this broker's connections to other nodes for transactions.
-            response = await services.transactions.markers.channel.request(leader[0], request, 4,
-                                                                           purpose="txn-verify")
-    except Exception as e:  # noqa: BLE001 - the coordinator is unreachable: the client retries
-        log.debug("transaction verification failed", transactional_id=transactional_id, error=repr(e))
-        return every(ErrorCode.NETWORK_EXCEPTION)
-    if response.error_code:
-        # Kafka's AddPartitionsToTxnManager: the client is not told CLUSTER_AUTHORIZATION_FAILED (the broker's
-        # own permission), only that the verification did not complete.
-        code = ErrorCode(response.error_code)
-        return every(ErrorCode.INVALID_TXN_STATE if code is ErrorCode.CLUSTER_AUTHORIZATION_FAILED else code)
-    errors = {tp: ErrorCode.INVALID_TXN_STATE for tp in partitions}  # a partition left out of the answer
-    for result in response.results_by_transaction:
-        for t in result.topic_results:
-            for p in t.results_by_partition:
-                key = next((tp for tp in partitions if tp.topic == t.name and tp.partition == p.partition_index), None)
-                if key is not None:
-                    errors[key] = ErrorCode(p.partition_error_code)
-    return errors

@@ -21,6 +21,7 @@ tracked). Any valid version is read.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 from odradek.protocol.codec import data_class, decode_from
 from odradek.protocol.errors import RemoteProtocolError
@@ -79,11 +80,13 @@ class MetadataRecordType(IntEnum):
     REMOVE_ACCESS_CONTROL_ENTRY = 19
 
 
-RECORD_CLASSES: dict[MetadataRecordType, type] = {}
+# (type[Any]: classes built from the schemas at import, whose fields a type checker cannot see)
+RECORD_CLASSES: dict[MetadataRecordType, type[Any]] = {}
 
 
-def _record(record_type: MetadataRecordType, name: str, fields: list[F], *, valid: str, write_version: int) -> type:
-    cls = data_class(name, fields, valid=valid, flexible="0+")
+def _record(record_type: MetadataRecordType, name: str, fields: list[F], *, valid: str,
+            write_version: int) -> type[Any]:
+    cls: type[Any] = data_class(name, fields, valid=valid, flexible="0+")
     cls.RECORD_TYPE = record_type
     cls.WRITE_VERSION = write_version
     RECORD_CLASSES[record_type] = cls

@@ -52,7 +52,7 @@ def image_records(image: MetadataImage) -> Iterator:
             ],
             rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown,
         )
-    topic_resources = set()
+    topic_resources: set[tuple[int, str]] = set()
     for name in sorted(image.topics_by_name):
         topic = image.topics_by_name[name]
         yield TopicRecord(name=name, topic_id=topic.topic_id)
@@ -64,7 +64,7 @@ def image_records(image: MetadataImage) -> Iterator:
                 leader=p.leader, leader_recovery_state=p.leader_recovery_state, leader_epoch=p.leader_epoch,
                 partition_epoch=p.partition_epoch,
             )
-        resource = (ConfigResourceType.TOPIC, name)
+        resource: tuple[int, str] = (ConfigResourceType.TOPIC, name)
         topic_resources.add(resource)
         yield from _configs(resource, image.configs.get(resource, {}))
     for resource in sorted(image.configs):
@@ -76,10 +76,10 @@ def image_records(image: MetadataImage) -> Iterator:
         yield UserScramCredentialRecord(name=name, mechanism=mechanism, salt=c.salt, stored_key=c.stored_key,
                                         server_key=c.server_key, iterations=c.iterations)
     for acl_id in sorted(image.acls):
-        b = image.acls[acl_id]
+        acl = image.acls[acl_id]
         yield AccessControlEntryRecord(
-            id=acl_id, resource_type=b.resource_type, resource_name=b.resource_name, pattern_type=b.pattern_type,
-            principal=b.principal, host=b.host, operation=b.operation, permission_type=b.permission_type,
+            id=acl_id, resource_type=acl.resource_type, resource_name=acl.resource_name, pattern_type=acl.pattern_type,
+            principal=acl.principal, host=acl.host, operation=acl.operation, permission_type=acl.permission_type,
         )
     for entity in sorted(image.client_quotas, key=repr):
         for key, value in sorted(image.client_quotas[entity].items()):

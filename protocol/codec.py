@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import struct
 import uuid as _uuid
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, cast
 
 from .errors import LocalProtocolError, RemoteProtocolError
 from .limits import MAX_ARRAY_ELEMENTS, check_tagged_field_count, refuse_array
@@ -96,19 +97,20 @@ class Message:
         return size(self, version)
 
 
-def _make_class(name: str, fields: list[F], qualname: str) -> type:
-    spec = []
+def _make_class(name: str, fields: list[F], qualname: str) -> type[Message]:
+    spec: list[tuple[str, Any, Any]] = []
     nested: dict[str, type] = {}
     for f in fields:
         if f.is_struct or f.is_struct_array:
             sub = nested.get(f.struct_name)
             if sub is None:
-                sub = _make_class(f.struct_name, f.fields, f"{qualname}.{f.struct_name}")
+                sub = _make_class(f.struct_name, f.fields or [], f"{qualname}.{f.struct_name}")
                 nested[f.struct_name] = sub
-            f._cls = sub  # type: ignore[attr-defined]
+            f._cls = sub
         spec.append((f.name, Any, _dataclass_default(f)))
     spec.append(("unknown_tagged_fields", list, dataclasses.field(default_factory=list)))
-    cls = dataclasses.make_dataclass(name, spec, bases=(Message,), slots=True, eq=True, repr=True)
+    made = dataclasses.make_dataclass(name, spec, bases=(Message,), slots=True, eq=True, repr=True)
+    cls = cast("type[Message]", made)  # (a subclass of Message: its base)
     cls.__qualname__ = qualname
     cls.FIELDS = tuple(fields)
     cls._codecs = {}
@@ -123,7 +125,7 @@ def _dataclass_default(f: F):
         return dataclasses.field(default_factory=list) if d == [] else dataclasses.field(default=d)
     if f.is_struct:
         if f.default is _NO_DEFAULT:
-            cls = f._cls  # type: ignore[attr-defined]
+            cls = f._cls
             return dataclasses.field(default_factory=cls)
         return dataclasses.field(default=d)
     return dataclasses.field(default=d)
@@ -131,12 +133,14 @@ def _dataclass_default(f: F):
 
 def make_default(f: F):
     if f.is_struct and f.default is _NO_DEFAULT:
-        return f._cls()  # type: ignore[attr-defined]
+        return f._cls()
     d = field_default(f)
     return list(d) if isinstance(d, list) else d
 
 
-def build_message_classes(api: Api) -> tuple[type, type]:
+def build_message_classes(api: Api) -> tuple[type[Any], type[Any]]:
+    """The request and response classes of an API (type[Any]: Message subclasses whose fields are generated,
+    which a type checker cannot see)."""
     req = _make_class(f"{api.name}Request", api.request, f"{api.name}Request")
     resp = _make_class(f"{api.name}Response", api.response, f"{api.name}Response")
     for cls, is_req in ((req, True), (resp, False)):
@@ -148,7 +152,7 @@ def build_message_classes(api: Api) -> tuple[type, type]:
     return req, resp
 
 
-def is_flexible(cls: type, version: int) -> bool:
+def is_flexible(cls: type[Message], version: int) -> bool:
     return cls.FLEXIBLE_FROM is not None and version >= cls.FLEXIBLE_FROM
 
 
@@ -357,7 +361,7 @@ _RUNTIME = {
 class _Gen:
     """Emits the source of one decoder and one encoder for a struct class at one version."""
 
-    def __init__(self, cls: type, version: int, flexible: bool, ns: dict, counter: list[int]):
+    def __init__(self, cls: type[Message], version: int, flexible: bool, ns: dict, counter: list[int]):
         self.cls = cls
         self.version = version
         self.flexible = flexible
@@ -380,7 +384,7 @@ class _Gen:
                 tagged.append(f)
             else:
                 regular.append(f)
-        tagged.sort(key=lambda f: f.tag)
+        tagged.sort(key=lambda f: -1 if f.tag is None else f.tag)  # (a field in its tagged versions has a tag)
         return regular, tagged
 
     # -- decoding --
@@ -684,12 +688,14 @@ class _Gen:
 
 class _Codec:
     __slots__ = ("decode_struct", "encode_struct")
+    decode_struct: Callable[[memoryview, int], tuple[Any, int]]  # (buffer, position) -> (struct, end position)
+    encode_struct: Callable[[Any, bytearray, list], None]  # (struct, out, chunks)
 
 
-_COMPILING: dict[tuple[type, int, bool], _Codec] = {}
+_COMPILING: dict[tuple[type[Message], int, bool], _Codec] = {}
 
 
-def _codec_for(cls: type, version: int, flexible: bool) -> _Codec:
+def _codec_for(cls: type[Message], version: int, flexible: bool) -> _Codec:
     key = (version, flexible)
     codec = cls._codecs.get(key)
     if codec is not None:
@@ -707,13 +713,13 @@ def _codec_for(cls: type, version: int, flexible: bool) -> _Codec:
     return codec
 
 
-def _check_version(cls: type, version: int) -> None:
+def _check_version(cls: type[Message], version: int) -> None:
     low, high = cls.VALID_VERSIONS
     if not low <= version <= high:
         raise LocalProtocolError(f"{cls.__name__} has no version {version} (valid {low}-{high})")
 
 
-def decode(cls: type, data, version: int, pos: int = 0):
+def decode(cls: type[Message], data, version: int, pos: int = 0):
     """Decode a whole message body; trailing bytes are refused. Raises RemoteProtocolError only."""
     obj, end = decode_from(cls, data, version, pos)
     if end != len(data):
@@ -721,10 +727,10 @@ def decode(cls: type, data, version: int, pos: int = 0):
     return obj
 
 
-_BY_VERSION: dict[tuple[type, int], _Codec] = {}
+_BY_VERSION: dict[tuple[type[Message], int], _Codec] = {}
 
 
-def _codec_at(cls: type, version: int) -> _Codec:
+def _codec_at(cls: type[Message], version: int) -> _Codec:
     """The codec of a top-level message at a version (checked once, then looked up)."""
     codec = _BY_VERSION.get((cls, version))
     if codec is None:
@@ -733,7 +739,7 @@ def _codec_at(cls: type, version: int) -> _Codec:
     return codec
 
 
-def decode_from(cls: type, data, version: int, pos: int = 0):
+def decode_from(cls: type[Message], data, version: int, pos: int = 0):
     """Decode a message body starting at `pos`; returns (message, end position)."""
     codec = _codec_at(cls, version)
     buf = data if isinstance(data, memoryview) else memoryview(data)
@@ -836,7 +842,7 @@ def _struct_size(obj, version: int, flexible: bool) -> int:
     return total
 
 
-def data_class(name: str, fields: list[F], *, valid: str = "0", flexible: str = "0+") -> type:
+def data_class(name: str, fields: list[F], *, valid: str = "0", flexible: str = "0+") -> type[Any]:
     """A versioned struct that is not an API message (metadata records, consumer protocol blobs)."""
     from .schema import VersionRange
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from .codec import FileRegion, Message, decode, decode_from, encode_into
 from .errors import LocalProtocolError, RemoteProtocolError, UnsupportedApiError
@@ -55,7 +55,7 @@ class RequestReceived:
     frame_size: int
 
 
-_UNSEEN = object()
+_UNSEEN: Any = object()  # (Any: compared by identity, never used as a range)
 
 # Kafka's names for the API keys the message definitions here do not cover (ApiKeys.java), so that a
 # request for one can be named in the broker's log.
@@ -215,9 +215,9 @@ class ServerConnection:
         self._framer = _Framer(max_frame_bytes)
         self.supported = supported
         self.fast_produce = fast_produce
-        self._ranges: dict[int, tuple[int, int]] = {}
+        self._ranges: dict[int, tuple[int, int] | None] = {}  # None: not served
 
-    def receive_data(self, data) -> list[RequestReceived | ApiVersionsUnsupported]:
+    def receive_data(self, data) -> list[RequestReceived | ApiVersionsUnsupported | ProduceFrame]:
         return [self._parse(frame) for frame in self._framer.feed(data)]
 
     def get_buffer(self) -> memoryview:

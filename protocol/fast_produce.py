@@ -20,7 +20,8 @@ for byte).
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+import uuid
+from typing import NamedTuple, TypeAlias
 
 from .codec import _uuid_from
 from .errors import RemoteProtocolError
@@ -43,6 +44,10 @@ _CLASSIC_PARTITION = struct.Struct(">ihqq")  # index, error code, base offset, l
 _I64 = struct.Struct(">q")
 _I32_PAIR = struct.Struct(">ii")
 
+# A topic of a produce request: (name, its UTF-8 bytes, [(partition index, records)]) in request order; from
+# v13 (topic id, its 16 bytes, [...]).
+TopicEntry: TypeAlias = "tuple[uuid.UUID | str, bytes, list[tuple[int, memoryview]]]"
+
 
 class ProduceFrame(NamedTuple):
     """A produce request read by `parse_produce`: the records are views of `frame`."""
@@ -52,9 +57,7 @@ class ProduceFrame(NamedTuple):
     correlation_id: int
     acks: int
     timeout_ms: int
-    # (name, its UTF-8 bytes, [(partition index, records)]) in request order; from v13 (topic id as a UUID,
-    # its 16 bytes, [...])
-    topics: list[tuple[object, bytes, list[tuple[int, memoryview]]]]
+    topics: list[TopicEntry]
     # Whether the request names a transactional id (not its value: a transactional batch in a request
     # without one is refused, and the fast path hands such a request to the general one).
     has_transactional_id: bool = False
@@ -106,9 +109,10 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
         return None
     view = memoryview(frame)
     end = len(frame)
-    topics = []
+    topics: list[TopicEntry] = []
     by_id = api_version >= TOPIC_IDS_FROM
     for _ in range(count):
+        name: uuid.UUID | str
         if by_id:
             raw = bytes(frame[pos : pos + 16])
             if len(raw) != 16:
@@ -123,7 +127,7 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
             raw = bytes(frame[pos : pos + n])
             name = str(raw, "utf-8")
             pos += n
-        parts = []
+        parts: list[tuple[int, memoryview]] = []
         count_parts = frame[pos] - 1
         pos += 1
         if count_parts < 0 or count_parts > 126:
@@ -173,7 +177,7 @@ def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
     if count < 0 or count > end:  # a null or impossible topic list: the codec's error
         return None
     view = memoryview(frame)
-    topics = []
+    topics: list[TopicEntry] = []
     for _ in range(count):
         (n,) = _I16.unpack_from(frame, pos)
         pos += 2
@@ -186,7 +190,7 @@ def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
         pos += 4
         if count_parts < 0 or count_parts > end:
             return None
-        parts = []
+        parts: list[tuple[int, memoryview]] = []
         for _ in range(count_parts):
             index, size = _I32_PAIR.unpack_from(frame, pos)
             pos += 8

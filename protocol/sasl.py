@@ -239,6 +239,8 @@ class ScramServer:
         without_proof = message[: message.rindex(",p=")]
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode("utf-8")
         credential = self._credential
+        if credential is None:  # (set by the client's first message, which this one follows)
+            raise self._fail()
         signature = _hmac(self.mechanism, credential.stored_key, auth_message)
         if len(proof) != len(signature):
             raise self._fail()
@@ -474,6 +476,8 @@ def validate_unsecured_token(token: str, options: UnsecuredValidatorOptions, now
         raise OAuthBearerInvalidToken(f"The Issued At value ({iat:f} seconds) was after the indicated time ({now_ms} ms) "
                                       f"plus allowable clock skew ({skew} ms)")
     exp = _number_claim(jwt.claims, "exp")
+    if exp is None:  # (parse_unsecured_jws refuses such a token already)
+        raise OAuthBearerInvalidToken("No expiration time in JWT")
     if now_ms - skew >= _ms(exp):
         raise OAuthBearerInvalidToken(f"The indicated time ({now_ms} ms) minus allowable clock skew ({skew} ms) was on "
                                       f"or after the Expiration Time value ({exp:f} seconds)")
@@ -592,7 +596,8 @@ class UnsecuredLoginOptions:
             elif kind == f"{_LOGIN_PREFIX}Extension":
                 extensions[name] = value
         principal_claim = options.get(f"{_LOGIN_PREFIX}PrincipalClaimName", "").strip() or "sub"
-        if not isinstance(claims.get(principal_claim), str) or not claims[principal_claim].strip():
+        principal = claims.get(principal_claim)
+        if not isinstance(principal, str) or not principal.strip():
             raise ValueError(f"{_LOGIN_PREFIX}StringClaim_{principal_claim} is required: the principal name")
         lifetime_text = options.get(f"{_LOGIN_PREFIX}LifetimeSeconds", "").strip() or "3600"
         try:
@@ -607,7 +612,7 @@ class UnsecuredLoginOptions:
 
     @property
     def principal_name(self) -> str:
-        return dict(self.claims)[self.principal_claim_name]
+        return str(dict(self.claims)[self.principal_claim_name])  # (a str: checked when the login was made)
 
     def token(self, now_ms: int) -> str:
         # iat in whole seconds, rounded down: never "issued in the future" to a broker without clock skew.

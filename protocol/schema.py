@@ -83,6 +83,8 @@ class F:
     vrange: VersionRange = field(init=False, repr=False)
     nrange: VersionRange = field(init=False, repr=False)
     trange: VersionRange = field(init=False, repr=False)
+    # The generated class of a struct field, set by codec._make_class.
+    _cls: Any = field(init=False, repr=False, compare=False)
 
     def finalize(self) -> None:
         self.vrange = VersionRange(self.versions)

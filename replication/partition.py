@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.errors import (
@@ -53,6 +53,9 @@ from odradek.replication.errors import (
 )
 from odradek.storage.errors import OffsetOutOfRangeError
 from odradek.storage.names import TopicPartition
+
+if TYPE_CHECKING:
+    from odradek.storage.producer_state import ProducerStateManager
 
 __all__ = [
     "NO_LEADER_EPOCH",
@@ -142,7 +145,7 @@ class Partition:
         replica_lag_time_max_ms: int = 30_000,
         high_watermark: int | None = None,
         first_unstable_offset: Callable[[], int | None] | None = None,
-        producer_state=None,
+        producer_state: ProducerStateManager | None = None,
         is_replica_eligible: Callable[[int], bool] | None = None,
     ) -> None:
         self.topic_partition = topic_partition
@@ -178,6 +181,11 @@ class Partition:
     @property
     def partition(self) -> int:
         return self.topic_partition.partition
+
+    @property
+    def producer_state(self) -> ProducerStateManager | None:
+        """The log's producer state; None for a log that keeps none (the simulations' in-memory logs)."""
+        return self._producer_state
 
     @property
     def is_leader(self) -> bool:

@@ -29,7 +29,7 @@ Everything here is synchronous and takes `now_ms`; callers (the broker) own the 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -318,7 +318,7 @@ class ReplicaManager:
 
     def append_records(
         self,
-        entries: dict[TopicPartition, object],
+        entries: Mapping[TopicPartition, object],
         *,
         required_acks: int,
         timeout_ms: int,

@@ -63,7 +63,7 @@ from odradek.protocol.records import (
 from .config import LONG_MAX
 from .log import Log
 from .segment import INT32_MAX, MAX_UNCOMPRESSED_BATCH_BYTES, LogSegment
-from .txn_index import AbortedTxn
+from .txn_index import AbortedTxn, TransactionIndex
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -286,7 +286,7 @@ class _TxnState:
         self._seen: set[tuple[int, int]] = set()  # (producer id, first offset) already added
         self._ongoing_aborted: dict[int, list] = {}  # producer id -> [AbortedTxn, a batch of it seen]
         self._ongoing_committed: set[int] = set()
-        self.cleaned_index = None  # the TransactionIndex of the segment being written
+        self.cleaned_index: TransactionIndex | None = None  # the TransactionIndex of the segment being written
 
     def add(self, aborted: list[AbortedTxn]) -> None:
         fresh = [t for t in aborted if (t.producer_id, t.first_offset) not in self._seen]

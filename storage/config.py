@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass
 
 LONG_MAX = 2**63 - 1
@@ -75,7 +76,7 @@ class LogConfig:
     def from_topic_configs(cls, configs: Mapping[str, str | None], base: LogConfig | None = None) -> LogConfig:
         """Override `base` (defaults if None) with Kafka-named topic configs; None values are ignored."""
         types = {f.name: f.type for f in dataclasses.fields(cls)}
-        overrides = {}
+        overrides: dict[str, Any] = {}  # field -> its value, of the field's type
         for name, raw in configs.items():
             if raw is None:
                 continue
@@ -83,6 +84,7 @@ class LogConfig:
             if field not in types:
                 raise ValueError(f"unknown topic config {name!r}")
             kind = types[field]
+            value: str | int | float | None
             if field in ("cleanup_policy", "message_timestamp_type"):
                 value = ",".join(sorted(p.strip() for p in raw.split(","))) if field == "cleanup_policy" else raw
             elif kind == "float":

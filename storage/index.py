@@ -403,8 +403,8 @@ class _IndexFile:
             self._tail = fields
             self._unsynced = True
             return
-        length = self._length
-        if length is None or length < (entries + 1) * self.entry_size:
+        known_length = self._length
+        if known_length is None or known_length < (entries + 1) * self.entry_size:
             if self._file_length() < (entries + 1) * self.entry_size:
                 self._resize(max(self.max_entries, entries + 1) * self.entry_size)
         mm = self._mm
@@ -462,7 +462,7 @@ class OffsetIndex(_IndexFile):
         with self._maps.lock:
             if self.is_full:
                 raise ValueError(f"{self.path}: offset index is full")
-            if self._entries and offset <= self.base_offset + self._last()[0]:
+            if self._entries and offset <= self.last_entry[0]:
                 raise ValueError(f"{self.path}: offset {offset} is not above the last indexed offset")
             self._append_entry(offset - self.base_offset, position)
 
@@ -513,7 +513,7 @@ class TimeIndex(_IndexFile):
                 raise ValueError(f"{self.path}: offset {offset} is below the last indexed offset {last_offset}")
             if timestamp <= last_ts:
                 return False
-            if self._entries >= self.max_entries:
+            if self.entries >= self.max_entries:
                 return False
             self._append_entry(timestamp, offset - self.base_offset, final=skip_full_check)
             return True

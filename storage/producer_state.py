@@ -495,12 +495,12 @@ class ProducerStateManager:
         if offset in self.snapshot_offsets():
             return
         atomic_write(self._snapshot_path(offset), encode_snapshot(self.producers.values()), fsync=False)
-        self._snapshots = sorted(self._snapshots + [offset])
+        self._snapshots = sorted(self.snapshot_offsets() + [offset])
 
     def _delete_snapshots(self, doomed) -> None:
         for offset in doomed:
             _unlink(self._snapshot_path(offset))
-        self._snapshots = [o for o in self._snapshots if o not in doomed]
+        self._snapshots = [o for o in self.snapshot_offsets() if o not in doomed]
 
     def delete_snapshots_before(self, offset: int) -> None:
         self._delete_snapshots({o for o in self.snapshot_offsets() if o < offset})
@@ -560,7 +560,7 @@ def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
         for _ in range(count):
             pid, epoch, coordinator_epoch, txn_first, last_ts, n = _PRODUCER.unpack_from(body, pos)
             pos += _PRODUCER.size
-            batches = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+            batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
             for _ in range(n):
                 batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                 pos += _BATCH.size

@@ -68,6 +68,8 @@ class LogFile:
 class SegmentRegion(FileRegion):
     """A FileRegion (fd, position, length) that keeps its file open for as long as it lives."""
 
+    file: LogFile
+
     def __new__(cls, file: LogFile, position: int, length: int) -> SegmentRegion:
         region = super().__new__(cls, file.fd, position, length)
         region.file = file
@@ -229,7 +231,8 @@ class LogSegment:
                     raise
             if self._file is None:
                 self._file = file
-        return self._file
+            return self._file
+        return file
 
     @contextmanager
     def _fd(self) -> Iterator[int]:
@@ -354,12 +357,12 @@ class LogSegment:
         self.size = position + len(data)
 
     def _index_batch(self, position: int, size: int, last_offset: int, timestamp: int) -> None:
-        if timestamp > self._max_timestamp:
+        if timestamp > self.max_timestamp:  # (loaded by `append` already: one None test)
             self._max_timestamp, self._offset_of_max_timestamp = timestamp, last_offset
         if self._bytes_since_last_index_entry > self.index_interval_bytes and not self.offset_index.is_full:
             self.offset_index.append(last_offset, position)
             if not self.time_index.is_full:
-                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                self.time_index.maybe_append(self.max_timestamp, self._offset_of_max_timestamp)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
 

@@ -17,11 +17,29 @@ librdkafka's feature detection): `advertise` widens the table, `versions` is wha
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
+from odradek.protocol.codec import Message
 from odradek.protocol.messages import REQUESTS
+from odradek.purgatory.deferred import Deferred
+
+from ..context import Packed
+
+if TYPE_CHECKING:
+    from ..context import RequestContext
+    from ..services import BrokerServices
+
+# What a handler answers with (the module doc): a message, a packed frame, no response, or one of them later.
+Answer: TypeAlias = (
+    "Message | Packed | None | asyncio.Future[Any] | Deferred[Any] | Coroutine[Any, Any, Message | Packed | None]"
+)
+# A handler; the request is the message class of its API key (`request: ProduceRequest`).
+Handler: TypeAlias = "Callable[[BrokerServices, RequestContext, Any], Answer]"
+H = TypeVar("H", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +48,7 @@ class Registration:
     min_version: int
     max_version: int
     advertised_min: int
-    handler: Callable[..., Any]
+    handler: Handler
 
 
 # Which listeners serve an API: the broker listeners (clients, other brokers) or the controller listeners
@@ -64,11 +82,11 @@ FAMILIES = (
 def handles(
     api_key: int, versions: tuple[int, int] | None = None, *, advertise_min: int | None = None,
     listeners: tuple[str, ...] = (BROKER,),
-):
+) -> Callable[[H], H]:
     """Register a handler for `api_key` over `versions` (default: every version the schema defines), on
     the broker listeners, the controller listeners, or both."""
 
-    def register(fn):
+    def register(fn: H) -> H:
         low, high = versions if versions is not None else REQUESTS[api_key].VALID_VERSIONS
         for scope in listeners:
             if api_key in _REGISTRY[scope]:

@@ -8,6 +8,8 @@ an authorizer every entry answers SECURITY_DISABLED, as Kafka's brokers do.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
 from odradek.metadata.acl import (
@@ -22,14 +24,19 @@ from odradek.metadata.acl import (
 )
 from odradek.metadata.image import MetadataError
 
-from . import BROKER, CONTROLLER, handles
+from . import BROKER, CONTROLLER, Answer, handles
 from .envelope import forwarded
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 NO_AUTHORIZER = "No Authorizer is configured."
 Creation = CreateAclsResponse.AclCreationResult
 FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
 Matching = FilterResult.DeleteAclsMatchingAcl
-DescribedResource = DescribeAclsResponse.DescribeAclsResource
+DescribedResource: TypeAlias = DescribeAclsResponse.DescribeAclsResource
 
 
 def _enum(cls, value: int):
@@ -48,7 +55,7 @@ def _filter(f) -> AclFilter:
 
 @handles(30, (1, 3), listeners=(BROKER, CONTROLLER))
 @forwarded
-def handle_create_acls(services, ctx, request):
+def handle_create_acls(services: BrokerServices, ctx: RequestContext, request: CreateAclsRequest) -> Answer:
     def all_failed(code: ErrorCode, message: str | None) -> CreateAclsResponse:
         return CreateAclsResponse(throttle_time_ms=0, results=[
             Creation(error_code=int(code), error_message=message) for _ in request.creations])
@@ -79,7 +86,7 @@ def handle_create_acls(services, ctx, request):
 
 @handles(31, (1, 3), listeners=(BROKER, CONTROLLER))
 @forwarded
-def handle_delete_acls(services, ctx, request):
+def handle_delete_acls(services: BrokerServices, ctx: RequestContext, request: DeleteAclsRequest) -> Answer:
     def all_failed(code: ErrorCode, message: str | None) -> DeleteAclsResponse:
         return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
             FilterResult(error_code=int(code), error_message=message, matching_acls=[]) for _ in request.filters])
@@ -109,7 +116,7 @@ def handle_delete_acls(services, ctx, request):
 
 
 @handles(29, (1, 3))
-def handle_describe_acls(services, ctx, request):
+def handle_describe_acls(services: BrokerServices, ctx: RequestContext, request: DescribeAclsRequest) -> Answer:
     def failed(code: ErrorCode, message: str | None) -> DescribeAclsResponse:
         return DescribeAclsResponse(throttle_time_ms=0, error_code=int(code), error_message=message, resources=[])
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from odradek.protocol.messages import ApiVersionsResponse
 
-from . import BROKER, CONTROLLER, handles
+from . import BROKER, CONTROLLER, Answer, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import ApiVersionsRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 
 def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:
@@ -13,7 +20,7 @@ def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:
 
 
 @handles(18, listeners=(BROKER, CONTROLLER))
-def handle_api_versions(services, ctx, request):
+def handle_api_versions(services: BrokerServices, ctx: RequestContext, request: ApiVersionsRequest) -> Answer:
     """Each kind of listener lists what it serves: the broker listeners the client APIs, the controller
     listeners the quorum's and the brokers' RPCs."""
     if ctx.connection.scope == CONTROLLER:

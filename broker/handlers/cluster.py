@@ -10,6 +10,7 @@ replicas of a move included; AlterReplicaLogDirs starts such moves (see broker/l
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import AlterReplicaLogDirsResponse, DescribeClusterResponse, DescribeLogDirsResponse
@@ -17,8 +18,13 @@ from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 
 from ..authorizer import requires
-from . import handles
+from . import Answer, handles
 from .metadata import ALL_CLUSTER_OPERATIONS, INT32_MIN
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import AlterReplicaLogDirsRequest, DescribeClusterRequest, DescribeLogDirsRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 CBroker = DescribeClusterResponse.DescribeClusterBroker
 LResult = DescribeLogDirsResponse.DescribeLogDirsResult
@@ -33,7 +39,7 @@ METADATA_TOPIC = "__cluster_metadata"
 
 
 @handles(60, (0, 2))
-def handle_describe_cluster(services, ctx, request):
+def handle_describe_cluster(services: BrokerServices, ctx: RequestContext, request: DescribeClusterRequest) -> Answer:
     version = ctx.api_version
     endpoint_type = request.endpoint_type if version >= 1 else ENDPOINT_BROKERS
     include_ops = request.include_cluster_authorized_operations
@@ -84,7 +90,7 @@ def _partitions_wanted(request):
 
 @handles(35, (1, 4))
 @requires(AclOperation.DESCRIBE)
-def handle_describe_log_dirs(services, ctx, request):
+def handle_describe_log_dirs(services: BrokerServices, ctx: RequestContext, request: DescribeLogDirsRequest) -> Answer:
     """One result per log directory, as Kafka's describeLogDirs: an online one lists the replicas in it
     (size; offset lag: for a future replica how far it is behind the current one, else how far the log end
     is below the high watermark, 0 on any replica that keeps up), and from v4 the file system's total and
@@ -141,7 +147,8 @@ def handle_describe_log_dirs(services, ctx, request):
 
 
 @handles(34, (1, 2))
-def handle_alter_replica_log_dirs(services, ctx, request):
+def handle_alter_replica_log_dirs(services: BrokerServices, ctx: RequestContext,
+                                  request: AlterReplicaLogDirsRequest) -> Answer:
     """Move replicas of this broker to other log directories (broker/log_dirs.py); per partition NONE
     (the move has begun, or the replica is there already), LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR (the
     directory or the replica is offline) or REPLICA_NOT_AVAILABLE (no replica here), as Kafka answers.

@@ -15,6 +15,7 @@ Every requested resource gets exactly one result, in request order.
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from odradek.protocol.errors import ErrorCode, KafkaApiError
 from odradek.protocol.messages import AlterConfigsResponse, DescribeConfigsResponse, IncrementalAlterConfigsResponse
@@ -29,13 +30,18 @@ from ..controller_channel import ConfigChange
 from ..topic_config import TOPIC_CONFIGS, ConfigEntry, ConfigResourceType, ConfigSource, describe_broker, describe_topic
 from . import BROKER as BROKER_LISTENERS
 from . import CONTROLLER as CONTROLLER_LISTENERS
-from . import handles
+from . import Answer, handles
 from .envelope import forwarded
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 log = get_logger(__name__)
 
 DResult = DescribeConfigsResponse.DescribeConfigsResult
-DEntry = DResult.DescribeConfigsResourceResult
+DEntry: TypeAlias = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
 DSynonym = DEntry.DescribeConfigsSynonym
 AResult = AlterConfigsResponse.AlterConfigsResourceResponse
 IResult = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
@@ -55,7 +61,7 @@ class ResourceError(KafkaApiError):
         self.message = message
 
 
-def check_broker_name(services, name: str) -> None:
+def check_broker_name(services: BrokerServices, name: str) -> None:
     """A BROKER resource names this node ("1") or the cluster-wide defaults ("")."""
     if name == "":
         return
@@ -83,7 +89,7 @@ def _duplicates(items) -> set:
 # ---- DescribeConfigs
 
 
-def _describe_entries(services, resource_type: int, name: str, keys):
+def _describe_entries(services: BrokerServices, resource_type: int, name: str, keys):
     if resource_type == TOPIC:
         try:
             validate_topic_name(name)
@@ -108,7 +114,7 @@ def _describe_entries(services, resource_type: int, name: str, keys):
     raise _unsupported_type(resource_type)
 
 
-def _check_logger_resource(services, name: str) -> None:
+def _check_logger_resource(services: BrokerServices, name: str) -> None:
     """A BROKER_LOGGER resource names this node, and only it (ConfigHelper, RuntimeLoggerManager)."""
     if not name:
         raise ResourceError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
@@ -167,7 +173,7 @@ def _denied(result_cls):
 
 @handles(32, (1, 4))
 @per_item("resources", "results", _refusal(AclOperation.DESCRIBE_CONFIGS), _denied(DResult))
-def handle_describe_configs(services, ctx, request):
+def handle_describe_configs(services: BrokerServices, ctx: RequestContext, request: DescribeConfigsRequest) -> Answer:
     version = ctx.api_version
     include_documentation = version >= 3 and request.include_documentation
     results = []
@@ -194,7 +200,7 @@ def handle_describe_configs(services, ctx, request):
 # ---- shared by both alters
 
 
-def _check_topic(services, name: str) -> None:
+def _check_topic(services: BrokerServices, name: str) -> None:
     if services.topic_by_name(name) is None:
         raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
 
@@ -206,7 +212,7 @@ def _check_unique_keys(names) -> None:
         raise ResourceError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {shown}")
 
 
-def _refuse_broker_change(services, name: str, keys) -> None:
+def _refuse_broker_change(services: BrokerServices, name: str, keys) -> None:
     check_broker_name(services, name)
     if keys:
         raise ResourceError(
@@ -216,13 +222,13 @@ def _refuse_broker_change(services, name: str, keys) -> None:
         )
 
 
-def _alter_all(services, resources, validate_only: bool, change_of, result_cls):
+def _alter_all(services: BrokerServices, resources, validate_only: bool, change_of, result_cls):
     """One result per resource: `change_of(r)` gives the resource's ConfigChange (or raises ResourceError);
     every change goes to the controller in one call, answered once committed."""
     repeated = _duplicates((r.resource_type, r.resource_name) for r in resources)
     results = []
     changes: list[ConfigChange] = []
-    pending: list[tuple[object, int]] = []
+    pending: list[tuple[Any, int]] = []  # (a result entry of the response, its change's index)
     for r in resources:
         result = result_cls(
             error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name
@@ -255,7 +261,7 @@ def _alter_all(services, resources, validate_only: bool, change_of, result_cls):
 @handles(33, (0, 2), listeners=(BROKER_LISTENERS, CONTROLLER_LISTENERS))
 @forwarded
 @per_item("resources", "responses", _refusal(AclOperation.ALTER_CONFIGS), _denied(AResult))
-def handle_alter_configs(services, ctx, request):
+def handle_alter_configs(services: BrokerServices, ctx: RequestContext, request: AlterConfigsRequest) -> Answer:
     def change_of(r) -> ConfigChange | None:
         keys = [c.name for c in r.configs]
         if r.resource_type == TOPIC:
@@ -325,7 +331,8 @@ def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
 
 
 @handles(44, (0, 1), listeners=(BROKER_LISTENERS, CONTROLLER_LISTENERS))
-def handle_incremental_alter_configs(services, ctx, request):
+def handle_incremental_alter_configs(services: BrokerServices, ctx: RequestContext,
+                                     request: IncrementalAlterConfigsRequest) -> Answer:
     """A request of BROKER_LOGGER resources only (what Kafka's admin client sends to the node named) is this
     node's to answer; any other goes to the active controller."""
     if request.resources and all(r.resource_type == BROKER_LOGGER for r in request.resources):
@@ -334,7 +341,7 @@ def handle_incremental_alter_configs(services, ctx, request):
 
 
 @per_item("resources", "responses", _refusal(AclOperation.ALTER_CONFIGS), _denied(IResult))
-def _alter_loggers(services, ctx, request):
+def _alter_loggers(services: BrokerServices, ctx: RequestContext, request: IncrementalAlterConfigsRequest) -> Answer:
     """Kafka's RuntimeLoggerManager: every change of a resource is checked before any is made; SET takes one
     of LogLevelConfig's levels, DELETE unsets (not the root logger's), APPEND and SUBTRACT are refused."""
     repeated = _duplicates(r.resource_name for r in request.resources)
@@ -380,7 +387,8 @@ def _check_logger_change(name: str, op: int, value) -> None:
 
 @forwarded
 @per_item("resources", "responses", _refusal(AclOperation.ALTER_CONFIGS), _denied(IResult))
-def _incremental_alter_configs(services, ctx, request):
+def _incremental_alter_configs(services: BrokerServices, ctx: RequestContext,
+                               request: IncrementalAlterConfigsRequest) -> Answer:
     def change_of(r) -> ConfigChange | None:
         keys = [c.name for c in r.configs]
         if r.resource_type == TOPIC:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -53,7 +54,12 @@ from ..authorizer import requires
 from ..context import ConnectionContext, KafkaPrincipal, RequestContext
 from ..node_client import NodeUnavailable
 from ..quorum import ForwardingRefused
-from . import _REGISTRY, BROKER, CONTROLLER, handles
+from . import _REGISTRY, BROKER, CONTROLLER, Answer, Handler, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.codec import Message
+    from odradek.protocol.messages import EnvelopeRequest
+    from ..services import BrokerServices
 
 log = structlog.get_logger("odradek.envelope")
 
@@ -77,13 +83,13 @@ FORWARDABLE = frozenset({
 })
 
 
-def forwarded(handler):
+def forwarded(handler: Handler) -> Handler:
     """A handler decorator for forwardable admin requests, outermost after `@handles`: on a node that is not
     the active controller, the request goes to the controller in an envelope, before any check here (the
     controller authorizes the client); on the active controller the handler runs."""
 
     @functools.wraps(handler)
-    def handle(services, ctx, request):
+    def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Answer:
         if services.controller.is_active:
             return handler(services, ctx, request)
         if ctx.connection.scope == CONTROLLER and services.authorized(
@@ -94,7 +100,7 @@ def forwarded(handler):
     return handle
 
 
-async def forward_for_client(services, ctx, request):
+async def forward_for_client(services: BrokerServices, ctx: RequestContext, request: Any) -> Message:
     """The active controller's answer to a client's request sent in an envelope; when there is none, an
     answer to the client all the same, as Kafka's ForwardingManager gives: REQUEST_TIMED_OUT when no
     controller answered in time, UNKNOWN_SERVER_ERROR when the controller refused the envelope itself
@@ -162,7 +168,7 @@ def _failed(code: ErrorCode) -> EnvelopeResponse:
 
 @handles(ENVELOPE_KEY, listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_envelope(services, ctx, request):
+def handle_envelope(services: BrokerServices, ctx: RequestContext, request: EnvelopeRequest) -> Answer:
     if not services.controller.is_active:
         return _failed(ErrorCode.NOT_CONTROLLER)
     try:

@@ -29,6 +29,8 @@ a preferred read replica) is built as a message and encoded by the codec, which 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from typing import TYPE_CHECKING, TypeAlias
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_fetch import encode_fetch_response
@@ -40,17 +42,23 @@ from odradek.replication.replica_selector import ClientMetadata
 from odradek.storage.names import TopicPartition
 
 from ..context import Packed
-from . import handles
+from . import Answer, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import FetchRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 TopicData = FetchResponse.FetchableTopicResponse
 PartitionData = TopicData.PartitionData
-NodeEndpoint = FetchResponse.NodeEndpoint
+NodeEndpoint: TypeAlias = FetchResponse.NodeEndpoint
 _LEADER_HINT_ERRORS = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH))
 _UNKNOWN, _NOT_LEADER = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 _DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
-def _unauthorized(services, ctx, request, replica_id: int, version: int) -> set:
+def _unauthorized(services: BrokerServices, ctx: RequestContext, request: FetchRequest, replica_id: int,
+                  version: int) -> set:
     """Topic names this fetch may not read: all of them for a replica without CLUSTER_ACTION, else those
     without READ (Kafka's handleFetchRequest)."""
     names = set()
@@ -63,7 +71,7 @@ def _unauthorized(services, ctx, request, replica_id: int, version: int) -> set:
 
 
 @handles(1)
-def handle_fetch(services, ctx, request):
+def handle_fetch(services: BrokerServices, ctx: RequestContext, request: FetchRequest) -> Answer:
     version = ctx.api_version
     now_ms = services.now_ms()
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
@@ -74,14 +82,15 @@ def handle_fetch(services, ctx, request):
     else:
         isolation = FetchIsolation.HIGH_WATERMARK
     wanted: list[FetchRequestPartition] = []
-    layout = []  # (topic name or None, topic id, [(partition index, tp or error code)])
+    # (topic name or None, topic id, [(partition index, tp or error code)])
+    layout: list[tuple[str | None, uuid.UUID, list[tuple[int, TopicPartition | int]]]] = []
     denied = _unauthorized(services, ctx, request, replica_id, version) if services.authorizer is not None else ()
     for topic in request.topics:
         image = services.topic_by_id(topic.topic_id) if version >= 13 else services.topic_by_name(topic.topic)
         if denied and (image.name if image is not None else topic.topic) in denied:  # (READ, or CLUSTER_ACTION for a replica)
             layout.append((topic.topic, topic.topic_id, [(p.partition, _DENIED) for p in topic.partitions]))
             continue
-        parts = []
+        parts: list[tuple[int, TopicPartition | int]] = []
         for p in topic.partitions:
             if image is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -146,7 +155,7 @@ def _response_bytes(results) -> int:
     return sum(getattr(chunk, "length", None) or len(chunk) for r in results.values() for chunk in (r.records or ()))
 
 
-def _client_metadata(ctx, request, replica_id: int) -> ClientMetadata | None:
+def _client_metadata(ctx: RequestContext, request, replica_id: int) -> ClientMetadata | None:
     """A consumer's Fetch v11+ (KIP-392): it may read from a follower, and be pointed to the replica in its
     rack. Before v11 a consumer knows no preferred replica, and is served by leaders only, as Kafka does."""
     if ctx.api_version < 11 or replica_id >= 0:
@@ -155,10 +164,10 @@ def _client_metadata(ctx, request, replica_id: int) -> ClientMetadata | None:
 
 
 def _packed(correlation_id: int, layout, results, version: int, read_committed: bool) -> list:
-    aborted = [] if read_committed else None
+    aborted: list | None = [] if read_committed else None
     topics = []
     for name, topic_id, parts in layout:
-        out = []
+        out: list[tuple] = []
         for index, tp in parts:
             if isinstance(tp, int):  # (aborted transactions: an empty list, as Kafka's error entries)
                 out.append((index, tp, -1, -1, -1, [], ()))
@@ -170,7 +179,8 @@ def _packed(correlation_id: int, layout, results, version: int, read_committed: 
     return encode_fetch_response(correlation_id, topics, version)
 
 
-def _message(services, listener: str, layout, results, version: int, read_committed: bool) -> FetchResponse:
+def _message(services: BrokerServices, listener: str, layout, results, version: int,
+             read_committed: bool) -> FetchResponse:
     """The same answer as a message, with what the packed frame cannot carry."""
     endpoints: dict[int, NodeEndpoint] = {}
     topics = []

@@ -7,6 +7,8 @@ JoinGroup and SyncGroup are long polls: their response is a future completed by 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from odradek.coordinator.group.classic import join_error
 from odradek.purgatory.deferred import Deferred
 from odradek.protocol.errors import ErrorCode
@@ -23,13 +25,29 @@ from odradek.metadata.acl import AclOperation, ResourceType
 
 from ..authorizer import then, per_item
 from ..internal_topics import ensure_coordinator_topic
-from . import handles
+from . import Answer, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupHeartbeatRequest,
+        DeleteGroupsRequest,
+        DescribeGroupsRequest,
+        FindCoordinatorRequest,
+        HeartbeatRequest,
+        JoinGroupRequest,
+        LeaveGroupRequest,
+        ListGroupsRequest,
+        SyncGroupRequest,
+    )
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 READ, DESCRIBE, GROUP = AclOperation.READ, AclOperation.DESCRIBE, ResourceType.GROUP
 _DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 
-def respond(services, result):
+def respond(services: BrokerServices, result):
     """A coordinator result as a handler result: the message, or a future while it is still pending."""
     if not isinstance(result, Deferred):
         return result
@@ -38,26 +56,26 @@ def respond(services, result):
     return services.future_from(result)
 
 
-def _locate(services, listener: str):
+def _locate(services: BrokerServices, listener: str):
     """Who leads an internal topic's partition, from the metadata image, at its endpoint for the listener
     the request came in on; None (COORDINATOR_NOT_AVAILABLE) while it has no leader or no such endpoint."""
 
     def locate(topic: str, partition: int):
         leader = services.partition_leader(topic, partition)
         endpoint = services.endpoint(leader[0], listener) if leader is not None else None
-        if endpoint is None:
+        if leader is None or endpoint is None:
             return None
         return leader[0], endpoint.host, endpoint.port
 
     return locate
 
 
-def _client_id(ctx) -> str:
+def _client_id(ctx: RequestContext) -> str:
     return ctx.header.client_id or ""
 
 
 @handles(10, (0, 6))
-def handle_find_coordinator(services, ctx, request):
+def handle_find_coordinator(services: BrokerServices, ctx: RequestContext, request: FindCoordinatorRequest) -> Answer:
     if request.key_type == 1:
         services.transactions  # creates __transaction_state on first use, as Kafka does
     response = services.groups.find_coordinator(request, ctx.api_version, _locate(services, ctx.listener))
@@ -77,7 +95,7 @@ def handle_find_coordinator(services, ctx, request):
 
 
 @handles(11, (0, 9))
-def handle_join_group(services, ctx, request):
+def handle_join_group(services: BrokerServices, ctx: RequestContext, request: JoinGroupRequest) -> Answer:
     if not services.authorized(ctx, READ, GROUP, request.group_id):
         return join_error(request.member_id, _DENIED)
     return respond(services, services.groups.join_group(request, ctx.api_version, services.now_ms(), _client_id(ctx),
@@ -85,38 +103,38 @@ def handle_join_group(services, ctx, request):
 
 
 @handles(12, (0, 4))
-def handle_heartbeat(services, ctx, request):
+def handle_heartbeat(services: BrokerServices, ctx: RequestContext, request: HeartbeatRequest) -> Answer:
     if not services.authorized(ctx, READ, GROUP, request.group_id):
         return HeartbeatResponse(error_code=_DENIED)
     return respond(services, services.groups.heartbeat(request, ctx.api_version, services.now_ms()))
 
 
 @handles(13, (0, 5))
-def handle_leave_group(services, ctx, request):
+def handle_leave_group(services: BrokerServices, ctx: RequestContext, request: LeaveGroupRequest) -> Answer:
     if not services.authorized(ctx, READ, GROUP, request.group_id):
         return LeaveGroupResponse(error_code=_DENIED)
     return respond(services, services.groups.leave_group(request, ctx.api_version, services.now_ms()))
 
 
 @handles(14, (0, 5))
-def handle_sync_group(services, ctx, request):
+def handle_sync_group(services: BrokerServices, ctx: RequestContext, request: SyncGroupRequest) -> Answer:
     if not services.authorized(ctx, READ, GROUP, request.group_id):
         return SyncGroupResponse(error_code=_DENIED)
     return respond(services, services.groups.sync_group(request, ctx.api_version, services.now_ms()))
 
 
-def _describe_refusal(services, ctx, group_id: str):
+def _describe_refusal(services: BrokerServices, ctx: RequestContext, group_id: str):
     return None if services.authorized(ctx, DESCRIBE, GROUP, group_id) else _DENIED
 
 
 @handles(15, (0, 6))
 @per_item("groups", "groups", _describe_refusal,
           lambda g, code, version: DescribeGroupsResponse.DescribedGroup(error_code=int(code), group_id=g))
-def handle_describe_groups(services, ctx, request):
+def handle_describe_groups(services: BrokerServices, ctx: RequestContext, request: DescribeGroupsRequest) -> Answer:
     return _own_operations(services, ctx, services.groups.describe_groups(request, ctx.api_version, services.now_ms()))
 
 
-def _own_operations(services, ctx, response):
+def _own_operations(services: BrokerServices, ctx: RequestContext, response):
     """With an authorizer, a group's authorized operations (when asked for) are the principal's own."""
     if services.authorizer is not None:
         for g in response.groups:
@@ -126,7 +144,7 @@ def _own_operations(services, ctx, response):
 
 
 @handles(16, (0, 5))
-def handle_list_groups(services, ctx, request):
+def handle_list_groups(services: BrokerServices, ctx: RequestContext, request: ListGroupsRequest) -> Answer:
     response = services.groups.list_groups(request, ctx.api_version, services.now_ms())
     if services.authorizer is not None and not services.authorized(ctx, DESCRIBE, ResourceType.CLUSTER, log_denied=False):
         allowed = services.authorized_names(ctx, DESCRIBE, GROUP, [g.group_id for g in response.groups], log_denied=False)
@@ -135,7 +153,7 @@ def handle_list_groups(services, ctx, request):
 
 
 @handles(42, (0, 2))
-def handle_delete_groups(services, ctx, request):
+def handle_delete_groups(services: BrokerServices, ctx: RequestContext, request: DeleteGroupsRequest) -> Answer:
     if services.authorizer is not None:
         allowed = services.authorized_names(ctx, AclOperation.DELETE, GROUP, request.groups_names)
         if len(allowed) < len(set(request.groups_names)):
@@ -144,7 +162,8 @@ def handle_delete_groups(services, ctx, request):
 
 
 @handles(68, (0, 1))
-def handle_consumer_group_heartbeat(services, ctx, request):
+def handle_consumer_group_heartbeat(services: BrokerServices, ctx: RequestContext,
+                                    request: ConsumerGroupHeartbeatRequest) -> Answer:
     if not services.authorized(ctx, READ, GROUP, request.group_id):
         return ConsumerGroupHeartbeatResponse(error_code=_DENIED)
     return respond(services, services.groups.consumer_group_heartbeat(request, ctx.api_version, services.now_ms(),
@@ -154,11 +173,12 @@ def handle_consumer_group_heartbeat(services, ctx, request):
 @handles(69, (0, 1))
 @per_item("group_ids", "groups", _describe_refusal,
           lambda g, code, version: ConsumerGroupDescribeResponse.DescribedGroup(error_code=int(code), group_id=g))
-def handle_consumer_group_describe(services, ctx, request):
+def handle_consumer_group_describe(services: BrokerServices, ctx: RequestContext,
+                                   request: ConsumerGroupDescribeRequest) -> Answer:
     return _own_operations(services, ctx, services.groups.consumer_group_describe(request, ctx.api_version, services.now_ms()))
 
 
-def _delete_allowed_groups(services, ctx, request, allowed: set):
+def _delete_allowed_groups(services: BrokerServices, ctx: RequestContext, request: DeleteGroupsRequest, allowed: set):
     """DeleteGroups for the groups the principal may delete; the others answer GROUP_AUTHORIZATION_FAILED."""
     names = list(request.groups_names)
     request.groups_names = [g for g in names if g in allowed]

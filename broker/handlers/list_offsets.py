@@ -10,27 +10,43 @@ or the last stable offset for read_committed, as Kafka's lastFetchableOffset).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias, cast
+
 from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.protocol.messages import ListOffsetsResponse, OffsetForLeaderEpochResponse
 from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.replication.errors import ReplicationError
+from odradek.replication.partition import Partition
 from odradek.storage.errors import StorageError
+from odradek.storage.log import Log
 from odradek.storage.names import TopicPartition
 
-from . import handles
+from . import Answer, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import ListOffsetsRequest, OffsetForLeaderEpochRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 LTopic = ListOffsetsResponse.ListOffsetsTopicResponse
-LPartition = LTopic.ListOffsetsPartitionResponse
+LPartition: TypeAlias = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
 
 
 class _OffsetNotAvailable(Exception):
     pass
 
 
-def _list_one(services, tp: TopicPartition, p, replica_id: int, isolation_level: int, version: int) -> LPartition:
+def _log(partition: Partition) -> Log:
+    """A hosted partition's log, which is a storage Log (Partition types its log only by the two offsets it
+    reads itself, so that the replication simulation can give it an in-memory one)."""
+    return cast(Log, partition.log)
+
+
+def _list_one(services: BrokerServices, tp: TopicPartition, p, replica_id: int, isolation_level: int,
+              version: int) -> LPartition:
     """As Kafka's Partition.fetchOffsetForTimestamp: only the leader answers, except to the debugging replica
     id (-2), which any replica answers; a consumer (-1) reads up to the high watermark (the last stable offset
     under read_committed), anyone else up to the log end. A leader whose high watermark has not yet reached
@@ -50,7 +66,7 @@ def _list_one(services, tp: TopicPartition, p, replica_id: int, isolation_level:
                                                fetch_only_from_leader=replica_id != DEBUGGING_REPLICA_ID)
     except (StorageError, ReplicationError) as e:
         return LPartition(partition_index=p.partition_index, error_code=error_code_of(e))
-    log = partition.log
+    log = _log(partition)
     if replica_id == CONSUMER_REPLICA_ID:
         last_fetchable = snap.last_stable_offset if isolation_level == 1 else snap.high_watermark
     else:
@@ -99,7 +115,7 @@ def _check_available(partition, replica_id: int, snap) -> None:
 
 
 @handles(2)
-def handle_list_offsets(services, ctx, request):
+def handle_list_offsets(services: BrokerServices, ctx: RequestContext, request: ListOffsetsRequest) -> Answer:
     topics = []
     allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.name for t in request.topics])
     for t in request.topics:
@@ -121,7 +137,8 @@ EPartition = ETopic.EpochEndOffset
 
 
 @handles(23)
-def handle_offset_for_leader_epoch(services, ctx, request):
+def handle_offset_for_leader_epoch(services: BrokerServices, ctx: RequestContext,
+                                   request: OffsetForLeaderEpochRequest) -> Answer:
     topics = []
     allowed = (set(t.topic for t in request.topics)
                if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, log_denied=False)
@@ -141,7 +158,7 @@ def handle_offset_for_leader_epoch(services, ctx, request):
             except (StorageError, ReplicationError) as e:
                 parts.append(EPartition(error_code=error_code_of(e), partition=p.partition))
                 continue
-            epoch, end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
+            epoch, end_offset = _log(partition).end_offset_for_epoch(p.leader_epoch)
             parts.append(EPartition(error_code=0, partition=p.partition, leader_epoch=epoch, end_offset=end_offset))
         topics.append(ETopic(topic=t.topic, partitions=parts))
     return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

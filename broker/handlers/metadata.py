@@ -13,6 +13,8 @@ complete rather than with LEADER_NOT_AVAILABLE (with a local controller that is 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import MetadataResponse
@@ -21,10 +23,16 @@ from odradek.metadata.image import MetadataError
 
 from ..controller_channel import NewTopic
 from ..topics import is_valid_name
-from . import handles
+from . import Answer, handles
 
-Broker_ = MetadataResponse.MetadataResponseBroker
-Topic_ = MetadataResponse.MetadataResponseTopic
+if TYPE_CHECKING:
+    from odradek.protocol.messages import MetadataRequest
+    from ..context import RequestContext
+    from ..authorizer import Authorizer
+    from ..services import BrokerServices
+
+Broker_: TypeAlias = MetadataResponse.MetadataResponseBroker
+Topic_: TypeAlias = MetadataResponse.MetadataResponseTopic
 Partition_ = Topic_.MetadataResponsePartition
 
 INT32_MIN = -(2**31)
@@ -35,7 +43,8 @@ ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 
-def topic_response(services, image, version: int, include_ops: bool, listener: str | None = None) -> Topic_:
+def topic_response(services: BrokerServices, image, version: int, include_ops: bool,
+                   listener: str | None = None) -> Topic_:
     brokers = services.metadata.image.brokers
     # A broker cut off from the controller for a session (lease expired) has been fenced, and what it leads
     # has moved: it names no leader there rather than itself, so clients look elsewhere.
@@ -59,7 +68,7 @@ def topic_response(services, image, version: int, include_ops: bool, listener: s
     )
 
 
-def broker_entries(services, listener: str) -> list[Broker_]:
+def broker_entries(services: BrokerServices, listener: str) -> list[Broker_]:
     """Every live broker at its endpoint for `listener`, and this broker always, even while fenced (it is
     the controller id clients are given: they must be able to reach it), at its first endpoint if it has
     none by that name."""
@@ -81,7 +90,7 @@ def broker_entries(services, listener: str) -> list[Broker_]:
 
 
 @handles(3)
-def handle_metadata(services, ctx, request):
+def handle_metadata(services: BrokerServices, ctx: RequestContext, request: MetadataRequest) -> Answer:
     requested = request.topics
     if requested is not None and (ctx.api_version > 0 or requested):
         auto_create = request.allow_auto_topic_creation if ctx.api_version >= 4 else True
@@ -100,18 +109,19 @@ def handle_metadata(services, ctx, request):
     return _metadata(services, ctx, request, {})
 
 
-def _may_auto_create(services, name: str) -> bool:
+def _may_auto_create(services: BrokerServices, name: str) -> bool:
     return services.config.auto_create_topics_enable and is_valid_name(name) and not services.is_internal_topic(name)
 
 
-def _may_create(services, ctx, name: str) -> bool:
+def _may_create(services: BrokerServices, ctx: RequestContext, name: str) -> bool:
     """DESCRIBE and CREATE (on the cluster or the topic) for a topic made on demand (Kafka's getTopicMetadata)."""
     return services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name) and (
         services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER, log_denied=False)
         or services.authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, name))
 
 
-def _authorize(services, ctx, request, response: MetadataResponse) -> None:
+def _authorize(services: BrokerServices, authorizer: Authorizer, ctx: RequestContext, request: MetadataRequest,
+               response: MetadataResponse) -> None:
     """With an authorizer: topics the principal may not DESCRIBE are refused (an all-topics listing leaves
     them out), a topic it may not create on demand is refused, and the authorized operations are its own."""
     version = ctx.api_version
@@ -127,7 +137,7 @@ def _authorize(services, ctx, request, response: MetadataResponse) -> None:
                     and not _may_create(services, ctx, t.name):
                 t.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif t.name is not None and t.topic_authorized_operations != INT32_MIN:
-                t.topic_authorized_operations = services.authorizer.authorized_operations(ctx, ResourceType.TOPIC, t.name)
+                t.topic_authorized_operations = authorizer.authorized_operations(ctx, ResourceType.TOPIC, t.name)
             topics.append(t)
         elif not listing and t.topic_id in by_id:  # asked by id: the name stays unsaid (topic ids are not secret)
             topics.append(Topic_(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=None, topic_id=t.topic_id))
@@ -137,11 +147,12 @@ def _authorize(services, ctx, request, response: MetadataResponse) -> None:
     response.topics = topics
     if response.cluster_authorized_operations != INT32_MIN:
         response.cluster_authorized_operations = (
-            services.authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
+            authorizer.authorized_operations(ctx, ResourceType.CLUSTER)
             if services.authorized(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, log_denied=False) else INT32_MIN)
 
 
-def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
+def _metadata(services: BrokerServices, ctx: RequestContext, request: MetadataRequest,
+              created: dict) -> MetadataResponse:
     version = ctx.api_version
     listener = ctx.listener
     image = services.metadata.image
@@ -188,5 +199,5 @@ def _metadata(services, ctx, request, created: dict) -> MetadataResponse:
         error_code=0,
     )
     if services.authorizer is not None:
-        _authorize(services, ctx, request, response)
+        _authorize(services, services.authorizer, ctx, request, response)
     return response

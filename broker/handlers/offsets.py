@@ -8,50 +8,57 @@ a delete DELETE on the group and READ on each topic.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse
 from odradek.metadata.acl import AclOperation, ResourceType
 
 from ..authorizer import per_item, then
-from . import handles
+from . import Answer, handles
 from .groups import respond
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 _GROUP_DENIED, _TOPIC_DENIED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED), int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 CommitTopic = OffsetCommitResponse.OffsetCommitResponseTopic
 
 
-def _read_refusal(services, ctx, topic):
+def _read_refusal(services: BrokerServices, ctx: RequestContext, topic):
     return None if services.authorized(ctx, AclOperation.READ, TOPIC, topic.name) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
-def _commit_denied(topic, code: ErrorCode, version: int):
+def _commit_denied(topic, code: int, version: int):
     return CommitTopic(name=topic.name, partitions=[
         CommitTopic.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=int(code))
         for p in topic.partitions])
 
 
 @handles(8, (2, 9))
-def handle_offset_commit(services, ctx, request):
+def handle_offset_commit(services: BrokerServices, ctx: RequestContext, request: OffsetCommitRequest) -> Answer:
     if not services.authorized(ctx, AclOperation.READ, GROUP, request.group_id):
         return OffsetCommitResponse(topics=[_commit_denied(t, _GROUP_DENIED, ctx.api_version) for t in request.topics])
     return _offset_commit(services, ctx, request)
 
 
 @per_item("topics", "topics", _read_refusal, _commit_denied)
-def _offset_commit(services, ctx, request):
+def _offset_commit(services: BrokerServices, ctx: RequestContext, request: OffsetCommitRequest) -> Answer:
     return respond(services, services.groups.offset_commit(request, ctx.api_version, services.now_ms()))
 
 
 @handles(9, (1, 9))
-def handle_offset_fetch(services, ctx, request):
+def handle_offset_fetch(services: BrokerServices, ctx: RequestContext, request: OffsetFetchRequest) -> Answer:
     response = services.groups.offset_fetch(request, ctx.api_version, services.now_ms())
     if services.authorizer is not None:
         _authorize_fetch(services, ctx, request, response)
     return response
 
 
-def _authorize_fetch(services, ctx, request, response) -> None:
+def _authorize_fetch(services: BrokerServices, ctx: RequestContext, request: OffsetFetchRequest, response) -> None:
     version = ctx.api_version
     if version <= 7:
         groups = [(request.group_id, request.topics, response)]
@@ -79,7 +86,7 @@ def _authorize_fetch(services, ctx, request, response) -> None:
 
 
 @handles(47, (0, 0))
-def handle_offset_delete(services, ctx, request):
+def handle_offset_delete(services: BrokerServices, ctx: RequestContext, request: OffsetDeleteRequest) -> Answer:
     if not services.authorized(ctx, AclOperation.DELETE, GROUP, request.group_id):
         return OffsetDeleteResponse(error_code=_GROUP_DENIED, topics=[])
     denied = []

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_produce import ProduceFrame, encode_produce_response
@@ -51,8 +52,14 @@ from odradek.storage.producer_state import SENTINEL
 from odradek.storage.names import TopicPartition
 
 from ..context import ConnectionContext, Packed
-from ..txn_wiring import needs_verification, transactional_producer, verify_transaction
-from . import handles
+from ..txn_verification import needs_verification, transactional_producer, verify_transaction
+from . import Answer, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import ProduceRequest
+    from ..context import RequestContext
+    from ..authorizer import Authorizer
+    from ..services import BrokerServices
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
@@ -60,7 +67,8 @@ RecordError = PartitionResponse.BatchIndexAndErrorMessage
 _MAGIC_OFFSET = 16  # baseOffset int64 | length int32 | epoch (v2) or CRC (v0/v1) int32 | magic int8
 
 
-def _partition_error(services, version: int, acks: int, image, name: str, index: int, records) -> ErrorCode | None:
+def _partition_error(services: BrokerServices, version: int, acks: int, image, name: str, index: int,
+                     records) -> ErrorCode | None:
     """Why a partition's data is refused before any append, or None."""
     if acks not in (-1, 0, 1):
         return ErrorCode.INVALID_REQUIRED_ACKS
@@ -82,7 +90,7 @@ def _partition_error(services, version: int, acks: int, image, name: str, index:
     return None
 
 
-def _topic(services, version: int, key):
+def _topic(services: BrokerServices, version: int, key):
     """The topic image a request names (by id from v13, by name before) and the name to append under."""
     if version >= 13:
         image = services.topic_by_id(key)
@@ -90,7 +98,8 @@ def _topic(services, version: int, key):
     return services.topic_by_name(key), key
 
 
-def _append_and_answer(services, entries: dict, acks: int, timeout_ms: int, answer: Callable, guards: dict | None = None):
+def _append_and_answer(services: BrokerServices, entries: dict, acks: int, timeout_ms: int, answer: Callable,
+                       guards: dict | None = None):
     """Append `entries` and return `answer(results)` when the append answers at once (acks=1, or acks=all
     with the leader the only in-sync replica), else a future of it completed when the replicas catch up.
     acks=0: None. `guards`: the verification guards to present (see the module doc; None checks nothing)."""
@@ -116,12 +125,12 @@ def _append_and_answer(services, entries: dict, acks: int, timeout_ms: int, answ
 
 
 @handles(0, (3, 13), advertise_min=0)
-def handle_produce(services, ctx, request):
+def handle_produce(services: BrokerServices, ctx: RequestContext, request: ProduceRequest) -> Answer:
     version = ctx.api_version
     acks = request.acks
-    entries: dict[TopicPartition, object] = {}
+    entries: dict[TopicPartition, memoryview | bytes] = {}
     # Per topic, per partition: the TopicPartition appended to, or the error response made here.
-    plan: list[tuple[object, list]] = []
+    plan: list[tuple[Any, list]] = []  # (the request's topic entry, its partitions)
     # A partition named more than once is appended and answered once, as its last entry says, in the place
     # of its first (Kafka keeps the last entry of its per-partition map and answers from that map).
     slots: dict[tuple, tuple[list, int]] = {}
@@ -178,7 +187,7 @@ def handle_produce(services, ctx, request):
         return response
 
     # The SENTINEL for every partition not verified below (None: verification is off, nothing is checked).
-    guards = {} if services.config.transaction_partition_verification_enable else None
+    guards: dict | None = {} if services.config.transaction_partition_verification_enable else None
     if request.transactional_id is not None:  # (without one, transactional batches were refused above)
         producers = {p for p in map(transactional_producer, entries.values()) if p is not None}
         if len(producers) > 1:
@@ -199,7 +208,7 @@ def _any_transactional(request) -> bool:
     return any(_transactional(p.records) for t in request.topic_data for p in t.partition_data)
 
 
-def _start_verification(services, entries: dict, guards: dict) -> list:
+def _start_verification(services: BrokerServices, entries: dict, guards: dict) -> list:
     """The partitions whose transactional batch would open its producer's transaction here: each gets a
     verification guard (in `guards`) before the coordinator is asked."""
     unverified = []
@@ -216,9 +225,10 @@ def _start_verification(services, entries: dict, guards: dict) -> list:
     return unverified
 
 
-async def _verify_then_append(services, request, version: int, entries: dict, unverified: list, slots: dict, answer,
-                              guards: dict):
+async def _verify_then_append(services: BrokerServices, request: ProduceRequest, version: int, entries: dict,
+                              unverified: list, slots: dict, answer, guards: dict):
     producer = transactional_producer(entries[unverified[0]])
+    assert producer is not None  # (unverified: partitions of transactional batches only)
     refused = await verify_transaction(services, request.transactional_id, producer, unverified, version)
     for tp, code in refused.items():
         entries.pop(tp, None)
@@ -231,14 +241,14 @@ async def _verify_then_append(services, request, version: int, entries: dict, un
     return await result if isinstance(result, asyncio.Future) else result
 
 
-def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionContext):
+def serve_produce_frame(services: BrokerServices, request: ProduceFrame, connection: ConnectionContext):
     """The fast path (see the module docstring): the packed response, a future of it (acks=-1 waiting on
     followers), or None to hand the request to `handle_produce` (nothing has been appended then).
     `connection` says who asks (listener, principal) for the checks the security issue adds."""
     acks = request.acks
     if acks != 1 and acks != -1:
         return None
-    if services.authorizer is not None and not _fast_path_authorized(services, connection, request):
+    if services.authorizer is not None and not _fast_path_authorized(services, services.authorizer, connection, request):
         return None
     if services.metadata.image.client_quotas:  # quotas are per client id, which the fast path does not read
         return None
@@ -253,10 +263,10 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
             if _partition_error(services, version, acks, image, name, index, records) is not None:
                 return None
             tp = TopicPartition(name, index)
-            if len(records) > 60 and records[22] & 0x10:
+            producer = transactional_producer(records)
+            if producer is not None:
                 # A transactional batch: the fast path serves it only inside its producer's open transaction,
                 # for the producer of the request's transactional id (handle_produce answers the rest).
-                producer = transactional_producer(records)
                 if (not request.has_transactional_id or (first_producer is not None and producer != first_producer)
                         or needs_verification(services.data, tp, producer)):
                     return None
@@ -281,7 +291,7 @@ def serve_produce_frame(services, request: ProduceFrame, connection: ConnectionC
 
     # The SENTINEL for every partition: a transactional batch here is in its open transaction, which the log
     # checks at the write (and refuses any other transactional batch, e.g. past the first of a partition's).
-    guards = {} if services.config.transaction_partition_verification_enable else None
+    guards: dict | None = {} if services.config.transaction_partition_verification_enable else None
     return _append_and_answer(services, entries, acks, request.timeout_ms, answer, guards)
 
 
@@ -306,7 +316,7 @@ def _transactional(records) -> bool:
             and bool(records[_ATTRIBUTES_LOW_BYTE] & 0x10))  # (a v0/v1 message set has no such bit: INVALID_RECORD)
 
 
-def _denied(services, ctx, request, version: int):
+def _denied(services: BrokerServices, ctx: RequestContext, request: ProduceRequest, version: int):
     """True when the whole request is refused (transactional records without WRITE on the transactional
     id), else the set of topic names the principal may not write."""
     if any(_transactional(p.records) for t in request.topic_data for p in t.partition_data):
@@ -318,12 +328,13 @@ def _denied(services, ctx, request, version: int):
     return names - services.authorized_names(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
 
 
-def _fast_path_authorized(services, connection, request: ProduceFrame) -> bool:
+def _fast_path_authorized(services: BrokerServices, authorizer: Authorizer, connection: ConnectionContext,
+                          request: ProduceFrame) -> bool:
     """Whether the fast path may serve the frame: WRITE on every topic and no transactional batch (its
     transactional id is checked by handle_produce)."""
     for key, _, parts in request.topics:
         _, name = _topic(services, request.api_version, key)
-        if not services.authorizer.authorize(connection, AclOperation.WRITE, ResourceType.TOPIC, name):
+        if not authorizer.authorize(connection, AclOperation.WRITE, ResourceType.TOPIC, name):
             return False
         if any(_transactional(records) for _, records in parts):
             return False
@@ -334,7 +345,7 @@ _LEADER_HINT_ERRORS = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENC
 NodeEndpoint = ProduceResponse.NodeEndpoint
 
 
-def _leader_hint(services, part, name: str, listener: str, endpoints: dict) -> None:
+def _leader_hint(services: BrokerServices, part, name: str, listener: str, endpoints: dict) -> None:
     """KIP-951: tell the client who leads the partition now, and where, so it need not ask Metadata."""
     leader = services.partition_leader(name, part.index)
     if leader is None or leader[0] == services.node_id:

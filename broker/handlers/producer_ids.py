@@ -11,12 +11,19 @@ keeps the id's producer id and epoch in `__transaction_state`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import InitProducerIdResponse
 
 from ..authorizer import producer_id_refusal
-from . import handles
+from . import Answer, handles
 from .groups import respond
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import InitProducerIdRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 MAX_EPOCH = 32767
 
@@ -26,7 +33,7 @@ def _failed(code: ErrorCode) -> InitProducerIdResponse:
 
 
 @handles(22, (0, 5))
-def handle_init_producer_id(services, ctx, request):
+def handle_init_producer_id(services: BrokerServices, ctx: RequestContext, request: InitProducerIdRequest) -> Answer:
     if (refused := producer_id_refusal(services, ctx, request.transactional_id)) is not None:
         return _failed(refused)
     if request.transactional_id is not None:

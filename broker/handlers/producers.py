@@ -8,26 +8,33 @@ UNKNOWN_TOPIC_OR_PARTITION; one the principal may not READ, TOPIC_AUTHORIZATION_
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import DescribeProducersResponse
 from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 
-from . import handles
+from . import Answer, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import DescribeProducersRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 TopicResponse = DescribeProducersResponse.TopicResponse
-PartitionResponse = TopicResponse.PartitionResponse
+PartitionResponse: TypeAlias = DescribeProducersResponse.TopicResponse.PartitionResponse
 ProducerState = PartitionResponse.ProducerState
 
 
-def _describe(services, tp: TopicPartition) -> PartitionResponse:
+def _describe(services: BrokerServices, tp: TopicPartition) -> PartitionResponse:
     partition = services.data.get_partition(tp)
     if partition is None:
         image = services.topic_by_name(tp.topic)
         known = image is not None and tp.partition in image.partitions
         code = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return PartitionResponse(partition_index=tp.partition, error_code=int(code), active_producers=[])
-    state = getattr(partition.log, "producer_state", None)
+    state = partition.producer_state
     entries = list(state.producers.values()) if state is not None else []
     return PartitionResponse(partition_index=tp.partition, error_code=0, active_producers=[
         ProducerState(producer_id=e.producer_id, producer_epoch=e.producer_epoch, last_sequence=e.last_seq,
@@ -38,7 +45,8 @@ def _describe(services, tp: TopicPartition) -> PartitionResponse:
 
 
 @handles(61)
-def handle_describe_producers(services, ctx, request):
+def handle_describe_producers(services: BrokerServices, ctx: RequestContext,
+                              request: DescribeProducersRequest) -> Answer:
     readable = services.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, {t.name for t in request.topics})
     denied = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     topics = [TopicResponse(name=t.name, partitions=[

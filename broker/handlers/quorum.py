@@ -16,6 +16,8 @@ active controller in an Envelope (broker/handlers/envelope.py), which authorizes
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.protocol.messages import (
     AllocateProducerIdsResponse,
@@ -35,14 +37,35 @@ from odradek.raft import METADATA_TOPIC, METADATA_TOPIC_ID
 
 
 from ..authorizer import requires
-from . import BROKER, CONTROLLER, handles
+from . import BROKER, CONTROLLER, Answer, handles
 from .envelope import error_response, forward_for_client, forwarded
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import (
+        AllocateProducerIdsRequest,
+        AlterPartitionReassignmentsRequest,
+        AlterPartitionRequest,
+        AssignReplicasToDirsRequest,
+        BeginQuorumEpochRequest,
+        BrokerHeartbeatRequest,
+        BrokerRegistrationRequest,
+        DescribeQuorumRequest,
+        ElectLeadersRequest,
+        EndQuorumEpochRequest,
+        FetchRequest,
+        FetchSnapshotRequest,
+        ListPartitionReassignmentsRequest,
+        UnregisterBrokerRequest,
+        VoteRequest,
+    )
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 QTopic = DescribeQuorumResponse.TopicData
 QPartition = QTopic.PartitionData
 
 
-def _quorum(services):
+def _quorum(services: BrokerServices):
     if services.quorum is None:
         raise MetadataError(ErrorCode.UNSUPPORTED_VERSION, "this node runs no controller quorum")
     return services.quorum
@@ -50,31 +73,32 @@ def _quorum(services):
 
 @handles(52, (0, 2), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_vote(services, ctx, request):
+def handle_vote(services: BrokerServices, ctx: RequestContext, request: VoteRequest) -> Answer:
     return _quorum(services).handle_request(request)
 
 
 @handles(53, (0, 1), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_begin_quorum_epoch(services, ctx, request):
+def handle_begin_quorum_epoch(services: BrokerServices, ctx: RequestContext,
+                              request: BeginQuorumEpochRequest) -> Answer:
     return _quorum(services).handle_request(request)
 
 
 @handles(54, (0, 1), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_end_quorum_epoch(services, ctx, request):
+def handle_end_quorum_epoch(services: BrokerServices, ctx: RequestContext, request: EndQuorumEpochRequest) -> Answer:
     return _quorum(services).handle_request(request)
 
 
 @handles(59, (0, 1), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_fetch_snapshot(services, ctx, request):
+def handle_fetch_snapshot(services: BrokerServices, ctx: RequestContext, request: FetchSnapshotRequest) -> Answer:
     return _quorum(services).handle_request(request)
 
 
 @handles(1, (4, 17), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_metadata_fetch(services, ctx, request):
+def handle_metadata_fetch(services: BrokerServices, ctx: RequestContext, request: FetchRequest) -> Answer:
     """Fetch on the controller listener: only `__cluster_metadata-0`, by the quorum's voters and observers."""
     topic = request.topics[0] if len(request.topics) == 1 else None
     ours = topic is not None and (topic.topic_id == METADATA_TOPIC_ID if ctx.api_version >= 13 else topic.topic == METADATA_TOPIC)
@@ -84,7 +108,7 @@ def handle_metadata_fetch(services, ctx, request):
 
 
 @handles(55, (0, 2), listeners=(BROKER, CONTROLLER))
-def handle_describe_quorum(services, ctx, request):
+def handle_describe_quorum(services: BrokerServices, ctx: RequestContext, request: DescribeQuorumRequest) -> Answer:
     quorum = services.quorum
     if quorum is not None and not quorum.raft.is_leader:
         # Only the leader knows every voter's lag: it answers, and authorizes the client (KIP-590).
@@ -93,7 +117,7 @@ def handle_describe_quorum(services, ctx, request):
 
 
 @requires(AclOperation.DESCRIBE)
-def _describe_quorum(services, ctx, request):
+def _describe_quorum(services: BrokerServices, ctx: RequestContext, request: DescribeQuorumRequest) -> Answer:
     quorum = services.quorum
     if quorum is not None:
         answered = quorum.handle_request(request)
@@ -101,7 +125,7 @@ def _describe_quorum(services, ctx, request):
     return _quorum_of_one(services)
 
 
-def _with_voter_endpoints(services, answered):
+def _with_voter_endpoints(services: BrokerServices, answered):
     """v2 lists each voter's endpoints (`nodes`): the controller listener of controller.quorum.voters."""
     import asyncio
 
@@ -125,7 +149,7 @@ def _with_voter_endpoints(services, answered):
     return out
 
 
-def _quorum_of_one(services) -> DescribeQuorumResponse:
+def _quorum_of_one(services: BrokerServices) -> DescribeQuorumResponse:
     """A cluster of one: this node is the only voter and the leader; its metadata log is the quorum's."""
     end = services.metadata.offset if services.metadata.offset >= 0 else 0
     me = services.node_id
@@ -145,11 +169,11 @@ def _quorum_of_one(services) -> DescribeQuorumResponse:
 # -- brokers to the active controller
 
 
-def _not_controller(services) -> bool:
+def _not_controller(services: BrokerServices) -> bool:
     return not services.controller.is_active
 
 
-def _decided(services, deferred, failed):
+def _decided(services: BrokerServices, deferred, failed):
     """The controller's response once its records are committed, or `failed(error code, message)`."""
 
     def answer(d):
@@ -163,7 +187,8 @@ def _decided(services, deferred, failed):
 
 @handles(62, (0, 5), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_broker_registration(services, ctx, request):
+def handle_broker_registration(services: BrokerServices, ctx: RequestContext,
+                               request: BrokerRegistrationRequest) -> Answer:
     def failed(code, _message):
         return BrokerRegistrationResponse(throttle_time_ms=0, error_code=code, broker_epoch=-1)
 
@@ -174,7 +199,7 @@ def handle_broker_registration(services, ctx, request):
 
 @handles(63, (0, 2), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_broker_heartbeat(services, ctx, request):
+def handle_broker_heartbeat(services: BrokerServices, ctx: RequestContext, request: BrokerHeartbeatRequest) -> Answer:
     def failed(code, _message):
         return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=code, is_caught_up=False, is_fenced=True,
                                        should_shut_down=False)
@@ -186,7 +211,7 @@ def handle_broker_heartbeat(services, ctx, request):
 
 @handles(64, (0, 0), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_unregister_broker(services, ctx, request):
+def handle_unregister_broker(services: BrokerServices, ctx: RequestContext, request: UnregisterBrokerRequest) -> Answer:
     def failed(code, message):
         return UnregisterBrokerResponse(throttle_time_ms=0, error_code=code, error_message=message)
 
@@ -197,7 +222,7 @@ def handle_unregister_broker(services, ctx, request):
 
 @handles(56, (2, 3), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_alter_partition(services, ctx, request):
+def handle_alter_partition(services: BrokerServices, ctx: RequestContext, request: AlterPartitionRequest) -> Answer:
     def failed(code, _message):
         return AlterPartitionResponse(throttle_time_ms=0, error_code=code, topics=[])
 
@@ -208,7 +233,8 @@ def handle_alter_partition(services, ctx, request):
 
 @handles(73, listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_assign_replicas_to_dirs(services, ctx, request):
+def handle_assign_replicas_to_dirs(services: BrokerServices, ctx: RequestContext,
+                                   request: AssignReplicasToDirsRequest) -> Answer:
     def failed(code, _message):
         return AssignReplicasToDirsResponse(throttle_time_ms=0, error_code=code, directories=[])
 
@@ -222,7 +248,7 @@ def handle_assign_replicas_to_dirs(services, ctx, request):
 
 @handles(43, listeners=(BROKER, CONTROLLER))
 @forwarded
-def handle_elect_leaders(services, ctx, request):
+def handle_elect_leaders(services: BrokerServices, ctx: RequestContext, request: ElectLeadersRequest) -> Answer:
     """ALTER on the cluster. A refusal, like any failure of the whole request, answers every partition named
     (ElectLeadersRequest.getErrorResponse): v0 has no top-level error code to carry it."""
     if not services.authorized(ctx, AclOperation.ALTER, ResourceType.CLUSTER):
@@ -237,7 +263,8 @@ def handle_elect_leaders(services, ctx, request):
 @handles(45, listeners=(BROKER, CONTROLLER))
 @forwarded
 @requires(AclOperation.ALTER)
-def handle_alter_partition_reassignments(services, ctx, request):
+def handle_alter_partition_reassignments(services: BrokerServices, ctx: RequestContext,
+                                         request: AlterPartitionReassignmentsRequest) -> Answer:
     def failed(code, message):
         return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
 
@@ -247,13 +274,15 @@ def handle_alter_partition_reassignments(services, ctx, request):
 @handles(46, listeners=(BROKER, CONTROLLER))
 @forwarded
 @requires(AclOperation.DESCRIBE)
-def handle_list_partition_reassignments(services, ctx, request):
+def handle_list_partition_reassignments(services: BrokerServices, ctx: RequestContext,
+                                        request: ListPartitionReassignmentsRequest) -> Answer:
     return services.controller.list_partition_reassignments(request)
 
 
 @handles(67, (0, 0), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
-def handle_allocate_producer_ids(services, ctx, request):
+def handle_allocate_producer_ids(services: BrokerServices, ctx: RequestContext,
+                                 request: AllocateProducerIdsRequest) -> Answer:
     if _not_controller(services):
         return AllocateProducerIdsResponse(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER),
                                            producer_id_start=-1, producer_id_len=-1)

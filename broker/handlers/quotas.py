@@ -9,14 +9,21 @@ an exact name, the default (null name) or any specified name; `strict` also refu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import AlterClientQuotasResponse, DescribeClientQuotasResponse
 from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.metadata.image import MetadataError
 from odradek.metadata.quota import CLIENT_ID, IP, USER
 
-from . import BROKER, CONTROLLER, handles
+from . import BROKER, CONTROLLER, Answer, handles
 from .envelope import forwarded
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import AlterClientQuotasRequest, DescribeClientQuotasRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 AlterEntry = AlterClientQuotasResponse.EntryData
@@ -25,7 +32,8 @@ DescribeEntry = DescribeClientQuotasResponse.EntryData
 
 @handles(49, (0, 1), listeners=(BROKER, CONTROLLER))
 @forwarded
-def handle_alter_client_quotas(services, ctx, request):
+def handle_alter_client_quotas(services: BrokerServices, ctx: RequestContext,
+                               request: AlterClientQuotasRequest) -> Answer:
     def entity_of(entry) -> list:
         return [AlterEntry.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity]
 
@@ -81,7 +89,8 @@ def _matches(entity: dict, components, strict: bool) -> bool:
 
 
 @handles(48, (0, 1))
-def handle_describe_client_quotas(services, ctx, request):
+def handle_describe_client_quotas(services: BrokerServices, ctx: RequestContext,
+                                  request: DescribeClientQuotasRequest) -> Answer:
     def failed(code: ErrorCode, message: str | None) -> DescribeClientQuotasResponse:
         return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=int(code), error_message=message, entries=None)
 

@@ -13,6 +13,8 @@ answers.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     AlterUserScramCredentialsResponse,
@@ -24,17 +26,27 @@ from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.metadata.image import MetadataError
 
 from ..authorizer import requires
-from . import BROKER, CONTROLLER, handles
+from . import BROKER, CONTROLLER, Answer, handles
 from .envelope import forwarded
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import (
+        AlterUserScramCredentialsRequest,
+        DescribeUserScramCredentialsRequest,
+        SaslAuthenticateRequest,
+        SaslHandshakeRequest,
+    )
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 
 @handles(17, listeners=(BROKER, CONTROLLER))
-def handle_sasl_handshake(services, ctx, request):
+def handle_sasl_handshake(services: BrokerServices, ctx: RequestContext, request: SaslHandshakeRequest) -> Answer:
     return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
 
 
 @handles(36, listeners=(BROKER, CONTROLLER))
-def handle_sasl_authenticate(services, ctx, request):
+def handle_sasl_authenticate(services: BrokerServices, ctx: RequestContext, request: SaslAuthenticateRequest) -> Answer:
     return SaslAuthenticateResponse(
         error_code=ErrorCode.ILLEGAL_SASL_STATE, auth_bytes=b"",
         error_message="Unexpected SaslAuthenticate: this listener does not use SASL",
@@ -43,7 +55,8 @@ def handle_sasl_authenticate(services, ctx, request):
 
 @handles(50, listeners=(BROKER, CONTROLLER))
 @requires(AclOperation.DESCRIBE)
-def handle_describe_user_scram_credentials(services, ctx, request):
+def handle_describe_user_scram_credentials(services: BrokerServices, ctx: RequestContext,
+                                           request: DescribeUserScramCredentialsRequest) -> Answer:
     credentials = services.image.scram_credentials
     by_user: dict[str, list] = {}
     for (name, mechanism), credential in sorted(credentials.items()):
@@ -72,7 +85,8 @@ def handle_describe_user_scram_credentials(services, ctx, request):
 
 @handles(51, listeners=(BROKER, CONTROLLER))
 @forwarded
-def handle_alter_user_scram_credentials(services, ctx, request):
+def handle_alter_user_scram_credentials(services: BrokerServices, ctx: RequestContext,
+                                        request: AlterUserScramCredentialsRequest) -> Answer:
     if not services.authorized(ctx, AclOperation.ALTER, ResourceType.CLUSTER):
         users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
         return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import TYPE_CHECKING, TypeAlias
 
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.errors import ErrorCode
@@ -21,7 +22,7 @@ from odradek.protocol.messages import (
     DeleteRecordsResponse,
     DeleteTopicsResponse,
 )
-from odradek.metadata.image import MetadataError, validate_topic_name
+from odradek.metadata.image import MetadataError, TopicImage, validate_topic_name
 from odradek.storage.names import TopicPartition
 
 from odradek.metadata.acl import AclOperation, ResourceType
@@ -30,15 +31,25 @@ from ..authorizer import per_item
 from ..config import ConfigError
 from ..controller_channel import CreatedTopic, NewPartitions, NewTopic, TopicToDelete
 from ..topic_config import describe_topic
-from . import BROKER, CONTROLLER, handles
+from . import BROKER, CONTROLLER, Answer, handles
 from .envelope import forwarded
 
-CTResult = CreateTopicsResponse.CreatableTopicResult
+if TYPE_CHECKING:
+    from odradek.protocol.messages import (
+        CreatePartitionsRequest,
+        CreateTopicsRequest,
+        DeleteRecordsRequest,
+        DeleteTopicsRequest,
+    )
+    from ..context import RequestContext
+    from ..services import BrokerServices
+
+CTResult: TypeAlias = CreateTopicsResponse.CreatableTopicResult
 CTConfig = CTResult.CreatableTopicConfigs
-DTResult = DeleteTopicsResponse.DeletableTopicResult
+DTResult: TypeAlias = DeleteTopicsResponse.DeletableTopicResult
 DRTopic = DeleteRecordsResponse.DeleteRecordsTopicResult
 DRPartition = DRTopic.DeleteRecordsPartitionResult
-CPResult = CreatePartitionsResponse.CreatePartitionsTopicResult
+CPResult: TypeAlias = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 DUPLICATE_TOPIC = "Found multiple entries for this topic."
 
@@ -65,7 +76,7 @@ def _assignments(t) -> dict[int, list[int]] | None:
     return result
 
 
-def _created(services, created: CreatedTopic, version: int, describable: bool = True) -> CTResult:
+def _created(services: BrokerServices, created: CreatedTopic, version: int, describable: bool = True) -> CTResult:
     result = CTResult(name=created.name, error_code=0, error_message=None)
     if version >= 7:
         result.topic_id = created.topic_id or ZERO_UUID
@@ -92,7 +103,7 @@ def _created(services, created: CreatedTopic, version: int, describable: bool = 
     return result
 
 
-def _create_refusal(services, ctx, t) -> ErrorCode | None:
+def _create_refusal(services: BrokerServices, ctx: RequestContext, t) -> ErrorCode | None:
     if services.authorized(ctx, AclOperation.CREATE, ResourceType.CLUSTER, log_denied=False) or services.authorized(
             ctx, AclOperation.CREATE, ResourceType.TOPIC, t.name):
         return None
@@ -106,7 +117,7 @@ def _create_denied(t, code: ErrorCode, version: int) -> CTResult:
 @handles(19, (2, 7), listeners=(BROKER, CONTROLLER))
 @forwarded
 @per_item("topics", "topics", _create_refusal, _create_denied)
-def handle_create_topics(services, ctx, request):
+def handle_create_topics(services: BrokerServices, ctx: RequestContext, request: CreateTopicsRequest) -> Answer:
     version = ctx.api_version
     internal = ctx.connection.scope == CONTROLLER  # brokers create internal topics through the controller
     duplicated = _duplicates(t.name for t in request.topics)
@@ -150,11 +161,12 @@ def handle_create_topics(services, ctx, request):
 # ---- DeleteTopics
 
 
-def _delete_refusal(services, ctx, t) -> ErrorCode | None:
+def _delete_refusal(services: BrokerServices, ctx: RequestContext, t) -> ErrorCode | None:
     """DELETE on the cluster (Kafka's hasClusterAuth: ALL on the cluster grants it), else DELETE on the topic;
     an unknown topic id is the handler's to answer."""
     if services.authorized(ctx, AclOperation.DELETE, ResourceType.CLUSTER, log_denied=False):
         return None
+    name: str | None
     if isinstance(t, str):
         name = t
     elif t.name is not None or t.topic_id == ZERO_UUID:
@@ -179,7 +191,7 @@ def _delete_denied(t, code: ErrorCode, version: int) -> DTResult:
 @handles(20, (1, 6), listeners=(BROKER, CONTROLLER))
 @forwarded
 @per_item(lambda version: "topics" if version >= 6 else "topic_names", "responses", _delete_refusal, _delete_denied)
-def handle_delete_topics(services, ctx, request):
+def handle_delete_topics(services: BrokerServices, ctx: RequestContext, request: DeleteTopicsRequest) -> Answer:
     version = ctx.api_version
     if version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -189,7 +201,7 @@ def handle_delete_topics(services, ctx, request):
     dup_ids = _duplicates(tid for name, tid in wanted if name is None and tid != ZERO_UUID)
     responses = []
     items: list[TopicToDelete] = []
-    pending: list[tuple[DTResult, int, object]] = []  # (result, item index, topic image or None)
+    pending: list[tuple[DTResult, int, TopicImage | None]] = []  # (result, item index, topic image or None)
     for name, topic_id in wanted:
         by_id = topic_id != ZERO_UUID
         result = DTResult(name=name, error_code=0)
@@ -234,7 +246,7 @@ def handle_delete_topics(services, ctx, request):
 # ---- CreatePartitions
 
 
-def _alter_refusal(services, ctx, t) -> ErrorCode | None:
+def _alter_refusal(services: BrokerServices, ctx: RequestContext, t) -> ErrorCode | None:
     ok = services.authorized(ctx, AclOperation.ALTER, ResourceType.TOPIC, t.name)
     return None if ok else ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
@@ -246,7 +258,7 @@ def _alter_denied(t, code: ErrorCode, version: int) -> CPResult:
 @handles(37, (0, 3), listeners=(BROKER, CONTROLLER))
 @forwarded
 @per_item("topics", "results", _alter_refusal, _alter_denied)
-def handle_create_partitions(services, ctx, request):
+def handle_create_partitions(services: BrokerServices, ctx: RequestContext, request: CreatePartitionsRequest) -> Answer:
     duplicated = _duplicates(t.name for t in request.topics)
     results: list = []
     items: list[NewPartitions] = []
@@ -279,7 +291,7 @@ def handle_create_partitions(services, ctx, request):
 
 
 @handles(21, (0, 2))
-def handle_delete_records(services, ctx, request):
+def handle_delete_records(services: BrokerServices, ctx: RequestContext, request: DeleteRecordsRequest) -> Answer:
     """As Kafka's: the leader moves each log start offset, and the answer waits (up to the request's
     timeout) until every live replica's has followed (replication/replica_manager.delete_records)."""
     known: list[list[TopicPartition | None]] = []  # per requested topic, per entry: the partition, if it exists

@@ -16,7 +16,7 @@ first only adds the TRANSACTION_ABORTABLE error, and a client sends v5 of the se
 TxnOffsetCommit is verified (KIP-890 part 1) before the group coordinator writes it: the transaction
 coordinator must have the group's `__consumer_offsets` partition in the producer's Ongoing transaction
 (AddOffsetsToTxn put it there), asked with the same AddPartitionsToTxn verify_only client the produce path
-uses (txn_wiring.ask_transaction_coordinator). Otherwise the offsets would open a transaction there that no
+uses (txn_verification.ask_transaction_coordinator). Otherwise the offsets would open a transaction there that no
 marker ever closes: pending offsets for good, and require_stable readers told UNSTABLE_OFFSET_COMMIT
 forever. A commit for a transaction that never added the offsets, or that has ended, is refused
 (INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4) and writes nothing; a verification guard taken on the partition first refuses a commit whose transaction ended while the
@@ -28,6 +28,7 @@ does not finalize TV2.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC
 from odradek.protocol.errors import ErrorCode
@@ -44,22 +45,35 @@ from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import SENTINEL
 
 from ..authorizer import per_item, transaction_refusal
-from ..txn_wiring import ask_transaction_coordinator, offsets_verify_error
+from ..txn_verification import ask_transaction_coordinator, offsets_verify_error
 from .groups import respond
-from . import handles
+from . import Answer, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import (
+        AddOffsetsToTxnRequest,
+        AddPartitionsToTxnRequest,
+        DescribeTransactionsRequest,
+        EndTxnRequest,
+        ListTransactionsRequest,
+        TxnOffsetCommitRequest,
+    )
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 READ, WRITE, TOPIC, GROUP = AclOperation.READ, AclOperation.WRITE, ResourceType.TOPIC, ResourceType.GROUP
 
 
 @handles(24, (0, 5))
-def handle_add_partitions_to_txn(services, ctx, request):
+def handle_add_partitions_to_txn(services: BrokerServices, ctx: RequestContext,
+                                 request: AddPartitionsToTxnRequest) -> Answer:
     if services.authorizer is not None and (refused := _add_partitions_refused(services, ctx, request)) is not None:
         return refused
     return respond(services, services.transactions.add_partitions_to_txn(request, ctx.api_version, services.now_ms()))
 
 
 @handles(25, (0, 4))
-def handle_add_offsets_to_txn(services, ctx, request):
+def handle_add_offsets_to_txn(services: BrokerServices, ctx: RequestContext, request: AddOffsetsToTxnRequest) -> Answer:
     refused = transaction_refusal(services, ctx, request.transactional_id) or (
         None if services.authorized(ctx, READ, GROUP, request.group_id) else ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if refused is not None:
@@ -68,14 +82,14 @@ def handle_add_offsets_to_txn(services, ctx, request):
 
 
 @handles(26, (0, 4))  # not v5: Transaction Version 2 (see the module doc)
-def handle_end_txn(services, ctx, request):
+def handle_end_txn(services: BrokerServices, ctx: RequestContext, request: EndTxnRequest) -> Answer:
     if (refused := transaction_refusal(services, ctx, request.transactional_id)) is not None:
         return EndTxnResponse(throttle_time_ms=0, error_code=int(refused))
     return respond(services, services.transactions.end_txn(request, ctx.api_version, services.now_ms()))
 
 
 @handles(28, (0, 5))
-def handle_txn_offset_commit(services, ctx, request):
+def handle_txn_offset_commit(services: BrokerServices, ctx: RequestContext, request: TxnOffsetCommitRequest) -> Answer:
     refused = transaction_refusal(services, ctx, request.transactional_id) or (
         None if services.authorized(ctx, READ, GROUP, request.group_id) else ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if refused is not None:
@@ -91,7 +105,7 @@ def _commit_refused(topic, code, version: int):
 
 @per_item("topics", "topics", lambda services, ctx, t: None if services.authorized(ctx, READ, TOPIC, t.name)
           else ErrorCode.TOPIC_AUTHORIZATION_FAILED, _commit_refused)
-def _txn_offset_commit(services, ctx, request):
+def _txn_offset_commit(services: BrokerServices, ctx: RequestContext, request: TxnOffsetCommitRequest) -> Answer:
     version = ctx.api_version
     verification = _start_offsets_verification(services, request)
     if verification is None:
@@ -99,7 +113,7 @@ def _txn_offset_commit(services, ctx, request):
     return _verify_then_commit(services, request, version, *verification)
 
 
-def _start_offsets_verification(services, request):
+def _start_offsets_verification(services: BrokerServices, request: TxnOffsetCommitRequest):
     """(the group's `__consumer_offsets` partition, the verification guard taken on it) if the commit must
     first be verified with the transaction coordinator (KIP-890 part 1, Kafka's
     GroupCoordinatorService.commitTransactionalOffsets); None when verification is off, for a request the
@@ -122,16 +136,17 @@ def _start_offsets_verification(services, request):
     return tp, guard
 
 
-def _guard_holds(services, tp, producer_id: int, guard) -> bool:
+def _guard_holds(services: BrokerServices, tp, producer_id: int, guard) -> bool:
     partition = services.data.get_partition(tp)
-    state = None if partition is None else partition.log.producer_state.verification_states.get(producer_id)
+    producers = None if partition is None else partition.producer_state
+    state = None if producers is None else producers.verification_states.get(producer_id)
     return state is not None and state.guard.verifies(guard)
 
 
-async def _verify_then_commit(services, request, version: int, tp, guard):
+async def _verify_then_commit(services: BrokerServices, request: TxnOffsetCommitRequest, version: int, tp, guard):
     """Ask the coordinator whether the group's offsets partition is in the producer's open transaction (it is
     once AddOffsetsToTxn was answered); refused, the commit writes nothing and every partition is answered
-    the error (txn_wiring.offsets_verify_error has the mapping). Confirmed, the commit is written at once
+    the error (txn_verification.offsets_verify_error has the mapping). Confirmed, the commit is written at once
     if the guard still holds: from the check to the append nothing yields to the event loop, so no marker
     can land in between. A spent guard (the transaction ended while the coordinator was asked) is
     INVALID_TXN_STATE, as Kafka's log refuses a write whose verification guard no longer matches: written,
@@ -156,7 +171,8 @@ async def _verify_then_commit(services, request, version: int, tp, guard):
           lambda tid, code, version: DescribeTransactionsResponse.TransactionState(
               error_code=int(code), transactional_id=tid, transaction_state="", transaction_timeout_ms=0,
               transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[]))
-def handle_describe_transactions(services, ctx, request):
+def handle_describe_transactions(services: BrokerServices, ctx: RequestContext,
+                                 request: DescribeTransactionsRequest) -> Answer:
     response = services.transactions.describe_transactions(request, ctx.api_version, services.now_ms())
     if services.authorizer is not None:
         # As KafkaApis: a transaction's topics the principal may not DESCRIBE are left out, silently (no
@@ -170,7 +186,7 @@ def handle_describe_transactions(services, ctx, request):
 
 
 @handles(66, (0, 2))
-def handle_list_transactions(services, ctx, request):
+def handle_list_transactions(services: BrokerServices, ctx: RequestContext, request: ListTransactionsRequest) -> Answer:
     response = services.transactions.list_transactions(request, ctx.api_version, services.now_ms())
     if services.authorizer is not None:  # only the transactional ids the principal may describe
         allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
@@ -179,7 +195,7 @@ def handle_list_transactions(services, ctx, request):
     return response
 
 
-def _add_partitions_refused(services, ctx, request):
+def _add_partitions_refused(services: BrokerServices, ctx: RequestContext, request: AddPartitionsToTxnRequest):
     """Kafka's handleAddPartitionsToTxnRequest: v4+ comes from brokers (CLUSTER_ACTION); v0-3 needs WRITE on
     the transactional id, then WRITE on each topic, and a refused topic fails the whole transaction
     (OPERATION_NOT_ATTEMPTED for the others). None: go ahead."""

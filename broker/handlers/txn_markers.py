@@ -20,6 +20,7 @@ markers written to `__consumer_offsets` (pending transactional offset commits be
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, TypeAlias
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import WriteTxnMarkersResponse
@@ -28,17 +29,24 @@ from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import AppendOrigin
 
-from . import handles
+from . import Answer, handles
+
+if TYPE_CHECKING:
+    from odradek.protocol.messages import WriteTxnMarkersRequest
+    from ..context import RequestContext
+    from ..services import BrokerServices
 
 MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
 TopicResult = MarkerResult.WritableTxnMarkerTopicResult
-PartitionResult = TopicResult.WritableTxnMarkerPartitionResult
+PartitionResult: TypeAlias = (
+    WriteTxnMarkersResponse.WritableTxnMarkerResult.WritableTxnMarkerTopicResult.WritableTxnMarkerPartitionResult
+)
 GROUP_METADATA_TOPIC = "__consumer_offsets"
 _UNKNOWN = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 @handles(27, (1, 2))
-def handle_write_txn_markers(services, ctx, request):
+def handle_write_txn_markers(services: BrokerServices, ctx: RequestContext, request: WriteTxnMarkersRequest) -> Answer:
     now_ms = services.now_ms()
     results: list[dict[TopicPartition, int]] = []
     pending = [len(request.markers)]
@@ -87,19 +95,18 @@ def handle_write_txn_markers(services, ctx, request):
     return future.result() if future.done() else future
 
 
-def _unknown(services, tp: TopicPartition) -> bool:
+def _unknown(services: BrokerServices, tp: TopicPartition) -> bool:
     image = services.topic_by_name(tp.topic)
     return image is None or tp.partition not in image.partitions
 
 
-def _tell_groups(services, marker, written: list[TopicPartition]) -> None:
+def _tell_groups(services: BrokerServices, marker, written: list[TopicPartition]) -> None:
     offsets_partitions = [tp for tp in written if tp.topic == GROUP_METADATA_TOPIC]
     if not offsets_partitions:
         return
     groups = services.groups_if_started
-    hook = getattr(groups, "on_transaction_completed", None)
-    if hook is not None:
-        hook(marker.producer_id, offsets_partitions, bool(marker.transaction_result))
+    if groups is not None:  # not started: no group has pending transactional offsets to settle
+        groups.on_transaction_completed(marker.producer_id, offsets_partitions, bool(marker.transaction_result))
 
 
 def _response(request, results: list[dict[TopicPartition, int]]) -> WriteTxnMarkersResponse:

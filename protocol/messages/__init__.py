@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import TYPE_CHECKING, Any
 
 from ..schema import Api
 
@@ -31,8 +32,9 @@ for _api in ALL_APIS:
 # Message classes: `ProduceRequest`, `ProduceResponse`, ... importable from this package.
 from ..codec import build_message_classes, data_class  # noqa: E402
 
-REQUESTS: dict[int, type] = {}
-RESPONSES: dict[int, type] = {}
+# (type[Any]: Message subclasses whose fields and nested classes a type checker cannot see; see the end)
+REQUESTS: dict[int, type[Any]] = {}
+RESPONSES: dict[int, type[Any]] = {}
 for _api in ALL_APIS:
     REQUESTS[_api.key], RESPONSES[_api.key] = build_message_classes(_api)
     globals()[REQUESTS[_api.key].__name__] = REQUESTS[_api.key]
@@ -45,3 +47,9 @@ for _d in _DATA:
     DATA_CLASSES[_d.name] = data_class(_d.name, _d.request, valid=_d.valid, flexible=_d.flexible)
     globals()[_d.name] = DATA_CLASSES[_d.name]
 del _d
+
+if TYPE_CHECKING:
+    # The classes above are built from the schemas at import, so a type checker cannot see them: to it,
+    # `ProduceRequest` and the rest are Any (PEP 562's module __getattr__). A misspelt name still fails at
+    # import, and the message tests cover every field of every version.
+    def __getattr__(name: str) -> Any: ...

@@ -1,6 +1,6 @@
 """The "consumer" protocol's embedded payloads: JoinGroup member metadata and SyncGroup assignment bytes."""
 
-from ..schema import F, api
+from ..schema import Api, F, api
 
 # Not APIs: these are the versioned blobs clients put in JoinGroup protocols[].metadata and
 # SyncGroup assignments[].assignment, each starting with its own int16 version.
@@ -41,5 +41,5 @@ CONSUMER_PROTOCOL_ASSIGNMENT = api(
     response=[],
 )
 
-APIS = []
+APIS: list[Api] = []
 DATA = [CONSUMER_PROTOCOL_SUBSCRIPTION, CONSUMER_PROTOCOL_ASSIGNMENT]

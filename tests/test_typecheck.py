@@ -1,0 +1,108 @@
+"""The type checker, run as a test so that the README's one test command (which CI runs) runs it too.
+
+mypy checks the modules in CHECKED with the `[tool.mypy]` configuration of pyproject.toml. Modules they
+import are read for their types, their own errors unreported until they are listed here: the list grows
+a layer at a time. A module under rewrite stays off it until the rewrite lands.
+
+mypy finds modules by their import names, and ours are installed as `odradek.<layer>` from top-level
+folders (pyproject's package-dir), a mapping it cannot read. So the test lays out a tree of links shaped as
+the installed package (`.mypy_cache/tree/odradek/broker -> broker/`, ...) and points mypy at it; errors
+are reported with the repository's paths. The tree sits in mypy's cache folder, at a fixed place, so the
+incremental cache stays valid from one run to the next.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import tomllib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".mypy_cache"
+
+# Packages (every module under them) and single modules, by import name. Not yet listed: the wiring under
+# rewrite (broker/components.py, server.py, quorum.py, controller_channel.py, txn_wiring.py, topics.py and
+# metadata/controller.py, with metadata/partition_change.py beside it), raft/ (passes; its roles are being
+# split), the wiring the composition root retypes (groups_wiring, log_dirs, internal_topics, replica_fetcher,
+# network, daemon), and replication/, coordinator/, config, authenticator and node_client, which
+# have errors still to fix.
+CHECKED = (
+    "odradek.broker.handlers",
+    "odradek.broker.services",
+    "odradek.broker.context",
+    "odradek.broker.txn_verification",
+    "odradek.broker.authorizer",
+    "odradek.broker.quotas",
+    "odradek.broker.metrics",
+    "odradek.broker.security",
+    "odradek.broker.topic_config",
+    "odradek.broker.logging",
+    "odradek.purgatory",
+    "odradek.protocol",
+    "odradek.storage",
+    "odradek.metadata",  # the package's own module; its modules one by one:
+    "odradek.metadata.acl",
+    "odradek.metadata.broker_heartbeats",
+    "odradek.metadata.image",
+    "odradek.metadata.log",
+    "odradek.metadata.publisher",
+    "odradek.metadata.quota",
+    "odradek.metadata.records",
+    "odradek.metadata.replica_placement",
+    "odradek.metadata.snapshot",
+)
+
+
+def _link_tree() -> pathlib.Path:
+    """`.mypy_cache/tree/odradek`, a folder of links laid out as the installed package; returns the tree."""
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    tree = CACHE / "tree"
+    top = tree / "odradek"
+    top.mkdir(parents=True, exist_ok=True)
+    wanted: dict[str, pathlib.Path] = {}
+    for entry in (ROOT / package_dir["odradek"]).iterdir():
+        if entry.suffix == ".py":
+            wanted[entry.name] = entry
+    for package, folder in package_dir.items():
+        if package != "odradek":
+            wanted[package.removeprefix("odradek.")] = ROOT / folder
+    for name, target in wanted.items():
+        link = top / name
+        if link.is_symlink() and pathlib.Path(os.readlink(link)) == target:
+            continue
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        elif link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target, target_is_directory=target.is_dir())
+    return tree
+
+
+def _targets(tree: pathlib.Path) -> list[str]:
+    args = []
+    for name in CHECKED:
+        path = tree.joinpath(*name.split("."))
+        whole = path.is_dir() and not any(other.startswith(name + ".") for other in CHECKED)
+        args += ["-p", name] if whole else ["-m", name]
+    return args
+
+
+def _repository_paths(report: str, tree: pathlib.Path) -> str:
+    """mypy's report with the tree's paths written as the repository's (odradek/broker/x.py -> broker/x.py)."""
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for package, folder in sorted(package_dir.items(), key=lambda item: -len(item[0])):
+        linked = tree.joinpath(*package.split("."))
+        for prefix in (str(linked), os.path.relpath(linked)):  # mypy writes paths under the cwd relative
+            report = report.replace(prefix + os.sep, str(ROOT / folder) + os.sep)
+    return report.replace(str(ROOT) + os.sep, "")
+
+
+def test_listed_modules_type_check():
+    api = pytest.importorskip("mypy.api", reason="mypy is in the test extra: pip install -e '.[test]'")
+    tree = _link_tree()
+    stdout, stderr, status = api.run(
+        ["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(CACHE), *_targets(tree)])
+    assert status == 0, "mypy:\n" + _repository_paths(stdout + stderr, tree)
