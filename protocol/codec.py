@@ -228,10 +228,10 @@ def _min_element_size(f: F, version: int, flexible: bool) -> int:
         return 1 if flexible else 2
     if t in ("bytes", "records"):
         return 1 if flexible else 4
-    return max(1, _min_struct_size(f._cls, version, flexible, set()))  # type: ignore[attr-defined]
+    return max(1, _min_struct_size(f._cls, version, flexible, set()))
 
 
-def _min_struct_size(cls: type, version: int, flexible: bool, seen: set) -> int:
+def _min_struct_size(cls: Any, version: int, flexible: bool, seen: set) -> int:
     """The fewest bytes a struct takes at `version`: every regular field at its shortest (null or empty
     where it may be), and one byte for an empty tagged-field section. A struct met again while its own
     size is being worked out (a recursive schema) counts as zero, which only loosens the bound."""
@@ -254,7 +254,7 @@ def _min_struct_size(cls: type, version: int, flexible: bool, seen: set) -> int:
         elif version in g.nrange:
             total += 1  # a nullable struct's marker byte
         else:
-            total += _min_struct_size(g._cls, version, flexible, seen)  # type: ignore[attr-defined]
+            total += _min_struct_size(g._cls, version, flexible, seen)
     seen.discard(cls)
     return total
 

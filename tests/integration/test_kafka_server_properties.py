@@ -113,7 +113,7 @@ def test_kafka4_sample_server_properties_starts(tmp_path):
     listeners bound to 127.0.0.1): `odradek storage format --standalone`, as Kafka 4's quick start formats,
     then `broker start -c`. The advertised CONTROLLER listener is the controller's endpoint; the Metadata a
     client gets names the PLAINTEXT one only."""
-    from tests.unit.test_config import KAFKA4_SAMPLE
+    from tests.harness.kafka_properties import KAFKA4_SAMPLE
 
     client, controller = _free_port(), _free_port()
     text = (KAFKA4_SAMPLE.replace("/tmp/kraft-combined-logs", str(tmp_path / "data"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tests.harness.kafka_properties import KAFKA4_SAMPLE
+
 import pytest
 from pydantic import ValidationError
 
@@ -184,35 +186,6 @@ def test_kafka_sample_config_loads(tmp_path):
     assert cfg.advertised_listener_list() == [Listener("PLAINTEXT", "localhost", 9092)]
 
 
-KAFKA4_SAMPLE = (
-    # Kafka 4.0's config/server.properties (trimmed of comments): a dynamic quorum of this one controller
-    # (controller.quorum.bootstrap.servers, formatted with --standalone), the controller listener advertised.
-    "process.roles=broker,controller\n"
-    "node.id=1\n"
-    "controller.quorum.bootstrap.servers=localhost:9093\n"
-    "listeners=PLAINTEXT://:9092,CONTROLLER://:9093\n"
-    "inter.broker.listener.name=PLAINTEXT\n"
-    "advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093\n"
-    "controller.listener.names=CONTROLLER\n"
-    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
-    "SASL_SSL:SASL_SSL\n"
-    "num.network.threads=3\n"
-    "num.io.threads=8\n"
-    "socket.send.buffer.bytes=102400\n"
-    "socket.receive.buffer.bytes=102400\n"
-    "socket.request.max.bytes=104857600\n"
-    "log.dirs=/tmp/kraft-combined-logs\n"
-    "num.partitions=1\n"
-    "num.recovery.threads.per.data.dir=1\n"
-    "offsets.topic.replication.factor=1\n"
-    "share.coordinator.state.topic.replication.factor=1\n"
-    "share.coordinator.state.topic.min.isr=1\n"
-    "transaction.state.log.replication.factor=1\n"
-    "transaction.state.log.min.isr=1\n"
-    "log.retention.hours=168\n"
-    "log.segment.bytes=1073741824\n"
-    "log.retention.check.interval.ms=300000\n"
-)
 
 
 def test_kafka4_sample_config_loads(tmp_path):
