@@ -68,7 +68,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 from random import Random
 from typing import NamedTuple, Protocol
 
@@ -88,6 +87,13 @@ from odradek.protocol.messages import (
     VoteResponse,
 )
 from odradek.protocol.records import build_batch, iter_batches, iter_records
+from odradek.raft.epochs import (
+    Validity,
+    last_epoch,
+    log_up_to_date,
+    truncation_offset,
+    validate_offset_and_epoch,
+)
 from odradek.raft.leader import LeaderState, ParkedFetch, ReplicaState
 from odradek.raft.log import RaftLog, SnapshotId
 from odradek.raft.quorum_state import NO_ID, QuorumStateData, QuorumStateStore
@@ -203,12 +209,6 @@ class _InFlight:
     deadline_ms: int
     generation: int
     pre_vote: bool = False
-
-
-class _Validity(IntEnum):
-    VALID = 0
-    DIVERGING = 1
-    SNAPSHOT = 2
 
 
 _LEADER_ONLY_ERRORS = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH)
@@ -602,9 +602,6 @@ class RaftNode:
         """The role that sent `inflight`, if it is still ours (None: the role has changed since)."""
         return self.state if inflight.generation == self._generation else None
 
-    def _has_inflight(self, destination: int, api_key: int) -> bool:
-        return any(f.destination == destination and f.api_key == api_key for f in self._inflight.values())
-
     def _has_inflight_fetch(self) -> bool:
         return any(f.api_key in (FETCH, FETCH_SNAPSHOT) for f in self._inflight.values())
 
@@ -630,45 +627,6 @@ class RaftNode:
 
     def _check_quorum_timeout(self) -> int:
         return self.config.fetch_timeout_ms * 3 // 2
-
-    # ------------------------------------------------------------------------------ log views
-
-    def _last_epoch(self) -> int:
-        epoch = self.log.latest_epoch
-        if epoch >= 0:
-            return epoch
-        snapshot = self.log.latest_snapshot_id()
-        return snapshot.epoch if snapshot is not None else 0
-
-    def _end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """KafkaMetadataLog.endOffsetForEpoch: the log's answer, with the snapshot at the log start
-        standing in for the epochs the log no longer holds."""
-        found_epoch, found_offset = self.log.end_offset_for_epoch(epoch)
-        if found_offset < 0:
-            return self._last_epoch(), self.log.log_end_offset
-        snapshot = self.log.latest_snapshot_id()
-        if (snapshot is not None and snapshot.end_offset == self.log.log_start_offset
-                and found_offset == snapshot.end_offset and found_epoch == epoch):
-            return snapshot.epoch, snapshot.end_offset
-        return found_epoch, found_offset
-
-    def _validate_offset_and_epoch(self, offset: int, epoch: int) -> tuple[_Validity, int, int]:
-        """ReplicatedLog.validateOffsetAndEpoch: is (fetch offset, last fetched epoch) a prefix of our log?"""
-        start = self.log.log_start_offset
-        if start == 0 and offset == 0:
-            return _Validity.VALID, 0, 0
-        snapshot = self.log.latest_snapshot_id()
-        if snapshot is not None and start > 0 and (
-            offset < start or (offset == start and epoch != snapshot.epoch) or epoch < snapshot.epoch
-        ):
-            return _Validity.SNAPSHOT, snapshot.end_offset, snapshot.epoch
-        end_epoch, end_offset = self._end_offset_for_epoch(epoch)
-        if end_epoch != epoch or end_offset < offset:
-            return _Validity.DIVERGING, end_offset, end_epoch
-        return _Validity.VALID, offset, epoch
-
-    def _log_up_to_date(self, last_epoch: int, last_offset: int) -> bool:
-        return (last_epoch, last_offset) >= (self._last_epoch(), self.log.log_end_offset)
 
     # ------------------------------------------------------------------------------ common checks
 
@@ -712,7 +670,7 @@ class RaftNode:
             partition_index=METADATA_PARTITION,
             replica_epoch=self.epoch,
             replica_id=self.node_id,
-            last_offset_epoch=self._last_epoch(),
+            last_offset_epoch=last_epoch(self.log),
             last_offset=self.log.log_end_offset,
             pre_vote=pre_vote,
         )
@@ -748,7 +706,7 @@ class RaftNode:
             return
         if candidate_epoch > self.epoch and not pre_vote:
             self._become_unattached(candidate_epoch)
-        up_to_date = self._log_up_to_date(p.last_offset_epoch, p.last_offset)
+        up_to_date = log_up_to_date(self.log, p.last_offset_epoch, p.last_offset)
         state = self.state
         role = state.role
         if pre_vote:
@@ -894,7 +852,7 @@ class RaftNode:
             # A follower's fetch offset is its acknowledgement, so it must be durable: the log is
             # flushed after every append, and only the flushed end is offered.
             fetch_offset=self.log.flushed_end_offset,
-            last_fetched_epoch=self._last_epoch(),
+            last_fetched_epoch=last_epoch(self.log),
             log_start_offset=self.log.log_start_offset,
             partition_max_bytes=self.config.fetch_max_bytes,
         )
@@ -960,14 +918,8 @@ class RaftNode:
             self.high_watermark = new
 
     def _truncate_to_end_offset(self, end_offset: int, epoch: int) -> None:
-        """ReplicatedLog.truncateToEndOffset. When we hold the leader's epoch, cut where the shorter of the
-        two ends; when we do not, cut at the end of our largest epoch below it (a batch boundary of ours)
-        and let the next fetch, asking about that epoch, find the rest."""
-        if epoch == 0:
-            offset = min(end_offset, self.log.log_end_offset)
-        else:
-            local_epoch, local_end = self._end_offset_for_epoch(epoch)
-            offset = min(local_end, end_offset) if local_epoch == epoch else local_end
+        """ReplicatedLog.truncateToEndOffset, refusing to cut what is committed or below the log start."""
+        offset = truncation_offset(self.log, end_offset, epoch)
         if offset < self.high_watermark:
             raise RaftInvariantError(f"node {self.node_id}: leader {self.leader_id} asks to truncate to {offset}, "
                                      f"below the high watermark {self.high_watermark}")
@@ -1059,11 +1011,11 @@ class RaftNode:
         fetch_offset, last_fetched_epoch = partition.fetch_offset, partition.last_fetched_epoch
         snapshot = self.log.latest_snapshot_id()
         if fetch_offset == 0 and snapshot is not None:
-            validity, v_offset, v_epoch = _Validity.SNAPSHOT, snapshot.end_offset, snapshot.epoch
+            validity, v_offset, v_epoch = Validity.SNAPSHOT, snapshot.end_offset, snapshot.epoch
         else:
-            validity, v_offset, v_epoch = self._validate_offset_and_epoch(fetch_offset, last_fetched_epoch)
+            validity, v_offset, v_epoch = validate_offset_and_epoch(self.log, fetch_offset, last_fetched_epoch)
         records = b""
-        if validity == _Validity.VALID:
+        if validity == Validity.VALID:
             if fetch_offset < self.log.log_end_offset:
                 records = self.log.read(fetch_offset, partition.partition_max_bytes)
             leader = self.state
@@ -1075,13 +1027,13 @@ class RaftNode:
                 high_watermark=self.high_watermark, log_start_offset=self.log.log_start_offset,
                 current_leader=PD.LeaderIdAndEpoch(leader_id=self.node_id, leader_epoch=self.epoch),
                 records=records)
-        if validity == _Validity.DIVERGING:
+        if validity == Validity.DIVERGING:
             pd.diverging_epoch = PD.EpochEndOffset(epoch=v_epoch, end_offset=v_offset)
-        elif validity == _Validity.SNAPSHOT:
+        elif validity == Validity.SNAPSHOT:
             pd.snapshot_id = PD.SnapshotId(end_offset=v_offset, epoch=v_epoch)
         response = FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
             topic_id=METADATA_TOPIC_ID, partitions=[pd])])
-        return response, validity == _Validity.VALID and not records
+        return response, validity == Validity.VALID and not records
 
     def _update_high_watermark(self) -> None:
         leader = self.state
