@@ -1,6 +1,7 @@
 """The KRaft controller quorum: a sans-I/O Raft core (`core.RaftNode`) over Kafka's own RPCs, its roles
-as one object each with the one table of moves between them (`state`, `leader`), and the log and
-quorum-state interfaces it is driven through (`log`, `quorum_state`)."""
+as one object each with the one table of moves between them (`state`, `leader`), the log's epoch
+history (`epochs`), the RPCs' wire shapes (`rpc`), and the log and quorum-state interfaces it is driven
+through (`log`, `quorum_state`)."""
 
 from odradek.raft.core import (
     API_VERSIONS,

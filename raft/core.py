@@ -51,7 +51,9 @@ Roles are objects (Kafka's QuorumState and its EpochStates): `node.state` is one
 raft/state.py (Unattached, Prospective, Candidate, Follower, Resigned) or raft/leader.py (Leader), each
 holding only its role's fields, and `_transition_to` is the one place the role changes, checked against
 the table in raft/state.py. Leaving a role drops its object; nothing is cleared by hand. What outlives
-a role lives on the node: the high watermark and what is applied, requests in flight, the log.
+a role lives on the node: the high watermark and what is applied, requests in flight, the log. The
+node's other helpers are modules of their own: the log's epoch history and fetch validation
+(raft/epochs.py) and the wire shapes of the quorum's RPCs (raft/rpc.py).
 
 Why our own Raft rather than a Python Raft library: KRaft is not generic Raft. Its log IS a Kafka
 partition, `__cluster_metadata-0`, stored by storage/ like any other (record batches, the
@@ -65,7 +67,6 @@ simulation tests depend on.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from random import Random
@@ -87,6 +88,7 @@ from odradek.protocol.messages import (
     VoteResponse,
 )
 from odradek.protocol.records import build_batch, iter_batches, iter_records
+from odradek.raft import rpc
 from odradek.raft.epochs import (
     Validity,
     last_epoch,
@@ -96,6 +98,19 @@ from odradek.raft.epochs import (
 )
 from odradek.raft.leader import LeaderState, ParkedFetch, ReplicaState
 from odradek.raft.log import RaftLog, SnapshotId
+from odradek.raft.rpc import (
+    API_VERSIONS,
+    BEGIN_QUORUM_EPOCH,
+    DESCRIBE_QUORUM,
+    END_QUORUM_EPOCH,
+    FETCH,
+    FETCH_SNAPSHOT,
+    METADATA_PARTITION,
+    METADATA_TOPIC,
+    METADATA_TOPIC_ID,
+    VOTE,
+    leader_change_record,
+)
 from odradek.raft.quorum_state import NO_ID, QuorumStateData, QuorumStateStore
 from odradek.raft.state import (
     NO_DEADLINE_MS,
@@ -114,25 +129,6 @@ from odradek.raft.state import (
 # One object per role (raft/state.py, raft/leader.py); `RaftNode.state` is always one of these.
 QuorumRole = UnattachedState | ProspectiveState | CandidateState | LeaderState | FollowerState | ResignedState
 
-METADATA_TOPIC = "__cluster_metadata"
-METADATA_PARTITION = 0
-# Kafka's Uuid.METADATA_TOPIC_ID (new Uuid(0L, 1L)): Fetch v13+ names the metadata topic by it.
-METADATA_TOPIC_ID = uuid.UUID(int=1)
-
-FETCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 1, 52, 53, 54, 55, 59
-# The versions a Kafka 4.x controller sends and accepts (Vote v2 carries PreVote; Fetch v17 is the last
-# before the v18 HighWatermark tag, which 4.1 added).
-API_VERSIONS: dict[int, int] = {
-    FETCH: 17,
-    VOTE: 2,
-    BEGIN_QUORUM_EPOCH: 1,
-    END_QUORUM_EPOCH: 1,
-    DESCRIBE_QUORUM: 2,
-    FETCH_SNAPSHOT: 1,
-}
-
-# Control record type of Kafka's LeaderChangeMessage (ControlRecordType.LEADER_CHANGE).
-LEADER_CHANGE_CONTROL_TYPE = 2
 _MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 
@@ -212,28 +208,6 @@ class _InFlight:
 
 
 _LEADER_ONLY_ERRORS = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH)
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def leader_change_record(leader_id: int, voters: Sequence[int], granting: Sequence[int]) -> tuple[bytes, bytes]:
-    """Key and value of Kafka's LeaderChangeMessage control record (version 0, a flexible struct)."""
-    key = (0).to_bytes(2, "big") + LEADER_CHANGE_CONTROL_TYPE.to_bytes(2, "big")
-    value = bytearray((0).to_bytes(2, "big"))
-    value += leader_id.to_bytes(4, "big", signed=True)
-    for ids in (voters, granting):
-        value += _uvarint(len(ids) + 1)
-        for v in ids:
-            value += v.to_bytes(4, "big", signed=True) + b"\x00"
-    value += b"\x00"
-    return key, bytes(value)
 
 
 class RaftNode:
@@ -666,24 +640,13 @@ class RaftNode:
     # ------------------------------------------------------------------------------ Vote
 
     def _vote_request(self, voter: int, pre_vote: bool) -> VoteRequest:
-        partition = VoteRequest.TopicData.PartitionData(
-            partition_index=METADATA_PARTITION,
-            replica_epoch=self.epoch,
-            replica_id=self.node_id,
-            last_offset_epoch=last_epoch(self.log),
-            last_offset=self.log.log_end_offset,
-            pre_vote=pre_vote,
-        )
-        return VoteRequest(cluster_id=self.config.cluster_id, voter_id=voter,
-                           topics=[VoteRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.vote_request(cluster_id=self.config.cluster_id, candidate_id=self.node_id, epoch=self.epoch,
+                                last_epoch=last_epoch(self.log), end_offset=self.log.log_end_offset,
+                                voter=voter, pre_vote=pre_vote)
 
     def _vote_response(self, error: ErrorCode, granted: bool, pre_vote: bool, top_error=ErrorCode.NONE) -> VoteResponse:
-        partition = VoteResponse.TopicData.PartitionData(
-            partition_index=METADATA_PARTITION, error_code=error, leader_id=self._known_leader(),
-            leader_epoch=self.epoch, vote_granted=granted, pre_vote=pre_vote,
-        )
-        return VoteResponse(error_code=top_error,
-                            topics=[VoteResponse.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.vote_response(error, granted, pre_vote, leader_id=self._known_leader(), epoch=self.epoch,
+                                 top_error=top_error)
 
     def _on_vote_request(self, source: int, request_id: int, request: VoteRequest) -> None:
         def reply(response):
@@ -762,25 +725,15 @@ class RaftNode:
     # ------------------------------------------------------------------------------ Begin/EndQuorumEpoch
 
     def _begin_quorum_epoch_request(self, voter: int) -> BeginQuorumEpochRequest:
-        partition = BeginQuorumEpochRequest.TopicData.PartitionData(
-            partition_index=METADATA_PARTITION, leader_id=self.node_id, leader_epoch=self.epoch)
-        return BeginQuorumEpochRequest(
-            cluster_id=self.config.cluster_id, voter_id=voter,
-            topics=[BeginQuorumEpochRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.begin_quorum_epoch_request(cluster_id=self.config.cluster_id, leader_id=self.node_id,
+                                              epoch=self.epoch, voter=voter)
 
     def _end_quorum_epoch_request(self, preferred: list[int]) -> EndQuorumEpochRequest:
-        P = EndQuorumEpochRequest.TopicData.PartitionData
-        partition = P(partition_index=METADATA_PARTITION, leader_id=self.node_id, leader_epoch=self.epoch,
-                      # v1 names successors in preferred_candidates; preferred_successors is v0's field.
-                      preferred_candidates=[P.ReplicaInfo(candidate_id=v) for v in preferred])
-        return EndQuorumEpochRequest(
-            cluster_id=self.config.cluster_id,
-            topics=[EndQuorumEpochRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.end_quorum_epoch_request(cluster_id=self.config.cluster_id, leader_id=self.node_id,
+                                            epoch=self.epoch, preferred=preferred)
 
     def _epoch_response(self, cls, error: ErrorCode, top_error=ErrorCode.NONE):
-        partition = cls.TopicData.PartitionData(partition_index=METADATA_PARTITION, error_code=error,
-                                                leader_id=self._known_leader(), leader_epoch=self.epoch)
-        return cls(error_code=top_error, topics=[cls.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.epoch_response(cls, error, leader_id=self._known_leader(), epoch=self.epoch, top_error=top_error)
 
     def _on_begin_quorum_epoch_request(self, source: int, request_id: int, request) -> None:
         if not self._cluster_ok(request.cluster_id):
@@ -846,24 +799,13 @@ class RaftNode:
     # ------------------------------------------------------------------------------ Fetch (follower side)
 
     def _fetch_request(self) -> FetchRequest:
-        partition = FetchRequest.FetchTopic.FetchPartition(
-            partition=METADATA_PARTITION,
-            current_leader_epoch=self.epoch,
-            # A follower's fetch offset is its acknowledgement, so it must be durable: the log is
-            # flushed after every append, and only the flushed end is offered.
-            fetch_offset=self.log.flushed_end_offset,
-            last_fetched_epoch=last_epoch(self.log),
-            log_start_offset=self.log.log_start_offset,
-            partition_max_bytes=self.config.fetch_max_bytes,
-        )
-        return FetchRequest(
-            cluster_id=self.config.cluster_id,
-            replica_state=FetchRequest.ReplicaState(replica_id=self.node_id, replica_epoch=-1),
-            max_wait_ms=self.config.fetch_max_wait_ms,
-            min_bytes=0,
-            max_bytes=self.config.fetch_max_bytes,
-            topics=[FetchRequest.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=[partition])],
-        )
+        # A follower's fetch offset is its acknowledgement, so it must be durable: the log is flushed
+        # after every append, and only the flushed end is offered.
+        return rpc.fetch_request(
+            cluster_id=self.config.cluster_id, replica_id=self.node_id, epoch=self.epoch,
+            fetch_offset=self.log.flushed_end_offset, last_fetched_epoch=last_epoch(self.log),
+            log_start_offset=self.log.log_start_offset, max_bytes=self.config.fetch_max_bytes,
+            max_wait_ms=self.config.fetch_max_wait_ms)
 
     def _fetch_failed(self) -> None:
         state = self._fetching_state()
@@ -930,14 +872,9 @@ class RaftNode:
     # ------------------------------------------------------------------------------ FetchSnapshot (follower)
 
     def _fetch_snapshot_request(self, fetch: SnapshotFetch) -> FetchSnapshotRequest:
-        snapshot_id = fetch.snapshot_id
-        P = FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot
-        partition = P(partition=METADATA_PARTITION, current_leader_epoch=self.epoch,
-                      snapshot_id=P.SnapshotId(end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch),
-                      position=len(fetch.data))
-        return FetchSnapshotRequest(
-            cluster_id=self.config.cluster_id, replica_id=self.node_id, max_bytes=self.config.snapshot_chunk_bytes,
-            topics=[FetchSnapshotRequest.TopicSnapshot(name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.fetch_snapshot_request(
+            cluster_id=self.config.cluster_id, replica_id=self.node_id, epoch=self.epoch,
+            snapshot_id=fetch.snapshot_id, position=len(fetch.data), max_bytes=self.config.snapshot_chunk_bytes)
 
     def _on_fetch_snapshot_response(self, inflight: _InFlight, response) -> None:
         if response is None or response.error_code != ErrorCode.NONE:
@@ -976,13 +913,8 @@ class RaftNode:
 
     def _fetch_error_response(self, error: ErrorCode, top_error: ErrorCode = ErrorCode.NONE,
                               leader_id: int | None = None) -> FetchResponse:
-        PD = FetchResponse.FetchableTopicResponse.PartitionData
         leader = self._known_leader() if leader_id is None else leader_id
-        partition = PD(partition_index=METADATA_PARTITION, error_code=error, high_watermark=-1,
-                       current_leader=PD.LeaderIdAndEpoch(leader_id=leader, leader_epoch=self.epoch),
-                       records=b"")
-        return FetchResponse(error_code=top_error, responses=[FetchResponse.FetchableTopicResponse(
-            topic_id=METADATA_TOPIC_ID, partitions=[partition])])
+        return rpc.fetch_error_response(error, leader_id=leader, epoch=self.epoch, top_error=top_error)
 
     def _on_fetch_request(self, source: int, request_id: int, request: FetchRequest) -> None:
         if not self._cluster_ok(request.cluster_id):
