@@ -38,7 +38,8 @@ The protocol is KRaft's (KIP-595, pre-vote from KIP-996), not textbook Raft:
     out) and asks for votes; votes are persisted before they are answered. The winner sends
     BeginQuorumEpoch to the voters. A leader that has not been fetched from by a majority for
     1.5 x fetch_timeout_ms resigns (check quorum) and tells the voters with EndQuorumEpoch, so that
-    the most caught-up one stands first.
+    the most caught-up one stands first. A lone voter (voters == its own id) is its own majority: it
+    stands at its first poll and leads without a message sent or received (Kafka's combined mode).
   * Every response carries the responder's leader and epoch; a higher epoch anywhere moves this node
     to it (as follower when the leader is named, else unattached) before anything else is done.
   * The upper layer sees committed batches in order (`RaftListener.handle_commit`) once the high
@@ -355,6 +356,11 @@ class RaftNode:
         return self._describe_quorum_response()
 
     # ------------------------------------------------------------------------------ role changes
+    #
+    # Each _become_* is Kafka's transitionTo* and onBecome* in one: build the new role's object (its
+    # timers drawn now), hand it to _transition_to (the table check, the old object dropped, the new
+    # one persisted when durable), then do what entering the role does (count our own vote, append the
+    # LeaderChange batch, send EndQuorumEpoch, tell the listener).
 
     def _initial_state(self, now_ms: int) -> QuorumRole:
         """Kafka's QuorumState.initialize: the role the persisted election state implies. The only role
@@ -365,8 +371,7 @@ class RaftNode:
         lone = self.config.voters == (self.node_id,)
         if saved is None:
             state: QuorumRole = self._unattached(0, NO_ID, timeout_ms=now_ms if lone else None)
-            self.state = state
-            self._persist()
+            self._persist(state)
             return state
         if saved.leader_id == self.node_id:
             # A leader that restarts cannot pick up its epoch where it was: it resigns it.
@@ -378,8 +383,7 @@ class RaftNode:
                                  next_fetch_ms=now_ms)
         return self._unattached(saved.leader_epoch, saved.voted_id, timeout_ms=now_ms if lone else None)
 
-    def _persist(self) -> None:
-        state = self.state
+    def _persist(self, state: QuorumRole) -> None:
         self.store.write(QuorumStateData(
             leader_epoch=state.epoch,
             leader_id=state.leader_id,
@@ -402,7 +406,7 @@ class RaftNode:
                                                                        leader_id=NO_ID))
         self.state = new
         if new.durable:
-            self._persist()
+            self._persist(new)
 
     def _unattached(self, epoch: int, voted_id: int, timeout_ms: int | None = None) -> UnattachedState:
         if self.is_voter:
