@@ -38,7 +38,8 @@ The protocol is KRaft's (KIP-595, pre-vote from KIP-996), not textbook Raft:
     out) and asks for votes; votes are persisted before they are answered. The winner sends
     BeginQuorumEpoch to the voters. A leader that has not been fetched from by a majority for
     1.5 x fetch_timeout_ms resigns (check quorum) and tells the voters with EndQuorumEpoch, so that
-    the most caught-up one stands first.
+    the most caught-up one stands first. A lone voter (voters == its own id) is its own majority: it
+    stands at its first poll and leads without a message sent or received (Kafka's combined mode).
   * Every response carries the responder's leader and epoch; a higher epoch anywhere moves this node
     to it (as follower when the leader is named, else unattached) before anything else is done.
   * The upper layer sees committed batches in order (`RaftListener.handle_commit`) once the high
@@ -46,6 +47,14 @@ The protocol is KRaft's (KIP-595, pre-vote from KIP-996), not textbook Raft:
     (`handle_load_snapshot`: on restart, or after a FetchSnapshot), and can store a snapshot of its
     own state at any applied offset (`create_snapshot`); the log below the newest snapshot is removed.
     A restarted node therefore loads its snapshot and the log after it, never replays from 0.
+
+Roles are objects (Kafka's QuorumState and its EpochStates): `node.state` is one of the classes in
+raft/state.py (Unattached, Prospective, Candidate, Follower, Resigned) or raft/leader.py (Leader), each
+holding only its role's fields, and `_transition_to` is the one place the role changes, checked against
+the table in raft/state.py. Leaving a role drops its object; nothing is cleared by hand. What outlives
+a role lives on the node: the high watermark and what is applied, requests in flight, the log. The
+node's other helpers are modules of their own: the log's epoch history and fetch validation
+(raft/epochs.py) and the wire shapes of the quorum's RPCs (raft/rpc.py).
 
 Why our own Raft rather than a Python Raft library: KRaft is not generic Raft. Its log IS a Kafka
 partition, `__cluster_metadata-0`, stored by storage/ like any other (record batches, the
@@ -59,10 +68,8 @@ simulation tests depend on.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from enum import IntEnum
+from dataclasses import dataclass
 from random import Random
 from typing import NamedTuple, Protocol
 
@@ -82,49 +89,52 @@ from odradek.protocol.messages import (
     VoteResponse,
 )
 from odradek.protocol.records import build_batch, iter_batches, iter_records
+from odradek.raft import rpc
+from odradek.raft.epochs import (
+    Validity,
+    last_epoch,
+    log_up_to_date,
+    truncation_offset,
+    validate_offset_and_epoch,
+)
+from odradek.raft.leader import LeaderState, ParkedFetch, ReplicaState
 from odradek.raft.log import RaftLog, SnapshotId
+from odradek.raft.rpc import (
+    API_VERSIONS,
+    BEGIN_QUORUM_EPOCH,
+    DESCRIBE_QUORUM,
+    END_QUORUM_EPOCH,
+    FETCH,
+    FETCH_SNAPSHOT,
+    METADATA_PARTITION,
+    METADATA_TOPIC,
+    METADATA_TOPIC_ID,
+    VOTE,
+    leader_change_record,
+)
 from odradek.raft.quorum_state import NO_ID, QuorumStateData, QuorumStateStore
+from odradek.raft.state import (
+    NO_DEADLINE_MS,
+    CandidateState,
+    FollowerState,
+    ProspectiveState,
+    RaftInvariantError,
+    ResignedState,
+    Role,
+    SnapshotFetch,
+    UnattachedState,
+    VoteRound,
+    check_transition,
+)
 
-METADATA_TOPIC = "__cluster_metadata"
-METADATA_PARTITION = 0
-# Kafka's Uuid.METADATA_TOPIC_ID (new Uuid(0L, 1L)): Fetch v13+ names the metadata topic by it.
-METADATA_TOPIC_ID = uuid.UUID(int=1)
+# One object per role (raft/state.py, raft/leader.py); `RaftNode.state` is always one of these.
+QuorumRole = UnattachedState | ProspectiveState | CandidateState | LeaderState | FollowerState | ResignedState
 
-FETCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 1, 52, 53, 54, 55, 59
-# The versions a Kafka 4.x controller sends and accepts (Vote v2 carries PreVote; Fetch v17 is the last
-# before the v18 HighWatermark tag, which 4.1 added).
-API_VERSIONS: dict[int, int] = {
-    FETCH: 17,
-    VOTE: 2,
-    BEGIN_QUORUM_EPOCH: 1,
-    END_QUORUM_EPOCH: 1,
-    DESCRIBE_QUORUM: 2,
-    FETCH_SNAPSHOT: 1,
-}
-
-# Control record type of Kafka's LeaderChangeMessage (ControlRecordType.LEADER_CHANGE).
-LEADER_CHANGE_CONTROL_TYPE = 2
 _MAX_BATCH_BYTES = 64 * 1024 * 1024
-# next_deadline_ms when nothing is due (a lone leader with nothing to flush).
-NO_DEADLINE_MS = 1 << 62
-
-
-class Role(IntEnum):
-    UNATTACHED = 0
-    PROSPECTIVE = 1
-    CANDIDATE = 2
-    LEADER = 3
-    FOLLOWER = 4
-    RESIGNED = 5
 
 
 class NotLeaderError(Exception):
     """append() on a node that is not the leader (or is, but of an epoch it no longer holds)."""
-
-
-class RaftInvariantError(AssertionError):
-    """Something Raft guarantees cannot happen did (a second leader in an epoch, truncation below the
-    high watermark). Raised rather than carried on from, so that the simulation stops on it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,60 +208,7 @@ class _InFlight:
     pre_vote: bool = False
 
 
-@dataclass(slots=True)
-class ReplicaState:
-    """The leader's view of one fetching replica (DescribeQuorum's ReplicaState)."""
-
-    replica_id: int
-    end_offset: int = -1
-    last_fetch_ms: int = -1
-    last_caught_up_ms: int = -1
-
-
-@dataclass(slots=True)
-class _ParkedFetch:
-    source: int
-    request_id: int
-    replica_id: int
-    partition: object
-    deadline_ms: int
-
-
-@dataclass(slots=True)
-class _SnapshotFetch:
-    snapshot_id: SnapshotId
-    data: bytearray = field(default_factory=bytearray)
-
-
-class _Validity(IntEnum):
-    VALID = 0
-    DIVERGING = 1
-    SNAPSHOT = 2
-
-
 _LEADER_ONLY_ERRORS = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH)
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def leader_change_record(leader_id: int, voters: Sequence[int], granting: Sequence[int]) -> tuple[bytes, bytes]:
-    """Key and value of Kafka's LeaderChangeMessage control record (version 0, a flexible struct)."""
-    key = (0).to_bytes(2, "big") + LEADER_CHANGE_CONTROL_TYPE.to_bytes(2, "big")
-    value = bytearray((0).to_bytes(2, "big"))
-    value += leader_id.to_bytes(4, "big", signed=True)
-    for ids in (voters, granting):
-        value += _uvarint(len(ids) + 1)
-        for v in ids:
-            value += v.to_bytes(4, "big", signed=True) + b"\x00"
-    value += b"\x00"
-    return key, bytes(value)
 
 
 class RaftNode:
@@ -269,40 +226,38 @@ class RaftNode:
         self._out: list[Outbound] = []
         self._inflight: dict[int, _InFlight] = {}
         self._next_correlation = 0
+        # Bumped by every role change: a response to a request sent in an earlier role is stale for
+        # the role's own bookkeeping (it may still carry news of the epoch and leader).
         self._generation = 0
-
-        self.epoch = 0
-        self.role = Role.UNATTACHED
-        self.leader_id = NO_ID
-        self.voted_id = NO_ID
-        self._timer_ms = now_ms
-        # Pre-vote / vote round
-        self._granted: set[int] = set()
-        self._rejected: set[int] = set()
-        self._vote_retry_ms: dict[int, int] = {}
-        # Follower
-        self._next_fetch_ms = now_ms
-        self._has_fetched = False
-        self._last_fetch_ok_ms = -1
-        self._end_quorum_received = False
-        self._snapshot_fetch: _SnapshotFetch | None = None
-        self._discovery_target = NO_ID
-        # Leader
-        self._epoch_start_offset = -1
-        self._replicas: dict[int, ReplicaState] = {}
-        self._begin_pending: dict[int, int] = {}  # voter -> when to (re)send BeginQuorumEpoch
-        self._check_quorum_ms = 0
-        self._fetched_voters: set[int] = set()
-        self._parked: list[_ParkedFetch] = []
-        self._last_flush_ms = now_ms
-        # Commitment: the high watermark only grows within a node's life. It starts at the snapshot's
-        # end, which is committed by construction.
+        # Group commit: when the leader last flushed. The node's rather than the role's: it paces the
+        # log's fsyncs, whichever leadership appended what is flushed. A new node has not flushed yet,
+        # so its first flush as leader is not held back (a lone voter leads at its first poll).
+        self._last_flush_ms = now_ms - config.leader_flush_interval_ms
+        # Commitment: the high watermark only grows within a node's life (it outlives roles). It starts
+        # at the snapshot's end, which is committed by construction.
         snapshot = log.latest_snapshot_id()
         self.high_watermark = max(log.log_start_offset, snapshot.end_offset if snapshot else 0)
         self.applied_end_offset = 0
-        self._load_quorum_state(now_ms)
+        self.state: QuorumRole = self._initial_state(now_ms)
 
     # ------------------------------------------------------------------------------ public surface
+
+    @property
+    def role(self) -> Role:
+        return self.state.role
+
+    @property
+    def epoch(self) -> int:
+        return self.state.epoch
+
+    @property
+    def leader_id(self) -> int:
+        """The leader the current role names: this node as leader or resigned, NO_ID when none is known."""
+        return self.state.leader_id
+
+    @property
+    def voted_id(self) -> int:
+        return self.state.voted_id
 
     @property
     def is_leader(self) -> bool:
@@ -316,20 +271,18 @@ class RaftNode:
     def next_deadline_ms(self) -> int:
         """When poll() has work next (timers, retries, request timeouts, a leader's pending flush)."""
         deadlines = [f.deadline_ms for f in self._inflight.values()]
-        if self.role != Role.LEADER and (self.is_voter or self.role == Role.FOLLOWER):
-            deadlines.append(self._timer_ms)
-        if self.role == Role.LEADER:
+        state = self.state
+        if isinstance(state, LeaderState):
             if self.log.flushed_end_offset < self.log.log_end_offset:
                 deadlines.append(max(self._now_ms, self._last_flush_ms + self.config.leader_flush_interval_ms))
-            deadlines.extend(p.deadline_ms for p in self._parked)
-            deadlines.extend(self._begin_pending.values())
-            if len(self.config.voters) > 1:
-                deadlines.append(self._check_quorum_ms)
-        elif self.role == Role.FOLLOWER or (self.role == Role.UNATTACHED and not self.is_voter):
-            if not self._has_inflight_fetch():
-                deadlines.append(self._next_fetch_ms)
-        elif self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
-            deadlines.extend(self._vote_retry_ms.values())
+            deadlines.extend(state.deadlines())
+            return min(deadlines, default=NO_DEADLINE_MS)
+        deadlines.append(state.timeout_ms)  # NO_DEADLINE_MS for an observer that knows no leader
+        fetching = self._fetching_state()
+        if fetching is not None and not self._has_inflight_fetch():
+            deadlines.append(fetching.next_fetch_ms)
+        if isinstance(state, VoteRound):
+            deadlines.extend(state.retry_ms.values())
         return min(deadlines, default=NO_DEADLINE_MS)
 
     def poll(self, now_ms: int) -> list[Outbound]:
@@ -402,135 +355,116 @@ class RaftNode:
     def describe_quorum(self) -> DescribeQuorumResponse:
         return self._describe_quorum_response()
 
-    # ------------------------------------------------------------------------------ state changes
+    # ------------------------------------------------------------------------------ role changes
+    #
+    # Each _become_* is Kafka's transitionTo* and onBecome* in one: build the new role's object (its
+    # timers drawn now), hand it to _transition_to (the table check, the old object dropped, the new
+    # one persisted when durable), then do what entering the role does (count our own vote, append the
+    # LeaderChange batch, send EndQuorumEpoch, tell the listener).
 
-    def _load_quorum_state(self, now_ms: int) -> None:
-        state = self.store.read()
-        if state is None:
-            self._persist()
-            self._enter_unattached()
-            return
-        self.epoch = state.leader_epoch
-        self.voted_id = state.voted_id
-        if state.leader_id == self.node_id:
+    def _initial_state(self, now_ms: int) -> QuorumRole:
+        """Kafka's QuorumState.initialize: the role the persisted election state implies. The only role
+        not entered through `_transition_to` (there is no role to leave)."""
+        saved = self.store.read()
+        # A lone voter is its own majority and has nobody to hear from: it stands at once (as Kafka's
+        # KafkaRaftClient.initialize does), instead of waiting out an election or fetch timeout first.
+        lone = self.config.voters == (self.node_id,)
+        if saved is None:
+            state: QuorumRole = self._unattached(0, NO_ID, timeout_ms=now_ms if lone else None)
+            self._persist(state)
+            return state
+        if saved.leader_id == self.node_id:
             # A leader that restarts cannot pick up its epoch where it was: it resigns it.
-            self.leader_id = self.node_id
-            self.role = Role.RESIGNED
-            self._timer_ms = now_ms + self._random_election_timeout()
-        elif state.leader_id != NO_ID:
-            self.leader_id = state.leader_id
-            self.role = Role.FOLLOWER
-            self._enter_follower()
-        else:
-            self._enter_unattached()
+            return ResignedState(epoch=saved.leader_epoch, leader_id=self.node_id, voted_id=saved.voted_id,
+                                 timeout_ms=now_ms if lone else now_ms + self._random_election_timeout())
+        if saved.leader_id != NO_ID:
+            return FollowerState(epoch=saved.leader_epoch, leader_id=saved.leader_id, voted_id=saved.voted_id,
+                                 timeout_ms=now_ms if lone else now_ms + self.config.fetch_timeout_ms,
+                                 next_fetch_ms=now_ms)
+        return self._unattached(saved.leader_epoch, saved.voted_id, timeout_ms=now_ms if lone else None)
 
-    def _persist(self) -> None:
+    def _persist(self, state: QuorumRole) -> None:
         self.store.write(QuorumStateData(
-            leader_epoch=self.epoch,
-            leader_id=self.leader_id,
-            voted_id=self.voted_id,
+            leader_epoch=state.epoch,
+            leader_id=state.leader_id,
+            voted_id=state.voted_id,
             current_voters=tuple(sorted(self.config.voters)),
             cluster_id=self.config.cluster_id or "",
         ))
 
-    def _leave_state(self) -> None:
-        was_leader = self.role == Role.LEADER
+    def _transition_to(self, new: QuorumRole) -> None:
+        """The one place the role changes. The table in raft/state.py decides whether `new` may follow
+        the current role (IllegalTransitionError if not). The old role's object is dropped with all it
+        held; a leader first answers the fetches it parked (in its own epoch, naming no leader). A
+        durable role (Kafka's: all but Prospective and Resigned) is persisted before the node acts in it."""
+        old = self.state
+        check_transition(old.role, new.role, self.is_voter)
         self._generation += 1
-        self._granted.clear()
-        self._rejected.clear()
-        self._vote_retry_ms.clear()
-        self._snapshot_fetch = None
-        self._has_fetched = False
-        self._end_quorum_received = False
-        self._begin_pending.clear()
-        self._fetched_voters.clear()
-        if was_leader:
-            parked, self._parked = self._parked, []
-            for p in parked:
-                self._respond_fetch(p, self._fetch_error_response(ErrorCode.NOT_LEADER_OR_FOLLOWER, leader_id=NO_ID))
+        if isinstance(old, LeaderState):
+            for parked in old.take_parked(self._now_ms, only_due=False):
+                self._respond_fetch(parked, self._fetch_error_response(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                                                       leader_id=NO_ID))
+        self.state = new
+        if new.durable:
+            self._persist(new)
 
-    def _enter_unattached(self) -> None:
-        self.role = Role.UNATTACHED
-        self.leader_id = NO_ID
+    def _unattached(self, epoch: int, voted_id: int, timeout_ms: int | None = None) -> UnattachedState:
         if self.is_voter:
-            self._timer_ms = self._now_ms + self._random_election_timeout()
-        else:
-            self._timer_ms = self._now_ms + self.config.fetch_timeout_ms
-            self._next_fetch_ms = self._now_ms
-            self._discovery_target = NO_ID
+            if timeout_ms is None:
+                timeout_ms = self._now_ms + self._random_election_timeout()
+            return UnattachedState(epoch=epoch, voted_id=voted_id, timeout_ms=timeout_ms)
+        # An observer runs no election; it asks a voter who leads, now.
+        return UnattachedState(epoch=epoch, voted_id=voted_id, next_fetch_ms=self._now_ms)
 
     def _become_unattached(self, epoch: int, voted_id: int = NO_ID) -> None:
-        self._leave_state()
-        if epoch != self.epoch:
-            self.voted_id = NO_ID
-        self.epoch = epoch
-        if voted_id != NO_ID:
-            self.voted_id = voted_id
-        self.leader_id = NO_ID
-        self._persist()
-        self._enter_unattached()
-
-    def _enter_follower(self) -> None:
-        self._timer_ms = self._now_ms + self.config.fetch_timeout_ms
-        self._next_fetch_ms = self._now_ms
+        """A higher epoch with no known leader, or (same epoch) a vote granted: the vote is durable
+        before the candidate hears of it. A new epoch forgets the old one's vote."""
+        if voted_id == NO_ID and epoch == self.epoch:
+            voted_id = self.voted_id
+        self._transition_to(self._unattached(epoch, voted_id))
 
     def _become_follower(self, epoch: int, leader_id: int) -> None:
         if self.role == Role.LEADER and epoch == self.epoch:
             raise RaftInvariantError(f"node {self.node_id} leads epoch {epoch} but {leader_id} claims it")
-        self._leave_state()
-        if epoch != self.epoch:
-            self.voted_id = NO_ID
-        self.epoch = epoch
-        self.leader_id = leader_id
-        self.role = Role.FOLLOWER
-        self._persist()
-        self._enter_follower()
+        self._transition_to(FollowerState(
+            epoch=epoch, leader_id=leader_id, voted_id=self.voted_id if epoch == self.epoch else NO_ID,
+            timeout_ms=self._now_ms + self.config.fetch_timeout_ms, next_fetch_ms=self._now_ms))
         self.listener.handle_leader_change(leader_id, epoch)
 
+    def _vote_round(self) -> dict:
+        """A new round's fields: our own vote counted, every other voter to ask now."""
+        return dict(granted={self.node_id}, timeout_ms=self._now_ms + self._random_election_timeout(),
+                    retry_ms={v: self._now_ms for v in self.config.voters if v != self.node_id})
+
     def _become_prospective(self) -> None:
-        # Nothing is persisted: a pre-vote round changes neither the epoch nor the vote. A follower keeps
-        # the leader it gave up on (leader_id): answers naming that leader do not pull it back, and a lost
-        # round returns it to following that leader (KIP-996's Prospective state).
-        self._leave_state()
-        if self.role in (Role.RESIGNED, Role.CANDIDATE, Role.UNATTACHED):
-            self.leader_id = NO_ID
-        self.role = Role.PROSPECTIVE
-        self._start_vote_round()
+        # A follower keeps the leader it gave up on (a prospective, the one it kept); other roles name none.
+        state = self.state
+        keep_leader = state.leader_id if state.role in (Role.FOLLOWER, Role.PROSPECTIVE) else NO_ID
+        self._transition_to(ProspectiveState(epoch=self.epoch, voted_id=self.voted_id, leader_id=keep_leader,
+                                             **self._vote_round()))
+        self._maybe_win_round()
 
     def _become_candidate(self) -> None:
-        self._leave_state()
-        self.epoch += 1
-        self.voted_id = self.node_id
-        self.leader_id = NO_ID
-        self.role = Role.CANDIDATE
-        self._persist()
-        self._start_vote_round()
-
-    def _start_vote_round(self) -> None:
-        self._granted = {self.node_id}
-        self._rejected = set()
-        self._timer_ms = self._now_ms + self._random_election_timeout()
-        self._vote_retry_ms = {v: self._now_ms for v in self.config.voters if v != self.node_id}
+        self._transition_to(CandidateState(epoch=self.epoch + 1, voted_id=self.node_id, **self._vote_round()))
         self._maybe_win_round()
 
     def _maybe_win_round(self) -> None:
-        if len(self._granted) < self.config.majority:
+        state = self.state
+        if not isinstance(state, VoteRound) or not state.won(self.config.majority):
             return
-        if self.role == Role.PROSPECTIVE:
+        if isinstance(state, ProspectiveState):
             self._become_candidate()
-        elif self.role == Role.CANDIDATE:
-            self._become_leader()
+        else:
+            self._become_leader(state)
 
-    def _become_leader(self) -> None:
-        granting = sorted(self._granted)
-        self._leave_state()
-        self.role = Role.LEADER
-        self.leader_id = self.node_id
-        self._persist()
-        self._epoch_start_offset = self.log.log_end_offset
-        self._replicas = {v: ReplicaState(v) for v in self.config.voters}
-        self._begin_pending = {v: self._now_ms for v in self.config.voters if v != self.node_id}
-        self._check_quorum_ms = self._now_ms + self._check_quorum_timeout()
+    def _become_leader(self, candidate: CandidateState) -> None:
+        granting = sorted(candidate.granted)
+        leader = LeaderState.elected(
+            node_id=self.node_id, epoch=candidate.epoch, voted_id=candidate.voted_id, voters=self.config.voters,
+            majority=self.config.majority, epoch_start_offset=self.log.log_end_offset,
+            check_quorum_timeout_ms=self._check_quorum_timeout(), now_ms=self._now_ms)
+        self._transition_to(leader)
+        # The epoch's first batch: records of earlier epochs commit only with one of this epoch.
         key, value = leader_change_record(self.node_id, sorted(self.config.voters), granting)
         batch = build_batch([(key, value, None, self._now_ms)], control=True)
         self.log.append_as_leader(batch, self.epoch, now_ms=self._now_ms)
@@ -538,14 +472,11 @@ class RaftNode:
         self._update_high_watermark()
 
     def _become_resigned(self) -> None:
-        successors = sorted(
-            (r for r in self._replicas.values() if r.replica_id != self.node_id and r.replica_id in self.config.voters),
-            key=lambda r: (-r.end_offset, r.replica_id),
-        )
-        self._leave_state()
-        self.role = Role.RESIGNED
-        self._timer_ms = self._now_ms + self._random_election_timeout()
-        preferred = [r.replica_id for r in successors]
+        leader = self.state
+        assert isinstance(leader, LeaderState)
+        preferred = leader.successors()
+        self._transition_to(ResignedState(epoch=leader.epoch, leader_id=self.node_id, voted_id=leader.voted_id,
+                                          timeout_ms=self._now_ms + self._random_election_timeout()))
         for voter in sorted(self.config.voters):
             if voter != self.node_id:
                 self._send(voter, END_QUORUM_EPOCH, self._end_quorum_epoch_request(preferred))
@@ -567,31 +498,31 @@ class RaftNode:
         self._deliver_committed()
 
     def _role_step(self, now: int) -> None:
-        role = self.role
-        if role == Role.LEADER:
-            self._leader_step(now)
-        elif role == Role.FOLLOWER:
-            if now >= self._timer_ms:
+        state = self.state
+        if isinstance(state, LeaderState):
+            self._leader_step(now, state)
+        elif isinstance(state, FollowerState):
+            if now >= state.timeout_ms:
                 self._on_fetch_timeout()
             else:
                 self._maybe_send_fetch(now)
-        elif role == Role.UNATTACHED:
-            if now >= self._timer_ms and self.is_voter:
+        elif isinstance(state, UnattachedState):
+            if now >= state.timeout_ms and self.is_voter:
                 self._become_prospective()
             elif not self.is_voter:
                 self._maybe_send_fetch(now)
-        elif role == Role.PROSPECTIVE or role == Role.CANDIDATE:
-            if now >= self._timer_ms:
+        elif isinstance(state, VoteRound):
+            if now >= state.timeout_ms:
                 # Lost or undecided round: a candidate falls back to pre-voting; a prospective goes back to
                 # the leader it knew, or tries again.
-                if role == Role.PROSPECTIVE and self.leader_id != NO_ID:
-                    self._become_follower(self.epoch, self.leader_id)
+                if isinstance(state, ProspectiveState) and state.leader_id != NO_ID:
+                    self._become_follower(state.epoch, state.leader_id)
                 else:
                     self._become_prospective()
             else:
-                self._send_votes(now)
-        elif role == Role.RESIGNED:
-            if now >= self._timer_ms:
+                self._send_votes(now, state)
+        elif isinstance(state, ResignedState):
+            if now >= state.timeout_ms:
                 self._become_prospective()
 
     def _on_fetch_timeout(self) -> None:
@@ -600,45 +531,54 @@ class RaftNode:
         else:
             self._become_unattached(self.epoch)
 
-    def _leader_step(self, now: int) -> None:
+    def _leader_step(self, now: int, leader: LeaderState) -> None:
         if (self.log.flushed_end_offset < self.log.log_end_offset
                 and now >= self._last_flush_ms + self.config.leader_flush_interval_ms):
             self.log.flush(now_ms=now)
             self._last_flush_ms = now
         self._update_high_watermark()
-        if len(self.config.voters) > 1 and now >= self._check_quorum_ms:
+        if leader.checks_quorum and now >= leader.check_quorum_ms:
             self._become_resigned()
             return
         self._complete_parked(only_due=True)
-        for voter, due in list(self._begin_pending.items()):
+        for voter, due in list(leader.begin_pending.items()):
             if due <= now:
                 self._send(voter, BEGIN_QUORUM_EPOCH, self._begin_quorum_epoch_request(voter))
-                self._begin_pending[voter] = now + self.config.request_timeout_ms
+                leader.begin_pending[voter] = now + self.config.request_timeout_ms
 
-    def _send_votes(self, now: int) -> None:
-        pre_vote = self.role == Role.PROSPECTIVE
-        for voter, due in list(self._vote_retry_ms.items()):
+    def _send_votes(self, now: int, round_: ProspectiveState | CandidateState) -> None:
+        pre_vote = round_.pre_vote
+        for voter, due in list(round_.retry_ms.items()):
             if due <= now:
                 self._send(voter, VOTE, self._vote_request(voter, pre_vote), pre_vote=pre_vote)
-                self._vote_retry_ms[voter] = now + self.config.request_timeout_ms
+                round_.retry_ms[voter] = now + self.config.request_timeout_ms
+
+    def _fetching_state(self) -> FollowerState | UnattachedState | None:
+        """The role that fetches, if ours does: a follower from its leader, an observer that knows no
+        leader from a random voter (whose answer names the leader)."""
+        state = self.state
+        if isinstance(state, FollowerState) or (isinstance(state, UnattachedState) and not self.is_voter):
+            return state
+        return None
 
     def _maybe_send_fetch(self, now: int) -> None:
-        if self._has_inflight_fetch() or now < self._next_fetch_ms:
+        state = self._fetching_state()
+        if state is None or self._has_inflight_fetch() or now < state.next_fetch_ms:
             return
-        if self.role == Role.FOLLOWER:
-            target = self.leader_id
+        if isinstance(state, FollowerState):
+            target = state.leader_id
         else:
-            # An observer that knows no leader asks a voter; the answer names the leader.
             target = self.rng.choice(sorted(self.config.voters))
         if self.log.flushed_end_offset < self.log.log_end_offset:
             self.log.flush(now_ms=now)  # e.g. a log reopened with a recovery point below its end
-        if self._snapshot_fetch is not None:
-            self._send(target, FETCH_SNAPSHOT, self._fetch_snapshot_request())
+        if isinstance(state, FollowerState) and state.snapshot_fetch is not None:
+            self._send(target, FETCH_SNAPSHOT, self._fetch_snapshot_request(state.snapshot_fetch))
         else:
             self._send(target, FETCH, self._fetch_request())
 
-    def _has_inflight(self, destination: int, api_key: int) -> bool:
-        return any(f.destination == destination and f.api_key == api_key for f in self._inflight.values())
+    def _sender_state(self, inflight: _InFlight) -> QuorumRole | None:
+        """The role that sent `inflight`, if it is still ours (None: the role has changed since)."""
+        return self.state if inflight.generation == self._generation else None
 
     def _has_inflight_fetch(self) -> bool:
         return any(f.api_key in (FETCH, FETCH_SNAPSHOT) for f in self._inflight.values())
@@ -665,45 +605,6 @@ class RaftNode:
 
     def _check_quorum_timeout(self) -> int:
         return self.config.fetch_timeout_ms * 3 // 2
-
-    # ------------------------------------------------------------------------------ log views
-
-    def _last_epoch(self) -> int:
-        epoch = self.log.latest_epoch
-        if epoch >= 0:
-            return epoch
-        snapshot = self.log.latest_snapshot_id()
-        return snapshot.epoch if snapshot is not None else 0
-
-    def _end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """KafkaMetadataLog.endOffsetForEpoch: the log's answer, with the snapshot at the log start
-        standing in for the epochs the log no longer holds."""
-        found_epoch, found_offset = self.log.end_offset_for_epoch(epoch)
-        if found_offset < 0:
-            return self._last_epoch(), self.log.log_end_offset
-        snapshot = self.log.latest_snapshot_id()
-        if (snapshot is not None and snapshot.end_offset == self.log.log_start_offset
-                and found_offset == snapshot.end_offset and found_epoch == epoch):
-            return snapshot.epoch, snapshot.end_offset
-        return found_epoch, found_offset
-
-    def _validate_offset_and_epoch(self, offset: int, epoch: int) -> tuple[_Validity, int, int]:
-        """ReplicatedLog.validateOffsetAndEpoch: is (fetch offset, last fetched epoch) a prefix of our log?"""
-        start = self.log.log_start_offset
-        if start == 0 and offset == 0:
-            return _Validity.VALID, 0, 0
-        snapshot = self.log.latest_snapshot_id()
-        if snapshot is not None and start > 0 and (
-            offset < start or (offset == start and epoch != snapshot.epoch) or epoch < snapshot.epoch
-        ):
-            return _Validity.SNAPSHOT, snapshot.end_offset, snapshot.epoch
-        end_epoch, end_offset = self._end_offset_for_epoch(epoch)
-        if end_epoch != epoch or end_offset < offset:
-            return _Validity.DIVERGING, end_offset, end_epoch
-        return _Validity.VALID, offset, epoch
-
-    def _log_up_to_date(self, last_epoch: int, last_offset: int) -> bool:
-        return (last_epoch, last_offset) >= (self._last_epoch(), self.log.log_end_offset)
 
     # ------------------------------------------------------------------------------ common checks
 
@@ -743,24 +644,13 @@ class RaftNode:
     # ------------------------------------------------------------------------------ Vote
 
     def _vote_request(self, voter: int, pre_vote: bool) -> VoteRequest:
-        partition = VoteRequest.TopicData.PartitionData(
-            partition_index=METADATA_PARTITION,
-            replica_epoch=self.epoch,
-            replica_id=self.node_id,
-            last_offset_epoch=self._last_epoch(),
-            last_offset=self.log.log_end_offset,
-            pre_vote=pre_vote,
-        )
-        return VoteRequest(cluster_id=self.config.cluster_id, voter_id=voter,
-                           topics=[VoteRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.vote_request(cluster_id=self.config.cluster_id, candidate_id=self.node_id, epoch=self.epoch,
+                                last_epoch=last_epoch(self.log), end_offset=self.log.log_end_offset,
+                                voter=voter, pre_vote=pre_vote)
 
     def _vote_response(self, error: ErrorCode, granted: bool, pre_vote: bool, top_error=ErrorCode.NONE) -> VoteResponse:
-        partition = VoteResponse.TopicData.PartitionData(
-            partition_index=METADATA_PARTITION, error_code=error, leader_id=self._known_leader(),
-            leader_epoch=self.epoch, vote_granted=granted, pre_vote=pre_vote,
-        )
-        return VoteResponse(error_code=top_error,
-                            topics=[VoteResponse.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.vote_response(error, granted, pre_vote, leader_id=self._known_leader(), epoch=self.epoch,
+                                 top_error=top_error)
 
     def _on_vote_request(self, source: int, request_id: int, request: VoteRequest) -> None:
         def reply(response):
@@ -783,13 +673,12 @@ class RaftNode:
             return
         if candidate_epoch > self.epoch and not pre_vote:
             self._become_unattached(candidate_epoch)
-        up_to_date = self._log_up_to_date(p.last_offset_epoch, p.last_offset)
-        role = self.role
+        up_to_date = log_up_to_date(self.log, p.last_offset_epoch, p.last_offset)
+        state = self.state
+        role = state.role
         if pre_vote:
-            if role == Role.FOLLOWER:
-                leader_alive = (self._has_fetched and not self._end_quorum_received
-                                and self._now_ms - self._last_fetch_ok_ms < self.config.fetch_timeout_ms)
-                granted = up_to_date and not leader_alive
+            if isinstance(state, FollowerState):
+                granted = up_to_date and not state.leader_alive(self._now_ms, self.config.fetch_timeout_ms)
             else:
                 granted = up_to_date and role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
         else:
@@ -816,47 +705,39 @@ class RaftNode:
             if inflight.generation == self._generation:
                 self._retry_vote(source, inflight)
             return
-        if inflight.generation != self._generation or self.role not in (Role.PROSPECTIVE, Role.CANDIDATE):
+        round_ = self.state
+        if inflight.generation != self._generation or not isinstance(round_, VoteRound):
             return
         if p.error_code != ErrorCode.NONE:
             self._retry_vote(source, inflight)
             return
-        self._vote_retry_ms.pop(source, None)
+        round_.retry_ms.pop(source, None)
         if p.vote_granted:
-            self._granted.add(source)
+            round_.granted.add(source)
             self._maybe_win_round()
         else:
-            self._rejected.add(source)
-            if len(self._rejected) >= self.config.majority:
+            round_.rejected.add(source)
+            if round_.lost(self.config.majority):
                 # Lost: wait a random backoff before the next round instead of the full timeout.
-                self._timer_ms = min(self._timer_ms, self._now_ms + self._random_backoff())
+                round_.timeout_ms = min(round_.timeout_ms, self._now_ms + self._random_backoff())
 
     def _retry_vote(self, source: int, inflight: _InFlight) -> None:
-        if inflight.generation == self._generation and source in self._vote_retry_ms:
-            self._vote_retry_ms[source] = self._now_ms + self.config.retry_backoff_ms
+        round_ = self.state
+        if inflight.generation == self._generation and isinstance(round_, VoteRound) and source in round_.retry_ms:
+            round_.retry_ms[source] = self._now_ms + self.config.retry_backoff_ms
 
     # ------------------------------------------------------------------------------ Begin/EndQuorumEpoch
 
     def _begin_quorum_epoch_request(self, voter: int) -> BeginQuorumEpochRequest:
-        partition = BeginQuorumEpochRequest.TopicData.PartitionData(
-            partition_index=METADATA_PARTITION, leader_id=self.node_id, leader_epoch=self.epoch)
-        return BeginQuorumEpochRequest(
-            cluster_id=self.config.cluster_id, voter_id=voter,
-            topics=[BeginQuorumEpochRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.begin_quorum_epoch_request(cluster_id=self.config.cluster_id, leader_id=self.node_id,
+                                              epoch=self.epoch, voter=voter)
 
     def _end_quorum_epoch_request(self, preferred: list[int]) -> EndQuorumEpochRequest:
-        P = EndQuorumEpochRequest.TopicData.PartitionData
-        partition = P(partition_index=METADATA_PARTITION, leader_id=self.node_id, leader_epoch=self.epoch,
-                      # v1 names successors in preferred_candidates; preferred_successors is v0's field.
-                      preferred_candidates=[P.ReplicaInfo(candidate_id=v) for v in preferred])
-        return EndQuorumEpochRequest(
-            cluster_id=self.config.cluster_id,
-            topics=[EndQuorumEpochRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.end_quorum_epoch_request(cluster_id=self.config.cluster_id, leader_id=self.node_id,
+                                            epoch=self.epoch, preferred=preferred)
 
     def _epoch_response(self, cls, error: ErrorCode, top_error=ErrorCode.NONE):
-        partition = cls.TopicData.PartitionData(partition_index=METADATA_PARTITION, error_code=error,
-                                                leader_id=self._known_leader(), leader_epoch=self.epoch)
-        return cls(error_code=top_error, topics=[cls.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])])
+        return rpc.epoch_response(cls, error, leader_id=self._known_leader(), epoch=self.epoch, top_error=top_error)
 
     def _on_begin_quorum_epoch_request(self, source: int, request_id: int, request) -> None:
         if not self._cluster_ok(request.cluster_id):
@@ -875,14 +756,16 @@ class RaftNode:
     def _on_begin_quorum_epoch_response(self, inflight: _InFlight, response) -> None:
         voter = inflight.destination
         if response is None or response.error_code != ErrorCode.NONE:
-            if voter in self._begin_pending and inflight.generation == self._generation:
-                self._begin_pending[voter] = self._now_ms + self.config.retry_backoff_ms
+            leader = self._sender_state(inflight)
+            if isinstance(leader, LeaderState) and voter in leader.begin_pending:
+                leader.begin_pending[voter] = self._now_ms + self.config.retry_backoff_ms
             return
         p = response.topics[0].partitions[0]
         if self._handle_common(p.error_code, p.leader_id, p.leader_epoch):
             return
-        if inflight.generation == self._generation and p.error_code == ErrorCode.NONE:
-            self._begin_pending.pop(voter, None)
+        leader = self._sender_state(inflight)
+        if isinstance(leader, LeaderState) and p.error_code == ErrorCode.NONE:
+            leader.begin_pending.pop(voter, None)
 
     def _on_end_quorum_epoch_request(self, source: int, request_id: int, request) -> None:
         if not self._cluster_ok(request.cluster_id):
@@ -897,8 +780,9 @@ class RaftNode:
         if p.leader_epoch > self.epoch or (self.role != Role.FOLLOWER and self.role != Role.RESIGNED
                                             and p.leader_id != self.node_id):
             self._become_follower(p.leader_epoch, p.leader_id)
-        if self.role == Role.FOLLOWER and self.leader_id == p.leader_id and self.is_voter:
-            self._end_quorum_received = True
+        follower = self.state
+        if isinstance(follower, FollowerState) and follower.leader_id == p.leader_id and self.is_voter:
+            follower.end_quorum_received = True
             preferred = list(p.preferred_candidates and [c.candidate_id for c in p.preferred_candidates]
                              or p.preferred_successors)
             if self.node_id in preferred:
@@ -907,7 +791,7 @@ class RaftNode:
                                                     self.config.retry_backoff_ms << position)
             else:
                 delay = self._random_backoff()
-            self._timer_ms = min(self._timer_ms, self._now_ms + delay)
+            follower.timeout_ms = min(follower.timeout_ms, self._now_ms + delay)
         self._reply(source, request_id, END_QUORUM_EPOCH, self._epoch_response(EndQuorumEpochResponse, ErrorCode.NONE))
 
     def _on_end_quorum_epoch_response(self, inflight: _InFlight, response) -> None:
@@ -919,27 +803,25 @@ class RaftNode:
     # ------------------------------------------------------------------------------ Fetch (follower side)
 
     def _fetch_request(self) -> FetchRequest:
-        partition = FetchRequest.FetchTopic.FetchPartition(
-            partition=METADATA_PARTITION,
-            current_leader_epoch=self.epoch,
-            # A follower's fetch offset is its acknowledgement, so it must be durable: the log is
-            # flushed after every append, and only the flushed end is offered.
-            fetch_offset=self.log.flushed_end_offset,
-            last_fetched_epoch=self._last_epoch(),
-            log_start_offset=self.log.log_start_offset,
-            partition_max_bytes=self.config.fetch_max_bytes,
-        )
-        return FetchRequest(
-            cluster_id=self.config.cluster_id,
-            replica_state=FetchRequest.ReplicaState(replica_id=self.node_id, replica_epoch=-1),
-            max_wait_ms=self.config.fetch_max_wait_ms,
-            min_bytes=0,
-            max_bytes=self.config.fetch_max_bytes,
-            topics=[FetchRequest.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=[partition])],
-        )
+        # A follower's fetch offset is its acknowledgement, so it must be durable: the log is flushed
+        # after every append, and only the flushed end is offered.
+        return rpc.fetch_request(
+            cluster_id=self.config.cluster_id, replica_id=self.node_id, epoch=self.epoch,
+            fetch_offset=self.log.flushed_end_offset, last_fetched_epoch=last_epoch(self.log),
+            log_start_offset=self.log.log_start_offset, max_bytes=self.config.fetch_max_bytes,
+            max_wait_ms=self.config.fetch_max_wait_ms)
 
     def _fetch_failed(self) -> None:
-        self._next_fetch_ms = self._now_ms + self.config.retry_backoff_ms
+        state = self._fetching_state()
+        if state is not None:
+            state.next_fetch_ms = self._now_ms + self.config.retry_backoff_ms
+
+    def _fetched_from_leader(self, inflight: _InFlight) -> FollowerState | None:
+        """The follower role that sent `inflight` to its leader, if it is still ours."""
+        follower = self._sender_state(inflight)
+        if isinstance(follower, FollowerState) and inflight.destination == follower.leader_id:
+            return follower
+        return None
 
     def _on_fetch_response(self, inflight: _InFlight, response: FetchResponse | None) -> None:
         if response is None or response.error_code != ErrorCode.NONE:
@@ -950,16 +832,13 @@ class RaftNode:
         if self._handle_common(p.error_code, leader.leader_id, leader.leader_epoch):
             self._fetch_failed()
             return
-        if (inflight.generation != self._generation or self.role != Role.FOLLOWER
-                or inflight.destination != self.leader_id):
+        follower = self._fetched_from_leader(inflight)
+        if follower is None:
             return
         if p.error_code != ErrorCode.NONE:
             self._fetch_failed()
             return
-        self._has_fetched = True
-        self._last_fetch_ok_ms = self._now_ms
-        self._timer_ms = self._now_ms + self.config.fetch_timeout_ms
-        self._next_fetch_ms = self._now_ms
+        follower.fetched(self._now_ms, self.config.fetch_timeout_ms)
         diverging, snapshot = p.diverging_epoch, p.snapshot_id
         if diverging.epoch >= 0 or diverging.end_offset >= 0:
             self._truncate_to_end_offset(diverging.end_offset, diverging.epoch)
@@ -968,7 +847,7 @@ class RaftNode:
                 return
             snapshot_id = SnapshotId(snapshot.end_offset, snapshot.epoch)
             if snapshot_id != self.log.latest_snapshot_id():
-                self._snapshot_fetch = _SnapshotFetch(snapshot_id)
+                follower.snapshot_fetch = SnapshotFetch(snapshot_id)
         else:
             records = p.records
             if records:
@@ -985,14 +864,8 @@ class RaftNode:
             self.high_watermark = new
 
     def _truncate_to_end_offset(self, end_offset: int, epoch: int) -> None:
-        """ReplicatedLog.truncateToEndOffset. When we hold the leader's epoch, cut where the shorter of the
-        two ends; when we do not, cut at the end of our largest epoch below it (a batch boundary of ours)
-        and let the next fetch, asking about that epoch, find the rest."""
-        if epoch == 0:
-            offset = min(end_offset, self.log.log_end_offset)
-        else:
-            local_epoch, local_end = self._end_offset_for_epoch(epoch)
-            offset = min(local_end, end_offset) if local_epoch == epoch else local_end
+        """ReplicatedLog.truncateToEndOffset, refusing to cut what is committed or below the log start."""
+        offset = truncation_offset(self.log, end_offset, epoch)
         if offset < self.high_watermark:
             raise RaftInvariantError(f"node {self.node_id}: leader {self.leader_id} asks to truncate to {offset}, "
                                      f"below the high watermark {self.high_watermark}")
@@ -1002,16 +875,10 @@ class RaftNode:
 
     # ------------------------------------------------------------------------------ FetchSnapshot (follower)
 
-    def _fetch_snapshot_request(self) -> FetchSnapshotRequest:
-        assert self._snapshot_fetch is not None
-        snapshot_id = self._snapshot_fetch.snapshot_id
-        P = FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot
-        partition = P(partition=METADATA_PARTITION, current_leader_epoch=self.epoch,
-                      snapshot_id=P.SnapshotId(end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch),
-                      position=len(self._snapshot_fetch.data))
-        return FetchSnapshotRequest(
-            cluster_id=self.config.cluster_id, replica_id=self.node_id, max_bytes=self.config.snapshot_chunk_bytes,
-            topics=[FetchSnapshotRequest.TopicSnapshot(name=METADATA_TOPIC, partitions=[partition])])
+    def _fetch_snapshot_request(self, fetch: SnapshotFetch) -> FetchSnapshotRequest:
+        return rpc.fetch_snapshot_request(
+            cluster_id=self.config.cluster_id, replica_id=self.node_id, epoch=self.epoch,
+            snapshot_id=fetch.snapshot_id, position=len(fetch.data), max_bytes=self.config.snapshot_chunk_bytes)
 
     def _on_fetch_snapshot_response(self, inflight: _InFlight, response) -> None:
         if response is None or response.error_code != ErrorCode.NONE:
@@ -1022,27 +889,24 @@ class RaftNode:
         if self._handle_common(p.error_code, leader.leader_id, leader.leader_epoch):
             self._fetch_failed()
             return
-        fetch = self._snapshot_fetch
-        if (inflight.generation != self._generation or self.role != Role.FOLLOWER or fetch is None
-                or inflight.destination != self.leader_id):
+        follower = self._fetched_from_leader(inflight)
+        fetch = follower.snapshot_fetch if follower is not None else None
+        if follower is None or fetch is None:
             return
         if p.error_code != ErrorCode.NONE:
             # SNAPSHOT_NOT_FOUND (the leader moved on to a newer one) or a bad position: fetch the log
             # again, and the leader names the snapshot to take.
-            self._snapshot_fetch = None
+            follower.snapshot_fetch = None
             self._fetch_failed()
             return
-        self._has_fetched = True
-        self._last_fetch_ok_ms = self._now_ms
-        self._timer_ms = self._now_ms + self.config.fetch_timeout_ms
-        self._next_fetch_ms = self._now_ms
+        follower.fetched(self._now_ms, self.config.fetch_timeout_ms)
         if (SnapshotId(p.snapshot_id.end_offset, p.snapshot_id.epoch) != fetch.snapshot_id
                 or p.position != len(fetch.data)):
             return
         fetch.data += bytes(p.unaligned_records or b"")
         if len(fetch.data) < p.size:
             return
-        self._snapshot_fetch = None
+        follower.snapshot_fetch = None
         snapshot_id = fetch.snapshot_id
         self.log.store_snapshot(snapshot_id, bytes(fetch.data))
         self.log.truncate_fully_and_start_at(snapshot_id.end_offset, now_ms=self._now_ms)
@@ -1053,13 +917,8 @@ class RaftNode:
 
     def _fetch_error_response(self, error: ErrorCode, top_error: ErrorCode = ErrorCode.NONE,
                               leader_id: int | None = None) -> FetchResponse:
-        PD = FetchResponse.FetchableTopicResponse.PartitionData
         leader = self._known_leader() if leader_id is None else leader_id
-        partition = PD(partition_index=METADATA_PARTITION, error_code=error, high_watermark=-1,
-                       current_leader=PD.LeaderIdAndEpoch(leader_id=leader, leader_epoch=self.epoch),
-                       records=b"")
-        return FetchResponse(error_code=top_error, responses=[FetchResponse.FetchableTopicResponse(
-            topic_id=METADATA_TOPIC_ID, partitions=[partition])])
+        return rpc.fetch_error_response(error, leader_id=leader, epoch=self.epoch, top_error=top_error)
 
     def _on_fetch_request(self, source: int, request_id: int, request: FetchRequest) -> None:
         if not self._cluster_ok(request.cluster_id):
@@ -1073,11 +932,13 @@ class RaftNode:
         if error != ErrorCode.NONE:
             self._reply(source, request_id, FETCH, self._fetch_error_response(error))
             return
+        leader = self.state
+        assert isinstance(leader, LeaderState)
         hw_before = self.high_watermark
         response, empty = self._try_complete_fetch(replica_id, partition, update=True)
         # Park an idle fetch, unless it just moved the high watermark: the fetcher must hear of that.
         if empty and request.max_wait_ms > 0 and self.high_watermark == hw_before:
-            self._parked.append(_ParkedFetch(source, request_id, replica_id, partition,
+            leader.parked.append(ParkedFetch(source, request_id, replica_id, partition,
                                              self._now_ms + request.max_wait_ms))
         else:
             self._reply(source, request_id, FETCH, response)
@@ -1086,72 +947,50 @@ class RaftNode:
         fetch_offset, last_fetched_epoch = partition.fetch_offset, partition.last_fetched_epoch
         snapshot = self.log.latest_snapshot_id()
         if fetch_offset == 0 and snapshot is not None:
-            validity, v_offset, v_epoch = _Validity.SNAPSHOT, snapshot.end_offset, snapshot.epoch
+            validity, v_offset, v_epoch = Validity.SNAPSHOT, snapshot.end_offset, snapshot.epoch
         else:
-            validity, v_offset, v_epoch = self._validate_offset_and_epoch(fetch_offset, last_fetched_epoch)
+            validity, v_offset, v_epoch = validate_offset_and_epoch(self.log, fetch_offset, last_fetched_epoch)
         records = b""
-        if validity == _Validity.VALID:
+        if validity == Validity.VALID:
             if fetch_offset < self.log.log_end_offset:
                 records = self.log.read(fetch_offset, partition.partition_max_bytes)
-            if update:
-                self._update_replica(replica_id, fetch_offset)
+            leader = self.state
+            if update and isinstance(leader, LeaderState):
+                if leader.record_fetch(replica_id, fetch_offset, self.log.log_end_offset, self._now_ms):
+                    self._update_high_watermark()
         PD = FetchResponse.FetchableTopicResponse.PartitionData
         pd = PD(partition_index=METADATA_PARTITION, error_code=ErrorCode.NONE,
                 high_watermark=self.high_watermark, log_start_offset=self.log.log_start_offset,
                 current_leader=PD.LeaderIdAndEpoch(leader_id=self.node_id, leader_epoch=self.epoch),
                 records=records)
-        if validity == _Validity.DIVERGING:
+        if validity == Validity.DIVERGING:
             pd.diverging_epoch = PD.EpochEndOffset(epoch=v_epoch, end_offset=v_offset)
-        elif validity == _Validity.SNAPSHOT:
+        elif validity == Validity.SNAPSHOT:
             pd.snapshot_id = PD.SnapshotId(end_offset=v_offset, epoch=v_epoch)
         response = FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
             topic_id=METADATA_TOPIC_ID, partitions=[pd])])
-        return response, validity == _Validity.VALID and not records
-
-    def _update_replica(self, replica_id: int, fetch_offset: int) -> None:
-        if replica_id < 0 or replica_id == self.node_id:
-            return
-        state = self._replicas.get(replica_id)
-        if state is None:
-            state = self._replicas[replica_id] = ReplicaState(replica_id)
-        state.end_offset = fetch_offset
-        state.last_fetch_ms = self._now_ms
-        if fetch_offset >= self.log.log_end_offset:
-            state.last_caught_up_ms = self._now_ms
-        if replica_id in self.config.voters:
-            self._begin_pending.pop(replica_id, None)
-            self._fetched_voters.add(replica_id)
-            if len(self._fetched_voters) + 1 >= self.config.majority:
-                self._fetched_voters.clear()
-                self._check_quorum_ms = self._now_ms + self._check_quorum_timeout()
-            self._update_high_watermark()
+        return response, validity == Validity.VALID and not records
 
     def _update_high_watermark(self) -> None:
-        if self.role != Role.LEADER:
+        leader = self.state
+        if not isinstance(leader, LeaderState):
             return
         # The leader counts what it has flushed, not what it has appended: an acknowledgement must
         # survive the leader's crash like any follower's.
-        mine = self.log.flushed_end_offset
-        self._replicas[self.node_id].end_offset = mine
-        offsets = sorted((self._replicas[v].end_offset for v in self.config.voters), reverse=True)
-        candidate = offsets[self.config.majority - 1]
-        if candidate > self._epoch_start_offset and candidate > self.high_watermark:
+        candidate = leader.majority_end_offset(self.log.flushed_end_offset)
+        if candidate is not None and candidate > self.high_watermark:
             self.high_watermark = candidate
             self._complete_parked(only_due=False)
 
     def _complete_parked(self, only_due: bool) -> None:
-        if not self._parked:
+        leader = self.state
+        if not isinstance(leader, LeaderState):
             return
-        keep: list[_ParkedFetch] = []
-        due: list[_ParkedFetch] = []
-        for p in self._parked:
-            (due if not only_due or p.deadline_ms <= self._now_ms else keep).append(p)
-        self._parked = keep
-        for p in due:
+        for p in leader.take_parked(self._now_ms, only_due):
             response, _ = self._try_complete_fetch(p.replica_id, p.partition, update=False)
             self._respond_fetch(p, response)
 
-    def _respond_fetch(self, parked: _ParkedFetch, response: FetchResponse) -> None:
+    def _respond_fetch(self, parked: ParkedFetch, response: FetchResponse) -> None:
         self._reply(parked.source, parked.request_id, FETCH, response)
 
     # ------------------------------------------------------------------------------ FetchSnapshot (leader)
@@ -1191,7 +1030,8 @@ class RaftNode:
 
     def _describe_quorum_response(self) -> DescribeQuorumResponse:
         PD = DescribeQuorumResponse.TopicData.PartitionData
-        if self.role != Role.LEADER:
+        leader = self.state
+        if not isinstance(leader, LeaderState):
             partition = PD(partition_index=METADATA_PARTITION, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            leader_id=self._known_leader(), leader_epoch=self.epoch, high_watermark=-1)
         else:
@@ -1202,7 +1042,7 @@ class RaftNode:
                 return PD.ReplicaState(replica_id=r.replica_id, log_end_offset=end,
                                        last_fetch_timestamp=seen, last_caught_up_timestamp=caught)
 
-            replicas = sorted(self._replicas.values(), key=lambda r: r.replica_id)
+            replicas = sorted(leader.replicas.values(), key=lambda r: r.replica_id)
             partition = PD(
                 partition_index=METADATA_PARTITION, error_code=ErrorCode.NONE, leader_id=self.node_id,
                 leader_epoch=self.epoch, high_watermark=self.high_watermark,
