@@ -2,7 +2,7 @@
 
 `services.authorizer` is None unless `authorizer.class.name` names StandardAuthorizer, so a handler's check
 (`services.authorized(ctx, op, resource_type, name)`) costs one attribute test when authorization is off.
-When on, decisions come from replication.acl.AclIndex (StandardAuthorizer's rules), rebuilt when the image's
+When on, decisions come from metadata.acl.AclIndex (StandardAuthorizer's rules), rebuilt when the image's
 ACLs change (compared by identity: an image that did not touch ACLs shares the mapping), with each answer
 remembered per (principal, host, operation, resource) until then, so the produce and fetch paths pay a
 dict lookup per topic.

@@ -68,7 +68,7 @@ class ImageTopics:
     """A TopicsView over the broker's metadata image: `image()` returns the current one.
 
     The image is read duck-typed: `topics_by_name` and `topics_by_id` mappings of topics that have
-    `name`, `topic_id` and a `partitions` mapping (replication.metadata_image.MetadataImage).
+    `name`, `topic_id` and a `partitions` mapping (metadata.image.MetadataImage).
     """
 
     def __init__(self, image: Callable[[], Any]) -> None:

@@ -9,8 +9,8 @@ replays records on top of a `MetadataImage`, and `apply()` yields the next image
 never mutated, so whoever holds one holds a consistent snapshot.
 
 This module is pure: no storage, no decisions. Who decides which records to write is the controller
-(`replication.controller`); who stores them and replays the log is `replication.metadata_log`; who hands
-committed images to the rest of the broker is `replication.metadata_publisher`.
+(`metadata.controller`); who stores them and replays the log is `metadata.log`; who hands
+committed images to the rest of the broker is `metadata.publisher`.
 """
 
 from __future__ import annotations
