@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 from odradek.broker import server as broker_server
+from odradek.broker.context import DECLINED
 from odradek.broker.testing import BrokerThread, RawClient
 from odradek.protocol.messages import (
     CreateTopicsRequest,
@@ -134,7 +135,7 @@ def test_fast_and_general_paths_answer_alike(tmp_path, monkeypatch):
 
     def counting(services, request, connection):
         result = real(services, request, connection)
-        served.append(result is not None)
+        served.append(result is not DECLINED)
         return result
 
     monkeypatch.setattr(broker_server, "serve_produce_frame", counting)
