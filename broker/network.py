@@ -48,8 +48,9 @@ After:
     inbox -> ApiVersionsUnsupported? (answered: needs no session)
           -> admission, once: not throttled (`muted`: nothing is taken from the inbox meanwhile) and, on
              a SASL listener, `_session_admits` (SaslHandshake/SaslAuthenticate re-authenticate here;
-             anything else needs `Authenticator.session_admits`, else the connection closes), which also
-             settles the principal on the connection's context
+             anything else needs `Authenticator.session_admits`, else the connection closes); past it,
+             the principal on the connection's context (the session's; on SSL the certificate's, set when
+             the connection was made) is the one both paths authorize
           -> the fork: ProduceFrame -> fast path; it declines by the shared predicates
              (handlers/produce.py: `_partition_error`, `write_refusal`, `_one_producer`,
              `_in_open_transaction` = the log's `in_open_transaction`, and `ClientQuotas.metered`),
@@ -108,7 +109,7 @@ from odradek.metadata.quota import ConnectionCreationRates
 from odradek.storage.segment import read_region
 
 from .authenticator import Authenticator, SaslState
-from .context import DECLINED, ConnectionContext, Packed, RequestContext, SecurityProtocol
+from .context import DECLINED, ConnectionContext, Packed, Reply, RequestContext, SecurityProtocol
 from .security import ListenerSecurity
 
 log = structlog.get_logger("odradek.network")
@@ -592,8 +593,8 @@ class NetworkServer:
     def __init__(
         self,
         *,
-        dispatch: Callable[[RequestContext], Any],
-        serve_produce_frame: Callable[[ProduceFrame, ConnectionContext], Any] | None = None,
+        dispatch: Callable[[RequestContext], Reply],
+        serve_produce_frame: Callable[[ProduceFrame, ConnectionContext], Reply] | None = None,  # or DECLINED
         accepted_versions: dict[int, tuple[int, int]],
         advertised_versions: dict[int, tuple[int, int]],
         max_frame_bytes: int,
