@@ -156,3 +156,9 @@ class Authenticator:
 
     def expired(self, now_ms: int) -> bool:
         return self.session_expiry_ms is not None and now_ms > self.session_expiry_ms
+
+    def session_admits(self, now_ms: int) -> bool:
+        """Whether the session serves a request now (other than SaslHandshake/SaslAuthenticate): it is
+        authenticated, not being renewed (KIP-368: a re-authentication begun and unfinished serves nothing),
+        and not past its lifetime."""
+        return self.state is SaslState.AUTHENTICATED and not self.expired(now_ms)

@@ -17,7 +17,12 @@ A handler answers with one of three things, and the network pump decides how to 
   * None: no response at all (acks=0 produce).
 Any of them may come later, as an `asyncio.Future` (a long poll, acks=all, a group join, a metadata
 change waiting for its commit); `broker.server.Broker.dispatch` adapts coordinators' Deferreds and
-handlers' coroutines to futures, so the pump sees only futures.
+handlers' coroutines to futures, so the pump sees only futures. That is the one result type both sides of
+the produce fork hand back (`Reply`, broker/network.py's "walk of a request").
+
+The produce fast path may also answer `DECLINED`: it did not serve the request (nothing was appended), and
+the general path decodes and dispatches it. DECLINED is never a reply: it exists so that None keeps its one
+meaning, "no response".
 """
 
 from __future__ import annotations
@@ -126,3 +131,19 @@ class Packed:
 
     def __init__(self, chunks: list) -> None:
         self.chunks = chunks
+
+
+# What a handler hands back to the network layer, on either side of the produce fork (see the module doc).
+Reply = Any  # a response message | Packed | None | asyncio.Future of one of them
+
+
+class _Declined:
+    """The produce fast path's "not served": the general path takes the request (one instance, DECLINED)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DECLINED"
+
+
+DECLINED = _Declined()

@@ -24,9 +24,42 @@ the work the broker accepts, is done here by back-pressure instead:
 Produce requests at v3-v13 may skip the codec, the per-request context and the dispatcher: the connection
 hands them as `ProduceFrame`s, with its `ConnectionContext` (listener, security protocol, principal), to
 `serve_produce_frame` (the broker's produce fast path), which answers with the packed response frame, or
-a future of it, or declines, and then the frame is decoded and dispatched as any other. Measured: ~36 ->
-~27 us per single-partition request in process. What a handler may answer is described once, in
-broker/context.py; `_respond` is the one place that writes each kind.
+a future of it, or declines (DECLINED), and then the frame is decoded and dispatched as any other.
+Measured: ~36 -> ~27 us per single-partition request in process. What a handler may answer is described
+once, in broker/context.py; `_respond` is the one place that writes each kind.
+
+The walk of a request (`pump`): admission, then the fork, then one kind of result
+---------------------------------------------------------------------------------
+Every check that is not about one API is paid once, before the produce fork, and every rule the fast path
+declines by is the general path's own predicate. Before (until issue 25), a request walked:
+
+    inbox -> ProduceFrame?  yes: SASL session live? (copy 1) -> fast path, which restated as "decline"
+                                 conditions the quota rule (image has client quotas), the authorization
+                                 (its own WRITE checks, any transactional batch declined with an
+                                 authorizer), the transactional-id and one-producer rules and the
+                                 verification rule (a copy of the log's "transaction open here") ->
+                                 served (bytes or future) or None (declined: decode the frame)
+          -> None: ApiVersionsUnsupported? -> SaslHandshake/SaslAuthenticate? -> SASL session live?
+                   (copy 2, run again for a declined produce) -> RequestContext -> dispatch
+          -> the result: None meant "declined" on one side of the fork and "no response" on the other
+
+After:
+
+    inbox -> ApiVersionsUnsupported? (answered: needs no session)
+          -> admission, once: not throttled (`muted`: nothing is taken from the inbox meanwhile) and, on
+             a SASL listener, `_session_admits` (SaslHandshake/SaslAuthenticate re-authenticate here;
+             anything else needs `Authenticator.session_admits`, else the connection closes); past it,
+             the principal on the connection's context (the session's; on SSL the certificate's, set when
+             the connection was made) is the one both paths authorize
+          -> the fork: ProduceFrame -> fast path; it declines by the shared predicates
+             (handlers/produce.py: `_partition_error`, `write_refusal`, `_one_producer`,
+             `_in_open_transaction` = the log's `in_open_transaction`, and `ClientQuotas.metered`),
+             DECLINED -> decode the frame; everything not served -> RequestContext -> dispatch
+          -> one result type from either side (broker.context's Reply: a response, a Packed frame, None for
+             no response, or a future of one), parked, written or throttled by the same lines.
+
+Both sides of the fork go through `Broker._handled` (metrics, timers, futures), so what the network layer
+gets back does not depend on which side served.
 
 Responses are written when the connection has served what it can for now (the end of `pump`): the bytes
 of every response made in that pass go to the transport in one call, so a client pipelining requests gets
@@ -76,7 +109,7 @@ from odradek.metadata.quota import ConnectionCreationRates
 from odradek.storage.segment import read_region
 
 from .authenticator import Authenticator, SaslState
-from .context import ConnectionContext, Packed, RequestContext, SecurityProtocol
+from .context import DECLINED, ConnectionContext, Packed, Reply, RequestContext, SecurityProtocol
 from .security import ListenerSecurity
 
 log = structlog.get_logger("odradek.network")
@@ -218,56 +251,48 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                     server.waiting.add(self)
                 break
             event = self.inbox.popleft()
-            ctx: RequestContext | None = None  # stays None for a request the produce fast path serves
-            result = None
-            if type(event) is ProduceFrame:
-                if self.auth is not None and (self.auth.state is not SaslState.AUTHENTICATED or self.auth.expired(_now_ms())):
-                    # As below for every other request: a session that ended (or is being renewed) serves nothing.
-                    log.info("closing connection: SASL session expired or re-authentication unfinished",
-                             client=self.connection_id, principal=str(self.context.principal))
-                    self.close()
+            kind = type(event)
+            if kind is ApiVersionsUnsupported:  # (ApiVersions needs no session: answered before admission)
+                self._write(self.conn.send_api_versions_unsupported(event.header, self.advertised_versions))
+                continue
+            # Admission, once per request, before the fork: the connection is not throttled (`muted`, in the
+            # loop's condition) and on a SASL listener its session admits the request (which also makes the
+            # principal on `self.context` the session's).
+            if self.auth is not None and not self._session_admits(event, kind):
+                if self.closed or self.failing:
                     return
-                # The produce fast path: bytes (or a future of them) when it served the request, None when
-                # the request goes the general way (the codec decodes it below).
+                continue  # a SaslHandshake/SaslAuthenticate, answered
+            # The fork: the produce fast path serves the frame or declines it (nothing appended), and then
+            # the frame is decoded and goes the general way as any other request.
+            ctx: RequestContext | None = None  # stays None for a request the produce fast path serves
+            result = DECLINED
+            if kind is ProduceFrame:
                 try:
                     result = server.serve_produce_frame(event, self.context)
                 except Exception:
                     self.close()
                     return
-                if result is None:
+                if result is DECLINED:
                     try:
                         event = self.conn.decode(event.frame)
                     except ProtocolError as e:
                         self._protocol_error(e)
                         return
-            if result is None:
-                if isinstance(event, ApiVersionsUnsupported):
-                    self._write(self.conn.send_api_versions_unsupported(event.header, self.advertised_versions))
-                    continue
-                if self.auth is not None:
-                    api_key = event.header.api_key
-                    if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:  # KIP-368 re-authentication
-                        self._sasl_request(event)
-                        if self.closed or self.failing:
-                            return
-                        continue
-                    if self.auth.state is not SaslState.AUTHENTICATED or self.auth.expired(_now_ms()):
-                        log.info("closing connection: SASL session expired or re-authentication unfinished",
-                                 client=self.connection_id, principal=str(self.context.principal))
-                        self.close()
-                        return
+            if result is DECLINED:
                 ctx = RequestContext(event.header, event.request, self.context, time.monotonic_ns(), event.frame_size)
                 try:
                     result = server.dispatch(ctx)
                 except Exception:  # a bug in a handler must not take the broker down: drop this connection
                     self.close()
                     return
-            if isinstance(result, asyncio.Future) and not result.done():
-                self.in_flight = True
-                server.parked += 1
-                result.add_done_callback(lambda future, ctx=ctx: self._resume(ctx, future))
-                break
+            # After the fork, one kind of result from either path (broker.context's Reply): a response, a
+            # packed frame, None (no response) or a future of one of them.
             if isinstance(result, asyncio.Future):
+                if not result.done():
+                    self.in_flight = True
+                    server.parked += 1
+                    result.add_done_callback(lambda future, ctx=ctx: self._resume(ctx, future))
+                    break
                 result = self._result_of(result)
             if result is not None:
                 self._respond(ctx, result)
@@ -279,6 +304,23 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self._update_reading()
 
     # -- SASL
+
+    def _session_admits(self, event, kind) -> bool:
+        """Admission on a SASL listener (the one session check, for both sides of the fork): a request other
+        than SaslHandshake/SaslAuthenticate is served only in a live session; otherwise the connection
+        closes. SaslHandshake and SaslAuthenticate re-authenticate (KIP-368) and are answered here. False:
+        the request is not served (answered here, or the connection closed or failing)."""
+        if kind is not ProduceFrame:
+            api_key = event.header.api_key
+            if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
+                self._sasl_request(event)
+                return False
+        if self.auth.session_admits(_now_ms()):
+            return True
+        log.info("closing connection: SASL session expired or re-authentication unfinished",
+                 client=self.connection_id, principal=str(self.context.principal))
+        self.close()
+        return False
 
     def _before_authentication(self, nbytes: int) -> None:
         """Frames on a SASL listener before authentication: each is looked at before it is decoded, and only
@@ -551,8 +593,8 @@ class NetworkServer:
     def __init__(
         self,
         *,
-        dispatch: Callable[[RequestContext], Any],
-        serve_produce_frame: Callable[[ProduceFrame, ConnectionContext], Any] | None = None,
+        dispatch: Callable[[RequestContext], Reply],
+        serve_produce_frame: Callable[[ProduceFrame, ConnectionContext], Reply] | None = None,  # or DECLINED
         accepted_versions: dict[int, tuple[int, int]],
         advertised_versions: dict[int, tuple[int, int]],
         max_frame_bytes: int,

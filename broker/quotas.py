@@ -55,6 +55,12 @@ class ClientQuotas:
         self.fetch = QuotaSensors(CONSUMER_BYTE_RATE, samples=samples, window_ms=window_ms)
         self.request = QuotaSensors(REQUEST_PERCENTAGE, samples=samples, window_ms=window_ms)
 
+    @property
+    def metered(self) -> bool:
+        """Whether requests are measured at all: some client quota is configured. The produce fast path asks
+        too, and declines while it is true (a quota is per client id, which the fast path does not read)."""
+        return bool(self.metadata.image.client_quotas)
+
     def _record(self, sensors: QuotaSensors, connection: ConnectionContext, client_id: str | None, value: float) -> int:
         quotas = self.metadata.image.client_quotas
         if not quotas:

@@ -24,7 +24,7 @@ from odradek.purgatory.deferred import Deferred
 
 from .components import arm_timer
 from .config import BrokerConfig, ConfigError
-from .context import ConnectionContext, RequestContext, SecurityProtocol
+from .context import DECLINED, ConnectionContext, RequestContext, SecurityProtocol
 from .handlers.api_versions import build_response
 from .handlers.produce import serve_produce_frame
 from .network import NetworkServer
@@ -257,8 +257,8 @@ class Broker:
         return self._handled(ctx.api_key, ctx.api_version, ctx.frame_size, started, result)
 
     def serve_produce_frame(self, request, connection: ConnectionContext):
-        """The produce fast path (handlers.produce.serve_produce_frame): the packed response, a future of it,
-        or None when the request must go through `dispatch` after all."""
+        """The produce fast path (handlers.produce.serve_produce_frame): what `dispatch` would hand back (a
+        packed response or a future of it), or DECLINED when the request must go through `dispatch` after all."""
         started = time.perf_counter()
         try:
             result = serve_produce_frame(self.services, request, connection)
@@ -266,8 +266,8 @@ class Broker:
             log.exception("handler failed", api_key=0, api_version=request.api_version)
             self._observe(0, request.api_version, len(request.frame), started, error=True)
             raise
-        if result is None:
-            return None
+        if result is DECLINED:
+            return DECLINED
         return self._handled(0, request.api_version, len(request.frame), started, result)
 
     def _handled(self, api_key: int, api_version: int, frame_size: int, started: float, result):

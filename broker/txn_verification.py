@@ -42,19 +42,6 @@ def transactional_producer(records: bytes | bytearray | memoryview | None) -> tu
     return _PID.unpack_from(records, 43)
 
 
-def needs_verification(data: ReplicaManager, tp: TopicPartition, producer: tuple[int, int]) -> bool:
-    """Whether the partition has no open transaction of this producer (epoch) yet: its first transactional
-    write must be verified with the coordinator (Kafka skips the round trip once one is open)."""
-    partition = data.get_partition(tp)
-    if partition is None:
-        return False  # the append answers the error
-    state = partition.producer_state
-    if state is None:
-        return True  # a log that keeps no producer state cannot say: ask
-    entry = state.producers.get(producer[0])
-    return entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != producer[1]
-
-
 def _verify_error(code: ErrorCode, produce_version: int) -> ErrorCode:
     """What the producer is told for a partition the coordinator did not verify (Kafka's
     AddPartitionsToTxnManager and ReplicaManager: retriable coordinator trouble is NOT_ENOUGH_REPLICAS)."""

@@ -57,10 +57,16 @@ class ProduceFrame(NamedTuple):
     correlation_id: int
     acks: int
     timeout_ms: int
+    # (name, its UTF-8 bytes, [(partition index, records)]) in request order; from v13 (topic id as a UUID,
+    # its 16 bytes, [...])
     topics: list[TopicEntry]
-    # Whether the request names a transactional id (not its value: a transactional batch in a request
-    # without one is refused, and the fast path hands such a request to the general one).
-    has_transactional_id: bool = False
+    # The request's transactional id (None: it names none): the broker's authorization asks WRITE on it for
+    # transactional batches, and refuses those of a request without one, on either path.
+    transactional_id: str | None = None
+
+    @property
+    def has_transactional_id(self) -> bool:
+        return self.transactional_id is not None
 
 
 def parse_produce(frame: bytearray, api_version: int) -> ProduceFrame | None:
@@ -94,12 +100,12 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
     if frame[pos]:  # header tagged fields
         return None
     n = frame[pos + 1] - 1  # transactional id: compact nullable string
-    has_transactional_id = n >= 0
+    transactional_id = None if n < 0 else ""
     pos += 2
     if n > 0:
         if n > 126:
             return None
-        str(frame[pos : pos + n], "utf-8")
+        transactional_id = str(frame[pos : pos + n], "utf-8")
         pos += n
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
     pos += 6
@@ -157,7 +163,7 @@ def _parse(frame: bytearray, api_version: int) -> ProduceFrame | None:
         topics.append((name, raw, parts))
     if frame[pos]:  # body tagged fields
         return None
-    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics, has_transactional_id)
+    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics, transactional_id)
 
 
 def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
@@ -166,10 +172,11 @@ def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
     pos = _skip_short_string(frame, 8)  # client id
     if pos is None:
         return None
-    has_transactional_id = _I16.unpack_from(frame, pos)[0] >= 0
+    start = pos
     pos = _skip_short_string(frame, pos)  # transactional id
     if pos is None:
         return None
+    transactional_id = str(frame[start + 2 : pos], "utf-8") if _I16.unpack_from(frame, start)[0] >= 0 else None
     end = len(frame)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
     (count,) = _I32.unpack_from(frame, pos + 6)
@@ -199,7 +206,7 @@ def _parse_classic(frame: bytearray, api_version: int) -> ProduceFrame | None:
             parts.append((index, view[pos : pos + size]))
             pos += size
         topics.append((name, raw, parts))
-    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics, has_transactional_id)
+    return ProduceFrame(frame, api_version, correlation_id, acks, timeout_ms, topics, transactional_id)
 
 
 def encode_produce_response(correlation_id: int, topics, api_version: int) -> bytearray:

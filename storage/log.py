@@ -1021,6 +1021,10 @@ class Log:
     def remove_expired_producers(self, now_ms: int) -> int:
         return self._producer_state.remove_expired_producers(now_ms)
 
+    def in_open_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Whether the producer's transaction (at this epoch) is open here: nothing to verify."""
+        return self._producer_state.in_open_transaction(producer_id, epoch)
+
     def maybe_start_transaction_verification(self, producer_id: int, sequence: int, epoch: int,
                                              now_ms: int) -> VerificationGuard:
         """Before asking a producer's coordinator about its first transactional write here: the guard that

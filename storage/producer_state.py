@@ -304,12 +304,17 @@ class ProducerStateManager:
 
     # -- verification (see the module doc)
 
+    def in_open_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Whether the producer (at this epoch) has a transaction open here: its transactional batches need
+        no verification (the one rule; the broker's produce fast path asks it too, and declines otherwise)."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and _in_open_transaction(entry, epoch)
+
     def maybe_start_verification(self, producer_id: int, sequence: int, epoch: int, now_ms: int) -> VerificationGuard:
         """The guard to present with the producer's next transactional append, or SENTINEL when its
         transaction is open here already (nothing to verify). A verification under way is joined (same
         guard), remembering the lowest sequence seen."""
-        entry = self.producers.get(producer_id)
-        if entry is not None and _in_open_transaction(entry, epoch):
+        if self.in_open_transaction(producer_id, epoch):
             return SENTINEL
         state = self.verification_states.get(producer_id)
         if state is None:

@@ -5,11 +5,15 @@ the range starts at 0), but refused: the connection closes as for any unsupporte
 
 Two ways in, one set of rules. `handle_produce` serves any request the codec decoded. `serve_produce_frame`
 is the fast path for the common case (protocol.fast_produce: a v3-v13 frame read directly, answered with
-packed bytes): it serves a request only when every partition in it passes the same checks
-(`_partition_error`) and acks is 1 or -1, and otherwise hands it back untouched, before anything is
-appended, so that `handle_produce` answers it, errors included. A partition this broker does not lead
-is such an error: `handle_produce` answers it with the leader the image names (`current_leader`, v10+)
-and that leader's endpoint (`node_endpoints`), which the packed response cannot carry.
+packed bytes): it serves a request only when acks is 1 or -1 and nothing in it would be refused or treated
+apart, and otherwise hands it back untouched (DECLINED), before anything is appended, so that
+`handle_produce` answers it, errors included. Each rule is written once and asked by both paths: the
+partition's checks (`_partition_error`), authorization (`write_refusal`), one producer per transactional
+id (`_one_producer`), the transaction verification (`_in_open_transaction`, the log's rule) and the client
+quotas (`ClientQuotas.metered`). A partition this broker does not lead is such an error: `handle_produce`
+answers it with the leader the image names (`current_leader`, v10+) and that leader's endpoint
+(`node_endpoints`), which the packed response cannot carry. Who may send a request at all (the SASL
+session) was settled once before the fork, by the network layer (broker/network.py, "admission").
 
 Transactions (KIP-890 part 1): a producer's first transactional write to a partition is verified with
 its transaction coordinator (was the partition added to the open transaction?) before it is appended, so
@@ -47,18 +51,18 @@ from typing import TYPE_CHECKING, Any
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_produce import ProduceFrame, encode_produce_response
 from odradek.protocol.messages import ProduceResponse
+from odradek.protocol.records import ATTR_TRANSACTIONAL
 from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.producer_state import SENTINEL
 from odradek.storage.names import TopicPartition
 
-from ..context import ConnectionContext, Packed
-from ..txn_verification import needs_verification, transactional_producer, verify_transaction
+from ..context import DECLINED, ConnectionContext, Packed
+from ..txn_verification import transactional_producer, verify_transaction
 from . import Answer, handles
 
 if TYPE_CHECKING:
     from odradek.protocol.messages import ProduceRequest
     from ..context import RequestContext
-    from ..authorizer import Authorizer
     from ..services import BrokerServices
 
 TopicResponse = ProduceResponse.TopicProduceResponse
@@ -136,8 +140,8 @@ def handle_produce(services: BrokerServices, ctx: RequestContext, request: Produ
     slots: dict[tuple, tuple[list, int]] = {}
     topic_names: dict[int, str] = {}
     endpoints: dict[int, object] = {}
-    denied = _denied(services, ctx, request, version) if services.authorizer is not None else (
-        request.transactional_id is None and _any_transactional(request) or None)
+    denied = write_refusal(services, ctx, request.transactional_id, _any_transactional(request),
+                           (_topic(services, version, t.topic_id if version >= 13 else t.name)[1] for t in request.topic_data))
     services.quotas.record_produce(ctx.connection, ctx.client_id, ctx.frame_size)  # (the throttle goes in the response)
     for topic in request.topic_data:
         image, name = _topic(services, version, topic.topic_id if version >= 13 else topic.name)
@@ -147,7 +151,7 @@ def handle_produce(services: BrokerServices, ctx: RequestContext, request: Produ
         for p in topic.partition_data:
             records = p.records
             error = _partition_error(services, version, acks, image, name, p.index, records)
-            if denied is not None and (denied is True or (name and name in denied)):  # ("": an unknown topic id)
+            if denied is True or (isinstance(denied, set) and name and name in denied):  # ("": an unknown topic id)
                 error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if denied is True else ErrorCode.TOPIC_AUTHORIZATION_FAILED
             tp = TopicPartition(name, p.index)
             outcome = tp if error is None else PartitionResponse(index=p.index, error_code=int(error), base_offset=-1)
@@ -190,7 +194,7 @@ def handle_produce(services: BrokerServices, ctx: RequestContext, request: Produ
     guards: dict | None = {} if services.config.transaction_partition_verification_enable else None
     if request.transactional_id is not None:  # (without one, transactional batches were refused above)
         producers = {p for p in map(transactional_producer, entries.values()) if p is not None}
-        if len(producers) > 1:
+        if not _one_producer(producers):
             # One transactional id, one producer: Kafka refuses the whole request before any append.
             for tp in entries:
                 parts, i = slots[tp]
@@ -243,39 +247,49 @@ async def _verify_then_append(services: BrokerServices, request: ProduceRequest,
 
 def serve_produce_frame(services: BrokerServices, request: ProduceFrame, connection: ConnectionContext):
     """The fast path (see the module docstring): the packed response, a future of it (acks=-1 waiting on
-    followers), or None to hand the request to `handle_produce` (nothing has been appended then).
-    `connection` says who asks (listener, principal) for the checks the security issue adds."""
+    followers), or DECLINED to hand the request to `handle_produce` (nothing has been appended then). It
+    declines by the same predicates `handle_produce` applies (`_partition_error`, `write_refusal`,
+    `_one_producer`, `_in_open_transaction`, `ClientQuotas.metered`): whatever one of them would refuse or
+    treat apart is answered by the general path."""
     acks = request.acks
     if acks != 1 and acks != -1:
-        return None
-    if services.authorizer is not None and not _fast_path_authorized(services, services.authorizer, connection, request):
-        return None
-    if services.metadata.image.client_quotas:  # quotas are per client id, which the fast path does not read
-        return None
+        return DECLINED
+    if services.quotas.metered:  # the general path measures the request per client id, which the frame lacks
+        return DECLINED
     version = request.api_version
     entries: dict[TopicPartition, object] = {}
     plan: list[tuple[bytes, list[TopicPartition]]] = []
-    first_producer = None  # of the transactional batches
+    producers: set | None = None  # of the transactional batches, if any
     for key, raw, parts in request.topics:
         image, name = _topic(services, version, key)
         tps = []
         for index, records in parts:
             if _partition_error(services, version, acks, image, name, index, records) is not None:
-                return None
+                return DECLINED
             tp = TopicPartition(name, index)
-            producer = transactional_producer(records)
-            if producer is not None:
-                # A transactional batch: the fast path serves it only inside its producer's open transaction,
-                # for the producer of the request's transactional id (handle_produce answers the rest).
-                if (not request.has_transactional_id or (first_producer is not None and producer != first_producer)
-                        or needs_verification(services.data, tp, producer)):
-                    return None
-                first_producer = producer
             if tp in entries:  # the same partition twice: handle_produce answers it once, as the last entry says
-                return None
+                return DECLINED
+            if len(records) > _ATTRIBUTES_LOW_BYTE and records[_ATTRIBUTES_LOW_BYTE] & _TRANSACTIONAL_BIT:
+                # `_transactional(records)`, read inline (a call per partition is ~1 % of this path; the records
+                # and their magic were checked by `_partition_error`). Served only inside its producer's open
+                # transaction here: a first write is verified first.
+                producer = transactional_producer(records)
+                if producer is None or not _in_open_transaction(services, tp, producer):
+                    return DECLINED
+                if producers is None:
+                    producers = {producer}
+                else:
+                    producers.add(producer)
             entries[tp] = records
             tps.append(tp)
         plan.append((raw, tps))
+    if producers is not None or services.authorizer is not None:  # (else neither rule can refuse anything)
+        if producers is not None and not _one_producer(producers):
+            return DECLINED
+        # Last, so that a request served has its decisions audited once (the general path audits a refusal).
+        if write_refusal(services, connection, request.transactional_id, producers is not None,
+                         (_topic(services, version, key)[1] for key, _, _ in request.topics), log_denied=False):
+            return DECLINED
 
     def answer(results) -> Packed:
         topics = []
@@ -302,43 +316,49 @@ def _base_sequence(records) -> int:
 _BASE_SEQUENCE = struct.Struct(">i")  # baseSequence int32 at offset 53 of a batch
 
 
-# -- authorization (Kafka's handleProduceRequest): WRITE on the transactional id for transactional records,
-# WRITE on each topic. Unauthorized topics answer TOPIC_AUTHORIZATION_FAILED whether they exist or not.
+# -- the rules both paths ask (the fast path declines where one of them would refuse or treat apart)
 
-_ATTRIBUTES_LOW_BYTE = 22  # the batch attributes' low byte; 0x10 marks a transactional batch
+_ATTRIBUTES_LOW_BYTE = 22  # the batch attributes' low byte, where ATTR_TRANSACTIONAL marks a transactional batch
+_TRANSACTIONAL_BIT = ATTR_TRANSACTIONAL
 
 
 def _transactional(records) -> bool:
     """Whether a partition's records are transactional, read off the first batch's header as the fast path
     reads them (Kafka looks at every batch; a later transactional batch that would open a transaction is
     refused by the log all the same, INVALID_TXN_STATE, which is what both paths answer then)."""
-    return (records is not None and len(records) > _ATTRIBUTES_LOW_BYTE and records[_MAGIC_OFFSET] == 2
-            and bool(records[_ATTRIBUTES_LOW_BYTE] & 0x10))  # (a v0/v1 message set has no such bit: INVALID_RECORD)
+    return bool(records is not None and len(records) > _ATTRIBUTES_LOW_BYTE
+                and records[_ATTRIBUTES_LOW_BYTE] & _TRANSACTIONAL_BIT and records[_MAGIC_OFFSET] == 2)  # (a v0/v1 message set has no such bit: INVALID_RECORD)
 
 
-def _denied(services: BrokerServices, ctx: RequestContext, request: ProduceRequest, version: int):
-    """True when the whole request is refused (transactional records without WRITE on the transactional
-    id), else the set of topic names the principal may not write."""
-    if any(_transactional(p.records) for t in request.topic_data for p in t.partition_data):
-        if request.transactional_id is None or not services.authorized(
-            ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
-        ):
-            return True
-    names = {_topic(services, version, t.topic_id if version >= 13 else t.name)[1] for t in request.topic_data}
-    return names - services.authorized_names(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
+def write_refusal(services, who, transactional_id: str | None, transactional: bool, names, *,
+                  log_denied: bool = True) -> bool | set | None:
+    """Authorization (Kafka's handleProduceRequest): True when the whole request is refused (transactional
+    records in a request without a transactional id, or without WRITE on it: TRANSACTIONAL_ID_AUTHORIZATION_
+    FAILED), else the topic names (of `names`, read only with an authorizer) the principal may not WRITE:
+    TOPIC_AUTHORIZATION_FAILED whether they exist or not. None or empty: nothing refused. `who`: a request's
+    or, on the fast path, a connection's context. Without an authorizer and transactional records it refuses
+    nothing, and the fast path does not call it then."""
+    if transactional and (transactional_id is None or not services.authorized(
+            who, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id, log_denied=log_denied)):
+        return True
+    if services.authorizer is None:
+        return None
+    names = set(names)
+    return names - services.authorized_names(who, AclOperation.WRITE, ResourceType.TOPIC, names, log_denied=log_denied)
 
 
-def _fast_path_authorized(services: BrokerServices, authorizer: Authorizer, connection: ConnectionContext,
-                          request: ProduceFrame) -> bool:
-    """Whether the fast path may serve the frame: WRITE on every topic and no transactional batch (its
-    transactional id is checked by handle_produce)."""
-    for key, _, parts in request.topics:
-        _, name = _topic(services, request.api_version, key)
-        if not authorizer.authorize(connection, AclOperation.WRITE, ResourceType.TOPIC, name):
-            return False
-        if any(_transactional(records) for _, records in parts):
-            return False
-    return True
+def _one_producer(producers: set) -> bool:
+    """A transactional id stands for one producer: transactional batches of more than one (id and epoch) in a
+    request are refused whole, INVALID_PRODUCER_ID_MAPPING (Kafka's handleProduceAppend)."""
+    return len(producers) <= 1
+
+
+def _in_open_transaction(services, tp: TopicPartition, producer: tuple[int, int]) -> bool:
+    """Whether the producer's transaction is open on the partition already, so that its write needs no
+    verification: the log's rule (`Log.in_open_transaction`), which the general path meets inside
+    `maybe_start_transaction_verification`. A partition not hosted here: True (the append answers why)."""
+    partition = services.data.get_partition(tp)
+    return partition is None or partition.log.in_open_transaction(producer[0], producer[1])
 
 
 _LEADER_HINT_ERRORS = (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), int(ErrorCode.FENCED_LEADER_EPOCH))

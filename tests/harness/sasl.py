@@ -5,6 +5,8 @@ through the protocol layer's ClientConnection."""
 from __future__ import annotations
 
 from odradek.protocol.connection import ClientConnection
+from odradek.protocol.messages import ProduceRequest
+from odradek.protocol.records import build_batch
 
 
 class FakeTransport:
@@ -60,3 +62,12 @@ class Client:
         events = self.conn.receive_data(bytes(self.transport.out))
         self.transport.out.clear()
         return events[0].response if events else None
+
+
+def produce(client: Client):
+    batch = build_batch([(None, b"v", [], 1000)])
+    request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+        ProduceRequest.TopicProduceData(name="t", partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
+    _, data = client.conn.send_request(request, 9)
+    feed(client.proto, data)

@@ -12,11 +12,13 @@ second back before appending anything.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 
 import pytest
 
 from odradek.broker import server as broker_server
+from odradek.broker.context import DECLINED
 from odradek.broker.testing import BrokerThread, RawClient
 from odradek.protocol.messages import (
     CreateTopicsRequest,
@@ -134,7 +136,7 @@ def test_fast_and_general_paths_answer_alike(tmp_path, monkeypatch):
 
     def counting(services, request, connection):
         result = real(services, request, connection)
-        served.append(result is not None)
+        served.append(result is not DECLINED)
         return result
 
     monkeypatch.setattr(broker_server, "serve_produce_frame", counting)
@@ -189,3 +191,67 @@ def test_fast_and_general_paths_answer_alike(tmp_path, monkeypatch):
     assert [(p.index, p.error_code) for p in then_bad.partition_responses] == [(0, codes[7][0])]
     assert codes[7][0] != 0 and b"then-bad" not in fast_logs[3][2]
 
+
+
+def transactional_run(bootstrap: str) -> list:
+    """With an authorizer: a transaction's first write (verified: the general path), its second (the
+    transaction is open there: the fast path serves it when WRITE on the id and the topic is granted), and a
+    transactional batch in a request without a transactional id (refused whole)."""
+    from odradek.protocol.messages import AddPartitionsToTxnRequest, FindCoordinatorRequest
+
+    txn_id = "tx-paths"
+    with RawClient(bootstrap) as client:
+        meta = client.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="a")],
+                                              allow_auto_topic_creation=True), 12)
+        assert meta.topics[0].error_code == 0
+        assert client.request(FindCoordinatorRequest(key=txn_id, key_type=1), 3).error_code == 0
+        for _ in range(200):  # COORDINATOR_LOAD_IN_PROGRESS while the coordinator loads
+            init = client.request(InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=60_000), 4)
+            if init.error_code == 0:
+                break
+            time.sleep(0.05)
+        assert init.error_code == 0
+        pid, epoch = init.producer_id, init.producer_epoch
+        add = client.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name="a", partitions=[0])]), 3)
+        assert add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+
+        def txn_produce(seq: int, transactional_id: str | None):
+            request = produce([("a", 0, batch(b"t%d" % seq, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                                               transactional=True))])
+            request.transactional_id = transactional_id
+            return client.request(request, 9)
+
+        return [txn_produce(0, txn_id), txn_produce(2, txn_id), txn_produce(4, None)]
+
+
+def test_transactional_writes_with_an_authorizer_answer_alike_on_both_paths(tmp_path, monkeypatch):
+    served = []
+    real = broker_server.serve_produce_frame
+
+    def counting(services, request, connection):
+        result = real(services, request, connection)
+        served.append(result is not DECLINED)
+        return result
+
+    settings = {"num.partitions": 1, "super.users": "User:ANONYMOUS",
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+    monkeypatch.setattr(broker_server, "serve_produce_frame", counting)
+    fast = BrokerThread(tmp_path / "fast", **settings).start()
+    monkeypatch.setattr(broker_server.Broker, "produce_fast_path", False)
+    general = BrokerThread(tmp_path / "general", **settings).start()
+    try:
+        fast_responses = transactional_run(fast.bootstrap)
+        taken = list(served)
+        general_responses = transactional_run(general.bootstrap)
+        assert served == taken
+    finally:
+        fast.stop()
+        general.stop()
+    assert fast_responses == general_responses
+    codes = [[p.error_code for t in r.responses for p in t.partition_responses] for r in fast_responses]
+    assert codes == [[0], [0], [53]]  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED without a transactional id
+    # The first write is verified (general path); the second is in the open transaction, and the authorizer
+    # grants it, so the fast path serves it; the third is refused (general path).
+    assert taken == [False, True, False]

@@ -28,6 +28,7 @@ from odradek.protocol.envelope import (
 from odradek.protocol.errors import RemoteProtocolError
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import CreateTopicsRequest, CreateTopicsResponse
+from tests.harness.audit import audit_lines, authorizer, context  # noqa: F401 (audit_lines: a fixture)
 from odradek.metadata.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 
 # -- the envelope's contents
@@ -77,38 +78,6 @@ def test_an_unknown_forwarded_api_does_not_decode():
 
 
 # -- the audit log
-
-
-def authorizer(*bindings) -> Authorizer:
-    config = SimpleNamespace(super_users=["User:admin"], allow_everyone_if_no_acl_found=False, authorizer_class_name="x")
-    acls = {uuid.UUID(int=i + 1): b for i, b in enumerate(bindings)}
-    return Authorizer(config, SimpleNamespace(image=SimpleNamespace(acls=acls)))
-
-
-def context(principal: str, api_key: int = 19) -> RequestContext:
-    connection = ConnectionContext("c1", "10.0.0.7", "CLIENT", principal=KafkaPrincipal(*principal.split(":")))
-    return RequestContext(RequestHeader(api_key, 7, 1, "app"), None, connection, 0, 10)
-
-
-@pytest.fixture
-def audit_lines():
-    """The broker's log rendered as JSON lines at INFO, as `odradek broker start` configures it."""
-    buf = io.StringIO()
-    root = logging.getLogger()
-    level, handlers = root.level, list(root.handlers)
-    audit = logging.getLogger(AUDIT_LOGGER)
-    audit_level = audit.level
-    try:
-        configure_logging("json", "INFO", stream=buf)
-        yield lambda: [json.loads(line) for line in buf.getvalue().splitlines()]
-    finally:
-        for handler in list(root.handlers):
-            if handler not in handlers:
-                root.removeHandler(handler)
-        root.setLevel(level)
-        audit.setLevel(audit_level)
-        logging.captureWarnings(False)
-        structlog.reset_defaults()
 
 
 def test_denials_are_logged_at_info_and_grants_only_at_debug(audit_lines):

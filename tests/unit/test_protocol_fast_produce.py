@@ -73,9 +73,10 @@ def test_reads_what_the_codec_reads(request, version, client_id):
     fast = parse_produce(frame, version)
     assert fast is not None
     event = codec_read(frame)
-    assert (fast.correlation_id, fast.acks, fast.timeout_ms, fast.api_version, fast.has_transactional_id) == (
+    assert (fast.correlation_id, fast.acks, fast.timeout_ms, fast.api_version, fast.transactional_id) == (
         event.header.correlation_id, event.request.acks, event.request.timeout_ms, version,
-        event.request.transactional_id is not None)
+        event.request.transactional_id)
+    assert fast.has_transactional_id is (event.request.transactional_id is not None)
     assert as_codec_shape(fast) == plain(event.request, version)
     assert all(raw == (key.bytes if version >= 13 else key.encode()) for key, raw, _ in fast.topics)
     assert fast.frame is frame
@@ -213,6 +214,6 @@ def test_a_mutated_frame_is_read_as_the_codec_reads_it_or_declined(request, vers
         return
     event = ServerConnection().decode(frame)
     assert as_codec_shape(fast) == plain(event.request, version)
-    assert (fast.correlation_id, fast.acks, fast.timeout_ms, fast.has_transactional_id) == (
+    assert (fast.correlation_id, fast.acks, fast.timeout_ms, fast.transactional_id) == (
         event.header.correlation_id, event.request.acks, event.request.timeout_ms,
-        event.request.transactional_id is not None)
+        event.request.transactional_id)

@@ -14,7 +14,7 @@ from odradek.protocol.messages import REQUESTS
 from odradek.protocol.records import build_batch
 from odradek.protocol.sasl import plain_token
 
-from tests.harness.sasl import Client, FakeTransport, feed
+from tests.harness.sasl import Client, FakeTransport, feed, produce
 
 SaslHandshakeRequest, SaslAuthenticateRequest, ProduceRequest = REQUESTS[17], REQUESTS[36], REQUESTS[0]
 
@@ -39,15 +39,6 @@ def make_connection():
     transport = FakeTransport()
     proto.connection_made(transport)
     return proto, transport, fast
-
-
-def produce(client: Client):
-    batch = build_batch([(None, b"v", [], 1000)])
-    request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
-        ProduceRequest.TopicProduceData(name="t", partition_data=[
-            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
-    _, data = client.conn.send_request(request, 9)
-    feed(client.proto, data)
 
 
 def logged_in():
