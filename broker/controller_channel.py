@@ -10,13 +10,14 @@ through the `MetadataPublisher`, so a change made here and a change found in the
 
 The calls mirror Kafka's controller RPCs (one call per API, items in, results out in the same order,
 each result a value or the `MetadataError` that refused it), so that a channel to a remote, active
-controller can carry them as those RPCs: the controller quorum adds that channel beside this one.
+controller can carry them as those RPCs (broker/quorum.py's ClusterControllerChannel).
 
-`LocalControllerChannel` is the channel of a cluster of one: the controller runs in this process, its
-decisions (`replication.controller.Controller`) are appended to the local metadata log (flushed), and
-the new image is published before the Deferred completes. The broker-side rules that need this node's
-configuration (topic config values against their definitions, the defaults for -1 partitions and
-replication factor, internal topics) are applied here, as Kafka's controller applies its own.
+`ControllerDecisions` is the deciding side, in the process of the active controller (every node's own,
+on a lone node): the controller's decisions (`metadata.controller.Controller`) are committed through the
+Raft quorum (broker/quorum.py's QuorumControllerChannel) and published before the Deferred completes. The
+broker-side rules that need this node's configuration (topic config values against their definitions, the
+defaults for -1 partitions and replication factor, internal topics) are applied here, as Kafka's
+controller applies its own.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ from odradek.metadata.image import (
     ProducerIdsBlock,
     replay_all,
 )
-from odradek.metadata.log import MetadataLog
-from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
 from odradek.metadata.records import ConfigResourceType
 
 from .config import BrokerConfig, ConfigError
@@ -118,8 +117,8 @@ def _guard(item_op: Callable[[], tuple[list, object]]) -> tuple[list, object]:
 
 class ControllerDecisions:
     """The controller's side of every call: the broker's rules, the controller's decisions, one batch of
-    records per call. How the records are committed is the subclass's (`_commit`): appended to the local
-    log (a cluster of one) or to the Raft quorum's log (the active controller of a cluster)."""
+    records per call. How the records are committed is the subclass's (`_commit`): appended to the Raft
+    quorum's log by the active controller (broker/quorum.py)."""
 
     is_active = True  # this node decides (the controller runs here)
 
@@ -324,22 +323,3 @@ class ControllerDecisions:
                 raise MetadataError(ErrorCode.INVALID_CONFIG, str(e)) from None
         return self.controller.alter_configs(c.resource_type, c.resource_name, c.changes), None
 
-
-class LocalControllerChannel(ControllerDecisions):
-    """A cluster of one: see the module doc. `clock()` gives the time stamped on metadata batches."""
-
-    def __init__(
-        self, controller: Controller, metadata_log: MetadataLog, publisher: MetadataPublisher,
-        config: BrokerConfig, clock: Callable[[], int],
-    ) -> None:
-        super().__init__(controller, config, clock)
-        self.metadata_log = metadata_log
-        self.publisher = publisher
-        controller.advance(metadata_log.image, metadata_log.log_end_offset)
-
-    def _commit(self, records: list, working) -> Deferred:
-        log = self.metadata_log
-        delta = log.append(records, self.clock())
-        self.controller.advance(log.image, log.log_end_offset)
-        self.publisher.publish(MetadataUpdate.from_delta(delta, log.image, log.log_end_offset))
-        return Deferred.completed(None)
