@@ -33,11 +33,11 @@ import structlog
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.errors import ErrorCode
 from odradek.metadata.controller import Controller
-from odradek.metadata.image import METADATA_MAX_BATCH_BYTES, Endpoint, new_cluster_id
+from odradek.metadata.image import Endpoint, new_cluster_id
+from odradek.metadata.log import metadata_log_config
 from odradek.metadata.publisher import MetadataPublisher
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.purgatory.timing_wheel import Timer
-from odradek.storage.config import LogConfig
 from odradek.storage.log_manager import LogManager
 from odradek.storage.meta_properties import claim_for_cluster, read_meta_properties
 from odradek.storage.names import TopicPartition
@@ -75,9 +75,7 @@ async def start_components(broker) -> None:
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
         metadata_log_dir=os.path.abspath(os.path.expanduser(cfg.metadata_dir)),
     )
-    # Nothing of the metadata log is deleted by retention (snapshots end it), and one operation's batch fits.
-    broker.log_manager.update_topic_config(
-        METADATA_PARTITION.topic, LogConfig(retention_ms=-1, retention_bytes=-1, max_message_bytes=METADATA_MAX_BATCH_BYTES))
+    broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True,
                                  replica_lag_time_max_ms=cfg.replica_lag_time_max_ms)
     publisher = broker.metadata = MetadataPublisher()
