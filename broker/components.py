@@ -80,7 +80,9 @@ async def start_components(broker) -> None:
                                  replica_lag_time_max_ms=cfg.replica_lag_time_max_ms)
     publisher = broker.metadata = MetadataPublisher()
     _wire_replica_selection(broker.data, cfg, publisher)
-    if "broker" in cfg.process_roles:  # a controller-only node hosts no partitions
+    # A controller-only node hosts no partitions. A lone node follows no leader (it holds the only replica
+    # of what it hosts), and its inter-broker listener need not have the login a follower fetches with.
+    if "broker" in cfg.process_roles and not is_lone_node(cfg):
         from .replica_fetcher import ReplicaFetcherManager
 
         broker.replica_fetchers = ReplicaFetcherManager(

@@ -1,6 +1,6 @@
 """A cluster of one answers from its metadata image and the listener a request came in on.
 
-An in-process broker (one node, local controller) is given what a cluster would show it: a second broker
+An in-process broker (one node, its own controller: the only voter of its quorum) is given what a cluster would show it: a second broker
 registered through the controller channel (as a real one would register with the controller) and topics
 whose replicas sit on both. Then, on real sockets:
 
