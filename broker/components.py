@@ -68,12 +68,17 @@ async def start_components(broker) -> None:
     data_dirs = [os.path.abspath(os.path.expanduser(d)) for d in cfg.data_dirs]
     formatted = next((p for p in map(read_meta_properties, data_dirs) if p and p.get("cluster.id")), None) or {}
     broker.cluster_id = formatted.get("cluster.id")
+    metadata_dir = os.path.abspath(os.path.expanduser(cfg.metadata_dir))
+    if broker.cluster_id is None and is_lone_node(cfg) and not any(map(read_meta_properties, {*data_dirs, metadata_dir})):
+        # A lone node's first start on new directories: it formats them itself (see _format_lone_node), the
+        # cluster id written with the rest of meta.properties as the log manager claims them.
+        broker.cluster_id = new_cluster_id()
     broker.log_manager = LogManager(
         data_dirs, now_ms=now_ms(), node_id=cfg.node_id, cluster_id=broker.cluster_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
         producer_id_expiration_check_interval_ms=cfg.producer_id_expiration_check_interval_ms,
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
-        metadata_log_dir=os.path.abspath(os.path.expanduser(cfg.metadata_dir)),
+        metadata_log_dir=metadata_dir,
     )
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True,
