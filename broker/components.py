@@ -519,7 +519,7 @@ def _high_watermark(broker, tp) -> int | None:
 async def stop_components(broker) -> None:
     if broker._timer_handle is not None:
         broker._timer_handle.cancel()
-    sender = getattr(broker, "txn_marker_sender", None)
+    sender = broker.txn_marker_sender
     if sender is not None:
         await sender.close()
     if broker.metrics_server is not None:
@@ -528,7 +528,7 @@ async def stop_components(broker) -> None:
     await asyncio.gather(*broker._maintenance, return_exceptions=True)
     if broker.replica_fetchers is not None:  # before the logs they append to close
         await broker.replica_fetchers.shutdown()
-    if getattr(broker, "log_dirs", None) is not None:
+    if broker.log_dirs is not None:
         await broker.log_dirs.stop()
     if broker.quorum is not None:  # None when the start failed before the quorum was made
         await broker.quorum.stop()

@@ -70,7 +70,9 @@ class Broker:
         self.quorum = None  # the Raft driver (broker/quorum.py); a lone node is its quorum's only voter
         self.metadata_loader = None
         self.lifecycle: asyncio.Task | None = None  # registration and heartbeats (components._lifecycle)
-        self.replica_fetchers = None  # in a cluster: the follower fetchers (broker/replica_fetcher.py)
+        self.replica_fetchers = None  # the follower fetchers (broker/replica_fetcher.py); none on a lone node
+        self.log_dirs = None  # moves between and failures of log directories (broker/log_dirs.py)
+        self.txn_marker_sender = None  # the transaction coordinator's markers, once it has started (txn_wiring)
         self.broker_epoch = -1
         self.fenced = True  # until the controller unfences this broker
         self.shutting_down = False  # controlled shutdown asked for (heartbeats say want_shut_down)
@@ -146,7 +148,7 @@ class Broker:
                 # topics clients are judged by (a restarted node would refuse a valid login). Connections
                 # made meanwhile wait in the listen backlog.
                 await self.network.start_serving([name for name, _host, _port in self.controller_bound])
-                if self.quorum.is_lone_voter:
+                if self.quorum.is_lone_voter and self.lifecycle is not None:
                     # A lone node is its own controller: it is registered, unfenced and caught up within
                     # a few event-loop turns, and start() returns once it serves, as a caller expects.
                     await self._until_caught_up()
