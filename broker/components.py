@@ -1,13 +1,22 @@
 """Start and stop the broker's components in order, and drive their clocks.
 
-Start: log manager (directory lock, recovery) -> (in a cluster) the replica fetcher manager -> metadata log
-(replayed) -> the publisher of committed metadata, with its listeners (the partitions and their logs follow
-the image, followed partitions are fetched from their leaders) -> the controller channel
--> producer ids -> the services handlers receive -> metrics -> background schedules. The loaded image is
-published as one update, the same road as any live change. Then the broker binds its listeners, and
-`register_broker` registers this node with the endpoints it bound (a metadata change like any other)
-before any request is served. Stop runs the other way (the fetchers stop before the logs close) and ends
-with flushed logs, checkpoints and the clean-shutdown marker.
+Start: log manager (directory lock, recovery) -> the replica fetcher manager -> the publisher of committed
+metadata, with its listeners (the partitions and their logs follow the image, followed partitions are
+fetched from their leaders) -> the metadata quorum (the Raft node over `__cluster_metadata-0`, its loader,
+the controller channel) -> producer ids -> the services handlers receive -> metrics -> background
+schedules. Then the broker binds its listeners, and `register_broker` starts the quorum and the broker's
+lifecycle: registration with the active controller, heartbeats, unfencing.
+
+There is one metadata road. A lone node (no other voter in controller.quorum.voters) runs the same Raft node
+with itself as the only voter, as Kafka's combined mode with one controller does: it elects itself as soon
+as it starts (no other voter to wait for, so its election timeout is 1 ms), needs no socket for the quorum,
+and what it appends is committed as soon as it is flushed. Its broker registers and is unfenced by its own
+controller in process, through the same calls a cluster node sends over the network. A directory written
+when a lone node kept a local metadata log (no Raft) upgrades in place: its batches are read as the
+quorum's log from before any election, committed by the first LeaderChange after them.
+
+Stop runs the other way (the fetchers stop before the logs close) and ends with flushed logs, checkpoints
+and the clean-shutdown marker.
 
 The timing wheel is driven by one timer handle: after every state change the broker calls
 `after_state_change()`, which (re)arms a `loop.call_at` for the wheel's next deadline. Nothing polls.
@@ -23,20 +32,19 @@ import structlog
 
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.errors import ErrorCode
-from odradek.metadata.image import Endpoint
-from odradek.metadata.log import MetadataLog, StorageLogAdapter, metadata_log_config
-from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
+from odradek.metadata.image import Endpoint, new_cluster_id
+from odradek.metadata.log import metadata_log_config
+from odradek.metadata.publisher import MetadataPublisher
 from odradek.replication.hosting import PartitionHosting
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.log_manager import LogManager
-from odradek.storage.meta_properties import read_meta_properties
+from odradek.storage.meta_properties import claim_for_cluster, read_meta_properties
 from odradek.storage.names import TopicPartition
 from odradek.storage.segment import drop_cache
 
 from .storage_tool import read_bootstrap_records
 from .context import SecurityProtocol
-from .controller_channel import LocalControllerChannel
 from .controller_settings import new_controller
 from .services import BrokerServices
 from .topics import topic_settings
@@ -61,19 +69,26 @@ async def start_components(broker) -> None:
     data_dirs = [os.path.abspath(os.path.expanduser(d)) for d in cfg.data_dirs]
     formatted = next((p for p in map(read_meta_properties, data_dirs) if p and p.get("cluster.id")), None) or {}
     broker.cluster_id = formatted.get("cluster.id")
+    metadata_dir = os.path.abspath(os.path.expanduser(cfg.metadata_dir))
+    if broker.cluster_id is None and is_lone_node(cfg) and not any(map(read_meta_properties, {*data_dirs, metadata_dir})):
+        # A lone node's first start on new directories: it formats them itself (see _format_lone_node), the
+        # cluster id written with the rest of meta.properties as the log manager claims them.
+        broker.cluster_id = new_cluster_id()
     broker.log_manager = LogManager(
         data_dirs, now_ms=now_ms(), node_id=cfg.node_id, cluster_id=broker.cluster_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
         producer_id_expiration_check_interval_ms=cfg.producer_id_expiration_check_interval_ms,
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
-        metadata_log_dir=os.path.abspath(os.path.expanduser(cfg.metadata_dir)),
+        metadata_log_dir=metadata_dir,
     )
     broker.log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
     broker.data = ReplicaManager(node_id=cfg.node_id, timer=broker.timer, defer_fetch_completion=True,
                                  replica_lag_time_max_ms=cfg.replica_lag_time_max_ms)
     publisher = broker.metadata = MetadataPublisher()
     _wire_replica_selection(broker.data, cfg, publisher)
-    if in_quorum_mode(cfg) and "broker" in cfg.process_roles:  # a controller-only node hosts no partitions
+    # A controller-only node hosts no partitions. A lone node follows no leader (it holds the only replica
+    # of what it hosts), and its inter-broker listener need not have the login a follower fetches with.
+    if "broker" in cfg.process_roles and not is_lone_node(cfg):
         from .replica_fetcher import ReplicaFetcherManager
 
         broker.replica_fetchers = ReplicaFetcherManager(
@@ -84,18 +99,7 @@ async def start_components(broker) -> None:
     from .log_dirs import LogDirs
 
     broker.log_dirs = LogDirs(broker)
-    if in_quorum_mode(cfg):
-        _start_quorum(broker, publisher)
-    else:
-        metadata_partition_log = broker.log_manager.get_or_create_log(
-            METADATA_PARTITION, now_ms=now_ms(), log_dir=broker.log_manager.metadata_log_dir)
-        metadata_log = MetadataLog(StorageLogAdapter(metadata_partition_log))
-        metadata_log.load()
-        broker.metadata_log = metadata_log
-        publisher.publish(MetadataUpdate.snapshot(metadata_log.image, metadata_log.log_end_offset))
-        controller = new_controller(cfg)
-        controller.bootstrap_extra = read_bootstrap_records(cfg.metadata_dir)
-        broker.controller = LocalControllerChannel(controller, metadata_log, publisher, cfg, now_ms)
+    _start_quorum(broker, publisher)
 
     from .groups_wiring import start_group_coordinator
     from .txn_wiring import start_transaction_coordinator
@@ -139,16 +143,16 @@ def _wire_replica_selection(data: ReplicaManager, cfg, publisher: MetadataPublis
     data.is_broker_alive = is_broker_alive
 
 
-def in_quorum_mode(cfg) -> bool:
-    """A node of a cluster: voters other than itself, or a broker that follows remote controllers. A lone
-    node (no voters, or only itself) keeps its metadata log local: a quorum of one needs no Raft."""
-    return any(v.node_id != cfg.node_id for v in cfg.voters()) or "controller" not in cfg.process_roles
+def is_lone_node(cfg) -> bool:
+    """A controller with no other voter (controller.quorum.voters empty, or naming only this node): the
+    only voter of its quorum."""
+    return "controller" in cfg.process_roles and not any(v.node_id != cfg.node_id for v in cfg.voters())
 
 
 def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     """The metadata log replicated by the Raft quorum (broker/quorum.py): this node a voter when it is in
-    controller.quorum.voters, else an observer; the controller channel decides here while this node is the
-    active controller and forwards otherwise."""
+    controller.quorum.voters (or alone), else an observer; the controller channel decides here while this
+    node is the active controller and forwards otherwise."""
     import random
 
     from odradek.raft import FileQuorumStateStore, RaftConfig, RaftNode
@@ -160,7 +164,8 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     from .quorum import ClusterControllerChannel, MetadataLoader, QuorumControllerChannel, QuorumDriver
 
     cfg = broker.config
-    if broker.cluster_id is None:
+    lone = is_lone_node(cfg)
+    if broker.cluster_id is None and not lone:
         raise ConfigError(
             "a node of a controller quorum needs formatted storage: run `odradek storage format --cluster-id ID "
             "-c <this server.properties>` on every node with the same id (`odradek storage random-uuid`)",
@@ -169,7 +174,11 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     log_ = broker.log_manager.get_or_create_log(METADATA_PARTITION, now_ms=now_ms(),
                                                 log_dir=broker.log_manager.metadata_log_dir)
     raft_log = StorageRaftLog(log_)
+    if broker.cluster_id is None:
+        broker.cluster_id = _format_lone_node(broker, raft_log)
     voters = {v.node_id: (v.host, v.port) for v in cfg.voters()}
+    if lone:
+        voters = {cfg.node_id: voters.get(cfg.node_id)}  # no quorum connection is ever made to it
     loader = MetadataLoader(
         publisher, clock=now_ms, snapshot_max_bytes=cfg.metadata_log_max_record_bytes_between_snapshots,
         snapshot_max_interval_ms=cfg.metadata_log_max_snapshot_interval_ms,
@@ -177,7 +186,8 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     raft = RaftNode(
         RaftConfig(
             node_id=cfg.node_id, voters=tuple(sorted(voters)), cluster_id=broker.cluster_id,
-            election_timeout_ms=cfg.controller_quorum_election_timeout_ms,
+            # A lone voter has nobody to hear from before it stands: it elects itself at once.
+            election_timeout_ms=1 if lone else cfg.controller_quorum_election_timeout_ms,
             election_backoff_max_ms=cfg.controller_quorum_election_backoff_max_ms,
             fetch_timeout_ms=cfg.controller_quorum_fetch_timeout_ms,
             request_timeout_ms=cfg.controller_quorum_request_timeout_ms,
@@ -207,33 +217,53 @@ def _start_quorum(broker, publisher: MetadataPublisher) -> None:
     broker.controller = ClusterControllerChannel(local, loader, connections, node_id=cfg.node_id)
 
 
+def _format_lone_node(broker, raft_log) -> str:
+    """A lone node's cluster id, written into the meta.properties of each of its directories: the one its
+    metadata log names (a directory written before a lone node ran Raft), else a new random one.
+
+    Why a lone node formats itself, where Kafka asks for `kafka-storage format` first: formatting is
+    what keeps a node of a cluster from starting a new cluster of its own on an empty (lost, replaced)
+    disk instead of joining the one it belongs to. A lone node belongs to no other cluster: its quorum is
+    itself, so an empty directory can only mean a new cluster, and `odradek broker start` stays the one
+    command the README promises. A node with other voters still refuses unformatted storage."""
+    from odradek.metadata.loader import logged_cluster_id
+
+    cluster_id = logged_cluster_id(raft_log) or new_cluster_id()
+    manager = broker.log_manager
+    paths = {d.path for d in manager.dirs} | {manager.metadata_log_dir}
+    for path in sorted(paths):
+        claim_for_cluster(path, cluster_id)
+    log.info("formatted the storage of a lone node", cluster_id=cluster_id)
+    return cluster_id
+
+
 def register_broker(broker) -> None:
-    """Register this node with the endpoints of the listeners it bound (on an empty log, bootstrap the
-    cluster first), then start the group coordinator if groups exist already. A node of a cluster does
-    it in the background instead (BrokerRegistration to the active controller, then heartbeats)."""
+    """Start the quorum (a lone node elects itself at once) and, on a node with the broker role, the broker's
+    lifecycle (registration with the active controller, heartbeats, unfencing) and its ISR upkeep. Every
+    node goes this way; a lone node's controller is in this process, and is called without a socket."""
+    from .replica_fetcher import maintain_isr
+
+    cfg = broker.config
+    endpoints = registration_endpoints(cfg, {name: port for name, _host, port in broker.bound})
+    broker.quorum.start()
+    if "broker" in cfg.process_roles:  # a controller-only node is no broker: it does not register
+        broker.lifecycle = broker.spawn(_lifecycle(broker, endpoints))
+        broker.spawn(maintain_isr(broker))
+
+
+def _load_coordinators(broker) -> None:
+    """Once this broker serves: start the group and transaction coordinators if their topics exist, so that
+    the partitions led here are loaded (and ended transactions' markers resumed) before clients ask."""
     from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC
 
     from .groups_wiring import OFFSETS_TOPIC
 
-    cfg = broker.config
-    endpoints = registration_endpoints(cfg, {name: port for name, _host, port in broker.bound})
-    if broker.quorum is not None:
-        from .replica_fetcher import maintain_isr
-
-        broker.quorum.start()
-        if "broker" in cfg.process_roles:  # a controller-only node is no broker: it does not register
-            broker.spawn(_lifecycle(broker, endpoints))
-            broker.spawn(maintain_isr(broker))
-        return
-    registered = broker.controller.register_broker(
-        cfg.node_id, endpoints, rack=cfg.broker_rack, cluster_id=broker.cluster_id
-    )
-    registered.result()  # raises what refused the registration: the node must not start
     image = broker.metadata.image
     if image.topics_by_name.get(OFFSETS_TOPIC) is not None:
-        broker.services.groups  # load the coordinator's partitions at start when groups exist already
-    if image.topics_by_name.get(TRANSACTION_STATE_TOPIC) is not None:
-        broker.services.transactions  # and the transaction coordinator's, resuming markers of ended transactions
+        broker.services.groups
+    if image.topics_by_name.get(TRANSACTION_STATE_TOPIC) is not None and broker.services.transactions_if_started is None:
+        broker.services.transactions
+    broker.after_state_change()
     log.info("components started", cluster_id=image.cluster_id, topics=len(image.topics_by_name))
 
 
@@ -241,7 +271,11 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
     """A node of a cluster (Kafka's BrokerLifecycleManager): register with the active controller (fenced,
     retrying until one answers), then heartbeat every broker.heartbeat.interval.ms with the offset of the
     last metadata record applied here; the controller unfences this broker once it has caught up, and
-    fences it when its heartbeats stop for broker.session.timeout.ms."""
+    fences it when its heartbeats stop for broker.session.timeout.ms.
+
+    A lone node does the same with the controller in its own process: it waits for that controller to be
+    active (its election is immediate), registers, and its first heartbeat unfences it; a registration
+    its own controller refuses (another cluster's log) is final and stops the start."""
     import uuid
 
     from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
@@ -257,6 +291,9 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
                                                     max_supported_version=METADATA_VERSION)],
     )
     interval_s = cfg.broker_heartbeat_interval_ms / 1000
+    lone = broker.quorum.is_lone_voter
+    if lone:
+        await controller.local.activated.wait()
     while True:
         try:
             response = await broker.services.future_from(controller.broker_registration(request))
@@ -265,6 +302,8 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
                 break
             log.debug("registration refused", error_code=response.error_code)
         except Exception as e:  # noqa: BLE001 - no controller yet, a controller change: try again
+            if lone:
+                raise
             log.debug("registration not done yet", error=str(e))
         await asyncio.sleep(min(interval_s, 0.2))
     log.info("registered", broker_epoch=broker.broker_epoch)
@@ -302,13 +341,22 @@ async def _lifecycle(broker, endpoints: list[Endpoint]) -> None:
                     log.info("unfenced", broker_epoch=broker.broker_epoch)
                 broker.fenced = response.is_fenced
                 if response.is_caught_up:
+                    if not broker.caught_up.is_set():
+                        try:
+                            _load_coordinators(broker)
+                        except Exception:  # noqa: BLE001 - they start on their first request instead
+                            log.exception("starting the coordinators failed")
                     broker.caught_up.set()
                 if response.should_shut_down:
                     broker.shutdown_granted.set()
             elif response.error_code in (int(ErrorCode.STALE_BROKER_EPOCH), int(ErrorCode.BROKER_ID_NOT_REGISTERED)):
                 log.warning("the controller no longer knows this registration; registering again")
                 return await _lifecycle(broker, endpoints)
-        await asyncio.sleep(interval_s)
+        try:  # the next heartbeat, or at once when a controlled shutdown is asked for
+            await asyncio.wait_for(broker.heartbeat_now.wait(), interval_s)
+        except asyncio.TimeoutError:
+            pass
+        broker.heartbeat_now.clear()
 
 
 def registration_endpoints(cfg, bound_ports: dict[str, int]) -> list[Endpoint]:
@@ -466,7 +514,7 @@ def _high_watermark(broker, tp) -> int | None:
 async def stop_components(broker) -> None:
     if broker._timer_handle is not None:
         broker._timer_handle.cancel()
-    sender = getattr(broker, "txn_marker_sender", None)
+    sender = broker.txn_marker_sender
     if sender is not None:
         await sender.close()
     if broker.metrics_server is not None:
@@ -475,9 +523,9 @@ async def stop_components(broker) -> None:
     await asyncio.gather(*broker._maintenance, return_exceptions=True)
     if broker.replica_fetchers is not None:  # before the logs they append to close
         await broker.replica_fetchers.shutdown()
-    if getattr(broker, "log_dirs", None) is not None:
+    if broker.log_dirs is not None:
         await broker.log_dirs.stop()
-    if broker.quorum is not None:
+    if broker.quorum is not None:  # None when the start failed before the quorum was made
         await broker.quorum.stop()
         await broker.controller.close()
         await broker.quorum.connections.close()

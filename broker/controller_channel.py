@@ -10,14 +10,13 @@ through the `MetadataPublisher`, so a change made here and a change found in the
 
 The calls mirror Kafka's controller RPCs (one call per API, items in, results out in the same order,
 each result a value or the `MetadataError` that refused it), so that a channel to a remote, active
-controller can carry them as those RPCs: the controller quorum adds that channel beside this one.
+controller can carry them as those RPCs (broker/quorum.py's ClusterControllerChannel).
 
-`ControllerDecisions` is what every channel whose controller runs in this process shares: each call's
-items are decided by the controller (`metadata.controller.Controller.decide_each`: the topic defaults,
-config validation and internal-topic rules are the controller's own, as in Kafka), and their records are
-committed as one batch by the subclass (`_commit`). `LocalControllerChannel` is the channel of a cluster of
-one: the records are appended to the local metadata log (flushed), and the new image is published before
-the Deferred completes.
+`ControllerDecisions` is the deciding side, in the process of the active controller (every node's own,
+on a lone node): each call's items are decided by the controller (`metadata.controller.Controller.decide_each`:
+the topic defaults, config validation and internal-topic rules are the controller's own, as in Kafka), and
+their records are committed as one batch through the Raft quorum (broker/quorum.py's
+QuorumControllerChannel) and published before the Deferred completes.
 """
 
 from __future__ import annotations
@@ -43,8 +42,6 @@ from odradek.metadata.image import (
     MetadataReplayError,
     ProducerIdsBlock,
 )
-from odradek.metadata.log import MetadataLog
-from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
 
 from .config import BrokerConfig
 from .controller_settings import is_built_from
@@ -55,7 +52,6 @@ __all__ = [
     "ControllerChannel",
     "ControllerDecisions",
     "CreatedTopic",
-    "LocalControllerChannel",
     "NewPartitions",
     "NewTopic",
     "Results",
@@ -118,8 +114,8 @@ class ControllerChannel(Protocol):
 class ControllerDecisions:
     """The channel side of every call when the controller runs in this process: the controller decides the
     items (`Controller.decide_each`), one batch of records per call is committed, and the call is answered
-    once it is. How the records are committed is the subclass's (`_commit`): appended to the local log (a
-    cluster of one) or to the Raft quorum's log (the active controller of a cluster).
+    once it is. How the records are committed is the subclass's (`_commit`): appended to the Raft quorum's log by
+    the active controller (broker/quorum.py; on a lone node, the node itself).
 
     `controller` must decide under `config` (broker/controller_settings.py's `new_controller(config)`):
     a controller built from other settings would apply other topic defaults and rules than this node's
@@ -265,23 +261,3 @@ class ControllerDecisions:
     def _commit(self, records: list, working) -> Deferred:
         """Commit `records` (decided against the image `working` they lead to); a Deferred of their commit."""
         raise NotImplementedError
-
-
-class LocalControllerChannel(ControllerDecisions):
-    """A cluster of one: see the module doc. `clock()` gives the time stamped on metadata batches."""
-
-    def __init__(
-        self, controller: Controller, metadata_log: MetadataLog, publisher: MetadataPublisher,
-        config: BrokerConfig, clock: Callable[[], int],
-    ) -> None:
-        super().__init__(controller, config, clock)
-        self.metadata_log = metadata_log
-        self.publisher = publisher
-        controller.advance(metadata_log.image, metadata_log.log_end_offset)
-
-    def _commit(self, records: list, working) -> Deferred:
-        log = self.metadata_log
-        delta = log.append(records, self.clock())
-        self.controller.advance(log.image, log.log_end_offset)
-        self.publisher.publish(MetadataUpdate.from_delta(delta, log.image, log.log_end_offset))
-        return Deferred.completed(None)

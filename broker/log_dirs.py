@@ -193,7 +193,7 @@ class LogDirs:
         while self.unreported:
             image = broker.metadata.image
             registration = image.brokers.get(broker.config.node_id)
-            # (A node of a cluster knows its epoch from its registration's answer; a cluster of one from its image.)
+            # (A broker knows its epoch from its registration's answer; before that, from its image.)
             broker_epoch = broker.broker_epoch if broker.broker_epoch >= 0 else (
                 registration.broker_epoch if registration is not None else -1)
             if broker_epoch < 0:

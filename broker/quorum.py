@@ -1,22 +1,23 @@
 """The controller quorum on the event loop: the Raft node's timers and messages, the metadata it commits.
 
-Three parts, each small, around the sans-I/O `replication.raft.RaftNode`:
+Every node runs its metadata this way, a lone node included: there the node is the only voter of its
+quorum (Kafka's combined mode with one controller), it elects itself as soon as it starts, needs no
+socket for the quorum, and what it appends is committed as soon as it is flushed.
+
+Three parts, each small, around the sans-I/O `raft.RaftNode` and its listener `metadata.loader.MetadataLoader`
+(committed batches published as images):
 
 * `QuorumDriver` runs the node: it arms one timer for the node's next deadline, sends the node's requests
   to other nodes (`NodeConnections`: long-polling Fetch and FetchSnapshot on a connection of their own,
   so that they never hold up a vote), hands it their responses (None when a request failed), and answers
   the quorum requests other nodes send here (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch of
   `__cluster_metadata`, FetchSnapshot, DescribeQuorum) with futures the node completes.
-* `MetadataLoader` is the node's listener: committed batches are decoded into metadata records and
-  published (the same `MetadataPublisher` a cluster of one uses, so the partitions, the logs and the
-  coordinators follow a quorum's metadata the way they follow a local log's), a snapshot fetched or found
-  at start is published as a whole image, and snapshots of the image are taken every
-  `snapshot_max_bytes` of committed records (metadata.log.max.record.bytes.between.snapshots), or after
-  `snapshot_max_interval_ms` with anything new (metadata.log.max.snapshot.interval.ms).
 * `QuorumControllerChannel` is the controller channel of a node that may be the active controller: while
   this node leads the quorum and has applied everything before its epoch (its LeaderChange batch is
   committed), it decides and appends through Raft and answers each call once its batch is committed;
   otherwise it is not active, and callers forward to the active controller.
+* `ClusterControllerChannel` is `services.controller`: the calls are decided here while this node is the
+  active controller, else sent to the active one.
 """
 
 from __future__ import annotations
@@ -37,12 +38,10 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import EnvelopeRequest, FetchRequest, FetchSnapshotRequest
 from odradek.metadata.controller import Controller
-from odradek.metadata.image import MetadataDelta, MetadataError, MetadataImage
-from odradek.metadata.publisher import EMPTY_IMAGE, MetadataPublisher, MetadataUpdate
-from odradek.metadata.records import decode_metadata_record, encode_metadata_record
-from odradek.metadata.snapshot import decode_snapshot, encode_snapshot
+from odradek.metadata.image import MetadataError
+from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.records import encode_metadata_record
 from odradek.raft import CommittedBatch, NotLeaderError, OutboundRequest, OutboundResponse, RaftNode
-from odradek.raft.log import SnapshotId
 
 from .config import BrokerConfig
 from .controller_channel import ControllerDecisions
@@ -66,10 +65,29 @@ class QuorumDriver:
         self._timer_at: int | None = None
         self._tasks: set[asyncio.Task] = set()
         self._stopped = False
+        self._in_node = False  # inside a call into the node (its listeners run there)
         self.after_each_call: Callable[[], None] | None = None  # e.g. the loader's snapshots
 
+    @property
+    def is_lone_voter(self) -> bool:
+        """This node is its quorum's only voter (a lone node): it elects itself and commits alone."""
+        return self.raft.config.voters == (self.raft.node_id,)
+
     def start(self) -> None:
-        self.process(self.raft.poll(self.clock()))
+        self._call(self.raft.poll)
+
+    def _call(self, fn: Callable, *args) -> None:
+        """Call into the node, then act on what it answers. The node's listeners run inside such a call and
+        may append (the new active controller's bootstrap records, a decision taken on a commit): `append`
+        leaves the polling of those to the call around it, whose re-armed timer (due at once: the leader
+        has records to flush) commits them. A lone voter would otherwise commit them inside the node's
+        delivery of the batch before them."""
+        self._in_node = True
+        try:
+            outbound = fn(*args, self.clock())
+        finally:
+            self._in_node = False
+        self.process(outbound)
 
     async def stop(self) -> None:
         self._stopped = True
@@ -91,16 +109,25 @@ class QuorumDriver:
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            self.process(self.raft.handle_request(-1, request_id, request, self.clock()))
+            self._call(self.raft.handle_request, -1, request_id, request)
         except Exception:
             self._pending.pop(request_id, None)
             raise
         return future
 
     def append(self, records: list[bytes]) -> int:
-        """Append as leader (NotLeaderError otherwise); the offset of the last record."""
-        offset = self.raft.append(records, self.clock())
-        self.process(self.raft.poll(self.clock()))
+        """Append as leader (NotLeaderError otherwise); the offset of the last record. A lone voter has
+        committed them (flushed, and published by the loader) when this returns, unless it was called from
+        inside the node (see `_call`)."""
+        if self._in_node:
+            return self.raft.append(records, self.clock())
+        self._in_node = True
+        try:
+            offset = self.raft.append(records, self.clock())
+            outbound = self.raft.poll(self.clock())
+        finally:
+            self._in_node = False
+        self.process(outbound)
         return offset
 
     # -- the node's output
@@ -131,7 +158,7 @@ class QuorumDriver:
         except NodeUnavailable:
             response = None
         if not self._stopped:
-            self.process(self.raft.handle_response(request.destination, request.correlation_id, response, self.clock()))
+            self._call(self.raft.handle_response, request.destination, request.correlation_id, response)
 
     def _rearm(self) -> None:
         deadline = self.raft.next_deadline_ms
@@ -146,83 +173,8 @@ class QuorumDriver:
     def _fire(self) -> None:
         self._timer = None
         self._timer_at = None
-        self.process(self.raft.poll(self.clock()))
-
-
-class MetadataLoader:
-    """The Raft node's listener: committed metadata published as images (see the module doc)."""
-
-    def __init__(self, publisher: MetadataPublisher, *, clock: Callable[[], int], snapshot_max_bytes: int = 20 << 20,
-                 snapshot_max_interval_ms: int = 3_600_000) -> None:
-        self.publisher = publisher
-        self.clock = clock
-        self.snapshot_max_bytes = snapshot_max_bytes
-        self.snapshot_max_interval_ms = snapshot_max_interval_ms
-        self._last_snapshot_ms = clock()
-        self.image: MetadataImage = EMPTY_IMAGE
-        self.applied_end_offset = 0
-        self.leader_id = -1
-        self.epoch = 0
-        self.raft: RaftNode | None = None  # set once the node exists (it needs this listener first)
-        self._bytes_since_snapshot = 0
-        self._commit_listeners: list[Callable[[CommittedBatch], None]] = []
-        self._leader_listeners: list[Callable[[int, int], None]] = []
-
-    def on_commit(self, listener: Callable[[CommittedBatch], None]) -> None:
-        self._commit_listeners.append(listener)
-
-    def on_leader_change(self, listener: Callable[[int, int], None]) -> None:
-        self._leader_listeners.append(listener)
-
-    def handle_commit(self, batch: CommittedBatch) -> None:
-        if batch.records:
-            delta = MetadataDelta(self.image)
-            for value in batch.records:
-                delta.replay(decode_metadata_record(value))
-            image = delta.apply()
-            previous, self.image = self.image, image
-            self.applied_end_offset = batch.last_offset + 1
-            self.publisher.publish(MetadataUpdate(previous, image, frozenset(delta.changed_topic_ids),
-                                                  dict(delta.removed_topics), self.applied_end_offset))
-            self._bytes_since_snapshot += sum(len(r) for r in batch.records)
-        else:
-            self.applied_end_offset = batch.last_offset + 1
-        for listener in list(self._commit_listeners):
-            listener(batch)
-
-    def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
-        image = decode_snapshot(data)
-        previous, self.image = self.image, image
-        removed = {t: topic for t, topic in previous.topics_by_id.items() if t not in image.topics_by_id}
-        self.applied_end_offset = snapshot_id.end_offset
-        self._bytes_since_snapshot = 0
-        self.publisher.publish(MetadataUpdate(previous, image, frozenset(image.topics_by_id), removed, snapshot_id.end_offset))
-
-    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
-        self.leader_id, self.epoch = leader_id, epoch
-        for listener in list(self._leader_listeners):
-            listener(leader_id, epoch)
-
-    def maybe_snapshot(self) -> None:
-        """Called by the driver after each call into the node (not from inside handle_commit, where the
-        node has not yet counted the batch as applied: a snapshot must hold exactly the offsets below it)."""
-        raft = self.raft
-        if raft is None or self._bytes_since_snapshot == 0:
-            return
-        due_by_time = 0 < self.snapshot_max_interval_ms <= self.clock() - self._last_snapshot_ms
-        if self._bytes_since_snapshot < self.snapshot_max_bytes and not due_by_time:
-            return
-        end = self.applied_end_offset
-        if end != raft.applied_end_offset or end > raft.high_watermark:
-            return
-        try:
-            raft.create_snapshot(end, encode_snapshot(self.image, self.clock()))
-        except ValueError as e:  # nothing new to snapshot (already at or below the log start)
-            log.debug("no metadata snapshot", reason=str(e))
-            return
-        self._bytes_since_snapshot = 0
-        self._last_snapshot_ms = self.clock()
-        log.info("metadata snapshot", end_offset=end)
+        if not self._stopped:
+            self._call(self.raft.poll)
 
 
 class QuorumControllerChannel(ControllerDecisions):
@@ -237,6 +189,8 @@ class QuorumControllerChannel(ControllerDecisions):
         self.cluster_id: str | None = None  # from meta.properties: written by the first active controller
         self._tick_handle: asyncio.TimerHandle | None = None
         self._waiting: list[tuple[int, Deferred]] = []  # (last offset, commit) in offset order
+        self._activated_before = False
+        self.activated = asyncio.Event()  # set while active (a lone node's broker waits for it to register)
         loader.on_commit(self._committed)
         loader.on_leader_change(self._leader_changed)
 
@@ -244,6 +198,7 @@ class QuorumControllerChannel(ControllerDecisions):
         if self.is_active:
             log.info("no longer the active controller", leader=leader_id, epoch=epoch)
         self.is_active = False
+        self.activated.clear()
         self._fail_waiting(MetadataError(ErrorCode.NOT_CONTROLLER, f"The active controller moved to node {leader_id}."))
 
     def _committed(self, batch: CommittedBatch) -> None:
@@ -252,7 +207,16 @@ class QuorumControllerChannel(ControllerDecisions):
             # Everything before this epoch is applied: the controller may decide from the image now.
             self.controller.advance(self.loader.image, batch.last_offset + 1)
             self.controller.activate(self.clock())
+            if not self._activated_before and "broker" in self.config.process_roles:
+                # The broker of this node lives and dies with this process: the registration of this node
+                # the image holds now is from an earlier process (a restart, a lone node's upgrade), and
+                # must not keep the session that would refuse the new incarnation's registration
+                # (DUPLICATE_BROKER_REGISTRATION) for a whole broker.session.timeout.ms. If this process's
+                # broker registered already (with another controller), its next heartbeat starts a session.
+                self.controller.heartbeats.remove(self.config.node_id)
+            self._activated_before = True
             self.is_active = True
+            self.activated.set()
             log.info("active controller", epoch=raft.epoch)
             self._schedule_tick()
             if self.loader.image.cluster_id is None and self.cluster_id is not None:
@@ -293,6 +257,8 @@ class QuorumControllerChannel(ControllerDecisions):
             self.is_active = False
             raise MetadataError(ErrorCode.NOT_CONTROLLER, "This node is not the active controller.") from None
         self.controller.advance(working, last + 1)  # later decisions see these records before they commit
+        if self.loader.applied_end_offset > last:
+            return Deferred.completed(None)  # a lone voter: committed (and published) by the append itself
         commit: Deferred = Deferred()
         self._waiting.append((last, commit))
         return commit
@@ -459,6 +425,12 @@ class ClusterControllerChannel:
 
     def alter_client_quotas(self, entries, *, validate_only: bool = False) -> Deferred:
         return self._local_only("alter_client_quotas", entries, validate_only=validate_only)
+
+    def register_broker(self, broker_id: int, endpoints, *, rack: str | None, cluster_id: str | None) -> Deferred:
+        """Register a broker unfenced at once, decided here (no BrokerRegistration, no heartbeat session):
+        how tests show a lone node the other brokers of a cluster. Brokers themselves register through
+        `broker_registration` and are unfenced by their heartbeats."""
+        return self._local_only("register_broker", broker_id, endpoints, rack=rack, cluster_id=cluster_id)
 
     def _local_only(self, name: str, *args, **kwargs) -> Deferred:
         if self.is_active:

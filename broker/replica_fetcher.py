@@ -19,7 +19,7 @@ leader and epoch changes nothing), `unfollow(tp)` when it is led here, leaderles
 partitions stops. The leader holds a fetch up to replica.fetch.wait.max.ms when it has nothing new, so a
 fetcher that is up to date costs one parked request per leader, not polling.
 
-A broker whose partitions are all led here (a cluster of one) starts no fetcher at all.
+A broker whose partitions are all led here starts no fetcher at all (a lone node has no fetcher manager).
 """
 
 from __future__ import annotations

@@ -62,20 +62,23 @@ class Broker:
         # Set by components.start_components, in this order:
         self.timer = None
         self.log_manager = None
-        self.metadata_log = None
         self.data = None  # the data plane (logs, partitions, purgatories)
         self.metadata = None  # the publisher of committed metadata; `.image` is the current image
         self.controller = None  # the controller channel
         self.services: BrokerServices | None = None  # what handlers receive
         self.cluster_id: str | None = None  # from meta.properties when the storage was formatted
-        self.quorum = None  # the Raft driver, in a cluster (broker/quorum.py)
+        self.quorum = None  # the Raft driver (broker/quorum.py); a lone node is its quorum's only voter
         self.metadata_loader = None
-        self.replica_fetchers = None  # in a cluster: the follower fetchers (broker/replica_fetcher.py)
+        self.lifecycle: asyncio.Task | None = None  # registration and heartbeats (components._lifecycle)
+        self.replica_fetchers = None  # the follower fetchers (broker/replica_fetcher.py); none on a lone node
+        self.log_dirs = None  # moves between and failures of log directories (broker/log_dirs.py)
+        self.txn_marker_sender = None  # the transaction coordinator's markers, once it has started (txn_wiring)
         self.broker_epoch = -1
-        self.fenced = True  # in a cluster, until the controller unfences this broker
+        self.fenced = True  # until the controller unfences this broker
         self.shutting_down = False  # controlled shutdown asked for (heartbeats say want_shut_down)
+        self.heartbeat_now = asyncio.Event()  # wakes the lifecycle for a heartbeat before its interval
         self.shutdown_granted = asyncio.Event()
-        self.caught_up = asyncio.Event()  # in a cluster: a heartbeat answer said the metadata here is caught up
+        self.caught_up = asyncio.Event()  # a heartbeat answer said the metadata here is caught up
         self._timer_handle = None
         self._timer_deadline: int | None = None
         self._fetches_scheduled = False
@@ -124,7 +127,7 @@ class Broker:
                 listener.name, host, listener.port, protocol, security=security[listener.name]
             )
             self.bound.append((listener.name, bound_host, port))
-        if self.quorum is not None and "controller" in cfg.process_roles:
+        if "controller" in cfg.process_roles and cfg.controller_listeners():
             self.network.add_scope(
                 handler_registry.CONTROLLER, handler_registry.accepted_versions(self.controller_registry),
                 handler_registry.advertised_versions(self.controller_registry),
@@ -136,20 +139,43 @@ class Broker:
                     security=security[listener.name],
                 )
                 self.controller_bound.append((listener.name, bound_host, port))
-        register_broker(self)
-        if self.quorum is not None and self.bound:
-            # A node of a cluster serves its controller listeners at once (the quorum needs them) and its
-            # broker listeners once the controller says it has caught up with the metadata log (Kafka's
-            # initialCatchUpFuture): until then its image may lack the SCRAM credentials, ACLs and topics
-            # clients are judged by (a restarted node would refuse a valid login). Connections made
-            # meanwhile wait in the listen backlog.
-            await self.network.start_serving([name for name, _host, _port in self.controller_bound])
-            self.spawn(self._serve_when_caught_up())
-        else:
-            await self.network.start_serving()
+        try:
+            register_broker(self)
+            if self.bound:
+                # A node serves its controller listeners at once (the quorum needs them) and its broker
+                # listeners once the controller says it has caught up with the metadata log (Kafka's
+                # initialCatchUpFuture): until then its image may lack the SCRAM credentials, ACLs and
+                # topics clients are judged by (a restarted node would refuse a valid login). Connections
+                # made meanwhile wait in the listen backlog.
+                await self.network.start_serving([name for name, _host, _port in self.controller_bound])
+                if self.quorum.is_lone_voter and self.lifecycle is not None:
+                    # A lone node is its own controller: it is registered, unfenced and caught up within
+                    # a few event-loop turns, and start() returns once it serves, as a caller expects.
+                    await self._until_caught_up()
+                    await self.network.start_serving()
+                else:  # the other voters may not be up yet: serve once they have elected a controller
+                    self.spawn(self._serve_when_caught_up())
+            else:
+                await self.network.start_serving()
+        except BaseException:
+            self._started = True  # stop what started
+            await self.stop()
+            raise
         for name, host, port in [*self.bound, *self.controller_bound]:
             log.info("listening", listener=name, host=host, port=port)
         self._started = True
+
+    async def _until_caught_up(self) -> None:
+        """Wait for the lifecycle's first heartbeat answer that says caught up; raise what ended it first
+        (a registration the node's own controller refused)."""
+        caught_up = asyncio.ensure_future(self.caught_up.wait())
+        try:
+            await asyncio.wait({caught_up, self.lifecycle}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            caught_up.cancel()
+        if not self.caught_up.is_set():
+            self.lifecycle.result()  # raises what refused the registration
+            raise RuntimeError("the broker lifecycle ended before the broker caught up")
 
     async def _serve_when_caught_up(self) -> None:
         await self.caught_up.wait()
@@ -177,15 +203,22 @@ class Broker:
     async def _controlled_shutdown(self, timeout_s: float = 10.0) -> None:
         """A node of a cluster leaves in order (Kafka's controlled shutdown): its heartbeats ask to shut
         down until the controller has moved its leaderships away and says it may; then, if it leads the
-        quorum, it resigns (EndQuorumEpoch) so that another voter takes over at once, not after a timeout."""
-        if self.broker_epoch >= 0:
+        quorum, it resigns (EndQuorumEpoch) so that another voter takes over at once, not after a timeout.
+
+        A lone node with no other broker skips both: there is nobody to move leaderships or the quorum's
+        lead to. Its registration stays unfenced in the log; the next start registers a new incarnation,
+        which fences the old one and is unfenced by its first heartbeat, as after a crash."""
+        lone = self.quorum.is_lone_voter
+        others = any(b != self.node_id for b in self.metadata.image.brokers)
+        if self.broker_epoch >= 0 and (others or not lone):
             self.shutting_down = True
+            self.heartbeat_now.set()
             try:
                 await asyncio.wait_for(self.shutdown_granted.wait(), timeout_s)
                 log.info("controlled shutdown granted")
             except asyncio.TimeoutError:
                 log.warning("controlled shutdown not granted in time; stopping anyway", timeout_s=timeout_s)
-        if self.quorum.raft.is_leader:
+        if self.quorum.raft.is_leader and not lone:
             self.quorum.process(self.quorum.raft.resign(self.quorum.clock()))
             await asyncio.sleep(0.1)  # let EndQuorumEpoch go out
 

@@ -13,8 +13,7 @@ broker/components.py, where the start and stop order is written down.
   * `producer_ids`: producer ids for InitProducerId, from blocks the controller allocates.
   * `transactions`: the transaction coordinator, created with `__transaction_state` on first use.
   * `log_dirs`: the log directories' moves (AlterReplicaLogDirs) and failures (broker/log_dirs.py).
-  * `quorum`: the Raft driver of a node in a cluster (broker/quorum.py); None in a cluster of one, whose
-    metadata log is local.
+  * `quorum`: the Raft driver of the metadata quorum (broker/quorum.py); a lone node is its only voter.
   * `authorizer`: the ACL decisions (broker/authorizer.py), None unless `authorizer.class.name` is set;
     handlers ask through `authorized` / `authorized_names`, one attribute test when it is off.
   * `quotas`: client quota measurements and throttle times (broker/quotas.py).
@@ -76,7 +75,7 @@ class BrokerServices:
         self.producer_ids = producer_ids
         self.api_versions_response = api_versions_response
         self.controller_api_versions_response = controller_api_versions_response
-        self.quorum = quorum  # the Raft driver (broker/quorum.py) of a node in a cluster; None in a cluster of one
+        self.quorum = quorum  # the Raft driver (broker/quorum.py); a lone node is its quorum's only voter
         self.log_dirs = log_dirs  # moves between and failures of log directories (broker/log_dirs.py)
         self._groups: GroupCoordinator | None = None
         self._groups_factory = groups_factory

@@ -8,13 +8,15 @@ flushes the log to disk, and only then takes the new image: whoever answers a re
 answers about durable state. Producer-id blocks go the same way, so a block is on disk before any id in
 it is used, and blocks never repeat across restarts.
 
-Today the log has one voter, this node, so appended is committed. The controller quorum replaces the
-append-and-flush with Raft; the records, the replay and the publishing stay as they are.
+No node runs its metadata this way any longer: every node, a lone one included (the only voter of its
+quorum), appends through Raft (broker/quorum.py) and publishes what is committed through
+`metadata.loader.MetadataLoader`. `MetadataLog` remains as the small replay harness the controller's and
+the image's tests drive (tests/unit/test_metadata_log.py) and should move onto the loader with them.
+`metadata_log_config` is the storage settings of `__cluster_metadata-0`, which every node uses.
 
-The log is reached through `MetadataStorage` (five members), so that the storage layer's API is used in
-one place, `StorageLogAdapter`, and tests can run on an in-memory log. A metadata log is flushed on
-every append, so its recovery point is its end; opening it after a crash cuts only a torn last batch,
-which no caller was ever told about.
+The log is reached through `MetadataStorage` (five members), so that tests run on an in-memory log or a
+storage `Log`. A metadata log is flushed on every append, so its recovery point is its end; opening it
+after a crash cuts only a torn last batch, which no caller was ever told about.
 """
 
 from __future__ import annotations
@@ -33,8 +35,6 @@ from odradek.metadata.image import (
 )
 from odradek.metadata.records import decode_metadata_record, encode_metadata_record
 from odradek.storage.config import LogConfig
-from odradek.storage.log import Log
-from odradek.storage.producer_state import AppendOrigin
 
 _READ_BYTES = 1 << 20
 
@@ -63,32 +63,6 @@ def metadata_log_config() -> LogConfig:
     """Settings for the log holding `__cluster_metadata-0`: nothing is deleted by retention (until
     snapshots exist, the log is the only copy of the metadata), and one operation's batch always fits."""
     return LogConfig(retention_ms=-1, retention_bytes=-1, max_message_bytes=METADATA_MAX_BATCH_BYTES)
-
-
-class StorageLogAdapter:
-    """MetadataStorage over the storage layer's `Log` (opened with `metadata_log_config()`)."""
-
-    def __init__(self, log: Log) -> None:
-        self.log = log
-
-    @property
-    def log_start_offset(self) -> int:
-        return self.log.log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        return self.log.log_end_offset
-
-    def append(self, batch: bytearray, *, leader_epoch: int, now_ms: int) -> None:
-        self.log.append(batch, leader_epoch=leader_epoch, now_ms=now_ms, origin=AppendOrigin.COORDINATOR)
-
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        # A segment cut short under the read ends the bytes early; the load then stops on the batch it
-        # cannot read whole (MetadataReplayError) rather than start on a part of the metadata.
-        return self.log.read_bytes(offset, max_bytes)
-
-    def flush(self) -> None:
-        self.log.flush()
 
 
 class MetadataLog:

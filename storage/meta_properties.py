@@ -6,9 +6,10 @@
     directory.id=<22-character base64 uuid>
 
 `odradek storage format` writes it into every log directory of a node before the node's first start (as
-`kafka-storage format` does); a lone node with no voters configured claims an empty directory at start
-instead (log_manager.py), so that `odradek broker start` stays one command. A directory whose file names
-another cluster or node is refused, never "repaired".
+`kafka-storage format` does); a lone node (no other voter configured) formats itself at its first start
+instead: the log manager claims its empty directories for the node (log_manager.py) and the node then
+names its cluster in them (`claim_for_cluster`), so that `odradek broker start` stays one command. A
+directory whose file names another cluster or node is refused, never "repaired".
 """
 
 from __future__ import annotations
@@ -68,3 +69,22 @@ def format_log_dir(log_dir: str, *, node_id: int, cluster_id: str, directory_id:
     lines = ["version=1", f"cluster.id={cluster_id}", f"node.id={node_id}", f"directory.id={directory_id}"]
     atomic_write(os.path.join(log_dir, META_PROPERTIES), ("\n".join(lines) + "\n").encode())
     return True
+
+
+def claim_for_cluster(log_dir: str, cluster_id: str) -> None:
+    """Name `cluster_id` in the meta.properties of `log_dir`, which the log manager opened (and wrote
+    without a cluster id if it had none): a lone node formatting itself at its first start
+    (broker/components.py). A file that names another cluster is refused."""
+    props = read_meta_properties(log_dir)
+    if props is None:
+        return  # not a directory the log manager opened
+    existing = props.get("cluster.id")
+    if existing == cluster_id:
+        return
+    if existing is not None:
+        raise ForeignLogDirectoryError(f"{log_dir} belongs to cluster {existing}, not to cluster {cluster_id}")
+    props["cluster.id"] = cluster_id
+    order = ["version", "cluster.id", "node.id", "directory.id"]
+    keys = [k for k in order if k in props] + sorted(k for k in props if k not in order)
+    text = "".join(f"{k}={props[k]}\n" for k in keys)
+    atomic_write(os.path.join(log_dir, META_PROPERTIES), text.encode())

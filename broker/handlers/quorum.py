@@ -3,8 +3,8 @@
 Vote (52), BeginQuorumEpoch (53), EndQuorumEpoch (54), FetchSnapshot (59) and Fetch (1) of
 `__cluster_metadata` go to the node's Raft core (broker/quorum.py), which answers them, a parked Fetch
 later. DescribeQuorum (55) is served on both listeners, as Kafka's admin clients send it to any broker: the
-leader answers from its core, any other node forwards it to the leader, and a cluster of one
-(no Raft: its metadata log is local) describes itself as a quorum of one.
+leader answers from its core and any other node forwards it to the leader; a lone node is the leader of
+its quorum of one and answers for itself.
 
 BrokerRegistration (62), BrokerHeartbeat (63), UnregisterBroker (64), AlterPartition (56),
 AssignReplicasToDirs (73) and AllocateProducerIds (67) are answered by the active controller only (metadata/controller.py decides,
@@ -102,15 +102,14 @@ def handle_metadata_fetch(services: BrokerServices, ctx: RequestContext, request
     """Fetch on the controller listener: only `__cluster_metadata-0`, by the quorum's voters and observers."""
     topic = request.topics[0] if len(request.topics) == 1 else None
     ours = topic is not None and (topic.topic_id == METADATA_TOPIC_ID if ctx.api_version >= 13 else topic.topic == METADATA_TOPIC)
-    if not ours or services.quorum is None:
+    if not ours:
         return FetchResponse(throttle_time_ms=0, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), session_id=0, responses=[])
-    return services.quorum.handle_request(request)
+    return _quorum(services).handle_request(request)
 
 
 @handles(55, (0, 2), listeners=(BROKER, CONTROLLER))
 def handle_describe_quorum(services: BrokerServices, ctx: RequestContext, request: DescribeQuorumRequest) -> Answer:
-    quorum = services.quorum
-    if quorum is not None and not quorum.raft.is_leader:
+    if not _quorum(services).raft.is_leader:
         # Only the leader knows every voter's lag: it answers, and authorizes the client (KIP-590).
         return forward_for_client(services, ctx, request)
     return _describe_quorum(services, ctx, request)
@@ -118,20 +117,22 @@ def handle_describe_quorum(services: BrokerServices, ctx: RequestContext, reques
 
 @requires(AclOperation.DESCRIBE)
 def _describe_quorum(services: BrokerServices, ctx: RequestContext, request: DescribeQuorumRequest) -> Answer:
-    quorum = services.quorum
-    if quorum is not None:
-        answered = quorum.handle_request(request)
-        return _with_voter_endpoints(services, answered) if ctx.api_version >= 2 else answered
-    return _quorum_of_one(services)
+    answered = _quorum(services).handle_request(request)
+    return _with_voter_endpoints(services, answered) if ctx.api_version >= 2 else answered
 
 
 def _with_voter_endpoints(services: BrokerServices, answered):
-    """v2 lists each voter's endpoints (`nodes`): the controller listener of controller.quorum.voters."""
+    """v2 lists each voter's endpoints (`nodes`): the controller listener of controller.quorum.voters, or on
+    a lone node configured with no voters, the listeners it registered (it has no controller listener)."""
     import asyncio
 
     listener = services.config.controller_listener_names[0].upper()
     nodes = [DescribeQuorumResponse.Node(node_id=v.node_id, listeners=[
         DescribeQuorumResponse.Node.Listener(name=listener, host=v.host, port=v.port)]) for v in services.config.voters()]
+    registration = services.metadata.image.brokers.get(services.node_id)
+    if not nodes and registration is not None:
+        nodes = [DescribeQuorumResponse.Node(node_id=services.node_id, listeners=[
+            DescribeQuorumResponse.Node.Listener(name=e.name, host=e.host, port=e.port) for e in registration.endpoints])]
     out = asyncio.get_running_loop().create_future()
 
     def done(f) -> None:
@@ -147,23 +148,6 @@ def _with_voter_endpoints(services: BrokerServices, answered):
 
     answered.add_done_callback(done)
     return out
-
-
-def _quorum_of_one(services: BrokerServices) -> DescribeQuorumResponse:
-    """A cluster of one: this node is the only voter and the leader; its metadata log is the quorum's."""
-    end = services.metadata.offset if services.metadata.offset >= 0 else 0
-    me = services.node_id
-    voter = QPartition.ReplicaState(replica_id=me, log_end_offset=end, last_fetch_timestamp=-1, last_caught_up_timestamp=-1)
-    partition = QPartition(partition_index=0, error_code=0, error_message=None, leader_id=me, leader_epoch=0,
-                           high_watermark=end, current_voters=[voter], observers=[])
-    registration = services.metadata.image.brokers.get(me)
-    nodes = []
-    if registration is not None:
-        nodes = [DescribeQuorumResponse.Node(node_id=me, listeners=[
-            DescribeQuorumResponse.Node.Listener(name=e.name, host=e.host, port=e.port) for e in registration.endpoints
-        ])]
-    return DescribeQuorumResponse(error_code=0, error_message=None,
-                                  topics=[QTopic(topic_name=METADATA_TOPIC, partitions=[partition])], nodes=nodes)
 
 
 # -- brokers to the active controller

@@ -31,7 +31,8 @@ from odradek.metadata.image import (
     PartitionImage,
     replay_all,
 )
-from odradek.metadata.log import MetadataLog, StorageLogAdapter, metadata_log_config
+from odradek.metadata.log import MetadataLog, metadata_log_config
+from odradek.storage.producer_state import AppendOrigin
 from odradek.metadata.records import (
     RemoveUserScramCredentialRecord,
     UserScramCredentialRecord,
@@ -860,3 +861,29 @@ def test_an_operation_too_large_for_one_batch_is_refused_without_failing_the_log
     log.append(log.create_topic("t", 1, 1), NOW_MS)
     assert error_of(lambda: log.create_topic("u", 10_001, 1)) == ErrorCode.INVALID_PARTITIONS
     assert error_of(lambda: log.create_partitions("t", 10_002)) == ErrorCode.INVALID_PARTITIONS
+
+
+class StorageLogAdapter:
+    """MetadataStorage over the storage layer's `Log` (opened with `metadata_log_config()`): the crash tests' log."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    def append(self, batch: bytearray, *, leader_epoch: int, now_ms: int) -> None:
+        self.log.append(batch, leader_epoch=leader_epoch, now_ms=now_ms, origin=AppendOrigin.COORDINATOR)
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        # A segment cut short under the read ends the bytes early; the load then stops on the batch it
+        # cannot read whole (MetadataReplayError) rather than start on a part of the metadata.
+        return self.log.read_bytes(offset, max_bytes)
+
+    def flush(self) -> None:
+        self.log.flush()
