@@ -183,6 +183,7 @@ class QuorumControllerChannel(ControllerDecisions):
     def __init__(self, controller: Controller, config: BrokerConfig, clock: Callable[[], int],
                  driver: QuorumDriver, loader: MetadataLoader) -> None:
         super().__init__(controller, config, clock)
+        self.config = config
         self.driver = driver
         self.loader = loader
         self.is_active = False
