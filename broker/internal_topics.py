@@ -11,8 +11,12 @@ through a `PartitionWriter`. `InternalTopicWriter` is that writer for one intern
   its min.insync.replicas; the coordinator answers that COORDINATOR_NOT_AVAILABLE. The min.insync.replicas
   that counts is Kafka's effective one (Partition.effectiveMinIsr): the topic's, capped at its replication
   factor, so a broker-wide `min.insync.replicas=2` does not refuse every write to an offsets topic of one
-  replica. `is_under_min_isr` is the same test for the runtime, which answers a write whose ISR shrank
-  below it after the append NOT_ENOUGH_REPLICAS_AFTER_APPEND (coordinator/runtime.py).
+  replica. `is_under_min_isr` is the same test for the group coordinator's runtime, which answers a write
+  whose ISR shrank below it after the append NOT_ENOUGH_REPLICAS_AFTER_APPEND (coordinator/runtime.py).
+  The transaction coordinator does not take that answer: a Prepare record the high watermark passed is
+  committed, its markers must follow, and an EndTxn answered as failed would leave the transaction in
+  PrepareCommit with no one to send them (Kafka's TransactionStateManager answers it an error but leaves
+  its cache Ongoing, so the retried EndTxn writes Prepare again; the replayed shard here cannot).
   Both coordinators write this way: `__transaction_state` is created with `transaction.state.log.min.isr`
   as its min.insync.replicas; `__consumer_offsets` with none of its own (Kafka's
   groupMetadataTopicConfigs sets cleanup.policy, compression.type and segment.bytes only, and there is no
