@@ -71,7 +71,10 @@ def start_group_coordinator(broker) -> GroupCoordinator:
     txn_partitions = len(txn_topic.partitions) if txn_topic is not None else cfg.transaction_state_log_num_partitions
     config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions,
                                                        transaction_state_log_num_partitions=txn_partitions)
-    writer = InternalTopicWriter(broker.data, CONSUMER_OFFSETS_TOPIC)
-    groups = GroupCoordinator(writer, broker.timer, config, MetadataTopicsView(broker))
+    # acks=all writes, as Kafka's coordinators make them: refused while the partition's ISR is below its
+    # (effective) min.insync.replicas, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank after the append.
+    writer = InternalTopicWriter(broker.data, CONSUMER_OFFSETS_TOPIC, enforce_min_isr=True)
+    groups = GroupCoordinator(writer, broker.timer, config, MetadataTopicsView(broker),
+                              under_min_isr=writer.is_under_min_isr)
     broker.metadata.register(CoordinatorLoader(groups, broker.node_id, broker.now_ms))
     return groups

@@ -8,7 +8,23 @@ through a `PartitionWriter`. `InternalTopicWriter` is that writer for one intern
   moves with the append, so they are; otherwise it returns the offset to wait for. With
   `enforce_min_isr` it is an acks=all append, as Kafka's coordinators write: refused (NOT_ENOUGH_REPLICAS,
   before anything is written, so the runtime replays nothing) while the partition's ISR is smaller than
-  its min.insync.replicas; the coordinator answers that COORDINATOR_NOT_AVAILABLE.
+  its min.insync.replicas; the coordinator answers that COORDINATOR_NOT_AVAILABLE. The min.insync.replicas
+  that counts is Kafka's effective one (Partition.effectiveMinIsr): the topic's, capped at its replication
+  factor, so a broker-wide `min.insync.replicas=2` does not refuse every write to an offsets topic of one
+  replica. `is_under_min_isr` is the same test for the group coordinator's runtime, which answers a write
+  whose ISR shrank below it after the append NOT_ENOUGH_REPLICAS_AFTER_APPEND (coordinator/runtime.py).
+  The transaction coordinator does not take that answer: a Prepare record the high watermark passed is
+  committed, its markers must follow, and an EndTxn answered as failed would leave the transaction in
+  PrepareCommit with no one to send them (Kafka's TransactionStateManager answers it an error but leaves
+  its cache Ongoing, so the retried EndTxn writes Prepare again; the replayed shard here cannot).
+  Both coordinators write this way: `__transaction_state` is created with `transaction.state.log.min.isr`
+  as its min.insync.replicas; `__consumer_offsets` with none of its own (Kafka's
+  groupMetadataTopicConfigs sets cleanup.policy, compression.type and segment.bytes only, and there is no
+  `offsets.topic.min.isr`), so the broker-wide `min.insync.replicas` applies to it, capped as above.
+  Kafka 4's CoordinatorPartitionWriter appends with acks=1 and, under KIP-966, keeps the high watermark
+  still while the ISR is below min.insync.replicas, so its commit waits out offsets.commit.timeout.ms and
+  is answered COORDINATOR_NOT_AVAILABLE; refusing up front gives the client the same answer at once and
+  puts nothing in the log that a later leader might have to drop.
 - `register_listener` hooks the partition's high watermark (replication/partition.py): every time it
   advances the coordinator hears `on_committed(partition, high_watermark)`, which releases the responses
   held for records now on every in-sync replica. The runtime registers on load and deregisters on unload.
@@ -77,15 +93,23 @@ class InternalTopicWriter:
             # Kafka's acks=-1 check before the append (Partition.appendRecordsToLeader): nothing is written,
             # so the shard does not run ahead of a log that could not take the records.
             hosted = self._partition(partition)
-            if len(hosted.isr) < hosted.min_insync_replicas:
+            if len(hosted.isr) < _effective_min_isr(hosted):
                 raise NotEnoughReplicasError(
                     f"{self.topic}-{partition}: ISR {sorted(hosted.isr)} is smaller than "
-                    f"min.insync.replicas={hosted.min_insync_replicas}")
+                    f"min.insync.replicas={_effective_min_isr(hosted)}")
         info = self.replicas.append_internal(TopicPartition(self.topic, partition), batch, now_ms=now_ms)
         end_offset = info.last_offset + 1
         # None: committed already (the high watermark moved with the append); otherwise the runtime holds
         # the response until the partition's listener reports a high watermark at or past this offset.
         return None if self._partition(partition).high_watermark >= end_offset else end_offset
+
+    def is_under_min_isr(self, partition: int) -> bool:
+        """Whether the partition's ISR is below its effective min.insync.replicas (always False without
+        `enforce_min_isr`, or for a partition no longer hosted here)."""
+        if not self.enforce_min_isr:
+            return False
+        hosted = self.replicas.get_partition(TopicPartition(self.topic, partition))
+        return hosted is not None and len(hosted.isr) < _effective_min_isr(hosted)
 
     def read_all(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
         log = self._partition(partition).log
@@ -133,6 +157,11 @@ class InternalTopicWriter:
         if registered is not None:
             hosted, listener = registered
             hosted.remove_listener(listener)
+
+
+def _effective_min_isr(hosted: Partition) -> int:
+    """Kafka's Partition.effectiveMinIsr: min.insync.replicas, but never more than the replicas there are."""
+    return min(hosted.min_insync_replicas, max(len(hosted.replicas), 1))
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,24 @@ holds the response until `on_committed(partition, offset)` reports the high wate
 deregisters it. A write with no records also waits for the writes before it, so a response never gets
 ahead of the state it reports on. `unload` fails what is still held with NOT_COORDINATOR.
 
+min.insync.replicas. The writer refuses an append up front (NOT_ENOUGH_REPLICAS, nothing written, nothing
+replayed) while the partition's ISR is below its min.insync.replicas, as Kafka's acks=all append is refused.
+With `under_min_isr(partition)` the runtime also answers as Kafka's acks=all DelayedProduce does when the ISR
+shrank below min.insync.replicas after a write was appended: the high watermark then moves over the
+shrunken ISR, and a held write it releases while `under_min_isr` holds fails with
+NOT_ENOUGH_REPLICAS_AFTER_APPEND (its callbacks hear the error, so a classic group undoes what it does for
+a store that failed) instead of succeeding. Its records are not reverted, and must not be: they sit below
+the high watermark, committed, so the log keeps them whatever the answer was, and a shard that dropped
+them would no longer be the replay of its own log (a reload, or the next leader, would bring them back
+under a state machine that had moved on without them). The shard is always the replay of its log, and
+the part of that log not yet committed is either committed later (the high watermark reaches it) or
+truncated by a change of leader, which unloads the shard; the new leader loads what survived. This is
+Kafka's own outcome for an acks=all append answered NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records stay
+readable), and the reason the runtime needs no snapshot registry to revert to: nothing it answered as
+failed is ever missing from, or extra to, the log. Writes with no records that waited for others report
+on state that is now committed, and succeed. A client retries (the group coordinator maps the error to
+COORDINATOR_NOT_AVAILABLE), and a retried commit finds its own effect.
+
 The high watermark may move inside `append` itself (with one replica it always does). What that
 releases waits until the write's records are replayed: a released callback may write again, and must
 not find the shard behind its log.
@@ -251,8 +269,10 @@ class CoordinatorRuntime(Generic[S]):
 
     def __init__(self, writer: PartitionWriter, shard_factory: Callable[[int], S], timer: Timer, *,
                  serialize: Callable[[Record], KeyValue],
-                 deserialize: Callable[[bytes | None, bytes | None], Record | None]) -> None:
+                 deserialize: Callable[[bytes | None, bytes | None], Record | None],
+                 under_min_isr: Callable[[int], bool] | None = None) -> None:
         self._writer = writer
+        self._under_min_isr = under_min_isr  # partition -> is its ISR below min.insync.replicas now?
         self._serialize = serialize
         self._deserialize = deserialize  # returns None for a record the coordinator skips (a type it does not know)
         self._shard_factory = shard_factory
@@ -421,6 +441,12 @@ class CoordinatorRuntime(Generic[S]):
             callback(None)
         deferred.complete(result.response)
 
+    @staticmethod
+    def _fail(result: Result, deferred: Deferred, error: BaseException) -> None:
+        for callback in result.callbacks:
+            callback(error)
+        deferred.fail(error)
+
     def on_committed(self, partition: int, committed_offset: int) -> None:
         """The partition's high watermark reached `committed_offset`: release what waited for it."""
         context = self._contexts.get(partition)
@@ -430,9 +456,18 @@ class CoordinatorRuntime(Generic[S]):
             previous = context.committed_in_append
             context.committed_in_append = committed_offset if previous is None else max(previous, committed_offset)
             return
+        after_append_error: CoordinatorError | None = None
+        if (context.held and context.held[0].offset <= committed_offset and self._under_min_isr is not None
+                and self._under_min_isr(partition)):
+            after_append_error = CoordinatorError(
+                f"partition {partition}: the ISR shrank below min.insync.replicas before the write was replicated",
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         while context.held and context.held[0].offset <= committed_offset:
             held = context.held.popleft()
-            self._release(held.result, held.deferred)
+            if after_append_error is not None and held.result.records:
+                self._fail(held.result, held.deferred, after_append_error)
+            else:
+                self._release(held.result, held.deferred)
 
     def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> None:
         """A marker of `producer_id` was written to `partition` (by the partition's WriteTxnMarkers): its

@@ -93,13 +93,16 @@ def error_code_of(error: BaseException) -> ErrorCode:
 
 class GroupCoordinator:
     def __init__(self, writer: PartitionWriter, timer: Timer, config: GroupCoordinatorConfig | None = None,
-                 topics: TopicsView | None = None) -> None:
+                 topics: TopicsView | None = None, *, under_min_isr: Callable[[int], bool] | None = None) -> None:
+        """`under_min_isr(partition)`: whether a __consumer_offsets partition's ISR is below its
+        min.insync.replicas now; a write released then is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        (coordinator/runtime.py), which OffsetCommit and the group APIs answer COORDINATOR_NOT_AVAILABLE."""
         self.config = config if config is not None else GroupCoordinatorConfig()
         self.topics = topics
         self.timer = timer
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
             writer, lambda p: GroupCoordinatorShard(p, self.config, self.runtime, topics), timer,
-            serialize=serialize, deserialize=deserialize)
+            serialize=serialize, deserialize=deserialize, under_min_isr=under_min_isr)
 
     # ------------------------------------------------------------------------------------------------
     # Partitions

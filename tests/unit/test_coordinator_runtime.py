@@ -97,3 +97,53 @@ def test_a_commit_heard_inside_the_append_is_acted_on_after_the_replay():
     now = rt.write(0, put("b"), 0)
     assert held.result() == "a" and now.result() == "b"
     assert seen == [["a", "b"]]  # released after "b" was replayed, not in the middle of its append
+
+
+def test_a_write_released_below_min_isr_fails_after_append_and_keeps_the_committed_records():
+    """The ISR shrank below min.insync.replicas after the append and the high watermark moved over the smaller
+    ISR: the held write is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND (callbacks hear it), as Kafka's acks=all
+    DelayedProduce answers. Its records are committed, so the shard keeps them: it stays the replay of its log."""
+    from odradek.protocol.errors import ErrorCode
+
+    writer = InMemoryPartitionWriter(commit_later=True)
+    under = {0: False}
+    rt = CoordinatorRuntime(writer, ToyShard, Timer(start_ms=0), serialize=serialize, deserialize=deserialize,
+                            under_min_isr=lambda p: under[p])
+    rt.load(0, 0)
+    heard: list = []
+
+    def noted(op):
+        def wrapped(shard):
+            result = op(shard)
+            result.callbacks.append(heard.append)
+            return result
+        return wrapped
+
+    first = rt.write(0, noted(put("a")), 0)
+    no_records = rt.write(0, lambda shard: Result([], response="read"), 0)  # waits for "a" to be committed
+    later = rt.write(0, put("b"), 0)
+    under[0] = True  # the ISR shrank below min.insync.replicas; the high watermark passes "a" only
+    writer.commit(0, 1)
+    assert first.failed_with is not None
+    assert first.failed_with.error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert len(heard) == 1 and heard[0] is first.failed_with
+    assert no_records.result() == "read"  # it reports on committed state: nothing of its own failed
+    assert not later.done
+    assert rt.shard(0).values == ["a", "b"]
+    reloaded = runtime(InMemoryPartitionWriter())
+    reloaded._writer.logs[0] = list(writer.logs[0])
+    assert reloaded.load(0, 0).values == rt.shard(0).values  # the shard is still the replay of its log
+
+    under[0] = False  # the ISR is back: the rest is answered as usual
+    writer.commit(0)
+    assert later.result() == "b"
+    assert rt.write(0, put("c"), 0) is not None and writer.logs[0][-1] == (b"c", b"v")
+
+
+def test_without_a_min_isr_test_released_writes_succeed():
+    writer = InMemoryPartitionWriter(commit_later=True)
+    rt = runtime(writer)
+    rt.load(0, 0)
+    held = rt.write(0, put("a"), 0)
+    writer.commit(0)
+    assert held.result() == "a"

@@ -199,3 +199,83 @@ def test_a_single_broker_creates_its_coordinator_topics_with_the_defaults():
     assert ensure_coordinator_topic(broker, 1) == 50 and ensure_coordinator_topic(broker, 0) == 50
     assert [(t.name, t.replication_factor) for t in broker.controller.created] == [
         ("__transaction_state", 1), ("__consumer_offsets", 1)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# __consumer_offsets under min.insync.replicas: refused up front (nothing written, nothing replayed) while
+# the ISR is below it, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank after the append, and Kafka's
+# effective min.insync.replicas (never more than the replicas there are).
+
+
+@pytest.fixture
+def offsets_at_min_isr(tmp_path):
+    """`__consumer_offsets` partition 0 led by broker 1 over `replicas`, an acks=all writer, and `isr(...)`
+    to change its ISR as a new metadata image would."""
+    timer = Timer(start_ms=NOW)
+    manager = ReplicaManager(node_id=1, timer=timer)
+    log = Log.open(str(tmp_path / f"{TOPIC}-0"), LogConfig(), now_ms=NOW)
+    tp, topic_id = TopicPartition(TOPIC, 0), uuid.uuid4()
+
+    def make(replicas: tuple[int, ...], min_isr: int):
+        def isr(members) -> None:
+            manager.apply_partition_state(tp, topic_id=topic_id, log=log, leader_id=1, leader_epoch=0,
+                                          replicas=replicas, isr=members, min_insync_replicas=min_isr, now_ms=NOW)
+
+        isr(replicas)
+        writer = InternalTopicWriter(manager, TOPIC, enforce_min_isr=True)
+        gc = GroupCoordinator(writer, timer, GroupCoordinatorConfig(offsets_topic_num_partitions=1),
+                              under_min_isr=writer.is_under_min_isr)
+        gc.startup(NOW)
+        return gc, manager.get_partition(tp), writer, isr, log
+
+    yield make
+    log.close()
+
+
+def code(response) -> int:
+    return response.result().topics[0].partitions[0].error_code
+
+
+def test_offset_commits_below_min_isr_are_refused_before_anything_changes(offsets_at_min_isr):
+    gc, partition, writer, isr, log = offsets_at_min_isr((1, 2, 3), 2)
+    isr((1,))
+    assert writer.is_under_min_isr(0)
+    refused = gc.offset_commit(commit_request("g", 5), 8, NOW)
+    assert code(refused) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert log.log_end_offset == 0 and fetched(gc, "g") == {}
+
+    isr((1, 2))  # one follower back: two in sync meet min.insync.replicas=2
+    accepted = gc.offset_commit(commit_request("g", 5), 8, NOW)
+    assert not accepted.done and log.log_end_offset == 1
+    partition.update_follower_fetch_state(2, 1, NOW)
+    assert code(accepted) == 0 and fetched(gc, "g") == {("t", 0): 5}
+
+
+def test_a_broker_wide_min_isr_above_the_offsets_topics_replication_refuses_nothing(offsets_at_min_isr):
+    gc, partition, writer, _, _ = offsets_at_min_isr((1,), 2)  # min.insync.replicas=2, one replica
+    assert not writer.is_under_min_isr(0)
+    assert code(gc.offset_commit(commit_request("g", 3), 8, NOW)) == 0
+    assert fetched(gc, "g") == {("t", 0): 3}
+
+
+def test_an_isr_shrinking_below_min_isr_after_the_append_answers_coordinator_not_available(offsets_at_min_isr):
+    gc, partition, writer, isr, log = offsets_at_min_isr((1, 2, 3), 2)
+    isr((1, 2))
+    held = gc.offset_commit(commit_request("g", 6), 8, NOW)
+    assert not held.done and partition.high_watermark == 0
+    isr((1,))  # the follower left the ISR: the high watermark moves over the leader alone
+    assert partition.high_watermark == 1
+    assert code(held) == ErrorCode.COORDINATOR_NOT_AVAILABLE  # NOT_ENOUGH_REPLICAS_AFTER_APPEND, as a commit hears it
+    # The record is committed in the log, so it stays in effect, here and after a reload: nothing diverges.
+    assert fetched(gc, "g") == {("t", 0): 6}
+    again = GroupCoordinator(writer, Timer(start_ms=NOW), GroupCoordinatorConfig(offsets_topic_num_partitions=1))
+    again.startup(NOW)
+    assert fetched(again, "g") == {("t", 0): 6}
+    again.shutdown()
+
+    gc.startup(NOW)  # the listener is the first coordinator's again
+    assert code(gc.offset_commit(commit_request("g", 7), 8, NOW)) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    isr((1, 2))
+    retried = gc.offset_commit(commit_request("g", 7), 8, NOW)
+    partition.update_follower_fetch_state(2, log.log_end_offset, NOW)
+    assert code(retried) == 0 and fetched(gc, "g") == {("t", 0): 7}
