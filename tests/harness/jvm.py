@@ -67,13 +67,14 @@ def resolve() -> list[Path]:
             shutil.rmtree(LIB, ignore_errors=True)
             try:
                 done = subprocess.run(
-                    ["mvn", "-B", "-q", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={LIB}"],
+                    ["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={LIB}"],
                     capture_output=True, text=True, timeout=600)
             except subprocess.TimeoutExpired as exc:
                 raise JvmUnavailable(f"mvn did not resolve {POM} in 600 s (is Maven Central reachable?)") from exc
             if done.returncode != 0:
                 output = done.stdout + done.stderr
-                reasons = [line for line in output.splitlines() if "resolve" in line or "ERROR" in line][:8]
+                lines = output.splitlines()
+                reasons = [line for line in lines if "Could not" in line] or [line for line in lines if "ERROR" in line][:8]
                 raise JvmUnavailable(
                     f"Maven could not resolve the Java client's artifacts from {POM} (exit {done.returncode}):\n"
                     + "\n".join(reasons or output.splitlines()[-20:]))

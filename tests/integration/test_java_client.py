@@ -186,6 +186,39 @@ def test_java_transactions_commit_abort_read_committed(java, broker):
     assert [m.value().decode() for m in read] == want
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_two_java_members_split_the_partitions(java, broker, protocol):
+    topic, group = _name(f"split-{protocol}"), _name(f"split-{protocol}")
+    _create(broker.bootstrap, topic, partitions=4)
+    java.ok("produce", bootstrap=broker.bootstrap, topic=topic, n=40, partition=-1)
+    answer = java.ok("members", bootstrap=broker.bootstrap, topic=topic, group=group, members=2, n=40, partitions=4,
+                     cfg={"group.protocol": protocol})
+    first, second = (m["assignment"] for m in answer["members"])
+    assert first and second and sorted(first + second) == [0, 1, 2, 3], answer
+    assert answer["total"] >= 40  # a partition moved mid-read may be read twice from its last commit
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_java_consume_transform_produce_commits_offsets_in_the_transaction(java, broker, protocol):
+    source, sink, group = _name("ctp-in"), _name("ctp-out"), _name(f"ctp-{protocol}")
+    _create(broker.bootstrap, source, partitions=2)
+    _create(broker.bootstrap, sink)
+    java.ok("produce", bootstrap=broker.bootstrap, topic=source, n=20, partition=-1)
+    answer = java.ok("ctp", bootstrap=broker.bootstrap, group=group, txn_id=_name("ctp-tid"), n=20,
+                     cfg={"group.protocol": protocol}, **{"in": source, "out": sink})
+    assert answer["seen"] == 20 and answer["transactions"] >= 1
+
+    out = java.ok("consume", bootstrap=broker.bootstrap, topic=sink, n=20, timeout_ms=10000,
+                  cfg={"isolation.level": "read_committed"})["records"]
+    assert sorted(r["value"] for r in out) == sorted(f"VALUE-{i}-JAVA" for i in range(20))
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        offsets = consumer.committed([confluent_kafka.TopicPartition(source, p) for p in range(2)], timeout=15)
+    finally:
+        consumer.close()
+    assert sum(tp.offset for tp in offsets) == 20
+
+
 def test_java_admin_topics(java, broker):
     topic = _name("adm")
     answer = java.ok("topics", bootstrap=broker.bootstrap, topic=topic, partitions=3)

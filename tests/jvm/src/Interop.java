@@ -102,6 +102,8 @@ public final class Interop {
             case "produce": return produce(a);
             case "consume": return consume(a);
             case "txn": return transactions(a);
+            case "ctp": return consumeTransformProduce(a);
+            case "members": return members(a);
             case "topics": return topics(a);
             case "configs": return configs(a);
             case "cluster": return cluster(a);
@@ -212,6 +214,110 @@ public final class Interop {
         return out;
     }
 
+    /**
+     * `members` consumers of one group, each on its own thread (KafkaConsumer is single-threaded), polling
+     * until together they have read n records and every member holds partitions; each member's assignment
+     * and count are reported. The group must split the partitions between them, under either protocol.
+     */
+    private static Map<String, Object> members(Map<String, String> a) throws Exception {
+        int count = intArg(a, "members", 2);
+        int n = intArg(a, "n", 10);
+        long deadline = System.currentTimeMillis() + intArg(a, "timeout_ms", 45000);
+        java.util.concurrent.atomic.AtomicInteger total = new java.util.concurrent.atomic.AtomicInteger();
+        List<Map<String, Object>> reports = new ArrayList<>();
+        List<Thread> threads = new ArrayList<>();
+        List<Throwable> failures = java.util.Collections.synchronizedList(new ArrayList<>());
+        int partitions = intArg(a, "partitions", 1);
+        // Each member's assignment as of its last poll; all stop once these are disjoint, non-empty and cover
+        // every partition (a settled group) and the records are all read.
+        java.util.concurrent.ConcurrentHashMap<Integer, Set<Integer>> holding = new java.util.concurrent.ConcurrentHashMap<>();
+        java.util.function.BooleanSupplier settled = () -> {
+            if (holding.size() < count) return false;
+            Set<Integer> union = new HashSet<>();
+            int sum = 0;
+            for (Set<Integer> owned : holding.values()) {
+                if (owned.isEmpty()) return false;
+                union.addAll(owned);
+                sum += owned.size();
+            }
+            return union.size() == partitions && sum == partitions;
+        };
+        long start = System.currentTimeMillis();
+        java.util.concurrent.CountDownLatch polled = new java.util.concurrent.CountDownLatch(count);
+        java.util.concurrent.CountDownLatch described = new java.util.concurrent.CountDownLatch(1);
+        for (int m = 0; m < count; m++) {
+            Map<String, Object> report = new java.util.concurrent.ConcurrentHashMap<>();
+            reports.add(report);
+            int member = m;
+            Thread t = new Thread(() -> {
+                Properties p = props(a);
+                p.put("group.id", a.get("group"));
+                p.put("auto.offset.reset", "earliest");
+                p.put("enable.auto.commit", "false");
+                int mine = 0;
+                List<Object> history = new ArrayList<>();  // [ms since start, assignment] at each change
+                try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+                    consumer.subscribe(List.of(a.get("topic")));
+                    while ((total.get() < n || !settled.getAsBoolean()) && System.currentTimeMillis() < deadline) {
+                        ConsumerRecords<String, String> batch = consumer.poll(Duration.ofMillis(200));
+                        mine += batch.count();
+                        total.addAndGet(batch.count());
+                        if (!batch.isEmpty()) consumer.commitSync();
+                        Set<Integer> owned = new HashSet<>();
+                        for (TopicPartition tp : consumer.assignment()) owned.add(tp.partition());
+                        if (!owned.equals(holding.get(member))) history.add(List.of(System.currentTimeMillis() - start, new ArrayList<>(owned)));
+                        holding.put(member, owned);
+                    }
+                    report.put("history", history);
+                    polled.countDown();
+                    described.await();  // still members while the group is described
+                    List<Object> parts = new ArrayList<>();
+                    for (TopicPartition tp : consumer.assignment()) parts.add(tp.partition());
+                    parts.sort((x, y) -> Integer.compare((Integer) x, (Integer) y));
+                    report.put("assignment", parts);
+                    report.put("records", mine);
+                } catch (Throwable e) {
+                    failures.add(e);
+                    polled.countDown();
+                }
+            });
+            threads.add(t);
+            t.start();
+        }
+        Map<String, Object> out = new LinkedHashMap<>();
+        polled.await();
+        try (Admin admin = admin(a)) {
+            // What the coordinator holds: each member's current and (KIP-848) target assignment.
+            var group = admin.describeConsumerGroups(List.of(a.get("group"))).all().get().get(a.get("group"));
+            List<Object> members = new ArrayList<>();
+            for (var member : group.members()) {
+                Map<String, Object> dm = new LinkedHashMap<>();
+                dm.put("client_id", member.clientId());
+                dm.put("assignment", partitionsOf(member.assignment().topicPartitions()));
+                dm.put("target", member.targetAssignment().map(t -> (Object) partitionsOf(t.topicPartitions())).orElse(null));
+                members.add(dm);
+            }
+            out.put("described", members);
+            out.put("state", group.groupState().toString());
+        } catch (Exception e) {
+            out.put("described", e.toString());
+        } finally {
+            described.countDown();
+        }
+        for (Thread t : threads) t.join();
+        if (!failures.isEmpty()) throw new RuntimeException(failures.get(0));
+        out.put("members", reports);
+        out.put("total", total.get());
+        return out;
+    }
+
+    private static List<Object> partitionsOf(Set<TopicPartition> tps) {
+        List<Object> out = new ArrayList<>();
+        for (TopicPartition tp : tps) out.add(tp.partition());
+        out.sort((x, y) -> Integer.compare((Integer) x, (Integer) y));
+        return out;
+    }
+
     /** TV1 or TV2, whichever the broker finalizes: commit a batch, abort a batch, commit another. */
     private static Map<String, Object> transactions(Map<String, String> a) throws Exception {
         Map<String, String> b = new HashMap<>(a);
@@ -228,6 +334,49 @@ public final class Interop {
             producer.beginTransaction();
             out.put("committed2", send(producer, a, "c2"));
             producer.commitTransaction();
+        }
+        return out;
+    }
+
+    /**
+     * Exactly-once consume-transform-produce: read `in` as group `group`, write each value upper-cased to
+     * `out` in one transaction that also commits the group's offsets (sendOffsetsToTransaction with the
+     * consumer's group metadata, so the coordinator can fence a zombie of an older generation).
+     */
+    private static Map<String, Object> consumeTransformProduce(Map<String, String> a) throws Exception {
+        Properties cp = props(a);
+        cp.put("group.id", a.get("group"));
+        cp.put("auto.offset.reset", "earliest");
+        cp.put("enable.auto.commit", "false");
+        cp.put("isolation.level", "read_committed");
+        Map<String, String> pa = new HashMap<>();
+        pa.put("bootstrap", a.get("bootstrap"));
+        pa.put("cfg.transactional.id", a.get("txn_id"));
+        int n = intArg(a, "n", 10);
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(cp, new StringDeserializer(), new StringDeserializer());
+             KafkaProducer<String, String> producer = producer(pa)) {
+            producer.initTransactions();
+            consumer.subscribe(List.of(a.get("in")));
+            int seen = 0;
+            int transactions = 0;
+            long deadline = System.currentTimeMillis() + intArg(a, "timeout_ms", 30000);
+            while (seen < n && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<String, String> batch = consumer.poll(Duration.ofMillis(200));
+                if (batch.isEmpty()) continue;
+                producer.beginTransaction();
+                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                for (ConsumerRecord<String, String> r : batch) {
+                    producer.send(new ProducerRecord<>(a.get("out"), r.key(), r.value().toUpperCase()));
+                    offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                    seen++;
+                }
+                producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                producer.commitTransaction();
+                transactions++;
+            }
+            out.put("seen", seen);
+            out.put("transactions", transactions);
         }
         return out;
     }
