@@ -68,9 +68,9 @@ def resolve() -> list[Path]:
             try:
                 done = subprocess.run(
                     ["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={LIB}"],
-                    capture_output=True, text=True, timeout=600)
+                    capture_output=True, text=True, timeout=240)  # inside pytest-timeout's 300 s
             except subprocess.TimeoutExpired as exc:
-                raise JvmUnavailable(f"mvn did not resolve {POM} in 600 s (is Maven Central reachable?)") from exc
+                raise JvmUnavailable(f"mvn did not resolve {POM} in 240 s (is Maven Central reachable?)") from exc
             if done.returncode != 0:
                 output = done.stdout + done.stderr
                 lines = output.splitlines()
@@ -129,8 +129,12 @@ class JavaDriver:
     """One JVM running tests/jvm/src/Interop.java: `call` sends a command, returns its one JSON answer."""
 
     def __init__(self, cp: str) -> None:
+        self.cp = cp
+        self._start()
+
+    def _start(self) -> None:
         self.proc = subprocess.Popen(
-            ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-cp", cp, "Interop"],
+            ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", self.cp, "Interop"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.stderr: list[str] = []
@@ -148,8 +152,11 @@ class JavaDriver:
         try:
             line = self.lines.get(timeout=timeout_s)
         except queue.Empty:
-            raise AssertionError(f"the JVM answered nothing in {timeout_s} s; stderr:\n"
-                                 + "".join(filter(None, self.stderr[-30:]))) from None
+            # A late answer would be taken for the next command's: this JVM is done, the next call gets a new one.
+            stderr = "".join(filter(None, self.stderr[-30:]))
+            self._kill()
+            self._start()
+            raise AssertionError(f"the JVM answered nothing in {timeout_s} s (restarted); stderr:\n{stderr}") from None
         if line is None:
             raise AssertionError("the JVM exited; stderr:\n" + "".join(filter(None, self.stderr[-30:])))
         return json.loads(line)
@@ -167,6 +174,11 @@ class JavaDriver:
         answer = self.call(command, **settings)
         assert answer["ok"], f"Java client {command} failed: {answer['error']} <- {answer.get('causes')}"
         return answer
+
+    def _kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -233,6 +233,32 @@ def test_java_admin_topics(java, broker):
     assert answer["deleted"] is True
 
 
+def test_java_admin_offsets_and_delete_records(java, broker):
+    topic = _name("offs")
+    _create(broker.bootstrap, topic)
+    java.ok("produce", bootstrap=broker.bootstrap, topic=topic, n=10)
+    answer = java.ok("offsets", bootstrap=broker.bootstrap, topic=topic, ts=TS + 4, delete_before=3)
+    assert (answer["earliest"], answer["latest"], answer["for_timestamp"]) == (0, 10, 4)
+    assert answer["max_timestamp"] == [9, TS + 9]
+    assert answer["low_watermark"] == 3 and answer["earliest_after"] == 3
+
+
+def test_java_admin_consumer_groups(java, broker):
+    topic = _name("groups")
+    _create(broker.bootstrap, topic)
+    java.ok("produce", bootstrap=broker.bootstrap, topic=topic, n=5)
+    classic, modern = _name("gc"), _name("gm")
+    for group, protocol in ((classic, "classic"), (modern, "consumer")):
+        java.ok("consume", bootstrap=broker.bootstrap, topic=topic, n=5, group=group, cfg={"group.protocol": protocol})
+    answer = java.ok("groups", bootstrap=broker.bootstrap, topic=topic, groups=f"{classic},{modern}")
+    assert answer["listed"] is True
+    assert answer["described"] == {classic: {"state": "Empty", "type": "Classic", "members": 0},
+                                   modern: {"state": "Empty", "type": "Consumer", "members": 0}}
+    assert answer["committed"] == {classic: 5, modern: 5}
+    assert answer["altered"] == 1
+    assert answer["after_delete"] == []
+
+
 def test_java_admin_configs(java, broker):
     answer = java.ok("configs", bootstrap=broker.bootstrap, topic=_name("cfg"), broker=1)
     before = answer["topic_before"]

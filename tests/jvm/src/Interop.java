@@ -104,6 +104,8 @@ public final class Interop {
             case "txn": return transactions(a);
             case "ctp": return consumeTransformProduce(a);
             case "members": return members(a);
+            case "offsets": return offsets(a);
+            case "groups": return groups(a);
             case "topics": return topics(a);
             case "configs": return configs(a);
             case "cluster": return cluster(a);
@@ -410,6 +412,62 @@ public final class Interop {
     private static List<Object> ids(List<Node> nodes) {
         List<Object> out = new ArrayList<>();
         for (Node n : nodes) out.add(n.id());
+        return out;
+    }
+
+    private static long listOffset(Admin admin, TopicPartition tp, org.apache.kafka.clients.admin.OffsetSpec spec) throws Exception {
+        return admin.listOffsets(Map.of(tp, spec)).partitionResult(tp).get().offset();
+    }
+
+    /** listOffsets (earliest, latest, by timestamp, max timestamp), deleteRecords, earliest again. */
+    private static Map<String, Object> offsets(Map<String, String> a) throws Exception {
+        TopicPartition tp = new TopicPartition(a.get("topic"), 0);
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (Admin admin = admin(a)) {
+            out.put("earliest", listOffset(admin, tp, org.apache.kafka.clients.admin.OffsetSpec.earliest()));
+            out.put("latest", listOffset(admin, tp, org.apache.kafka.clients.admin.OffsetSpec.latest()));
+            out.put("for_timestamp", listOffset(admin, tp, org.apache.kafka.clients.admin.OffsetSpec.forTimestamp(Long.parseLong(a.get("ts")))));
+            var max = admin.listOffsets(Map.of(tp, org.apache.kafka.clients.admin.OffsetSpec.maxTimestamp())).partitionResult(tp).get();
+            out.put("max_timestamp", List.of(max.offset(), max.timestamp()));
+            var deleted = admin.deleteRecords(Map.of(tp, org.apache.kafka.clients.admin.RecordsToDelete.beforeOffset(Long.parseLong(a.get("delete_before")))));
+            out.put("low_watermark", deleted.lowWatermarks().get(tp).get().lowWatermark());
+            out.put("earliest_after", listOffset(admin, tp, org.apache.kafka.clients.admin.OffsetSpec.earliest()));
+        }
+        return out;
+    }
+
+    /** Describe consumer groups, list and alter their committed offsets, delete them. */
+    private static Map<String, Object> groups(Map<String, String> a) throws Exception {
+        List<String> ids = List.of(a.get("groups").split(","));
+        TopicPartition tp = new TopicPartition(a.get("topic"), 0);
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (Admin admin = admin(a)) {
+            Set<String> listed = new HashSet<>();
+            for (var g : admin.listGroups().all().get()) listed.add(g.groupId());
+            out.put("listed", listed.containsAll(ids));
+            Map<String, Object> described = new LinkedHashMap<>();
+            for (var e : admin.describeConsumerGroups(ids).all().get().entrySet()) {
+                Map<String, Object> d = new LinkedHashMap<>();
+                d.put("state", e.getValue().groupState().toString());
+                d.put("type", e.getValue().type().toString());
+                d.put("members", e.getValue().members().size());
+                described.put(e.getKey(), d);
+            }
+            out.put("described", described);
+            Map<String, Object> committed = new LinkedHashMap<>();
+            for (String id : ids) {
+                OffsetAndMetadata o = admin.listConsumerGroupOffsets(id).partitionsToOffsetAndMetadata().get().get(tp);
+                committed.put(id, o == null ? null : o.offset());
+            }
+            out.put("committed", committed);
+            admin.alterConsumerGroupOffsets(ids.get(0), Map.of(tp, new OffsetAndMetadata(1))).all().get();
+            out.put("altered", admin.listConsumerGroupOffsets(ids.get(0)).partitionsToOffsetAndMetadata().get().get(tp).offset());
+            admin.deleteConsumerGroups(ids).all().get();
+            Set<String> after = new HashSet<>();
+            for (var g : admin.listGroups().all().get()) after.add(g.groupId());
+            after.retainAll(ids);
+            out.put("after_delete", new ArrayList<>(after));
+        }
         return out;
     }
 
