@@ -5,7 +5,9 @@ are cached in ignored folders); each test sends it a command and checks the JSON
 idempotent producer with acks=all and every codec, records crossing between Java and librdkafka both ways,
 consumer groups under the classic protocol and KIP-848's `group.protocol=consumer`, transactions (commit,
 abort, read_committed), and the admin client: topics, configs, ACLs, SCRAM users (used to log in over
-SASL_PLAINTEXT), describeCluster and describeMetadataQuorum.
+SASL_PLAINTEXT), offsets and records, consumer groups, describeCluster and describeMetadataQuorum, and a
+partition reassignment on three nodes. What the broker does not yet answer as Kafka 4.x does is marked
+xfail(strict=True) with the request and field at fault.
 
 A missing Maven Central fails these tests (the error names what Maven could not resolve); a machine without
 a JDK or Maven skips them, except in CI.
@@ -219,6 +221,26 @@ def test_java_consume_transform_produce_commits_offsets_in_the_transaction(java,
     assert sum(tp.offset for tp in offsets) == 20
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "the ApiVersions response (v3+) carries no SupportedFeatures / FinalizedFeatures / FinalizedFeaturesEpoch "
+    "tagged fields (broker/handlers/api_versions.py build_response), so the Java admin's describeFeatures "
+    "answers finalized={} supported={}; Kafka 4.x always finalizes metadata.version (and kraft.version, "
+    "group.version, transaction.version where enabled)"))
+def test_java_admin_describes_features(java, broker):
+    answer = java.ok("features", bootstrap=broker.bootstrap)
+    assert "metadata.version" in answer["supported"], answer
+    assert "metadata.version" in answer["finalized"], answer
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Transactions V2 (KIP-890 part 2) is not served yet: the broker does not finalize the transaction.version "
+    "feature at 2 (ApiVersions/DescribeFeatures), so the Java client keeps to TV1 (AddPartitionsToTxn, EndTxn "
+    "without the epoch bump); issue 32 asks for it"))
+def test_the_broker_finalizes_transaction_version_2_for_the_java_client(java, broker):
+    answer = java.ok("features", bootstrap=broker.bootstrap)
+    assert answer["finalized"].get("transaction.version", [0, 0])[1] >= 2, answer
+
+
 def test_java_admin_topics(java, broker):
     topic = _name("adm")
     answer = java.ok("topics", bootstrap=broker.bootstrap, topic=topic, partitions=3)
@@ -280,6 +302,14 @@ def test_java_admin_cluster_and_quorum(java, broker):
     assert [v["id"] for v in answer["voters"]] == [1]
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "a single node answers DescribeQuorum from broker/handlers/quorum.py _quorum_of_one with a fixed "
+    "leader_epoch=0; Kafka's lone voter elects itself at epoch 1 or later, and the Java admin's "
+    "QuorumInfo.leaderEpoch() shows 0 here"))
+def test_java_admin_quorum_epoch_of_a_single_node(java, broker):
+    assert java.ok("cluster", bootstrap=broker.bootstrap)["quorum_epoch"] >= 1
+
+
 def test_java_admin_acls(java, broker):
     topic = _name("acl")
     answer = java.ok("acls", bootstrap=broker.bootstrap, topic=topic)
@@ -313,6 +343,7 @@ def test_java_admin_on_three_nodes_quorum_and_reassignment(java, tmp_path):
         assert sorted(answer["nodes"]) == [1, 2, 3]
         assert sorted(v["id"] for v in answer["voters"]) == [1, 2, 3]
         assert answer["quorum_leader"] in (1, 2, 3) and answer["controller"] in (1, 2, 3)
+        assert answer["quorum_epoch"] >= 1 and answer["quorum_hwm"] > 0
 
         moved = java.ok("reassign", bootstrap=bootstrap, topic=_name("move"), nodes=3)
         assert moved["finished"] is True, moved

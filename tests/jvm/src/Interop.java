@@ -106,6 +106,7 @@ public final class Interop {
             case "members": return members(a);
             case "offsets": return offsets(a);
             case "groups": return groups(a);
+            case "features": return features(a);
             case "topics": return topics(a);
             case "configs": return configs(a);
             case "cluster": return cluster(a);
@@ -543,6 +544,21 @@ public final class Interop {
             } catch (Exception e) {
                 out.put("invalid", e.getCause() == null ? e.toString() : e.getCause().getClass().getSimpleName());
             }
+        }
+        return out;
+    }
+
+    /** describeFeatures: the finalized levels (what the clients pick their protocol by) and the supported ranges. */
+    private static Map<String, Object> features(Map<String, String> a) throws Exception {
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (Admin admin = admin(a)) {
+            var f = admin.describeFeatures().featureMetadata().get();
+            Map<String, Object> finalized = new LinkedHashMap<>();
+            f.finalizedFeatures().forEach((name, range) -> finalized.put(name, List.of(range.minVersionLevel(), range.maxVersionLevel())));
+            Map<String, Object> supported = new LinkedHashMap<>();
+            f.supportedFeatures().forEach((name, range) -> supported.put(name, List.of(range.minVersion(), range.maxVersion())));
+            out.put("finalized", finalized);
+            out.put("supported", supported);
         }
         return out;
     }
