@@ -302,10 +302,6 @@ def test_java_admin_cluster_and_quorum(java, broker):
     assert [v["id"] for v in answer["voters"]] == [1]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a single node answers DescribeQuorum from broker/handlers/quorum.py _quorum_of_one with a fixed "
-    "leader_epoch=0; Kafka's lone voter elects itself at epoch 1 or later, and the Java admin's "
-    "QuorumInfo.leaderEpoch() shows 0 here"))
 def test_java_admin_quorum_epoch_of_a_single_node(java, broker):
     assert java.ok("cluster", bootstrap=broker.bootstrap)["quorum_epoch"] >= 1
 
