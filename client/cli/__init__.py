@@ -16,8 +16,11 @@ Exit codes scripts can rely on:
     0  success
     1  the cluster refused or failed the operation (a Kafka error: topic exists, unknown group, ...)
     2  bad usage (unknown option, malformed value)
-    3  no broker reachable, or the operation timed out
+    3  no broker reachable (a refused connection is reported at once), the listener speaks TLS or SASL
+       and the client does not, or --timeout passed (every command's waits end there, produce's
+       deliveries included)
     130  interrupted (Ctrl-C)
+    143  `consume` stopped by SIGTERM (it commits and leaves its group first, as on Ctrl-C)
 
 `--bootstrap-server` defaults to $ODRADEK_BOOTSTRAP_SERVERS, else localhost:9092.
 
@@ -40,6 +43,7 @@ from ..errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeout
 from . import cluster, configs, groups, perf, records, security, topics, transactions
 from .cluster import _describe_quorum_or_reason, quorum_json, render_cluster, render_quorum
 from .common import (
+    EXIT_CODES_HELP,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -81,8 +85,7 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     parser = Parser(
         allow_abbrev=False,
         prog="odradek", description="Odradek command line: topics, records, groups, configs, perf.",
-        epilog="exit codes: 0 success, 1 the cluster refused or failed the operation, 2 bad usage, "
-               "3 no broker reachable or timed out, 130 interrupted",
+        epilog=EXIT_CODES_HELP,
     )
     global_options(parser, top=True)
     sub = SubParsers(parser, "command")
