@@ -14,11 +14,12 @@ Human output is aligned tables (rich); `--output json` prints one JSON document 
 Exit codes scripts can rely on:
 
     0  success
-    1  the cluster refused or failed the operation (a Kafka error: topic exists, unknown group, ...)
+    1  the cluster refused or failed the operation (a Kafka error: topic exists, unknown group, ...), or
+       the client could not authenticate (the listener speaks TLS or SASL and the client does not, or
+       the listener refused its certificate or login)
     2  bad usage (unknown option, malformed value)
-    3  no broker reachable (a refused connection is reported at once), the listener speaks TLS or SASL
-       and the client does not, or --timeout passed (every command's waits end there, produce's
-       deliveries included)
+    3  no broker reachable (a refused connection is reported at once), or --timeout passed (every
+       command's waits end there, produce's deliveries included)
     130  interrupted (Ctrl-C)
     143  `consume` stopped by SIGTERM (it commits and leaves its group first, as on Ctrl-C)
 
@@ -39,7 +40,7 @@ import sys
 from typing import Any
 
 from ..config import default_bootstrap, parse_bootstrap
-from ..errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, OdradekError
+from ..errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, NoBrokersAvailable, OdradekError
 from . import cluster, configs, groups, perf, records, security, topics, transactions
 from .cluster import _describe_quorum_or_reason, quorum_json, render_cluster, render_quorum
 from .common import (
@@ -172,7 +173,9 @@ def main(argv: list[str] | None = None, server_commands: tuple[tuple[str, str], 
         print_error(str(e))
         return EXIT_USAGE
     except (KafkaConnectionError, KafkaTimeoutError) as e:
-        print_error(f"{e} (is a broker running at {args.bootstrap_server}?)" if isinstance(e, KafkaConnectionError) else str(e))
+        # Only a bootstrap that failed blames the bootstrap address; a broker found through it that cannot be
+        # reached is named in the error itself.
+        print_error(f"{e} (is a broker running at {args.bootstrap_server}?)" if isinstance(e, NoBrokersAvailable) else str(e))
         return EXIT_UNREACHABLE
     except KafkaError as e:
         print_error(str(e))
