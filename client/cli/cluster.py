@@ -21,7 +21,7 @@ def register(sub: SubParsers) -> None:
     ksub = SubParsers(sub.add(
         "cluster",
         help="brokers, controller, metadata quorum and log dirs; up|down|status|compose run a local cluster",
-        epilog="up|down|status|compose run a local cluster of processes on this machine (see odradek cluster up "
+        epilog="cluster up|down|status|compose run a local cluster of processes on this machine (see odradek cluster up "
                "--help); after a node died, `odradek cluster up --dir DIR` restarts just it"),
         "action")
     ksub.add("describe", handler=cluster_describe, help="cluster id, controller, brokers (fenced or not) and the metadata quorum")
