@@ -1,7 +1,8 @@
 """`odradek cluster up | down | status`: a local cluster of combined nodes as processes on loopback.
 
     odradek cluster up --nodes 3 [--dir ./odradek-cluster] [--port 9092]   # prints the bootstrap servers
-    odradek cluster status [--dir ...]                                    # each node, and the quorum
+    odradek cluster up [--dir ...]                  # again: restarts only the nodes that are not running
+    odradek cluster status [--dir ...] [-b HOST:PORT]                     # each node, and the quorum
     odradek cluster down [--dir ...] [--purge]                            # SIGTERM each node; --purge: data too
     odradek cluster compose --nodes 3 > docker-compose.yml                # the same nodes for Docker
 
@@ -105,6 +106,43 @@ def _pid(base: Path, node_id: int) -> int | None:
     return pid
 
 
+def _read_properties(path: Path) -> dict[str, str]:
+    props = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return props
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")) and "=" in line:
+            key, _, value = line.partition("=")
+            props[key.strip()] = value.strip()
+    return props
+
+
+def configured_ports(base: Path, node_id: int) -> tuple[str, int, int] | None:
+    """(host, client port, controller port) of node `node_id` as its server.properties says (the first
+    listener that is not a controller listener, and the first that is), or None without a readable file:
+    `status` and `up` go by what each node was started with, not by the --port default."""
+    props = _read_properties(_node_dir(base, node_id) / "server.properties")
+    controllers = {n.strip() for n in props.get("controller.listener.names", "CONTROLLER").split(",")}
+    client = controller = None
+    for item in props.get("listeners", "").split(","):
+        name, sep, rest = item.strip().partition("://")
+        host, _, port = rest.rpartition(":")
+        if not sep or not port.isdigit():
+            continue
+        host = host.strip("[]") or "127.0.0.1"
+        host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        if name in controllers:
+            controller = controller or (host, int(port))
+        else:
+            client = client or (host, int(port))
+    if client is None:
+        return None
+    return client[0], client[1], controller[1] if controller else -1
+
+
 def _existing_nodes(base: Path) -> list[int]:
     found = []
     for child in base.glob("node-*"):
@@ -118,7 +156,13 @@ def _existing_nodes(base: Path) -> list[int]:
 # -- up
 
 
-def up(base: Path, nodes: int, port: int, overrides: list[str], timeout_s: float) -> int:
+def up(base: Path, nodes: int, port: int | None, overrides: list[str], timeout_s: float) -> int:
+    """Start every node of the cluster in `base` that is not running (all of them the first time): after a
+    node was killed, `cluster up --dir DIR` again restarts just that one, with the settings it had.
+
+    A node's server.properties is (re)written when the node is new, or when --port or --override is given;
+    otherwise the file it was started with is kept. If a node exits before the cluster is ready (its port is
+    taken, a bad override), `up` names it, shows the end of its log and stops the nodes it started."""
     base.mkdir(parents=True, exist_ok=True)
     id_file = base / "cluster.id"
     cluster_id = id_file.read_text().strip() if id_file.exists() else new_cluster_id()
@@ -128,18 +172,25 @@ def up(base: Path, nodes: int, port: int, overrides: list[str], timeout_s: float
         print(f"odradek: {base} holds a cluster of {len(existing)} nodes; `cluster up --nodes {len(existing)}` "
               f"or another --dir", file=sys.stderr)
         return 2
+    if port is None:  # the ports node 1 was given before, else Kafka's
+        known = configured_ports(base, 1)
+        port = known[1] if known is not None else DEFAULT_PORT
+        rewrite = bool(overrides)
+    else:
+        rewrite = True
     for node_id in range(1, nodes + 1):
         directory = _node_dir(base, node_id)
         directory.mkdir(exist_ok=True)
-        props = node_properties(node_id, nodes, port=port, data_dir=str((directory / "data").resolve()))
-        for item in overrides:
-            key, _, value = item.partition("=")
-            props[key.strip()] = value.strip().replace("{node}", str(node_id))  # per node, e.g. broker.rack=r{node}
-        write_properties(directory / "server.properties", props)
+        if rewrite or not (directory / "server.properties").exists():
+            props = node_properties(node_id, nodes, port=port, data_dir=str((directory / "data").resolve()))
+            for item in overrides:
+                key, _, value = item.partition("=")
+                props[key.strip()] = value.strip().replace("{node}", str(node_id))  # per node, e.g. broker.rack=r{node}
+            write_properties(directory / "server.properties", props)
         data = directory / "data"
         if read_meta_properties(str(data)) is None:
             format_log_dir(str(data), node_id=node_id, cluster_id=cluster_id, directory_id=new_cluster_id())
-    started = []
+    started: dict[int, subprocess.Popen] = {}
     for node_id in range(1, nodes + 1):
         if _pid(base, node_id) is not None:
             continue
@@ -151,29 +202,66 @@ def up(base: Path, nodes: int, port: int, overrides: list[str], timeout_s: float
                 cwd=str(directory),
             )
         (directory / "node.pid").write_text(f"{proc.pid}\n")
-        started.append(node_id)
-    bootstrap = ",".join(f"localhost:{node_ports(i, port)[0]}" for i in range(1, nodes + 1))
-    ready = asyncio.run(_wait_ready(nodes, port, timeout_s))
-    if not ready:
-        print(f"odradek: the cluster did not come up within {timeout_s:.0f}s; see {base}/node-*/node.log",
-              file=sys.stderr)
+        started[node_id] = proc
+    addresses = {i: configured_ports(base, i) or ("127.0.0.1", *node_ports(i, port)) for i in range(1, nodes + 1)}
+    bootstrap = ",".join(f"localhost:{addresses[i][1]}" for i in range(1, nodes + 1))
+    outcome = asyncio.run(_wait_ready(addresses, started, timeout_s))
+    if outcome is not None:
+        failed, reason = outcome
+        for node_id, proc in started.items():  # the nodes this command started: stopped again
+            if proc.poll() is None:
+                proc.terminate()
+        for node_id, proc in started.items():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            (_node_dir(base, node_id) / "node.pid").unlink(missing_ok=True)
+        if failed is None:
+            print(f"odradek: the cluster did not come up within {timeout_s:.0f}s ({reason}); see "
+                  f"{base}/node-*/node.log", file=sys.stderr)
+        else:
+            print(f"odradek: node {failed} failed to start: {reason}; stopped the nodes started with it "
+                  f"({', '.join(map(str, sorted(started)))}); see {_node_dir(base, failed) / 'node.log'}",
+                  file=sys.stderr)
         return 1
     print(f"cluster {cluster_id}: {nodes} nodes up ({len(started)} started) in {base}")
     print(f"bootstrap servers: {bootstrap}")
     return 0
 
 
-async def _wait_ready(nodes: int, port: int, timeout_s: float) -> bool:
-    """Every node answers Metadata listing all `nodes` brokers (registered and unfenced)."""
+def _last_error_line(base_log: Path) -> str:
+    try:
+        lines = [line.strip() for line in base_log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    for line in reversed(lines[-40:]):
+        if "error" in line.lower() or "address" in line.lower():
+            return line[-300:]
+    return lines[-1][-300:] if lines else "no log"
+
+
+async def _wait_ready(addresses: dict[int, tuple[str, int, int]], started: dict[int, subprocess.Popen],
+                      timeout_s: float) -> tuple[int | None, str] | None:
+    """None once every node answers Metadata listing all the nodes (registered and unfenced); else (the node
+    that exited, why) as soon as one of those started here exits, or (None, what is missing) at the
+    timeout."""
     from odradek.protocol.messages import MetadataRequest
 
     from .node_client import NodeConnection, NodeUnavailable
 
+    nodes = len(addresses)
     deadline = time.monotonic() + timeout_s
-    pending = set(range(1, nodes + 1))
+    pending = set(addresses)
     while pending and time.monotonic() < deadline:
+        for node_id, proc in sorted(started.items()):
+            if proc.poll() is not None:
+                log_path = Path(proc.args[-1]).parent / "node.log"
+                return node_id, f"it exited with code {proc.returncode}: {_last_error_line(log_path)}"
         for node_id in sorted(pending):
-            conn = NodeConnection(node_id, "127.0.0.1", node_ports(node_id, port)[0], backoff_s=0.0)
+            host, client_port, _ = addresses[node_id]
+            conn = NodeConnection(node_id, host, client_port, backoff_s=0.0)
             try:
                 md = await conn.request(MetadataRequest(topics=[]), 12, timeout_s=2.0)
                 if len(md.brokers) == nodes:
@@ -184,7 +272,7 @@ async def _wait_ready(nodes: int, port: int, timeout_s: float) -> bool:
                 await conn.close()
         if pending:
             await asyncio.sleep(0.2)
-    return not pending
+    return None if not pending else (None, f"nodes {', '.join(map(str, sorted(pending)))} not ready")
 
 
 async def _node_ready(bootstrap: str, node_id: int, timeout_s: float) -> bool:
@@ -239,17 +327,31 @@ def down(base: Path, purge: bool, timeout_s: float) -> int:
     return 0
 
 
-def status(base: Path, port: int) -> int:
+def status(base: Path, port: int | None, bootstrap: str | None = None, timeout_s: float = 5.0) -> int:
+    """Each node's process and addresses (from its own server.properties), then the quorum as the first
+    node that answers describes it; with `bootstrap` (`odradek -b HOST cluster status`) the quorum is asked
+    there, with or without a local cluster directory."""
     nodes = _existing_nodes(base)
-    if not nodes:
+    if not nodes and bootstrap is None:
         print(f"odradek: no cluster in {base}", file=sys.stderr)
         return 1
-    quorum = asyncio.run(_describe_quorum(nodes, port))
+    addresses = {}
+    for node_id in nodes:
+        known = configured_ports(base, node_id)
+        addresses[node_id] = known if known is not None else ("127.0.0.1", *node_ports(node_id, port or DEFAULT_PORT))
+    targets: list[tuple[str, int]] = [(h, p) for h, p, _ in addresses.values()]
+    if bootstrap is not None:
+        targets = []
+        for item in bootstrap.split(","):
+            host, _, p = item.strip().rpartition(":")
+            if p.isdigit():
+                targets.append((host.strip("[]") or "127.0.0.1", int(p)))
+    quorum = asyncio.run(_describe_quorum(targets, timeout_s))
     for node_id in nodes:
         pid = _pid(base, node_id)
-        client_port, controller_port = node_ports(node_id, port)
+        host, client_port, controller_port = addresses[node_id]
         state = f"running (pid {pid})" if pid else "stopped"
-        print(f"node {node_id}: {state}  client localhost:{client_port}  controller localhost:{controller_port}")
+        print(f"node {node_id}: {state}  client {host}:{client_port}  controller {host}:{controller_port}")
     if quorum is None:
         print("quorum: no node answered DescribeQuorum")
         return 1
@@ -260,17 +362,17 @@ def status(base: Path, port: int) -> int:
     return 0
 
 
-async def _describe_quorum(nodes: list[int], port: int):
+async def _describe_quorum(targets: list[tuple[str, int]], timeout_s: float = 5.0):
     from odradek.protocol.messages import DescribeQuorumRequest
 
     from .node_client import NodeConnection, NodeUnavailable
 
     request = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
         topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])])
-    for node_id in nodes:
-        conn = NodeConnection(node_id, "127.0.0.1", node_ports(node_id, port)[0], backoff_s=0.0)
+    for host, client_port in targets:
+        conn = NodeConnection(-1, host, client_port, backoff_s=0.0, connect_timeout_s=min(timeout_s, 5.0))
         try:
-            response = await conn.request(request, 2, timeout_s=5.0)
+            response = await conn.request(request, 2, timeout_s=timeout_s)
             if response.error_code == 0 and response.topics and response.topics[0].partitions[0].error_code == 0:
                 return response
         except NodeUnavailable:
@@ -359,7 +461,8 @@ def compose(nodes: int) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="odradek cluster", description="Run a local Odradek cluster.")
     sub = parser.add_subparsers(dest="command", required=True)
-    up_p = sub.add_parser("up", help="start a combined-mode cluster as local processes")
+    up_p = sub.add_parser("up", help="start the nodes of a combined-mode cluster that are not running (all "
+                                     "the first time; after a node died, only it)")
     up_p.add_argument("--nodes", "-n", type=int, default=3, help="how many nodes (default 3)")
     up_p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                       help="a property for every node; {node} in the value becomes the node's id (broker.rack=r{node})")
@@ -367,12 +470,18 @@ def _parser() -> argparse.ArgumentParser:
     down_p = sub.add_parser("down", help="stop the local cluster (SIGTERM, then SIGKILL after --timeout)")
     down_p.add_argument("--purge", action="store_true", help="also remove its directory (all data)")
     down_p.add_argument("--timeout", type=float, default=30.0)
-    sub.add_parser("status", help="each node's process and the controller quorum")
+    status_p = sub.add_parser("status", help="each node's process and addresses, and the controller quorum")
+    status_p.add_argument("--bootstrap-server", "--bootstrap-servers", "-b", metavar="HOSTS",
+                          help="ask these HOST:PORT for the quorum (default: the nodes of --dir)")
+    status_p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each node (default 5)")
     compose_p = sub.add_parser("compose", help="print a docker-compose.yml for the same nodes")
     compose_p.add_argument("--nodes", "-n", type=int, default=3)
-    for p in (up_p, down_p, sub.choices["status"]):
+    for p in (up_p, down_p, status_p):
         p.add_argument("--dir", default=DEFAULT_DIR, help=f"the cluster's directory (default {DEFAULT_DIR})")
-        p.add_argument("--port", type=int, default=DEFAULT_PORT, help="node 1's client port; node i uses port+2(i-1)")
+    for p in (up_p, status_p):
+        p.add_argument("--port", type=int, default=None,
+                       help=f"node 1's client port; node i uses port+2(i-1) (default: the ports the nodes in --dir "
+                            f"were given, else {DEFAULT_PORT})")
     return parser
 
 
@@ -389,4 +498,4 @@ def main(argv: list[str]) -> int:
         return up(base, args.nodes, args.port, args.override, args.timeout)
     if args.command == "down":
         return down(base, args.purge, args.timeout)
-    return status(base, args.port)
+    return status(base, args.port, args.bootstrap_server, args.timeout)

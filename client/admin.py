@@ -62,7 +62,7 @@ DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 
 METADATA_TOPIC = "__cluster_metadata"
 
-RESOURCE_TYPES = {"topic": 2, "group": 3, "broker": 4, "broker_logger": 8}
+RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8, "group": 32}  # Kafka's ConfigResource.Type (GROUP is 32)
 CONFIG_SOURCES = {
     -1: "unknown", 0: "unknown", 1: "dynamic_topic", 2: "dynamic_broker", 3: "dynamic_default_broker",
     4: "static_broker", 5: "default", 6: "dynamic_broker_logger", 7: "client_metrics", 8: "group",

@@ -151,6 +151,10 @@ class ClusterMetadata:
         return None if info is None else info.partitions.get(tp.partition)
 
 
+# How long a broker that could not be connected to is passed over by least_loaded_node.
+UNREACHABLE_BACKOFF_S = 5.0
+
+
 class KafkaClient:
     def __init__(self, config: ClientConfig | None = None, **overrides: Any):
         config = config if config is not None else ClientConfig()
@@ -162,6 +166,7 @@ class KafkaClient:
         self._security = ClientSecurity.from_config(config)
         self._conns: dict[int, BrokerConnection] = {}
         self._connect_locks: dict[int, asyncio.Lock] = {}
+        self._connect_failed_at: dict[int, float] = {}  # node id -> time.monotonic() of its last failed connect
         self._topics: set[str] = set()
         self._all_topics = False
         self._refresh: asyncio.Task | None = None
@@ -236,11 +241,20 @@ class KafkaClient:
             old = self._conns.get(node_id)
             if old is not None and not old._closed:  # a SASL session near its end (KIP-368): replaced
                 asyncio.get_running_loop().call_later(self.config.request_timeout_ms / 1000, lambda c=old: asyncio.ensure_future(c.close()))
-            await conn.connect()
+            try:
+                await conn.connect()
+            except KafkaConnectionError:
+                self._connect_failed_at[node_id] = time.monotonic()
+                raise
+            self._connect_failed_at.pop(node_id, None)
             self._conns[node_id] = conn
             return conn
 
     def least_loaded_node(self) -> int:
+        """A connected broker with the fewest requests in flight; else a random known broker, leaving out those
+        that failed to connect within UNREACHABLE_BACKOFF_S while another remains (as Kafka's leastLoadedNode
+        skips nodes in reconnect backoff): a dead broker stays in the metadata until its session times out,
+        and a request that is not for it must not wait on it."""
         best = None
         for node_id, conn in self._conns.items():
             if conn.connected and (node_id >= 0 or not self.cluster.brokers):
@@ -249,7 +263,10 @@ class KafkaClient:
         if best is not None:
             return best[1]
         if self.cluster.brokers:
-            return random.choice(list(self.cluster.brokers))
+            now = time.monotonic()
+            candidates = [n for n in self.cluster.brokers
+                          if now - self._connect_failed_at.get(n, -UNREACHABLE_BACKOFF_S) >= UNREACHABLE_BACKOFF_S]
+            return random.choice(candidates or list(self.cluster.brokers))
         return -1
 
     async def send(
@@ -376,7 +393,7 @@ class KafkaClient:
             try:
                 response = await self.send(node_id, build, api_key=METADATA)
             except (KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError) as e:
-                errors.append(str(e))
+                errors.append(e)
                 continue
             self.cluster.update(response, requested)
             self._updated.set()
@@ -388,8 +405,12 @@ class KafkaClient:
                         asyncio.get_running_loop().create_task(conn.close())
             return
         servers = ", ".join(f"{h}:{p}" for h, p in self._bootstrap)
-        detail = errors[-1] if errors else "no brokers known"
-        raise NoBrokersAvailable(f"no broker reachable (bootstrap {servers}): {detail}")
+        detail = str(errors[-1]) if errors else "no brokers known"
+        failure = NoBrokersAvailable(f"no broker reachable (bootstrap {servers}): {detail}",
+                                     refused=bool(errors) and all(getattr(e, "refused", False) for e in errors))
+        if bootstrap and failure.refused and not self.config.bootstrap_retry_refused:
+            failure.retriable = False  # nothing listens at any bootstrap address: say so now
+        raise failure
 
     async def _refresh_loop(self) -> None:
         min_interval = self.config.retry_backoff_ms / 1000

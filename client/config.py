@@ -95,6 +95,9 @@ class ClientConfig:
     request_timeout_ms: int = 30_000
     connect_timeout_ms: int = 10_000
     default_api_timeout_ms: int = 60_000
+    # When every bootstrap server refuses the connection: retry until default_api_timeout_ms (True, as the Java
+    # client does: a broker may be starting) or fail at once (False: the CLI, which says so at once).
+    bootstrap_retry_refused: bool = True
     metadata_max_age_ms: int = 300_000
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1_000

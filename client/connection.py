@@ -150,6 +150,26 @@ def oauthbearer_token(config) -> tuple[str, dict[str, str]]:
 
 API_VERSIONS = 18
 
+
+async def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
+    """Whether `host:port` completes a TLS handshake (certificates unchecked: this only asks what the listener
+    speaks, after it closed a plaintext connection unanswered, as a TLS listener does)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context), min(timeout_s, 5.0))
+    except ssl.SSLError as e:  # a TLS alert is TLS too (e.g. the listener wants a client certificate)
+        return "alert" in str(e).lower()
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except (OSError, ssl.SSLError):
+        pass
+    return True
+
 # Highest version the client code speaks where it is below the protocol layer's: these versions switch
 # from topic names to topic ids, which this client does not use.
 CLIENT_MAX_VERSIONS = {
@@ -196,6 +216,8 @@ class BrokerConnection:
         self._pending: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
         self._closed = False
         self._close_reason: BaseException | None = None
+        self._answers = 0  # responses read on this connection
+        self._negotiated_answers: int | None = None  # responses read by the end of connect()
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -233,6 +255,8 @@ class BrokerConnection:
             raise KafkaConnectionError(f"{self.address} closed the connection {what}: {e.strerror or str(e) or 'reset'}") from None
         except ssl.SSLError as e:
             raise AuthenticationError(f"TLS handshake with {self.address} failed: {e.reason or e}") from None
+        except ConnectionRefusedError as e:
+            raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}", refused=True) from None
         except OSError as e:
             raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
         sock = self._writer.get_extra_info("socket")
@@ -247,6 +271,10 @@ class BrokerConnection:
                 await self._negotiate()
             except KafkaConnectionError as e:
                 if ssl_context is None:
+                    if self._answers == 0 and await _speaks_tls(self.host, self.port, self.connect_timeout_ms / 1000):
+                        raise AuthenticationError(
+                            f"{self.address} is a TLS listener: it closed this plaintext connection unanswered; set "
+                            "security.protocol=SSL (or SASL_SSL) and ssl.ca.location") from None
                     raise
                 # Under TLS 1.3 a broker checks the client's certificate after the client's handshake is done:
                 # one it does not trust ends the connection before the first answer.
@@ -255,10 +283,28 @@ class BrokerConnection:
                     "client's certificate (ssl.certificate.location), or require one") from None
             if self.security is not None and self.security.mechanism is not None:
                 await self._authenticate()
+            self._negotiated_answers = self._answers
         except BaseException:
             await self.close()
             raise
         return self
+
+    async def _sasl_mechanisms(self) -> list[str]:
+        """The SASL mechanisms the listener at our address asks for (a SaslHandshake on a new connection),
+        or [] if it does not use SASL (a plain listener answers ILLEGAL_SASL_STATE) or cannot be asked."""
+        probe = BrokerConnection(self.host, self.port, node_id=self.node_id, client_id=self.client_id,
+                                 request_timeout_ms=min(self.request_timeout_ms, 5_000),
+                                 connect_timeout_ms=min(self.connect_timeout_ms, 5_000), security=self.security)
+        try:
+            await probe.connect()
+            answer = await probe.send(REQUESTS[SASL_HANDSHAKE](mechanism=PLAIN), version=1)
+        except Exception:  # noqa: BLE001 - a probe that fails tells nothing: the original error stands
+            return []
+        finally:
+            await probe.close()
+        if answer.error_code in (0, ErrorCode.UNSUPPORTED_SASL_MECHANISM):
+            return list(answer.mechanisms)
+        return []
 
     async def _authenticate(self) -> None:
         """SaslHandshake v1, then SaslAuthenticate rounds until the mechanism is done."""
@@ -381,6 +427,21 @@ class BrokerConnection:
         timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except KafkaConnectionError:
+            # Closed unanswered on the first request after ApiVersions, by a broker we did not authenticate
+            # to: a SASL listener does exactly that (it serves only ApiVersions and the SASL requests before
+            # authentication). Ask it, on a new connection, whether it wants SASL; if so, say that.
+            if (self._negotiated_answers is not None and self._answers == self._negotiated_answers
+                    and (self.security is None or self.security.mechanism is None)
+                    and request.API_KEY not in (SASL_HANDSHAKE, SASL_AUTHENTICATE)):
+                mechanisms = await self._sasl_mechanisms()
+                if mechanisms:
+                    protocol = "SASL_SSL" if self.security is not None and self.security.ssl_context else "SASL_PLAINTEXT"
+                    raise AuthenticationError(
+                        f"{self.address} is a SASL listener (mechanisms {', '.join(mechanisms)}): it closed the "
+                        f"unauthenticated connection; set security.protocol={protocol}, sasl.mechanism, "
+                        "sasl.username and sasl.password") from None
+            raise
         except asyncio.TimeoutError:
             self._fail(KafkaConnectionError(f"request to {self.address} timed out"))
             raise KafkaTimeoutError(
@@ -398,6 +459,7 @@ class BrokerConnection:
                     error = KafkaConnectionError(f"{self.address} closed the connection")
                     break
                 for event in self._conn.receive_data(data):
+                    self._answers += 1
                     while self._pending:
                         correlation_id, future = self._pending.popleft()
                         if correlation_id == event.correlation_id:

@@ -60,10 +60,16 @@ class KafkaError(OdradekError, KafkaApiError):
 
 
 class KafkaConnectionError(OdradekError):
-    """A connection to a broker could not be opened, or broke while requests were in flight."""
+    """A connection to a broker could not be opened, or broke while requests were in flight. `refused`: the
+    address answered the connection with a reset (nothing listens there), which a bootstrap may report at
+    once rather than retry (`ClientConfig.bootstrap_retry_refused`)."""
 
     retriable = True
     invalid_metadata = True
+
+    def __init__(self, *args: object, refused: bool = False) -> None:
+        super().__init__(*args)
+        self.refused = refused
 
 
 class NoBrokersAvailable(KafkaConnectionError):

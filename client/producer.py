@@ -625,7 +625,8 @@ class Producer:
         if not retriable or now >= batch.deadline or batch.attempts > self.config.retries or self._closed:
             self._fail_batch(batch, error)
             return
-        batch.retry_at = now + self.client.backoff_s(batch.attempts - 1)
+        # Never back off past the delivery deadline: the batch expires then, not at the next retry after it.
+        batch.retry_at = min(now + self.client.backoff_s(batch.attempts - 1), batch.deadline)
         queue = self._batches.get(batch.tp)
         if queue is None:
             queue = self._batches[batch.tp] = collections.deque()

@@ -14,10 +14,14 @@ Human output is aligned tables (rich); `--output json` prints one JSON document 
 Exit codes scripts can rely on:
 
     0  success
-    1  the cluster refused or failed the operation (a Kafka error: topic exists, unknown group, ...)
+    1  the cluster refused or failed the operation (a Kafka error: topic exists, unknown group, ...), or
+       the client could not authenticate (the listener speaks TLS or SASL and the client does not, or
+       the listener refused its certificate or login)
     2  bad usage (unknown option, malformed value)
-    3  no broker reachable, or the operation timed out
+    3  no broker reachable (a refused connection is reported at once), or --timeout passed (every
+       command's waits end there, produce's deliveries included)
     130  interrupted (Ctrl-C)
+    143  `consume` stopped by SIGTERM (it commits and leaves its group first, as on Ctrl-C)
 
 `--bootstrap-server` defaults to $ODRADEK_BOOTSTRAP_SERVERS, else localhost:9092.
 
@@ -36,10 +40,11 @@ import sys
 from typing import Any
 
 from ..config import default_bootstrap, parse_bootstrap
-from ..errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, OdradekError
+from ..errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, NoBrokersAvailable, OdradekError
 from . import cluster, configs, groups, perf, records, security, topics, transactions
 from .cluster import _describe_quorum_or_reason, quorum_json, render_cluster, render_quorum
 from .common import (
+    EXIT_CODES_HELP,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -81,8 +86,7 @@ def build_parser(server_commands: tuple[tuple[str, str], ...] = ()) -> argparse.
     parser = Parser(
         allow_abbrev=False,
         prog="odradek", description="Odradek command line: topics, records, groups, configs, perf.",
-        epilog="exit codes: 0 success, 1 the cluster refused or failed the operation, 2 bad usage, "
-               "3 no broker reachable or timed out, 130 interrupted",
+        epilog=EXIT_CODES_HELP,
     )
     global_options(parser, top=True)
     sub = SubParsers(parser, "command")
@@ -169,7 +173,9 @@ def main(argv: list[str] | None = None, server_commands: tuple[tuple[str, str], 
         print_error(str(e))
         return EXIT_USAGE
     except (KafkaConnectionError, KafkaTimeoutError) as e:
-        print_error(f"{e} (is a broker running at {args.bootstrap_server}?)" if isinstance(e, KafkaConnectionError) else str(e))
+        # Only a bootstrap that failed blames the bootstrap address; a broker found through it that cannot be
+        # reached is named in the error itself.
+        print_error(f"{e} (is a broker running at {args.bootstrap_server}?)" if isinstance(e, NoBrokersAvailable) else str(e))
         return EXIT_UNREACHABLE
     except KafkaError as e:
         print_error(str(e))

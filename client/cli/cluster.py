@@ -10,7 +10,7 @@ from typing import Any
 
 from ..admin import Admin
 from ..errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
-from .common import EXIT_OK, Output, SubParsers
+from .common import EXIT_OK, Output, SubParsers, UsageError
 from .properties import admin_for
 
 
@@ -21,7 +21,8 @@ def register(sub: SubParsers) -> None:
     ksub = SubParsers(sub.add(
         "cluster",
         help="brokers, controller, metadata quorum and log dirs; up|down|status|compose run a local cluster",
-        epilog="cluster up|down|status|compose: run a local cluster (server-side; see odradek cluster up --help)"),
+        epilog="cluster up|down|status|compose run a local cluster of processes on this machine (see odradek cluster up "
+               "--help); after a node died, `odradek cluster up --dir DIR` restarts just it"),
         "action")
     ksub.add("describe", handler=cluster_describe, help="cluster id, controller, brokers (fenced or not) and the metadata quorum")
     p = ksub.add("quorum", handler=cluster_quorum, help="the metadata quorum, as kafka-metadata-quorum describe --status|--replication")
@@ -31,6 +32,23 @@ def register(sub: SubParsers) -> None:
                       help="one row per voter and observer: log end offset, lag, last fetch and caught-up times")
     p.add_argument("--human-readable", action="store_true", help="with --replication: times as 'N ms ago'")
     ksub.add("log-dirs", handler=cluster_log_dirs, help="log directories and partition sizes per broker")
+    # Listed so that `odradek cluster --help` shows the whole family; odradek/cli.py runs them before this
+    # parser is built, so their handler only says so should one be reached another way.
+    for name, text in LOCAL_COMMANDS:
+        ksub.add(name, handler=_run_locally, globals_=False, add_help=False, help=text).add_argument(
+            "rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+LOCAL_COMMANDS = (
+    ("up", "start a local cluster's nodes that are not running (all at first; after a node died, just it)"),
+    ("down", "stop the local cluster"),
+    ("status", "each local node's process and addresses, and the quorum"),
+    ("compose", "print a docker-compose.yml for the same nodes"),
+)
+
+
+async def _run_locally(args: argparse.Namespace, out: Output) -> int:
+    raise UsageError(f"run it as `odradek cluster {args.action} ...` (see odradek cluster {args.action} --help)")
 
 
 def quorum_json(quorum: Any) -> dict[str, Any]:

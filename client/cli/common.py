@@ -18,6 +18,13 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM: `consume` stopped by SIGTERM, after leaving its group
+
+# The exit codes, as `odradek --help` and the README list them.
+EXIT_CODES_HELP = ("exit codes: 0 success; 1 the cluster refused or failed the operation (a Kafka error), or the "
+                   "client could not authenticate (the listener speaks TLS or SASL and the client does not, or "
+                   "refused its login); 2 bad usage; 3 no broker reachable or --timeout passed; 130 interrupted "
+                   "(Ctrl-C); 143 consume stopped by SIGTERM (it left its group first)")
 
 
 class UsageError(Exception):

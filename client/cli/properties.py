@@ -16,7 +16,8 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
     timeout_ms = int(args.timeout * 1000)
     return dict(bootstrap_servers=args.bootstrap_server, client_id=args.client_id,
                 default_api_timeout_ms=timeout_ms, request_timeout_ms=max(timeout_ms, 5_000),
-                connect_timeout_ms=min(timeout_ms, 10_000))
+                connect_timeout_ms=min(timeout_ms, 10_000),
+                bootstrap_retry_refused=False)  # nothing listening is reported at once
 
 
 # Security settings are accepted in the client-properties syntax so that a properties file written for

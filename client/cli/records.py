@@ -4,8 +4,10 @@ Kafka's console producer (LineMessageReader) and console consumer (DefaultMessag
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
+import signal
 import sys
 import time
 from datetime import datetime, timezone
@@ -17,6 +19,7 @@ from ..errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_TERMINATED,
     EXIT_UNREACHABLE,
     Output,
     SubParsers,
@@ -126,7 +129,10 @@ async def produce(args: argparse.Namespace, out: Output) -> int:
     from ..producer import Producer
 
     config = client_config(ProducerConfig, args, acks=args.acks, compression_type=args.compression,
-                     linger_ms=args.linger_ms, max_block_ms=int(args.timeout * 1000))
+                     linger_ms=args.linger_ms, max_block_ms=int(args.timeout * 1000),
+                     # --timeout bounds each record's delivery too: a partition refusing writes
+                     # (NOT_ENOUGH_REPLICAS) is retried until then, not for the client's default 2 min.
+                     delivery_timeout_ms=int(args.timeout * 1000), request_timeout_ms=int(args.timeout * 1000))
     reader = _reader_properties(args)
     headers = [(k, v.encode()) for k, v in args.header]
     sep = reader["key.separator"].encode() if reader.get("parse.key") == "true" else None
@@ -298,7 +304,12 @@ async def consume(args: argparse.Namespace, out: Output) -> int:
                         consumer.seek_to_end(tp)
         write = sys.stdout.write
         last = time.monotonic()
-        while args.count is None or count < args.count:
+        # SIGTERM ends the loop as Ctrl-C does: the consumer commits and leaves its group on the way out,
+        # rather than dying in place and holding its partitions until the session times out.
+        terminated: list[int] = []
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, terminated.append, signal.SIGTERM)
+        while (args.count is None or count < args.count) and not terminated:
             wait_ms = 500
             batch = await consumer.getmany(timeout_ms=wait_ms,
                                            max_records=None if args.count is None else args.count - count)
@@ -319,6 +330,7 @@ async def consume(args: argparse.Namespace, out: Output) -> int:
                     write(_text(r.value) + "\n")
                 count += 1
             sys.stdout.flush()
+        loop.remove_signal_handler(signal.SIGTERM)
         if args.group and not args.no_commit:
             await consumer.commit()
-    return EXIT_OK
+    return EXIT_TERMINATED if terminated else EXIT_OK

@@ -4,6 +4,7 @@ kafka-leader-election.sh and kafka-reassign-partitions.sh."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 from typing import Any
 
 from ..cluster import TopicPartition
@@ -93,17 +94,39 @@ async def topic_list(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-def partition_flags(p: Any, live_brokers: set[int]) -> dict[str, bool]:
+def partition_flags(p: Any, live_brokers: set[int], unreachable: set[int] | frozenset[int] = frozenset()) -> dict[str, bool]:
     """kafka-topics --describe's partition tests: under-replicated (ISR smaller than the replicas) and
-    unavailable (no leader, or a leader that is not a live broker)."""
+    unavailable (no leader, or a leader that is not a live broker); and ours, leader_unreachable: the
+    cluster still names a leader this client could not connect to (it died, and the controller has not
+    moved its partitions yet)."""
     return {"under_replicated": len(p.isr) < len(p.replicas),
-            "unavailable": p.leader < 0 or p.leader not in live_brokers}
+            "unavailable": p.leader < 0 or p.leader not in live_brokers,
+            "leader_unreachable": p.leader >= 0 and p.leader in unreachable}
 
 
 def _partition_state(flags: dict[str, bool]) -> str:
     if flags["unavailable"]:
         return "offline"
+    if flags.get("leader_unreachable"):
+        return "leader-unreachable"
     return "under-replicated" if flags["under_replicated"] else "ok"
+
+
+async def unreachable_brokers(admin: Any, node_ids: set[int], budget_s: float) -> set[int]:
+    """The brokers among `node_ids` this client cannot connect to within `budget_s` (all tried at once). A
+    broker that died stays in the metadata (and leads its partitions) until the controller notices, after
+    its session times out: asking it for offsets would only retry until then, so callers leave it out and
+    say so."""
+    async def reachable(node_id: int) -> bool:
+        try:
+            await asyncio.wait_for(admin.client.connection(node_id), budget_s)
+            return True
+        except (OdradekError, OSError, asyncio.TimeoutError):
+            return False
+
+    ids = sorted(node_ids)
+    answers = await asyncio.gather(*(reachable(n) for n in ids))
+    return {n for n, ok in zip(ids, answers) if not ok}
 
 
 def _ids(nodes: list[int]) -> str:
@@ -112,7 +135,8 @@ def _ids(nodes: list[int]) -> str:
 
 def render_topics(out: Output, descs: list[Any], live_brokers: set[int], *, starts: dict | None = None,
                   ends: dict | None = None, configs: dict[str, dict[str, str]] | None = None,
-                  under_replicated: bool = False, unavailable: bool = False) -> None:
+                  under_replicated: bool = False, unavailable: bool = False,
+                  unreachable: set[int] | frozenset[int] = frozenset()) -> None:
     """`topic describe`'s output. With a filter (Kafka's --under-replicated-partitions,
     --unavailable-partitions; both: either) only the matching partitions are shown, and topics without one
     are left out, as kafka-topics does."""
@@ -122,8 +146,9 @@ def render_topics(out: Output, descs: list[Any], live_brokers: set[int], *, star
     for d in descs:
         parts = []
         for p in d.partitions:
-            flags = partition_flags(p, live_brokers)
-            wanted = (under_replicated and flags["under_replicated"]) or (unavailable and flags["unavailable"])
+            flags = partition_flags(p, live_brokers, unreachable)
+            wanted = ((under_replicated and flags["under_replicated"])
+                      or (unavailable and (flags["unavailable"] or flags["leader_unreachable"])))
             if wanted or not filtered:
                 parts.append((p, flags))
         if parts or not filtered:
@@ -157,9 +182,12 @@ async def topic_describe(args: argparse.Namespace, out: Output) -> int:
     async with admin_for(args) as admin:
         descs = await admin.describe_topics(args.names or None, internal=args.internal)
         live = set(admin.client.cluster.brokers)
-        # An offline partition has no leader to answer ListOffsets: asking would only wait for the timeout.
+        leaders = {p.leader for d in descs for p in d.partitions if p.leader in live}
+        unreachable = await unreachable_brokers(admin, leaders, min(args.timeout / 2, 3.0))
+        # An offline partition has no leader to answer ListOffsets, nor one whose leader is unreachable:
+        # asking would only wait for the timeout (or for the controller to move it).
         tps = [TopicPartition(d.name, p.partition) for d in descs for p in d.partitions
-               if not partition_flags(p, live)["unavailable"]]
+               if not (flags := partition_flags(p, live, unreachable))["unavailable"] and not flags["leader_unreachable"]]
         starts = await admin.beginning_offsets(tps) if tps else {}
         ends = await admin.end_offsets(tps) if tps else {}
         configs = {}
@@ -169,7 +197,7 @@ async def topic_describe(args: argparse.Namespace, out: Output) -> int:
                                    if not c.is_default}
             except OdradekError:
                 configs[d.name] = {}
-    render_topics(out, descs, live, starts=starts, ends=ends, configs=configs,
+    render_topics(out, descs, live, starts=starts, ends=ends, configs=configs, unreachable=unreachable,
                   under_replicated=args.under_replicated_partitions, unavailable=args.unavailable_partitions)
     return EXIT_OK
 

@@ -56,7 +56,8 @@ async def test_quorum_brokers_and_under_replicated_partitions_of_three_nodes(tmp
             await admin.create_topic("replicated", 3, 3)
             (desc,) = await admin.describe_topics(["replicated"])
             live = set(admin.client.cluster.brokers)
-            assert all(partition_flags(p, live) == {"under_replicated": False, "unavailable": False}
+            assert all(partition_flags(p, live) == {"under_replicated": False, "unavailable": False,
+                                                    "leader_unreachable": False}
                        for p in desc.partitions)
 
             stopped = followers[1]
