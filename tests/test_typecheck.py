@@ -40,6 +40,7 @@ CHECKED = (
     "odradek.storage",
     "odradek.raft",
     "odradek.metadata",
+    "odradek.replication",
 )
 
 # Modules under a CHECKED package left out, each with its reason. A name need not exist yet (a module
