@@ -41,12 +41,18 @@ CHECKED = (
     "odradek.raft",
     "odradek.metadata",
     "odradek.replication",
+    "odradek.coordinator",
 )
 
 # Modules under a CHECKED package left out, each with its reason. A name need not exist yet (a module
 # another branch is adding stays out until its rewrite lands).
 NOT_YET = (
     "odradek.metadata.loader",  # moving here from broker/quorum.py with the one metadata road
+    # Under rewrite (the group/offsets write path). group/ passes as of this list; runtime.py does not: it
+    # calls replay_transactional/replay_end_transaction on any shard S, which CoordinatorShard does not
+    # declare (only the group shard has them), and its in-memory writer's log holds more than pairs.
+    "odradek.coordinator.runtime",
+    "odradek.coordinator.group",
 )
 
 
