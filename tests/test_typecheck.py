@@ -48,6 +48,7 @@ CHECKED = (
     "odradek.metadata",
     "odradek.replication",
     "odradek.coordinator",
+    "odradek.client",
 )
 
 # Modules under a CHECKED package left out, each with its reason. A name need not exist yet (a module
@@ -59,6 +60,7 @@ NOT_YET = (
     # declare (only the group shard has them), and its in-memory writer's log holds more than pairs.
     "odradek.coordinator.runtime",
     "odradek.coordinator.group",
+    "odradek.client.cli",  # being edited (issue 27); 14 errors: Optional narrowing, matplotlib's missing stubs
 )
 
 
