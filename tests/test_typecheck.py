@@ -23,7 +23,11 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".mypy_cache"
 
-# Packages (every module under them, less those in NOT_YET) and single modules, by import name.
+# Packages (every module under them, less those in NOT_YET) and single modules, by import name. Not yet
+# listed: the broker's wiring under rewrite (components, server, quorum, controller_channel; network with
+# the admission step; groups_wiring, log_dirs, controller_settings, which the composition root retypes;
+# daemon), broker/internal_topics.py (its reader yields what coordinator/runtime.py's PartitionWriter
+# types as pairs: the runtime's question below), and pipeline/ (13 errors, PySpark's untyped API).
 CHECKED = (
     "odradek.broker.handlers",
     "odradek.broker.services",
