@@ -159,7 +159,7 @@ class ReplicaManager:
             partition = Partition(
                 tp, topic_id=topic_id, log=log, local_broker_id=self.node_id, min_insync_replicas=min_insync_replicas,
                 first_unstable_offset=lambda: log.first_unstable_offset,
-                producer_state=getattr(log, "producer_state", None), is_replica_eligible=self._is_replica_eligible,
+                producer_state=log.producer_state, is_replica_eligible=self._is_replica_eligible,
                 replica_lag_time_max_ms=self.replica_lag_time_max_ms,
             )
             self.partitions[tp] = partition
@@ -178,7 +178,7 @@ class ReplicaManager:
             # batches of an epoch between the last one written here and this one learns nothing, and is
             # taken as caught up on records this leader does not have: the replication simulation found it).
             plog = partition.log
-            if leader_epoch > getattr(plog, "latest_epoch", leader_epoch):
+            if leader_epoch > plog.latest_epoch:
                 plog.assign_epoch_start_offset(leader_epoch, plog.log_end_offset)
             partition.make_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr, now_ms=now_ms)
         elif leader_id >= 0:
