@@ -113,6 +113,7 @@ class Authenticator:
         if mechanism == PLAIN:
             return PlainServer(self.security.verify_plain)
         if mechanism == OAUTHBEARER:
+            assert self.security.oauthbearer is not None  # a listener enabling OAUTHBEARER has its validator
             return OAuthBearerServer(self.security.oauthbearer, self._wall_clock_ms)
         scram = ScramMechanism.from_name(mechanism)
         return ScramServer(scram, lambda name: self.security.scram_credential(scram, name), self._nonce())
@@ -123,6 +124,7 @@ class Authenticator:
             self.state = SaslState.FAILED
             return AuthStep(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message="SaslAuthenticate before a SaslHandshake")
         server = self._server
+        assert server is not None  # chosen at the handshake, with the state checked above
         try:
             answer = server.step(token)
         except SaslAuthenticationFailed as e:
@@ -134,6 +136,7 @@ class Authenticator:
                 self.failure_reason = server.failure_reason
                 log.info("OAUTHBEARER token refused", listener=self.security.name, reason=server.failure_reason)
             return AuthStep(token=answer)
+        assert server.username is not None  # a completed exchange has named its user
         principal = KafkaPrincipal("User", server.username)
         if self.state is SaslState.REAUTH_AUTHENTICATE and principal != self.principal:
             self.state = SaslState.FAILED

@@ -1307,7 +1307,9 @@ class BrokerConfig(BaseModel):
         if name is None:
             return raw
         info = type(self).model_fields[name]
-        return TypeAdapter(Annotated[info.annotation, *info.metadata]).validate_python(raw)
+        # The field's type with its constraints, built at run time: pydantic takes it, mypy sees no type form.
+        field_type: Any = Annotated[info.annotation, *info.metadata]
+        return TypeAdapter(field_type).validate_python(raw)
 
     # ------------------------------------------------------------------------------------------------
     # Derived values
@@ -1550,7 +1552,8 @@ def broker_config_keys() -> list[tuple[str, ConfigType, str]]:
     result = []
     for name, info in BrokerConfig.model_fields.items():
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-        result.append((info.alias or name, ConfigType(extra.get("kafka_type", 0)), info.description or ""))
+        kafka_type: Any = extra.get("kafka_type", 0)  # a ConfigType value, stored in the field's JSON schema extra
+        result.append((info.alias or name, ConfigType(kafka_type), info.description or ""))
     return result
 
 

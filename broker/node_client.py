@@ -215,12 +215,13 @@ class NodeConnection:
         """Renew the SASL session in band when it is due (KIP-368); other requests wait until it is done."""
         while self._reauthenticating is not None:
             await asyncio.shield(self._reauthenticating)
-        if self._reauth_at is None or self._clock() < self._reauth_at or not self.connected:
+        security = self.security  # set whenever _reauth_at is: a SASL session was started
+        if security is None or self._reauth_at is None or self._clock() < self._reauth_at or not self.connected:
             return
         done = self._reauthenticating = asyncio.get_running_loop().create_future()
         try:
             lifetime_ms = await self._sasl_exchange(lambda message, version: self._send(message, version, self.connect_timeout_s),
-                                                    self.security)
+                                                    security)
         except (NodeUnavailable, ProtocolError) as e:
             self._drop(NodeUnavailable(f"re-authentication with node {self.node_id} failed: {e}"))
             log.warning("cannot re-authenticate to a node", node=self.node_id, error=str(e))
@@ -237,6 +238,8 @@ class NodeConnection:
     async def _sasl_exchange(self, call, security: NodeSecurity) -> int:
         """The SASL requests of one (re-)authentication, each sent and answered by `call`; the session's
         lifetime in ms from the last SaslAuthenticate answer."""
+        mechanism = security.mechanism
+        assert mechanism is not None  # only a SASL listener's NodeSecurity is exchanged for
         handshake = await call(SaslHandshakeRequest(mechanism=security.mechanism), 1)
         if handshake.error_code:
             raise NodeUnavailable(f"node {self.node_id} does not enable SASL mechanism {security.mechanism} "
@@ -257,12 +260,13 @@ class NodeConnection:
             if security.mechanism == PLAIN:
                 await token(plain_token(security.username, security.password))
             elif security.mechanism == OAUTHBEARER:
+                assert security.oauth_login is not None  # node_security gives OAUTHBEARER its login options
                 status = await token(oauthbearer_client_first(security.oauth_login.token(time.time_ns() // 1_000_000)))
                 if status:  # a JSON error status: the client answers ^A, which the node refuses (RFC 7628)
                     await token(b"\x01")
                     raise NodeUnavailable(f"node {self.node_id} refused this node's OAUTHBEARER token: {status.decode(errors='replace')}")
             else:
-                client = ScramClient(ScramMechanism.from_name(security.mechanism), security.username, security.password,
+                client = ScramClient(ScramMechanism.from_name(mechanism), security.username, security.password,
                                      secrets.token_urlsafe(18))
                 client.verify(await token(client.final(await token(client.first()))))
         except SaslAuthenticationFailed as e:

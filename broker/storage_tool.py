@@ -23,6 +23,7 @@ import base64
 import os
 import re
 import sys
+from typing import Any
 
 from odradek.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, credential_from_salted_password, salted_password
 from odradek.metadata.image import MetadataReplayError, new_cluster_id, replay_all
@@ -68,7 +69,7 @@ def valid_cluster_id(text: str) -> bool:
 BOOTSTRAP_FILE = "bootstrap.checkpoint"
 
 
-def parse_add_scram(text: str, salt: bytes | None = None) -> UserScramCredentialRecord:
+def parse_add_scram(text: str, salt: bytes | None = None) -> Any:  # a UserScramCredentialRecord (a value, not a type)
     """`SCRAM-SHA-512=[name=alice,password=alice-secret]` (or with iterations=, salt= and saltedpassword=,
     base64) as Kafka's `kafka-storage format --add-scram` reads it."""
     m = re.fullmatch(r"\s*([A-Za-z0-9-]+)\s*=\s*\[(.*)\]\s*", text)

@@ -132,6 +132,8 @@ class BrokerThread:
         async def run() -> Any:
             return fn()
 
+        if self.loop is None:
+            raise RuntimeError("the in-process broker is not running: start() it first")
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout_s)
 
     def __enter__(self) -> "BrokerThread":

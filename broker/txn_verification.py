@@ -111,9 +111,9 @@ async def ask_transaction_coordinator(services: BrokerServices, transactional_id
             response = deferred.result() if deferred.done else await services.future_from(deferred)
         else:
             # The coordinator's marker channel (broker/txn_wiring.MarkerSender) holds this broker's connections to
-            # other nodes for transactions. (`markers` is typed as the shards' MarkerSink; in a broker it is the
-            # coordinator's TransactionMarkerChannelManager, whose channel has `request`.)
-            response = await services.transactions.markers.channel.request(  # type: ignore[union-attr]
+            # other nodes for transactions. (`markers` is typed as the shards' MarkerSink, send and cancel; in a
+            # broker it is the coordinator's TransactionMarkerChannelManager, whose channel has `request`.)
+            response = await services.transactions.markers.channel.request(  # type: ignore[attr-defined]
                 leader[0], request, 4, purpose="txn-verify")
     except Exception as e:  # noqa: BLE001 - the coordinator is unreachable: the client retries
         log.debug("transaction verification failed", transactional_id=transactional_id, error=repr(e))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -39,6 +40,9 @@ from odradek.metadata.publisher import MetadataUpdate
 from .context import ANONYMOUS, ConnectionContext, KafkaPrincipal, RequestContext
 from .groups_wiring import MetadataTopicsView
 from .internal_topics import InternalTopicWriter, ensure_internal_topic, transaction_state_topic_spec
+
+if TYPE_CHECKING:
+    from .node_client import NodeConnections, NodeSecurity
 
 log = structlog.get_logger("odradek.txn_markers")
 
@@ -73,8 +77,9 @@ class MarkerSender:
     def __init__(self, broker) -> None:
         self.broker = broker
         self._tasks: set[asyncio.Task] = set()
-        self._connections = None
-        self._security = None  # TLS / SASL of the inter-broker listener, as the replica fetchers use
+        self._connections: NodeConnections | None = None
+        # TLS / SASL of the inter-broker listener, as the replica fetchers use (in a 1-tuple once looked up)
+        self._security: tuple[NodeSecurity | None] | None = None
         self._correlation = itertools.count()
 
     # -- MarkerChannel --
@@ -142,7 +147,7 @@ class MarkerSender:
                                                 security=self._node_security())
         return await self._connections.request(node_id, message, version, purpose=purpose, timeout_s=timeout_s)
 
-    def _node_security(self):
+    def _node_security(self) -> NodeSecurity | None:
         if self._security is None:
             from .security import node_security
 

@@ -365,8 +365,9 @@ class Admin:
                            configs: dict[str, str] | None = None, *, validate_only: bool = False) -> None:
         result = await self.create_topics([NewTopic(name, num_partitions, replication_factor, configs or {})],
                                           validate_only=validate_only)
-        if result[name] is not None:
-            raise result[name]
+        error = result[name]
+        if error is not None:
+            raise error
         if not validate_only:
             await self._wait_for_topic(name, present=True)
 
@@ -395,8 +396,9 @@ class Admin:
 
     async def delete_topic(self, name: str) -> None:
         result = await self.delete_topics([name])
-        if result.get(name) is not None:
-            raise result[name]
+        error = result.get(name)
+        if error is not None:
+            raise error
 
     async def create_partitions(self, new_totals: dict[str, int], *, validate_only: bool = False,
                                 timeout_ms: int = 30_000) -> dict[str, KafkaError | None]:
@@ -505,7 +507,7 @@ class Admin:
         return await self.client.call(attempt, what="DescribeUserScramCredentials")
 
     async def alter_user_scram_credentials(
-        self, *, upsert: list[tuple[str, str, str, int]] = (), delete: list[tuple[str, str]] = (),
+        self, *, upsert: Iterable[tuple[str, str, str, int]] = (), delete: Iterable[tuple[str, str]] = (),
     ) -> dict[str, KafkaError | None]:
         """Create or change users' SCRAM credentials ((user, mechanism, password, iterations); the password is
         salted and hashed here and never sent) and delete them ((user, mechanism)). {user: error or None}."""
@@ -849,8 +851,8 @@ class Admin:
         brokers = broker_ids if broker_ids is not None else sorted(self.client.cluster.brokers)
         out: dict[int, list[dict]] = {}
         for node in brokers:
-            response = await self.client.call(lambda node=node: self.client.send(node, cls(topics=None)),
-                                              what="DescribeLogDirs")
+            # awaited before the loop moves on: the lambda sees this node
+            response = await self.client.call(lambda: self.client.send(node, cls(topics=None)), what="DescribeLogDirs")
             if response.error_code:
                 raise KafkaError(response.error_code, context=f"log dirs of broker {node}")
             dirs = []

@@ -24,14 +24,16 @@ from __future__ import annotations
 import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from odradek.protocol.codec import decode_from, encode
 from odradek.protocol.messages import DATA_CLASSES
 
 from .common import TopicPartition
 
-SUBSCRIPTION = DATA_CLASSES["ConsumerProtocolSubscription"]
-ASSIGNMENT = DATA_CLASSES["ConsumerProtocolAssignment"]
+# Generated classes (nested TopicPartition, VALID_VERSIONS): Any, as mypy sees `type` in DATA_CLASSES.
+SUBSCRIPTION: Any = DATA_CLASSES["ConsumerProtocolSubscription"]
+ASSIGNMENT: Any = DATA_CLASSES["ConsumerProtocolAssignment"]
 _I16 = struct.Struct(">h")
 
 EAGER = "eager"

@@ -233,8 +233,9 @@ class BlockingConsumer(_Facade):
         return {**super().__getstate__(), "topics": self._topics, "consumer_timeout_ms": self.consumer_timeout_ms}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(*state["topics"], config=state["config"], consumer_timeout_ms=state["consumer_timeout_ms"],
-                      **state["kwargs"])
+        # Unpickling: the bare instance is built again by its own constructor.
+        self.__init__(*state["topics"], config=state["config"],  # type: ignore[misc]
+                      consumer_timeout_ms=state["consumer_timeout_ms"], **state["kwargs"])
 
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         consumer: Consumer = self._ensure()
@@ -273,6 +274,6 @@ def _copy_outcome(source: asyncio.Future, target: concurrent.futures.Future) -> 
     if source.cancelled():
         target.cancel()
     elif source.exception() is not None:
-        target.set_exception(source.exception())  # type: ignore[arg-type]
+        target.set_exception(source.exception())
     else:
         target.set_result(source.result())

@@ -240,7 +240,9 @@ class KafkaClient:
             )
             old = self._conns.get(node_id)
             if old is not None and not old._closed:  # a SASL session near its end (KIP-368): replaced
-                asyncio.get_running_loop().call_later(self.config.request_timeout_ms / 1000, lambda c=old: asyncio.ensure_future(c.close()))
+                stale = old
+                asyncio.get_running_loop().call_later(self.config.request_timeout_ms / 1000,
+                                                      lambda: asyncio.ensure_future(stale.close()))
             try:
                 await conn.connect()
             except KafkaConnectionError:
@@ -377,6 +379,7 @@ class KafkaClient:
         cls = REQUESTS[METADATA]
 
         def build(version: int) -> Any:
+            topics: list | None
             if requested is None:
                 topics = None if version >= 1 else []
             else:

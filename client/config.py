@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Self
 
 from .assignors import ASSIGNORS
 from .errors import ConfigError
@@ -170,7 +170,7 @@ class ClientConfig:
             kwargs[name] = value
         return cls(**kwargs)
 
-    def replace(self, **changes: Any) -> "ClientConfig":
+    def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
 
 

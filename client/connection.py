@@ -239,11 +239,12 @@ class BrokerConnection:
     async def connect(self) -> "BrokerConnection":
         ssl_context = self.security.ssl_context if self.security is not None else None
         try:
-            self._reader, self._writer = await asyncio.wait_for(
+            reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=ssl_context,
                                         server_hostname=self.host if ssl_context is not None else None),
                 self.connect_timeout_ms / 1000
             )
+            self._reader, self._writer = reader, writer
         except asyncio.TimeoutError:
             raise KafkaConnectionError(f"connecting to {self.address} timed out") from None
         except (ConnectionResetError, ssl.SSLEOFError) as e:
@@ -259,7 +260,7 @@ class BrokerConnection:
             raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}", refused=True) from None
         except OSError as e:
             raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
-        sock = self._writer.get_extra_info("socket")
+        sock = writer.get_extra_info("socket")
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -281,8 +282,9 @@ class BrokerConnection:
                 raise AuthenticationError(
                     f"{self.address} ended the TLS connection before answering ({e}): it may not trust this "
                     "client's certificate (ssl.certificate.location), or require one") from None
-            if self.security is not None and self.security.mechanism is not None:
-                await self._authenticate()
+            security = self.security
+            if security is not None and security.mechanism is not None:
+                await self._authenticate(security, security.mechanism)
             self._negotiated_answers = self._answers
         except BaseException:
             await self.close()
@@ -306,10 +308,8 @@ class BrokerConnection:
             return list(answer.mechanisms)
         return []
 
-    async def _authenticate(self) -> None:
+    async def _authenticate(self, security: ClientSecurity, mechanism: str) -> None:
         """SaslHandshake v1, then SaslAuthenticate rounds until the mechanism is done."""
-        security = self.security
-        mechanism = security.mechanism
         handshake = await self.send(REQUESTS[SASL_HANDSHAKE](mechanism=mechanism), version=1)
         if handshake.error_code:
             raise AuthenticationError(
@@ -331,6 +331,7 @@ class BrokerConnection:
             if mechanism == PLAIN:
                 response = await round_trip(plain_token(security.username, security.password))
             elif mechanism == OAUTHBEARER:
+                assert security.oauth_token is not None  # from_config gives OAUTHBEARER its token source
                 token, extensions = security.oauth_token()
                 response = await round_trip(oauthbearer_client_first(token, extensions=extensions))
                 if response.auth_bytes:  # the broker's JSON error status: answer ^A (RFC 7628), which it refuses

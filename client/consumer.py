@@ -136,11 +136,11 @@ async def list_offsets(client: KafkaClient, timestamps: dict[TopicPartition, int
                 for p in t.partitions:
                     tp = TopicPartition(t.name, p.partition_index)
                     if p.error_code:
-                        e = KafkaError(p.error_code, context=f"ListOffsets {tp}")
-                        if not e.retriable:
+                        refused = KafkaError(p.error_code, context=f"ListOffsets {tp}")
+                        if not refused.retriable:
                             remaining.pop(tp, None)
-                            raise e
-                        error = e
+                            raise refused
+                        error = refused
                         continue
                     result[tp] = (p.offset, p.timestamp)
                     remaining.pop(tp, None)
@@ -162,7 +162,7 @@ class Consumer:
             config = ConsumerConfig(**overrides)
         elif overrides:
             config = config.replace(**overrides)
-        self.config: ConsumerConfig = config  # type: ignore[assignment]
+        self.config: ConsumerConfig = config
         self.client = KafkaClient(config, allow_auto_create_topics=config.allow_auto_create_topics)
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
@@ -399,6 +399,7 @@ class Consumer:
             raise ConfigError("committed offsets need a group_id")
         if not self._started:
             await self.start()
+        assert self.group is not None  # start() made it, for the group_id
         found = await self.group.fetch_offsets([TopicPartition(*tp)])
         entry = found.get(TopicPartition(*tp))
         return None if entry is None else entry.offset
@@ -412,6 +413,8 @@ class Consumer:
             return
         normalized = {TopicPartition(*tp): (o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o))
                       for tp, o in offsets.items()}
+        if self.group is None:  # start() makes it, for the group_id
+            raise OdradekError("commit() of offsets needs a started consumer: await start() first")
         await self.group.commit(normalized)
 
     def _consumed_positions(self) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -542,10 +545,10 @@ class Consumer:
         epochs = {}
         topics: dict[str, list] = collections.defaultdict(list)
         for tp in partitions:
-            state = self._assignment[tp]
-            epochs[tp] = (state.epoch, state.fetch_offset)
+            asked = self._assignment[tp]
+            epochs[tp] = (asked.epoch, asked.fetch_offset)
             topics[tp.topic].append(cls.FetchTopic.FetchPartition(
-                partition=tp.partition, fetch_offset=state.fetch_offset,
+                partition=tp.partition, fetch_offset=asked.fetch_offset,
                 partition_max_bytes=self.config.max_partition_fetch_bytes))
         request = cls(
             replica_id=-1, max_wait_ms=self.config.fetch_max_wait_ms, min_bytes=self.config.fetch_min_bytes,

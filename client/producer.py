@@ -172,7 +172,7 @@ class Producer:
             config = ProducerConfig(**overrides)
         elif overrides:
             config = config.replace(**overrides)
-        self.config: ProducerConfig = config  # type: ignore[assignment]
+        self.config: ProducerConfig = config
         self.client = KafkaClient(config)
         self._key_serializer = key_serializer or default_serializer
         self._value_serializer = value_serializer or default_serializer
@@ -548,16 +548,16 @@ class Producer:
                 return
             for topic in response.responses:
                 for p in topic.partition_responses:
-                    b = by_tp.pop((topic.name, p.index), None)
-                    if b is None:
+                    answered = by_tp.pop((topic.name, p.index), None)
+                    if answered is None:
                         continue
                     code = ErrorCode.for_code(p.error_code)
                     if code == ErrorCode.NONE:
-                        self._complete(b, p.base_offset, p.log_append_time_ms)
+                        self._complete(answered, p.base_offset, p.log_append_time_ms)
                     elif code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-                        self._complete(b, p.base_offset, p.log_append_time_ms)
+                        self._complete(answered, p.base_offset, p.log_append_time_ms)
                     else:
-                        self._batch_failed(b, KafkaError(code, p.error_message, context=str(b.tp)))
+                        self._batch_failed(answered, KafkaError(code, p.error_message, context=str(answered.tp)))
             for b in by_tp.values():
                 self._batch_failed(b, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for this partition",
                                                  context=str(b.tp)))
@@ -572,7 +572,7 @@ class Producer:
         self._unfinished.discard(batch)
         self._release(batch.size - _BATCH_OVERHEAD)
         tp = batch.tp
-        lat = log_append_time is not None and log_append_time >= 0
+        lat = log_append_time >= 0
         for i, future in enumerate(batch.futures):
             if future.done():
                 continue
@@ -686,10 +686,13 @@ class Producer:
         if self._txn_state not in allowed:
             raise TransactionError(f"not allowed while the producer is {self._txn_state.value}")
 
-    def _fence(self, error: BaseException) -> None:
+    def _fence(self, error: BaseException) -> KafkaError:
+        """Enter the fatal state; the error it keeps (raised by every later call) is returned."""
         self._txn_state = TransactionState.FATAL_ERROR
-        self._fatal = KafkaError(ErrorCode.PRODUCER_FENCED, f"another producer took the transactional id over ({error})",
-                                 context=self._txn_id, retriable=False)
+        fatal = self._fatal = KafkaError(ErrorCode.PRODUCER_FENCED,
+                                         f"another producer took the transactional id over ({error})",
+                                         context=self._txn_id, retriable=False)
+        return fatal
 
     async def _txn_call(self, build: Callable[[int], Any], api_key: int, error_of: Callable[[Any], int], *,
                         key: str | None = None, key_type: int = COORDINATOR_TRANSACTION, what: str,
@@ -697,6 +700,8 @@ class Producer:
         """Send to the coordinator of `key` (the transactional id by default), retrying what is retriable
         (CONCURRENT_TRANSACTIONS while markers are written, a coordinator loading or moving)."""
         key = self._txn_id if key is None else key
+        if key is None:
+            raise TransactionError("transactions need a transactional_id")
 
         async def attempt() -> Any:
             node = await self.client.coordinator(key, key_type)
@@ -705,8 +710,7 @@ class Producer:
             if code in _COORDINATOR_MOVED:
                 self.client.invalidate_coordinator(key, key_type)
             if code in _FENCED:
-                self._fence(KafkaError(code, context=what))
-                raise self._fatal
+                raise self._fence(KafkaError(code, context=what))
             if code is not ErrorCode.NONE:
                 raise KafkaError(code, context=what)
             return response

@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from odradek.metadata.image import NO_LEADER, NO_LEADER_CHANGE, PartitionImage
 from odradek.metadata.records import PartitionChangeRecord
@@ -125,7 +126,7 @@ def build_partition_change(
     target_removing: Sequence[int] | None = None,
     target_adding: Sequence[int] | None = None,
     target_leader_recovery_state: int | None = None,
-) -> PartitionChangeRecord | None:
+) -> Any | None:  # a PartitionChangeRecord: the record classes are built at import, not types
     """The record moving `partition` to the targets (None: as it is), or None if nothing changes. See the
     module doc for the rules. `is_acceptable_leader(broker_id)`: registered, unfenced, not shutting down."""
     isr = list(partition.isr if target_isr is None else target_isr)

@@ -49,7 +49,7 @@ from odradek.protocol.messages import FetchRequest
 from odradek.storage.errors import StorageError
 from odradek.storage.names import TopicPartition
 
-from .partition import Partition
+from .partition import HostedPartition
 
 log = structlog.get_logger("odradek.replica_fetcher")
 
@@ -145,7 +145,7 @@ class FollowerFetcher:
     """The fetch state of the partitions this broker follows on one leader; see the module doc."""
 
     def __init__(
-        self, source_id: int, *, node_id: int, get_partition: Callable[[TopicPartition], Partition | None],
+        self, source_id: int, *, node_id: int, get_partition: Callable[[TopicPartition], HostedPartition | None],
         max_bytes: int, min_bytes: int, max_wait_ms: int, response_max_bytes: int, backoff_ms: int,
     ) -> None:
         self.source_id = source_id
@@ -305,7 +305,7 @@ class FollowerFetcher:
         state.delayed_until_ms = now_ms + self.backoff_ms
         return 0
 
-    def _truncate_on_divergence(self, tp, state: PartitionFetchState, partition: Partition, epoch: int, end_offset: int,
+    def _truncate_on_divergence(self, tp, state: PartitionFetchState, partition: HostedPartition, epoch: int, end_offset: int,
                                 now_ms: int) -> None:
         plog = partition.log
         offset, completed = truncation_offset(

@@ -33,7 +33,9 @@ same path.
 Leadership changes arrive as PartitionChange records of the metadata log and are applied with
 `make_leader` / `make_follower`; ISR changes are proposed elsewhere (AlterPartition) and only become
 true when applied here. The log is duck-typed: this module reads only its `log_start_offset` and
-`log_end_offset`.
+`log_end_offset` (the `PartitionLog` protocol). `Partition` is generic in its log's type, so that its
+owner keeps the type it hosts: the replica manager hosts storage's `Log` (`Partition[Log]`, which it reads,
+appends to and truncates through `partition.log`), the unit tests a two-offset fake.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar
 
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.errors import (
@@ -55,6 +57,7 @@ from odradek.storage.errors import OffsetOutOfRangeError
 from odradek.storage.names import TopicPartition
 
 if TYPE_CHECKING:
+    from odradek.storage.log import Log
     from odradek.storage.producer_state import ProducerStateManager
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "FetchIsolation",
     "FollowerState",
     "LogOffsetSnapshot",
+    "HostedPartition",
     "Partition",
     "PartitionLog",
     "TopicPartition",
@@ -74,11 +78,17 @@ UNKNOWN_OFFSET = -1
 
 
 class PartitionLog(Protocol):
+    """What `Partition` itself reads of its log."""
+
     @property
     def log_start_offset(self) -> int: ...
 
     @property
     def log_end_offset(self) -> int: ...
+
+
+L = TypeVar("L", bound=PartitionLog)
+"""The type of a partition's log: what its owner gets back from `partition.log`."""
 
 
 class FetchIsolation(IntEnum):
@@ -131,7 +141,7 @@ def _latest(a: int | None, b: int | None) -> int | None:
     return max(a, b)
 
 
-class Partition:
+class Partition(Generic[L]):
     """One partition hosted by this broker. Starts with no role; `make_leader` or `make_follower`."""
 
     def __init__(
@@ -139,7 +149,7 @@ class Partition:
         topic_partition: TopicPartition,
         *,
         topic_id: uuid.UUID,
-        log: PartitionLog,
+        log: L,
         local_broker_id: int,
         min_insync_replicas: int = 1,
         replica_lag_time_max_ms: int = 30_000,
@@ -473,3 +483,8 @@ class Partition:
             f"<Partition {self.topic_partition} leader={self.leader_id} epoch={self.leader_epoch} "
             f"isr={list(self.isr)} hw={self._high_watermark} leo={self.log.log_end_offset}>"
         )
+
+
+HostedPartition: TypeAlias = "Partition[Log]"
+"""A partition as the replica manager hosts it: over storage's `Log`, which the data path reads, appends to
+and truncates through `partition.log` (`Partition` itself needs only the log's two offsets)."""

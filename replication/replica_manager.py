@@ -29,6 +29,7 @@ Everything here is synchronous and takes `now_ms`; callers (the broker) own the 
 from __future__ import annotations
 
 import bisect
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -40,13 +41,14 @@ from odradek.storage.producer_state import SENTINEL, AppendOrigin, VerificationG
 
 from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from .errors import NotLeaderOrFollowerError, ReplicationError
-from .partition import NO_LEADER_EPOCH, FetchIsolation, Partition
+from .partition import NO_LEADER_EPOCH, FetchIsolation, HostedPartition, Partition
 from odradek.purgatory.delayed_operation import DelayedOperationPurgatory
 from .replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
 from odradek.purgatory.timing_wheel import Timer
 
 if TYPE_CHECKING:
     from odradek.metadata.publisher import MetadataUpdate
+    from odradek.storage.log import Log
     from odradek.storage.log_manager import LogManager
 
     from .hosting import FetcherTargets, TopicSettings
@@ -105,7 +107,7 @@ class ReplicaManager:
         # woken never delays the producer's acknowledgement.
         self.defer_fetch_completion = defer_fetch_completion
         self._moved: set[TopicPartition] = set()
-        self.partitions: dict[TopicPartition, Partition] = {}
+        self.partitions: dict[TopicPartition, HostedPartition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords", timer)
@@ -133,22 +135,22 @@ class ReplicaManager:
 
     # -- hosting --
 
-    def get_partition(self, tp: TopicPartition) -> Partition | None:
+    def get_partition(self, tp: TopicPartition) -> HostedPartition | None:
         return self.partitions.get(tp)
 
     def add_leader_partition(
-        self, tp: TopicPartition, *, topic_id, log, leader_epoch: int, replicas: Iterable[int],
+        self, tp: TopicPartition, *, topic_id: uuid.UUID, log: Log, leader_epoch: int, replicas: Iterable[int],
         isr: Iterable[int], min_insync_replicas: int, now_ms: int,
-    ) -> Partition:
+    ) -> HostedPartition:
         return self.apply_partition_state(
             tp, topic_id=topic_id, log=log, leader_id=self.node_id, leader_epoch=leader_epoch, replicas=replicas,
             isr=isr, min_insync_replicas=min_insync_replicas, now_ms=now_ms,
         )
 
     def apply_partition_state(
-        self, tp: TopicPartition, *, topic_id, log, leader_id: int, leader_epoch: int, replicas: Iterable[int],
+        self, tp: TopicPartition, *, topic_id: uuid.UUID, log: Log, leader_id: int, leader_epoch: int, replicas: Iterable[int],
         isr: Iterable[int], min_insync_replicas: int, now_ms: int, partition_epoch: int = -1,
-    ) -> Partition:
+    ) -> HostedPartition:
         """Host `tp` as the metadata image says: led here when `leader_id` is this node, else following
         `leader_id` (-1: no leader at the moment). Calling it again with the same state changes nothing;
         a new leader epoch or ISR is taken as given, and waiting produce and fetch requests re-check."""
@@ -157,7 +159,7 @@ class ReplicaManager:
             partition = Partition(
                 tp, topic_id=topic_id, log=log, local_broker_id=self.node_id, min_insync_replicas=min_insync_replicas,
                 first_unstable_offset=lambda: log.first_unstable_offset,
-                producer_state=getattr(log, "producer_state", None), is_replica_eligible=self._is_replica_eligible,
+                producer_state=log.producer_state, is_replica_eligible=self._is_replica_eligible,
                 replica_lag_time_max_ms=self.replica_lag_time_max_ms,
             )
             self.partitions[tp] = partition
@@ -176,7 +178,7 @@ class ReplicaManager:
             # batches of an epoch between the last one written here and this one learns nothing, and is
             # taken as caught up on records this leader does not have: the replication simulation found it).
             plog = partition.log
-            if leader_epoch > getattr(plog, "latest_epoch", leader_epoch):
+            if leader_epoch > plog.latest_epoch:
                 plog.assign_epoch_start_offset(leader_epoch, plog.log_end_offset)
             partition.make_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr, now_ms=now_ms)
         elif leader_id >= 0:
@@ -221,14 +223,14 @@ class ReplicaManager:
                 if partition.is_leader and len(partition.replicas) > 1:
                     self.produce_purgatory.check_and_complete(tp)
 
-    def _leading(self, tp: TopicPartition) -> Partition | None:
+    def _leading(self, tp: TopicPartition) -> HostedPartition | None:
         """The partition as acks=all sees it: None (not led here) while the lease is lost, if replicated."""
         partition = self.partitions.get(tp)
         if partition is not None and self.lease_expired and len(partition.replicas) > 1:
             return None
         return partition
 
-    def proposed_isr_changes(self, now_ms: int) -> list[tuple[Partition, tuple[int, ...]]]:
+    def proposed_isr_changes(self, now_ms: int) -> list[tuple[HostedPartition, tuple[int, ...]]]:
         """The ISR changes the partitions led here should ask the controller for (see Partition.proposed_isr)."""
         changes = []
         for partition in self.partitions.values():
@@ -250,11 +252,11 @@ class ReplicaManager:
         if partition is not None:
             partition.replace_log(log)
 
-    def _storage_failed(self, partition: Partition, error: OSError) -> None:
+    def _storage_failed(self, partition: HostedPartition, error: OSError) -> None:
         if self.on_storage_error is not None:
             self.on_storage_error(partition.log.directory, str(error))
 
-    def remove_partition(self, tp: TopicPartition) -> Partition | None:
+    def remove_partition(self, tp: TopicPartition) -> HostedPartition | None:
         partition = self.partitions.pop(tp, None)
         if partition is not None:
             # Waiting operations re-look the partition up, find it gone and complete with an error.
@@ -274,8 +276,8 @@ class ReplicaManager:
         self.set_ineligible_replicas(
             (b.broker_id for b in image.brokers.values() if b.fenced or b.in_controlled_shutdown), now_ms
         )
-        for topic in update.removed_topics.values():
-            for tp in [tp for tp in [*self.partitions, *self.offline_partitions] if tp.topic == topic.name]:
+        for removed in update.removed_topics.values():
+            for tp in [tp for tp in [*self.partitions, *self.offline_partitions] if tp.topic == removed.name]:
                 self._drop(tp, log_manager, fetchers)
         for topic_id in update.changed_topic_ids:
             topic = image.topics_by_id.get(topic_id)
@@ -398,7 +400,7 @@ class ReplicaManager:
         return ProduceResult(
             base_offset=info.first_offset,
             last_offset=info.last_offset,
-            log_append_time_ms=info.log_append_time if info.log_append_time is not None else NO_TIMESTAMP,
+            log_append_time_ms=info.log_append_time,  # NO_TIMESTAMP unless the topic uses LogAppendTime
             log_start_offset=info.log_start_offset,
         )
 
@@ -482,7 +484,7 @@ class ReplicaManager:
         self.fetch_purgatory.try_complete_else_watch(op, op.watch_keys)
 
     @staticmethod
-    def _bytes_available(partition: Partition, fetch_offset: int, end_offset: int) -> int:
+    def _bytes_available(partition: HostedPartition, fetch_offset: int, end_offset: int) -> int:
         if end_offset <= fetch_offset:
             return 0
         info = partition.log.read(fetch_offset, 1, max_offset=end_offset, min_one_message=True)
@@ -497,6 +499,7 @@ class ReplicaManager:
         first_with_data = True
         # Followers fetch from the leader only; so do consumers before Fetch v11, which know no other replica.
         only_from_leader = replica_id >= 0 or client_metadata is None
+        consumer = None if only_from_leader else client_metadata  # a consumer that may read from a follower
         for p in partitions:
             tp = p.topic_partition
             partition = self.partitions.get(tp)
@@ -505,8 +508,8 @@ class ReplicaManager:
                 results[tp] = FetchResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             try:
-                if not only_from_leader:
-                    preferred = self._preferred_read_replica(partition, p, client_metadata, now_ms)
+                if consumer is not None:
+                    preferred = self._preferred_read_replica(partition, p, consumer, now_ms)
                     if preferred is not None:
                         results[tp] = preferred
                         continue
@@ -557,7 +560,7 @@ class ReplicaManager:
             results[tp] = result
         return results
 
-    def _preferred_read_replica(self, partition: Partition, p: FetchRequestPartition, client: ClientMetadata,
+    def _preferred_read_replica(self, partition: HostedPartition, p: FetchRequestPartition, client: ClientMetadata,
                                 now_ms: int) -> FetchResult | None:
         """As leader, the answer pointing a consumer to another replica (KIP-392, as Kafka's
         findPreferredReadReplica): the candidates are the leader and the in-sync, caught-up followers known
@@ -594,7 +597,7 @@ class ReplicaManager:
             log_start_offset=snap.log_start_offset, preferred_read_replica=chosen.broker_id,
         )
 
-    def _check_serves_consumers(self, partition: Partition) -> None:
+    def _check_serves_consumers(self, partition: HostedPartition) -> None:
         """A follower serves consumers while it is in the ISR. Kafka's follower serves any consumer that
         comes; here one that left the ISR answers NOT_LEADER_OR_FOLLOWER, which sends the consumer back to
         the leader (Java and librdkafka clients both do so) rather than leaving it on a replica that lags."""
@@ -613,7 +616,7 @@ class ReplicaManager:
         return done
 
     @staticmethod
-    def _aborted_in(partition: Partition, fetch_offset: int, end_offset: int) -> list[tuple[int, int]] | None:
+    def _aborted_in(partition: HostedPartition, fetch_offset: int, end_offset: int) -> list[tuple[int, int]] | None:
         """(producer id, first offset) of the aborted transactions a read_committed fetch from
         `fetch_offset` may meet: up to the end of the segment it read from (a read stays in one), or the
         LSO. None when there are none, so the answer can still be packed."""
@@ -627,7 +630,7 @@ class ReplicaManager:
         return [(t.producer_id, t.first_offset) for t in found] or None
 
     @staticmethod
-    def _diverging_epoch(partition: Partition, p: FetchRequestPartition) -> tuple[int, int] | None:
+    def _diverging_epoch(partition: HostedPartition, p: FetchRequestPartition) -> tuple[int, int] | None:
         """Where a follower's log stops agreeing with this leader's (KIP-320, as Kafka's Partition does it):
         its last fetched epoch ends here earlier than its fetch offset, or is not in this log at all."""
         if p.last_fetched_epoch < 0:
@@ -639,7 +642,7 @@ class ReplicaManager:
             return epoch, end_offset
         return None
 
-    def _follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int, now_ms: int,
+    def _follower_fetched(self, partition: HostedPartition, replica_id: int, fetch_offset: int, now_ms: int,
                           log_start_offset: int = -1) -> None:
         """A follower asked from `fetch_offset`: it holds everything before it. The high watermark may move,
         and with it acks=all produce waiting here and consumers waiting for data below it; its log start

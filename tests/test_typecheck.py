@@ -23,12 +23,11 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".mypy_cache"
 
-# Packages (every module under them) and single modules, by import name. Not yet listed: the wiring under
-# rewrite (broker/components.py, server.py, quorum.py, controller_channel.py, txn_wiring.py, topics.py and
-# metadata/controller.py, with metadata/partition_change.py beside it), raft/ (passes; its roles are being
-# split), the wiring the composition root retypes (groups_wiring, log_dirs, internal_topics, replica_fetcher,
-# network, daemon), and replication/, coordinator/, config, authenticator and node_client, which
-# have errors still to fix.
+# Packages (every module under them, less those in NOT_YET) and single modules, by import name. Not yet
+# listed: the broker's wiring under rewrite (components, server, quorum, controller_channel; network with
+# the admission step; groups_wiring, log_dirs, controller_settings, which the composition root retypes;
+# daemon), broker/internal_topics.py (its reader yields what coordinator/runtime.py's PartitionWriter
+# types as pairs: the runtime's question below), and pipeline/ (13 errors, PySpark's untyped API).
 CHECKED = (
     "odradek.broker.handlers",
     "odradek.broker.services",
@@ -40,19 +39,36 @@ CHECKED = (
     "odradek.broker.security",
     "odradek.broker.topic_config",
     "odradek.broker.logging",
+    "odradek.broker.txn_wiring",
+    "odradek.broker.topics",
+    "odradek.broker.config",
+    "odradek.broker.node_client",
+    "odradek.broker.authenticator",
+    "odradek.broker.replica_fetcher",
+    "odradek.broker.cluster_tool",
+    "odradek.broker.storage_tool",
+    "odradek.broker.testing",
+    "odradek.broker.pytest_plugin",
     "odradek.purgatory",
     "odradek.protocol",
     "odradek.storage",
-    "odradek.metadata",  # the package's own module; its modules one by one:
-    "odradek.metadata.acl",
-    "odradek.metadata.broker_heartbeats",
-    "odradek.metadata.image",
-    "odradek.metadata.log",
-    "odradek.metadata.publisher",
-    "odradek.metadata.quota",
-    "odradek.metadata.records",
-    "odradek.metadata.replica_placement",
-    "odradek.metadata.snapshot",
+    "odradek.raft",
+    "odradek.metadata",
+    "odradek.replication",
+    "odradek.coordinator",
+    "odradek.client",
+)
+
+# Modules under a CHECKED package left out, each with its reason. A name need not exist yet (a module
+# another branch is adding stays out until its rewrite lands).
+NOT_YET = (
+    "odradek.metadata.loader",  # moving here from broker/quorum.py with the one metadata road
+    # Under rewrite (the group/offsets write path). group/ passes as of this list; runtime.py does not: it
+    # calls replay_transactional/replay_end_transaction on any shard S, which CoordinatorShard does not
+    # declare (only the group shard has them), and its in-memory writer's log holds more than pairs.
+    "odradek.coordinator.runtime",
+    "odradek.coordinator.group",
+    "odradek.client.cli",  # being edited (issue 27); 14 errors: Optional narrowing, matplotlib's missing stubs
 )
 
 
@@ -81,12 +97,24 @@ def _link_tree() -> pathlib.Path:
     return tree
 
 
+def _left_out(name: str) -> bool:
+    return any(name == other or name.startswith(other + ".") for other in NOT_YET)
+
+
 def _targets(tree: pathlib.Path) -> list[str]:
     args = []
     for name in CHECKED:
         path = tree.joinpath(*name.split("."))
-        whole = path.is_dir() and not any(other.startswith(name + ".") for other in CHECKED)
-        args += ["-p", name] if whole else ["-m", name]
+        if not path.is_dir() or any(other.startswith(name + ".") for other in CHECKED):
+            args += ["-m", name]
+        elif not any(other.startswith(name + ".") for other in NOT_YET):
+            args += ["-p", name]
+        else:  # the package's modules one by one, less those left out
+            for module in sorted(path.rglob("*.py")):
+                parts = module.relative_to(tree).with_suffix("").parts
+                module_name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+                if not _left_out(module_name):
+                    args += ["-m", module_name]
     return args
 
 

@@ -554,7 +554,7 @@ class ClassicGroupManager:
             return out.result((ErrorCode.UNKNOWN_MEMBER_ID, []))
         if group.is_in(_S.DEAD):
             return out.result((ErrorCode.COORDINATOR_NOT_AVAILABLE, []))
-        results = []
+        results: list[tuple[str, str | None, ErrorCode]] = []
         leaving: dict[str, ClassicGroupMember] = {}
         pending_left = False
         for member_id, instance_id in identities:

@@ -95,6 +95,7 @@ class ConsumerGroupManager:
 
     def replay(self, record: CoordinatorRecord) -> None:
         key, value = record.key, record.value
+        group: ConsumerGroup | None
         t = record.type
         if t is RecordType.CONSUMER_GROUP_METADATA:
             if value is None:
@@ -473,7 +474,7 @@ class ConsumerGroupManager:
         out = Batch()
         group = self.groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
-        if member is not None:
+        if group is not None and member is not None:
             self.fence_member(group, member, out)
         return out.result()
 
@@ -481,7 +482,7 @@ class ConsumerGroupManager:
         out = Batch()
         group = self.groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
-        if member is not None and member.state is MemberState.UNREVOKED_PARTITIONS and member.member_epoch == epoch:
+        if group is not None and member is not None and member.state is MemberState.UNREVOKED_PARTITIONS and member.member_epoch == epoch:
             self.fence_member(group, member, out)
         return out.result()
 

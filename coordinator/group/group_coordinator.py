@@ -212,6 +212,7 @@ class GroupCoordinator:
                             lambda e: HeartbeatResponse(error_code=error_code_of(e)))
 
     def leave_group(self, request, version: int, now_ms: int) -> Deferred[LeaveGroupResponse]:
+        identities: list[tuple[str, str | None]]
         if version <= 2:
             identities = [(request.member_id, None)]
         else:
@@ -412,12 +413,12 @@ class GroupCoordinator:
         for group_id in dict.fromkeys(request.groups_names):
             if group_id:
                 by_partition.setdefault(self.partition_for(group_id), []).append(group_id)
-        parts = []
-        for partition, group_ids in by_partition.items():
-            written = self._write_partition(partition, lambda shard, ids=group_ids: shard.delete_groups(ids, now_ms),
-                                            now_ms)
-            parts.append(written.then(lambda results: results,
-                                      lambda e, ids=group_ids: [(g, error_code_of(e)) for g in ids]))
+
+        def delete_on(partition: int, ids: list[str]) -> Deferred:
+            written = self._write_partition(partition, lambda shard: shard.delete_groups(ids, now_ms), now_ms)
+            return written.then(lambda results: results, lambda e: [(g, error_code_of(e)) for g in ids])
+
+        parts = [delete_on(partition, group_ids) for partition, group_ids in by_partition.items()]
 
         def respond(per_partition: list[list[tuple[str, ErrorCode]]]) -> DeleteGroupsResponse:
             codes = {group_id: code for results in per_partition for group_id, code in results}

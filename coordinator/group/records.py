@@ -197,7 +197,7 @@ ConsumerGroupRegularExpressionValue = _data_class("ConsumerGroupRegularExpressio
 ], valid="0", flexible="0+")
 
 # record type -> (key class, value class, value version written)
-_SCHEMAS: dict[RecordType, tuple[type, type, int]] = {
+_SCHEMAS: dict[RecordType, tuple[Any, Any, int]] = {  # generated message classes (VALID_VERSIONS, ...)
     RecordType.OFFSET_COMMIT_LEGACY: (OffsetCommitKey, OffsetCommitValue, 3),
     RecordType.OFFSET_COMMIT: (OffsetCommitKey, OffsetCommitValue, 3),
     RecordType.GROUP_METADATA: (GroupMetadataKey, GroupMetadataValue, 3),
@@ -243,7 +243,7 @@ def serialize(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
     return key, _I16.pack(version) + encode(record.value, version)
 
 
-def deserialize(key: bytes, value: bytes | None) -> CoordinatorRecord | None:
+def deserialize(key: bytes | None, value: bytes | None) -> CoordinatorRecord | None:
     """Decode one record; None for a record type this coordinator does not know (skipped on load)."""
     if key is None or len(key) < 2:
         raise CorruptCoordinatorRecordError("record of __consumer_offsets without a typed key")

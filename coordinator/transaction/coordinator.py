@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
@@ -50,7 +51,7 @@ from .shard import EndResult, InitResult, MarkerJob, MarkerSink, TransactionShar
 
 __all__ = ["TransactionCoordinator"]
 
-TxnResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
+TxnResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult  # generated classes are values: annotated Any
 TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 PartitionResult = TopicResult.AddPartitionsToTxnPartitionResult
 
@@ -82,6 +83,8 @@ class TransactionCoordinator:
             if image is None:
                 raise ValueError("a marker channel needs the metadata image: the partitions' leaders are in it")
             markers = TransactionMarkerChannelManager(marker_channel, timer, image=image, complete=self.on_markers_written)
+        if markers is None:
+            raise ValueError("a transaction coordinator needs a marker channel or a marker sink")
         self.config = config if config is not None else TransactionCoordinatorConfig()
         self.topics = topics
         self.markers = markers
@@ -175,17 +178,17 @@ class TransactionCoordinator:
         return out
 
     def _add_one(self, txn_id: str, producer_id: int, producer_epoch: int, topics, verify_only: bool, version: int,
-                 now_ms: int) -> Deferred[TxnResult]:
+                 now_ms: int) -> Deferred[Any]:
         """One transaction's AddPartitionsToTxn; never fails (errors are per partition)."""
         partitions = [(t.name, p) for t in topics for p in t.partitions]
 
-        def result(errors: dict[tuple[str, int], int]) -> TxnResult:
+        def result(errors: dict[tuple[str, int], int]) -> Any:
             return TxnResult(transactional_id=txn_id, topic_results=[
                 TopicResult(name=topic, results_by_partition=[
                     PartitionResult(partition_index=p, partition_error_code=int(errors[(topic, p)])) for p in ps])
                 for topic, ps in _by_topic(errors)])
 
-        def every(code: ErrorCode) -> TxnResult:
+        def every(code: ErrorCode) -> Any:
             return result({tp: _fenced_for(version, 2, code) for tp in partitions})
 
         if not txn_id:

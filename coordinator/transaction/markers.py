@@ -52,6 +52,7 @@ channel's `timers_changed()` lets the broker re-arm its wake-up after a task was
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -196,9 +197,8 @@ class TransactionMarkerChannelManager:
         j.answers = [None] * len(by_leader)
         j.waiting = len(by_leader)
         for slot, (leader, partitions) in enumerate(by_leader.items()):
-            self.channel.send(leader, marker_request(j.job, partitions),
-                              lambda response, slot=slot, partitions=partitions: self._answered(j, slot, partitions,
-                                                                                                response))
+            self.channel.send(leader, marker_request(j.job, partitions), functools.partial(self._answered, j, slot,
+                                                                                               partitions))
 
     def _answered(self, j: _Job, slot: int, partitions: list[TopicPartitionKey],
                   response: WriteTxnMarkersResponse | None) -> None:

@@ -110,7 +110,7 @@ def deserialize(key: bytes | None, value: bytes | None) -> TransactionRecord | N
         raise CorruptTransactionRecordError(str(e)) from e
     except ValueError as e:
         raise CorruptTransactionRecordError(f"TransactionLogValue: {e}") from e
-    partitions = {(p.topic, i) for p in (v.transaction_partitions or ()) for i in p.partition_ids}
+    partitions = frozenset((p.topic, i) for p in (v.transaction_partitions or ()) for i in p.partition_ids)
     return TransactionRecord(txn_id, TransactionMetadata(
         transactional_id=txn_id, producer_id=v.producer_id, previous_producer_id=v.previous_producer_id,
         next_producer_id=v.next_producer_id, producer_epoch=v.producer_epoch, last_producer_epoch=-1,

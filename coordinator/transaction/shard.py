@@ -148,6 +148,7 @@ class TransactionShard:
             fenced = metadata.prepare_end(False, now_ms, fence=True)
             self._write(out, fenced, send_markers=True)
             return out.result(InitResult(ErrorCode.CONCURRENT_TRANSACTIONS))
+        after: TransactionMetadata | None
         if is_epoch_exhausted(metadata.producer_epoch) and (expected is None or expected[1] == metadata.producer_epoch):
             producer_id = self._next_producer_id()
             if producer_id is None:
@@ -180,6 +181,7 @@ class TransactionShard:
         error = self._check_producer(metadata, producer_id, producer_epoch)
         if error is not None:
             return out.result(error)
+        assert metadata is not None  # _check_producer refuses a missing one
         partitions = frozenset(partitions)
         if metadata.state is S.ONGOING and partitions <= metadata.partitions:
             return out.result(ErrorCode.NONE)
@@ -196,6 +198,7 @@ class TransactionShard:
         error = self._check_producer(metadata, producer_id, producer_epoch)
         if error is not None:
             return {tp: error for tp in partitions}
+        assert metadata is not None  # _check_producer refuses a missing one
         return {tp: ErrorCode.NONE if tp in metadata.partitions and metadata.state is S.ONGOING
                 else ErrorCode.TRANSACTION_ABORTABLE for tp in partitions}
 
@@ -287,7 +290,11 @@ class TransactionShard:
     def _write(self, out: Batch, after: TransactionMetadata, *, send_markers: bool = False) -> None:
         out.records.append(TransactionRecord(after.transactional_id, after))
         if send_markers:
-            out.callbacks.append(lambda error: error is None and self._send_markers(after))
+            def once_durable(error: BaseException | None) -> None:
+                if error is None:
+                    self._send_markers(after)
+
+            out.callbacks.append(once_durable)
 
     def _send_markers(self, metadata: TransactionMetadata) -> None:
         self._markers.send(MarkerJob(self.partition, self.coordinator_epoch, metadata.transactional_id,

@@ -15,7 +15,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Iterator
 
-from odradek.metadata.image import MetadataImage, PartitionImage, TopicImage, merge_partition_change
+from odradek.metadata.image import (
+    MetadataImage,
+    MetadataReplayError,
+    PartitionImage,
+    TopicImage,
+    merge_partition_change,
+)
 from odradek.metadata.records import PartitionChangeRecord
 
 from .brokers import is_active
@@ -60,10 +66,13 @@ class PartitionChanges:
         for record in records:
             if isinstance(record, PartitionChangeRecord):
                 key = (record.topic_id, record.partition_id)
-                self._partitions[key] = merge_partition_change(self.partition(*key), record)
+                partition = self.partition(*key)
+                if partition is None:
+                    raise MetadataReplayError(f"A PartitionChangeRecord for an unknown partition {key}")
+                self._partitions[key] = merge_partition_change(partition, record)
             self.records.append(record)
 
     def partitions(self) -> Iterator[tuple[uuid.UUID, int, PartitionImage]]:
         """Every partition as these records leave it, in `partitions_in_order`."""
-        for topic, partition_id, _ in partitions_in_order(self.image):
-            yield topic.topic_id, partition_id, self.partition(topic.topic_id, partition_id)
+        for topic, partition_id, partition in partitions_in_order(self.image):
+            yield topic.topic_id, partition_id, self._partitions.get((topic.topic_id, partition_id), partition)

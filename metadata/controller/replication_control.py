@@ -224,7 +224,10 @@ class ReplicationControlManager:
         (TOPIC_AUTHORIZATION_FAILED, as Kafka answers), else `delete_topic`. Answers the topic's name."""
         if not self._settings.delete_topic_enable:
             raise MetadataError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
-        topic = image.topics_by_name.get(t.name) if t.name else image.topics_by_id.get(t.topic_id)
+        if t.name:
+            topic = image.topics_by_name.get(t.name)
+        else:
+            topic = image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None
         name = topic.name if topic is not None else t.name
         if name in INTERNAL_TOPICS:
             raise MetadataError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Internal topic {name} cannot be deleted.")
@@ -333,6 +336,7 @@ class ReplicationControlManager:
                         )
                     )
                     continue
+                assert topic is not None and partition is not None  # else the error above is not NONE
                 record = build_partition_change(
                     partition,
                     topic.topic_id,
@@ -509,6 +513,7 @@ class ReplicationControlManager:
             out = Topic(name=t.name, partitions=[])
             response.responses.append(out)
             for p in t.partitions:
+                error: int
                 try:
                     self._alter_reassignment(changes, t.name, p, request.allow_replication_factor_change)
                     error, message = ErrorCode.NONE, None

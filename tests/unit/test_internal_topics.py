@@ -16,6 +16,7 @@ from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.names import TopicPartition
+from tests.harness.txn_coordinator import Sink
 
 NOW = 1_700_000_000_000
 TOPIC = "__consumer_offsets"
@@ -122,7 +123,7 @@ def test_a_min_isr_writer_refuses_below_min_insync_replicas_and_writes_nothing(t
         assert log.log_end_offset == 0
 
         tc = TransactionCoordinator(writer, timer, TransactionCoordinatorConfig(transaction_state_log_num_partitions=1),
-                                    next_producer_id=lambda: 7, markers=None)
+                                    next_producer_id=lambda: 7, markers=Sink())
         tc.startup(NOW)
         request = InitProducerIdRequest(transactional_id="t", transaction_timeout_ms=60_000, producer_id=-1,
                                         producer_epoch=-1)
