@@ -237,7 +237,15 @@ def test_three_nodes_one_killed(tmp_path):
 
 
 def _describe(bootstrap: str, topic: str) -> list:
-    result, _ = run("-b", bootstrap, "-o", "json", "topic", "describe", topic, "--timeout", "20")
+    # A topic just created reaches the other nodes' metadata a moment after CreateTopics is answered (the
+    # controller answers once the records are committed; each broker applies them on its next metadata fetch),
+    # so the bootstrap may not know it yet: ask again for a bounded while, as Kafka's tools' users do.
+    deadline = time.monotonic() + 20
+    while True:
+        result, _ = run("-b", bootstrap, "-o", "json", "topic", "describe", topic, "--timeout", "20")
+        if result.returncode == 0 or "UNKNOWN_TOPIC_OR_PARTITION" not in result.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
