@@ -107,7 +107,7 @@ def _pid(base: Path, node_id: int) -> int | None:
 
 
 def _read_properties(path: Path) -> dict[str, str]:
-    props = {}
+    props: dict[str, str] = {}
     try:
         text = path.read_text()
     except OSError:
@@ -257,7 +257,9 @@ async def _wait_ready(addresses: dict[int, tuple[str, int, int]], started: dict[
     while pending and time.monotonic() < deadline:
         for node_id, proc in sorted(started.items()):
             if proc.poll() is not None:
-                log_path = Path(proc.args[-1]).parent / "node.log"
+                args = proc.args
+                assert isinstance(args, list)  # (started with an argument list)
+                log_path = Path(str(args[-1])).parent / "node.log"
                 return node_id, f"it exited with code {proc.returncode}: {_last_error_line(log_path)}"
         for node_id in sorted(pending):
             host, client_port, _ = addresses[node_id]
