@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -60,6 +60,7 @@ from odradek.storage.names import TopicPartition
 if TYPE_CHECKING:
     from odradek.metadata.publisher import MetadataPublisher
 
+    from .config import BrokerConfig
     from .controller_channel import ControllerChannel
 
 __all__ = ["InternalTopicSpec", "InternalTopicWriter", "ensure_coordinator_topic", "ensure_internal_topic",
@@ -194,13 +195,27 @@ def transaction_state_topic_spec(cfg) -> InternalTopicSpec:
                              (("min.insync.replicas", str(cfg.transaction_state_log_min_isr)),))
 
 
-def ensure_coordinator_topic(broker, key_type: int) -> int | None:
+class CoordinatorTopicParts(Protocol):
+    """What creating a coordinator's topic reads: the settings, the image, the controller (the services)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def metadata(self) -> MetadataPublisher: ...
+
+    @property
+    def controller(self) -> ControllerChannel: ...
+
+
+def ensure_coordinator_topic(services: CoordinatorTopicParts, key_type: int) -> int | None:
     """FindCoordinator's part (key type 0 groups, 1 transactions): create the coordinator's topic while it is
-    missing. `broker` is the broker or its services (metadata, controller, config)."""
+    missing."""
     if key_type == 0:
-        return ensure_internal_topic(broker.metadata, broker.controller, offsets_topic_spec(broker.config))
+        return ensure_internal_topic(services.metadata, services.controller, offsets_topic_spec(services.config))
     if key_type == 1:
-        return ensure_internal_topic(broker.metadata, broker.controller, transaction_state_topic_spec(broker.config))
+        return ensure_internal_topic(services.metadata, services.controller,
+                                     transaction_state_topic_spec(services.config))
     return None
 
 

@@ -168,7 +168,7 @@ class LogDirs:
             manager.abandon_future_log(tp)
         except OSError as e:
             # Either directory may be failing: the one the error names goes offline.
-            path = getattr(e, "filename", None) or future.directory
+            path = e.filename or future.directory
             self.storage_failed(str(path), str(e))
             future_dir = manager.future_dir_of(tp) if tp in manager.future_logs else None
             if future_dir is not None and not future_dir.online:
