@@ -80,6 +80,10 @@ class LogDirs:
         self.unreported: set[TopicPartition] = set()  # offline replicas the controller has not heard of yet
         self.moves_completed = 0
 
+    def follow_with(self, fetchers: ReplicaFetcherManager) -> None:
+        """The follower fetchers that replaced the first ones (node.Node.follow_with)."""
+        self.fetchers = fetchers
+
     def start(self) -> None:
         self.data.report_storage_errors_to(self.storage_failed)
         self._task = asyncio.get_running_loop().create_task(self._mover())

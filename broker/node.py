@@ -129,5 +129,7 @@ class Node:
     wake: TimerDriver
 
     def follow_with(self, fetchers: ReplicaFetcherManager) -> None:
-        """Replace the follower fetchers (tests that stop a follower's fetching and start it again)."""
+        """Replace the follower fetchers (tests that stop a follower's fetching and start it again); the log
+        directories unfollow a failed directory's partitions with the new ones."""
         self.replica_fetchers = fetchers
+        self.log_dirs.follow_with(fetchers)

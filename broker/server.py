@@ -391,7 +391,9 @@ class Broker:
         A handler's exception is logged and re-raised; the connection then closes."""
         registry = self.controller_registry if ctx.connection.scope == handler_registry.CONTROLLER else self.registry
         registration = registry[ctx.api_key]
-        services = self.node.services
+        node = self._node
+        assert node is not None  # (requests reach a started broker only)
+        services = node.services
         started = time.perf_counter()
         try:
             result = registration.handler(services, ctx, ctx.request)
@@ -405,9 +407,11 @@ class Broker:
     def serve_produce_frame(self, request, connection: ConnectionContext):
         """The produce fast path (handlers.produce.serve_produce_frame): what `dispatch` would hand back (a
         packed response or a future of it), or DECLINED when the request must go through `dispatch` after all."""
+        node = self._node
+        assert node is not None  # (requests reach a started broker only)
         started = time.perf_counter()
         try:
-            result = serve_produce_frame(self.node.services, request, connection)
+            result = serve_produce_frame(node.services, request, connection)
         except Exception:
             log.exception("handler failed", api_key=0, api_version=request.api_version)
             self._observe(0, request.api_version, len(request.frame), started, error=True)
@@ -417,12 +421,13 @@ class Broker:
         return self._handled(0, request.api_version, len(request.frame), started, result)
 
     def _handled(self, api_key: int, api_version: int, frame_size: int, started: float, result):
+        node = self._node
+        assert node is not None  # (requests reach a started broker only)
         kind = type(result)
         if kind is Deferred:  # a coordinator's or the controller's answer
-            result = self.node.services.answer(result, _same) if result.done else self.future_from(result)
+            result = node.services.answer(result, _same) if result.done else self.future_from(result)
         elif kind is CoroutineType:  # an async handler (a request forwarded to the active controller)
             result = asyncio.get_running_loop().create_task(result)
-        node = self.node
         node.wake.arm()  # a handler may have added timer tasks (delayed ops, group timeouts)
         if node.data.has_deferred_fetches and not self._fetches_scheduled:
             # Wake waiting fetches right after this response is written, not before it.
@@ -436,7 +441,8 @@ class Broker:
 
     def _complete_fetches(self) -> None:
         self._fetches_scheduled = False
-        node = self.node
+        node = self._node
+        assert node is not None
         node.data.complete_delayed_fetches()
         node.wake.arm()
 
