@@ -257,7 +257,9 @@ async def _wait_ready(addresses: dict[int, tuple[str, int, int]], started: dict[
     while pending and time.monotonic() < deadline:
         for node_id, proc in sorted(started.items()):
             if proc.poll() is not None:
-                log_path = Path(str(proc.args[-1])).parent / "node.log"  # type: ignore[index]  # (args: a list here)
+                args = proc.args
+                assert isinstance(args, list)  # (started with an argument list)
+                log_path = Path(str(args[-1])).parent / "node.log"
                 return node_id, f"it exited with code {proc.returncode}: {_last_error_line(log_path)}"
         for node_id in sorted(pending):
             host, client_port, _ = addresses[node_id]

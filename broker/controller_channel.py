@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from odradek.purgatory.deferred import Deferred
 from odradek.protocol.errors import ErrorCode

@@ -9,6 +9,8 @@ properties onto them, so every controller of this node (and the channel that che
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
+from typing import Any
 
 from odradek.metadata.controller import Controller, ControllerSettings
 
@@ -28,9 +30,11 @@ def controller_settings(cfg: BrokerConfig) -> ControllerSettings:
     )
 
 
-def new_controller(cfg: BrokerConfig, *, rng: random.Random | None = None) -> Controller:
-    """A controller deciding under `cfg`'s settings, topic config values checked against their definitions."""
-    return Controller(controller_settings(cfg), rng=rng, validate_topic_configs=validate_topic_configs)
+def new_controller(cfg: BrokerConfig, *, rng: random.Random | None = None, bootstrap_extra: Sequence[Any] = ()) -> Controller:
+    """A controller deciding under `cfg`'s settings, topic config values checked against their definitions;
+    `bootstrap_extra`, the records formatting added (written with the bootstrap records)."""
+    return Controller(controller_settings(cfg), rng=rng, validate_topic_configs=validate_topic_configs,
+                      bootstrap_extra=bootstrap_extra)
 
 
 def is_built_from(controller: Controller, cfg: BrokerConfig) -> bool:

@@ -10,13 +10,18 @@ broker every partition is led here, so each is loaded at start.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from odradek.coordinator.group.config import GroupCoordinatorConfig
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.coordinator.topics import TopicMetadata
-from odradek.metadata.publisher import MetadataUpdate
+from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
+from odradek.purgatory.timing_wheel import Timer
+from odradek.replication.replica_manager import ReplicaManager
+
+from .config import BrokerConfig
+from .controller_channel import ControllerChannel
 
 from .internal_topics import InternalTopicWriter, ensure_internal_topic, offsets_topic_spec
 
@@ -24,27 +29,29 @@ OFFSETS_TOPIC = CONSUMER_OFFSETS_TOPIC  # the name components.py checks for at s
 
 
 class MetadataTopicsView:
-    def __init__(self, broker):
-        self.broker = broker
+    """The coordinators' view of the topics (coordinator/topics.py), read from the current image."""
+
+    def __init__(self, publisher: MetadataPublisher) -> None:
+        self.publisher = publisher
 
     @staticmethod
     def _view(topic) -> TopicMetadata | None:
         return None if topic is None else TopicMetadata(topic.topic_id, topic.name, len(topic.partitions))
 
     def topic_by_name(self, name: str) -> TopicMetadata | None:
-        return self._view(self.broker.metadata.image.topics_by_name.get(name))
+        return self._view(self.publisher.image.topics_by_name.get(name))
 
     def topic_by_id(self, topic_id) -> TopicMetadata | None:
-        return self._view(self.broker.metadata.image.topics_by_id.get(topic_id))
+        return self._view(self.publisher.image.topics_by_id.get(topic_id))
 
     def topic_names(self) -> Iterable[str]:
-        return self.broker.metadata.image.topics_by_name.keys()
+        return self.publisher.image.topics_by_name.keys()
 
 
 class CoordinatorLoader:
     """Loads and unloads the group coordinator's partitions as their leadership moves (a metadata listener)."""
 
-    def __init__(self, groups: GroupCoordinator, node_id: int, clock) -> None:
+    def __init__(self, groups: GroupCoordinator, node_id: int, clock: Callable[[], int]) -> None:
         self.groups = groups
         self.node_id = node_id
         self.clock = clock
@@ -61,20 +68,21 @@ class CoordinatorLoader:
         self.led = led
 
 
-def start_group_coordinator(broker) -> GroupCoordinator:
-    cfg = broker.config
+def start_group_coordinator(cfg: BrokerConfig, data: ReplicaManager, timer: Timer, publisher: MetadataPublisher,
+                            controller: ControllerChannel, clock: Callable[[], int]) -> GroupCoordinator:
     # None: not created yet (too few live brokers); FindCoordinator asks again (ensure_coordinator_topic).
-    num_partitions = ensure_internal_topic(broker, offsets_topic_spec(cfg)) or cfg.offsets_topic_num_partitions
+    num_partitions = (ensure_internal_topic(publisher, controller, offsets_topic_spec(cfg))
+                      or cfg.offsets_topic_num_partitions)
     # FindCoordinator places transactional ids too: over __transaction_state's own count once it exists, as
     # the transaction coordinator does (txn_wiring), not a configured count that may differ.
-    txn_topic = broker.metadata.image.topics_by_name.get(TRANSACTION_STATE_TOPIC)
+    txn_topic = publisher.image.topics_by_name.get(TRANSACTION_STATE_TOPIC)
     txn_partitions = len(txn_topic.partitions) if txn_topic is not None else cfg.transaction_state_log_num_partitions
     config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions,
                                                        transaction_state_log_num_partitions=txn_partitions)
     # acks=all writes, as Kafka's coordinators make them: refused while the partition's ISR is below its
     # (effective) min.insync.replicas, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank after the append.
-    writer = InternalTopicWriter(broker.data, CONSUMER_OFFSETS_TOPIC, enforce_min_isr=True)
-    groups = GroupCoordinator(writer, broker.timer, config, MetadataTopicsView(broker),
+    writer = InternalTopicWriter(data, CONSUMER_OFFSETS_TOPIC, enforce_min_isr=True)
+    groups = GroupCoordinator(writer, timer, config, MetadataTopicsView(publisher),
                               under_min_isr=writer.is_under_min_isr)
-    broker.metadata.register(CoordinatorLoader(groups, broker.node_id, broker.now_ms))
+    publisher.register(CoordinatorLoader(groups, cfg.node_id, clock))
     return groups

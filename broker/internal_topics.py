@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -55,6 +56,12 @@ from odradek.metadata.image import MetadataError
 from odradek.replication.partition import Partition
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.names import TopicPartition
+
+if TYPE_CHECKING:
+    from odradek.metadata.publisher import MetadataPublisher
+
+    from .config import BrokerConfig
+    from .controller_channel import ControllerChannel
 
 __all__ = ["InternalTopicSpec", "InternalTopicWriter", "ensure_coordinator_topic", "ensure_internal_topic",
            "offsets_topic_spec", "transaction_state_topic_spec"]
@@ -188,20 +195,34 @@ def transaction_state_topic_spec(cfg) -> InternalTopicSpec:
                              (("min.insync.replicas", str(cfg.transaction_state_log_min_isr)),))
 
 
-def ensure_coordinator_topic(broker, key_type: int) -> int | None:
+class CoordinatorTopicParts(Protocol):
+    """What creating a coordinator's topic reads: the settings, the image, the controller (the services)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def metadata(self) -> MetadataPublisher: ...
+
+    @property
+    def controller(self) -> ControllerChannel: ...
+
+
+def ensure_coordinator_topic(services: CoordinatorTopicParts, key_type: int) -> int | None:
     """FindCoordinator's part (key type 0 groups, 1 transactions): create the coordinator's topic while it is
-    missing. `broker` is the broker or its services (metadata, controller, config)."""
+    missing."""
     if key_type == 0:
-        return ensure_internal_topic(broker, offsets_topic_spec(broker.config))
+        return ensure_internal_topic(services.metadata, services.controller, offsets_topic_spec(services.config))
     if key_type == 1:
-        return ensure_internal_topic(broker, transaction_state_topic_spec(broker.config))
+        return ensure_internal_topic(services.metadata, services.controller,
+                                     transaction_state_topic_spec(services.config))
     return None
 
 
 _short_handed_logged: dict[str, int] = {}
 
 
-def ensure_internal_topic(broker, spec: InternalTopicSpec) -> int | None:
+def ensure_internal_topic(metadata: MetadataPublisher, controller: ControllerChannel, spec: InternalTopicSpec) -> int | None:
     """Create internal topic `spec.name` (compacted) through the controller if it does not exist; its number
     of partitions, or None while it cannot be created yet (fewer live brokers than its replication factor).
     A local controller creates it at once; in a cluster the creation goes to the active controller and this
@@ -210,7 +231,7 @@ def ensure_internal_topic(broker, spec: InternalTopicSpec) -> int | None:
     from .controller_channel import NewTopic
 
     name = spec.name
-    image = broker.metadata.image
+    image = metadata.image
     existing = image.topics_by_name.get(name)
     if existing is not None:
         return len(existing.partitions)
@@ -224,7 +245,7 @@ def ensure_internal_topic(broker, spec: InternalTopicSpec) -> int | None:
                         live_brokers=live, replication_factor=spec.replication_factor)
         return None
     config = {"cleanup.policy": "compact", "segment.bytes": str(spec.segment_bytes), **dict(spec.extra_configs)}
-    created = broker.controller.create_topics(
+    created = controller.create_topics(
         [NewTopic(name, spec.num_partitions, spec.replication_factor, config)], internal=True)
 
     def check(d) -> None:
@@ -242,5 +263,5 @@ def ensure_internal_topic(broker, spec: InternalTopicSpec) -> int | None:
             if outcome.error_code == ErrorCode.INVALID_REPLICATION_FACTOR:
                 return None  # the controller counts the brokers too (fenced ones are no use): next time
             raise outcome
-    existing = broker.metadata.image.topics_by_name.get(name)
+    existing = metadata.image.topics_by_name.get(name)
     return len(existing.partitions) if existing is not None else spec.num_partitions

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -31,6 +33,16 @@ from odradek.protocol.errors import ErrorCode
 from odradek.storage.errors import KafkaStorageError, StorageError
 from odradek.storage.log_mover import copy_step
 from odradek.storage.names import TopicPartition
+
+from .services import BrokerServices
+
+if TYPE_CHECKING:
+    from odradek.metadata.publisher import MetadataPublisher
+    from odradek.replication.replica_manager import ReplicaManager
+    from odradek.storage.log_manager import LogManager
+
+    from .controller_channel import ControllerChannel
+    from .replica_fetcher import ReplicaFetcherManager
 
 log = structlog.get_logger("odradek.log_dirs")
 
@@ -51,18 +63,29 @@ def directory_uuid(directory_id: str | None) -> uuid.UUID | None:
 
 
 class LogDirs:
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        self.log_manager = broker.log_manager
-        self.data = broker.data
+    def __init__(self, log_manager: LogManager, data: ReplicaManager, fetchers: ReplicaFetcherManager | None,
+                 metadata: MetadataPublisher, controller: ControllerChannel, *, node_id: int,
+                 broker_epoch: Callable[[], int], clock: Callable[[], int]) -> None:
+        self.log_manager = log_manager
+        self.data = data
+        self.fetchers = fetchers
+        self.metadata = metadata
+        self.controller = controller
+        self.node_id = node_id
+        self.broker_epoch = broker_epoch  # this broker's, once registered (-1 before)
+        self.clock = clock
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._reporting: asyncio.Task | None = None
         self.unreported: set[TopicPartition] = set()  # offline replicas the controller has not heard of yet
         self.moves_completed = 0
 
+    def follow_with(self, fetchers: ReplicaFetcherManager) -> None:
+        """The follower fetchers that replaced the first ones (node.Node.follow_with)."""
+        self.fetchers = fetchers
+
     def start(self) -> None:
-        self.data.on_storage_error = self.storage_failed
+        self.data.report_storage_errors_to(self.storage_failed)
         self._task = asyncio.get_running_loop().create_task(self._mover())
         if self.log_manager.future_logs:
             self._wake.set()  # moves that were under way at the last shutdown resume
@@ -106,7 +129,7 @@ class LogDirs:
         return ErrorCode.NONE
 
     def broker_now(self) -> int:
-        return self.broker.services.now_ms() if self.broker.services is not None else 0
+        return self.clock()
 
     async def _mover(self) -> None:
         manager = self.log_manager
@@ -141,15 +164,18 @@ class LogDirs:
                 moved = manager.replace_current_with_future(tp, now_ms=now)
                 self.data.replace_log(tp, moved)
                 self.moves_completed += 1
-                log.info("replica moved to another log directory", partition=str(tp), log_dir=manager.dir_of(tp).path)
+                moved_to = manager.dir_of(tp)
+                log.info("replica moved to another log directory", partition=str(tp),
+                         log_dir=moved_to.path if moved_to is not None else None)
         except StorageError as e:  # (e.g. the current log cut under the read): this move gives up
             log.warning("moving a replica failed; the move is abandoned", partition=str(tp), error=str(e))
             manager.abandon_future_log(tp)
         except OSError as e:
             # Either directory may be failing: the one the error names goes offline.
-            path = getattr(e, "filename", None) or future.directory
+            path = e.filename or future.directory
             self.storage_failed(str(path), str(e))
-            if tp in manager.future_logs and manager.future_dir_of(tp) is not None and not manager.future_dir_of(tp).online:
+            future_dir = manager.future_dir_of(tp) if tp in manager.future_logs else None
+            if future_dir is not None and not future_dir.online:
                 manager.abandon_future_log(tp)
         return True
 
@@ -163,7 +189,7 @@ class LogDirs:
         gone = manager.mark_dir_offline(path, error)
         log.error("log directory failed; its replicas are offline on this broker", log_dir=d.path, error=error,
                   partitions=len(gone))
-        fetchers = self.broker.replica_fetchers
+        fetchers = self.fetchers
         for tp in gone:
             if fetchers is not None:
                 fetchers.unfollow(tp)
@@ -189,12 +215,12 @@ class LogDirs:
         """AssignReplicasToDirs(LOST) for the offline replicas, until the controller has taken them."""
         from odradek.protocol.messages import AssignReplicasToDirsRequest as R
 
-        broker = self.broker
         while self.unreported:
-            image = broker.metadata.image
-            registration = image.brokers.get(broker.config.node_id)
+            image = self.metadata.image
+            registration = image.brokers.get(self.node_id)
             # (A broker knows its epoch from its registration's answer; before that, from its image.)
-            broker_epoch = broker.broker_epoch if broker.broker_epoch >= 0 else (
+            registered_epoch = self.broker_epoch()
+            broker_epoch = registered_epoch if registered_epoch >= 0 else (
                 registration.broker_epoch if registration is not None else -1)
             if broker_epoch < 0:
                 await asyncio.sleep(0.2)  # not registered yet
@@ -208,13 +234,13 @@ class LogDirs:
             if not topics:
                 self.unreported.difference_update(batch)
                 break
-            request = R(broker_id=broker.config.node_id, broker_epoch=broker_epoch, directories=[
+            request = R(broker_id=self.node_id, broker_epoch=broker_epoch, directories=[
                 R.DirectoryData(id=LOST_DIRECTORY_ID, topics=[
                     R.DirectoryData.TopicData(topic_id=topic_id, partitions=[
                         R.DirectoryData.TopicData.PartitionData(partition_index=i) for i in indexes])
                     for topic_id, indexes in topics.items()])])
             try:
-                response = await broker.services.future_from(broker.controller.assign_replicas_to_dirs(request))
+                response = await BrokerServices.future_from(self.controller.assign_replicas_to_dirs(request))
             except Exception as e:  # noqa: BLE001 - no controller now: try again
                 log.debug("reporting offline replicas failed; retrying", error=str(e))
                 await asyncio.sleep(0.5)

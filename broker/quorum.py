@@ -54,7 +54,7 @@ _LONG_POLLS = (FetchRequest, FetchSnapshotRequest)
 
 class QuorumDriver:
     def __init__(self, raft: RaftNode, connections: NodeConnections, clock: Callable[[], int], *,
-                 request_timeout_ms: int = 2000) -> None:
+                 request_timeout_ms: int = 2000, after_each_call: Callable[[], None] | None = None) -> None:
         self.raft = raft
         self.connections = connections
         self.clock = clock
@@ -66,7 +66,7 @@ class QuorumDriver:
         self._tasks: set[asyncio.Task] = set()
         self._stopped = False
         self._in_node = False  # inside a call into the node (its listeners run there)
-        self.after_each_call: Callable[[], None] | None = None  # e.g. the loader's snapshots
+        self.after_each_call = after_each_call  # e.g. the loader's snapshots
 
     @property
     def is_lone_voter(self) -> bool:
@@ -181,13 +181,13 @@ class QuorumControllerChannel(ControllerDecisions):
     """The controller channel of a node in the quorum (see the module doc)."""
 
     def __init__(self, controller: Controller, config: BrokerConfig, clock: Callable[[], int],
-                 driver: QuorumDriver, loader: MetadataLoader) -> None:
+                 driver: QuorumDriver, loader: MetadataLoader, *, cluster_id: str | None = None) -> None:
         super().__init__(controller, config, clock)
         self.config = config
         self.driver = driver
         self.loader = loader
         self.is_active = False
-        self.cluster_id: str | None = None  # from meta.properties: written by the first active controller
+        self.cluster_id = cluster_id  # from meta.properties: written by the first active controller
         self._tick_handle: asyncio.TimerHandle | None = None
         self._waiting: list[tuple[int, Deferred]] = []  # (last offset, commit) in offset order
         self._activated_before = False
@@ -245,9 +245,16 @@ class QuorumControllerChannel(ControllerDecisions):
                 log.exception("controller tick failed")
             self._schedule_tick()
 
+    def stop(self) -> None:
+        """No more periodic decisions (the log is about to close)."""
+        self.is_active = False
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+
     def _bootstrap(self) -> None:
         """The first active controller of a new cluster writes what `odradek storage format` decided: the
         metadata.version feature level and the cluster id (Kafka's bootstrap records)."""
+        assert self.cluster_id is not None  # (checked by the caller)
         records = self.controller.bootstrap_records(self.cluster_id)
         self._single(lambda: (records, None))
 
@@ -295,6 +302,12 @@ class ClusterControllerChannel:
     @property
     def is_active(self) -> bool:
         return self.local is not None and self.local.is_active
+
+    @property
+    def _active(self) -> QuorumControllerChannel | None:
+        """The controller in this process while it is the active one, else None."""
+        local = self.local
+        return local if local is not None and local.is_active else None
 
     # -- forwarding
 
@@ -378,8 +391,8 @@ class ClusterControllerChannel:
     # -- the calls
 
     def create_topics(self, topics, *, validate_only: bool = False, internal: bool = False) -> Deferred:
-        if self.is_active:
-            return self.local.create_topics(topics, validate_only=validate_only, internal=internal)
+        if (active := self._active) is not None:
+            return active.create_topics(topics, validate_only=validate_only, internal=internal)
         from odradek.protocol.messages import CreateTopicsRequest
 
         request = CreateTopicsRequest(validate_only=validate_only, timeout_ms=int(self.request_timeout_s * 1000), topics=[
@@ -396,7 +409,7 @@ class ClusterControllerChannel:
             from .controller_channel import CreatedTopic
 
             response = await self.forward(request, 7)
-            results = []
+            results: list[CreatedTopic | MetadataError] = []
             for r in response.topics:
                 if r.error_code:
                     results.append(MetadataError(ErrorCode(r.error_code), r.error_message or ""))
@@ -439,8 +452,8 @@ class ClusterControllerChannel:
         return Deferred.failed(MetadataError(ErrorCode.NOT_CONTROLLER, "This node is not the active controller."))
 
     def allocate_producer_ids(self, broker_id: int) -> Deferred:
-        if self.is_active:
-            return self.local.allocate_producer_ids(broker_id)
+        if (active := self._active) is not None:
+            return active.allocate_producer_ids(broker_id)
         from odradek.protocol.messages import AllocateProducerIdsRequest
         from odradek.metadata.image import ProducerIdsBlock
 
@@ -465,16 +478,16 @@ class ClusterControllerChannel:
         return self._decide_or_forward("broker_registration", request, 0)
 
     def heartbeat(self, request, *, timeout_s: float | None = None) -> Deferred:
-        if self.is_active:
-            return self.local.heartbeat(request)
+        if (active := self._active) is not None:
+            return active.heartbeat(request)
         return self._remote(lambda: self.forward(request, 0, timeout_s=timeout_s))
 
     def unregister(self, request) -> Deferred:
         return self._decide_or_forward("unregister", request, 0)
 
     def alter_partition(self, request, version: int) -> Deferred:
-        if self.is_active:
-            return self.local.alter_partition(request, version)
+        if (active := self._active) is not None:
+            return active.alter_partition(request, version)
         return self._remote(lambda: self.forward(request, version))
 
     def assign_replicas_to_dirs(self, request) -> Deferred:
@@ -487,13 +500,13 @@ class ClusterControllerChannel:
         return self._local_only("alter_partition_reassignments", request)
 
     def list_partition_reassignments(self, request):
+        if self.local is None:
+            raise MetadataError(ErrorCode.NOT_CONTROLLER, "This node is not a controller.")
         return self.local.list_partition_reassignments(request)
 
     async def close(self) -> None:
         if self.local is not None:  # no more periodic decisions: the log is about to close
-            self.local.is_active = False
-            if self.local._tick_handle is not None:
-                self.local._tick_handle.cancel()
+            self.local.stop()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

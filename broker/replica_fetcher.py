@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -37,7 +38,15 @@ from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.names import TopicPartition
 
 from .config import BrokerConfig
+from .services import BrokerServices
 from .node_client import NodeConnection, NodeUnavailable
+
+if TYPE_CHECKING:
+    from odradek.metadata.publisher import MetadataPublisher
+    from odradek.replication.replica_manager import HostedPartition
+
+    from .controller_channel import ControllerChannel
+    from .node import Membership
 
 log = structlog.get_logger("odradek.replica_fetcher")
 
@@ -209,7 +218,8 @@ class ReplicaFetcherManager:
         await asyncio.gather(*(f.stop() for f in fetchers), *self._stopping, return_exceptions=True)
 
 
-async def maintain_isr(broker) -> None:
+async def maintain_isr(cfg: BrokerConfig, membership: Membership, data: ReplicaManager, metadata: MetadataPublisher,
+                       controller: ControllerChannel, clock: Callable[[], int]) -> None:
     """The leader's side of the ISR (Kafka's isr-expiration task and AlterPartitionManager): every
     min(replica.lag.time.max.ms / 2, 500 ms), the partitions led here whose ISR should change (a follower
     lagging longer than replica.lag.time.max.ms leaves it, a caught-up eligible one joins it:
@@ -217,25 +227,25 @@ async def maintain_isr(broker) -> None:
     active controller. A partition has at most one change in flight; the committed change reaches this
     broker as any metadata does, and only then is the ISR what it says. A refused change is proposed
     again, from the then current state, at a later check."""
-    cfg = broker.config
     interval_s = max(0.01, min(cfg.replica_lag_time_max_ms / 2, 500) / 1000)
     while True:
         await asyncio.sleep(interval_s)
-        if broker.broker_epoch < 0 or broker.shutting_down:
+        if membership.broker_epoch < 0 or membership.shutting_down:
             continue
         try:
-            changes = broker.data.proposed_isr_changes(broker.now_ms())
+            changes = data.proposed_isr_changes(clock())
             if changes:
-                await _alter_partition(broker, changes, timeout_s=cfg.replica_lag_time_max_ms / 1000 + 5)
+                await _alter_partition(cfg.node_id, membership.broker_epoch, metadata.image, controller, changes,
+                                       timeout_s=cfg.replica_lag_time_max_ms / 1000 + 5)
         except Exception:  # the next check tries again
             log.exception("proposing ISR changes failed")
 
 
-async def _alter_partition(broker, changes, *, timeout_s: float) -> None:
+async def _alter_partition(node_id: int, broker_epoch: int, image: MetadataImage, controller: ControllerChannel,
+                           changes: list[tuple[HostedPartition, tuple[int, ...]]], *, timeout_s: float) -> None:
     from odradek.protocol.messages import AlterPartitionRequest
 
     Topic = AlterPartitionRequest.TopicData
-    image = broker.metadata.image
     by_topic: dict[uuid.UUID, list] = {}
     for partition, new_isr in changes:
         partition.pending_isr = new_isr
@@ -247,12 +257,12 @@ async def _alter_partition(broker, changes, *, timeout_s: float) -> None:
         ))
         log.info("proposing an ISR change", partition=str(partition.topic_partition), isr=list(partition.isr),
                  new_isr=list(new_isr))
-    request = AlterPartitionRequest(broker_id=broker.node_id, broker_epoch=broker.broker_epoch, topics=[
+    request = AlterPartitionRequest(broker_id=node_id, broker_epoch=broker_epoch, topics=[
         Topic(topic_id=topic_id, partitions=parts) for topic_id, parts in by_topic.items()])
     sent = {(p.topic_id, p.partition): p for p, _ in changes}
     try:
         response = await asyncio.wait_for(
-            broker.services.future_from(broker.controller.alter_partition(request, 3)), timeout_s)
+            BrokerServices.future_from(controller.alter_partition(request, 3)), timeout_s)
     except Exception as e:  # noqa: BLE001 - no controller at the moment: propose again later
         log.info("AlterPartition failed; will propose again", error=str(e))
         for partition, _ in changes:
@@ -260,11 +270,11 @@ async def _alter_partition(broker, changes, *, timeout_s: float) -> None:
         return
     for topic in response.topics:
         for p in topic.partitions:
-            partition = sent.get((topic.topic_id, p.partition_index))
-            if partition is None:
+            hosted = sent.get((topic.topic_id, p.partition_index))
+            if hosted is None:
                 continue
             if p.error_code:
-                log.info("ISR change refused", partition=str(partition.topic_partition), error_code=p.error_code)
-                partition.pending_isr = None
-            elif partition.partition_epoch >= p.partition_epoch:
-                partition.pending_isr = None  # the image has it already
+                log.info("ISR change refused", partition=str(hosted.topic_partition), error_code=p.error_code)
+                hosted.pending_isr = None
+            elif hosted.partition_epoch >= p.partition_epoch:
+                hosted.pending_isr = None  # the image has it already

@@ -15,22 +15,38 @@ import ipaddress
 import socket
 import time
 from types import CoroutineType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from . import handlers as handler_registry
 from odradek.purgatory.deferred import Deferred
 
-from .components import arm_timer
+from .components import build_node, registration_endpoints, run_lifecycle, stop_node
 from .config import BrokerConfig, ConfigError
 from .context import DECLINED, ConnectionContext, RequestContext, SecurityProtocol
 from .handlers.api_versions import build_response
 from .handlers.produce import serve_produce_frame
 from .network import NetworkServer
+from .node import Membership, Node
+from .replica_fetcher import maintain_isr
 from .quotas import connection_creation_rates
 from .security import listener_security
 from .services import BrokerServices
+
+if TYPE_CHECKING:
+    from odradek.coordinator.group.group_coordinator import GroupCoordinator
+    from odradek.metadata.loader import MetadataLoader
+    from odradek.metadata.publisher import MetadataPublisher
+    from odradek.purgatory.timing_wheel import Timer
+    from odradek.replication.replica_manager import ReplicaManager
+    from odradek.storage.log_manager import LogManager
+
+    from .log_dirs import LogDirs
+    from .metrics import Metrics, MetricsServer
+    from .quorum import ClusterControllerChannel, QuorumDriver
+    from .replica_fetcher import ReplicaFetcherManager
+    from .txn_wiring import MarkerSender
 
 log = structlog.get_logger("odradek.broker")
 
@@ -57,40 +73,18 @@ class Broker:
         self.network: NetworkServer | None = None
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
         self.controller_bound: list[tuple[str, str, int]] = []
-        self.metrics = None
-        self.metrics_server = None
-        # Set by components.start_components, in this order:
-        self.timer = None
-        self.log_manager = None
-        self.data = None  # the data plane (logs, partitions, purgatories)
-        self.metadata = None  # the publisher of committed metadata; `.image` is the current image
-        self.controller = None  # the controller channel
-        self.services: BrokerServices | None = None  # what handlers receive
-        self.cluster_id: str | None = None  # from meta.properties when the storage was formatted
-        self.quorum = None  # the Raft driver (broker/quorum.py); a lone node is its quorum's only voter
-        self.metadata_loader = None
-        self.lifecycle: asyncio.Task | None = None  # registration and heartbeats (components._lifecycle)
-        self.replica_fetchers = None  # the follower fetchers (broker/replica_fetcher.py); none on a lone node
-        self.log_dirs = None  # moves between and failures of log directories (broker/log_dirs.py)
-        self.txn_marker_sender = None  # the transaction coordinator's markers, once it has started (txn_wiring)
-        self.broker_epoch = -1
-        self.fenced = True  # until the controller unfences this broker
-        self.shutting_down = False  # controlled shutdown asked for (heartbeats say want_shut_down)
-        self.heartbeat_now = asyncio.Event()  # wakes the lifecycle for a heartbeat before its interval
-        self.shutdown_granted = asyncio.Event()
-        self.caught_up = asyncio.Event()  # a heartbeat answer said the metadata here is caught up
-        self._timer_handle = None
-        self._timer_deadline: int | None = None
+        # The node's parts (broker/node.py), built in order by components.build_node when the broker starts
+        # and stopped in reverse by components.stop_node; read through the properties below.
+        self._node: Node | None = None
+        self.membership = Membership()  # registration, fencing, controlled shutdown (node.Membership)
+        self.lifecycle: asyncio.Task | None = None  # registration and heartbeats (components.run_lifecycle)
         self._fetches_scheduled = False
-        self._maintenance: list = []
         self._background: list[asyncio.Task] = []
         self._started = False
 
     # -- life cycle --
 
     async def start(self) -> None:
-        from .components import register_broker, start_components
-
         cfg = self.config
         refuse_unserved_settings(cfg)
         per_ip_overrides = ip_overrides(cfg)  # an unresolvable host name stops the start here
@@ -99,8 +93,12 @@ class Broker:
             listener.name: listener_security(cfg, listener.name, SecurityProtocol(listener.security_protocol), self._scram_credential)
             for listener in cfg.listener_list()
         }
-        await start_components(self)
-        self.network = NetworkServer(
+        node = self._node = await build_node(
+            cfg, self.membership, spawn=self.spawn, after_state_change=self.after_state_change, dispatch=self.dispatch,
+            api_versions_response=self.api_versions_response,
+            controller_api_versions_response=self.controller_api_versions_response,
+        )
+        network = self.network = NetworkServer(
             dispatch=self.dispatch,
             serve_produce_frame=self.serve_produce_frame if self.produce_fast_path else None,
             accepted_versions=self.accepted_versions,
@@ -114,49 +112,49 @@ class Broker:
             protected_listeners=protected_listeners(cfg),
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             on_protocol_error=self._count_protocol_error,
-            metrics=self.metrics,
+            metrics=node.metrics,
             connection_rates=connection_creation_rates(cfg),
-            client_quotas=lambda: self.metadata.image.client_quotas,
+            client_quotas=lambda: node.metadata.image.client_quotas,
         )
-        self.network.start()
+        network.start()
         # Bind first, serve after registering: the registration carries the ports actually bound.
         for listener in cfg.client_listeners():
             host = listener.host or "0.0.0.0"
             protocol = SecurityProtocol(listener.security_protocol)
-            bound_host, port = await self.network.listen(
+            bound_host, port = await network.listen(
                 listener.name, host, listener.port, protocol, security=security[listener.name]
             )
             self.bound.append((listener.name, bound_host, port))
         if "controller" in cfg.process_roles and cfg.controller_listeners():
-            self.network.add_scope(
+            network.add_scope(
                 handler_registry.CONTROLLER, handler_registry.accepted_versions(self.controller_registry),
                 handler_registry.advertised_versions(self.controller_registry),
             )
             for listener in cfg.controller_listeners():
-                bound_host, port = await self.network.listen(
+                bound_host, port = await network.listen(
                     listener.name, listener.host or "0.0.0.0", listener.port,
                     SecurityProtocol(listener.security_protocol), scope=handler_registry.CONTROLLER,
                     security=security[listener.name],
                 )
                 self.controller_bound.append((listener.name, bound_host, port))
         try:
-            register_broker(self)
+            self._register(node)
             if self.bound:
                 # A node serves its controller listeners at once (the quorum needs them) and its broker
                 # listeners once the controller says it has caught up with the metadata log (Kafka's
                 # initialCatchUpFuture): until then its image may lack the SCRAM credentials, ACLs and
                 # topics clients are judged by (a restarted node would refuse a valid login). Connections
                 # made meanwhile wait in the listen backlog.
-                await self.network.start_serving([name for name, _host, _port in self.controller_bound])
-                if self.quorum.is_lone_voter and self.lifecycle is not None:
+                await network.start_serving([name for name, _host, _port in self.controller_bound])
+                if node.quorum.is_lone_voter and self.lifecycle is not None:
                     # A lone node is its own controller: it is registered, unfenced and caught up within
                     # a few event-loop turns, and start() returns once it serves, as a caller expects.
                     await self._until_caught_up()
-                    await self.network.start_serving()
+                    await network.start_serving()
                 else:  # the other voters may not be up yet: serve once they have elected a controller
                     self.spawn(self._serve_when_caught_up())
             else:
-                await self.network.start_serving()
+                await network.start_serving()
         except BaseException:
             self._started = True  # stop what started
             await self.stop()
@@ -165,42 +163,57 @@ class Broker:
             log.info("listening", listener=name, host=host, port=port)
         self._started = True
 
+    def _register(self, node: Node) -> None:
+        """Start the quorum (a lone node elects itself at once) and, on a node with the broker role, the
+        broker's lifecycle (registration with the active controller, heartbeats, unfencing) and its ISR
+        upkeep. Every node goes this way; a lone node's controller is in this process, called without a
+        socket."""
+        cfg = self.config
+        endpoints = registration_endpoints(cfg, {name: port for name, _host, port in self.bound})
+        node.quorum.start()
+        if "broker" in cfg.process_roles:  # a controller-only node is no broker: it does not register
+            self.lifecycle = self.spawn(run_lifecycle(node, self.membership, endpoints))
+            self.spawn(maintain_isr(cfg, self.membership, node.data, node.metadata, node.controller, self.now_ms))
+
     async def _until_caught_up(self) -> None:
         """Wait for the lifecycle's first heartbeat answer that says caught up; raise what ended it first
         (a registration the node's own controller refused)."""
-        caught_up = asyncio.ensure_future(self.caught_up.wait())
+        lifecycle = self.lifecycle
+        assert lifecycle is not None
+        caught_up = asyncio.ensure_future(self.membership.caught_up.wait())
         try:
-            await asyncio.wait({caught_up, self.lifecycle}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({caught_up, lifecycle}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             caught_up.cancel()
-        if not self.caught_up.is_set():
-            self.lifecycle.result()  # raises what refused the registration
+        if not self.membership.caught_up.is_set():
+            lifecycle.result()  # raises what refused the registration
             raise RuntimeError("the broker lifecycle ended before the broker caught up")
 
     async def _serve_when_caught_up(self) -> None:
-        await self.caught_up.wait()
-        if not self.network.draining:  # not stopping already
-            await self.network.start_serving()
+        await self.membership.caught_up.wait()
+        network = self.network
+        if network is not None and not network.draining:  # not stopping already
+            await network.start_serving()
             log.info("caught up with the metadata log: serving the broker listeners")
 
     async def stop(self, drain_timeout_s: float = 5.0) -> None:
         if not self._started:
             return
         self._started = False
-        from .components import stop_components
-
-        if self.quorum is not None:
-            await self._controlled_shutdown()
-        await self.network.stop_accepting()
+        node = self.node
+        await self._controlled_shutdown(node)
+        network = self.network
+        assert network is not None  # (started)
+        await network.stop_accepting()
         self._answer_long_polls()
-        await self.network.drain(drain_timeout_s)
+        await network.drain(drain_timeout_s)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        await stop_components(self)
+        await stop_node(node)
         log.info("stopped")
 
-    async def _controlled_shutdown(self, timeout_s: float = 10.0) -> None:
+    async def _controlled_shutdown(self, node: Node, timeout_s: float = 10.0) -> None:
         """A node of a cluster leaves in order (Kafka's controlled shutdown): its heartbeats ask to shut
         down until the controller has moved its leaderships away and says it may; then, if it leads the
         quorum, it resigns (EndQuorumEpoch) so that another voter takes over at once, not after a timeout.
@@ -208,26 +221,25 @@ class Broker:
         A lone node with no other broker skips both: there is nobody to move leaderships or the quorum's
         lead to. Its registration stays unfenced in the log; the next start registers a new incarnation,
         which fences the old one and is unfenced by its first heartbeat, as after a crash."""
-        lone = self.quorum.is_lone_voter
-        others = any(b != self.node_id for b in self.metadata.image.brokers)
-        if self.broker_epoch >= 0 and (others or not lone):
-            self.shutting_down = True
-            self.heartbeat_now.set()
+        lone = node.quorum.is_lone_voter
+        others = any(b != self.node_id for b in node.metadata.image.brokers)
+        if self.membership.broker_epoch >= 0 and (others or not lone):
+            self.membership.ask_to_shut_down()
             try:
-                await asyncio.wait_for(self.shutdown_granted.wait(), timeout_s)
+                await asyncio.wait_for(self.membership.shutdown_granted.wait(), timeout_s)
                 log.info("controlled shutdown granted")
             except asyncio.TimeoutError:
                 log.warning("controlled shutdown not granted in time; stopping anyway", timeout_s=timeout_s)
-        if self.quorum.raft.is_leader and not lone:
-            self.quorum.process(self.quorum.raft.resign(self.quorum.clock()))
+        if node.quorum.raft.is_leader and not lone:
+            node.quorum.process(node.quorum.raft.resign(node.quorum.clock()))
             await asyncio.sleep(0.1)  # let EndQuorumEpoch go out
 
     def _answer_long_polls(self) -> None:
         """Answer parked fetches (with what they have) and pending group joins (NOT_COORDINATOR, so clients
         look for the coordinator again) now, rather than hold shutdown for their timeouts."""
-        if self.data is not None:
-            self.data.fetch_purgatory.complete_all()
-        groups = self.services.groups_if_started if self.services is not None else None
+        node = self.node
+        node.data.fetch_purgatory.complete_all()
+        groups = node.services.groups_if_started
         if groups is not None:
             groups.shutdown()
 
@@ -245,7 +257,7 @@ class Broker:
 
     def _scram_credential(self, mechanism, username: str):
         """A user's SCRAM credential from the committed metadata (AlterUserScramCredentials, --add-scram)."""
-        return self.metadata.image.scram_credentials.get((username, int(mechanism)))
+        return self.node.metadata.image.scram_credentials.get((username, int(mechanism)))
 
     @property
     def bound_port(self) -> int:
@@ -254,13 +266,112 @@ class Broker:
     @property
     def advertised_endpoint(self) -> tuple[str, int]:
         """The host and port of this broker's first registered endpoint (what clients of that listener use)."""
-        endpoint = self.metadata.image.brokers[self.node_id].endpoints[0]
+        endpoint = self.node.metadata.image.brokers[self.node_id].endpoints[0]
         return endpoint.host, endpoint.port
 
     @property
-    def groups(self):
+    def groups(self) -> GroupCoordinator:
         """The group coordinator, created with `__consumer_offsets` on first use as Kafka does."""
-        return self.services.groups
+        return self.node.services.groups
+
+    # -- the node's parts: read-only, None until the broker has started (broker/node.py)
+
+    @property
+    def node(self) -> Node:
+        if self._node is None:
+            raise RuntimeError("the broker has not started")
+        return self._node
+
+    @property
+    def timer(self) -> Timer | None:
+        return None if self._node is None else self._node.timer
+
+    @property
+    def log_manager(self) -> LogManager | None:
+        return None if self._node is None else self._node.log_manager
+
+    @property
+    def data(self) -> ReplicaManager | None:
+        """The data plane (logs, partitions, purgatories)."""
+        return None if self._node is None else self._node.data
+
+    @property
+    def metadata(self) -> MetadataPublisher | None:
+        """The publisher of committed metadata; `.image` is the current image."""
+        return None if self._node is None else self._node.metadata
+
+    @property
+    def controller(self) -> ClusterControllerChannel | None:
+        return None if self._node is None else self._node.controller
+
+    @property
+    def services(self) -> BrokerServices | None:
+        """What handlers receive."""
+        return None if self._node is None else self._node.services
+
+    @property
+    def cluster_id(self) -> str | None:
+        return None if self._node is None else self._node.cluster_id
+
+    @property
+    def quorum(self) -> QuorumDriver | None:
+        """The Raft driver (broker/quorum.py); a lone node is its quorum's only voter."""
+        return None if self._node is None else self._node.quorum
+
+    @property
+    def metadata_loader(self) -> MetadataLoader | None:
+        return None if self._node is None else self._node.metadata_loader
+
+    @property
+    def replica_fetchers(self) -> ReplicaFetcherManager | None:
+        """The follower fetchers (broker/replica_fetcher.py); none on a lone node."""
+        return None if self._node is None else self._node.replica_fetchers
+
+    @replica_fetchers.setter
+    def replica_fetchers(self, fetchers: ReplicaFetcherManager) -> None:
+        self.node.follow_with(fetchers)  # tests that stop a follower's fetching and start it again
+
+    @property
+    def log_dirs(self) -> LogDirs | None:
+        return None if self._node is None else self._node.log_dirs
+
+    @property
+    def txn_marker_sender(self) -> MarkerSender | None:
+        return None if self._node is None else self._node.txn_markers
+
+    @property
+    def metrics(self) -> Metrics | None:
+        return None if self._node is None else self._node.metrics
+
+    @property
+    def metrics_server(self) -> MetricsServer | None:
+        return None if self._node is None else self._node.metrics_server
+
+    # -- the broker's standing with the controller (node.Membership)
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.membership.broker_epoch
+
+    @property
+    def fenced(self) -> bool:
+        return self.membership.fenced
+
+    @property
+    def shutting_down(self) -> bool:
+        return self.membership.shutting_down
+
+    @property
+    def heartbeat_now(self) -> asyncio.Event:
+        return self.membership.heartbeat_now
+
+    @property
+    def shutdown_granted(self) -> asyncio.Event:
+        return self.membership.shutdown_granted
+
+    @property
+    def caught_up(self) -> asyncio.Event:
+        return self.membership.caught_up
 
     @staticmethod
     def now_ms() -> int:
@@ -270,7 +381,8 @@ class Broker:
 
     def after_state_change(self) -> None:
         """Re-arm the timing wheel's wake-up after anything that may have added a timer task."""
-        arm_timer(self)
+        if self._node is not None:
+            self._node.wake.arm()
 
     # -- dispatch --
 
@@ -279,22 +391,27 @@ class Broker:
         A handler's exception is logged and re-raised; the connection then closes."""
         registry = self.controller_registry if ctx.connection.scope == handler_registry.CONTROLLER else self.registry
         registration = registry[ctx.api_key]
+        node = self._node
+        assert node is not None  # (requests reach a started broker only)
+        services = node.services
         started = time.perf_counter()
         try:
-            result = registration.handler(self.services, ctx, ctx.request)
+            result = registration.handler(services, ctx, ctx.request)
         except Exception:
             log.exception("handler failed", api_key=ctx.api_key, api_version=ctx.api_version)
             self._observe(ctx.api_key, ctx.api_version, ctx.frame_size, started, error=True)
             raise
-        self.services.quotas.record_request_time(ctx.connection, ctx.client_id, time.perf_counter() - started)
+        services.quotas.record_request_time(ctx.connection, ctx.client_id, time.perf_counter() - started)
         return self._handled(ctx.api_key, ctx.api_version, ctx.frame_size, started, result)
 
     def serve_produce_frame(self, request, connection: ConnectionContext):
         """The produce fast path (handlers.produce.serve_produce_frame): what `dispatch` would hand back (a
         packed response or a future of it), or DECLINED when the request must go through `dispatch` after all."""
+        node = self._node
+        assert node is not None  # (requests reach a started broker only)
         started = time.perf_counter()
         try:
-            result = serve_produce_frame(self.services, request, connection)
+            result = serve_produce_frame(node.services, request, connection)
         except Exception:
             log.exception("handler failed", api_key=0, api_version=request.api_version)
             self._observe(0, request.api_version, len(request.frame), started, error=True)
@@ -304,13 +421,15 @@ class Broker:
         return self._handled(0, request.api_version, len(request.frame), started, result)
 
     def _handled(self, api_key: int, api_version: int, frame_size: int, started: float, result):
+        node = self._node
+        assert node is not None  # (requests reach a started broker only)
         kind = type(result)
         if kind is Deferred:  # a coordinator's or the controller's answer
-            result = self.services.answer(result, _same) if result.done else self.future_from(result)
+            result = node.services.answer(result, _same) if result.done else self.future_from(result)
         elif kind is CoroutineType:  # an async handler (a request forwarded to the active controller)
             result = asyncio.get_running_loop().create_task(result)
-        self.after_state_change()  # a handler may have added timer tasks (delayed ops, group timeouts)
-        if self.data.has_deferred_fetches and not self._fetches_scheduled:
+        node.wake.arm()  # a handler may have added timer tasks (delayed ops, group timeouts)
+        if node.data.has_deferred_fetches and not self._fetches_scheduled:
             # Wake waiting fetches right after this response is written, not before it.
             self._fetches_scheduled = True
             asyncio.get_running_loop().call_soon(self._complete_fetches)
@@ -322,16 +441,18 @@ class Broker:
 
     def _complete_fetches(self) -> None:
         self._fetches_scheduled = False
-        self.data.complete_delayed_fetches()
-        self.after_state_change()
+        node = self._node
+        assert node is not None
+        node.data.complete_delayed_fetches()
+        node.wake.arm()
 
     def _observe(self, api_key: int, api_version: int, frame_size: int, started: float, error: bool = False) -> None:
-        if self.metrics is not None:
-            self.metrics.observe_request(api_key, api_version, time.perf_counter() - started, frame_size, error)
+        if self._node is not None:
+            self._node.metrics.observe_request(api_key, api_version, time.perf_counter() - started, frame_size, error)
 
     def _count_protocol_error(self) -> None:
-        if self.metrics is not None:
-            self.metrics.protocol_error()
+        if self._node is not None:
+            self._node.metrics.protocol_error()
 
 
 def refuse_unserved_settings(cfg: BrokerConfig) -> None:
@@ -376,7 +497,7 @@ def ip_overrides(cfg: BrokerConfig) -> dict[str, int]:
         except OSError as e:
             raise ConfigError(f"cannot resolve {host!r}: {e.strerror or e}", key="max.connections.per.ip.overrides") from None
         for info in infos:
-            result[str(ipaddress.ip_address(info[4][0].split("%")[0]))] = count
+            result[str(ipaddress.ip_address(str(info[4][0]).split("%")[0]))] = count
     return result
 
 

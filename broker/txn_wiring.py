@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -35,13 +36,19 @@ from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import WriteTxnMarkersRequest
-from odradek.metadata.publisher import MetadataUpdate
+from odradek.metadata.image import Endpoint
+from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
+from odradek.purgatory.timing_wheel import Timer
+from odradek.replication.replica_manager import ReplicaManager
 
+from .config import BrokerConfig
 from .context import ANONYMOUS, ConnectionContext, KafkaPrincipal, RequestContext
 from .groups_wiring import MetadataTopicsView
 from .internal_topics import InternalTopicWriter, ensure_internal_topic, transaction_state_topic_spec
+from .services import BrokerServices
 
 if TYPE_CHECKING:
+    from .controller_channel import ControllerChannel
     from .node_client import NodeConnections, NodeSecurity
 
 log = structlog.get_logger("odradek.txn_markers")
@@ -52,7 +59,7 @@ WRITE_TXN_MARKERS_VERSION = 1
 class TransactionCoordinatorLoader:
     """Loads and unloads the coordinator's partitions as their leadership moves (a metadata listener)."""
 
-    def __init__(self, coordinator: TransactionCoordinator, node_id: int, clock) -> None:
+    def __init__(self, coordinator: TransactionCoordinator, node_id: int, clock: Callable[[], int]) -> None:
         self.coordinator = coordinator
         self.node_id = node_id
         self.clock = clock
@@ -74,8 +81,14 @@ class TransactionCoordinatorLoader:
 class MarkerSender:
     """The coordinator's MarkerChannel: WriteTxnMarkers sent over the network, their responses reported back."""
 
-    def __init__(self, broker) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], int], timers_changed: Callable[[], None],
+                 dispatch: Callable[[RequestContext], Any], endpoint: Callable[[int, str], Endpoint | None]) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.clock = clock
+        self._timers_changed = timers_changed  # re-arms the broker's timing wheel
+        self._dispatch = dispatch  # a request answered in process, as the network would hand it over
+        self._endpoint = endpoint  # a node's endpoint for a listener, from the image
         self._tasks: set[asyncio.Task] = set()
         self._connections: NodeConnections | None = None
         # TLS / SASL of the inter-broker listener, as the replica fetchers use (in a 1-tuple once looked up)
@@ -90,14 +103,14 @@ class MarkerSender:
         task.add_done_callback(self._tasks.discard)
 
     def now_ms(self) -> int:
-        return self.broker.now_ms()
+        return self.clock()
 
     def timers_changed(self) -> None:
-        self.broker.after_state_change()
+        self._timers_changed()
 
     async def _send(self, leader_id: int, request: WriteTxnMarkersRequest, done) -> None:
         try:
-            if leader_id == self.broker.node_id:
+            if leader_id == self.node_id:
                 response = await self._local(request)
             else:
                 response = await self._remote(leader_id, request)
@@ -108,7 +121,7 @@ class MarkerSender:
             done(response)
         except Exception:  # a bug: logged, the other transactions go on
             log.exception("handling a WriteTxnMarkers response failed", leader=leader_id)
-        self.broker.after_state_change()
+        self._timers_changed()
 
     async def close(self) -> None:
         tasks, self._tasks = list(self._tasks), set()
@@ -120,17 +133,16 @@ class MarkerSender:
 
     async def _local(self, request):
         """This broker's own partitions: the WriteTxnMarkers handler, called as a request would reach it."""
-        broker = self.broker
         header = RequestHeader(api_key=27, api_version=WRITE_TXN_MARKERS_VERSION, correlation_id=next(self._correlation),
-                               client_id=f"txn-markers-{broker.node_id}")
+                               client_id=f"txn-markers-{self.node_id}")
         # As the request would arrive from this broker over the inter-broker listener: its SASL user there
         # (ANONYMOUS on PLAINTEXT), which ACLs grant CLUSTER_ACTION to (or super.users names).
         security = self._node_security()
         principal = KafkaPrincipal("User", security.username) if security is not None and security.username else ANONYMOUS
         connection = ConnectionContext(connection_id="txn-markers-local", client_host="127.0.0.1",
-                                       listener=broker.config.inter_broker_listener, principal=principal)
+                                       listener=self.config.inter_broker_listener, principal=principal)
         ctx = RequestContext(header=header, request=request, connection=connection, received_ns=0, frame_size=0)
-        result = broker.dispatch(ctx)
+        result = self._dispatch(ctx)
         if isinstance(result, asyncio.Future):
             result = await result
         return result
@@ -143,7 +155,7 @@ class MarkerSender:
         if self._connections is None:
             from .node_client import NodeConnections
 
-            self._connections = NodeConnections(self._resolve, client_id=f"odradek-txn-{self.broker.node_id}",
+            self._connections = NodeConnections(self._resolve, client_id=f"odradek-txn-{self.node_id}",
                                                 security=self._node_security())
         return await self._connections.request(node_id, message, version, purpose=purpose, timeout_s=timeout_s)
 
@@ -151,12 +163,12 @@ class MarkerSender:
         if self._security is None:
             from .security import node_security
 
-            cfg = self.broker.config
+            cfg = self.config
             self._security = (node_security(cfg, cfg.inter_broker_listener, "sasl.mechanism.inter.broker.protocol"),)
         return self._security[0]
 
     def _resolve(self, node_id: int):
-        endpoint = self.broker.services.endpoint(node_id, self.broker.config.inter_broker_listener)
+        endpoint = self._endpoint(node_id, self.config.inter_broker_listener)
         return None if endpoint is None else (endpoint.host, endpoint.port)
 
 
@@ -165,41 +177,39 @@ class StartWhenLeading:
     partition before any transactional request reached it (a failover: the new leader must resume the
     markers and the timeouts of what it loads at once, not on the next request). A metadata listener."""
 
-    def __init__(self, broker) -> None:
-        self.broker = broker
+    def __init__(self, services: BrokerServices, node_id: int, after_state_change: Callable[[], None]) -> None:
+        self.services = services
+        self.node_id = node_id
+        self.after_state_change = after_state_change
         self.done = False
 
     def on_metadata_update(self, update: MetadataUpdate) -> None:
-        if self.done or self.broker.services is None or self.broker.services.transactions_if_started is not None:
+        if self.done or self.services.transactions_if_started is not None:
             return
         topic = update.image.topics_by_name.get(TRANSACTION_STATE_TOPIC)
-        if topic is not None and any(p.leader == self.broker.node_id for p in topic.partitions.values()):
+        if topic is not None and any(p.leader == self.node_id for p in topic.partitions.values()):
             self.done = True
             # Not from inside the publisher's loop over its listeners: starting registers one more.
             asyncio.get_running_loop().call_soon(self._start)
 
     def _start(self) -> None:
-        services = self.broker.services
-        if services is not None and services.transactions_if_started is None:
-            services.transactions
-            self.broker.after_state_change()
+        if self.services.transactions_if_started is None:
+            self.services.transactions
+            self.after_state_change()
 
 
-def start_transaction_coordinator(broker) -> TransactionCoordinator:
-    cfg = broker.config
+def start_transaction_coordinator(cfg: BrokerConfig, data: ReplicaManager, timer: Timer, publisher: MetadataPublisher,
+                                  controller: ControllerChannel, services: BrokerServices, markers: MarkerSender,
+                                  clock: Callable[[], int]) -> TransactionCoordinator:
     # None: not created yet (fewer live brokers than its replication factor); FindCoordinator asks again.
-    num_partitions = (ensure_internal_topic(broker, transaction_state_topic_spec(cfg))
+    num_partitions = (ensure_internal_topic(publisher, controller, transaction_state_topic_spec(cfg))
                       or cfg.transaction_state_log_num_partitions)
     config = TransactionCoordinatorConfig.from_broker_config(cfg, transaction_state_log_num_partitions=num_partitions)
-    sender = MarkerSender(broker)
-    services = broker.services
-    publisher = broker.metadata
     coordinator = TransactionCoordinator(
-        InternalTopicWriter(broker.data, TRANSACTION_STATE_TOPIC, enforce_min_isr=True), broker.timer, config,
-        next_producer_id=services.producer_ids.next_producer_id, marker_channel=sender,
-        image=lambda: publisher.image, topics=MetadataTopicsView(broker),
+        InternalTopicWriter(data, TRANSACTION_STATE_TOPIC, enforce_min_isr=True), timer, config,
+        next_producer_id=services.producer_ids.next_producer_id, marker_channel=markers,
+        image=lambda: publisher.image, topics=MetadataTopicsView(publisher),
         # The group's partition as the group coordinator places it (the topic's own partition count).
         offsets_partition_for=lambda group_id: services.groups.partition_for(group_id))
-    broker.txn_marker_sender = sender
-    broker.metadata.register(TransactionCoordinatorLoader(coordinator, broker.node_id, broker.now_ms))
+    publisher.register(TransactionCoordinatorLoader(coordinator, cfg.node_id, clock))
     return coordinator

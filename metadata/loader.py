@@ -54,6 +54,10 @@ class MetadataLoader:
         self._commit_listeners: list[Callable[[CommittedBatch], None]] = []
         self._leader_listeners: list[Callable[[int, int], None]] = []
 
+    def attach(self, raft: RaftNode) -> None:
+        """The Raft node this loader listens to (made after the loader, which it is given)."""
+        self.raft = raft
+
     def on_commit(self, listener: Callable[[CommittedBatch], None]) -> None:
         self._commit_listeners.append(listener)
 

@@ -133,6 +133,19 @@ class ReplicaManager:
         self.offline_partitions: set[TopicPartition] = set()
         self.on_storage_error: Callable[[str, str], None] | None = None
 
+    def know_brokers_by(self, *, replica_selector: ReplicaSelector | None,
+                        replica_rack: Callable[[int, str], tuple[bool, str | None]],
+                        is_broker_alive: Callable[[int], bool]) -> None:
+        """What this broker knows of the others, from its image (set by the broker when it starts): KIP-392's
+        selector and each broker's reachability and rack for a listener, and which brokers are alive."""
+        self.replica_selector = replica_selector
+        self.replica_rack = replica_rack
+        self.is_broker_alive = is_broker_alive
+
+    def report_storage_errors_to(self, on_storage_error: Callable[[str, str], None]) -> None:
+        """Who hears of an I/O error met here: `on_storage_error(log directory, error)` (the log directories)."""
+        self.on_storage_error = on_storage_error
+
     # -- hosting --
 
     def get_partition(self, tp: TopicPartition) -> HostedPartition | None:

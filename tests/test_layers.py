@@ -6,7 +6,8 @@ client/ and pipeline/ use protocol (pipeline also uses client), never broker int
 sans-I/O; every layer below broker/ is synchronous and takes time as an argument (no event loop, sockets,
 threads or clock); no module imports itself back through others, in any layer. Request handlers are
 annotated and never import the broker's wiring, and neither they nor the wiring probe the services or the
-broker with getattr/setattr/hasattr: what they use is a typed attribute of a typed object.
+broker with getattr/setattr/hasattr: what they use is a typed attribute of a typed object. Nothing assigns
+an attribute of the broker from outside its class: the node's parts are one typed object (broker/node.py).
 Checked on the source text with ast, so a violation fails here even if never executed.
 """
 
@@ -44,7 +45,7 @@ SYNC_LAYER_FORBIDDEN = {"asyncio", "socket", "uvloop", "selectors", "time", "thr
 SYNC_LAYER_LOCKS = {"storage": {"threading.Lock", "threading.RLock"}}
 # The wiring: the modules that build the node's parts and connect them. Handlers get what they use from
 # BrokerServices (broker/services.py), never from the wiring, so that the wiring can change under them.
-WIRING = ("broker/*_wiring.py", "broker/components.py", "broker/server.py", "broker/daemon.py")
+WIRING = ("broker/*_wiring.py", "broker/components.py", "broker/node.py", "broker/server.py", "broker/daemon.py")
 # Where a probe of the services or the broker is refused, and the names that hold them there.
 NO_PROBES = ("broker/handlers/*.py", "broker/services.py", *WIRING)
 PROBED_NAMES = {"services", "broker"}
@@ -295,6 +296,47 @@ def test_no_attribute_probes_on_the_services_or_the_broker():
         "\n".join(problems)
     # An entry whose probes are gone goes too (and one whose file gained a probe fails).
     assert left == PROBES_UNDER_REWRITE, f"probes left under rewrite: {left}, listed: {PROBES_UNDER_REWRITE}"
+
+
+def _broker_assignments(tree: ast.AST) -> list[ast.AST]:
+    """Assignments to an attribute of a name `broker` (`broker.x = ...`, `broker.x += ...`, and as one target
+    of a tuple or a chain)."""
+    found: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        while targets:
+            target = targets.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                targets.extend(target.elts)
+            elif isinstance(target, ast.Starred):
+                targets.append(target.value)
+            elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                  and target.value.id == "broker"):
+                found.append(node)
+    return found
+
+
+def test_nothing_assigns_the_brokers_attributes_from_outside_its_class():
+    """The broker's state is its own (broker/server.py's Broker assigns `self.x`); the node's parts are built
+    by broker/components.py into one typed object, and no module sets `broker.x` in any layer."""
+    problems = []
+    for folder in ALLOWED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in _broker_assignments(tree):
+                problems.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+    assert not problems, "attributes of the broker assigned from outside its class:\n" + "\n".join(problems)
+
+
+def test_the_assignment_finder_sees_the_assignments():
+    found = _broker_assignments(ast.parse(
+        "broker.a = 1\nbroker.b += 1\nx, broker.c = 1, 2\nself.broker.d = 1\nbroker = 1\nb.e = broker.f"))
+    assert sorted(node.lineno for node in found) == [1, 2, 3]
 
 
 def test_the_probe_finder_sees_the_probes():

@@ -102,9 +102,11 @@ class Controller:
         *,
         rng: random.Random | None = None,
         validate_topic_configs: TopicConfigValidator | None = None,
+        bootstrap_extra: Sequence[Any] = (),
         **overrides: Any,
     ) -> None:
         self.settings = dataclasses.replace(settings or ControllerSettings(), **overrides)
+        self.bootstrap_extra = tuple(bootstrap_extra)
         self.validate_topic_configs = validate_topic_configs
         self.image = MetadataImage()
         self.log_end_offset = 0
