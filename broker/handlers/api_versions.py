@@ -28,13 +28,14 @@ if TYPE_CHECKING:
     from ..services import BrokerServices
 
 SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {METADATA_VERSION_FEATURE: (METADATA_VERSION, METADATA_VERSION)}
-"""The features this release can run, with the (min, max) levels of each. Only `metadata.version`, at the one
-level Odradek writes and reads (3.3-IV3). Kafka 4.x brokers also list kraft.version, group.version,
-transaction.version, eligible.leader.replicas.version, share.version and streams.version; listing one of
-those would tell a client the cluster could be moved to a level whose behaviour Odradek does not serve
-(transaction.version 2 is KIP-890's Transactions V2; group.version 1 is what Kafka's UpdateFeatures requires
-before it serves KIP-848 consumer groups, and finalizing it needs a FeatureLevelRecord this controller does
-not write), so the list stays with what is true."""
+"""The features this release can run, with the (min, max) levels of each: only `metadata.version`, at the one
+level Odradek writes (3.3-IV3, which is also Kafka 4.x's minimum). Kafka 4.x brokers also list kraft.version,
+group.version, transaction.version, eligible.leader.replicas.version, share.version and streams.version.
+Odradek lists none of them: transaction.version 2 is KIP-890's Transactions V2, not served; group.version 1 is
+the gate Kafka puts on KIP-848 consumer groups, which Odradek does serve, but finalizing it takes a
+FeatureLevelRecord the controller does not write at bootstrap (and UpdateFeatures is not served, so an existing
+cluster could never reach it), and Odradek does not gate ConsumerGroupHeartbeat on it; listing group.version as
+supported but never finalized would promise an upgrade nobody can make."""
 
 
 def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:
