@@ -25,7 +25,7 @@ from odradek.purgatory.deferred import Deferred
 from .components import build_node, registration_endpoints, run_lifecycle, stop_node
 from .config import BrokerConfig, ConfigError
 from .context import DECLINED, ConnectionContext, RequestContext, SecurityProtocol
-from .handlers.api_versions import build_response
+from .handlers.api_versions import ApiVersionsAnswers, build_response
 from .handlers.produce import serve_produce_frame
 from .network import NetworkServer
 from .node import Membership, Node
@@ -64,12 +64,13 @@ class Broker:
         self.registry = handler_registry.load_handlers()
         self.accepted_versions = handler_registry.accepted_versions(self.registry)
         self.advertised_versions = handler_registry.advertised_versions(self.registry)
-        self.api_versions_response = build_response(self.advertised_versions)
+        # ApiVersions answers carry the features of the current metadata image (handlers/api_versions.py).
+        self.api_versions_response = ApiVersionsAnswers(build_response(self.advertised_versions))
         # The controller listeners serve the quorum's and the brokers' RPCs, with their own ApiVersions.
         self.controller_registry = handler_registry.load_handlers(handler_registry.CONTROLLER)
-        self.controller_api_versions_response = build_response(
+        self.controller_api_versions_response = ApiVersionsAnswers(build_response(
             handler_registry.advertised_versions(self.controller_registry)
-        )
+        ))
         self.network: NetworkServer | None = None
         self.bound: list[tuple[str, str, int]] = []  # (listener name, host, port)
         self.controller_bound: list[tuple[str, str, int]] = []

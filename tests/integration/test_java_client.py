@@ -221,15 +221,11 @@ def test_java_consume_transform_produce_commits_offsets_in_the_transaction(java,
     assert sum(tp.offset for tp in offsets) == 20
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the ApiVersions response (v3+) carries no SupportedFeatures / FinalizedFeatures / FinalizedFeaturesEpoch "
-    "tagged fields (broker/handlers/api_versions.py build_response), so the Java admin's describeFeatures "
-    "answers finalized={} supported={}; Kafka 4.x always finalizes metadata.version (and kraft.version, "
-    "group.version, transaction.version where enabled)"))
 def test_java_admin_describes_features(java, broker):
     answer = java.ok("features", bootstrap=broker.bootstrap)
     assert "metadata.version" in answer["supported"], answer
     assert "metadata.version" in answer["finalized"], answer
+    assert "transaction.version" not in answer["supported"], answer  # Transactions V2 is not served
 
 
 @pytest.mark.xfail(strict=True, reason=(
