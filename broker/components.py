@@ -47,7 +47,7 @@ from odradek.replication.replica_manager import ReplicaManager
 from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.log_manager import LogManager
 from odradek.storage.meta_properties import claim_for_cluster, read_meta_properties
-from odradek.storage.names import TopicPartition
+from odradek.storage.names import LOCK_FILE, TopicPartition
 from odradek.storage.segment import drop_cache
 
 from .config import BrokerConfig
@@ -575,7 +575,9 @@ def _resubmit(loop, running: asyncio.Future | None, what: str, fn, *args) -> asy
 # before anything is written (`check_ports_free`: the common failure, refused with its cause and nothing on
 # disk), and what a failed start created in directories that were absent or empty before it is removed
 # (`FreshDirectories`): a race for a port, or any later failure, undoes the start too. A directory that held
-# anything before the start is never touched: its data is an operator's, not this start's.
+# anything before the start is never touched: its data is an operator's, not this start's; nor is one that
+# another broker, started on the same new directory at the same moment, holds locked (this start lost the
+# lock to it: what is there is the other's).
 
 
 class FreshDirectories:
@@ -586,8 +588,9 @@ class FreshDirectories:
     def __init__(self, config: BrokerConfig) -> None:
         self.absent: list[str] = []  # topmost absent ancestors, removed whole
         self.empty: list[str] = []  # empty before: emptied again
-        paths = {os.path.abspath(os.path.expanduser(d)) for d in (*config.data_dirs, config.metadata_dir)}
-        for path in sorted(paths):
+        dirs = (*config.data_dirs, config.metadata_dir)
+        self.paths = sorted({os.path.abspath(os.path.expanduser(d)) for d in dirs})
+        for path in self.paths:
             if os.path.isdir(path):
                 if not os.listdir(path):
                     self.empty.append(path)
@@ -605,8 +608,11 @@ class FreshDirectories:
         import shutil
 
         for path in self.absent:
-            shutil.rmtree(path, ignore_errors=True)
+            if not self._in_use(path):
+                shutil.rmtree(path, ignore_errors=True)
         for path in self.empty:
+            if self._in_use(path):
+                continue
             try:
                 names = os.listdir(path)
             except OSError:
@@ -620,6 +626,28 @@ class FreshDirectories:
                         os.unlink(child)
                     except OSError:
                         pass
+
+
+    def _in_use(self, top: str) -> bool:
+        """A log directory under `top` is locked by another broker: one that started on the same new
+        directory at the same time and won its lock (this start failed on it). Its files are not ours."""
+        import fcntl
+
+        for path in self.paths:
+            if path != top and not path.startswith(top + os.sep):
+                continue
+            try:
+                fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                return True
+            finally:
+                os.close(fd)
+        return False
 
 
 def check_ports_free(config: BrokerConfig) -> None:

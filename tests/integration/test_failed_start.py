@@ -175,3 +175,15 @@ def test_fresh_directories_remembers_only_what_was_absent_or_empty(tmp_path):
     assert not (tmp_path / "new").exists()
     assert os.listdir(tmp_path / "empty") == []
     assert sorted(os.listdir(tmp_path / "full")) == ["keep", "meta.properties"]
+
+
+async def test_undo_spares_a_directory_another_broker_holds(tmp_path):
+    """Two starts on one new directory at once: the one that lost the lock must not remove the winner's files."""
+    from odradek.broker.config import BrokerConfig
+
+    data = tmp_path / "data"
+    fresh = components.FreshDirectories(BrokerConfig.from_properties({"log.dirs": str(data), "node.id": "1"}))
+    assert fresh.absent == [str(data)]
+    async with Broker(listeners="PLAINTEXT://127.0.0.1:0", log_dirs=str(data)):
+        fresh.undo()  # as the loser's failed start would
+        assert (data / "meta.properties").exists()
