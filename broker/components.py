@@ -47,7 +47,7 @@ from odradek.replication.replica_manager import ReplicaManager
 from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.log_manager import LogManager
 from odradek.storage.meta_properties import claim_for_cluster, read_meta_properties
-from odradek.storage.names import TopicPartition
+from odradek.storage.names import LOCK_FILE, TopicPartition
 from odradek.storage.segment import drop_cache
 
 from .config import BrokerConfig
@@ -104,6 +104,23 @@ async def build_node(
         cache_window_bytes=cfg.log_cache_window_bytes, cache_release=_cache_releaser(loop),
         metadata_log_dir=metadata_dir,
     )
+    try:
+        return _build_on(cfg, log_manager, membership, loop, timer, cluster_id, spawn=spawn,
+                         after_state_change=after_state_change, dispatch=dispatch,
+                         api_versions_response=api_versions_response,
+                         controller_api_versions_response=controller_api_versions_response)
+    except BaseException:
+        log_manager.close()  # releases the directories' locks: a failed start leaves them free
+        raise
+
+
+def _build_on(
+    cfg: BrokerConfig, log_manager: LogManager, membership: Membership, loop: asyncio.AbstractEventLoop,
+    timer: Timer, cluster_id: str | None, *, spawn: Callable[[Coroutine[Any, Any, None]], object],
+    after_state_change: Callable[[], None], dispatch: Callable[[RequestContext], Any],
+    api_versions_response: Any, controller_api_versions_response: Any,
+) -> Node:
+    """The parts built on the opened log manager (build_node's rest, which closes the manager if this fails)."""
     log_manager.update_topic_config(METADATA_PARTITION.topic, metadata_log_config())
     data = ReplicaManager(node_id=cfg.node_id, timer=timer, defer_fetch_completion=True,
                           replica_lag_time_max_ms=cfg.replica_lag_time_max_ms)
@@ -546,3 +563,120 @@ def _resubmit(loop, running: asyncio.Future | None, what: str, fn, *args) -> asy
         if running.exception() is not None:
             log.error(f"{what} failed", error=str(running.exception()))
     return loop.run_in_executor(None, fn, *args)
+
+
+# -- a failed first start leaves nothing behind --
+#
+# Kafka formats storage in a separate step (`kafka-storage format`) and binds its SocketServer only after
+# the logs are loaded: a failed start there leaves the directories as `format` made them. A lone odradek node
+# formats itself as it starts (storage/meta_properties.py), so a start that fails (a port in use, a setting
+# refused late) would leave a half-written directory behind it: meta.properties, `__cluster_metadata-0`, a
+# lock file. Two defences, as the broker starts (server.py's Broker.start): the ports it will bind are tried
+# before anything is written (`check_ports_free`: the common failure, refused with its cause and nothing on
+# disk), and what a failed start created in directories that were absent or empty before it is removed
+# (`FreshDirectories`): a race for a port, or any later failure, undoes the start too. A directory that held
+# anything before the start is never touched: its data is an operator's, not this start's; nor is one that
+# another broker, started on the same new directory at the same moment, holds locked (this start lost the
+# lock to it: what is there is the other's).
+
+
+class FreshDirectories:
+    """The node's directories that did not exist, or were empty, before this start: what `undo` may remove.
+    For an absent directory the topmost ancestor that was absent too is remembered (`os.makedirs` made the
+    whole chain)."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.absent: list[str] = []  # topmost absent ancestors, removed whole
+        self.empty: list[str] = []  # empty before: emptied again
+        dirs = (*config.data_dirs, config.metadata_dir)
+        self.paths = sorted({os.path.abspath(os.path.expanduser(d)) for d in dirs})
+        for path in self.paths:
+            if os.path.isdir(path):
+                if not os.listdir(path):
+                    self.empty.append(path)
+                continue
+            if os.path.exists(path):
+                continue  # a file where a directory belongs: the start refuses it, and it is not ours
+            top = path
+            while not os.path.exists(os.path.dirname(top)) and os.path.dirname(top) != top:
+                top = os.path.dirname(top)
+            if top not in self.absent:
+                self.absent.append(top)
+
+    def undo(self) -> None:
+        """Remove what the failed start wrote into them. Best effort: a file that cannot be removed stays."""
+        import shutil
+
+        for path in self.absent:
+            if not self._in_use(path):
+                shutil.rmtree(path, ignore_errors=True)
+        for path in self.empty:
+            if self._in_use(path):
+                continue
+            try:
+                names = os.listdir(path)
+            except OSError:
+                continue
+            for name in names:
+                child = os.path.join(path, name)
+                if os.path.isdir(child) and not os.path.islink(child):
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    try:
+                        os.unlink(child)
+                    except OSError:
+                        pass
+
+
+    def _in_use(self, top: str) -> bool:
+        """A log directory under `top` is locked by another broker: one that started on the same new
+        directory at the same time and won its lock (this start failed on it). Its files are not ours."""
+        import fcntl
+
+        for path in self.paths:
+            if path != top and not path.startswith(top + os.sep):
+                continue
+            try:
+                fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                return True
+            finally:
+                os.close(fd)
+        return False
+
+
+def check_ports_free(config: BrokerConfig) -> None:
+    """Bind, and release at once, every fixed port this node will listen on (its listeners and the metrics
+    endpoint), as the listeners will (SO_REUSEADDR): a port in use is refused here, naming the listener,
+    before the node writes anything. Port 0 (any free port) needs no check."""
+    import socket
+
+    listeners = config.client_listeners()
+    if "controller" in config.process_roles:
+        listeners += config.controller_listeners()
+    wanted = [(listener.name, listener.host or "0.0.0.0", listener.port) for listener in listeners]
+    if config.metrics_port:
+        wanted.append(("metrics", config.metrics_host, config.metrics_port))
+    for name, host, port in wanted:
+        if not port:
+            continue
+        try:
+            infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror as e:
+            raise OSError(f"listener {name}: cannot resolve {host}: {e}") from e
+        for family, kind, proto, _canon, address in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+            except OSError as e:
+                raise OSError(e.errno, f"listener {name} cannot bind {host}:{port}: {e.strerror or e}") from e
+            finally:
+                sock.close()

@@ -22,7 +22,9 @@ import structlog
 from . import handlers as handler_registry
 from odradek.purgatory.deferred import Deferred
 
-from .components import build_node, registration_endpoints, run_lifecycle, stop_node
+from .components import (
+    FreshDirectories, build_node, check_ports_free, registration_endpoints, run_lifecycle, stop_node,
+)
 from .config import BrokerConfig, ConfigError
 from .context import DECLINED, ConnectionContext, RequestContext, SecurityProtocol
 from .handlers.api_versions import ApiVersionsAnswers, build_response
@@ -94,6 +96,21 @@ class Broker:
             listener.name: listener_security(cfg, listener.name, SecurityProtocol(listener.security_protocol), self._scram_credential)
             for listener in cfg.listener_list()
         }
+        check_ports_free(cfg)  # a port in use stops the start before anything is written
+        fresh = FreshDirectories(cfg)
+        try:
+            await self._start(cfg, security, per_ip_overrides)
+        except BaseException:
+            # A failed start leaves no task running, no lock held and, in directories that were absent or
+            # empty before it, nothing written (components.FreshDirectories).
+            await self._abandon_start()
+            fresh.undo()
+            raise
+        for name, host, port in [*self.bound, *self.controller_bound]:
+            log.info("listening", listener=name, host=host, port=port)
+        self._started = True
+
+    async def _start(self, cfg: BrokerConfig, security: dict, per_ip_overrides: Any) -> None:
         node = self._node = await build_node(
             cfg, self.membership, spawn=self.spawn, after_state_change=self.after_state_change, dispatch=self.dispatch,
             api_versions_response=self.api_versions_response,
@@ -138,31 +155,35 @@ class Broker:
                     security=security[listener.name],
                 )
                 self.controller_bound.append((listener.name, bound_host, port))
-        try:
-            self._register(node)
-            if self.bound:
-                # A node serves its controller listeners at once (the quorum needs them) and its broker
-                # listeners once the controller says it has caught up with the metadata log (Kafka's
-                # initialCatchUpFuture): until then its image may lack the SCRAM credentials, ACLs and
-                # topics clients are judged by (a restarted node would refuse a valid login). Connections
-                # made meanwhile wait in the listen backlog.
-                await network.start_serving([name for name, _host, _port in self.controller_bound])
-                if node.quorum.is_lone_voter and self.lifecycle is not None:
-                    # A lone node is its own controller: it is registered, unfenced and caught up within
-                    # a few event-loop turns, and start() returns once it serves, as a caller expects.
-                    await self._until_caught_up()
-                    await network.start_serving()
-                else:  # the other voters may not be up yet: serve once they have elected a controller
-                    self.spawn(self._serve_when_caught_up())
-            else:
+        self._register(node)
+        if self.bound:
+            # A node serves its controller listeners at once (the quorum needs them) and its broker
+            # listeners once the controller says it has caught up with the metadata log (Kafka's
+            # initialCatchUpFuture): until then its image may lack the SCRAM credentials, ACLs and
+            # topics clients are judged by (a restarted node would refuse a valid login). Connections
+            # made meanwhile wait in the listen backlog.
+            await network.start_serving([name for name, _host, _port in self.controller_bound])
+            if node.quorum.is_lone_voter and self.lifecycle is not None:
+                # A lone node is its own controller: it is registered, unfenced and caught up within
+                # a few event-loop turns, and start() returns once it serves, as a caller expects.
+                await self._until_caught_up()
                 await network.start_serving()
-        except BaseException:
-            self._started = True  # stop what started
-            await self.stop()
-            raise
-        for name, host, port in [*self.bound, *self.controller_bound]:
-            log.info("listening", listener=name, host=host, port=port)
+            else:  # the other voters may not be up yet: serve once they have elected a controller
+                self.spawn(self._serve_when_caught_up())
+        else:
+            await network.start_serving()
+
+    async def _abandon_start(self) -> None:
+        """Undo a start that failed: stop what it started (the node's parts, its listeners, its tasks)."""
+        self.bound.clear()
+        self.controller_bound.clear()
+        if self._node is None:  # build_node failed: it closed what it had opened
+            for task in self._background:
+                task.cancel()
+            await asyncio.gather(*self._background, return_exceptions=True)
+            return
         self._started = True
+        await self.stop()
 
     def _register(self, node: Node) -> None:
         """Start the quorum (a lone node elects itself at once) and, on a node with the broker role, the
@@ -204,10 +225,11 @@ class Broker:
         node = self.node
         await self._controlled_shutdown(node)
         network = self.network
-        assert network is not None  # (started)
-        await network.stop_accepting()
+        if network is not None:  # (None only when a start failed before it was made)
+            await network.stop_accepting()
         self._answer_long_polls()
-        await network.drain(drain_timeout_s)
+        if network is not None:
+            await network.drain(drain_timeout_s)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
