@@ -435,7 +435,11 @@ class Broker:
             # Wake waiting fetches right after this response is written, not before it.
             self._fetches_scheduled = True
             asyncio.get_running_loop().call_soon(self._complete_fetches)
-        if isinstance(result, asyncio.Future) and not result.done():
+        if kind is Packed:  # the produce fast path's answer, its partitions' codes noted as it packed them
+            self._observe(api_key, api_version, frame_size, started)
+            if result.error_codes:
+                node.metrics.count_errors(api_key, result.error_codes)
+        elif isinstance(result, asyncio.Future) and not result.done():
             result.add_done_callback(lambda f: self._observe(api_key, api_version, frame_size, started, f))
         else:
             self._observe(api_key, api_version, frame_size, started, result)
@@ -457,19 +461,18 @@ class Broker:
             return
         metrics = node.metrics
         metrics.observe_request(api_key, api_version, time.perf_counter() - started, frame_size, error)
-        if type(response) is Packed:  # (first: the produce and fetch fast paths)
-            codes = response.error_codes
-        else:
-            if isinstance(response, asyncio.Future):
-                if response.cancelled() or response.exception() is not None:
-                    return
-                response = response.result()
-            if type(response) is Packed:
-                codes = response.error_codes
-            elif isinstance(response, Message):
-                codes = error_codes(response)
-            else:  # None (acks=0)
+        if response is None:
+            return
+        if isinstance(response, asyncio.Future):
+            if response.cancelled() or response.exception() is not None:
                 return
+            response = response.result()
+        if type(response) is Packed:  # (a packed fetch: its handler noted the codes)
+            codes = response.error_codes
+        elif isinstance(response, Message):
+            codes = error_codes(response)
+        else:  # None (acks=0)
+            return
         if codes:
             metrics.count_errors(api_key, codes)
 
