@@ -125,12 +125,15 @@ class RequestContext:
 
 
 class Packed:
-    """A response frame packed by its handler: `bytes`-like chunks and `FileRegion`s, written as they are."""
+    """A response frame packed by its handler: `bytes`-like chunks and `FileRegion`s, written as they are.
+    `error_codes` are the non-zero codes the frame carries (per partition), noted by the handler as it packed
+    them, for the request error counts (the frame itself is never decoded again)."""
 
-    __slots__ = ("chunks",)
+    __slots__ = ("chunks", "error_codes")
 
-    def __init__(self, chunks: list) -> None:
+    def __init__(self, chunks: list, error_codes: list[int] | None = None) -> None:
         self.chunks = chunks
+        self.error_codes = error_codes
 
 
 # What a handler hands back to the network layer, on either side of the produce fork (see the module doc).

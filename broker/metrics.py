@@ -15,7 +15,10 @@ thread, or with no loop, calls them directly. The recording methods belong to th
 
 Metric names (prefix `odradek_`):
   requests_total{api,version}              requests handled (api is the name: Produce, Fetch, ...)
-  request_errors_total{api,error}          responses carrying a non-zero error code, by Kafka error name
+  request_errors_total{api,error}          error codes answered, by Kafka error name: every non-zero code in a
+                                           response, top-level, per topic or per partition, counted once per
+                                           occurrence (Kafka's RequestMetrics ErrorsPerSec; NONE is not counted)
+  request_exceptions_total{api}            requests whose handler raised (the connection was closed)
   request_latency_seconds{api}             histogram of request handling time
   request_bytes_total{api}                 request frame bytes received
   protocol_errors_total                    connections closed because a request did not parse
@@ -196,11 +199,23 @@ class _CountsCollector(Collector):
             latency[s.name] = ([a + b for a, b in zip(buckets, s.buckets)], total + s.latency_sum)
         yield requests
         errors = CounterMetricFamily(
-            "odradek_request_errors", "Responses with a non-zero error code, by API and error", labels=["api", "error"]
+            "odradek_request_errors", "Error codes answered (each occurrence, per partition too), by API and error",
+            labels=["api", "error"],
         )
+        counts: dict[tuple[str, str], int] = {}
         for (api, error), n in list(m._request_errors.items()):
+            key = (api_name(api), _error_name(error) or "NONE")
+            counts[key] = counts.get(key, 0) + n
+        for (api, error), n in counts.items():
             errors.add_metric([api, error], n)
         yield errors
+        exceptions = CounterMetricFamily(
+            "odradek_request_exceptions", "Requests whose handler raised (the connection was closed), by API",
+            labels=["api"],
+        )
+        for api, n in list(m._request_exceptions.items()):
+            exceptions.add_metric([api_name(api)], n)
+        yield exceptions
         histogram = HistogramMetricFamily(
             "odradek_request_latency_seconds", "Time from request received to response queued", labels=["api"]
         )
@@ -257,7 +272,9 @@ class Metrics:
         # 3-6 % of the broker's CPU under small produce requests). `_CountsCollector` turns them into
         # metric families at scrape time.
         self._requests: dict[tuple[int | str, int], _RequestStats] = {}
-        self._request_errors: dict[tuple[str, str], int] = {}
+        # By (API key or name, error code or name) as recorded; names are resolved at scrape time.
+        self._request_errors: dict[tuple[int | str, int | str], int] = {}
+        self._request_exceptions: dict[int | str, int] = {}
         self.protocol_errors_total = 0
         self.bytes_in_total = 0
         self.bytes_out_total = 0
@@ -283,9 +300,10 @@ class Metrics:
     ) -> None:
         """Count one handled request.
 
-        `api` is the API key or its name ("Produce"); labels always carry the name. `error` is what the
-        response carried: a Kafka error name ("NOT_LEADER_OR_FOLLOWER") or code, True for a handler that
-        raised (the client sees UNKNOWN_SERVER_ERROR), or None / False / 0 / "NONE" for success."""
+        `api` is the API key or its name ("Produce"); labels always carry the name. `error` is True for a
+        handler that raised (counted in request_exceptions_total: the connection is closed, no code is
+        answered), or one error code the response carried, a Kafka error name ("NOT_LEADER_OR_FOLLOWER") or
+        code; None / False / 0 / "NONE" for neither. The codes of a whole response go to `count_errors`."""
         stats = self._requests.get((api, version))
         if stats is None:
             stats = self._requests[(api, version)] = _RequestStats(api_name(api), str(version))
@@ -295,17 +313,28 @@ class Metrics:
         if request_bytes:
             stats.bytes += request_bytes
         if error:
-            self.record_error(stats.name, error)
+            if error is True:
+                self._request_exceptions[api] = self._request_exceptions.get(api, 0) + 1
+            else:
+                self.record_error(api, error)
 
     def protocol_error(self) -> None:
         """A connection was closed because its bytes did not parse as a Kafka request."""
         self.protocol_errors_total += 1
 
     def record_error(self, api: int | str, error: int | str) -> None:
-        name = _error_name(error)
-        if name is not None:
-            key = (api_name(api), name)
+        """Count one error code (or name) answered by `api`; 0 and "NONE" are not errors."""
+        if error and error != "NONE":
+            key = (api, error)
             self._request_errors[key] = self._request_errors.get(key, 0) + 1
+
+    def count_errors(self, api: int | str, codes: Iterable[int]) -> None:
+        """Count each non-zero code of one response (`codes` may repeat one: each occurrence counts)."""
+        errors = self._request_errors
+        for code in codes:
+            if code:
+                key = (api, code)
+                errors[key] = errors.get(key, 0) + 1
 
     def add_bytes_in(self, n: int) -> None:
         self.bytes_in_total += n

@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from . import handlers as handler_registry
+from odradek.protocol.codec import Message
+from odradek.protocol.error_codes import error_codes
 from odradek.purgatory.deferred import Deferred
 
 from .components import (
     FreshDirectories, build_node, check_ports_free, registration_endpoints, run_lifecycle, stop_node,
 )
 from .config import BrokerConfig, ConfigError
-from .context import DECLINED, ConnectionContext, RequestContext, SecurityProtocol
+from .context import DECLINED, ConnectionContext, Packed, RequestContext, SecurityProtocol
 from .handlers.api_versions import ApiVersionsAnswers, build_response
 from .handlers.produce import serve_produce_frame
 from .network import NetworkServer
@@ -456,10 +458,14 @@ class Broker:
             # Wake waiting fetches right after this response is written, not before it.
             self._fetches_scheduled = True
             asyncio.get_running_loop().call_soon(self._complete_fetches)
-        if isinstance(result, asyncio.Future) and not result.done():
-            result.add_done_callback(lambda _f: self._observe(api_key, api_version, frame_size, started))
-        else:
+        if kind is Packed:  # the produce fast path's answer, its partitions' codes noted as it packed them
             self._observe(api_key, api_version, frame_size, started)
+            if result.error_codes:
+                node.metrics.count_errors(api_key, result.error_codes)
+        elif isinstance(result, asyncio.Future) and not result.done():
+            result.add_done_callback(lambda f: self._observe(api_key, api_version, frame_size, started, f))
+        else:
+            self._observe(api_key, api_version, frame_size, started, result)
         return result
 
     def _complete_fetches(self) -> None:
@@ -469,9 +475,29 @@ class Broker:
         node.data.complete_delayed_fetches()
         node.wake.arm()
 
-    def _observe(self, api_key: int, api_version: int, frame_size: int, started: float, error: bool = False) -> None:
-        if self._node is not None:
-            self._node.metrics.observe_request(api_key, api_version, time.perf_counter() - started, frame_size, error)
+    def _observe(self, api_key: int, api_version: int, frame_size: int, started: float, response: Any = None,
+                 error: bool = False) -> None:
+        """Count a request answered (or, `error`, whose handler raised) and the error codes its response
+        carries: a packed frame's as its handler noted them, a message's by walking it (error_codes)."""
+        node = self._node
+        if node is None:
+            return
+        metrics = node.metrics
+        metrics.observe_request(api_key, api_version, time.perf_counter() - started, frame_size, error)
+        if response is None:
+            return
+        if isinstance(response, asyncio.Future):
+            if response.cancelled() or response.exception() is not None:
+                return
+            response = response.result()
+        if type(response) is Packed:  # (a packed fetch: its handler noted the codes)
+            codes = response.error_codes
+        elif isinstance(response, Message):
+            codes = error_codes(response)
+        else:  # None (acks=0)
+            return
+        if codes:
+            metrics.count_errors(api_key, codes)
 
     def _count_protocol_error(self) -> None:
         if self._node is not None:

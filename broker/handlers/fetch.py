@@ -132,7 +132,9 @@ def handle_fetch(services: BrokerServices, ctx: RequestContext, request: FetchRe
                                                 responses=[]))
                 return
         if packable:
-            future.set_result(Packed(_packed(ctx.header.correlation_id, layout, results, version, read_committed)))
+            errors: list[int] = []
+            chunks = _packed(ctx.header.correlation_id, layout, results, version, read_committed, errors)
+            future.set_result(Packed(chunks, errors or None))
         else:
             future.set_result(_message(services, ctx.listener, layout, results, version, read_committed))
 
@@ -163,7 +165,8 @@ def _client_metadata(ctx: RequestContext, request, replica_id: int) -> ClientMet
     return ClientMetadata(rack_id=request.rack_id or "", client_id=ctx.header.client_id or "", listener_name=ctx.listener)
 
 
-def _packed(correlation_id: int, layout, results, version: int, read_committed: bool) -> list:
+def _packed(correlation_id: int, layout, results, version: int, read_committed: bool, errors: list[int]) -> list:
+    """The response frame's chunks; the partitions' non-zero error codes are appended to `errors`."""
     aborted: list | None = [] if read_committed else None
     topics = []
     for name, topic_id, parts in layout:
@@ -171,8 +174,11 @@ def _packed(correlation_id: int, layout, results, version: int, read_committed: 
         for index, tp in parts:
             if isinstance(tp, int):  # (aborted transactions: an empty list, as Kafka's error entries)
                 out.append((index, tp, -1, -1, -1, [], ()))
+                errors.append(tp)
                 continue
             r = results[tp]
+            if r.error_code:
+                errors.append(r.error_code)
             out.append((index, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted,
                         r.records or ()))  # file regions: small ones go out with the rest, large ones by sendfile
         topics.append((topic_id.bytes if version >= 13 else name, out))

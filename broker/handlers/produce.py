@@ -293,15 +293,22 @@ def serve_produce_frame(services: BrokerServices, request: ProduceFrame, connect
 
     def answer(results) -> Packed:
         topics = []
+        errors: list[int] | None = None  # the partitions' non-zero codes, for the request error counts
         for raw, tps in plan:
             responses = []
             for tp in tps:
                 res = results[tp]
-                responses.append((tp.partition, res.error_code, res.base_offset, res.log_append_time_ms,
-                                  res.log_start_offset, res.error_message if res.error_code else None,
+                code = res.error_code
+                if code:
+                    if errors is None:
+                        errors = [code]
+                    else:
+                        errors.append(code)
+                responses.append((tp.partition, code, res.base_offset, res.log_append_time_ms,
+                                  res.log_start_offset, res.error_message if code else None,
                                   res.record_errors))
             topics.append((raw, responses))
-        return Packed([encode_produce_response(request.correlation_id, topics, version)])
+        return Packed([encode_produce_response(request.correlation_id, topics, version)], errors)
 
     # The SENTINEL for every partition: a transactional batch here is in its open transaction, which the log
     # checks at the write (and refuses any other transactional batch, e.g. past the first of a partition's).

@@ -62,10 +62,9 @@ def test_request_metrics_from_the_dispatcher():
     metrics.protocol_error()
     assert sample(metrics, "odradek_requests_total", {"api": "Produce", "version": "9"}) == 2
     assert sample(metrics, "odradek_request_bytes_total", {"api": "Produce"}) == 768
-    assert (
-        sample(metrics, "odradek_request_errors_total", {"api": "Produce", "error": "UNKNOWN_SERVER_ERROR"})
-        == 1
-    )
+    # A handler that raised closes the connection: no code is answered, it is counted apart.
+    assert sample(metrics, "odradek_request_errors_total", {"api": "Produce", "error": "UNKNOWN_SERVER_ERROR"}) is None
+    assert sample(metrics, "odradek_request_exceptions_total", {"api": "Produce"}) == 1
     assert (
         sample(
             metrics,
@@ -195,3 +194,31 @@ def test_logging_json_lines():
         root.setLevel(level)
         logging.captureWarnings(False)
         structlog.reset_defaults()
+
+
+def test_error_codes_of_a_response_counted_per_occurrence():
+    # Every non-zero code of a response, at any depth, once per occurrence (Kafka's errorCounts()).
+    from odradek.protocol.error_codes import error_codes
+    from odradek.protocol.messages import CreateTopicsResponse, ProduceResponse
+
+    topics = CreateTopicsResponse(topics=[
+        CreateTopicsResponse.CreatableTopicResult(name="a", error_code=36),
+        CreateTopicsResponse.CreatableTopicResult(name="b", error_code=0),
+    ])
+    assert error_codes(topics) == [36]
+    Topic = ProduceResponse.TopicProduceResponse
+    Part = Topic.PartitionProduceResponse
+    produce = ProduceResponse(responses=[
+        Topic(name="t", partition_responses=[Part(index=0, error_code=6), Part(index=1, error_code=0),
+                                             Part(index=2, error_code=6)]),
+        Topic(name="u", partition_responses=[Part(index=0, error_code=3)]),
+    ])
+    assert sorted(error_codes(produce)) == [3, 6, 6]
+    assert error_codes(ProduceResponse()) == []
+
+    metrics = Metrics(process_metrics=False)
+    metrics.count_errors(0, error_codes(produce))
+    metrics.count_errors(19, error_codes(topics))
+    assert sample(metrics, "odradek_request_errors_total", {"api": "Produce", "error": "NOT_LEADER_OR_FOLLOWER"}) == 2
+    assert sample(metrics, "odradek_request_errors_total", {"api": "Produce", "error": "UNKNOWN_TOPIC_OR_PARTITION"}) == 1
+    assert sample(metrics, "odradek_request_errors_total", {"api": "CreateTopics", "error": "TOPIC_ALREADY_EXISTS"}) == 1
