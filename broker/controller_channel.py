@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from odradek.purgatory.deferred import Deferred
 from odradek.protocol.errors import ErrorCode
 from odradek.metadata.controller import Controller
+from odradek.metadata.controller.event_log import log_committed
 from odradek.metadata.controller.requests import (  # re-exported: the handlers' items and results
     INTERNAL_TOPICS,
     ConfigChange,
@@ -183,17 +184,17 @@ class ControllerDecisions:
     def broker_registration(self, request) -> Deferred:
         """BrokerRegistration: a new incarnation registers fenced (the heartbeat unfences it once it has
         caught up); the same incarnation again is idempotent. Answers the response."""
-        return self._single(lambda: self.controller.register(request, self.clock()))
+        return self._single(lambda: self.controller.register(request, self.clock()), cause="registration")
 
     def heartbeat(self, request) -> Deferred:
         """BrokerHeartbeat: the broker's session, unfencing, fencing, controlled shutdown."""
-        return self._single(lambda: self.controller.heartbeat(request, self.clock()))
+        return self._single(lambda: self.controller.heartbeat(request, self.clock()), cause="heartbeat")
 
     def unregister(self, request) -> Deferred:
-        return self._single(lambda: self.controller.unregister(request))
+        return self._single(lambda: self.controller.unregister(request), cause="unregistration")
 
     def alter_partition(self, request, version: int) -> Deferred:
-        return self._single(lambda: self.controller.alter_partition(request, version))
+        return self._single(lambda: self.controller.alter_partition(request, version), cause="AlterPartition")
 
     def assign_replicas_to_dirs(self, request) -> Deferred:
         return self._single(lambda: self.controller.assign_replicas_to_dirs(request))
@@ -210,11 +211,12 @@ class ControllerDecisions:
     def tick(self) -> Deferred:
         """The controller's periodic decisions (fencing brokers whose session expired, unclean and preferred
         leader elections), committed like any other change."""
-        return self._single(lambda: (self.controller.tick(self.clock()), None))
+        # (what a tick fences is a broker whose session expired; what it elects, leaderless partitions)
+        return self._single(lambda: (self.controller.tick(self.clock()), None), cause="session expired")
 
     # -- one road for every change
 
-    def _single(self, op: Callable[[], tuple[list, object]]) -> Deferred:
+    def _single(self, op: Callable[[], tuple[list, object]], *, cause: str | None = None) -> Deferred:
         def unpack(d: Deferred[Results]) -> None:
             error = d.failed_with
             if error is not None:
@@ -227,12 +229,16 @@ class ControllerDecisions:
                 out.complete(value)
 
         out: Deferred = Deferred()
-        self._run([op], False).add_callback(unpack)
+        self._run([op], False, cause=cause).add_callback(unpack)
         return out
 
-    def _run(self, ops: Sequence[Callable[[], tuple[list, object]]], validate_only: bool) -> Deferred[Results]:
+    def _run(self, ops: Sequence[Callable[[], tuple[list, object]]], validate_only: bool, *,
+             cause: str | None = None) -> Deferred[Results]:
         """Have the controller decide the items, then commit all of their records as one batch. Each item's
-        result is its value or its MetadataError; the Deferred completes once the batch is committed."""
+        result is its value or its MetadataError; the Deferred completes once the batch is committed, and
+        the changes it made are logged then, once, here on the active controller (event_log.py; `cause`
+        says what asked for them, where a log line should tell)."""
+        before = self.controller.image
         if not self.is_active:
             return Deferred.failed(MetadataError(ErrorCode.NOT_CONTROLLER, "This node is not the active controller."))
         try:
@@ -253,6 +259,7 @@ class ControllerDecisions:
             if d.failed_with is not None:
                 out.fail(d.failed_with)
             else:
+                log_committed(records, before, cause)
                 out.complete(results)
 
         committed.add_callback(done)

@@ -163,10 +163,7 @@ class NodeConnection:
         ssl_context = security.ssl_context if security is not None else None
         writer = None
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=ssl_context,
-                                        server_hostname=self.host if ssl_context is not None else None),
-                self.connect_timeout_s)
+            reader, writer = await asyncio.wait_for(self._open(ssl_context), self.connect_timeout_s)
             conn = ClientConnection(client_id=self.client_id)
             lifetime_ms = 0
             if security is not None and security.mechanism is not None:
@@ -190,6 +187,33 @@ class NodeConnection:
         self.connects += 1
         self._session_started(lifetime_ms)
         self._reader_task = loop.create_task(self._read(reader, writer, self._conn))
+
+    async def _open(self, ssl_context: ssl.SSLContext | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Resolve the node's host name, then connect to its addresses in turn.
+
+        The name is resolved here rather than by `open_connection`: uvloop's create_connection, cancelled
+        (our connect timeout, a stopping fetcher) while it resolves a name, leaves its resolver future
+        unretrieved, and the event loop then logs "Future exception was never retrieved ... gaierror" with
+        no frame naming the caller (MagicStack/uvloop#437). That is what a Docker peer whose container went
+        away produced. `loop.getaddrinfo` cancels cleanly, and connecting to a numeric address resolves
+        nothing. A name that does not resolve is logged once per host and cause (`_note_unresolved`), not
+        on every retry."""
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            _note_unresolved(self.host, self.port, self.node_id, e)
+            raise
+        _note_resolved(self.host, self.node_id)
+        server_hostname = self.host if ssl_context is not None else None
+        error: OSError = OSError(f"no address for {self.host}")
+        for _family, _type, _proto, _name, address in infos:
+            try:
+                return await asyncio.open_connection(address[0], address[1], ssl=ssl_context,
+                                                     server_hostname=server_hostname)
+            except OSError as e:
+                error = e
+        raise error
 
     def _session_started(self, lifetime_ms: int) -> None:
         self._reauth_at = self._clock() + _REAUTH_AT * lifetime_ms / 1000 if lifetime_ms > 0 else None
@@ -308,6 +332,23 @@ class NodeConnection:
         task, self._reader_task = self._reader_task, None
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()
+
+
+# Host names that did not resolve, with the cause last logged: one WARN per host and cause, not one per
+# connect attempt (every NodeConnection to the host retries each backoff), and an INFO when it resolves again.
+_unresolved: dict[str, str] = {}
+
+
+def _note_unresolved(host: str, port: int, node_id: int, error: socket.gaierror) -> None:
+    cause = str(error)
+    if _unresolved.get(host) != cause:
+        _unresolved[host] = cause
+        log.warning("peer host name does not resolve", node=node_id, host=host, port=port, error=cause)
+
+
+def _note_resolved(host: str, node_id: int) -> None:
+    if _unresolved.pop(host, None) is not None:
+        log.info("peer host name resolves again", node=node_id, host=host)
 
 
 def _retrieved(future: asyncio.Future) -> None:

@@ -73,6 +73,8 @@ from dataclasses import dataclass
 from random import Random
 from typing import NamedTuple, Protocol
 
+import structlog
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     BeginQuorumEpochRequest,
@@ -126,6 +128,8 @@ from odradek.raft.state import (
     VoteRound,
     check_transition,
 )
+
+log = structlog.get_logger("odradek.raft")
 
 # One object per role (raft/state.py, raft/leader.py); `RaftNode.state` is always one of these.
 QuorumRole = UnattachedState | ProspectiveState | CandidateState | LeaderState | FollowerState | ResignedState
@@ -407,6 +411,11 @@ class RaftNode:
         self.state = new
         if new.durable:
             self._persist(new)
+        # The node's own quorum state, on the node (Kafka's "Completed transition to ..."): a leader or a
+        # leader learnt is INFO, the steps of an election (prospective, candidate, unattached) DEBUG.
+        (log.info if new.role in (Role.LEADER, Role.FOLLOWER, Role.RESIGNED) else log.debug)(
+            "quorum state changed", node=self.node_id, role=new.role.name, epoch=new.epoch,
+            leader=new.leader_id, previous_role=old.role.name, previous_epoch=old.epoch)
 
     def _unattached(self, epoch: int, voted_id: int, timeout_ms: int | None = None) -> UnattachedState:
         if self.is_voter:

@@ -28,10 +28,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import heapq
+import logging
 import random
 import sys
 import time
 from dataclasses import dataclass, field
+
+import structlog
 
 from odradek.protocol.messages import VoteResponse
 from odradek.protocol.records import iter_batches, iter_records
@@ -553,6 +556,13 @@ def run_seed(seed: int, verbose: bool = False) -> Stats:
         ) from e
 
 
+def quiet_node_logs() -> None:
+    """The nodes log their role changes (raft/core.py): thousands in a run, on stdout unless structlog is
+    configured, with wall-clock timestamps that would make two runs of one seed print differently. A
+    simulation reports through its trace and stats; only a node's warnings are shown."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=200, help="how many seeds to run")
@@ -560,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="run this one seed only")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    quiet_node_logs()
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     digests = hashlib.sha256()
     failures = []
