@@ -433,7 +433,11 @@ def _start_metrics(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataP
     )
     metrics.set_replication_source(lambda: replication_counts(_Parts(data, publisher)))
     port = cfg.metrics_port
-    return metrics, (metrics.start_http_server(port, cfg.metrics_host) if port else None)
+    server = metrics.start_http_server(port, cfg.metrics_host) if port else None
+    if server is not None:
+        host = f"[{server.host}]" if ":" in server.host else server.host
+        log.info("metrics served", host=server.host, port=server.port, url=f"http://{host}:{server.port}/metrics")
+    return metrics, server
 
 
 class HostedParts(Protocol):

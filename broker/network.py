@@ -187,6 +187,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             transport.abort()
             self.closed = True
             return
+        log.debug("connection accepted", client=self.connection_id, listener=self.listener,
+                  remote_address=f"{peer[0]}:{peer[1]}")
         if wait_ms:
             self.admitting = True
             self.reading_paused = True
@@ -226,6 +228,10 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc) -> None:
+        context = self.context
+        log.debug("connection closed", client=self.connection_id, listener=self.listener,
+                  principal=str(context.principal) if context is not None else None,
+                  error=str(exc) if exc is not None else None)
         self.closed = True
         self.inbox.clear()
         self.server.unregister(self)
@@ -419,7 +425,11 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         client guessing passwords gets one guess per delay per connection. Bytes arriving meanwhile are
         read and dropped rather than left unread: closing a socket with unread input sends a reset, which
         can destroy the answer before the client reads it."""
-        log.info("authentication failed", client=self.connection_id, listener=self.listener, reason=reason)
+        # Kafka's WARN "Failed authentication with /address": the reason is the SASL server's message, which
+        # names no secret (never the token or the password); the mechanism says which road was tried.
+        log.warning("authentication failed", client=self.connection_id, listener=self.listener,
+                    remote_address=self.client_host, mechanism=self.auth.mechanism if self.auth is not None else None,
+                    principal=str(self.context.principal), reason=reason)
         self.failing = True
         self.inbox.clear()
         if self.transport is not None and self.reading_paused:

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import structlog
+
 from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
@@ -52,6 +54,8 @@ if TYPE_CHECKING:
     from odradek.storage.log_manager import LogManager
 
     from .hosting import FetcherTargets, TopicSettings
+
+log = structlog.get_logger("odradek.replication")
 
 NO_TIMESTAMP = -1
 
@@ -185,6 +189,13 @@ class ReplicaManager:
             leader_id if leader_id >= 0 else None, leader_epoch, replicas, isr
         ):
             return partition
+        if (partition.leader_id, partition.leader_epoch) != (leader_id if leader_id >= 0 else None, leader_epoch):
+            # This replica's role, logged here on the broker hosting it (Kafka's "Leader/Follower ... starts
+            # at leader epoch"); an ISR-only change is the controller's to log (event_log.py).
+            log.info("became leader" if leader_id == self.node_id else "became follower" if leader_id >= 0
+                     else "replica has no leader", topic=tp.topic, partition=tp.partition, leader=leader_id,
+                     leader_epoch=leader_epoch, isr=list(isr), replicas=list(replicas),
+                     log_end_offset=partition.log.log_end_offset)
         if leader_id == self.node_id:
             # As Kafka's makeLeader: a new leader epoch begins at the log end in the epoch history, before any
             # batch of it. A follower's divergence is found against it (without it, a follower holding

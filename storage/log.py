@@ -150,6 +150,18 @@ def _base_offset(segment: LogSegment) -> int:
     return segment.base_offset
 
 
+class LogRecovery(NamedTuple):
+    """What opening a log recovered (the log manager logs it): segments re-read from `recovered_from`, the
+    valid batches found in them, and the bytes cut after the last valid one (a torn write, a partial batch,
+    and the segments after it)."""
+
+    segments: int
+    batches: int
+    truncated_bytes: int
+    recovered_from: int
+    log_end_offset: int
+
+
 class Log:
     """One partition's log in its own directory. Build with `Log.open`."""
 
@@ -177,6 +189,8 @@ class Log:
         self.closed = False
         self.cleaner_offset = 0
         self.latest_delete_horizon_ms = -1
+        self.recovery: LogRecovery | None = None  # what opening it recovered, if anything
+        self.deleted_by: tuple[str, ...] = ()  # what the last retention pass deleted segments for
         self._topic_id: bytes | None = None
         self._producer_state = ProducerStateManager(directory, producer_id_expiration_ms=config.producer_id_expiration_ms)
         # Whether any segment may hold an aborted-transaction index entry: a read_committed fetch of a log
@@ -233,12 +247,16 @@ class Log:
             unflushed_from = max(0, bisect.bisect_right(segments, recovery_point, key=_base_offset) - 1)
         kept: list[LogSegment] = []
         recovered: list[LogSegment] = []
+        truncated_bytes = 0
         for i, segment in enumerate(segments):
             kept.append(segment)
             if i >= unflushed_from or segment.base_offset in needs_rebuild:
                 recovered.append(segment)
-                if segment.recover() > 0 and i >= unflushed_from:
+                cut = segment.recover()
+                truncated_bytes += cut
+                if cut > 0 and i >= unflushed_from:
                     for dropped in segments[i + 1 :]:
+                        truncated_bytes += dropped.size
                         dropped.delete()
                     break
         for segment in recovered:
@@ -247,6 +265,10 @@ class Log:
         self._segments = tuple(kept)
 
         self._log_end_offset = kept[-1].read_next_offset()
+        if recovered:
+            self.recovery = LogRecovery(segments=len(recovered), batches=sum(s.recovered_batches for s in recovered),
+                                        truncated_bytes=truncated_bytes, recovered_from=recovered[0].base_offset,
+                                        log_end_offset=self._log_end_offset)
         if not any(segment.size for segment in kept):
             self._creation_unsynced = True
         self._log_start_offset = max(log_start_offset, kept[0].base_offset)
@@ -855,12 +877,15 @@ class Log:
         upper = self._log_end_offset if upper_bound_offset is None else min(upper_bound_offset, self._log_end_offset)
         deleted = self._delete_prefix(lambda s, following: following is not None
                                       and following.base_offset <= self._log_start_offset, upper, now_ms)
+        self.deleted_by = ("log_start_offset",) if deleted else ()
         config = self.config
         if not config.delete:
             return deleted
         if config.retention_ms >= 0:
-            deleted += self._delete_prefix(
+            by_time = self._delete_prefix(
                 lambda s, _: s.size == 0 or now_ms - _segment_timestamp(s) > config.retention_ms, upper, now_ms)
+            deleted += by_time
+            self.deleted_by += ("retention.ms",) if by_time else ()
         if config.retention_bytes >= 0:
             excess = self.size_bytes - config.retention_bytes
 
@@ -871,7 +896,9 @@ class Log:
                     return True
                 return False
 
-            deleted += self._delete_prefix(over_size, upper, now_ms)
+            by_size = self._delete_prefix(over_size, upper, now_ms)
+            deleted += by_size
+            self.deleted_by += ("retention.bytes",) if by_size else ()
         return deleted
 
     def delete_records_before(self, offset: int, *, now_ms: int) -> int:

@@ -57,6 +57,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import structlog
+
 from .checkpoints import OffsetCheckpointFile, atomic_write, fsync_dir
 from .cleaner import Cleaner, CleanResult, cleanable_range
 from .config import LogConfig
@@ -74,6 +76,8 @@ from .names import (
     RECOVERY_POINT_CHECKPOINT,
     TopicPartition,
 )
+
+events = structlog.get_logger("odradek.storage")  # (`log` is a partition's Log throughout)
 
 _IGNORED_ENTRIES = {"lost+found"}
 FUTURE_DIR_SUFFIX = "-future"
@@ -254,6 +258,7 @@ class LogManager:
         recovery_points = self._checkpoint(d, RECOVERY_POINT_CHECKPOINT).read()
         log_start_offsets = self._checkpoint(d, LOG_START_OFFSET_CHECKPOINT).read()
         cleaner_offsets = self._checkpoint(d, CLEANER_OFFSET_CHECKPOINT).read()
+        recovered = batches = truncated = 0
         for entry in os.scandir(d.path):
             if not entry.is_dir():
                 continue
@@ -274,12 +279,24 @@ class LogManager:
                            recovery_point=0 if future else recovery_points.get(tp, 0),
                            log_start_offset=0 if future else log_start_offsets.get(tp, 0),
                            had_clean_shutdown=d.had_clean_shutdown, index_maps=self.index_maps)
+            r = log.recovery
+            if r is not None and not future:
+                recovered, batches, truncated = recovered + 1, batches + r.batches, truncated + r.truncated_bytes
+                # Which log, from where, how many batches, what was cut: WARN when something was cut.
+                (events.warning if r.truncated_bytes else events.info)(
+                    "log recovered", topic=tp.topic, partition=tp.partition, log_dir=d.path,
+                    clean_shutdown=d.had_clean_shutdown, segments=r.segments, batches=r.batches,
+                    recovered_from=r.recovered_from, truncated_bytes=r.truncated_bytes,
+                    log_end_offset=r.log_end_offset)
             if future is not None:
                 self._future_logs[tp] = log
                 self._future_dir_of[tp] = d
                 continue
             log.cleaner_offset = cleaner_offsets.get(tp, 0)
             self._add(tp, log, d)
+        if not d.had_clean_shutdown and recovered:
+            events.warning("log directory recovered after an unclean shutdown", log_dir=d.path, logs=recovered,
+                           batches=batches, truncated_bytes=truncated)
 
     # ------------------------------------------------------------------------------------------- logs
 
@@ -520,7 +537,12 @@ class LogManager:
         deleted = 0
         for tp, log in list(self._logs.items()):
             bound = upper_bound_offset(tp) if upper_bound_offset is not None else None
-            deleted += log.delete_old_segments(now_ms, upper_bound_offset=bound)
+            gone = log.delete_old_segments(now_ms, upper_bound_offset=bound)
+            if gone:
+                events.info("retention deleted segments", topic=tp.topic, partition=tp.partition, segments=gone,
+                            deleted_by=list(log.deleted_by), log_start_offset=log.log_start_offset)
+            deleted += gone
+        events.debug("retention pass", logs=len(self._logs), segments_deleted=deleted)
         return deleted
 
     def maybe_flush(self, now_ms: int) -> int:
@@ -571,8 +593,8 @@ class LogManager:
 
     def maybe_clean(self, now_ms: int) -> CleanResult | None:
         """Clean the filthiest compacted log, if any qualifies. Safe to call from one worker thread."""
-        best, best_ratio = None, -1.0
-        for log in list(self._logs.values()):
+        best, best_ratio, best_tp = None, -1.0, None
+        for tp, log in list(self._logs.items()):
             if not log.config.compact or log.closed:
                 continue
             cleanable = cleanable_range(log, now_ms)
@@ -580,15 +602,21 @@ class LogManager:
             dirty_enough = cleanable.dirty_bytes > 0 and (ratio >= log.config.min_cleanable_dirty_ratio or cleanable.overdue)
             tombstones_due = 0 <= log.latest_delete_horizon_ms <= now_ms
             if (dirty_enough or tombstones_due) and ratio > best_ratio:
-                best, best_ratio = log, ratio
-        if best is None:
+                best, best_ratio, best_tp = log, ratio, tp
+        if best is None or best_tp is None:
             return None
         try:
-            return self.cleaner.clean(best, now_ms=now_ms)
+            result = self.cleaner.clean(best, now_ms=now_ms)
         except Exception:
             if best.closed:
                 return None
             raise
+        if result is not None:
+            events.info("log cleaned", topic=best_tp.topic, partition=best_tp.partition, dirty_ratio=round(best_ratio, 3),
+                        first_dirty_offset=result.first_dirty_offset, end_offset=result.end_offset,
+                        segments=result.segments_cleaned, bytes_read=result.bytes_read,
+                        bytes_written=result.bytes_written, records_removed=result.records_removed)
+        return result
 
     # ---------------------------------------------------------------------------------------- closing
 

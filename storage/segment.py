@@ -178,6 +178,7 @@ class LogSegment:
         self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes,
                                     preallocate=False, maps=index_maps)
         self.txn_index = TransactionIndex(self.path(TXN_INDEX_SUFFIX), base_offset)
+        self.recovered_batches = 0  # valid batches the last `recover` found
         self._max_timestamp: int | None = -1 if new_indexes else None
         self._offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None
@@ -527,11 +528,13 @@ class LogSegment:
         file = self._file
         if file is None and self._missing:
             self.size = 0
+            self.recovered_batches = 0
             return 0
         fd = file.fd if file is not None else os.open(self.path(), os.O_RDWR)
         try:
             file_size = os.fstat(fd).st_size
             valid_end = 0
+            batches = 0
             expected_min_offset = self.base_offset
             for position, batch in iter_batches(fd, 0, file_size):
                 try:
@@ -542,7 +545,9 @@ class LogSegment:
                     break
                 self._index_batch(position, header.size, header.last_offset, header.max_timestamp)
                 valid_end = position + header.size
+                batches += 1
                 expected_min_offset = header.next_offset
+            self.recovered_batches = batches  # for the recovery's log line (storage/log.py)
             if valid_end < file_size:
                 os.ftruncate(fd, valid_end)
             if file is None and file_size:

@@ -34,6 +34,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
+import structlog
+
 from odradek.protocol.codec import decode_from
 from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import ConsumerProtocolSubscription
@@ -42,6 +44,8 @@ from .records import GroupMetadataValue
 from odradek.purgatory.deferred import Deferred
 
 from ..runtime import CoordinatorError
+
+log = structlog.get_logger("odradek.coordinator.group")
 
 __all__ = [
     "ClassicGroup",
@@ -204,6 +208,20 @@ class ClassicGroup:
         self.previous_state = self.state
         self.state = target
         self.state_timestamp_ms = now_ms
+        # Logged where the group lives (its coordinator), once per transition, as Kafka's GroupCoordinator
+        # does ("Preparing to rebalance group", "Stabilized group", "Group ... transitioned to Empty/Dead").
+        fields = {"group": self.group_id, "generation": self.generation_id, "members": len(self.members),
+                  "previous_state": self.previous_state.value}
+        if target is ClassicGroupState.PREPARING_REBALANCE:
+            log.info("group rebalancing", **fields)
+        elif target is ClassicGroupState.COMPLETING_REBALANCE:
+            log.info("group rebalanced", **fields, protocol=self.protocol_name, leader=self.leader_id)
+        elif target is ClassicGroupState.STABLE:
+            log.debug("group stable", **fields)
+        elif target is ClassicGroupState.EMPTY:
+            log.info("group emptied", **fields)
+        else:
+            log.info("group dead", **fields)
 
     def is_in(self, *states: ClassicGroupState) -> bool:
         return self.state in states

@@ -33,6 +33,8 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
+import structlog
+
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 
@@ -68,6 +70,8 @@ if TYPE_CHECKING:
     from .shard import GroupCoordinatorShard
 
 __all__ = ["ConsumerGroupManager", "kafka_uuid_string"]
+
+log = structlog.get_logger("odradek.coordinator.group")
 
 ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)  # READ DELETE DESCRIBE *_CONFIGS
 
@@ -267,6 +271,8 @@ class ConsumerGroupManager:
         if bump or metadata_hash != group.metadata_hash:
             group_epoch += 1
             out.records.append(consumer_group_epoch_record(group_id, group_epoch, metadata_hash))
+            log.info("group rebalancing", group=group_id, group_epoch=group_epoch, members=len(members_after),
+                     member=updated.member_id, client_id=client_id, type="consumer")
 
         if group_epoch > group.assignment_epoch:
             targets = self._update_target_assignment(
@@ -306,6 +312,7 @@ class ConsumerGroupManager:
             self.shard.delete_classic_group(classic, out, now_ms)
         elif not create:
             raise CoordinatorError(f"Group {group_id} not found.", ErrorCode.GROUP_ID_NOT_FOUND)
+        log.info("group created", group=group_id, type="consumer")
         return ConsumerGroup(group_id)
 
     @staticmethod
@@ -433,6 +440,8 @@ class ConsumerGroupManager:
     def fence_member(self, group: ConsumerGroup, member: ConsumerGroupMember, out: Batch) -> None:
         self._remove_member_records(group.group_id, member.member_id, out)
         remaining = [m for m_id, m in group.members.items() if m_id != member.member_id]
+        if not remaining:
+            log.info("group emptied", group=group.group_id, group_epoch=group.group_epoch + 1, type="consumer")
         out.records.append(consumer_group_epoch_record(group.group_id, group.group_epoch + 1,
                                                        self._metadata_hash(remaining)))
         self._cancel_timers(group.group_id, member.member_id)

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from odradek.protocol.errors import ErrorCode
 
 from .classic import ClassicGroupManager
@@ -34,6 +36,8 @@ from .offsets import OffsetAndMetadata, OffsetManager
 from .records import CoordinatorRecord, RecordType, group_metadata_tombstone
 from ..runtime import Batch, CoordinatorError, Result
 from ..topics import TopicsView
+
+log = structlog.get_logger("odradek.coordinator.group")
 
 if TYPE_CHECKING:
     from ..runtime import CoordinatorRuntime
@@ -138,6 +142,7 @@ class GroupCoordinatorShard:
 
     def create_classic_group(self, group_id: str, now_ms: int) -> ClassicGroup:
         group = self.classic_groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=now_ms)
+        log.info("group created", group=group_id, type="classic")
         return group
 
     def delete_classic_group(self, group: ClassicGroup, out: Batch, now_ms: int) -> None:

@@ -215,6 +215,9 @@ class TransactionShard:
             return out.result(EndResult(ErrorCode.PRODUCER_FENCED))
         state = metadata.state
         if state is S.ONGOING:
+            if not commit:
+                log.info("transaction aborted", transactional_id=transactional_id, producer_id=producer_id,
+                         producer_epoch=producer_epoch, partitions=len(metadata.partitions), cause="EndTxn")
             after = metadata.prepare_end(commit, now_ms)
             self._write(out, after, send_markers=True)
             return out.result(EndResult(ErrorCode.NONE, after.producer_id, after.producer_epoch))
@@ -233,7 +236,9 @@ class TransactionShard:
         if (metadata is None or metadata.state is not S.ONGOING or metadata.producer_id != producer_id
                 or metadata.txn_start_timestamp_ms + metadata.txn_timeout_ms > now_ms):
             return out.result(None)
-        log.info("aborting a timed-out transaction", transactional_id=transactional_id, producer_id=producer_id)
+        log.warning("transaction timed out; aborting it", transactional_id=transactional_id, producer_id=producer_id,
+                    producer_epoch=metadata.producer_epoch, txn_timeout_ms=metadata.txn_timeout_ms,
+                    partitions=len(metadata.partitions))
         self._write(out, metadata.prepare_end(False, now_ms, fence=True), send_markers=True)
         retry_at_ms = now_ms + self.config.abort_timed_out_transaction_cleanup_interval_ms
 
@@ -254,6 +259,8 @@ class TransactionShard:
             return out.result(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
         if metadata.state is not S.ONGOING:
             return out.result(ErrorCode.INVALID_TXN_STATE if not metadata.state.is_prepare else ErrorCode.CONCURRENT_TRANSACTIONS)
+        log.warning("transaction aborted", transactional_id=transactional_id, producer_id=metadata.producer_id,
+                    producer_epoch=metadata.producer_epoch, partitions=len(metadata.partitions), cause="operator")
         self._write(out, metadata.prepare_end(False, now_ms, fence=True), send_markers=True)
         return out.result(ErrorCode.NONE)
 
