@@ -108,8 +108,7 @@ class Broker:
             await self._abandon_start()
             fresh.undo()
             raise
-        for name, host, port in [*self.bound, *self.controller_bound]:
-            log.info("listening", listener=name, host=host, port=port)
+        # (The daemon tells where it listens, once per listener: broker/daemon.py.)
         self._started = True
 
     async def _start(self, cfg: BrokerConfig, security: dict, per_ip_overrides: Any) -> None:

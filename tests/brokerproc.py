@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 _LISTENING = re.compile(r"listening on (\w+)://([^:\s]+):(\d+)")
+# log.format=json: the same as a `listening` event ({..., "url": "PLAINTEXT://host:port", "event": "listening"})
+_LISTENING_JSON = re.compile(r'"url": "(\w+)://([^:\s"]+):(\d+)".*"event": "listening"')
 
 
 class BrokerProcess:
@@ -46,7 +48,7 @@ class BrokerProcess:
         def read():
             for line in self.proc.stdout:
                 self.output.append(line)
-                m = _LISTENING.search(line)
+                m = _LISTENING.search(line) or _LISTENING_JSON.search(line)
                 if m and not ready.is_set():
                     self.port = int(m.group(3))
                     ready.set()
