@@ -209,7 +209,7 @@ class NodeConnection:
         error: OSError = OSError(f"no address for {self.host}")
         for _family, _type, _proto, _name, address in infos:
             try:
-                return await asyncio.open_connection(address[0], address[1], ssl=ssl_context,
+                return await asyncio.open_connection(str(address[0]), int(address[1]), ssl=ssl_context,
                                                      server_hostname=server_hostname)
             except OSError as e:
                 error = e

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from .hosting import FetcherTargets, TopicSettings
 
-log = structlog.get_logger("odradek.replication")
+events = structlog.get_logger("odradek.replication")  # (`log` is a partition's Log here)
 
 NO_TIMESTAMP = -1
 
@@ -192,10 +192,10 @@ class ReplicaManager:
         if (partition.leader_id, partition.leader_epoch) != (leader_id if leader_id >= 0 else None, leader_epoch):
             # This replica's role, logged here on the broker hosting it (Kafka's "Leader/Follower ... starts
             # at leader epoch"); an ISR-only change is the controller's to log (event_log.py).
-            log.info("became leader" if leader_id == self.node_id else "became follower" if leader_id >= 0
-                     else "replica has no leader", topic=tp.topic, partition=tp.partition, leader=leader_id,
-                     leader_epoch=leader_epoch, isr=list(isr), replicas=list(replicas),
-                     log_end_offset=partition.log.log_end_offset)
+            events.info("became leader" if leader_id == self.node_id else "became follower" if leader_id >= 0
+                        else "replica has no leader", topic=tp.topic, partition=tp.partition, leader=leader_id,
+                        leader_epoch=leader_epoch, isr=list(isr), replicas=list(replicas),
+                        log_end_offset=partition.log.log_end_offset)
         if leader_id == self.node_id:
             # As Kafka's makeLeader: a new leader epoch begins at the log end in the epoch history, before any
             # batch of it. A follower's divergence is found against it (without it, a follower holding
