@@ -361,7 +361,9 @@ def _alter_loggers(services: BrokerServices, ctx: RequestContext, request: Incre
             if not request.validate_only:
                 for c in r.configs:
                     set_logger_level(c.name, c.value if c.config_operation == SET else None)
-                    log.warning("logger level changed", logger=c.name, level=c.value if c.config_operation == SET else None)
+                    # (not logger=/level=: structlog's own fields of those names would overwrite them)
+                    log.warning("logger level changed", target_logger=c.name,
+                                new_level=c.value if c.config_operation == SET else None, principal=str(ctx.principal))
         results.append(result)
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
 
