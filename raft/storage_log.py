@@ -15,10 +15,14 @@ from __future__ import annotations
 import os
 import re
 
+import structlog
+
 from odradek.raft.log import AppendedRange, SnapshotId
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
 from odradek.storage.producer_state import AppendOrigin
+
+events = structlog.get_logger("odradek.storage")  # (`log` is the storage Log here)
 
 SNAPSHOT_SUFFIX = ".checkpoint"
 PARTIAL_SUFFIX = ".checkpoint.part"
@@ -54,6 +58,11 @@ class StorageRaftLog:
         snapshots = list_snapshots(directory)
         start = snapshots[-1].end_offset if snapshots else 0
         log = Log.open(directory, config, now_ms=now_ms, log_start_offset=start)
+        r = log.recovery  # (opened without a recovery point: every start re-reads it; a cut is what matters)
+        if r is not None:
+            (events.warning if r.truncated_bytes else events.debug)(
+                "log recovered", topic="__cluster_metadata", partition=0, segments=r.segments, batches=r.batches,
+                recovered_from=r.recovered_from, truncated_bytes=r.truncated_bytes, log_end_offset=r.log_end_offset)
         if log.log_end_offset < start:
             # The snapshot was installed and the crash came before the log restarted at its end.
             log.truncate_fully_and_start_at(start, now_ms=now_ms)
