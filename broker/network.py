@@ -426,10 +426,12 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         read and dropped rather than left unread: closing a socket with unread input sends a reset, which
         can destroy the answer before the client reads it."""
         # Kafka's WARN "Failed authentication with /address": the reason is the SASL server's message, which
-        # names no secret (never the token or the password); the mechanism says which road was tried.
+        # names no secret (never the token or the password); the mechanism says which road was tried, and a
+        # re-authentication names the principal of the session it failed to renew.
+        principal = str(self.context.principal)
         log.warning("authentication failed", client=self.connection_id, listener=self.listener,
                     remote_address=self.client_host, mechanism=self.auth.mechanism if self.auth is not None else None,
-                    principal=str(self.context.principal), reason=reason)
+                    principal=None if principal == "User:ANONYMOUS" else principal, reason=reason)
         self.failing = True
         self.inbox.clear()
         if self.transport is not None and self.reading_paused:
