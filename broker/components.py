@@ -53,7 +53,7 @@ from odradek.storage.segment import drop_cache
 from .config import BrokerConfig
 from .context import RequestContext, SecurityProtocol
 from .controller_settings import new_controller
-from .dynamic_config import DynamicBrokerConfig
+from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
 from .groups_wiring import start_group_coordinator
 from .log_dirs import LogDirs
 from .metrics import Metrics, MetricsServer
@@ -159,6 +159,7 @@ def _build_on(
     )
     publisher.register(StartWhenLeading(services, cfg.node_id, after_state_change))
     metrics, metrics_server = _start_metrics(cfg, data, publisher, loop)
+    metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
     return Node(

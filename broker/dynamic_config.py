@@ -46,9 +46,10 @@ topics and described as DYNAMIC_DEFAULT_BROKER_CONFIG like any other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.publisher import MetadataUpdate
@@ -67,6 +68,7 @@ __all__ = [
     "DynamicBrokerConfig",
     "validate_dynamic_configs",
     "effective_config",
+    "DynamicConfigCollector",
 ]
 
 # Kafka's DynamicLogConfig.ReconfigurableConfigs as far as Odradek has the topic config: each topic config's
@@ -223,3 +225,26 @@ class DynamicBrokerConfig:
                              previous=before.get(key), scope=scope, node=self.node_id,
                              applied=key in LIVE_CONFIGS)
         self.layers(update.image)  # built now, so a later read of the same image is free
+
+
+class DynamicConfigCollector:
+    """Prometheus families of this node's dynamic broker configs, read at scrape time:
+    `odradek_dynamic_broker_configs{scope="broker"|"cluster-default"}` (keys set now) and
+    `odradek_dynamic_broker_config_changes_total` (changes this node has applied since it started)."""
+
+    def __init__(self, dynamic: DynamicBrokerConfig, image: Callable[[], MetadataImage]) -> None:
+        self.dynamic = dynamic
+        self.image = image
+
+    def collect(self) -> Iterator[Metric]:
+        image = self.image()
+        configs = GaugeMetricFamily("odradek_dynamic_broker_configs",
+                                    "Dynamic broker configs set for this node and as the cluster-wide default",
+                                    labels=["scope"])
+        configs.add_metric(["broker"], len(image.broker_configs(self.dynamic.node_id)))
+        configs.add_metric(["cluster-default"], len(image.broker_configs()))
+        yield configs
+        changes = CounterMetricFamily("odradek_dynamic_broker_config_changes",
+                                      "Dynamic broker config changes this node has applied since it started")
+        changes.add_metric([], self.dynamic.changes_applied)
+        yield changes

@@ -155,3 +155,20 @@ def test_each_change_is_counted_once():
     dynamic.on_metadata_update(MetadataUpdate(before, after, frozenset()))
     assert dynamic.changes_applied == 1  # node 2's value is not this node's
     assert dynamic.current(after).message_max_bytes == 10
+
+
+def test_metrics_count_the_configs_and_changes():
+    from prometheus_client import CollectorRegistry
+
+    from odradek.broker.dynamic_config import DynamicConfigCollector
+
+    dynamic = DynamicBrokerConfig(load_config(None, ["node.id=2"], {}))
+    before = image_with_topics()
+    after = replay_all([config_record("", "message.max.bytes", "10"), config_record("2", "log.retention.ms", "5"),
+                        config_record("2", "message.max.bytes", "20")], before)
+    dynamic.on_metadata_update(MetadataUpdate(before, after, frozenset()))
+    registry = CollectorRegistry()
+    registry.register(DynamicConfigCollector(dynamic, lambda: after))
+    assert registry.get_sample_value("odradek_dynamic_broker_configs", {"scope": "broker"}) == 2
+    assert registry.get_sample_value("odradek_dynamic_broker_configs", {"scope": "cluster-default"}) == 1
+    assert registry.get_sample_value("odradek_dynamic_broker_config_changes_total") == 3
