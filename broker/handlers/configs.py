@@ -236,7 +236,7 @@ def _check_broker_id(name: str) -> None:
 
 def _broker_configs(services: BrokerServices, name: str):
     """The dynamic configs of the BROKER resource `name` as the image holds them."""
-    return services.metadata.image.broker_configs(None if name == "" else int(name))
+    return services.metadata.image.configs.get((BROKER, name), {})
 
 
 def _alter_all(services: BrokerServices, resources, validate_only: bool, change_of, result_cls):

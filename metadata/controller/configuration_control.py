@@ -124,7 +124,7 @@ class ConfigurationControlManager:
         setting = {k: v for k, v in changes.items() if v is not None}
         if not setting:
             return
-        after = {k: v for k, v in image.broker_configs(None if name == "" else int(name)).items()
+        after = {k: v for k, v in image.configs.get((ConfigResourceType.BROKER, name), {}).items()
                  if changes.get(k, v) is not None}
         after.update(setting)
         try:
