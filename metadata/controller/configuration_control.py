@@ -60,7 +60,8 @@ class ConfigurationControlManager:
     ) -> list:
         """ConfigRecords setting each of `changes` (a None value deletes the key), for a topic or a broker
         (resource name "" for the cluster-wide defaults). With `replace` (legacy AlterConfigs) every key
-        not in `changes` is deleted too. Only actual changes produce records."""
+        not in `changes` is deleted too. Only actual changes produce records, except that a broker key set
+        to its current value is written again, as Kafka does."""
         if resource_type == ConfigResourceType.TOPIC:
             if resource_name not in image.topics_by_name:
                 raise MetadataError(
@@ -83,7 +84,11 @@ class ConfigurationControlManager:
         for key, value in wanted.items():
             if not key:
                 raise MetadataError(ErrorCode.INVALID_CONFIG, "Config names must not be empty")
-            if current.get(key) != value:
+            # A BROKER key that is set is written even when unchanged, as Kafka's controller does: the
+            # record is what a reader of the log acts on (KIP-966 clears ELRs on any update of the cluster
+            # min.insync.replicas).
+            rewrite = resource_type == ConfigResourceType.BROKER and value is not None
+            if current.get(key) != value or rewrite:
                 records.append(
                     ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=key, value=value)
                 )

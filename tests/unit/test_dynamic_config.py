@@ -172,3 +172,12 @@ def test_metrics_count_the_configs_and_changes():
     assert registry.get_sample_value("odradek_dynamic_broker_configs", {"scope": "broker"}) == 2
     assert registry.get_sample_value("odradek_dynamic_broker_configs", {"scope": "cluster-default"}) == 1
     assert registry.get_sample_value("odradek_dynamic_broker_config_changes_total") == 3
+
+
+def test_a_broker_key_set_to_its_value_is_written_again_as_kafka_does():
+    manager = ConfigurationControlManager(ControllerSettings(), None, validate_dynamic_configs)
+    image = replay_all([config_record("", "min.insync.replicas", "2")])
+    records, _ = manager.alter_config_change(image, ConfigChange(BROKER, "", {"min.insync.replicas": "2"}))
+    assert [(r.name, r.value) for r in records] == [("min.insync.replicas", "2")]
+    records, _ = manager.alter_config_change(image, ConfigChange(BROKER, "", {"log.retention.ms": None}))
+    assert records == []  # deleting what is not set writes nothing
