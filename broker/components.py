@@ -53,6 +53,7 @@ from odradek.storage.segment import drop_cache
 from .config import BrokerConfig
 from .context import RequestContext, SecurityProtocol
 from .controller_settings import new_controller
+from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
 from .groups_wiring import start_group_coordinator
 from .log_dirs import LogDirs
 from .metrics import Metrics, MetricsServer
@@ -134,7 +135,9 @@ def _build_on(
             node_id=cfg.node_id, config=cfg, data=data, image=lambda: publisher.image,
             broker_epoch=lambda: membership.broker_epoch, clock=now_ms,
         )
-    publisher.register(PartitionHosting(data, log_manager, topic_settings(cfg), now_ms, replica_fetchers))
+    dynamic_config = DynamicBrokerConfig(cfg)  # dynamic broker configs over cfg, per image
+    publisher.register(dynamic_config)
+    publisher.register(PartitionHosting(data, log_manager, topic_settings(dynamic_config), now_ms, replica_fetchers))
     quorum = _start_quorum(cfg, cluster_id, log_manager, publisher)
     log_dirs = LogDirs(log_manager, data, replica_fetchers, publisher, quorum.controller, node_id=cfg.node_id,
                        broker_epoch=lambda: membership.broker_epoch, clock=now_ms)
@@ -150,12 +153,13 @@ def _build_on(
         api_versions_response=api_versions_response,
         controller_api_versions_response=controller_api_versions_response,
         groups_factory=lambda: start_group_coordinator(cfg, data, timer, publisher, controller, now_ms),
-        quorum=quorum.driver, log_dirs=log_dirs,
+        quorum=quorum.driver, log_dirs=log_dirs, dynamic_config=dynamic_config,
         transactions_factory=lambda: start_transaction_coordinator(cfg, data, timer, publisher, controller, services,
                                                                    markers, now_ms),
     )
     publisher.register(StartWhenLeading(services, cfg.node_id, after_state_change))
     metrics, metrics_server = _start_metrics(cfg, data, publisher, loop)
+    metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
     return Node(

@@ -1,7 +1,7 @@
 """The controller as this node's configuration builds it.
 
 The controller (metadata/controller/) never sees a BrokerConfig: it is given a `ControllerSettings` of the
-few static values its decisions need, and the topic-config check as a callable (the topic config
+few static values its decisions need, and the topic-config and dynamic-broker-config checks as callables (the topic config
 definitions are the broker's config system: broker/topic_config.py). This is the one place that maps the
 properties onto them, so every controller of this node (and the channel that checks it was built so) agree.
 """
@@ -15,6 +15,7 @@ from typing import Any
 from odradek.metadata.controller import Controller, ControllerSettings
 
 from .config import BrokerConfig
+from .dynamic_config import validate_dynamic_configs
 from .topic_config import validate_topic_configs
 
 
@@ -34,7 +35,7 @@ def new_controller(cfg: BrokerConfig, *, rng: random.Random | None = None, boots
     """A controller deciding under `cfg`'s settings, topic config values checked against their definitions;
     `bootstrap_extra`, the records formatting added (written with the bootstrap records)."""
     return Controller(controller_settings(cfg), rng=rng, validate_topic_configs=validate_topic_configs,
-                      bootstrap_extra=bootstrap_extra)
+                      validate_broker_configs=validate_dynamic_configs, bootstrap_extra=bootstrap_extra)
 
 
 def is_built_from(controller: Controller, cfg: BrokerConfig) -> bool:
@@ -42,4 +43,5 @@ def is_built_from(controller: Controller, cfg: BrokerConfig) -> bool:
     return (
         controller.settings == controller_settings(cfg)
         and controller.validate_topic_configs is validate_topic_configs
+        and controller.validate_broker_configs is validate_dynamic_configs
     )

@@ -36,6 +36,7 @@ from odradek.metadata.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 from .authorizer import Authorizer
 from .config import BrokerConfig
+from .dynamic_config import DynamicBrokerConfig
 from .controller_channel import ControllerChannel
 from .quotas import ClientQuotas
 from .topics import is_internal
@@ -55,7 +56,7 @@ class BrokerServices:
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
         "_transactions", "_transactions_factory",
         "authorizer", "quotas",
-        "log_dirs",
+        "log_dirs", "dynamic_config",
     )
 
     def __init__(
@@ -64,6 +65,7 @@ class BrokerServices:
         producer_ids: ProducerIdManager, api_versions_response: Any,
         groups_factory: Callable[[], GroupCoordinator], log_dirs: LogDirs, controller_api_versions_response: Any = None,
         quorum: QuorumDriver | None = None, transactions_factory: Callable[[], TransactionCoordinator] | None = None,
+        dynamic_config: DynamicBrokerConfig | None = None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -83,6 +85,8 @@ class BrokerServices:
         self._transactions_factory = transactions_factory
         self.authorizer = Authorizer.from_config(config, metadata)
         self.quotas = ClientQuotas(config, metadata)
+        # this node's config with the image's dynamic broker configs over it (broker/dynamic_config.py)
+        self.dynamic_config = dynamic_config if dynamic_config is not None else DynamicBrokerConfig(config)
 
     # -- authorization: every check one line in its handler
 

@@ -8,8 +8,9 @@ config is therefore: its own override if it has one, else the broker's value, el
 
 DescribeConfigs reports where each value comes from with Kafka's ConfigSource numbers and synonyms, built
 as Kafka builds them (see "DescribeConfigs" below): DYNAMIC_TOPIC_CONFIG for a topic override,
-STATIC_BROKER_CONFIG when server.properties (or env, or an override) set the broker property,
-DEFAULT_CONFIG otherwise.
+DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG for a dynamic broker config of this node / of the
+cluster (broker/dynamic_config.py), STATIC_BROKER_CONFIG when server.properties (or env, or an override) set
+the broker property, DEFAULT_CONFIG otherwise.
 
 The storage layer's `LogConfig` uses snake_case names (`retention_ms`); `to_log_config_kwargs` maps an
 effective config onto them without importing storage.
@@ -48,6 +49,7 @@ __all__ = [
     "ConfigResourceType",
     "ConfigSynonym",
     "ConfigEntry",
+    "BrokerLayers",
     "TopicConfigDef",
     "TOPIC_CONFIGS",
     "validate_topic_configs",
@@ -55,6 +57,8 @@ __all__ = [
     "describe",
     "describe_topic",
     "describe_broker",
+    "describe_broker_defaults",
+    "DYNAMIC_BROKER_CONFIGS",
     "to_log_config_kwargs",
 ]
 
@@ -108,6 +112,22 @@ class ConfigEntry:
     def is_default(self) -> bool:
         """DescribeConfigs v0's `is_default`."""
         return self.source == ConfigSource.DEFAULT_CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLayers:
+    """One broker's configuration as DescribeConfigs speaks of it (broker/dynamic_config.py): the static
+    config, the dynamic layers over it, and the effective result of all of them."""
+
+    static: BrokerConfig
+    effective: BrokerConfig
+    per_broker: Mapping[str, str] = field(default_factory=dict)  # DYNAMIC_BROKER_CONFIG
+    cluster_default: Mapping[str, str] = field(default_factory=dict)  # DYNAMIC_DEFAULT_BROKER_CONFIG
+
+    @classmethod
+    def of(cls, config: BrokerConfig) -> BrokerLayers:
+        """A broker with no dynamic configs."""
+        return cls(config, config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,10 +525,12 @@ def to_log_config_kwargs(effective: Mapping[str, Any], fields: Iterable[str] | N
 # log.roll.jitter.ms, .hours; log.flush.interval.ms, log.flush.scheduler.interval.ms), every one set in
 # the broker's properties (STATIC_BROKER_CONFIG), then every one with a non-null default (DEFAULT_CONFIG),
 # each group in that order; then it drops the leading synonyms until the first one named as the property
-# itself. A topic override (DYNAMIC_TOPIC_CONFIG) goes first. The entry's config_source is the first
-# synonym's source, DEFAULT_CONFIG when none is left. (So with only log.retention.hours set, retention.ms
-# reports DEFAULT_CONFIG and no synonyms, as Kafka does.) Dynamic broker configs are not supported, so
-# DYNAMIC_BROKER_CONFIG and DYNAMIC_DEFAULT_BROKER_CONFIG never appear.
+# itself. A topic override (DYNAMIC_TOPIC_CONFIG) goes first. Dynamic broker configs (broker/dynamic_config.py)
+# come before the static ones: every one of the chain set for this node (DYNAMIC_BROKER_CONFIG), then every
+# one set as the cluster-wide default (DYNAMIC_DEFAULT_BROKER_CONFIG); the cluster-default resource ("")
+# lists no DYNAMIC_BROKER_CONFIG synonym. The entry's config_source is the first synonym's source,
+# DEFAULT_CONFIG when none is left. (So with only log.retention.hours set, retention.ms reports
+# DEFAULT_CONFIG and no synonyms, as Kafka does.)
 
 _BROKER_SYNONYMS = {key: chain for chain in (_MS_RETENTION, _MS_ROLL, _MS_JITTER) for key in chain}
 _BROKER_SYNONYMS[_MS_FLUSH[0]] = _MS_FLUSH
@@ -519,12 +541,30 @@ def broker_synonym_chain(key: str) -> tuple[str, ...]:
     return _BROKER_SYNONYMS.get(key, (key,))
 
 
-def broker_synonyms(broker: BrokerConfig, key: str) -> list[ConfigSynonym]:
-    """Kafka's configSynonyms(key, brokerConfigSynonyms(key)) for this broker's static configuration."""
+# The broker properties that change at run time (Kafka's DynamicLogConfig.ReconfigurableConfigs): each
+# topic config's first broker synonym. broker/dynamic_config.py says why no other.
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(d.synonyms[0] for d in _DEFS if d.synonyms)
+
+
+def _layers(broker: BrokerConfig | BrokerLayers) -> BrokerLayers:
+    return broker if isinstance(broker, BrokerLayers) else BrokerLayers.of(broker)
+
+
+def broker_synonyms(broker: BrokerConfig | BrokerLayers, key: str, *, per_broker: bool = True) -> list[ConfigSynonym]:
+    """Kafka's configSynonyms(key, brokerConfigSynonyms(key)) for this broker's configuration (static, or
+    static with its dynamic layers); `per_broker` False for the cluster-default resource."""
+    layers = _layers(broker)
     chain = broker_synonym_chain(key)
-    explicit = broker.explicit_keys
-    found = [ConfigSynonym(k, render_value(broker.get(k)), ConfigSource.STATIC_BROKER_CONFIG)
-             for k in chain if k in explicit]
+    found: list[ConfigSynonym] = []
+    if per_broker:
+        found += [ConfigSynonym(k, layers.per_broker[k], ConfigSource.DYNAMIC_BROKER_CONFIG)
+                  for k in chain if k in layers.per_broker]
+    found += [ConfigSynonym(k, layers.cluster_default[k], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+              for k in chain if k in layers.cluster_default]
+    static = layers.static
+    explicit = static.explicit_keys
+    found += [ConfigSynonym(k, render_value(static.get(k)), ConfigSource.STATIC_BROKER_CONFIG)
+              for k in chain if k in explicit]
     for k in chain:
         default = broker_default(k)
         if default is not None:
@@ -535,22 +575,24 @@ def broker_synonyms(broker: BrokerConfig, key: str) -> list[ConfigSynonym]:
 
 
 def describe_topic(
-    topic_overrides: Mapping[str, Any], broker: BrokerConfig, keys: Iterable[str] | None = None
+    topic_overrides: Mapping[str, Any], broker: BrokerConfig | BrokerLayers, keys: Iterable[str] | None = None
 ) -> list[ConfigEntry]:
     """DescribeConfigs entries for a TOPIC resource, sorted by name. `keys` (the request's
-    configuration_keys) restricts the answer; unknown names are left out, as Kafka does."""
+    configuration_keys) restricts the answer; unknown names are left out, as Kafka does. A value not
+    overridden is the broker's effective default (a dynamic broker config, if one is set)."""
+    layers = _layers(broker)
     wanted = None if keys is None else set(keys)
     overrides = {k: v for k, v in validate_topic_configs(topic_overrides).items() if v is not None}
     entries = []
     for name, definition in TOPIC_CONFIGS.items():
         if wanted is not None and name not in wanted:
             continue
-        synonyms = broker_synonyms(broker, definition.synonyms[0]) if definition.synonyms else []
+        synonyms = broker_synonyms(layers, definition.synonyms[0]) if definition.synonyms else []
         if name in overrides:
             value = render_value(overrides[name])
             synonyms.insert(0, ConfigSynonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
         else:
-            value = render_value(definition.default_from(broker))
+            value = render_value(definition.default_from(layers.effective))
         entries.append(
             ConfigEntry(
                 name=name,
@@ -570,21 +612,50 @@ def describe_topic(
 describe = describe_topic
 
 
-def describe_broker(broker: BrokerConfig, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
-    """DescribeConfigs entries for a BROKER resource (ConfigHelper.createBrokerConfigEntry): every property
-    with its value, source and synonyms as above; read-only, since dynamic broker configs are not
-    supported (Kafka marks the dynamically updatable ones read_only=false)."""
+def describe_broker(broker: BrokerConfig | BrokerLayers, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
+    """DescribeConfigs entries for a BROKER resource naming this node (ConfigHelper.createBrokerConfigEntry):
+    every property with its effective value, source and synonyms as above; read-only unless Odradek changes
+    it at run time (DYNAMIC_BROKER_CONFIGS: Kafka marks its dynamically updatable ones read_only=false, and
+    Odradek does not mark what it would refuse)."""
+    layers = _layers(broker)
     wanted = None if keys is None else set(keys)
     entries = []
     for key, ktype, doc in sorted(broker_config_keys()):
         if wanted is not None and key not in wanted:
             continue
-        synonyms = broker_synonyms(broker, key)
+        synonyms = broker_synonyms(layers, key)
         entries.append(
             ConfigEntry(
                 name=key,
-                value=render_value(broker.get(key)),
-                read_only=True,
+                value=render_value(layers.effective.get(key)),
+                read_only=key not in DYNAMIC_BROKER_CONFIGS,
+                source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
+                is_sensitive=False,
+                type=ktype,
+                documentation=doc,
+                synonyms=tuple(synonyms),
+            )
+        )
+    return entries
+
+
+def describe_broker_defaults(layers: BrokerLayers, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
+    """DescribeConfigs entries for the cluster-default BROKER resource (""): the dynamic cluster-wide
+    defaults only, each with its own value, as Kafka answers (createResponseConfig over
+    currentDynamicDefaultConfigs, perBrokerConfig=false: no DYNAMIC_BROKER_CONFIG synonym)."""
+    wanted = None if keys is None else set(keys)
+    types = {key: (ktype, doc) for key, ktype, doc in broker_config_keys()}
+    entries = []
+    for key in sorted(layers.cluster_default):
+        if (wanted is not None and key not in wanted) or key not in types:
+            continue
+        ktype, doc = types[key]
+        synonyms = broker_synonyms(layers, key, per_broker=False)
+        entries.append(
+            ConfigEntry(
+                name=key,
+                value=layers.cluster_default[key],
+                read_only=key not in DYNAMIC_BROKER_CONFIGS,
                 source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
                 is_sensitive=False,
                 type=ktype,

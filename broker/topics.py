@@ -17,6 +17,7 @@ from odradek.storage.config import LogConfig
 
 from .config import BrokerConfig
 from .controller_channel import INTERNAL_TOPICS
+from .dynamic_config import DynamicBrokerConfig
 from .topic_config import effective_topic_configs, to_log_config_kwargs
 
 log = structlog.get_logger("odradek.topics")
@@ -44,12 +45,15 @@ def _log_config_of(effective: dict, config: BrokerConfig) -> LogConfig:
                      producer_id_expiration_ms=config.producer_id_expiration_ms)
 
 
-def topic_settings(config: BrokerConfig) -> TopicSettings:
+def topic_settings(config: BrokerConfig | DynamicBrokerConfig) -> TopicSettings:
     """The replica manager's `TopicSettings` port (replication/hosting.py): a topic's LogConfig and its
-    min.insync.replicas, its overrides in the image over this broker's defaults."""
+    min.insync.replicas, its overrides in the image over this broker's defaults. Given a
+    `DynamicBrokerConfig`, the defaults are the image's effective ones (dynamic broker configs over the
+    static ones: broker/dynamic_config.py)."""
 
     def settings(image: MetadataImage, name: str) -> tuple[LogConfig, int]:
-        effective = effective_topic_configs(dict(image.topic_configs(name)), config)
-        return _log_config_of(effective, config), int(effective.get("min.insync.replicas", 1))
+        broker = config.current(image) if isinstance(config, DynamicBrokerConfig) else config
+        effective = effective_topic_configs(dict(image.topic_configs(name)), broker)
+        return _log_config_of(effective, broker), int(effective.get("min.insync.replicas", 1))
 
     return settings

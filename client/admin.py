@@ -70,6 +70,11 @@ CONFIG_SOURCES = {
 OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
 
 
+def _config_context(rtype: int, name: str) -> str:
+    """What an error about a config resource names: the empty BROKER name is the cluster-wide default."""
+    return "configs of the cluster-wide broker default" if rtype == 4 and not name else f"configs of {name!r}"
+
+
 @dataclass
 class NewTopic:
     name: str
@@ -457,7 +462,7 @@ class Admin:
             response = await self.client.send(await self._config_node(rtype, name), request)
             result = response.results[0]
             if result.error_code:
-                raise KafkaError(result.error_code, result.error_message, context=f"configs of {name!r}")
+                raise KafkaError(result.error_code, result.error_message, context=_config_context(rtype, name))
             return [ConfigEntry(c.name, c.value, CONFIG_SOURCES.get(c.config_source, str(c.config_source)),
                                 c.read_only, c.is_sensitive, c.config_source == 5 or c.is_default)
                     for c in result.configs]
@@ -481,7 +486,7 @@ class Admin:
             response = await self.client.send(await self._config_node(rtype, name), request)
             result = response.responses[0]
             if result.error_code:
-                raise KafkaError(result.error_code, result.error_message, context=f"configs of {name!r}")
+                raise KafkaError(result.error_code, result.error_message, context=_config_context(rtype, name))
 
         await self.client.call(attempt, what="IncrementalAlterConfigs")
 

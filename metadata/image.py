@@ -374,6 +374,12 @@ class MetadataDelta:
                 topic_id = topic.topic_id if topic is not None else None
             if topic_id is not None:
                 self.changed_topic_ids.add(topic_id)
+        elif r.resource_type == ConfigResourceType.BROKER:
+            # A dynamic broker config (one node's, or the cluster-wide default's) can be the default of a
+            # topic config (log.retention.ms, message.max.bytes, min.insync.replicas, ...): every topic
+            # without its own override may have a new effective config, so every topic is changed.
+            topics = self._topics if self._topics is not None else self.image.topics_by_id
+            self.changed_topic_ids.update(topics)
 
     def _replay_producer_ids(self, r) -> None:
         if r.next_producer_id <= self._next_producer_id:

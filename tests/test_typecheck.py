@@ -57,6 +57,7 @@ CHECKED = (
     "odradek.broker.groups_wiring",
     "odradek.broker.log_dirs",
     "odradek.broker.controller_settings",
+    "odradek.broker.dynamic_config",
     "odradek.purgatory",
     "odradek.protocol",
     "odradek.storage",

@@ -3,8 +3,13 @@
 Topic configs are described with their effective value and its source (topic override, broker
 property, default), synonyms and documentation on request. AlterConfigs replaces a topic's overrides
 wholesale; IncrementalAlterConfigs sets, deletes, appends to or subtracts from single keys (append and
-subtract only for list-typed configs). Broker resources (named by this node's id, or "" for the
-cluster-wide defaults) can be described but not altered: dynamic broker configs are not supported.
+subtract only for list-typed configs). Broker resources (a node id, or "" for the cluster-wide defaults)
+hold the dynamic broker configs (broker/dynamic_config.py): described by the node named (its effective
+config, each value's source and synonyms) or by any broker for "" (the cluster-wide defaults alone, as
+Kafka answers), and altered like a topic's configs, through the controller, which refuses a key Odradek
+cannot change at run time or a value the start-up would refuse. A node accepts an alter for any node's id:
+the controller decides, as Kafka's controller does (Kafka's broker also refuses a name that is not its own,
+a check that matters only to a client that misroutes; admin clients send a node's resource to that node).
 BROKER_LOGGER resources (kafka-configs.sh --entity-type broker-loggers) name this node's id: described as
 every logger and its level, and changed by IncrementalAlterConfigs SET / DELETE on the node itself, not
 forwarded to the controller (Kafka's RuntimeLoggerManager), which is how an operator turns the audit log
@@ -24,10 +29,19 @@ from odradek.metadata.image import MetadataError, validate_topic_name
 from odradek.metadata.acl import AclOperation, ResourceType
 
 from ..authorizer import per_item
-from ..config import ConfigError, ConfigType, render_value
+from ..config import ConfigError, ConfigType, broker_default, render_value
 from ..logging import LOG4J_LEVELS, ROOT_LOGGER, get_logger, logger_exists, logger_levels, set_logger_level
 from ..controller_channel import ConfigChange
-from ..topic_config import TOPIC_CONFIGS, ConfigEntry, ConfigResourceType, ConfigSource, describe_broker, describe_topic
+from ..topic_config import (
+    TOPIC_CONFIGS,
+    ConfigEntry,
+    ConfigResourceType,
+    ConfigSource,
+    describe_broker,
+    describe_broker_defaults,
+    describe_topic,
+)
+from ..dynamic_config import config_type
 from . import BROKER as BROKER_LISTENERS
 from . import CONTROLLER as CONTROLLER_LISTENERS
 from . import Answer, handles
@@ -98,14 +112,16 @@ def _describe_entries(services: BrokerServices, resource_type: int, name: str, k
         if services.topic_by_name(name) is None:
             raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
         try:
-            return describe_topic(services.metadata.image.topic_configs(name), services.config, keys)
+            image = services.metadata.image
+            return describe_topic(image.topic_configs(name), services.dynamic_config.layers(image), keys)
         except ConfigError as e:
             raise ResourceError(ErrorCode.INVALID_CONFIG, str(e)) from None
     if resource_type == BROKER:
         check_broker_name(services, name)
+        layers = services.dynamic_config.layers(services.metadata.image)
         if name == "":
-            return []  # the dynamic cluster-wide defaults, as Kafka answers: there are none
-        return describe_broker(services.config, keys)
+            return describe_broker_defaults(layers, keys)  # the dynamic cluster-wide defaults, as Kafka answers
+        return describe_broker(layers, keys)
     if resource_type == BROKER_LOGGER:
         _check_logger_resource(services, name)
         wanted = None if not keys else set(keys)
@@ -212,14 +228,15 @@ def _check_unique_keys(names) -> None:
         raise ResourceError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {shown}")
 
 
-def _refuse_broker_change(services: BrokerServices, name: str, keys) -> None:
-    check_broker_name(services, name)
-    if keys:
-        raise ResourceError(
-            ErrorCode.INVALID_REQUEST,
-            f"Cannot update these configs dynamically: {', '.join(keys)}. Dynamic broker configs are not "
-            "supported; set them in the broker's properties and restart it.",
-        )
+def _check_broker_id(name: str) -> None:
+    """An alter's BROKER resource names a node ("1") or the cluster-wide defaults ("")."""
+    if name and not (name.isascii() and name.isdigit()):
+        raise ResourceError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}")
+
+
+def _broker_configs(services: BrokerServices, name: str):
+    """The dynamic configs of the BROKER resource `name` as the image holds them."""
+    return services.metadata.image.configs.get((BROKER, name), {})
 
 
 def _alter_all(services: BrokerServices, resources, validate_only: bool, change_of, result_cls):
@@ -273,8 +290,15 @@ def handle_alter_configs(services: BrokerServices, ctx: RequestContext, request:
             changes.update(wanted)
             return ConfigChange(TOPIC, r.resource_name, changes)
         if r.resource_type == BROKER:
-            _refuse_broker_change(services, r.resource_name, keys)
-            return None
+            _check_unique_keys(keys)
+            _check_broker_id(r.resource_name)
+            for c in r.configs:
+                if c.value is None:
+                    raise ResourceError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}")
+            wanted = {c.name: c.value for c in r.configs}
+            changes = {key: None for key in _broker_configs(services, r.resource_name) if key not in wanted}
+            changes.update(wanted)
+            return ConfigChange(BROKER, r.resource_name, changes)
         raise _unsupported_type(r.resource_type)
 
     altered, answer = _alter_all(services, request.resources, request.validate_only, change_of, AResult)
@@ -292,7 +316,7 @@ def _list_items(value) -> list[str]:
     return [item.strip() for item in str(value).split(",") if item.strip()]
 
 
-def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
+def incremental_changes(current, ops, broker_config, *, broker: bool = False) -> dict[str, str | None]:
     """The topic override changes `ops` ((name, operation, value) triples) make to `current` (the topic's
     overrides as stored). Raises ResourceError.
 
@@ -300,7 +324,9 @@ def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
     start from the override, else the topic config's own default (getParts: KafkaConfigSchema.getDefault,
     not the broker's log.* value); APPEND adds each item not yet there, SUBTRACT removes each; the result is
     joined with commas, and may be empty ("" for cleanup.policy: neither delete nor compact, which Kafka
-    accepts and describes as the empty string from DYNAMIC_TOPIC_CONFIG)."""
+    accepts and describes as the empty string from DYNAMIC_TOPIC_CONFIG). With `broker`, `current` is a
+    BROKER resource's dynamic configs and the list-typed keys are broker properties (their default the
+    broker property's)."""
     changes: dict[str, str | None] = {}
     for key, op, value in ops:
         if op not in OP_NAMES:
@@ -312,15 +338,22 @@ def incremental_changes(current, ops, broker_config) -> dict[str, str | None]:
         elif op == DELETE:
             changes[key] = None
         else:
-            definition = TOPIC_CONFIGS.get(key)
-            if definition is None:
-                raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
-            if definition.type != ConfigType.LIST:
+            if broker:
+                ktype = config_type(key)
+                if ktype is None:
+                    raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {key}")
+                default = broker_default(key)
+            else:
+                definition = TOPIC_CONFIGS.get(key)
+                if definition is None:
+                    raise ResourceError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+                ktype, default = definition.type, render_value(definition.default)
+            if ktype != ConfigType.LIST:
                 raise ResourceError(
                     ErrorCode.INVALID_CONFIG, f"Can't {OP_NAMES[op]} to key {key} because its type is not LIST."
                 )
             base = current.get(key)
-            items = _list_items(base if base is not None else render_value(definition.default))
+            items = _list_items(base if base is not None else default)
             for item in _list_items(value):
                 if op == APPEND and item not in items:
                     items.append(item)
@@ -400,8 +433,11 @@ def _incremental_alter_configs(services: BrokerServices, ctx: RequestContext,
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
             return ConfigChange(TOPIC, r.resource_name, incremental_changes(current, ops, services.config))
         if r.resource_type == BROKER:
-            _refuse_broker_change(services, r.resource_name, keys)
-            return None
+            _check_unique_keys(keys)
+            _check_broker_id(r.resource_name)
+            ops = [(c.name, c.config_operation, c.value) for c in r.configs]
+            current = _broker_configs(services, r.resource_name)
+            return ConfigChange(BROKER, r.resource_name, incremental_changes(current, ops, services.config, broker=True))
         raise _unsupported_type(r.resource_type)
 
     altered, answer = _alter_all(services, request.resources, request.validate_only, change_of, IResult)

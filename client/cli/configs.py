@@ -1,4 +1,9 @@
-"""`odradek config get|set` of topics, brokers, groups and broker loggers, as kafka-configs.sh."""
+"""`odradek config get|set` of topics, brokers, groups and broker loggers, as kafka-configs.sh.
+
+A broker is named by its node id (`config set broker 2 message.max.bytes=2000000`: that node's dynamic
+config, DYNAMIC_BROKER_CONFIG) or `default` for the cluster-wide default every broker takes
+(kafka-configs.sh's `--entity-default`, an empty resource name on the wire: DYNAMIC_DEFAULT_BROKER_CONFIG).
+Only the keys a broker applies at run time can be set; the broker's refusal names the others."""
 
 from __future__ import annotations
 
@@ -13,12 +18,12 @@ def register(sub: SubParsers) -> None:
     csub = SubParsers(sub.add("config", help="read and change topic, broker and group configs"), "action")
     p = csub.add("get", handler=config_get, help="show configs")
     p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group,broker-logger}")
-    p.add_argument("name")
+    p.add_argument("name", help="topic or group name, broker node id, or `default` for the cluster-wide broker defaults")
     p.add_argument("keys", nargs="*")
     p.add_argument("--all", action="store_true", help="include defaults")
     p = csub.add("set", handler=config_set, help="set or delete configs (incremental)")
     p.add_argument("resource_type", type=_resource_type, metavar="{topic,broker,group,broker-logger}")
-    p.add_argument("name")
+    p.add_argument("name", help="topic or group name, broker node id, or `default` for the cluster-wide broker defaults")
     p.add_argument("pairs", nargs="*", type=key_value, metavar="KEY=VALUE")
     p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V...]",
                    help="kafka-configs.sh's spelling of KEY=VALUE pairs")
@@ -38,9 +43,16 @@ def _resource_type(text: str) -> str:
         raise argparse.ArgumentTypeError(f"expected topic, broker, group or broker-logger, got {text!r}") from None
 
 
+def _name(args: argparse.Namespace) -> str:
+    """The resource name on the wire: a broker's `default` is the cluster-wide defaults' empty name."""
+    if args.resource_type == "broker" and args.name in ("default", "<default>"):
+        return ""
+    return args.name
+
+
 async def config_get(args: argparse.Namespace, out: Output) -> int:
     async with admin_for(args) as admin:
-        entries = await admin.describe_configs(args.resource_type, args.name, args.keys or None)
+        entries = await admin.describe_configs(args.resource_type, _name(args), args.keys or None)
     if not args.all and not args.keys:
         entries = [e for e in entries if not e.is_default]
     if out.json:
@@ -58,7 +70,7 @@ async def config_set(args: argparse.Namespace, out: Output) -> int:
     if not changes:
         raise UsageError("nothing to set: give KEY=VALUE pairs or --delete KEY")
     async with admin_for(args) as admin:
-        await admin.alter_configs(args.resource_type, args.name, changes)
+        await admin.alter_configs(args.resource_type, _name(args), changes)
     if out.json:
         out.emit_json({"resource": args.resource_type, "name": args.name, "changes": changes})
     else:

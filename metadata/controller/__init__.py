@@ -18,6 +18,7 @@ from .settings import (
     DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS,
     DEFAULT_MAX_ELECTIONS_PER_IMBALANCE,
     UNCLEAN_LEADER_ELECTION_ENABLE,
+    BrokerConfigValidator,
     ControllerSettings,
     TopicConfigValidator,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "INTERNAL_TOPICS",
     "LOST_DIRECTORY_ID",
     "UNCLEAN_LEADER_ELECTION_ENABLE",
+    "BrokerConfigValidator",
     "BrokerState",
     "ClusterControlManager",
     "ConfigChange",

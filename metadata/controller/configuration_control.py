@@ -7,6 +7,12 @@ set (`replace`), deleting every key it does not name.
 
 Topic config values are checked against their definitions by the `TopicConfigValidator` the controller is
 given (settings.py says why it is injected); a refusal is INVALID_CONFIG with the validator's message.
+Dynamic broker configs (a BROKER resource: a node id, or "" for the cluster-wide defaults every broker
+takes) are checked the same way by a `BrokerConfigValidator`, over the set the resource would have after
+the change (so keys that must agree are checked together; deletions are never refused, so a key that could
+not be set today can always be removed). A refusal is INVALID_REQUEST, as Kafka answers a dynamic broker
+config it cannot take (ConfigAdminManager; KAFKA-13609 keeps that code for compatibility). The broker id is
+not required to be registered: a node can be configured before it first starts, as in Kafka.
 
 The other managers read configs through this one: whether a topic may elect an unclean leader and whether
 leaders are rebalanced, each the dynamic value (the topic's, then the cluster-wide one) over the static
@@ -25,18 +31,21 @@ from .requests import ConfigChange
 from .settings import (
     AUTO_LEADER_REBALANCE_ENABLE,
     UNCLEAN_LEADER_ELECTION_ENABLE,
+    BrokerConfigValidator,
     ControllerSettings,
     TopicConfigValidator,
 )
 
 
 class ConfigurationControlManager:
-    """See the module doc. Without a `validate_topic_configs`, topic config values are not checked (only
-    that names are not empty and values not null)."""
+    """See the module doc. Without a `validate_topic_configs` (`validate_broker_configs`), topic (broker)
+    config values are not checked (only that names are not empty and values not null)."""
 
-    def __init__(self, settings: ControllerSettings, validate_topic_configs: TopicConfigValidator | None) -> None:
+    def __init__(self, settings: ControllerSettings, validate_topic_configs: TopicConfigValidator | None,
+                 validate_broker_configs: BrokerConfigValidator | None = None) -> None:
         self._settings = settings
         self._validate_topic_configs = validate_topic_configs
+        self._validate_broker_configs = validate_broker_configs
 
     # -- decisions
 
@@ -51,7 +60,8 @@ class ConfigurationControlManager:
     ) -> list:
         """ConfigRecords setting each of `changes` (a None value deletes the key), for a topic or a broker
         (resource name "" for the cluster-wide defaults). With `replace` (legacy AlterConfigs) every key
-        not in `changes` is deleted too. Only actual changes produce records."""
+        not in `changes` is deleted too. Only actual changes produce records, except that a broker key set
+        to its current value is written again, as Kafka does."""
         if resource_type == ConfigResourceType.TOPIC:
             if resource_name not in image.topics_by_name:
                 raise MetadataError(
@@ -74,7 +84,11 @@ class ConfigurationControlManager:
         for key, value in wanted.items():
             if not key:
                 raise MetadataError(ErrorCode.INVALID_CONFIG, "Config names must not be empty")
-            if current.get(key) != value:
+            # A BROKER key that is set is written even when unchanged, as Kafka's controller does: the
+            # record is what a reader of the log acts on (KIP-966 clears ELRs on any update of the cluster
+            # min.insync.replicas).
+            rewrite = resource_type == ConfigResourceType.BROKER and value is not None
+            if current.get(key) != value or rewrite:
                 records.append(
                     ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=key, value=value)
                 )
@@ -89,6 +103,8 @@ class ConfigurationControlManager:
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {change.resource_name} does not exist."
                 )
             self.validate_topic_configs({k: v for k, v in change.changes.items() if v is not None})
+        elif change.resource_type == ConfigResourceType.BROKER:
+            self.validate_broker_configs(image, change.resource_name, change.changes)
         return self.alter_configs(image, change.resource_type, change.resource_name, change.changes), None
 
     def validate_topic_configs(self, configs: Mapping[str, str | None]) -> None:
@@ -99,6 +115,27 @@ class ConfigurationControlManager:
             self._validate_topic_configs(dict(configs))
         except ValueError as e:
             raise MetadataError(ErrorCode.INVALID_CONFIG, str(e)) from None
+
+    def validate_broker_configs(self, image: MetadataImage, name: str, changes: Mapping[str, str | None]) -> None:
+        """MetadataError(INVALID_REQUEST) when the BROKER resource `name`'s dynamic configs after `changes`
+        (None deletes) are refused by the validator; only a set value makes a name checked."""
+        if name and not (name.isascii() and name.isdigit()):
+            raise MetadataError(ErrorCode.INVALID_REQUEST, f"Illegal non-integral BROKER resource type name: {name}")
+        for key, value in changes.items():
+            if not key:
+                raise MetadataError(ErrorCode.INVALID_REQUEST, "Config names must not be empty")
+        if self._validate_broker_configs is None:
+            return
+        setting = {k: v for k, v in changes.items() if v is not None}
+        if not setting:
+            return
+        after = {k: v for k, v in image.configs.get((ConfigResourceType.BROKER, name), {}).items()
+                 if changes.get(k, v) is not None}
+        after.update(setting)
+        try:
+            self._validate_broker_configs(after)
+        except ValueError as e:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, str(e)) from None
 
     def topic_config_records(self, name: str, configs: Mapping[str, str | None]) -> list:
         """The ConfigRecords of a new topic's overrides (names must not be empty, values not null)."""

@@ -80,7 +80,7 @@ from .producer_id_control import DEFAULT_PRODUCER_ID_BLOCK_SIZE, ProducerIdContr
 from .replication_control import ReplicationControlManager
 from .requests import ConfigChange, NewPartitions, NewTopic, TopicToDelete
 from .scram_control import ScramControlManager, ScramOutcome
-from .settings import ControllerSettings, TopicConfigValidator
+from .settings import BrokerConfigValidator, ControllerSettings, TopicConfigValidator
 
 Decision = tuple[list, Any]
 """What one item of a channel call decides: its records and its result (or MetadataError, then no records)."""
@@ -91,7 +91,7 @@ class Controller:
 
     `settings` is the static configuration; keyword `overrides` replace single fields of it (tests,
     `Controller(leader_imbalance_check_interval_ms=5000)`). `validate_topic_configs` checks topic config
-    values (none: values are not checked)."""
+    values, `validate_broker_configs` dynamic broker configs (none: values are not checked)."""
 
     # Records given at format time (`odradek storage format --add-scram`), written with the bootstrap records.
     bootstrap_extra: tuple = ()
@@ -102,18 +102,20 @@ class Controller:
         *,
         rng: random.Random | None = None,
         validate_topic_configs: TopicConfigValidator | None = None,
+        validate_broker_configs: BrokerConfigValidator | None = None,
         bootstrap_extra: Sequence[Any] = (),
         **overrides: Any,
     ) -> None:
         self.settings = dataclasses.replace(settings or ControllerSettings(), **overrides)
         self.bootstrap_extra = tuple(bootstrap_extra)
         self.validate_topic_configs = validate_topic_configs
+        self.validate_broker_configs = validate_broker_configs
         self.image = MetadataImage()
         self.log_end_offset = 0
         self._rng = rng or random.SystemRandom()
         brokers = RegisteredBrokers()
         self.features = FeatureControlManager()
-        self.configs = ConfigurationControlManager(self.settings, validate_topic_configs)
+        self.configs = ConfigurationControlManager(self.settings, validate_topic_configs, validate_broker_configs)
         self.replication = ReplicationControlManager(self.settings, self._rng, brokers, self.configs)
         self.cluster = ClusterControlManager(
             self.settings.session_timeout_ms, self._rng, brokers, self.features, self.replication

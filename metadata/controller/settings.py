@@ -27,6 +27,11 @@ TopicConfigValidator = Callable[[Mapping[str, str | None]], object]
 """Checks topic config overrides (name -> value; a None value, a deletion, is not checked); raises ValueError
 naming the bad one."""
 
+BrokerConfigValidator = Callable[[Mapping[str, str | None]], object]
+"""Checks the dynamic configs a BROKER resource (one node, or "" for the cluster-wide defaults) would have
+after a change (name -> value): each name one that may change at run time, each value what the broker's
+start-up would accept; raises ValueError with the refusal (broker/dynamic_config.py)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:

@@ -212,7 +212,7 @@ def test_alter_configs_replaces_and_takes_effect(admin, broker):
     bad = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "never"})
     (future,) = admin.alter_configs([bad], request_timeout=T).values()
     assert error_of(future) == KafkaError.INVALID_CONFIG
-    node = ConfigResource(ResourceType.BROKER, str(broker.node_id), set_config={"log.retention.ms": "1"})
+    node = ConfigResource(ResourceType.BROKER, str(broker.node_id), set_config={"num.partitions": "1"})
     (future,) = admin.alter_configs([node], request_timeout=T).values()
     assert error_of(future) == KafkaError.INVALID_REQUEST
 

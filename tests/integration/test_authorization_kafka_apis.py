@@ -194,3 +194,29 @@ async def test_broker_loggers_are_described_and_changed_on_the_node_itself(tmp_p
             assert logging.getLogger(AUDIT_LOGGER).level == logging.NOTSET  # nothing changed by a refused request
         finally:
             logging.getLogger(AUDIT_LOGGER).setLevel(logging.NOTSET)
+
+
+async def test_dynamic_broker_configs_need_the_cluster_permissions(tmp_path):
+    """kafka-configs.sh --entity-type brokers under an authorizer: ALTER_CONFIGS / DESCRIBE_CONFIGS on the
+    cluster, as Kafka; a super user sets the cluster default and the node describes it."""
+    describe_cls, alter_cls = REQUESTS[32], REQUESTS[44]
+    resource = alter_cls.AlterConfigsResource
+
+    def describe(name):
+        return describe_cls(include_synonyms=True, include_documentation=False, resources=[
+            describe_cls.DescribeConfigsResource(resource_type=4, resource_name=name, configuration_keys=["log.retention.ms"])])
+
+    def alter(name, value):
+        return alter_cls(validate_only=False, resources=[resource(resource_type=4, resource_name=name, configs=[
+            resource.AlterableConfig(name="log.retention.ms", config_operation=0, value=value)])])
+
+    async with running_broker(tmp_path, **AUTHZ) as kafka:
+        b = kafka.broker
+        refused = await call(b, "User:alice", 44, 1, alter("", "3600000"))
+        assert refused.responses[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert (await call(b, "User:alice", 32, 4, describe("1"))).results[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        done = await call(b, "User:admin", 44, 1, alter("", "3600000"))
+        assert done.responses[0].error_code == 0, done
+        for name in ("", "1"):
+            (result,) = (await call(b, "User:admin", 32, 4, describe(name))).results
+            assert [(c.name, c.value, c.config_source) for c in result.configs] == [("log.retention.ms", "3600000", 3)]

@@ -291,6 +291,20 @@ def test_java_admin_configs(java, broker):
     assert answer["invalid"] == "InvalidConfigurationException"
 
 
+def test_java_admin_dynamic_broker_configs(java, broker):
+    """kafka-configs.sh --entity-type brokers through the Java admin: the cluster default (the empty name the
+    tool sends for --entity-default) and a node's own value, each with its source; a static key refused."""
+    answer = java.ok("broker_configs", bootstrap=broker.bootstrap, broker=1, key="log.cleaner.delete.retention.ms",
+                     default_value="7200000", node_value="3600000")
+    assert (answer["after_default"]["value"], answer["after_default"]["source"]) == ("7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    assert not answer["after_default"]["read_only"]
+    assert (answer["cluster"]["value"], answer["cluster"]["source"]) == ("7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    assert (answer["after_node"]["value"], answer["after_node"]["source"]) == ("3600000", "DYNAMIC_BROKER_CONFIG")
+    assert [s[2] for s in answer["synonyms"]] == ["DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "DEFAULT_CONFIG"]
+    assert answer["refused"].startswith("InvalidRequestException: Cannot update these configs dynamically: Set(num.io.threads)")
+    assert answer["after_delete"]["source"] == "DEFAULT_CONFIG"
+
+
 def test_java_admin_cluster_and_quorum(java, broker):
     answer = java.ok("cluster", bootstrap=broker.bootstrap)
     assert answer["cluster_id"] and answer["nodes"] == [1]

@@ -391,7 +391,7 @@ async def test_alter_configs_replaces_the_whole_set(call):
         (TOPIC, "nope", []),
         (TOPIC, "x", [("a", "1"), ("a", "2")]),
         (BROKER, "1", [("num.partitions", "3")]),
-        (BROKER, "9", []),
+        (BROKER, "x", []),
     ))
     E = ErrorCode
     assert [r.error_code for r in response.responses] == [
@@ -419,7 +419,7 @@ async def test_incremental_alter_configs(call):
     response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request(
         (TOPIC, "iac", [("cleanup.policy", SUBTRACT, "compact")]),
         (TOPIC, "iac", [("retention.ms", APPEND, "1")]),
-        (BROKER, "1", [("log.retention.ms", SET, "1")]),
+        (BROKER, "1", [("num.partitions", SET, "1")]),
         (TOPIC, "iac2", [("retention.ms", SET, "1")]),
     ))
     E = ErrorCode
@@ -475,3 +475,100 @@ async def test_describe_log_dirs(call):
             assert result.total_bytes == -1
     response = call(DESCRIBE_LOG_DIRS, 2, DLD(topics=[T(topic="ld", partitions=[1, 7]), T(topic="absent", partitions=[0])]))
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in response.results[0].topics] == [("ld", [1])]
+
+
+# ---- dynamic broker configs (broker/dynamic_config.py)
+
+
+def _broker_entries(call, name, keys=None):
+    (result,) = call(DESCRIBE_CONFIGS, 4, describe_request((BROKER, name, keys), synonyms=True)).results
+    assert result.error_code == 0, result.error_message
+    return {c.name: c for c in result.configs}
+
+
+async def test_dynamic_broker_configs_apply_to_topics_and_describe_their_source(call):
+    call(CREATE_TOPICS, 7, create_request(topic("dyn"), topic("own", configs={"retention.ms": "1000"})))
+    partition = call.broker.data.get_partition(TopicPartition("dyn", 0))
+    own = call.broker.data.get_partition(TopicPartition("own", 0))
+    assert partition.log.config.max_message_bytes == 1048588 and partition.min_insync_replicas == 1
+
+    response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request(
+        (BROKER, "", [("log.retention.ms", SET, "600000"), ("message.max.bytes", SET, "2000")])))
+    assert [r.error_code for r in response.responses] == [0]
+    assert dict(call.broker.metadata.image.broker_configs()) == {"log.retention.ms": "600000", "message.max.bytes": "2000"}
+    # applied without a restart: the open logs take the new defaults; a topic override still wins
+    assert partition.log.config.retention_ms == 600000 and partition.log.config.max_message_bytes == 2000
+    assert own.log.config.retention_ms == 1000 and own.log.config.max_message_bytes == 2000
+
+    # this node's own value wins over the cluster default
+    response = call(INCREMENTAL_ALTER_CONFIGS, 0, incremental_request((BROKER, "1", [("message.max.bytes", SET, "3000"),
+                                                                                        ("min.insync.replicas", SET, "1")])))
+    assert response.responses[0].error_code == 0
+    assert partition.log.config.max_message_bytes == 3000
+
+    # DescribeConfigs: this node's effective values with Kafka's sources and synonyms, in Kafka's order
+    node = _broker_entries(call, "1", ["message.max.bytes", "log.retention.ms", "num.partitions"])
+    mmb = node["message.max.bytes"]
+    assert (mmb.value, mmb.config_source, mmb.read_only) == ("3000", 2, False)
+    assert [(s.value, s.source) for s in mmb.synonyms] == [("3000", 2), ("2000", 3), ("1048588", 5)]
+    assert (node["log.retention.ms"].value, node["log.retention.ms"].config_source) == ("600000", 3)
+    assert node["num.partitions"].read_only
+    # the cluster default resource: the dynamic defaults alone, no per-broker synonym
+    defaults = _broker_entries(call, "")
+    assert set(defaults) == {"log.retention.ms", "message.max.bytes"}
+    assert (defaults["message.max.bytes"].value, defaults["message.max.bytes"].config_source) == ("2000", 3)
+    assert [s.source for s in defaults["message.max.bytes"].synonyms] == [3, 5]
+    # a topic inheriting the changed default says where it comes from
+    (result,) = call(DESCRIBE_CONFIGS, 4, describe_request((TOPIC, "dyn", ["retention.ms", "max.message.bytes"]),
+                                                           synonyms=True)).results
+    by_name = {c.name: c for c in result.configs}
+    assert (by_name["retention.ms"].value, by_name["retention.ms"].config_source) == ("600000", 3)
+    assert (by_name["max.message.bytes"].value, by_name["max.message.bytes"].config_source) == ("3000", 2)
+    assert [s.source for s in by_name["max.message.bytes"].synonyms] == [2, 3, 5]
+
+    # DELETE of the node's value falls back to the cluster default; legacy AlterConfigs replaces the set
+    call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request((BROKER, "1", [("message.max.bytes", DELETE, None)])))
+    assert partition.log.config.max_message_bytes == 2000
+    response = call(ALTER_CONFIGS, 2, alter_request((BROKER, "", [("log.cleaner.delete.retention.ms", "5000")])))
+    assert response.responses[0].error_code == 0
+    assert dict(call.broker.metadata.image.broker_configs()) == {"log.cleaner.delete.retention.ms": "5000"}
+    assert partition.log.config.retention_ms == 604800000 and partition.log.config.max_message_bytes == 1048588
+    assert partition.log.config.delete_retention_ms == 5000
+
+
+async def test_dynamic_broker_config_refusals(call):
+    E = ErrorCode
+    got = []
+    for resource in [
+        (BROKER, "", [("log.dirs", SET, "/elsewhere")]),
+        (BROKER, "1", [("num.io.threads", SET, "4")]),
+        (BROKER, "", [("log.retention.ms", SET, "soon")]),
+        (BROKER, "", [("no.such.config", SET, "1")]),
+        (BROKER, "x", [("log.retention.ms", SET, "1")]),
+        (BROKER, "2", [("log.segment.bytes", SET, "10")]),
+    ]:
+        (r,) = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request(resource)).responses
+        got.append((r.error_code, r.error_message))
+    assert [code for code, _ in got] == [E.INVALID_REQUEST] * 6
+    assert got[0][1] == "Cannot update these configs dynamically: Set(log.dirs)"
+    assert got[1][1].startswith("Cannot update these configs dynamically: Set(num.io.threads). Kafka changes")
+    assert "restart" in got[1][1]
+    assert got[2][1].startswith("Invalid value soon for configuration log.retention.ms")
+    assert "no.such.config" in got[3][1]
+    assert "Broker id must be an integer" in got[4][1]
+    assert got[5][1] == "Invalid value 10 for configuration log.segment.bytes: must be >= 64"
+    assert call.broker.metadata.image.configs.get((BROKER, "")) is None
+    # keys that must agree are checked together, as at start-up
+    response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request((BROKER, "", [
+        ("log.cleaner.min.compaction.lag.ms", SET, "10"), ("log.cleaner.max.compaction.lag.ms", SET, "5")])))
+    assert response.responses[0].error_code == E.INVALID_REQUEST
+    assert "log.cleaner.min.compaction.lag.ms" in response.responses[0].error_message
+    # validate_only checks and writes nothing
+    response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request(
+        (BROKER, "", [("log.segment.bytes", SET, "1048576")]), validate_only=True))
+    assert response.responses[0].error_code == 0 and not call.broker.metadata.image.broker_configs()
+    # APPEND / SUBTRACT work on a list-typed broker property, from Kafka's default
+    call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request((BROKER, "", [("log.cleanup.policy", APPEND, "compact")])))
+    assert call.broker.metadata.image.broker_configs()["log.cleanup.policy"] == "delete,compact"
+    response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request((BROKER, "", [("log.retention.ms", APPEND, "1")])))
+    assert response.responses[0].error_code == E.INVALID_CONFIG

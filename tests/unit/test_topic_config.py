@@ -6,6 +6,7 @@ import pytest
 
 from odradek.broker.config import BrokerConfig, ConfigError, load_config
 from odradek.broker.topic_config import (
+    DYNAMIC_BROKER_CONFIGS,
     TOPIC_CONFIGS,
     ConfigSource,
     ConfigType,
@@ -263,9 +264,10 @@ def test_describe_broker():
         ("3", ConfigSource.STATIC_BROKER_CONFIG), ("1", ConfigSource.DEFAULT_CONFIG)]
     assert entries["listeners"].value == "PLAINTEXT://localhost:9092"
     assert entries["auto.create.topics.enable"].type == ConfigType.BOOLEAN
-    assert all(
-        entry.read_only and not entry.is_sensitive and entry.documentation for entry in entries.values()
-    )
+    assert all(not entry.is_sensitive and entry.documentation for entry in entries.values())
+    # read-only unless Odradek changes it at run time (dynamic broker configs: the topic configs' defaults)
+    assert {name for name, entry in entries.items() if not entry.read_only} == DYNAMIC_BROKER_CONFIGS
+    assert entries["num.partitions"].read_only and not entries["log.retention.ms"].read_only
     assert [e.name for e in describe_broker(broker, keys=["log.dirs"])] == ["log.dirs"]
 
 

@@ -19,6 +19,7 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.DescribeConfigsOptions;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -109,6 +110,7 @@ public final class Interop {
             case "features": return features(a);
             case "topics": return topics(a);
             case "configs": return configs(a);
+            case "broker_configs": return brokerConfigs(a);
             case "cluster": return cluster(a);
             case "acls": return acls(a);
             case "scram": return scram(a);
@@ -544,6 +546,43 @@ public final class Interop {
             } catch (Exception e) {
                 out.put("invalid", e.getCause() == null ? e.toString() : e.getCause().getClass().getSimpleName());
             }
+        }
+        return out;
+    }
+
+    /** kafka-configs.sh --entity-type brokers: the cluster default (--entity-default, the empty name) and one
+     *  node's value of a key set, described with their sources (synonyms included), a key the broker cannot
+     *  change refused, and both values deleted again. */
+    private static Map<String, Object> brokerConfigs(Map<String, String> a) throws Exception {
+        String key = a.get("key");
+        ConfigResource node = new ConfigResource(ConfigResource.Type.BROKER, a.getOrDefault("broker", "1"));
+        ConfigResource cluster = new ConfigResource(ConfigResource.Type.BROKER, "");
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (Admin admin = admin(a)) {
+            admin.incrementalAlterConfigs(Map.of(cluster, List.of(
+                    new AlterConfigOp(new ConfigEntry(key, a.get("default_value")), AlterConfigOp.OpType.SET)))).all().get();
+            out.put("after_default", configMap(admin.describeConfigs(List.of(node)).all().get().get(node)).get(key));
+            out.put("cluster", configMap(admin.describeConfigs(List.of(cluster)).all().get().get(cluster)).get(key));
+            admin.incrementalAlterConfigs(Map.of(node, List.of(
+                    new AlterConfigOp(new ConfigEntry(key, a.get("node_value")), AlterConfigOp.OpType.SET)))).all().get();
+            Config described = admin.describeConfigs(List.of(node), new DescribeConfigsOptions().includeSynonyms(true))
+                    .all().get().get(node);
+            ConfigEntry entry = described.get(key);
+            out.put("after_node", configMap(described).get(key));
+            List<Object> synonyms = new ArrayList<>();
+            for (ConfigEntry.ConfigSynonym s : entry.synonyms()) synonyms.add(List.of(s.name(), String.valueOf(s.value()), s.source().name()));
+            out.put("synonyms", synonyms);
+            try {
+                admin.incrementalAlterConfigs(Map.of(cluster, List.of(
+                        new AlterConfigOp(new ConfigEntry("num.io.threads", "4"), AlterConfigOp.OpType.SET)))).all().get();
+                out.put("refused", "accepted");
+            } catch (Exception e) {
+                out.put("refused", e.getCause() == null ? e.toString() : e.getCause().getClass().getSimpleName() + ": " + e.getCause().getMessage());
+            }
+            admin.incrementalAlterConfigs(Map.of(
+                    node, List.of(new AlterConfigOp(new ConfigEntry(key, ""), AlterConfigOp.OpType.DELETE)),
+                    cluster, List.of(new AlterConfigOp(new ConfigEntry(key, ""), AlterConfigOp.OpType.DELETE)))).all().get();
+            out.put("after_delete", configMap(admin.describeConfigs(List.of(node)).all().get().get(node)).get(key));
         }
         return out;
     }
