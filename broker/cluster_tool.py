@@ -103,7 +103,21 @@ def _pid(base: Path, node_id: int) -> int | None:
         return None
     except PermissionError:
         pass
+    if _is_zombie(pid):
+        return None
     return pid
+
+
+def _is_zombie(pid: int) -> bool:
+    """A process killed with -9 answers signal 0 until its parent reaps it: a node started by a process that
+    is still running (a test, a supervisor) stays a zombie for a while, and counting it alive made `cluster
+    up` wait for a node that will never answer. Linux's /proc says so in the state field (after the command
+    name, which may itself hold spaces and parentheses); elsewhere nothing is known and the answer is no."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def _read_properties(path: Path) -> dict[str, str]:
