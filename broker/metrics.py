@@ -19,7 +19,7 @@ Metric names (prefix `odradek_`):
                                            response, top-level, per topic or per partition, counted once per
                                            occurrence (Kafka's RequestMetrics ErrorsPerSec; NONE is not counted)
   request_exceptions_total{api}            requests whose handler raised (the connection was closed)
-  request_latency_seconds{api}             histogram of request handling time
+  request_latency_seconds{api}             histogram of request handling time (LATENCY_BUCKETS: 100 us .. 30 s)
   request_bytes_total{api}                 request frame bytes received
   protocol_errors_total                    connections closed because a request did not parse
   bytes_in_total / bytes_out_total         bytes read from / written to client sockets
@@ -28,7 +28,10 @@ Metric names (prefix `odradek_`):
   log_size_bytes{topic,partition}          size of each partition's log on disk
   purgatory_size{purgatory}                delayed operations waiting (produce, fetch, ...)
   build_info{version,node_id}              always 1
-plus process_* and python_gc_* from prometheus_client's standard collectors.
+  partitions_leader / _under_replicated / _under_min_isr / _offline, brokers_fenced   (_REPLICATION_GAUGES)
+plus the cluster health gauges of broker/health_metrics.py (quorum, active controller, log directories,
+consumer group lag, transactions), registered by the node once it is built, and process_* and python_gc_*
+from prometheus_client's standard collectors.
 """
 
 from __future__ import annotations
