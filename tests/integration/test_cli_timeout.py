@@ -1,7 +1,7 @@
 """`--timeout` bounds every CLI command, on a real broker that stops answering (SIGSTOP: its socket still
 accepts connections, nothing is answered).
 
-Each command runs in this process (`odradek.client.cli.main`, no interpreter start-up to measure) with
+Each command runs in this process (`odradek.cli.main`, no interpreter start-up to measure) with
 `--timeout 1` and must end with exit code 3 well before the old floor: every request used to wait at least
 5 s (`max(--timeout, 5 s)`), a command of several requests that much each. "Returns before X" bounds, with X
 far above 1 s for a loaded machine, never an assertion on the broker's speed. Then, the broker resumed,
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from odradek.client.cli import main
+from odradek.cli import main
 from tests.brokerproc import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -57,7 +57,7 @@ def _timed(argv: list[str]) -> tuple[int, float]:
     return code, time.monotonic() - started
 
 
-def test_every_command_ends_at_its_timeout_when_the_broker_does_not_answer(broker, capsys):
+def test_every_command_ends_at_its_timeout_when_the_broker_does_not_answer(broker, capsys, tmp_path):
     assert broker.proc is not None
     os.kill(broker.proc.pid, signal.SIGSTOP)
     try:
@@ -70,6 +70,11 @@ def test_every_command_ends_at_its_timeout_when_the_broker_does_not_answer(broke
         # Streaming commands: --timeout bounds connecting (and each wait after it) the same way.
         code, took = _timed(["-b", broker.bootstrap, "consume", "known", "--max-messages", "1", "--timeout", "1"])
         assert code == 3 and took < RETURNS_BEFORE_S, (took, capsys.readouterr().err)
+        # `cluster status` asks every node at once: four silent ones take one --timeout, not four.
+        silent = ",".join([broker.bootstrap] * 4)
+        code, took = _timed(["-b", silent, "cluster", "status", "--dir", str(tmp_path / "none"), "--timeout", "1"])
+        out = capsys.readouterr().out
+        assert code == 1 and "no node answered" in out and took < RETURNS_BEFORE_S, (took, out)
     finally:
         os.kill(broker.proc.pid, signal.SIGCONT)
 
