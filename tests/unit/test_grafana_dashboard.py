@@ -49,3 +49,21 @@ def test_the_queries_cover_cluster_health():
     }
     used = set().union(*map(metric_names, queries(load_dashboard())))
     assert wanted <= used, wanted - used
+
+
+def test_every_query_balances_its_brackets():
+    # (No PromQL parser is a dependency; an unbalanced bracket is the typo a hand edit makes.)
+    pairs = {")": "(", "]": "[", "}": "{"}
+    for expr in queries(load_dashboard()):
+        stack: list[str] = []
+        quoted = False
+        for ch in expr:
+            if ch == '"':
+                quoted = not quoted
+            elif quoted:
+                continue
+            elif ch in "([{":
+                stack.append(ch)
+            elif ch in pairs:
+                assert stack and stack.pop() == pairs[ch], expr
+        assert not stack and not quoted, expr
