@@ -67,7 +67,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Request latencies span sub-millisecond metadata calls and acks=1 produces on a loopback (100-500 us) to
 # long-polling fetches (fetch.max.wait.ms, 500 ms by default) and 30 s admin waits: roughly 1-2.5-5 per decade
 # from 100 us, so that a p99 read from the buckets is within a factor of 2.5 wherever it falls.
-LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0)
 
 LogSizeSource = Callable[[], Iterable[tuple[str, int, int]]]  # -> (topic, partition, size_bytes)
 PartitionCountSource = Callable[[], int]
