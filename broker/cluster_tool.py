@@ -379,22 +379,41 @@ def status(base: Path, port: int | None, bootstrap: str | None = None, timeout_s
 
 
 async def _describe_quorum(targets: list[tuple[str, int]], timeout_s: float = 5.0):
+    """The first good DescribeQuorum answer of `targets`, all asked at once, or None once `timeout_s` has passed
+    (connecting included): one node that accepts connections and never answers (SIGSTOP, a hung host) does
+    not hold back the others, and `cluster status --timeout S` ends within S however many nodes are down."""
     from odradek.protocol.messages import DescribeQuorumRequest
 
     from .node_client import NodeConnection, NodeUnavailable
 
     request = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
         topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])])
-    for host, client_port in targets:
+
+    async def ask(host: str, client_port: int):
         conn = NodeConnection(-1, host, client_port, backoff_s=0.0, connect_timeout_s=min(timeout_s, 5.0))
         try:
             response = await conn.request(request, 2, timeout_s=timeout_s)
-            if response.error_code == 0 and response.topics and response.topics[0].partitions[0].error_code == 0:
-                return response
         except NodeUnavailable:
-            continue
+            return None
         finally:
             await conn.close()
+        if response.error_code == 0 and response.topics and response.topics[0].partitions[0].error_code == 0:
+            return response
+        return None
+
+    tasks = [asyncio.ensure_future(ask(host, client_port)) for host, client_port in targets]
+    try:
+        async with asyncio.timeout(timeout_s):
+            for next_done in asyncio.as_completed(tasks):
+                response = await next_done
+                if response is not None:
+                    return response
+    except TimeoutError:
+        pass
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     return None
 
 
@@ -489,7 +508,8 @@ def _parser() -> argparse.ArgumentParser:
     status_p = sub.add_parser("status", help="each node's process and addresses, and the controller quorum")
     status_p.add_argument("--bootstrap-server", "--bootstrap-servers", "-b", metavar="HOSTS",
                           help="ask these HOST:PORT for the quorum (default: the nodes of --dir)")
-    status_p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each node (default 5)")
+    status_p.add_argument("--timeout", type=float, default=5.0,
+                          help="seconds to wait for the quorum's answer, every node asked at once (default 5)")
     compose_p = sub.add_parser("compose", help="print a docker-compose.yml for the same nodes")
     compose_p.add_argument("--nodes", "-n", type=int, default=3)
     for p in (up_p, down_p, status_p):

@@ -55,6 +55,7 @@ from .context import RequestContext, SecurityProtocol
 from .controller_settings import new_controller
 from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
 from .groups_wiring import start_group_coordinator
+from .health_metrics import ClusterHealthCollector
 from .log_dirs import LogDirs
 from .metrics import Metrics, MetricsServer
 from .node import Membership, Node, TimerDriver
@@ -162,13 +163,15 @@ def _build_on(
     metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
-    return Node(
+    node = Node(
         config=cfg, cluster_id=quorum.cluster_id, timer=timer, log_manager=log_manager, data=data,
         replica_fetchers=replica_fetchers, metadata=publisher, quorum=quorum.driver,
         metadata_loader=quorum.loader, controller=controller, log_dirs=log_dirs, txn_markers=markers,
         services=services, metrics=metrics, metrics_server=metrics_server, housekeeping=housekeeping,
         wake=TimerDriver(timer, now_ms),
     )
+    metrics.registry.register(ClusterHealthCollector(node, metrics))  # quorum, log dirs, lag, transactions
+    return node
 
 
 async def stop_node(node: Node) -> None:

@@ -19,7 +19,7 @@ Metric names (prefix `odradek_`):
                                            response, top-level, per topic or per partition, counted once per
                                            occurrence (Kafka's RequestMetrics ErrorsPerSec; NONE is not counted)
   request_exceptions_total{api}            requests whose handler raised (the connection was closed)
-  request_latency_seconds{api}             histogram of request handling time
+  request_latency_seconds{api}             histogram of request handling time (LATENCY_BUCKETS: 100 us .. 30 s)
   request_bytes_total{api}                 request frame bytes received
   protocol_errors_total                    connections closed because a request did not parse
   bytes_in_total / bytes_out_total         bytes read from / written to client sockets
@@ -28,7 +28,10 @@ Metric names (prefix `odradek_`):
   log_size_bytes{topic,partition}          size of each partition's log on disk
   purgatory_size{purgatory}                delayed operations waiting (produce, fetch, ...)
   build_info{version,node_id}              always 1
-plus process_* and python_gc_* from prometheus_client's standard collectors.
+  partitions_leader / _under_replicated / _under_min_isr / _offline, brokers_fenced   (_REPLICATION_GAUGES)
+plus the cluster health gauges of broker/health_metrics.py (quorum, active controller, log directories,
+consumer group lag, transactions), registered by the node once it is built, and process_* and python_gc_*
+from prometheus_client's standard collectors.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import concurrent.futures
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -57,10 +60,15 @@ from .. import __version__
 
 __all__ = ["Metrics", "MetricsServer", "LATENCY_BUCKETS", "CONTENT_TYPE", "api_name"]
 
+_T = TypeVar("_T")
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# Request latencies span sub-millisecond metadata calls to long-polling fetches (fetch.max.wait.ms).
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Request latencies span sub-millisecond metadata calls and acks=1 produces on a loopback (100-500 us) to
+# long-polling fetches (fetch.max.wait.ms, 500 ms by default) and 30 s admin waits: roughly 1-2.5-5 per decade
+# from 100 us, so that a p99 read from the buckets is within a factor of 2.5 wherever it falls.
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0)
 
 LogSizeSource = Callable[[], Iterable[tuple[str, int, int]]]  # -> (topic, partition, size_bytes)
 PartitionCountSource = Callable[[], int]
@@ -386,16 +394,24 @@ class Metrics:
         return {"partitions": count, "log_sizes": sizes, "purgatories": purgatories, "replication": replication}
 
     def _snapshot(self) -> dict[str, Any]:
+        return self.read_on_loop(self._read_state, {
+            "partitions": None, "log_sizes": [], "purgatories": {}, "replication": {}})
+
+    def read_on_loop(self, read: Callable[[], _T], default: _T) -> _T:
+        """`read()` run on the bound loop (the broker's state belongs to it) and its result handed back to
+        the scraping thread; `default` if the loop does not run it within `callback_timeout_s` (a loop that
+        busy is itself the news: the scrape still answers). Called on the loop's thread, or with no loop
+        bound, `read()` runs at once."""
         loop = self._loop
         if loop is None or loop.is_closed() or not loop.is_running() or _running_loop() is loop:
-            return self._read_state()
-        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+            return read()
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
 
         def run() -> None:
             if not future.set_running_or_notify_cancel():
                 return
             try:
-                future.set_result(self._read_state())
+                future.set_result(read())
             except BaseException as exc:  # noqa: BLE001 - handed to the scraping thread
                 future.set_exception(exc)
 
@@ -404,7 +420,7 @@ class Metrics:
             return future.result(timeout=self.callback_timeout_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            return {"partitions": None, "log_sizes": [], "purgatories": {}}
+            return default
 
     # ---- exposition
 

@@ -36,6 +36,7 @@ CHECKED = (
     "odradek.broker.authorizer",
     "odradek.broker.quotas",
     "odradek.broker.metrics",
+    "odradek.broker.health_metrics",
     "odradek.broker.security",
     "odradek.broker.topic_config",
     "odradek.broker.logging",

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None, server_commands: tuple[tuple[str, str], 
         return EXIT_USAGE
     out = Output(args.output)
     try:
-        return _run(args.handler(args, out))
+        return _run(_within_timeout(args, args.handler(args, out)))
     except KeyboardInterrupt:
         print_warning("interrupted")
         return EXIT_INTERRUPTED
@@ -188,6 +188,32 @@ def main(argv: list[str] | None = None, server_commands: tuple[tuple[str, str], 
     except OSError as e:
         print_error(str(e))
         return EXIT_FAILED
+
+
+# The commands whose --timeout bounds each wait (connecting, every request, every record's delivery) rather
+# than the whole command: they last as long as their input, their subscription or their benchmark does, as
+# Kafka's console producer (delivery.timeout.ms) and consumer (--timeout-ms, here --idle-timeout) do.
+STREAMING = frozenset({records.produce, records.consume, perf.perf_produce, perf.perf_consume})
+
+
+async def _within_timeout(args: argparse.Namespace, command: Any) -> int:
+    """Run `command`, ended at --timeout seconds from now unless it streams (STREAMING): connecting, every
+    request and every retry of an admin command fit in it, and what is still waiting then is cancelled (its
+    client closes its connections) and reported as exit code 3. The clients' own request timeouts are the
+    --timeout too (properties._common), so the error says what was being waited for when one request takes
+    all of it; this deadline is what bounds a command made of several requests, or retries."""
+    if args.handler in STREAMING:
+        return int(await command)
+    deadline = asyncio.timeout(args.timeout)
+    try:
+        async with deadline:
+            return int(await command)
+    except TimeoutError:
+        if not deadline.expired():
+            raise  # a timeout of the command's own, with its own message
+        what = " ".join(str(getattr(args, name)) for name in ("command", "action") if getattr(args, name, None))
+        raise KafkaTimeoutError(f"--timeout {args.timeout:g} s passed before `{what}` was done (no answer from "
+                                f"the cluster at {args.bootstrap_server} in time)") from None
 
 
 def _run(coro: Any) -> int:

@@ -176,7 +176,8 @@ def global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
                        help="HOST:PORT[,HOST:PORT...] (default: $ODRADEK_BOOTSTRAP_SERVERS or localhost:9092)")
     group.add_argument("--output", "-o", choices=["text", "json"], default=keep("text"), help="output format")
     group.add_argument("--timeout", type=seconds, default=keep(10.0),
-                       help="seconds to wait for the cluster before giving up (default 10)")
+                       help="seconds the command may take, connecting and retries included (default 10); "
+                            "produce, consume and perf: each wait's bound")
     group.add_argument("--command-config", "--producer.config", "--consumer.config", default=keep(None),
                        metavar="FILE", help="client properties file (Kafka's key=value format)")
     group.add_argument("-X", "--producer-property", "--consumer-property", type=key_value, action="append",

@@ -13,9 +13,11 @@ from ..config import ClientConfig, ConsumerConfig, ProducerConfig
 from .common import UsageError, print_warning
 
 def _common(args: argparse.Namespace) -> dict[str, Any]:
-    timeout_ms = int(args.timeout * 1000)
+    """--timeout is every wait's bound: connecting, each request (a long poll or a JoinGroup adds its own wait to
+    it, as the clients do), an admin call's retries; the command as a whole is bounded by it too (cli main)."""
+    timeout_ms = max(1, int(args.timeout * 1000))
     return dict(bootstrap_servers=args.bootstrap_server, client_id=args.client_id,
-                default_api_timeout_ms=timeout_ms, request_timeout_ms=max(timeout_ms, 5_000),
+                default_api_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms,
                 connect_timeout_ms=min(timeout_ms, 10_000),
                 bootstrap_retry_refused=False)  # nothing listening is reported at once
 

@@ -47,7 +47,7 @@ from .config import TransactionCoordinatorConfig
 from .markers import MarkerChannel, TransactionMarkerChannelManager
 from .metadata import TransactionState
 from .records import deserialize, serialize
-from .shard import EndResult, InitResult, MarkerJob, MarkerSink, TransactionShard
+from .shard import EndResult, InitResult, MarkerJob, MarkerSink, TransactionCounts, TransactionShard
 
 __all__ = ["TransactionCoordinator"]
 
@@ -91,9 +91,11 @@ class TransactionCoordinator:
         self.offsets_partition_for: Callable[[str], int] = offsets_partition_for or (
             lambda group_id: partition_for(group_id, offsets_topic_num_partitions))
         self._coordinator_epochs: dict[int, int] = {}
+        self.counts = TransactionCounts()  # ended transactions, for the broker's metrics
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime(
             writer, lambda p: TransactionShard(p, self.config, next_producer_id=next_producer_id, markers=markers,
-                                               runtime=self.runtime, coordinator_epoch=self._coordinator_epochs.get(p, 0)),
+                                               runtime=self.runtime, coordinator_epoch=self._coordinator_epochs.get(p, 0),
+                                               counts=self.counts),
             timer, serialize=serialize, deserialize=deserialize)
 
     # ------------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from .records import TransactionRecord
 if TYPE_CHECKING:
     from ..runtime import CoordinatorRuntime
 
-__all__ = ["MarkerJob", "MarkerSink", "TransactionShard", "InitResult", "EndResult"]
+__all__ = ["MarkerJob", "MarkerSink", "TransactionShard", "InitResult", "EndResult", "TransactionCounts"]
 
 log = structlog.get_logger("odradek.coordinator.transaction")
 
@@ -74,6 +74,20 @@ class MarkerSink(Protocol):
         """Stop the jobs of a partition this broker no longer coordinates."""
 
 
+@dataclass(slots=True)
+class TransactionCounts:
+    """Transactions this coordinator ended since it started, counted once the ending record is durable (a
+    write the log refused ended nothing): `committed` and `aborted` reached CompleteCommit / CompleteAbort here
+    (whoever asked: EndTxn, a timeout, an operator, a producer re-initialising); `timed_out` had their
+    PrepareAbort written because transaction.timeout.ms passed (they are counted in `aborted` too once their
+    markers are written). The coordinator's, not a shard's: a partition moving away takes its shard, not the
+    counts, so they only grow, as Prometheus counters must."""
+
+    committed: int = 0
+    aborted: int = 0
+    timed_out: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class InitResult:
     error: ErrorCode
@@ -95,8 +109,10 @@ def _timeout_key(transactional_id: str) -> tuple[str, str]:
 class TransactionShard:
     def __init__(self, partition: int, config: TransactionCoordinatorConfig, *,
                  next_producer_id: Callable[[], int | None], markers: MarkerSink,
-                 runtime: CoordinatorRuntime | None = None, coordinator_epoch: int = 0) -> None:
+                 runtime: CoordinatorRuntime | None = None, coordinator_epoch: int = 0,
+                 counts: TransactionCounts | None = None) -> None:
         self.partition = partition
+        self.counts = counts if counts is not None else TransactionCounts()
         self.config = config
         self.coordinator_epoch = coordinator_epoch
         self._next_producer_id = next_producer_id
@@ -247,6 +263,8 @@ class TransactionShard:
             # its timer has fired; Kafka's next scan tries again, so does this timer.
             if error is not None:
                 self._schedule_timeout(metadata, at_ms=retry_at_ms)
+            else:
+                self.counts.timed_out += 1
 
         out.callbacks.append(retry_if_refused)
         return out.result(None)
@@ -271,7 +289,18 @@ class TransactionShard:
         if (metadata is None or not metadata.state.is_prepare or metadata.producer_id != producer_id
                 or metadata.producer_epoch != producer_epoch):
             return out.result(False)
-        self._write(out, metadata.complete(now_ms))
+        after = metadata.complete(now_ms)
+        self._write(out, after)
+        counts = self.counts
+
+        def count(error: BaseException | None) -> None:
+            if error is None:
+                if after.state is S.COMPLETE_COMMIT:
+                    counts.committed += 1
+                else:
+                    counts.aborted += 1
+
+        out.callbacks.append(count)
         return out.result(True)
 
     # ------------------------------------------------------------------------------------------------

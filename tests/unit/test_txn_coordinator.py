@@ -365,3 +365,30 @@ def test_add_offsets_uses_the_group_coordinators_placement():
                                                        group_id=group), 3, h.now).result()
     assert r.error_code == 0 and placed == [group]
     assert h.state().partitions == {("__consumer_offsets", partition_for(group, 7))}
+
+
+def test_ended_transactions_are_counted_once_durable():
+    # The broker's odradek_transactions_completed_total / timed_out_total: a commit, an abort and a timeout,
+    # each counted when its Complete (or timeout's PrepareAbort) record is durable, a refused write not at all.
+    h = Harness()
+    counts = h.tc.counts
+    h.init(timeout_ms=5_000)
+    h.add(1001, 0)
+    h.end(1001, 0, commit=True)
+    (job,) = h.sink.jobs
+    h.writer.fail_next = _not_enough_replicas()
+    h.tc.on_markers_written(job, h.now).result()
+    assert (counts.committed, counts.aborted, counts.timed_out) == (0, 0, 0)  # refused: nothing ended
+    h.finish_markers()
+    assert (counts.committed, counts.aborted, counts.timed_out) == (1, 0, 0)
+    h.add(1001, 0, [("t", 1)])
+    h.end(1001, 0, commit=False)
+    h.finish_markers()
+    assert (counts.committed, counts.aborted, counts.timed_out) == (1, 1, 0)
+    h.add(1001, 0, [("t", 2)])
+    h.advance(5_000)
+    assert h.state().state is S.PREPARE_ABORT and counts.timed_out == 1
+    h.finish_markers()
+    assert (counts.committed, counts.aborted, counts.timed_out) == (1, 2, 1)
+    h.tc.on_resigned(job.txn_partition)  # the counts outlive the shard
+    assert (counts.committed, counts.aborted, counts.timed_out) == (1, 2, 1)
