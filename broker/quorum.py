@@ -165,6 +165,10 @@ class QuorumDriver:
         if not self._stopped:
             self._call(self.raft.handle_response, request.destination, request.correlation_id, response)
 
+    def fetch_version_to(self, node_id: int) -> int | None:
+        """The highest Fetch version `node_id` accepts, as its ApiVersions said (None: not asked yet)."""
+        return self._fetch_versions.get(node_id)
+
     async def _fetch_version(self, node_id: int, wanted: int) -> int:
         """The Fetch version to send `node_id`: the node's (`wanted`), capped by the highest its controller
         listener accepts, asked once with ApiVersions as Kafka's NetworkClient negotiates. A node of an
