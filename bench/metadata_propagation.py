@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -38,11 +39,12 @@ from .replication_bench import NODES, Cluster
 
 
 def _percentile(values: list[float], p: float) -> float:
+    """Nearest rank: the smallest value with at least p % of the values at or below it."""
     ordered = sorted(values)
     if not ordered:
         return float("nan")
-    rank = max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))
-    return ordered[rank]
+    rank = max(1, min(len(ordered), math.ceil(p / 100 * len(ordered))))
+    return ordered[rank - 1]
 
 
 async def _probe(cluster: Cluster, topics: int, partitions: int, prefix: str) -> list[dict]:
