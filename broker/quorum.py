@@ -36,7 +36,7 @@ from odradek.protocol.envelope import (
 )
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
-from odradek.protocol.messages import EnvelopeRequest, FetchRequest, FetchSnapshotRequest
+from odradek.protocol.messages import ApiVersionsRequest, EnvelopeRequest, FetchRequest, FetchSnapshotRequest
 from odradek.metadata.controller import Controller
 from odradek.metadata.image import MetadataError
 from odradek.metadata.loader import MetadataLoader
@@ -66,6 +66,7 @@ class QuorumDriver:
         self._tasks: set[asyncio.Task] = set()
         self._stopped = False
         self._in_node = False  # inside a call into the node (its listeners run there)
+        self._fetch_versions: dict[int, int] = {}  # node id -> the highest Fetch version it accepts (ApiVersions)
         self.after_each_call = after_each_call  # e.g. the loader's snapshots
 
     @property
@@ -151,14 +152,38 @@ class QuorumDriver:
     async def _send(self, request: OutboundRequest) -> None:
         purpose = "raft-fetch" if isinstance(request.message, _LONG_POLLS) else "raft"
         timeout_s = self.request_timeout_ms / 1000 + (1.0 if purpose == "raft-fetch" else 0.0)
+        version = request.api_version
         try:
+            if type(request.message) is FetchRequest:
+                version = await self._fetch_version(request.destination, version)
             response = await self.connections.request(
-                request.destination, request.message, request.api_version, purpose=purpose, timeout_s=timeout_s,
+                request.destination, request.message, version, purpose=purpose, timeout_s=timeout_s,
             )
         except NodeUnavailable:
             response = None
+            self._fetch_versions.pop(request.destination, None)  # it may come back as another release
         if not self._stopped:
             self._call(self.raft.handle_response, request.destination, request.correlation_id, response)
+
+    def fetch_version_to(self, node_id: int) -> int | None:
+        """The highest Fetch version `node_id` accepts, as its ApiVersions said (None: not asked yet)."""
+        return self._fetch_versions.get(node_id)
+
+    async def _fetch_version(self, node_id: int, wanted: int) -> int:
+        """The Fetch version to send `node_id`: the node's (`wanted`), capped by the highest its controller
+        listener accepts, asked once with ApiVersions as Kafka's NetworkClient negotiates. A node of an
+        earlier release accepts Fetch up to v17 only and closes the connection on v18 (an unknown version);
+        at v17 the fetch goes without KIP-1166's high watermark (an ignorable tagged field), and the leader
+        parks it as before. Forgotten when a request to the node fails: it may come back upgraded."""
+        known = self._fetch_versions.get(node_id)
+        if known is None:
+            answer = await self.connections.request(
+                node_id, ApiVersionsRequest(client_software_name="odradek", client_software_version="quorum"), 3,
+                purpose="raft", timeout_s=self.request_timeout_ms / 1000)
+            known = next((k.max_version for k in answer.api_keys if k.api_key == FetchRequest.API_KEY), wanted)
+            if answer.error_code == 0:
+                self._fetch_versions[node_id] = known
+        return min(wanted, known)
 
     def _rearm(self) -> None:
         deadline = self.raft.next_deadline_ms

@@ -25,7 +25,9 @@ The protocol is KRaft's (KIP-595, pre-vote from KIP-996), not textbook Raft:
     end_offset_for_epoch) and truncates to min(that end, its own end for that epoch); one below the
     leader's log start gets `snapshot_id` and pulls the snapshot in chunks with FetchSnapshot.
     An idle fetch is parked at the leader for max_wait_ms and answered when records are appended or
-    the high watermark moves.
+    the high watermark moves; one from a fetcher that has not yet heard of the leader's high watermark
+    (Fetch v18 says which it knows, KIP-1166) is answered at once. So a follower learns that a record
+    is committed one fetch round trip after the fetch that committed it, whichever voter sent that.
   * The leader's high watermark is the offset a majority of voters have; the leader counts only
     what it has flushed, followers flush before they fetch again (their fetch offset is flushed),
     and it must be above the epoch's start offset: a new leader first appends a LeaderChange control
@@ -818,7 +820,7 @@ class RaftNode:
             cluster_id=self.config.cluster_id, replica_id=self.node_id, epoch=self.epoch,
             fetch_offset=self.log.flushed_end_offset, last_fetched_epoch=last_epoch(self.log),
             log_start_offset=self.log.log_start_offset, max_bytes=self.config.fetch_max_bytes,
-            max_wait_ms=self.config.fetch_max_wait_ms)
+            max_wait_ms=self.config.fetch_max_wait_ms, high_watermark=self.high_watermark)
 
     def _fetch_failed(self) -> None:
         state = self._fetching_state()
@@ -945,8 +947,14 @@ class RaftNode:
         assert isinstance(leader, LeaderState)
         hw_before = self.high_watermark
         response, empty = self._try_complete_fetch(replica_id, partition, update=True)
-        # Park an idle fetch, unless it just moved the high watermark: the fetcher must hear of that.
-        if empty and request.max_wait_ms > 0 and self.high_watermark == hw_before:
+        # Park an idle fetch unless the fetcher has yet to hear of our high watermark: because this fetch
+        # just moved it, or (Fetch v18, KIP-1166) because the high watermark it says it knows is below
+        # ours. Without the second test, of two followers the one whose fetch arrives after the other's
+        # moved the high watermark is parked knowing the old one, and learns that its records are
+        # committed a whole max wait (500 ms) later; a fetch of v17 or below carries Long.MAX_VALUE there
+        # (unknown), and only the first test applies.
+        if (empty and request.max_wait_ms > 0 and self.high_watermark == hw_before
+                and partition.high_watermark >= self.high_watermark):
             leader.parked.append(ParkedFetch(source, request_id, replica_id, partition,
                                              self._now_ms + request.max_wait_ms))
         else:

@@ -18,7 +18,8 @@ below it. From those offsets the leader derives three things, all kept here (Kaf
     `begin_pending` holds when to send to each voter again.
 
 An idle fetch (nothing to return) is parked here for its max wait and answered when records are
-appended or the high watermark moves, or with NOT_LEADER when the role ends.
+appended or the high watermark moves, or with NOT_LEADER when the role ends; one whose fetcher knows an
+older high watermark than the leader's (Fetch v18, KIP-1166) is not parked at all (raft/core.py).
 """
 
 from __future__ import annotations

@@ -31,10 +31,10 @@ METADATA_PARTITION = 0
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 
 FETCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 1, 52, 53, 54, 55, 59
-# The versions a Kafka 4.x controller sends and accepts (Vote v2 carries PreVote; Fetch v17 is the last
-# before the v18 HighWatermark tag, which 4.1 added).
+# The versions a Kafka 4.x controller sends and accepts (Vote v2 carries PreVote; Fetch v18 carries the
+# fetcher's high watermark, KIP-1166, added in 4.1: see `RaftNode._on_fetch_request`).
 API_VERSIONS: dict[int, int] = {
-    FETCH: 17,
+    FETCH: 18,
     VOTE: 2,
     BEGIN_QUORUM_EPOCH: 1,
     END_QUORUM_EPOCH: 1,
@@ -120,7 +120,9 @@ def epoch_response(cls, error: ErrorCode, *, leader_id: int, epoch: int, top_err
 
 
 def fetch_request(*, cluster_id: str | None, replica_id: int, epoch: int, fetch_offset: int, last_fetched_epoch: int,
-                  log_start_offset: int, max_bytes: int, max_wait_ms: int) -> FetchRequest:
+                  log_start_offset: int, max_bytes: int, max_wait_ms: int, high_watermark: int) -> FetchRequest:
+    """A follower's (or observer's) Fetch. `high_watermark` is the one it knows (KIP-1166's v18 tag): the
+    leader answers at once, instead of parking the fetch, when its own is higher."""
     partition = FetchRequest.FetchTopic.FetchPartition(
         partition=METADATA_PARTITION,
         current_leader_epoch=epoch,
@@ -128,6 +130,7 @@ def fetch_request(*, cluster_id: str | None, replica_id: int, epoch: int, fetch_
         last_fetched_epoch=last_fetched_epoch,
         log_start_offset=log_start_offset,
         partition_max_bytes=max_bytes,
+        high_watermark=high_watermark,
     )
     return FetchRequest(
         cluster_id=cluster_id,

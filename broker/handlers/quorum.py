@@ -96,7 +96,7 @@ def handle_fetch_snapshot(services: BrokerServices, ctx: RequestContext, request
     return _quorum(services).handle_request(request)
 
 
-@handles(1, (4, 17), listeners=(CONTROLLER,))
+@handles(1, (4, 18), listeners=(CONTROLLER,))
 @requires(AclOperation.CLUSTER_ACTION)
 def handle_metadata_fetch(services: BrokerServices, ctx: RequestContext, request: FetchRequest) -> Answer:
     """Fetch on the controller listener: only `__cluster_metadata-0`, by the quorum's voters and observers."""

@@ -239,7 +239,11 @@ def test_three_nodes_one_killed(tmp_path):
 def _describe(bootstrap: str, topic: str) -> list:
     # A topic just created reaches the other nodes' metadata a moment after CreateTopics is answered (the
     # controller answers once the records are committed; each broker applies them on its next metadata fetch),
-    # so the bootstrap may not know it yet: ask again for a bounded while, as Kafka's tools' users do.
+    # so the bootstrap may not know it yet: ask again for a bounded while, as Kafka's tools' users do. Since
+    # the quorum leader answers a fetch at once when the fetcher knows an older high watermark (Fetch v18,
+    # KIP-1166) that moment is a round trip (~1-3 ms on loopback, bench/metadata_propagation.py), not the
+    # fetch max wait (500 ms): the retry rarely fires now, but the race remains (the forwarded CreateTopics
+    # answer and the bootstrap's fetch answer still cross), so it stays.
     deadline = time.monotonic() + 20
     while True:
         result, _ = run("-b", bootstrap, "-o", "json", "topic", "describe", topic, "--timeout", "20")

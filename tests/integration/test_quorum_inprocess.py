@@ -122,6 +122,11 @@ async def test_a_broker_only_node_follows_as_an_observer(tmp_path):
             topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])]), 2)
         part = quorum.topics[0].partitions[0]
         assert sorted(v.replica_id for v in part.current_voters) == [1, 2, 3] and [o.replica_id for o in part.observers] == [4]
+        # The observer and the followers fetch at v18, with the high watermark they know (KIP-1166): what
+        # lets the leader answer them at once when theirs is behind (bench/metadata_propagation.py).
+        for b in nodes:
+            if b.node_id != part.leader_id:
+                assert b.quorum.fetch_version_to(part.leader_id) == 18, b.node_id
         await conn.close()
     finally:
         await asyncio.gather(*(b.stop() for b in nodes), return_exceptions=True)

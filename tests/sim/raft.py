@@ -533,6 +533,47 @@ class Simulation:
                 self.fail(f"node {node.node_id}: final state differs from the committed records")
         return True
 
+    # -------------------------------------------------------------------------------- commit latency
+
+    def propagation(self, rounds: int = 3, idle_ms: int = 1000) -> list[int]:
+        """After `run()` converged: on the healed, quiet quorum, `rounds` times, let every fetch come to rest
+        at the leader (parked) for `idle_ms`, append one record, and measure the simulated time until every
+        node's high watermark has passed it. The bound a caller checks is a few message delays and the
+        leader's flush interval: the append answers the parked fetches with the record, the followers'
+        next fetches commit it, and every fetcher is told at once (a parked fetch when the high watermark
+        moves, a later one because it says it knows an older high watermark), never a max wait later."""
+        took = []
+        for _ in range(rounds):
+            self._events_until(self.now + idle_ms, lambda: False)
+            offset = self._client_append()
+            if offset is None:
+                self.fail("no leader on the quiet quorum")
+            start = self.now
+            if not self._events_until(self.now + 10_000, lambda: all(
+                    n.raft.high_watermark > offset for n in self.nodes.values())):
+                self.fail(f"record {offset} not committed everywhere within 10 s: {self.describe()}")
+            took.append(self.now - start)
+        return took
+
+    def _events_until(self, until: int, done) -> bool:
+        """Run message deliveries and polls (no faults, no final rounds) until `done()` or the clock passes
+        `until`; whether `done()` held."""
+        while self.queue and not done():
+            at, _, kind, payload = self.queue[0]
+            if at > until:
+                break
+            heapq.heappop(self.queue)
+            self.now = at
+            if kind == "deliver":
+                self._deliver(payload)
+            elif kind == "poll":
+                node = self.nodes[payload[0]]
+                if node.alive and node.incarnation == payload[1] and node.poll_at == at:
+                    node.poll_at = -1
+                    self._after(node, node.raft.poll(self.now))
+        self.now = max(self.now, until) if not done() else self.now
+        return done()
+
     def describe(self) -> str:
         parts = []
         for node in self.nodes.values():

@@ -57,3 +57,17 @@ def test_a_failure_names_its_seed_and_how_to_replay_it(monkeypatch):
     text = str(failure.value)
     assert "seed 5 failed" in text and "injected" in text
     assert "python -m tests.sim.raft --seed 5" in text
+
+
+def test_a_quiet_quorum_commits_a_record_everywhere_within_a_few_message_delays():
+    """Liveness on the healed quorum: a record appended while every fetch is parked at the leader reaches
+    every node's high watermark within the message delays of records out, fetch in, answer out (plus
+    slack) and the leader's flush interval, never a fetch max wait (500 ms) later: the fetcher that
+    arrives after the high watermark moved says it knows the old one (Fetch v18) and is answered at once."""
+    for seed in range(100):
+        sim = Simulation(seed)
+        sim.run()
+        flush_ms = max(n.config.leader_flush_interval_ms for n in sim.nodes.values())
+        bound = 4 * sim.params.max_delay_ms + flush_ms + 10
+        took = sim.propagation()
+        assert max(took) <= bound, (seed, took, bound)

@@ -351,3 +351,88 @@ def test_quorum_state_speaks_kafkas_json(tmp_path):
     store.write(state)
     assert FileQuorumStateStore(str(tmp_path)).read() == state
     assert (tmp_path / "quorum-state").read_text().startswith('{"clusterId"')
+
+
+def _quiet(cluster: Cluster) -> int:
+    """Elect, then let the followers' fetches come to rest at the leader (parked, nothing to say)."""
+    leader = elect(cluster)
+    offset = cluster.append(b"warm")
+    cluster.run_until(lambda: cluster.committed_everywhere(offset))
+    cluster.advance(20)
+    assert len(cluster[leader].state.parked) == len(cluster.nodes) - 1
+    return leader
+
+
+def test_a_record_is_committed_everywhere_one_fetch_round_after_the_fetch_that_committed_it():
+    """With no time passing: the append answers the parked fetches with the record; the first follower's
+    next fetch moves the high watermark (answered at once), and the second's, which arrives after that and
+    says it knows the old high watermark (Fetch v18, KIP-1166), is answered at once too instead of being
+    parked for the max wait (500 ms) as an idle fetch."""
+    cluster = Cluster(voters=(1, 2, 3), observers=(100,))
+    _quiet(cluster)
+    start = cluster.now
+    offset = cluster.append(b"x")
+    assert cluster.now == start
+    assert cluster.committed_everywhere(offset), {i: n.high_watermark for i, n in cluster.nodes.items()}
+
+
+def _fetch(cluster: Cluster, node_id: int, fetch_offset: int, high_watermark: int | None):
+    from odradek.raft import rpc
+
+    request = rpc.fetch_request(cluster_id="test", replica_id=node_id, epoch=cluster.leader().epoch,
+                                fetch_offset=fetch_offset, last_fetched_epoch=cluster.leader().epoch,
+                                log_start_offset=0, max_bytes=1 << 20, max_wait_ms=500,
+                                high_watermark=0 if high_watermark is None else high_watermark)
+    if high_watermark is None:  # as sent at v17 and below: the field's default, "not known"
+        request.topics[0].partitions[0].high_watermark = FetchRequest.FetchTopic.FetchPartition().high_watermark
+    return request
+
+
+def _answers(outbound, request_id: int) -> list:
+    return [m.message for m in outbound if isinstance(m, OutboundResponse) and m.request_id == request_id]
+
+
+def test_the_leader_parks_an_idle_fetch_only_when_the_fetcher_knows_its_high_watermark():
+    cluster = Cluster(voters=(1, 2, 3))
+    leader_id = _quiet(cluster)
+    leader = cluster[leader_id]
+    f1, f2 = (i for i in (1, 2, 3) if i != leader_id)
+    # The test plays the followers from here: their own fetches stay parked, unanswered.
+    offset = leader.append([b"x"], cluster.now)
+    leader.poll(cluster.now)
+    end, old_hw = offset + 1, leader.high_watermark
+    assert old_hw == offset  # only the leader has the record
+    # f1 has the record: its fetch moves the high watermark and is answered at once.
+    (answer,) = _answers(leader.handle_request(f1, 9001, _fetch(cluster, f1, end, old_hw), cluster.now), 9001)
+    assert answer.responses[0].partitions[0].high_watermark == end
+    # f2 has it too, but its fetch arrives after: the high watermark does not move, but f2 says it knows
+    # the old one, so it is answered at once with the new one.
+    (answer,) = _answers(leader.handle_request(f2, 9002, _fetch(cluster, f2, end, old_hw), cluster.now), 9002)
+    assert answer.responses[0].partitions[0].high_watermark == end
+    # A fetch that knows the high watermark has nothing to learn: parked.
+    assert _answers(leader.handle_request(f2, 9003, _fetch(cluster, f2, end, end), cluster.now), 9003) == []
+    # So is one of v17 or below (the field not sent), whatever it knows: Kafka 4.0's behaviour.
+    assert _answers(leader.handle_request(f1, 9004, _fetch(cluster, f1, end, None), cluster.now), 9004) == []
+
+
+def test_a_parked_fetch_is_answered_when_the_high_watermark_moves():
+    """Five voters: the high watermark needs three. A follower that has the record parks its fetch (the
+    leader and it are two); when a third voter's fetch moves the high watermark, the parked fetch is
+    answered then, with the new high watermark, not at the end of its max wait."""
+    cluster = Cluster(voters=(1, 2, 3, 4, 5))
+    leader_id = _quiet(cluster)
+    leader = cluster[leader_id]
+    f1, f2 = [i for i in (1, 2, 3, 4, 5) if i != leader_id][:2]
+    offset = leader.append([b"x"], cluster.now)
+    leader.poll(cluster.now)
+    end = offset + 1
+    # f1's fetch at the end moves nothing (two of five): parked, even at v17 where it says nothing.
+    assert _answers(leader.handle_request(f1, 9101, _fetch(cluster, f1, end, None), cluster.now), 9101) == []
+    assert leader.high_watermark == offset
+    # f2's fetch at the end makes three: the high watermark moves, and both are answered now.
+    out = leader.handle_request(f2, 9102, _fetch(cluster, f2, end, offset), cluster.now)
+    assert leader.high_watermark == end
+    (parked,) = _answers(out, 9101)
+    (moved,) = _answers(out, 9102)
+    assert parked.responses[0].partitions[0].high_watermark == end
+    assert moved.responses[0].partitions[0].high_watermark == end
