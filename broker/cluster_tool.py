@@ -358,6 +358,12 @@ def status(base: Path, port: int | None, bootstrap: str | None = None, timeout_s
         print("quorum: no node answered DescribeQuorum")
         return 1
     part = quorum.topics[0].partitions[0]
+    if part.error_code:
+        # Nodes answered, none knows a leader: a majority of the voters is gone (or an election is on).
+        # Brokers keep serving on their last committed metadata; topic and config changes wait.
+        print(f"quorum: no leader (epoch {part.leader_epoch}): {part.error_message or 'no node knows one'}")
+        print("  brokers serve on their last committed metadata; metadata changes wait for a majority of the voters")
+        return 1
     print(f"quorum: leader {part.leader_id}, epoch {part.leader_epoch}, high watermark {part.high_watermark}")
     for v in part.current_voters:
         print(f"  voter {v.replica_id}: log end offset {v.log_end_offset}, lag {max(0, part.high_watermark - v.log_end_offset)}")
@@ -371,17 +377,20 @@ async def _describe_quorum(targets: list[tuple[str, int]], timeout_s: float = 5.
 
     request = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
         topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])])
+    leaderless = None  # a node's answer that it knows no quorum leader, when no node knows one
     for host, client_port in targets:
         conn = NodeConnection(-1, host, client_port, backoff_s=0.0, connect_timeout_s=min(timeout_s, 5.0))
         try:
             response = await conn.request(request, 2, timeout_s=timeout_s)
             if response.error_code == 0 and response.topics and response.topics[0].partitions[0].error_code == 0:
                 return response
+            if response.error_code == 0 and response.topics and leaderless is None:
+                leaderless = response
         except NodeUnavailable:
             continue
         finally:
             await conn.close()
-    return None
+    return leaderless
 
 
 # -- compose
