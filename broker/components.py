@@ -374,26 +374,21 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
             )
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
-            now = now_ms()
-            if membership.heartbeat_unanswered(now, cfg.broker_session_timeout_ms):
-                # Not fenced by this: fencing is the controller's decision (see node.Membership). The broker
-                # serves on its last committed metadata; only stranded partitions stop taking acks=all.
-                node.data.set_lease_expired(True, now)
+            if heartbeat_outcome(membership, node.data, answered=False, now=now_ms(),
+                                 session_timeout_ms=cfg.broker_session_timeout_ms) == "lost":
                 log.warning("no controller has answered this broker for broker.session.timeout.ms: serving on the "
                             "last committed metadata; metadata changes and ISR changes wait for the controller",
                             session_timeout_ms=cfg.broker_session_timeout_ms, quorum_leader=node.metadata_loader.leader_id,
                             quorum_epoch=node.metadata_loader.epoch, metadata_offset=node.metadata_loader.applied_end_offset - 1,
                             stranded_partitions=len(node.data.stranded))
-            elif membership.lease_lost:
-                node.data.refresh_stranded(now)
             if membership.shutting_down:  # no controller to move leaderships away (the quorum is going too)
                 membership.shutdown_granted.set()
         else:
             if response.error_code == 0:
                 lost_since = membership.answered_at_ms
                 now = now_ms()
-                if membership.heartbeat_answered(now):
-                    node.data.set_lease_expired(False, now)
+                if heartbeat_outcome(membership, node.data, answered=True, now=now,
+                                     session_timeout_ms=cfg.broker_session_timeout_ms) == "regained":
                     log.info("the controller answers this broker again", quorum_leader=node.metadata_loader.leader_id,
                              quorum_epoch=node.metadata_loader.epoch, without_controller_ms=now - (lost_since or now))
                 if membership.fenced and not response.is_fenced:
@@ -416,6 +411,26 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
         except asyncio.TimeoutError:
             pass
         membership.heartbeat_now.clear()
+
+
+def heartbeat_outcome(membership: Membership, data: ReplicaManager, *, answered: bool, now: int,
+                      session_timeout_ms: int) -> str | None:
+    """What one heartbeat's outcome changes, at `now` (the lifecycle's rule, apart from its I/O so that a
+    manual clock can drive it): an answer ends a lost lease ('regained'); a failure past a whole session
+    without an answer loses it ('lost'), and while it stays lost, partitions whose followers fall out of sync
+    become stranded. Nothing else: not hearing from the controller fences nothing and leaves the metadata
+    image as it was (node.Membership, ReplicaManager.set_lease_expired)."""
+    if answered:
+        if membership.heartbeat_answered(now):
+            data.set_lease_expired(False, now)
+            return "regained"
+        return None
+    if membership.heartbeat_unanswered(now, session_timeout_ms):
+        data.set_lease_expired(True, now)
+        return "lost"
+    if membership.lease_lost:
+        data.refresh_stranded(now)
+    return None
 
 
 def registration_endpoints(cfg: BrokerConfig, bound_ports: dict[str, int]) -> list[Endpoint]:
