@@ -42,6 +42,7 @@ from odradek.metadata.image import MetadataError
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.records import encode_metadata_record
 from odradek.raft import CommittedBatch, NotLeaderError, OutboundRequest, OutboundResponse, RaftNode, Role
+from odradek.raft.state import FollowerState
 
 from .config import BrokerConfig
 from .controller_channel import ControllerDecisions
@@ -58,10 +59,11 @@ class QuorumLeaderWatch:
     report. Sans-I/O: `observe` is given the Raft node's role, leader and epoch and the time after each call
     into the node, and answers the transition it saw, if any.
 
-    A leader is known while this node leads the quorum or follows a leader it fetches from (Raft roles
-    LEADER and FOLLOWER). A voter that stopped hearing from its leader (prospective, candidate), a leader
-    that resigned because no majority fetched from it (check quorum), an observer that found none: no
-    leader. With a majority of the voters gone, every survivor ends there and stays there, trying new
+    A leader is known while this node leads the quorum, or follows a leader that has answered its fetches
+    in this term of following (`known_leader`). A voter that stopped hearing from its leader (prospective,
+    candidate; or back to following it after a pre-vote round it lost, KIP-996, with no answer since), a
+    leader that resigned because no majority fetched from it (check quorum), an observer that found none:
+    no leader. With a majority of the voters gone, every survivor ends there and stays there, trying new
     epochs, until enough voters are back; its broker keeps serving on the last committed metadata
     (node.Membership)."""
 
@@ -75,10 +77,10 @@ class QuorumLeaderWatch:
     def leader_known(self) -> bool:
         return self.leader_id >= 0
 
-    def observe(self, role: Role, leader_id: int, epoch: int, now_ms: int) -> str | None:
-        """'lost' when the known leader is gone, 'elected' when a leader is known again (or for the first
-        time), 'moved' when another leader is known without a gap, None when nothing changed."""
-        known = leader_id if role in (Role.LEADER, Role.FOLLOWER) else -1
+    def observe(self, known: int, epoch: int, now_ms: int) -> str | None:
+        """Given the leader known now (-1: none): 'lost' when the known leader is gone, 'elected' when a
+        leader is known again (or for the first time), 'moved' when another leader is known without a gap,
+        None when nothing changed."""
         self.epoch = epoch
         if known == self.leader_id:
             return None
@@ -91,6 +93,15 @@ class QuorumLeaderWatch:
 
     def seconds_without_leader(self, now_ms: int) -> float:
         return 0.0 if self.leader_known else max(0, now_ms - self.since_ms) / 1000
+
+
+def known_leader(raft: RaftNode) -> int:
+    """The quorum leader this node is in touch with: itself while it leads, the leader it follows once that
+    leader has answered a fetch in this term of following; else -1."""
+    state = raft.state
+    if raft.role == Role.LEADER or (isinstance(state, FollowerState) and state.has_fetched):
+        return raft.leader_id
+    return -1
 
 
 class QuorumDriver:
@@ -109,6 +120,7 @@ class QuorumDriver:
         self._in_node = False  # inside a call into the node (its listeners run there)
         self.after_each_call = after_each_call  # e.g. the loader's snapshots
         self.leader_watch = QuorumLeaderWatch(clock())
+        self._loss_reported = False  # the current loss was logged (its end is logged too)
         self._leader_lost_listeners: list[Callable[[int], None]] = []
 
     def on_leader_lost(self, listener: Callable[[int], None]) -> None:
@@ -117,21 +129,33 @@ class QuorumDriver:
         self._leader_lost_listeners.append(listener)
 
     def _watch_leader(self) -> None:
+        """After each call into the node: act on a lost or found quorum leader. A loss is reported (a
+        warning) only once it has lasted a fetch timeout: a leader that resigns on its way down is replaced
+        within an election, which is not worth an operator's attention; a quorum without a majority is."""
         raft, watch = self.raft, self.leader_watch
-        previous = watch.last_leader_id if watch.leader_id < 0 else watch.leader_id
         without_ms = self.clock() - watch.since_ms
-        change = watch.observe(raft.role, raft.leader_id, raft.epoch, self.clock())
+        change = watch.observe(known_leader(raft), raft.epoch, self.clock())
         if change is None:
             return
         if change == "lost":
-            log.warning("controller quorum leader lost: metadata changes wait for a new one; brokers serve on their "
-                        "last committed metadata", last_leader=watch.last_leader_id, epoch=raft.epoch,
-                        role=raft.role.name.lower())
             for listener in list(self._leader_lost_listeners):
                 listener(raft.epoch)
-        elif change == "elected" and previous >= 0:
+            if not self._stopped:
+                asyncio.get_running_loop().call_later(
+                    raft.config.fetch_timeout_ms / 1000, self._report_lost, watch.since_ms)
+        elif self._loss_reported:
+            self._loss_reported = False
             log.info("controller quorum leader known again", leader=watch.leader_id, epoch=raft.epoch,
-                     last_leader=previous, without_leader_ms=without_ms)
+                     last_leader=watch.last_leader_id, without_leader_ms=without_ms)
+
+    def _report_lost(self, since_ms: int) -> None:
+        watch = self.leader_watch
+        if self._stopped or watch.leader_known or watch.since_ms != since_ms:
+            return  # a leader was found meanwhile (or lost again later: that loss reports itself)
+        self._loss_reported = True
+        log.warning("controller quorum leader lost: metadata changes wait for a new one; brokers serve on their "
+                    "last committed metadata", last_leader=watch.last_leader_id, epoch=watch.epoch,
+                    without_leader_ms=self.clock() - since_ms)
 
     @property
     def is_lone_voter(self) -> bool:

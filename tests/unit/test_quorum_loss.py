@@ -15,7 +15,7 @@ import uuid
 from odradek.broker.components import heartbeat_outcome, quorum_figures
 from odradek.broker.handlers.metadata import broker_entries, topic_response
 from odradek.broker.node import Membership
-from odradek.broker.quorum import QuorumLeaderWatch
+from odradek.broker.quorum import QuorumLeaderWatch, known_leader
 from odradek.broker.services import BrokerServices
 from odradek.metadata.image import BrokerRegistration, Endpoint, MetadataImage, PartitionImage, TopicImage
 from odradek.metadata.publisher import MetadataPublisher
@@ -23,6 +23,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import build_batch
 from odradek.purgatory.timing_wheel import Timer
 from odradek.raft import Role
+from odradek.raft.state import FollowerState
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
@@ -113,13 +114,12 @@ def test_a_follower_out_of_sync_strands_the_partition_until_the_controller_answe
 
 def test_the_quorum_leader_watch_reports_loss_and_return():
     watch = QuorumLeaderWatch(NOW)
-    assert watch.observe(Role.UNATTACHED, -1, 0, NOW) is None and not watch.leader_known
-    assert watch.observe(Role.FOLLOWER, 2, 1, NOW + 10) == "elected"
-    assert watch.observe(Role.FOLLOWER, 2, 1, NOW + 20) is None
-    # The leader stops answering: prospective (it keeps the old leader's id, but follows nobody), candidate.
-    assert watch.observe(Role.PROSPECTIVE, 2, 1, NOW + 2000) == "lost"
+    assert watch.observe(-1, 0, NOW) is None and not watch.leader_known
+    assert watch.observe(2, 1, NOW + 10) == "elected"
+    assert watch.observe(2, 1, NOW + 20) is None
+    assert watch.observe(-1, 1, NOW + 2000) == "lost"  # the leader stopped answering
     assert (watch.leader_id, watch.last_leader_id) == (-1, 2)
-    assert watch.observe(Role.CANDIDATE, -1, 2, NOW + 3000) is None  # epochs go by, still no leader
+    assert watch.observe(-1, 2, NOW + 3000) is None  # epochs go by, still no leader
     assert watch.seconds_without_leader(NOW + 7000) == 5.0 and watch.epoch == 2
 
     membership = Membership()
@@ -128,7 +128,19 @@ def test_the_quorum_leader_watch_reports_loss_and_return():
     assert figures == {"quorum_leader_known": 0, "quorum_leader_id": -1, "quorum_epoch": 2,
                        "quorum_seconds_without_leader": 5.0, "quorum_controller_contact_age_seconds": 7.0}
 
-    assert watch.observe(Role.LEADER, 1, 3, NOW + 8000) == "elected"  # this node won an election
-    assert watch.observe(Role.RESIGNED, 1, 3, NOW + 9000) == "lost"  # ... and lost its majority (check quorum)
-    assert watch.observe(Role.FOLLOWER, 3, 4, NOW + 9500) == "elected"
-    assert watch.observe(Role.FOLLOWER, 2, 5, NOW + 9600) == "moved"
+    assert watch.observe(1, 3, NOW + 8000) == "elected"
+    assert watch.observe(3, 4, NOW + 9500) == "moved"
+
+
+def test_known_leader_needs_an_answer_from_the_leader_followed():
+    """A follower whose leader is silent goes prospective; losing the pre-vote round it goes back to
+    following the same leader (KIP-996) without having heard from it: no leader is known for that."""
+    state = FollowerState(epoch=1, leader_id=2, timeout_ms=NOW + 2000, next_fetch_ms=NOW)
+    raft = types.SimpleNamespace(state=state, role=Role.FOLLOWER, leader_id=2)
+    assert known_leader(raft) == -1  # type: ignore[arg-type]
+    state.fetched(NOW + 5, 2000)
+    assert known_leader(raft) == 2  # type: ignore[arg-type]
+    raft.state, raft.role = types.SimpleNamespace(), Role.PROSPECTIVE
+    assert known_leader(raft) == -1  # type: ignore[arg-type]
+    raft.role, raft.leader_id = Role.LEADER, 1
+    assert known_leader(raft) == 1  # type: ignore[arg-type]
