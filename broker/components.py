@@ -429,7 +429,11 @@ def heartbeat_outcome(membership: Membership, data: ReplicaManager, *, answered:
         data.set_lease_expired(True, now)
         return "lost"
     if membership.lease_lost:
-        data.refresh_stranded(now)
+        stranded = data.refresh_stranded(now)
+        if stranded:
+            log.warning("partitions stranded: their ISR needs a shrink no controller can make now; acks=all to them "
+                        "answers NOT_LEADER_OR_FOLLOWER until a controller answers",
+                        partitions=sorted(f"{tp.topic}-{tp.partition}" for tp in stranded))
     return None
 
 

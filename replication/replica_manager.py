@@ -239,16 +239,18 @@ class ReplicaManager:
         self.lease_expired = expired
         self.refresh_stranded(now_ms)
 
-    def refresh_stranded(self, now_ms: int) -> None:
+    def refresh_stranded(self, now_ms: int) -> frozenset[TopicPartition]:
         """Recompute the stranded partitions (see set_lease_expired) at `now_ms`: a follower may fall out of
-        sync after the lease was lost. Newly stranded partitions' waiting acks=all appends fail now."""
+        sync after the lease was lost. Newly stranded partitions' waiting acks=all appends fail now; they
+        are returned (the broker logs them)."""
         if not self.lease_expired:
             self.stranded = frozenset()
-            return
+            return frozenset()
         stranded = frozenset(tp for tp, p in self.partitions.items() if self._is_stranded(p, now_ms))
         new, self.stranded = stranded - self.stranded, stranded
         for tp in sorted(new):
             self.produce_purgatory.check_and_complete(tp)
+        return new
 
     def _is_stranded(self, partition: HostedPartition, now_ms: int) -> bool:
         return (self.lease_expired and partition.is_leader and len(partition.replicas) > 1
