@@ -2,7 +2,7 @@
 committed metadata, as a Kafka broker does; then the 2 continue, the quorum returns and metadata changes go on.
 
 One cluster of real processes (`odradek cluster up --nodes 3`) for the whole scenario. The survivor is the
-leader of the replicated topic's partition 0; the offsets topic has one replica per partition (so that a
+active controller and the leader of the replicated topic's partition 0; the offsets topic has one replica per partition (so that a
 group whose offsets partition the survivor leads needs no ISR change to commit) and the group id is chosen
 so that it does. While the two are stopped (past broker.session.timeout.ms, and past
 replica.lag.time.max.ms, so the survivor's lease is lost and its ISR would need a change):
@@ -105,13 +105,15 @@ def _read(bootstrap: str, topic: str, expected: int) -> list[Seen]:
     return seen
 
 
-def _create_on(bootstrap: str, topic: str, broker: int) -> None:
-    """A topic of one partition whose only replica is on `broker` (min.insync.replicas 1: the cluster says 2)."""
+def _create_on(bootstrap: str, topic: str, assignment: list[list[int]]) -> None:
+    """A topic with these replicas per partition (the first one leads); min.insync.replicas 1 where a
+    partition has one replica (the cluster says 2)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[broker]],
-                                                   config={"min.insync.replicas": "1"})], request_timeout=20).values():
+    config = {"min.insync.replicas": "1"} if len(assignment[0]) == 1 else {}
+    new = NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment, config=config)
+    for future in admin.create_topics([new], request_timeout=20).values():
         future.result(timeout=30)
 
 
@@ -139,13 +141,15 @@ def _describe_quorum(cluster: Cluster, node_id: int):
 def test_the_survivor_serves_on_its_last_metadata_and_the_quorum_returns(cluster):
     from confluent_kafka import Consumer, TopicPartition
 
-    create_with_confluent(cluster.bootstrap(1), TOPIC, 3, replication=3)
-    parts = cluster.wait(lambda: (lambda p: p if p and all(len(q.isr_nodes) == 3 for q in p.values()) else None)(
-        _partitions(cluster, 1, TOPIC)), "the topic fully in sync")
-    survivor = parts[0].leader_id
+    # The survivor is the active controller (so the metadata change asked for as the quorum goes is decided
+    # there and fails as the lead is lost, not after the 30 s forwarding timeout) and leads partition 0.
+    survivor = cluster.wait(lambda: cluster.leader([1, 2, 3]), "a quorum leader")
     stopped = [n for n in (1, 2, 3) if n != survivor]
     bootstrap = cluster.bootstrap(survivor)
-    _create_on(bootstrap, SOLO, survivor)
+    _create_on(bootstrap, TOPIC, [[survivor, *stopped], [*stopped, survivor], [stopped[1], survivor, stopped[0]]])
+    cluster.wait(lambda: (lambda p: p if p and all(len(q.isr_nodes) == 3 for q in p.values()) else None)(
+        _partitions(cluster, survivor, TOPIC)), "the topic fully in sync")
+    _create_on(bootstrap, SOLO, [[survivor]])
     cluster.wait(lambda: (lambda p: p and p[0].leader_id == survivor)(_partitions(cluster, survivor, SOLO)),
                  "the one-replica topic led by the survivor")
     sent = _produce(bootstrap, 0, [b"before-%d" % i for i in range(50)], acks="all")
