@@ -56,8 +56,8 @@ _LONG_POLLS = (FetchRequest, FetchSnapshotRequest)
 class QuorumLeaderWatch:
     """Whether this node knows a leader of the controller quorum, and since when it knows none: what the
     `odradek_quorum_*` gauges, the log lines of a lost and a regained quorum leader and `cluster status`
-    report. Sans-I/O: `observe` is given the Raft node's role, leader and epoch and the time after each call
-    into the node, and answers the transition it saw, if any.
+    report. Sans-I/O: after each call into the Raft node, `observe` is given the leader it is in touch with
+    (`known_leader`), its epoch and the time, and answers the transition it saw, if any.
 
     A leader is known while this node leads the quorum, or follows a leader that has answered its fetches
     in this term of following (`known_leader`). A voter that stopped hearing from its leader (prospective,
