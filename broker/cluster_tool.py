@@ -372,6 +372,12 @@ def status(base: Path, port: int | None, bootstrap: str | None = None, timeout_s
         print("quorum: no node answered DescribeQuorum")
         return 1
     part = quorum.topics[0].partitions[0]
+    if part.error_code:
+        # Nodes answered, none knows a leader: a majority of the voters is gone (or an election is on).
+        # Brokers keep serving on their last committed metadata; topic and config changes wait.
+        print(f"quorum: no leader (epoch {part.leader_epoch}): {part.error_message or 'no node knows one'}")
+        print("  brokers serve on their last committed metadata; metadata changes wait for a majority of the voters")
+        return 1
     print(f"quorum: leader {part.leader_id}, epoch {part.leader_epoch}, high watermark {part.high_watermark}")
     for v in part.current_voters:
         print(f"  voter {v.replica_id}: log end offset {v.log_end_offset}, lag {max(0, part.high_watermark - v.log_end_offset)}")
@@ -379,7 +385,8 @@ def status(base: Path, port: int | None, bootstrap: str | None = None, timeout_s
 
 
 async def _describe_quorum(targets: list[tuple[str, int]], timeout_s: float = 5.0):
-    """The first good DescribeQuorum answer of `targets`, all asked at once, or None once `timeout_s` has passed
+    """The first good DescribeQuorum answer of `targets`, all asked at once; else a node's answer that it knows
+    no quorum leader (so `cluster status` can say the quorum is lost), or None once `timeout_s` has passed
     (connecting included): one node that accepts connections and never answers (SIGSTOP, a hung host) does
     not hold back the others, and `cluster status --timeout S` ends within S however many nodes are down."""
     from odradek.protocol.messages import DescribeQuorumRequest
@@ -388,8 +395,10 @@ async def _describe_quorum(targets: list[tuple[str, int]], timeout_s: float = 5.
 
     request = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
         topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])])
+    leaderless = None  # a node's answer that it knows no quorum leader, when no node knows one
 
     async def ask(host: str, client_port: int):
+        nonlocal leaderless
         conn = NodeConnection(-1, host, client_port, backoff_s=0.0, connect_timeout_s=min(timeout_s, 5.0))
         try:
             response = await conn.request(request, 2, timeout_s=timeout_s)
@@ -399,6 +408,8 @@ async def _describe_quorum(targets: list[tuple[str, int]], timeout_s: float = 5.
             await conn.close()
         if response.error_code == 0 and response.topics and response.topics[0].partitions[0].error_code == 0:
             return response
+        if response.error_code == 0 and response.topics and leaderless is None:
+            leaderless = response
         return None
 
     tasks = [asyncio.ensure_future(ask(host, client_port)) for host, client_port in targets]
@@ -414,7 +425,7 @@ async def _describe_quorum(targets: list[tuple[str, int]], timeout_s: float = 5.
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return None
+    return leaderless
 
 
 # -- compose

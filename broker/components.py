@@ -159,7 +159,7 @@ def _build_on(
                                                                    markers, now_ms),
     )
     publisher.register(StartWhenLeading(services, cfg.node_id, after_state_change))
-    metrics, metrics_server = _start_metrics(cfg, data, publisher, loop)
+    metrics, metrics_server = _start_metrics(cfg, data, publisher, loop, quorum.driver, membership)
     metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
@@ -356,7 +356,7 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
         try:
             response = await node.services.future_from(controller.broker_registration(request))
             if response.error_code == 0:
-                membership.registered(response.broker_epoch)
+                membership.registered(response.broker_epoch, now_ms())
                 break
             log.debug("registration refused", error_code=response.error_code)
         except Exception as e:  # noqa: BLE001 - no controller yet, a controller change: try again
@@ -365,8 +365,6 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
             log.debug("registration not done yet", error=str(e))
         await asyncio.sleep(min(interval_s, 0.2))
     log.info("registered", broker_epoch=membership.broker_epoch)
-    session_s = cfg.broker_session_timeout_ms / 1000
-    answered_at = time.monotonic()
     while True:
         if membership.shutting_down:
             interval_s = min(interval_s, 0.2)  # controlled shutdown: ask often
@@ -383,18 +381,23 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
             )
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
-            if not node.data.lease_expired and time.monotonic() - answered_at > session_s:
-                log.warning("no heartbeat answered within broker.session.timeout.ms: this broker is fenced and "
-                            "what it leads has moved; it hides its leaderships until it hears from the controller")
-                node.data.set_lease_expired(True)
+            if heartbeat_outcome(membership, node.data, answered=False, now=now_ms(),
+                                 session_timeout_ms=cfg.broker_session_timeout_ms) == "lost":
+                log.warning("no controller has answered this broker for broker.session.timeout.ms: serving on the "
+                            "last committed metadata; metadata changes and ISR changes wait for the controller",
+                            session_timeout_ms=cfg.broker_session_timeout_ms, quorum_leader=node.metadata_loader.leader_id,
+                            quorum_epoch=node.metadata_loader.epoch, metadata_offset=node.metadata_loader.applied_end_offset - 1,
+                            stranded_partitions=len(node.data.stranded))
             if membership.shutting_down:  # no controller to move leaderships away (the quorum is going too)
                 membership.shutdown_granted.set()
         else:
             if response.error_code == 0:
-                answered_at = time.monotonic()
-                if node.data.lease_expired:
-                    log.info("heartbeat answered again")
-                    node.data.set_lease_expired(False)
+                lost_since = membership.answered_at_ms
+                now = now_ms()
+                if heartbeat_outcome(membership, node.data, answered=True, now=now,
+                                     session_timeout_ms=cfg.broker_session_timeout_ms) == "regained":
+                    log.info("the controller answers this broker again", quorum_leader=node.metadata_loader.leader_id,
+                             quorum_epoch=node.metadata_loader.epoch, without_controller_ms=now - (lost_since or now))
                 if membership.fenced and not response.is_fenced:
                     log.info("unfenced", broker_epoch=membership.broker_epoch)
                 membership.heard(fenced=response.is_fenced)
@@ -417,6 +420,30 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
         membership.heartbeat_now.clear()
 
 
+def heartbeat_outcome(membership: Membership, data: ReplicaManager, *, answered: bool, now: int,
+                      session_timeout_ms: int) -> str | None:
+    """What one heartbeat's outcome changes, at `now` (the lifecycle's rule, apart from its I/O so that a
+    manual clock can drive it): an answer ends a lost lease ('regained'); a failure past a whole session
+    without an answer loses it ('lost'), and while it stays lost, partitions whose followers fall out of sync
+    become stranded. Nothing else: not hearing from the controller fences nothing and leaves the metadata
+    image as it was (node.Membership, ReplicaManager.set_lease_expired)."""
+    if answered:
+        if membership.heartbeat_answered(now):
+            data.set_lease_expired(False, now)
+            return "regained"
+        return None
+    if membership.heartbeat_unanswered(now, session_timeout_ms):
+        data.set_lease_expired(True, now)
+        return "lost"
+    if membership.lease_lost:
+        stranded = data.refresh_stranded(now)
+        if stranded:
+            log.warning("partitions stranded: their ISR needs a shrink no controller can make now; acks=all to them "
+                        "answers NOT_LEADER_OR_FOLLOWER until a controller answers",
+                        partitions=sorted(f"{tp.topic}-{tp.partition}" for tp in stranded))
+    return None
+
+
 def registration_endpoints(cfg: BrokerConfig, bound_ports: dict[str, int]) -> list[Endpoint]:
     """Each advertised listener as clients should reach it: a meta-address or empty host becomes
     localhost, a port of 0 the port actually bound for that listener name."""
@@ -429,7 +456,8 @@ def registration_endpoints(cfg: BrokerConfig, bound_ports: dict[str, int]) -> li
 
 
 def _start_metrics(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataPublisher,
-                   loop: asyncio.AbstractEventLoop) -> tuple[Metrics, MetricsServer | None]:
+                   loop: asyncio.AbstractEventLoop, quorum: QuorumDriver,
+                   membership: Membership) -> tuple[Metrics, MetricsServer | None]:
     metrics = Metrics(node_id=cfg.node_id)
     metrics.bind_loop(loop)
     metrics.set_partition_count_source(lambda: len(data.partitions))
@@ -438,7 +466,8 @@ def _start_metrics(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataP
     metrics.set_log_size_source(
         lambda: [(tp.topic, tp.partition, p.log.size_bytes) for tp, p in data.partitions.items()]
     )
-    metrics.set_replication_source(lambda: replication_counts(_Parts(data, publisher)))
+    metrics.set_replication_source(
+        lambda: {**replication_counts(_Parts(data, publisher)), **quorum_figures(quorum, membership, now_ms())})
     port = cfg.metrics_port
     server = metrics.start_http_server(port, cfg.metrics_host) if port else None
     if server is not None:
@@ -480,6 +509,17 @@ def replication_counts(parts: HostedParts) -> dict[str, int]:
     return {"leaders": leaders, "under_replicated": under, "under_min_isr": under_min, "offline": offline,
             "fenced_brokers": fenced, "follower_consumer_reads": data.follower_consumer_reads,
             "preferred_replica_answers": data.preferred_replica_answers}
+
+
+def quorum_figures(quorum: QuorumDriver, membership: Membership, now: int) -> dict[str, float]:
+    """The `odradek_quorum_*` gauges: the quorum leader this node knows (or that it knows none, and for how
+    long), its epoch, and how long ago the active controller last answered this broker (-1 before it ever
+    did, and on a controller-only node, which sends no heartbeats)."""
+    watch = quorum.leader_watch
+    age = membership.contact_age_ms(now)
+    return {"quorum_leader_known": int(watch.leader_known), "quorum_leader_id": watch.leader_id,
+            "quorum_epoch": watch.epoch, "quorum_seconds_without_leader": watch.seconds_without_leader(now),
+            "quorum_controller_contact_age_seconds": -1 if age is None else age / 1000}
 
 
 def _cache_releaser(loop):

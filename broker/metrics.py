@@ -166,6 +166,14 @@ _REPLICATION_GAUGES = {
     "follower_consumer_reads": ("odradek_fetch_follower_reads", "Consumer fetch reads with records served as follower"),
     "preferred_replica_answers": ("odradek_fetch_preferred_replica_answers",
                                   "Consumer fetches answered with a preferred read replica"),
+    # The controller quorum as this node sees it (broker/quorum.py QuorumLeaderWatch, node.Membership).
+    "quorum_leader_known": ("odradek_quorum_leader_known", "1 while this node knows a controller quorum leader"),
+    "quorum_leader_id": ("odradek_quorum_leader_id", "The controller quorum leader this node knows, -1 when none"),
+    "quorum_epoch": ("odradek_quorum_epoch", "The controller quorum epoch this node is in"),
+    "quorum_seconds_without_leader": ("odradek_quorum_seconds_without_leader",
+                                      "Seconds since this node last knew a controller quorum leader (0 while it knows one)"),
+    "quorum_controller_contact_age_seconds": ("odradek_quorum_controller_contact_age_seconds",
+                                              "Seconds since the active controller last answered this broker's heartbeat"),
 }
 
 
@@ -269,7 +277,7 @@ class Metrics:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._log_size_source: LogSizeSource | None = None
         self._partition_count_source: PartitionCountSource | None = None
-        self._replication_source: Callable[[], dict[str, int]] | None = None
+        self._replication_source: Callable[[], dict[str, float]] | None = None
         self._purgatory_sources: dict[str, Callable[[], int]] = {}
         self._purgatory_source: PurgatorySource | None = None
         ns = "odradek"
@@ -366,7 +374,7 @@ class Metrics:
     def set_partition_count_source(self, source: PartitionCountSource | None) -> None:
         self._partition_count_source = source
 
-    def set_replication_source(self, source: Callable[[], dict[str, int]] | None) -> None:
+    def set_replication_source(self, source: Callable[[], dict[str, float]] | None) -> None:
         """`source()` returns counts by the keys of _REPLICATION_GAUGES (leaders, under_replicated, ...)."""
         self._replication_source = source
 

@@ -47,7 +47,15 @@ if TYPE_CHECKING:
 class Membership:
     """This broker's standing with the active controller (Kafka's BrokerLifecycleManager state): its epoch
     once registered, whether the controller has it fenced, whether it asked to shut down, and the events the
-    lifecycle task (components._lifecycle) and the broker's stop wait on."""
+    lifecycle task (components.run_lifecycle) and the broker's stop wait on.
+
+    Heartbeats that go unanswered change nothing here but the lease (`heartbeat_unanswered`). Fencing is
+    the controller's decision, learnt from an answer; a broker that cannot reach any controller has no new
+    decision to learn, so it keeps the standing and the metadata image it last had and serves on them, as
+    a Kafka broker does when the controller quorum is lost. Whether the quorum is gone or only this broker
+    is cut off from it cannot be told apart from here: the lease says only that a session has passed
+    without an answer, and ReplicaManager.set_lease_expired narrows its effect to what cannot be done
+    without the controller anyway (an ISR change). Times are arguments (milliseconds), never read here."""
 
     def __init__(self) -> None:
         self.broker_epoch = -1
@@ -56,13 +64,36 @@ class Membership:
         self.heartbeat_now = asyncio.Event()  # wakes the lifecycle for a heartbeat before its interval
         self.shutdown_granted = asyncio.Event()
         self.caught_up = asyncio.Event()  # a heartbeat answer said the metadata here is caught up
+        self.answered_at_ms: int | None = None  # the controller's last answer (registration or heartbeat)
+        self.lease_lost = False  # no answer for a whole broker.session.timeout.ms
 
-    def registered(self, broker_epoch: int) -> None:
+    def registered(self, broker_epoch: int, now_ms: int | None = None) -> None:
         self.broker_epoch = broker_epoch
+        if now_ms is not None:
+            self.answered_at_ms = now_ms
 
     def heard(self, *, fenced: bool) -> None:
         """A heartbeat's answer: fenced or not."""
         self.fenced = fenced
+
+    def heartbeat_answered(self, now_ms: int) -> bool:
+        """The controller answered a heartbeat: True when that ends a lost lease."""
+        self.answered_at_ms = now_ms
+        regained, self.lease_lost = self.lease_lost, False
+        return regained
+
+    def heartbeat_unanswered(self, now_ms: int, session_timeout_ms: int) -> bool:
+        """A heartbeat failed (no controller, or none reachable): True when the lease is lost by it, i.e. no
+        answer for a whole session. `fenced` stays as the controller last said: not hearing is not a
+        decision."""
+        if self.lease_lost or self.answered_at_ms is None or now_ms - self.answered_at_ms <= session_timeout_ms:
+            return False
+        self.lease_lost = True
+        return True
+
+    def contact_age_ms(self, now_ms: int) -> int | None:
+        """Milliseconds since the controller last answered this broker; None before the first answer."""
+        return None if self.answered_at_ms is None else max(0, now_ms - self.answered_at_ms)
 
     def ask_to_shut_down(self) -> None:
         """A controlled shutdown: the next heartbeat (sent at once) asks for it."""

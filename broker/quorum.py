@@ -41,7 +41,8 @@ from odradek.metadata.controller import Controller
 from odradek.metadata.image import MetadataError
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.records import encode_metadata_record
-from odradek.raft import CommittedBatch, NotLeaderError, OutboundRequest, OutboundResponse, RaftNode
+from odradek.raft import CommittedBatch, NotLeaderError, OutboundRequest, OutboundResponse, RaftNode, Role
+from odradek.raft.state import FollowerState
 
 from .config import BrokerConfig
 from .controller_channel import ControllerDecisions
@@ -50,6 +51,57 @@ from .node_client import NodeConnections, NodeUnavailable
 log = structlog.get_logger("odradek.quorum")
 
 _LONG_POLLS = (FetchRequest, FetchSnapshotRequest)
+
+
+class QuorumLeaderWatch:
+    """Whether this node knows a leader of the controller quorum, and since when it knows none: what the
+    `odradek_quorum_*` gauges, the log lines of a lost and a regained quorum leader and `cluster status`
+    report. Sans-I/O: after each call into the Raft node, `observe` is given the leader it is in touch with
+    (`known_leader`), its epoch and the time, and answers the transition it saw, if any.
+
+    A leader is known while this node leads the quorum, or follows a leader that has answered its fetches
+    in this term of following (`known_leader`). A voter that stopped hearing from its leader (prospective,
+    candidate; or back to following it after a pre-vote round it lost, KIP-996, with no answer since), a
+    leader that resigned because no majority fetched from it (check quorum), an observer that found none:
+    no leader. With a majority of the voters gone, every survivor ends there and stays there, trying new
+    epochs, until enough voters are back; its broker keeps serving on the last committed metadata
+    (node.Membership)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.leader_id = -1  # the known leader, -1 while none is
+        self.epoch = 0
+        self.last_leader_id = -1  # the last leader known, kept while none is (the log line names it)
+        self.since_ms = now_ms  # when the current state (a leader known, or none) began
+
+    @property
+    def leader_known(self) -> bool:
+        return self.leader_id >= 0
+
+    def observe(self, known: int, epoch: int, now_ms: int) -> str | None:
+        """Given the leader known now (-1: none): 'lost' when the known leader is gone, 'elected' when a
+        leader is known again (or for the first time), 'moved' when another leader is known without a gap,
+        None when nothing changed."""
+        self.epoch = epoch
+        if known == self.leader_id:
+            return None
+        before, self.leader_id = self.leader_id, known
+        if known < 0:
+            self.last_leader_id, self.since_ms = before, now_ms
+            return "lost"
+        self.since_ms = now_ms
+        return "elected" if before < 0 else "moved"
+
+    def seconds_without_leader(self, now_ms: int) -> float:
+        return 0.0 if self.leader_known else max(0, now_ms - self.since_ms) / 1000
+
+
+def known_leader(raft: RaftNode) -> int:
+    """The quorum leader this node is in touch with: itself while it leads, the leader it follows once that
+    leader has answered a fetch in this term of following; else -1."""
+    state = raft.state
+    if raft.role == Role.LEADER or (isinstance(state, FollowerState) and state.has_fetched):
+        return raft.leader_id
+    return -1
 
 
 class QuorumDriver:
@@ -68,6 +120,43 @@ class QuorumDriver:
         self._in_node = False  # inside a call into the node (its listeners run there)
         self._fetch_versions: dict[int, int] = {}  # node id -> the highest Fetch version it accepts (ApiVersions)
         self.after_each_call = after_each_call  # e.g. the loader's snapshots
+        self.leader_watch = QuorumLeaderWatch(clock())
+        self._loss_reported = False  # the current loss was logged (its end is logged too)
+        self._leader_lost_listeners: list[Callable[[int], None]] = []
+
+    def on_leader_lost(self, listener: Callable[[int], None]) -> None:
+        """`listener(epoch)` when this node stops knowing a quorum leader (the local controller channel
+        stops deciding then: a leader that lost its majority commits nothing more)."""
+        self._leader_lost_listeners.append(listener)
+
+    def _watch_leader(self) -> None:
+        """After each call into the node: act on a lost or found quorum leader. A loss is reported (a
+        warning) only once it has lasted a fetch timeout: a leader that resigns on its way down is replaced
+        within an election, which is not worth an operator's attention; a quorum without a majority is."""
+        raft, watch = self.raft, self.leader_watch
+        without_ms = self.clock() - watch.since_ms
+        change = watch.observe(known_leader(raft), raft.epoch, self.clock())
+        if change is None:
+            return
+        if change == "lost":
+            for listener in list(self._leader_lost_listeners):
+                listener(raft.epoch)
+            if not self._stopped:
+                asyncio.get_running_loop().call_later(
+                    raft.config.fetch_timeout_ms / 1000, self._report_lost, watch.since_ms)
+        elif self._loss_reported:
+            self._loss_reported = False
+            log.info("controller quorum leader known again", leader=watch.leader_id, epoch=raft.epoch,
+                     last_leader=watch.last_leader_id, without_leader_ms=without_ms)
+
+    def _report_lost(self, since_ms: int) -> None:
+        watch = self.leader_watch
+        if self._stopped or watch.leader_known or watch.since_ms != since_ms:
+            return  # a leader was found meanwhile (or lost again later: that loss reports itself)
+        self._loss_reported = True
+        log.warning("controller quorum leader lost: metadata changes wait for a new one; brokers serve on their "
+                    "last committed metadata", last_leader=watch.last_leader_id, epoch=watch.epoch,
+                    without_leader_ms=self.clock() - since_ms)
 
     @property
     def is_lone_voter(self) -> bool:
@@ -147,6 +236,7 @@ class QuorumDriver:
                 task.add_done_callback(self._tasks.discard)
         if self.after_each_call is not None:
             self.after_each_call()
+        self._watch_leader()
         self._rearm()
 
     async def _send(self, request: OutboundRequest) -> None:
@@ -219,6 +309,7 @@ class QuorumControllerChannel(ControllerDecisions):
         self.activated = asyncio.Event()  # set while active (a lone node's broker waits for it to register)
         loader.on_commit(self._committed)
         loader.on_leader_change(self._leader_changed)
+        driver.on_leader_lost(self._leader_lost)
 
     def _leader_changed(self, leader_id: int, epoch: int) -> None:
         if self.is_active:
@@ -226,6 +317,16 @@ class QuorumControllerChannel(ControllerDecisions):
         self.is_active = False
         self.activated.clear()
         self._fail_waiting(MetadataError(ErrorCode.NOT_CONTROLLER, f"The active controller moved to node {leader_id}."))
+
+    def _leader_lost(self, epoch: int) -> None:
+        """No quorum leader any more (this node resigned, or stopped hearing from the leader): a decision
+        waiting for its commit fails with NOT_CONTROLLER (retriable) rather than waiting for a commit that
+        no majority will make."""
+        if self.is_active:
+            log.info("no longer the active controller: no quorum leader", epoch=epoch)
+        self.is_active = False
+        self.activated.clear()
+        self._fail_waiting(MetadataError(ErrorCode.NOT_CONTROLLER, "The controller quorum has no leader."))
 
     def _committed(self, batch: CommittedBatch) -> None:
         raft = self.driver.raft

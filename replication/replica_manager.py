@@ -128,10 +128,10 @@ class ReplicaManager:
         # preferred read replica as leader: the metrics say which broker serves whom.
         self.follower_consumer_reads = 0
         self.preferred_replica_answers = 0
-        # A broker of a cluster whose heartbeats have gone unanswered for broker.session.timeout.ms: the
-        # controller has fenced it and moved its leaderships, so what its image says it leads is stale.
-        # See set_lease_expired.
+        # A broker of a cluster whose heartbeats have gone unanswered for broker.session.timeout.ms, and the
+        # replicated partitions led here that need an ISR change it cannot make then (see set_lease_expired).
         self.lease_expired = False
+        self.stranded: frozenset[TopicPartition] = frozenset()
         # JBOD: partitions whose log directory failed (answered KAFKA_STORAGE_ERROR, as Kafka's offline
         # partitions are), and who hears of an I/O error met here: `on_storage_error(log directory, error)`.
         self.offline_partitions: set[TopicPartition] = set()
@@ -230,29 +230,48 @@ class ReplicaManager:
                 self.produce_purgatory.check_and_complete(tp)
                 self._log_grew(tp)
 
-    def set_lease_expired(self, expired: bool) -> None:
-        """This broker lost (or regained) its lease with the controller. Cut off for a session, it has been
-        fenced and its replicated partitions have new leaders it cannot learn of; its own acks=all appends
-        can never complete (the ISR cannot shrink without the controller), and a client that keeps sending to
-        it, as librdkafka does when this is the only broker it is connected to, never finds the new
-        leader. So while the lease is lost, produce to a replicated partition led here answers
-        NOT_LEADER_OR_FOLLOWER (retriable: the client refreshes its metadata), the acks=all appends waiting
-        now fail so, and Metadata names no leader for them (broker/handlers/metadata.py). Records appended
-        and not committed are truncated when this broker follows the new leader, as any deposed leader's."""
-        if expired == self.lease_expired:
-            return
+    def set_lease_expired(self, expired: bool, now_ms: int) -> None:
+        """This broker lost (or regained) its lease with the controller: no heartbeat answered for a session.
+
+        From here it cannot tell a lost controller quorum (every broker keeps its last committed metadata,
+        and nobody moves anything) from being cut off alone (the controller fenced it and moved its
+        leaderships). Kafka's rule holds for both: a broker serves on its last committed metadata, so what
+        it leads keeps taking acks=0/1 produce, fetches and group writes, and Metadata still names it.
+
+        The one thing that cannot go on is a replicated partition whose ISR needs a change (a follower in
+        it has not caught up within replica.lag.time.max.ms): the shrink needs the controller, so its
+        acks=all appends could only wait for their timeout, one after another, and a client connected
+        only here would never look for a new leader if there is one. Such a partition is *stranded*: its
+        waiting acks=all appends fail with NOT_LEADER_OR_FOLLOWER and new ones are refused so before the
+        append (retriable; the client refreshes its metadata and finds the new leader when the cluster
+        moved on, or retries here). acks=all goes on where the ISR needs no change (its followers fetch,
+        or it has none). Records appended and not committed are truncated if this broker later follows a
+        new leader, as any deposed leader's (acks=1's promise is the leader's log only)."""
         self.lease_expired = expired
-        if expired:
-            for tp, partition in self.partitions.items():
-                if partition.is_leader and len(partition.replicas) > 1:
-                    self.produce_purgatory.check_and_complete(tp)
+        self.refresh_stranded(now_ms)
+
+    def refresh_stranded(self, now_ms: int) -> frozenset[TopicPartition]:
+        """Recompute the stranded partitions (see set_lease_expired) at `now_ms`: a follower may fall out of
+        sync after the lease was lost. Newly stranded partitions' waiting acks=all appends fail now; they
+        are returned (the broker logs them)."""
+        if not self.lease_expired:
+            self.stranded = frozenset()
+            return frozenset()
+        stranded = frozenset(tp for tp, p in self.partitions.items() if self._is_stranded(p, now_ms))
+        new, self.stranded = stranded - self.stranded, stranded
+        for tp in sorted(new):
+            self.produce_purgatory.check_and_complete(tp)
+        return new
+
+    def _is_stranded(self, partition: HostedPartition, now_ms: int) -> bool:
+        return (self.lease_expired and partition.is_leader and len(partition.replicas) > 1
+                and bool(partition.out_of_sync_replicas(now_ms)))
 
     def _leading(self, tp: TopicPartition) -> HostedPartition | None:
-        """The partition as acks=all sees it: None (not led here) while the lease is lost, if replicated."""
-        partition = self.partitions.get(tp)
-        if partition is not None and self.lease_expired and len(partition.replicas) > 1:
+        """The partition as acks=all sees it: None (not led here) while it is stranded."""
+        if tp in self.stranded:
             return None
-        return partition
+        return self.partitions.get(tp)
 
     def proposed_isr_changes(self, now_ms: int) -> list[tuple[HostedPartition, tuple[int, ...]]]:
         """The ISR changes the partitions led here should ask the controller for (see Partition.proposed_isr)."""
@@ -402,9 +421,10 @@ class ReplicaManager:
         if partition is None:
             offline = tp in self.offline_partitions
             return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-        if self.lease_expired and len(partition.replicas) > 1 and partition.is_leader:
+        if required_acks == -1 and self.lease_expired and self._is_stranded(partition, now_ms):
             return ProduceResult(error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER), log_start_offset=partition.log_start_offset,
-                                 error_message="this broker lost its lease with the controller; its leaderships have moved")
+                                 error_message="no controller has answered this broker for a session and the ISR "
+                                               "needs a change it cannot make: the leadership may have moved")
         try:
             partition.check_append_as_leader(required_acks)
             if origin == AppendOrigin.CLIENT:

@@ -91,13 +91,35 @@ def forwarded(handler: Handler) -> Handler:
     @functools.wraps(handler)
     def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Answer:
         if services.controller.is_active:
-            return handler(services, ctx, request)
+            return _lost_lead_answered(handler(services, ctx, request), ctx, request)
         if ctx.connection.scope == CONTROLLER and services.authorized(
                 ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
             return services.controller.forward(request, ctx.api_version)  # a node's own request
         return forward_for_client(services, ctx, request)
 
     return handle
+
+
+def _lost_lead_answered(answer: Answer, ctx: RequestContext, request: Any) -> Answer:
+    """A decision of this node's controller fails as a whole when the controller stops being the active one
+    before its records commit (its quorum lost the majority, or another leader was elected): the client gets
+    that error, NOT_CONTROLLER (retriable), on each item, as Kafka's controller answers, rather than a closed
+    connection."""
+    if not isinstance(answer, asyncio.Future):
+        return answer
+    pending = answer
+
+    async def settled():
+        from odradek.metadata.image import MetadataError
+
+        try:
+            return await pending
+        except MetadataError as e:
+            code = ErrorCode.for_code(e.error_code)
+            log.info("a controller decision failed as a whole", api_key=ctx.api_key, error=code.name)
+            return error_response(ctx.api_key, ctx.api_version, request, code, e.message)
+
+    return settled()
 
 
 async def forward_for_client(services: BrokerServices, ctx: RequestContext, request: Any) -> Message:

@@ -45,21 +45,21 @@ ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 def topic_response(services: BrokerServices, image, version: int, include_ops: bool,
                    listener: str | None = None) -> Topic_:
+    # The last committed image, as it is: a broker that no controller answers (the quorum is lost, or this
+    # broker is cut off from it) still names the leaders it knows, itself included, as Kafka's does. A
+    # client that learnt a newer leader epoch elsewhere keeps that one (KIP-320).
     brokers = services.metadata.image.brokers
-    # A broker cut off from the controller for a session (lease expired) has been fenced, and what it leads
-    # has moved: it names no leader there rather than itself, so clients look elsewhere.
-    stale = services.node_id if services.data.lease_expired else None
     partitions = []
     for index in sorted(image.partitions):
         p = image.partitions[index]
         offline = [r for r in p.replicas if r not in brokers or brokers[r].fenced]
         error = 0
-        if p.leader < 0 or p.leader == stale:
+        if p.leader < 0:
             error = int(ErrorCode.LEADER_NOT_AVAILABLE)
         elif listener is not None and services.endpoint(p.leader, listener) is None:
             error = int(ErrorCode.LISTENER_NOT_FOUND)
         partitions.append(Partition_(
-            error_code=error, partition_index=index, leader_id=-1 if p.leader == stale else p.leader, leader_epoch=p.leader_epoch,
+            error_code=error, partition_index=index, leader_id=p.leader, leader_epoch=p.leader_epoch,
             replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=offline,
         ))
     return Topic_(
@@ -71,14 +71,11 @@ def topic_response(services: BrokerServices, image, version: int, include_ops: b
 def broker_entries(services: BrokerServices, listener: str) -> list[Broker_]:
     """Every live broker at its endpoint for `listener`, and this broker always, even while fenced (it is
     the controller id clients are given: they must be able to reach it), at its first endpoint if it has
-    none by that name."""
+    none by that name. The list is the last committed image's: a lost controller quorum fences nobody."""
     image = services.metadata.image
     out = []
     ids = services.live_brokers()
-    if services.data.lease_expired:
-        # Cut off from the controller for a session: fenced by now, so not listed, as the others list it.
-        ids = [i for i in ids if i != services.node_id]
-    elif services.node_id not in ids and services.node_id in image.brokers:
+    if services.node_id not in ids and services.node_id in image.brokers:
         ids = sorted([*ids, services.node_id])
     for broker_id in ids:
         endpoint = services.endpoint(broker_id, listener)

@@ -109,10 +109,29 @@ def handle_metadata_fetch(services: BrokerServices, ctx: RequestContext, request
 
 @handles(55, (0, 2), listeners=(BROKER, CONTROLLER))
 def handle_describe_quorum(services: BrokerServices, ctx: RequestContext, request: DescribeQuorumRequest) -> Answer:
-    if not _quorum(services).raft.is_leader:
+    driver = _quorum(services)
+    if not driver.raft.is_leader:
+        if not driver.leader_watch.leader_known:
+            # No leader to forward to (the quorum lost its majority, or is electing): say so at once, as
+            # Kafka's raft client answers a non-leader, rather than holding the client for a request timeout.
+            return _no_quorum_leader(services, ctx, request)
         # Only the leader knows every voter's lag: it answers, and authorizes the client (KIP-590).
         return forward_for_client(services, ctx, request)
     return _describe_quorum(services, ctx, request)
+
+
+@requires(AclOperation.DESCRIBE)
+def _no_quorum_leader(services: BrokerServices, ctx: RequestContext, request: DescribeQuorumRequest) -> Answer:
+    """NOT_LEADER_OR_FOLLOWER for the metadata partition with leader -1 and this node's epoch, and (v2) a
+    message naming the last leader this node knew and how long it has known none."""
+    driver = _quorum(services)
+    watch = driver.leader_watch
+    response = driver.raft.describe_quorum()
+    partition = response.topics[0].partitions[0]
+    partition.leader_id = -1
+    partition.error_message = (f"no controller quorum leader: node {services.node_id} (epoch {watch.epoch}) last knew "
+                               f"node {watch.last_leader_id}, {watch.seconds_without_leader(services.now_ms()):.0f} s ago")
+    return response
 
 
 @requires(AclOperation.DESCRIBE)

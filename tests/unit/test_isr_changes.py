@@ -111,22 +111,44 @@ def test_an_ineligible_follower_no_longer_holds_the_high_watermark(tmp_path):
     assert partition.high_watermark == 1 and done[TP].error_code == 0
 
 
-def test_a_broker_whose_lease_expired_refuses_and_fails_its_replicated_appends(tmp_path):
-    """Cut off from the controller for a session, the leader has been fenced and replaced: acks=all waiting
-    on followers that will not come fail with NOT_LEADER_OR_FOLLOWER (retriable), new produce is refused the
-    same way; once a heartbeat is answered again it appends as before."""
+def test_a_lost_lease_strands_only_partitions_whose_isr_needs_a_change(tmp_path):
+    """No controller has answered for a session (the quorum is lost, or this broker is cut off): the leader
+    keeps serving on its last metadata. acks=1 goes on; acks=all goes on while the ISR needs no change; once
+    a follower in the ISR falls out of sync (the shrink needs the controller), the partition is stranded:
+    its waiting acks=all appends fail with NOT_LEADER_OR_FOLLOWER (retriable) and new ones are refused so
+    before the append. An answered heartbeat ends it."""
     from odradek.protocol.errors import ErrorCode
 
     rm = leader(tmp_path)
     tp_batch = lambda: {TP: bytearray(build_batch([(None, b"x", None, NOW)]))}  # noqa: E731
+    codes = lambda answer: [r.error_code for r in answer.values()]  # noqa: E731
+    waiting, answers = [], []
+    rm.append_records(tp_batch(), required_acks=-1, timeout_ms=30_000, now_ms=NOW, respond=waiting.append)
+    rm.set_lease_expired(True, NOW + 1)
+    assert waiting == [] and rm.stranded == frozenset()  # followers 2 and 3 are within the lag time
+    rm.append_records(tp_batch(), required_acks=1, timeout_ms=30_000, now_ms=NOW + 2, respond=answers.append)
+    assert codes(answers[0]) == [0]
+
+    rm.refresh_stranded(NOW + LAG_MS + 1)  # 2 and 3 have not caught up: the ISR needs a shrink
+    assert rm.stranded == {TP}
+    assert codes(waiting[0]) == [int(ErrorCode.NOT_LEADER_OR_FOLLOWER)]  # the waiting acks=all append
+    rm.append_records(tp_batch(), required_acks=-1, timeout_ms=30_000, now_ms=NOW + LAG_MS + 2, respond=answers.append)
+    assert codes(answers[1]) == [int(ErrorCode.NOT_LEADER_OR_FOLLOWER)]
+    assert rm.get_partition(TP).log.log_end_offset == 2  # refused before the append
+    rm.append_records(tp_batch(), required_acks=1, timeout_ms=30_000, now_ms=NOW + LAG_MS + 3, respond=answers.append)
+    assert codes(answers[2]) == [0]  # acks=1 is the leader's log only: still taken
+
+    rm.set_lease_expired(False, NOW + LAG_MS + 4)
+    assert rm.stranded == frozenset()
+    rm.append_records(tp_batch(), required_acks=-1, timeout_ms=30_000, now_ms=NOW + LAG_MS + 5, respond=answers.append)
+    assert len(answers) == 3  # waits for the followers again, as any acks=all append
+
+
+def test_a_lost_lease_keeps_acks_all_where_the_leader_is_the_whole_isr(tmp_path):
+    """An ISR of the leader alone needs no change: acks=all is committed here as before, lease or not."""
+    rm = leader(tmp_path, isr=(1,))
+    rm.set_lease_expired(True, NOW + LAG_MS + 1)
     answers = []
-    rm.append_records(tp_batch(), required_acks=-1, timeout_ms=30_000, now_ms=NOW, respond=answers.append)
-    assert answers == []  # waiting for followers 2 and 3
-    rm.set_lease_expired(True)
-    assert [r.error_code for r in answers[0].values()] == [int(ErrorCode.NOT_LEADER_OR_FOLLOWER)]
-    rm.append_records(tp_batch(), required_acks=-1, timeout_ms=30_000, now_ms=NOW, respond=answers.append)
-    assert [r.error_code for r in answers[1].values()] == [int(ErrorCode.NOT_LEADER_OR_FOLLOWER)]
-    assert rm.get_partition(TP).log.log_end_offset == 1  # refused before the append
-    rm.set_lease_expired(False)
-    rm.append_records(tp_batch(), required_acks=1, timeout_ms=30_000, now_ms=NOW, respond=answers.append)
-    assert [r.error_code for r in answers[2].values()] == [0]
+    rm.append_records({TP: bytearray(build_batch([(None, b"x", None, NOW)]))}, required_acks=-1, timeout_ms=30_000,
+                      now_ms=NOW + LAG_MS + 2, respond=answers.append)
+    assert [r.error_code for r in answers[0].values()] == [0]
