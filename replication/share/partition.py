@@ -264,29 +264,59 @@ class SharePartition:
         ranges that are empty, unordered or overlapping or whose types do not fit (INVALID_REQUEST), and
         for any offset this member does not hold acquired now: never acquired, acquired by another member,
         already acknowledged, or whose lock has expired (INVALID_RECORD_STATE)."""
-        runs = self._validate_shape(batches)
+        shaped = [(first, last, self._runs(first, last, types)) for first, last, types in self._validate_shape(batches)]
         self.expire(now)
-        for a, b, _ in runs:
-            self._check_held(member, a, b)
+        for first, last, _ in shaped:
+            self._check_held(member, first, last)
         deadline = now + self.record_lock_duration_ms
-        for a, b, kind in runs:
-            i, j = self._split(a, b)
-            for r in self._ranges[i:j]:
-                if kind == AcknowledgeType.RENEW:
-                    r.deadline = deadline
-                elif kind == AcknowledgeType.ACCEPT:
-                    r.state, r.member, r.deadline = RecordState.ACKNOWLEDGED, None, None
-                elif kind == AcknowledgeType.RELEASE:
-                    self._release(r)
-                else:  # REJECT, GAP
-                    r.state, r.member, r.deadline = RecordState.ARCHIVED, None, None
+        for first, last, runs in shaped:
+            # One splice per acknowledged range: a range with one type per offset costs one pass over
+            # its ranges, not a list insertion per offset.
+            i, j = self._split(first, last)
+            held, pieces, k = self._ranges[i:j], [], 0
+            for a, b, kind in runs:
+                while held[k].last < a:
+                    k += 1
+                m = k
+                while m < len(held) and held[m].first <= b:
+                    r = held[m]
+                    piece = _Range(max(r.first, a), min(r.last, b), r.state, r.count, r.member, r.deadline)
+                    self._apply(piece, kind, deadline)
+                    pieces.append(piece)
+                    m += 1
+            self._ranges[i:j] = pieces
         self._merge()
         self._advance_start()
 
+    def _apply(self, r: _Range, kind: AcknowledgeType, deadline: int) -> None:
+        if kind == AcknowledgeType.RENEW:
+            r.deadline = deadline
+        elif kind == AcknowledgeType.ACCEPT:
+            r.state, r.member, r.deadline = RecordState.ACKNOWLEDGED, None, None
+        elif kind == AcknowledgeType.RELEASE:
+            self._release(r)
+        else:  # REJECT, GAP
+            r.state, r.member, r.deadline = RecordState.ARCHIVED, None, None
+
     @staticmethod
-    def _validate_shape(batches: Sequence[tuple[int, int, Sequence[int]]]) -> list[tuple[int, int, AcknowledgeType]]:
-        """The acknowledgement as runs of one type, or INVALID_REQUEST for a malformed one."""
+    def _runs(first: int, last: int, kinds: list[AcknowledgeType]) -> list[tuple[int, int, AcknowledgeType]]:
+        """Offsets [first, last] as runs of one acknowledge type."""
+        if len(kinds) == 1:
+            return [(first, last, kinds[0])]
         runs: list[tuple[int, int, AcknowledgeType]] = []
+        run_start = first
+        for k in range(1, len(kinds) + 1):
+            if k == len(kinds) or kinds[k] != kinds[k - 1]:
+                runs.append((run_start, first + k - 1, kinds[k - 1]))
+                run_start = first + k
+        return runs
+
+    @staticmethod
+    def _validate_shape(
+        batches: Sequence[tuple[int, int, Sequence[int]]],
+    ) -> list[tuple[int, int, list[AcknowledgeType]]]:
+        """The acknowledgement's ranges with their types, or INVALID_REQUEST for a malformed one."""
+        out: list[tuple[int, int, list[AcknowledgeType]]] = []
         previous_last = -1
         for first, last, types in batches:
             if first < 0 or last < first:
@@ -304,22 +334,17 @@ class SharePartition:
                 kinds = [AcknowledgeType(t) for t in types]
             except ValueError:
                 raise SharePartitionError(ErrorCode.INVALID_REQUEST, f"unknown acknowledge type in {list(types)}") from None
-            if len(kinds) == 1:
-                runs.append((first, last, kinds[0]))
-                continue
-            run_start = first
-            for k in range(1, len(kinds) + 1):
-                if k == len(kinds) or kinds[k] != kinds[k - 1]:
-                    runs.append((run_start, first + k - 1, kinds[k - 1]))
-                    run_start = first + k
-        return runs
+            out.append((first, last, kinds))
+        return out
 
     def _check_held(self, member: str, first: int, last: int) -> None:
         if first < self._start or last >= self.end_offset:
             raise SharePartitionError(
                 ErrorCode.INVALID_RECORD_STATE,
                 f"offsets [{first}, {last}] are not in flight (in flight: [{self._start}, {self.end_offset}))")
-        for r in self._ranges[self._index_of(first):]:
+        ranges = self._ranges
+        for k in range(self._index_of(first), len(ranges)):
+            r = ranges[k]
             if r.first > last:
                 break
             if r.state != RecordState.ACQUIRED or r.member != member:
