@@ -53,7 +53,9 @@ from odradek.protocol.errors import ErrorCode
 from ..errors import ReplicationError
 
 # Kafka 4.x defaults (ShareGroupConfig): group.share.delivery.count.limit 5 (2..10),
-# group.share.record.lock.duration.ms 30000, group.share.partition.max.record.locks 2000 (100..10000).
+# group.share.record.lock.duration.ms 30000, group.share.partition.max.record.locks (100..10000): 200 in
+# Kafka 4.0's early access, 2000 since; the broker passes its configured values (KIP-1240 makes the limit
+# and the lock cap group configs too, which is why they are plain attributes here).
 DEFAULT_DELIVERY_COUNT_LIMIT = 5
 DEFAULT_RECORD_LOCK_DURATION_MS = 30_000
 DEFAULT_MAX_RECORD_LOCKS = 2000
