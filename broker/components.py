@@ -167,10 +167,11 @@ def _build_on(
     )
 
 
-async def stop_node(node: Node) -> None:
+async def stop_node(node: Node, broker_epoch: int = -1) -> None:
     """Stop the node's parts in the reverse of the order `build_node` made them: the schedules first (a
     flush or cleaning running in a worker thread finishes before the logs close under it), the logs last,
-    flushed and checkpointed with the clean-shutdown marker."""
+    flushed and checkpointed with the clean-shutdown marker, which names `broker_epoch` (this session's:
+    the next registration proves the shutdown clean with it, KIP-966)."""
     node.wake.stop()
     await node.housekeeping.settle()
     if node.metrics_server is not None:
@@ -182,7 +183,7 @@ async def stop_node(node: Node) -> None:
     await node.quorum.connections.close()
     if node.replica_fetchers is not None:  # before the logs they append to close
         await node.replica_fetchers.shutdown()
-    node.log_manager.close()
+    node.log_manager.close(broker_epoch)
 
 
 def _wire_replica_selection(data: ReplicaManager, cfg: BrokerConfig, publisher: MetadataPublisher) -> None:
@@ -329,17 +330,28 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
     import uuid
 
     from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
-    from odradek.metadata.image import METADATA_VERSION, METADATA_VERSION_FEATURE
+    from odradek.metadata.image import ELR_VERSION, ELR_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION_FEATURE
 
     cfg = node.config
     controller = node.controller
+    # KIP-966: the epoch of the last clean shutdown proves it clean; -1 (a crash, a power loss) makes the
+    # controller keep this broker out of every ISR and ELR until it has caught up again.
+    previous_broker_epoch = node.log_manager.previous_broker_epoch()
     request = BrokerRegistrationRequest(
         broker_id=cfg.node_id, cluster_id=node.cluster_id, incarnation_id=uuid.uuid4(), rack=cfg.broker_rack,
         listeners=[BrokerRegistrationRequest.Listener(name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol)
                    for e in endpoints],
         features=[BrokerRegistrationRequest.Feature(name=METADATA_VERSION_FEATURE, min_supported_version=1,
-                                                    max_supported_version=METADATA_VERSION)],
+                                                    max_supported_version=METADATA_VERSION),
+                  BrokerRegistrationRequest.Feature(name=ELR_VERSION_FEATURE, min_supported_version=0,
+                                                    max_supported_version=ELR_VERSION)],
+        previous_broker_epoch=previous_broker_epoch,
     )
+    if previous_broker_epoch < 0:
+        log.warning("the last shutdown was not clean: registering without a previous broker epoch, so this "
+                    "broker leads nothing until it is back in sync", previous_broker_epoch=previous_broker_epoch)
+    else:
+        log.info("the last shutdown was clean", previous_broker_epoch=previous_broker_epoch)
     interval_s = cfg.broker_heartbeat_interval_ms / 1000
     lone = node.quorum.is_lone_voter
     if lone:

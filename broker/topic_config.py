@@ -507,8 +507,11 @@ def to_log_config_kwargs(effective: Mapping[str, Any], fields: Iterable[str] | N
 # each group in that order; then it drops the leading synonyms until the first one named as the property
 # itself. A topic override (DYNAMIC_TOPIC_CONFIG) goes first. The entry's config_source is the first
 # synonym's source, DEFAULT_CONFIG when none is left. (So with only log.retention.hours set, retention.ms
-# reports DEFAULT_CONFIG and no synonyms, as Kafka does.) Dynamic broker configs are not supported, so
-# DYNAMIC_BROKER_CONFIG and DYNAMIC_DEFAULT_BROKER_CONFIG never appear.
+# reports DEFAULT_CONFIG and no synonyms, as Kafka does.) The cluster-wide dynamic defaults (the image's
+# broker resource "") go before the static ones (DYNAMIC_DEFAULT_BROKER_CONFIG): today that is the
+# min.insync.replicas the controller writes at activation with ELR on (metadata/controller/
+# configuration_control.py), so topics describe it with that source, as Kafka 4.1+ brokers do. Per-broker
+# dynamic configs (DYNAMIC_BROKER_CONFIG) are not supported.
 
 _BROKER_SYNONYMS = {key: chain for chain in (_MS_RETENTION, _MS_ROLL, _MS_JITTER) for key in chain}
 _BROKER_SYNONYMS[_MS_FLUSH[0]] = _MS_FLUSH
@@ -519,12 +522,15 @@ def broker_synonym_chain(key: str) -> tuple[str, ...]:
     return _BROKER_SYNONYMS.get(key, (key,))
 
 
-def broker_synonyms(broker: BrokerConfig, key: str) -> list[ConfigSynonym]:
-    """Kafka's configSynonyms(key, brokerConfigSynonyms(key)) for this broker's static configuration."""
+def broker_synonyms(broker: BrokerConfig, key: str, cluster_defaults: Mapping[str, str] | None = None) -> list[ConfigSynonym]:
+    """Kafka's configSynonyms(key, brokerConfigSynonyms(key)) for this broker's static configuration, under
+    the cluster-wide dynamic defaults `cluster_defaults` (the image's broker resource "")."""
     chain = broker_synonym_chain(key)
     explicit = broker.explicit_keys
-    found = [ConfigSynonym(k, render_value(broker.get(k)), ConfigSource.STATIC_BROKER_CONFIG)
-             for k in chain if k in explicit]
+    found = [ConfigSynonym(k, cluster_defaults[k], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+             for k in chain if cluster_defaults and k in cluster_defaults]
+    found += [ConfigSynonym(k, render_value(broker.get(k)), ConfigSource.STATIC_BROKER_CONFIG)
+              for k in chain if k in explicit]
     for k in chain:
         default = broker_default(k)
         if default is not None:
@@ -535,20 +541,24 @@ def broker_synonyms(broker: BrokerConfig, key: str) -> list[ConfigSynonym]:
 
 
 def describe_topic(
-    topic_overrides: Mapping[str, Any], broker: BrokerConfig, keys: Iterable[str] | None = None
+    topic_overrides: Mapping[str, Any], broker: BrokerConfig, keys: Iterable[str] | None = None,
+    cluster_defaults: Mapping[str, str] | None = None,
 ) -> list[ConfigEntry]:
     """DescribeConfigs entries for a TOPIC resource, sorted by name. `keys` (the request's
-    configuration_keys) restricts the answer; unknown names are left out, as Kafka does."""
+    configuration_keys) restricts the answer; unknown names are left out, as Kafka does. `cluster_defaults`:
+    the cluster-wide dynamic broker configs (the image's broker resource "")."""
     wanted = None if keys is None else set(keys)
     overrides = {k: v for k, v in validate_topic_configs(topic_overrides).items() if v is not None}
     entries = []
     for name, definition in TOPIC_CONFIGS.items():
         if wanted is not None and name not in wanted:
             continue
-        synonyms = broker_synonyms(broker, definition.synonyms[0]) if definition.synonyms else []
+        synonyms = broker_synonyms(broker, definition.synonyms[0], cluster_defaults) if definition.synonyms else []
         if name in overrides:
             value = render_value(overrides[name])
             synonyms.insert(0, ConfigSynonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        elif synonyms and synonyms[0].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG:
+            value = synonyms[0].value
         else:
             value = render_value(definition.default_from(broker))
         entries.append(

@@ -49,7 +49,15 @@ def topic_settings(config: BrokerConfig) -> TopicSettings:
     min.insync.replicas, its overrides in the image over this broker's defaults."""
 
     def settings(image: MetadataImage, name: str) -> tuple[LogConfig, int]:
-        effective = effective_topic_configs(dict(image.topic_configs(name)), config)
-        return _log_config_of(effective, config), int(effective.get("min.insync.replicas", 1))
+        overrides = image.topic_configs(name)
+        effective = effective_topic_configs(dict(overrides), config)
+        min_isr = effective.get("min.insync.replicas", 1)
+        if "min.insync.replicas" not in overrides:
+            # The cluster-wide value the controller writes with ELR on (configuration_control.py) is the
+            # one the ELR rules use: the leader's acks=all check and strict min ISR use it too.
+            cluster_value = image.broker_configs().get("min.insync.replicas")
+            if cluster_value is not None and cluster_value.isdigit():
+                min_isr = max(int(cluster_value), 1)
+        return _log_config_of(effective, config), int(min_isr)
 
     return settings

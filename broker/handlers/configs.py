@@ -98,7 +98,8 @@ def _describe_entries(services: BrokerServices, resource_type: int, name: str, k
         if services.topic_by_name(name) is None:
             raise ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
         try:
-            return describe_topic(services.metadata.image.topic_configs(name), services.config, keys)
+            image = services.metadata.image
+            return describe_topic(image.topic_configs(name), services.config, keys, image.broker_configs())
         except ConfigError as e:
             raise ResourceError(ErrorCode.INVALID_CONFIG, str(e)) from None
     if resource_type == BROKER:

@@ -162,9 +162,23 @@ class Controller:
     # -- bootstrap and the broker lifecycle (ClusterControlManager, FeatureControlManager)
 
     def bootstrap_records(self, cluster_id: str) -> list:
-        """What a new cluster's log starts with (Kafka's bootstrap records): the metadata.version feature
-        level, the cluster id, and the records formatting added (`bootstrap_extra`)."""
-        return [*self.features.bootstrap_records(), ClusterIdRecord(cluster_id=cluster_id), *self.bootstrap_extra]
+        """What a new cluster's log starts with (Kafka's bootstrap records): the feature levels, the cluster
+        id, the records formatting added (`bootstrap_extra`), and, ELR being finalized, the cluster-wide
+        min.insync.replicas (`activation_records`)."""
+        return [
+            *self.features.bootstrap_records(),
+            ClusterIdRecord(cluster_id=cluster_id),
+            *self.bootstrap_extra,
+            *self.configs.min_insync_replicas_records(self.image),
+        ]
+
+    def activation_records(self) -> list:
+        """What a newly active controller writes before anything else (Kafka 4.1+'s activation records):
+        with ELR on, the cluster-wide min.insync.replicas ConfigRecord if the log has none
+        (configuration_control.py says why)."""
+        if not self.replication.elr_enabled(self.image):
+            return []
+        return self.configs.min_insync_replicas_records(self.image)
 
     def bootstrap(
         self, cluster_id: str | None, node_id: int, endpoints: Sequence[Endpoint], *, rack: str | None = None
