@@ -37,7 +37,8 @@ partition remembers it in the ELR. The rules, Kafka's, in the order of the build
 a. ELR upkeep (before the election): with the target ISR at min ISR or above, the ELR is cleared (a
    full ISR needs no memory). Below it, the ELR becomes (the ELR and the current ISR) less the
    target ISR, less `unclean_shutdown` replicas: a broker that restarted without a clean shutdown may
-   have lost records it had acknowledged, so it is no longer known to hold them.
+   have lost records it had acknowledged, so it is no longer known to hold them. (And less the replicas a
+   reassignment removes, which Kafka's builder keeps: a replica that is not one cannot lead.)
 b. Election: a valid leader is in the target ISR, or, only when the ISR is empty, in the ELR (and
    acceptable). A leader taken from the ELR leaves it and becomes the ISR alone: a clean election.
 c. An unclean election (or ELR off) clears ELR and LastKnownElr: the new leader's log is the truth now.
@@ -189,7 +190,7 @@ def build_partition_change(
             target_elr = []
         else:
             candidates = _ordered_union(partition.elr, partition.isr)
-            target_elr = [r for r in candidates if r not in isr and r not in elr.unclean_shutdown]
+            target_elr = [r for r in candidates if r not in isr and r not in elr.unclean_shutdown and r in replicas]
 
     # b. Election.
     def valid(broker_id: int) -> bool:
