@@ -338,3 +338,40 @@ def test_the_high_watermark_does_not_advance_below_min_isr():
     p.make_leader(leader_epoch=1, replicas=[1, 2, 3], isr=[1, 2], now_ms=0)
     p.update_follower_fetch_state(2, 10, 0)
     assert p.high_watermark == 10
+
+
+def test_the_controller_logs_an_unclean_election_and_a_partition_left_waiting():
+    from structlog.testing import capture_logs
+
+    from odradek.broker.controller_channel import log_partition_events
+
+    c = three_brokers()
+    for b in (3, 2):
+        fence(c, b)
+    before = c.image
+    records = c.controller.fence_broker(1)
+    c.commit(records)
+    with capture_logs() as logs:
+        log_partition_events(records, before, c.image)
+    (leaderless,) = logs
+    assert leaderless["partition"] == "t-0" and leaderless["isr"] == [] and set(leaderless["elr"]) == {1, 2}
+    before = c.image
+    records = []
+    for b in (1, 2, 3):
+        previous = len(c.written)
+        restart(c, b, clean=False)
+        records += c.written[previous:]
+    with capture_logs() as logs:
+        log_partition_events(records, before, c.image)
+    (waiting,) = logs
+    assert "no in-sync or eligible replica" in waiting["event"] and waiting["last_known_leader"] == [1]
+    before = c.image
+    records, _ = c.controller.elect_leaders(
+        __import__("odradek.protocol.messages", fromlist=["ElectLeadersRequest"]).ElectLeadersRequest(
+            election_type=1, topic_partitions=None))
+    c.commit(records)
+    with capture_logs() as logs:
+        log_partition_events(records, before, c.image)
+    (unclean,) = logs
+    assert unclean["event"].startswith("unclean leader election") and unclean["leader"] == 1
+    assert unclean["log_level"] == "warning"
