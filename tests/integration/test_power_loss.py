@@ -59,23 +59,27 @@ def cluster(tmp_path_factory):
 
 
 def lose_power(cluster: Cluster, node_id: int) -> dict[str, int]:
-    """kill -9 the node, then drop what it had not fsync'd: path -> bytes dropped."""
+    """kill -9 the node, then drop what it had not fsync'd: path -> bytes dropped. Returns once the process
+    is gone (reaped by init: `cluster up` takes a pid that still answers signals for a running node)."""
     pid = cluster.pid(node_id)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
+    dropped = None
     while time.monotonic() < deadline:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        try:  # the node is a child of `cluster up`'s session, reaped by init: poll its /proc entry
             with open(f"/proc/{pid}/stat") as f:
-                if f.read().split()[2] == "Z":
-                    break
+                dead = f.read().rsplit(")", 1)[1].split()[0] == "Z"
         except OSError:
-            break
+            dead = True
+        if dead and dropped is None:  # its files are closed: the disk now holds what was fsync'd
+            dropped = drop_unflushed(str(cluster.journal), str(cluster.dir / f"node-{node_id}" / "data"))
+        if dead:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return dropped
         time.sleep(0.05)
-    return drop_unflushed(str(cluster.journal), str(cluster.dir / f"node-{node_id}" / "data"))
+    raise AssertionError(f"node {node_id} (pid {pid}) did not go away after SIGKILL")
 
 
 def partition_state(cluster: Cluster, node_id: int, topic: str):
