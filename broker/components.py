@@ -465,7 +465,8 @@ class _Parts(NamedTuple):
 
 def replication_counts(parts: HostedParts) -> dict[str, int]:
     """The replication gauges: partitions led here (and how many lack replicas in their ISR, or fall below
-    min.insync.replicas), partitions of the cluster without a leader, fenced brokers."""
+    min.insync.replicas), partitions of the cluster without a leader (and of those, with an empty ISR, how
+    many wait for an eligible replica and how many have none left: KIP-966), fenced brokers."""
     data = parts.data
     leaders = under = under_min = 0
     for partition in data.partitions.values():
@@ -476,9 +477,19 @@ def replication_counts(parts: HostedParts) -> dict[str, int]:
             if len(partition.isr) < partition.min_insync_replicas:
                 under_min += 1
     image = parts.metadata.image
-    offline = sum(1 for t in image.topics_by_id.values() for p in t.partitions.values() if p.leader < 0)
+    offline = waiting = no_eligible = 0
+    for t in image.topics_by_id.values():
+        for p in t.partitions.values():
+            if p.leader < 0:
+                offline += 1
+                if not p.isr:
+                    if p.elr:
+                        waiting += 1
+                    else:
+                        no_eligible += 1
     fenced = sum(1 for b in image.brokers.values() if b.fenced)
     return {"leaders": leaders, "under_replicated": under, "under_min_isr": under_min, "offline": offline,
+            "waiting_for_eligible": waiting, "no_eligible_leader": no_eligible,
             "fenced_brokers": fenced, "follower_consumer_reads": data.follower_consumer_reads,
             "preferred_replica_answers": data.preferred_replica_answers}
 

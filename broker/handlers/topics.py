@@ -88,7 +88,7 @@ def _created(services: BrokerServices, created: CreatedTopic, version: int, desc
         result.num_partitions = created.num_partitions
         result.replication_factor = created.replication_factor
         try:
-            entries = describe_topic(created.configs, services.config)
+            entries = describe_topic(created.configs, services.config, None, services.metadata.image.broker_configs())
         except ConfigError as e:  # cannot happen for validated configs; report rather than fail
             result.topic_config_error_code = int(ErrorCode.INVALID_CONFIG)
             result.error_message = str(e)

@@ -59,7 +59,7 @@ from odradek.metadata.partition_change import (
     is_reassigning,
     revert_reassignment,
 )
-from odradek.metadata.records import PartitionRecord, RemoveTopicRecord, TopicRecord
+from odradek.metadata.records import PartitionChangeRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from odradek.metadata.replica_placement import place_replicas
 
 from .partition_changes import PartitionChanges, partitions_in_order
@@ -319,6 +319,26 @@ class ReplicationControlManager:
                 unclean_shutdown=(broker_id,),
             )
         return True
+
+    def clear_elr(self, image: MetadataImage, topic_name: str | None) -> list:
+        """Records clearing the ELR and LastKnownElr of the topic's partitions (None: every topic's), as
+        Kafka does when min.insync.replicas changes (its ClearElrRecord, written here as partition changes):
+        who is eligible depends on the min ISR the high watermark was held to, so replicas kept under the
+        old value are not known to qualify under the new one."""
+        if not self.elr_enabled(image):
+            return []
+        records = []
+        for topic, partition_id, partition in partitions_in_order(image):
+            if topic_name is not None and topic.name != topic_name:
+                continue
+            if partition.elr or partition.last_known_elr:
+                record = PartitionChangeRecord(topic_id=topic.topic_id, partition_id=partition_id)
+                if partition.elr:
+                    record.eligible_leader_replicas = []
+                if partition.last_known_elr:
+                    record.last_known_elr = []
+                records.append(record)
+        return records
 
     @staticmethod
     def elr_enabled(image: MetadataImage) -> bool:

@@ -375,3 +375,43 @@ def test_the_controller_logs_an_unclean_election_and_a_partition_left_waiting():
     (unclean,) = logs
     assert unclean["event"].startswith("unclean leader election") and unclean["leader"] == 1
     assert unclean["log_level"] == "warning"
+
+
+def test_the_replication_gauges_count_partitions_waiting_for_an_eligible_replica():
+    from types import SimpleNamespace
+
+    from odradek.broker.components import replication_counts
+
+    c = three_brokers()
+    c.create_topic("u", -1, -1, assignments={0: [1, 2, 3]})
+    for b in (3, 2, 1):
+        fence(c, b)
+    restart(c, 3, clean=False)
+    restart(c, 2, clean=False)
+    restart(c, 1, clean=False)
+    parts = SimpleNamespace(data=SimpleNamespace(partitions={}, follower_consumer_reads=0, preferred_replica_answers=0),
+                            metadata=SimpleNamespace(image=c.image))
+    counts = replication_counts(parts)
+    assert counts["offline"] == 2 and counts["no_eligible_leader"] == 2 and counts["waiting_for_eligible"] == 0
+    c2 = three_brokers()
+    for b in (3, 2, 1):
+        fence(c2, b)
+    parts.metadata.image = c2.image
+    counts = replication_counts(parts)
+    assert counts["offline"] == 1 and counts["waiting_for_eligible"] == 1 and counts["no_eligible_leader"] == 0
+
+
+def test_changing_min_isr_clears_the_elr_it_applies_to():
+    from odradek.metadata.controller.requests import ConfigChange
+
+    c = three_brokers()
+    c.create_topic("u", -1, -1, assignments={0: [1, 2, 3]})
+    fence(c, 3)
+    fence(c, 2)
+    assert c.partition("t").elr == (2,) and c.partition("u").elr == (2,)
+    records, _ = c.controller.decide_alter_config(ConfigChange(ConfigResourceType.TOPIC, "t", {"min.insync.replicas": "3"}))
+    c.commit(records)
+    assert c.partition("t").elr == () and c.partition("u").elr == (2,)
+    records, _ = c.controller.decide_alter_config(ConfigChange(ConfigResourceType.BROKER, "", {"min.insync.replicas": "1"}))
+    c.commit(records)
+    assert c.partition("u").elr == () and c.image.broker_configs()["min.insync.replicas"] == "1"
