@@ -176,19 +176,24 @@ def test_all_replicas_losing_power_wait_for_an_unclean_election(cluster):
     # No replica is known to hold what was acknowledged: the partition waits, and the controller says so.
     cluster.wait(lambda: (lambda p: p is not None and p.leader_id == -1 and not p.isr_nodes)(
         partition_state(cluster, 1, "all")), "the partition waiting with no leader")
-    cluster.wait(lambda: any("no in-sync or eligible replica" in line and "all-0" in line
-                             for n in (1, 2, 3) for line in (cluster.dir / f"node-{n}" / "node.log").read_text().splitlines()),
-                 "the controller's log of the waiting partition")
+    said = cluster.wait(lambda: [line for n in (1, 2, 3)
+                                 for line in (cluster.dir / f"node-{n}" / "node.log").read_text().splitlines()
+                                 if "no in-sync or eligible replica" in line and "all-0" in line],
+                        "the controller's log of the waiting partition")
+    print(said[0])
 
     # An operator's unclean election brings it back, RECOVERING, and the controller logs it.
     result = odradek("topic", "elect-leaders", "--election-type", "unclean", "--topic", "all", "--partition", "0",
                      "--bootstrap-server", cluster.bootstrap(1))
     assert result.returncode == 0, result.stdout + result.stderr
+    print(result.stdout)
     state = cluster.wait(lambda: (lambda p: p if p is not None and p.leader_id > 0 else None)(
         partition_state(cluster, 1, "all")), "a leader from the unclean election")
-    cluster.wait(lambda: any("unclean leader election" in line and "all-0" in line
-                             for n in (1, 2, 3) for line in (cluster.dir / f"node-{n}" / "node.log").read_text().splitlines()),
-                 "the controller's log of the unclean election")
+    said = cluster.wait(lambda: [line for n in (1, 2, 3)
+                                 for line in (cluster.dir / f"node-{n}" / "node.log").read_text().splitlines()
+                                 if "unclean leader election" in line and "all-0" in line],
+                        "the controller's log of the unclean election")
+    print(said[0])
 
     seen = consume_all(cluster.bootstrap(state.leader_id), "all", 0)
     report = check(sent, seen)
