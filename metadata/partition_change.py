@@ -41,7 +41,7 @@ a. ELR upkeep (before the election): with the target ISR at min ISR or above, th
    reassignment removes, which Kafka's builder keeps: a replica that is not one cannot lead.)
 b. Election: a valid leader is in the target ISR, or, only when the ISR is empty, in the ELR (and
    acceptable). A leader taken from the ELR leaves it and becomes the ISR alone: a clean election.
-c. An unclean election (or ELR off) clears ELR and LastKnownElr: the new leader's log is the truth now.
+c. An unclean election (or ELR off) clears the ELR: the new leader's log is the truth now.
 d. The ISR may become empty (Kafka without ELR keeps the last member instead): the last members wait in
    the ELR. The first time it empties, LastKnownElr records the leader it had; once a leader is elected
    LastKnownElr is cleared.
