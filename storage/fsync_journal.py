@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["drop_unflushed", "install"]
 
@@ -36,9 +37,11 @@ def install(journal_dir: str) -> None:
     )
     _installed.append(journal_dir)
 
-    def recording(real: Callable[[int], None]) -> Callable[[int], None]:
-        def call(fd: int) -> None:
+    def recording(real: Callable[[Any], None]) -> Callable[[Any], None]:
+        def call(fd: Any) -> None:  # an int or an object with fileno(), as os.fsync takes
             real(fd)
+            if not isinstance(fd, int):
+                fd = fd.fileno()
             try:
                 st = os.fstat(fd)
                 if stat.S_ISREG(st.st_mode):
@@ -49,8 +52,8 @@ def install(journal_dir: str) -> None:
 
         return call
 
-    os.fsync = recording(os.fsync)
-    os.fdatasync = recording(os.fdatasync)
+    os.fsync = recording(os.fsync)  # type: ignore[assignment]  # (the hook replaces them on purpose)
+    os.fdatasync = recording(os.fdatasync)  # type: ignore[assignment]
 
 
 def synced_sizes(journal_dir: str) -> dict[str, int]:

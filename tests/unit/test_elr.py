@@ -415,3 +415,39 @@ def test_changing_min_isr_clears_the_elr_it_applies_to():
     records, _ = c.controller.decide_alter_config(ConfigChange(ConfigResourceType.BROKER, "", {"min.insync.replicas": "1"}))
     c.commit(records)
     assert c.partition("u").elr == () and c.image.broker_configs()["min.insync.replicas"] == "1"
+
+
+def test_the_fsync_journal_drops_what_was_not_fsynced(tmp_path):
+    import subprocess
+    import sys
+
+    from odradek.storage.fsync_journal import drop_unflushed
+
+    journal, data = tmp_path / "journal", tmp_path / "data"
+    (data / "t-0").mkdir(parents=True)
+    segment, never, index = data / "t-0" / "0.log", data / "t-0" / "5.log", data / "t-0" / "0.index"
+    # A process with the hook writes 10 bytes, fsyncs, writes 5 more (installed in a child: it patches os).
+    script = (
+        "import os, sys\n"
+        "from odradek.storage.fsync_journal import install\n"
+        "install(sys.argv[1])\n"
+        "fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT)\n"
+        "os.write(fd, b'0123456789'); os.fsync(fd); os.write(fd, b'abcde'); os.close(fd)\n"
+        "with open(sys.argv[3], 'wb') as f: f.write(b'unsynced')\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(journal), str(segment), str(never)], check=True)
+    index.write_bytes(b"kept")
+    dropped = drop_unflushed(str(journal), str(data))
+    assert dropped == {str(segment): 5, str(never): 8}
+    assert segment.read_bytes() == b"0123456789" and never.read_bytes() == b"" and index.read_bytes() == b"kept"
+
+
+def test_the_fsync_journal_is_refused_outside_pytest(tmp_path):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    env["ODRADEK_TEST_FSYNC_JOURNAL"] = str(tmp_path / "journal")
+    result = subprocess.run([sys.executable, "-m", "odradek", "broker", "start", "--override", f"log.dirs={tmp_path}"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2 and "honoured only under pytest" in result.stderr
