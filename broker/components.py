@@ -174,10 +174,11 @@ def _build_on(
     return node
 
 
-async def stop_node(node: Node) -> None:
+async def stop_node(node: Node, broker_epoch: int = -1) -> None:
     """Stop the node's parts in the reverse of the order `build_node` made them: the schedules first (a
     flush or cleaning running in a worker thread finishes before the logs close under it), the logs last,
-    flushed and checkpointed with the clean-shutdown marker."""
+    flushed and checkpointed with the clean-shutdown marker, which names `broker_epoch` (this session's:
+    the next registration proves the shutdown clean with it, KIP-966)."""
     node.wake.stop()
     await node.housekeeping.settle()
     if node.metrics_server is not None:
@@ -189,7 +190,7 @@ async def stop_node(node: Node) -> None:
     await node.quorum.connections.close()
     if node.replica_fetchers is not None:  # before the logs they append to close
         await node.replica_fetchers.shutdown()
-    node.log_manager.close()
+    node.log_manager.close(broker_epoch)
 
 
 def _wire_replica_selection(data: ReplicaManager, cfg: BrokerConfig, publisher: MetadataPublisher) -> None:
@@ -336,17 +337,28 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
     import uuid
 
     from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
-    from odradek.metadata.image import METADATA_VERSION, METADATA_VERSION_FEATURE
+    from odradek.metadata.image import ELR_VERSION, ELR_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION_FEATURE
 
     cfg = node.config
     controller = node.controller
+    # KIP-966: the epoch of the last clean shutdown proves it clean; -1 (a crash, a power loss) makes the
+    # controller keep this broker out of every ISR and ELR until it has caught up again.
+    previous_broker_epoch = node.log_manager.previous_broker_epoch()
     request = BrokerRegistrationRequest(
         broker_id=cfg.node_id, cluster_id=node.cluster_id, incarnation_id=uuid.uuid4(), rack=cfg.broker_rack,
         listeners=[BrokerRegistrationRequest.Listener(name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol)
                    for e in endpoints],
         features=[BrokerRegistrationRequest.Feature(name=METADATA_VERSION_FEATURE, min_supported_version=1,
-                                                    max_supported_version=METADATA_VERSION)],
+                                                    max_supported_version=METADATA_VERSION),
+                  BrokerRegistrationRequest.Feature(name=ELR_VERSION_FEATURE, min_supported_version=0,
+                                                    max_supported_version=ELR_VERSION)],
+        previous_broker_epoch=previous_broker_epoch,
     )
+    if previous_broker_epoch < 0:
+        log.warning("the last shutdown was not clean: registering without a previous broker epoch, so this "
+                    "broker leads nothing until it is back in sync", previous_broker_epoch=previous_broker_epoch)
+    else:
+        log.info("the last shutdown was clean", previous_broker_epoch=previous_broker_epoch)
     interval_s = cfg.broker_heartbeat_interval_ms / 1000
     lone = node.quorum.is_lone_voter
     if lone:
@@ -493,7 +505,8 @@ class _Parts(NamedTuple):
 
 def replication_counts(parts: HostedParts) -> dict[str, int]:
     """The replication gauges: partitions led here (and how many lack replicas in their ISR, or fall below
-    min.insync.replicas), partitions of the cluster without a leader, fenced brokers."""
+    min.insync.replicas), partitions of the cluster without a leader (and of those, with an empty ISR, how
+    many wait for an eligible replica and how many have none left: KIP-966), fenced brokers."""
     data = parts.data
     leaders = under = under_min = 0
     for partition in data.partitions.values():
@@ -504,9 +517,19 @@ def replication_counts(parts: HostedParts) -> dict[str, int]:
             if len(partition.isr) < partition.min_insync_replicas:
                 under_min += 1
     image = parts.metadata.image
-    offline = sum(1 for t in image.topics_by_id.values() for p in t.partitions.values() if p.leader < 0)
+    offline = waiting = no_eligible = 0
+    for t in image.topics_by_id.values():
+        for p in t.partitions.values():
+            if p.leader < 0:
+                offline += 1
+                if not p.isr:
+                    if p.elr:
+                        waiting += 1
+                    else:
+                        no_eligible += 1
     fenced = sum(1 for b in image.brokers.values() if b.fenced)
     return {"leaders": leaders, "under_replicated": under, "under_min_isr": under_min, "offline": offline,
+            "waiting_for_eligible": waiting, "no_eligible_leader": no_eligible,
             "fenced_brokers": fenced, "follower_consumer_reads": data.follower_consumer_reads,
             "preferred_replica_answers": data.preferred_replica_answers}
 

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Protocol
 
+import structlog
+
 from odradek.purgatory.deferred import Deferred
 from odradek.protocol.errors import ErrorCode
 from odradek.metadata.controller import Controller
@@ -46,6 +48,8 @@ from odradek.metadata.image import (
 
 from .config import BrokerConfig
 from .controller_settings import is_built_from
+
+log = structlog.get_logger("odradek.controller")
 
 __all__ = [
     "INTERNAL_TOPICS",
@@ -241,6 +245,7 @@ class ControllerDecisions:
         before = self.controller.image
         if not self.is_active:
             return Deferred.failed(MetadataError(ErrorCode.NOT_CONTROLLER, "This node is not the active controller."))
+        before = self.controller.image
         try:
             records, results, working = self.controller.decide_each(ops)
         except MetadataReplayError as e:  # a decision the image cannot take: a bug, refuse the request
@@ -253,6 +258,7 @@ class ControllerDecisions:
             return Deferred.completed([e if not isinstance(r, MetadataError) else r for r in results])
         except Exception as e:  # noqa: BLE001 - a storage failure: the log refuses further appends
             return Deferred.failed(e)
+        log_partition_events(records, before, working)
         out: Deferred[Results] = Deferred()
 
         def done(d: Deferred) -> None:
@@ -268,3 +274,32 @@ class ControllerDecisions:
     def _commit(self, records: list, working) -> Deferred:
         """Commit `records` (decided against the image `working` they lead to); a Deferred of their commit."""
         raise NotImplementedError
+
+
+def log_partition_events(records: Sequence[Any], before: Any, after: Any) -> None:
+    """Log, once each, the partition changes an operator must hear of: an unclean election (the new leader
+    may lack acknowledged records: it is RECOVERING), a partition losing its leader (with the ISR and the
+    eligible replicas it waits for), and a partition left with no in-sync and no eligible replica (KIP-966:
+    it waits for one, or for an unclean election). `before` and `after` are the images around `records`."""
+    changed = dict.fromkeys((r.topic_id, r.partition_id) for r in records if type(r).__name__ == "PartitionChangeRecord")
+    for topic_id, partition_id in changed:
+        topic = after.topics_by_id.get(topic_id)
+        old_topic = before.topics_by_id.get(topic_id)
+        partition = topic.partitions.get(partition_id) if topic is not None else None
+        old = old_topic.partitions.get(partition_id) if old_topic is not None else None
+        if partition is None or old is None:
+            continue
+        name = f"{topic.name}-{partition_id}"
+        if partition.leader_recovery_state == 1 and old.leader_recovery_state != 1:
+            log.warning("unclean leader election: records acknowledged but not on the new leader are lost",
+                        partition=name, leader=partition.leader, previous_isr=list(old.isr),
+                        previous_elr=list(old.elr), last_known_leader=list(old.last_known_elr))
+            continue
+        if partition.leader == -1 and old.leader != -1:
+            log.warning("partition has no leader: it waits for an in-sync or eligible replica to return",
+                        partition=name, isr=list(partition.isr), elr=list(partition.elr),
+                        replicas=list(partition.replicas))
+        if partition.leader == -1 and not partition.isr and not partition.elr and (old.isr or old.elr):
+            log.warning("partition has no in-sync or eligible replica: it waits for one to return (or an unclean "
+                        "election)", partition=name, replicas=list(partition.replicas),
+                        last_known_leader=list(partition.last_known_elr))

@@ -28,6 +28,7 @@ def controller_settings(cfg: BrokerConfig) -> ControllerSettings:
         num_partitions=cfg.num_partitions,
         default_replication_factor=cfg.default_replication_factor,
         delete_topic_enable=cfg.delete_topic_enable,
+        min_insync_replicas=cfg.min_insync_replicas,
     )
 
 

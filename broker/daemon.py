@@ -48,6 +48,17 @@ def main(argv: list[str]) -> int:
         else:
             print(f"odradek: {message}", file=sys.stderr)
         return 2
+    journal = os.environ.get("ODRADEK_TEST_FSYNC_JOURNAL")
+    if journal:
+        # A test hook (storage/fsync_journal.py): it records every fsync so a test can drop what was not
+        # flushed, as a power loss would. Never in production: it is honoured only under pytest.
+        if "PYTEST_CURRENT_TEST" not in os.environ:
+            print("odradek: ODRADEK_TEST_FSYNC_JOURNAL is a test hook (the power-loss tests' fsync journal) "
+                  "and is honoured only under pytest; unset it", file=sys.stderr)
+            return 2
+        from odradek.storage.fsync_journal import install
+
+        install(journal)
     from .logging import configure_logging
 
     configure_logging(config.log_format, config.log_level, levels=config.log_levels)

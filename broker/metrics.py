@@ -161,6 +161,12 @@ _REPLICATION_GAUGES = {
                       "Partitions led by this broker whose ISR is smaller than min.insync.replicas"),
     "offline": ("odradek_partitions_offline", "Partitions of the cluster without a leader (from the metadata image)"),
     "fenced_brokers": ("odradek_brokers_fenced", "Registered brokers the controller has fenced"),
+    # KIP-966: leaderless partitions waiting for an eligible replica to return, and those with none left
+    # (every replica restarted after an unclean shutdown): only an unclean election brings them back.
+    "waiting_for_eligible": ("odradek_partitions_waiting_for_eligible_replica",
+                             "Partitions without a leader or ISR whose eligible leader replicas (ELR) are all away"),
+    "no_eligible_leader": ("odradek_partitions_without_eligible_replica",
+                           "Partitions without a leader, ISR or eligible replica: they wait for an unclean election"),
     # KIP-392 (counts since start): consumer reads this broker served as a follower, and consumer fetches it
     # answered as leader with a preferred read replica.
     "follower_consumer_reads": ("odradek_fetch_follower_reads", "Consumer fetch reads with records served as follower"),

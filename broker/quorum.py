@@ -348,6 +348,10 @@ class QuorumControllerChannel(ControllerDecisions):
             self._schedule_tick()
             if self.loader.image.cluster_id is None and self.cluster_id is not None:
                 self._bootstrap()
+            else:
+                activation = self.controller.activation_records()
+                if activation:
+                    self._single(lambda: (activation, None))
         while self._waiting and self._waiting[0][0] <= batch.last_offset:
             _, commit = self._waiting.pop(0)
             commit.complete(None)
@@ -601,7 +605,9 @@ class ClusterControllerChannel:
         return self._remote(lambda: self.forward(request, version))
 
     def broker_registration(self, request) -> Deferred:
-        return self._decide_or_forward("broker_registration", request, 0)
+        # v3: the first with PreviousBrokerEpoch (KIP-966), which the controller reads to tell a clean
+        # shutdown from a crash.
+        return self._decide_or_forward("broker_registration", request, 3)
 
     def heartbeat(self, request, *, timeout_s: float | None = None) -> Deferred:
         if (active := self._active) is not None:

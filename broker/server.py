@@ -234,7 +234,7 @@ class Broker:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        await stop_node(node)
+        await stop_node(node, self.membership.broker_epoch)
         log.info("stopped")
 
     async def _controlled_shutdown(self, node: Node, timeout_s: float = 10.0) -> None:

@@ -591,6 +591,8 @@ def describe_topic(
         if name in overrides:
             value = render_value(overrides[name])
             synonyms.insert(0, ConfigSynonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        elif synonyms and synonyms[0].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG:
+            value = synonyms[0].value
         else:
             value = render_value(definition.default_from(layers.effective))
         entries.append(

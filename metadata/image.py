@@ -46,6 +46,12 @@ METADATA_VERSION_FEATURE = "metadata.version"
 METADATA_VERSION = 7
 """Kafka's metadata.version feature level 3.3-IV3, the first to know every record version written here."""
 
+ELR_VERSION_FEATURE = "eligible.leader.replicas.version"
+ELR_VERSION = 1
+"""KIP-966's feature: at level 1 the controller keeps eligible leader replicas (partition_change.py). A
+new cluster finalizes it at bootstrap, as Kafka 4.1+ does; a cluster formatted before keeps it off (the
+level is never moved: UpdateFeatures is not served)."""
+
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
 """PartitionChangeRecord.leader when the leader did not change."""
@@ -105,6 +111,10 @@ class PartitionImage:
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
     leader_recovery_state: int = 0
+    # KIP-966: replicas out of the ISR that may still lead (they left it while it was below min ISR, so
+    # they hold every record under the high watermark), and the last leader once ISR and ELR are empty.
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +182,8 @@ def merge_partition_change(p: PartitionImage, r) -> PartitionImage:
         removing_replicas=p.removing_replicas if r.removing_replicas is None else tuple(r.removing_replicas),
         adding_replicas=p.adding_replicas if r.adding_replicas is None else tuple(r.adding_replicas),
         leader_recovery_state=p.leader_recovery_state if r.leader_recovery_state == -1 else r.leader_recovery_state,
+        elr=p.elr if r.eligible_leader_replicas is None else tuple(r.eligible_leader_replicas),
+        last_known_elr=p.last_known_elr if r.last_known_elr is None else tuple(r.last_known_elr),
     )
 
 
@@ -347,6 +359,8 @@ class MetadataDelta:
             removing_replicas=tuple(r.removing_replicas or ()),
             adding_replicas=tuple(r.adding_replicas or ()),
             leader_recovery_state=r.leader_recovery_state,
+            elr=tuple(r.eligible_leader_replicas or ()),
+            last_known_elr=tuple(r.last_known_elr or ()),
         )
 
     def _replay_partition_change(self, r) -> None:

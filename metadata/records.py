@@ -15,11 +15,14 @@ replayed without it (skipping a record would leave a wrong image).
 
 Records are written at `WRITE_VERSION`, the lowest version that holds every field Odradek sets, so that
 the log stays readable by Kafka's own tools (PartitionRecord stays at 0: log directories (v1) are not
-tracked). Any valid version is read.
+tracked). The partition records are the one exception, chosen per record: a PartitionRecord or
+PartitionChangeRecord that carries KIP-966's EligibleLeaderReplicas or LastKnownElr is written at version 2,
+the first that holds them (`record_version`); every other one stays at 0. Any valid version is read.
 """
 
 from __future__ import annotations
 
+import uuid
 from enum import IntEnum
 from typing import Any
 
@@ -185,8 +188,11 @@ PartitionChangeRecord = _record(
         F("removing_replicas", "[]int32", nullable="0+", default=None, tag=3),
         F("adding_replicas", "[]int32", nullable="0+", default=None, tag=4),
         F("leader_recovery_state", "int8", default=-1, tag=5),
+        F("directories", "[]uuid", "1+", nullable="1+", default=None, tag=8),
+        F("eligible_leader_replicas", "[]int32", "2+", nullable="2+", default=None, tag=6),
+        F("last_known_elr", "[]int32", "2+", nullable="2+", default=None, tag=7),
     ],
-    valid="0",
+    valid="0-2",
     write_version=0,
 )
 
@@ -303,14 +309,36 @@ RemoveUserScramCredentialRecord = _record(
     write_version=0,
 )
 
-def encode_metadata_record(record) -> bytes:
-    """The framed value of one metadata record, at its type's WRITE_VERSION."""
+ELR_RECORD_VERSION = 2
+"""The version of PartitionRecord and PartitionChangeRecord that holds KIP-966's ELR fields."""
+
+UNASSIGNED_DIRECTORY = uuid.UUID(int=0)
+"""Kafka's DirectoryId.UNASSIGNED: what a PartitionRecord of version 1+ names for a replica whose log
+directory the controller does not track (Odradek tracks none)."""
+
+
+def record_version(record) -> int:
+    """The version `record` is written at: its type's WRITE_VERSION, but 2 for a partition record that
+    carries ELR fields (see the module doc)."""
     cls = type(record)
+    if cls.RECORD_TYPE in (MetadataRecordType.PARTITION, MetadataRecordType.PARTITION_CHANGE) and (
+        record.eligible_leader_replicas is not None or record.last_known_elr is not None
+    ):
+        return ELR_RECORD_VERSION
+    return int(cls.WRITE_VERSION)
+
+
+def encode_metadata_record(record) -> bytes:
+    """The framed value of one metadata record, at `record_version`."""
+    cls = type(record)
+    version = record_version(record)
+    if version >= 1 and cls.RECORD_TYPE == MetadataRecordType.PARTITION and not record.directories:
+        record.directories = [UNASSIGNED_DIRECTORY] * len(record.replicas)
     out = bytearray()
     write_uvarint(out, FRAME_VERSION)
     write_uvarint(out, cls.RECORD_TYPE)
-    write_uvarint(out, cls.WRITE_VERSION)
-    out += record.encode(cls.WRITE_VERSION)
+    write_uvarint(out, version)
+    out += record.encode(version)
     return bytes(out)
 
 

@@ -63,6 +63,8 @@ def image_records(image: MetadataImage) -> Iterator:
                 removing_replicas=list(p.removing_replicas), adding_replicas=list(p.adding_replicas),
                 leader=p.leader, leader_recovery_state=p.leader_recovery_state, leader_epoch=p.leader_epoch,
                 partition_epoch=p.partition_epoch,
+                eligible_leader_replicas=list(p.elr) if p.elr or p.last_known_elr else None,
+                last_known_elr=list(p.last_known_elr) if p.elr or p.last_known_elr else None,
             )
         resource: tuple[int, str] = (ConfigResourceType.TOPIC, name)
         topic_resources.add(resource)

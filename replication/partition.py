@@ -357,8 +357,11 @@ class Partition(Generic[L]):
         self._high_watermark = max(min(self._high_watermark, self.log.log_end_offset), self.log.log_start_offset)
 
     def maybe_advance_high_watermark(self, now_ms: int) -> bool:
-        """Raise the HW to the smallest LEO that must hold it; True when it moved."""
-        if not self.is_leader:
+        """Raise the HW to the smallest LEO that must hold it; True when it moved. Not while the ISR is
+        below min.insync.replicas (bounded by the replica count): Kafka 4's strict min ISR (KIP-966), which
+        is what makes a replica that left a too-small ISR still hold everything under the HW, and so
+        electable (the ELR)."""
+        if not self.is_leader or len(self.isr) < min(self.min_insync_replicas, len(self.replicas) or 1):
             return False
         leader_end_offset = self.log.log_end_offset
         new_high_watermark = leader_end_offset

@@ -11,7 +11,12 @@ A node has one or more log directories (`log.dirs`). Opening each of them:
 2. Lock. `fcntl.flock` on `.lock`, held until `close`; a second manager, in this process or another,
    is refused (LogDirectoryLockedError).
 3. Clean shutdown. If `.kafka_cleanshutdown` exists the logs open without recovery; the marker is
-   removed before anything else happens, so a crash from then on is seen as unclean.
+   removed before anything else happens, so a crash from then on is seen as unclean. The marker holds
+   the broker epoch of the session that closed cleanly, as Kafka's CleanShutdownFileHandler writes it
+   (`{"version":0,"brokerEpoch":N}`); `previous_broker_epoch` is what the broker then sends in its
+   BrokerRegistration (KIP-966): the epoch every directory names, else -1 (a directory without a marker,
+   offline, or naming another epoch: the shutdown is not proven clean, and the controller keeps this
+   broker out of the eligible leaders until it has caught up).
 4. Checkpoints (recovery points, log start offsets, cleaner offsets) are per directory, and every
    `<topic>-<partition>` directory opens as a `Log`. Opening is lazy: no index is mapped and no log
    file stays open, so thousands of partitions open quickly. Directories of deleted partitions
@@ -51,6 +56,7 @@ clean-shutdown marker of every online directory, and releases the locks.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import uuid
@@ -104,6 +110,7 @@ class LogDir:
     error: str | None = None  # why it went offline
     lock_fd: int | None = None
     had_clean_shutdown: bool = False
+    clean_shutdown_broker_epoch: int | None = None  # what the clean-shutdown marker named
     placement: bool = True  # new partitions may be placed here (not a separate metadata.log.dir)
 
 
@@ -253,6 +260,7 @@ class LogManager:
         marker = os.path.join(d.path, CLEAN_SHUTDOWN_FILE)
         d.had_clean_shutdown = os.path.exists(marker)
         if d.had_clean_shutdown:
+            d.clean_shutdown_broker_epoch = _read_clean_shutdown_epoch(marker)
             os.unlink(marker)
             fsync_dir(d.path)
         recovery_points = self._checkpoint(d, RECOVERY_POINT_CHECKPOINT).read()
@@ -620,9 +628,19 @@ class LogManager:
 
     # ---------------------------------------------------------------------------------------- closing
 
-    def close(self) -> None:
-        """Clean shutdown: close every log, write the checkpoints and the markers, release the locks. A
-        future log is closed as it is (the move resumes at the next start)."""
+    def previous_broker_epoch(self) -> int:
+        """The broker epoch of the last clean shutdown, if every directory proves it (see the module doc);
+        else -1. Kafka's readBrokerEpochFromCleanShutdownFiles."""
+        epochs = {d.clean_shutdown_broker_epoch if d.online else None for d in self.dirs}
+        if len(epochs) != 1:
+            return -1
+        (epoch,) = epochs
+        return -1 if epoch is None else epoch
+
+    def close(self, broker_epoch: int = -1) -> None:
+        """Clean shutdown: close every log, write the checkpoints and the markers (naming `broker_epoch`, the
+        session's), release the locks. A future log is closed as it is (the move resumes at the next
+        start)."""
         if all(d.lock_fd is None for d in self.dirs):
             return
         for log in [*self._logs.values(), *self._future_logs.values()]:
@@ -637,7 +655,8 @@ class LogManager:
         for d in self.dirs:
             if d.online:
                 try:
-                    atomic_write(os.path.join(d.path, CLEAN_SHUTDOWN_FILE), b"")
+                    content = json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":"))
+                    atomic_write(os.path.join(d.path, CLEAN_SHUTDOWN_FILE), content.encode())
                 except OSError:
                     pass  # not marked clean: the next start recovers this directory
             self._unlock(d)
@@ -646,3 +665,17 @@ class LogManager:
         """Release the locks without closing anything, as a crash would (for tests and fatal errors)."""
         for d in self.dirs:
             self._unlock(d)
+
+
+def _read_clean_shutdown_epoch(path: str) -> int | None:
+    """The broker epoch a clean-shutdown marker names; None if it names none (an empty marker of an older
+    release, an unreadable one, or -1)."""
+    try:
+        with open(path, "rb") as f:
+            content = json.loads(f.read() or b"null")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(content, dict) or content.get("version") != 0:
+        return None
+    epoch = content.get("brokerEpoch")
+    return epoch if isinstance(epoch, int) and epoch >= 0 else None

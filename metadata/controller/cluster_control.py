@@ -54,7 +54,9 @@ class BrokerState(IntEnum):
 class BrokerPartitionEffects(Protocol):
     """What a broker leaving or joining does to the partitions (replication_control.py)."""
 
-    def remove_broker(self, changes: PartitionChanges, broker_id: int) -> None: ...
+    def remove_broker(self, changes: PartitionChanges, broker_id: int, *, unregistered: bool = False) -> None: ...
+
+    def remove_unclean_broker(self, changes: PartitionChanges, broker_id: int) -> bool: ...
 
     def elect_leaderless(self, changes: PartitionChanges) -> None: ...
 
@@ -126,7 +128,7 @@ class ClusterControlManager:
         """UnregisterBroker: the broker leaves every ISR and leadership, then its registration goes."""
         broker = self._brokers.registration(image, broker_id)
         changes = PartitionChanges(image)
-        self._partitions.remove_broker(changes, broker_id)
+        self._partitions.remove_broker(changes, broker_id, unregistered=True)
         changes.add_records([UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=broker.broker_epoch)])
         return changes.records
 
@@ -158,9 +160,16 @@ class ClusterControlManager:
         The same incarnation again is idempotent: same broker epoch and state, a record only if its
         endpoints or rack changed (the image keeps no features). A new incarnation registers FENCED with a
         new broker epoch, the offset its RegisterBrokerRecord gets when the records are appended next
-        (`log_end_offset` plus what precedes it); if the previous incarnation was still unfenced, it first
-        leaves every ISR and leadership, as a fenced broker does (Kafka's unclean-shutdown handling). The
-        heartbeat unfences it once it has replayed that offset."""
+        (`log_end_offset` plus what precedes it). The heartbeat unfences it once it has replayed that offset.
+
+        Before that record, what the previous incarnation leaves behind (Kafka's handleBrokerShutdown). Its
+        shutdown was clean only if the broker proves it: BrokerRegistration v3's `previous_broker_epoch` is
+        the broker epoch it wrote in its clean-shutdown marker, and must be the epoch registered now (-1,
+        no marker, never is). Unclean, with ELR on: it may have lost records it acknowledged but had not
+        flushed (a power loss), so it leaves every ISR, ELR and leadership (`remove_unclean_broker`).
+        Clean, or ELR off: if it is still unfenced it leaves every ISR and leadership as a fenced broker
+        does; its ELR places stay, so a partition whose replicas all stopped cleanly comes back with
+        them."""
         if request.cluster_id != image.cluster_id:
             raise MetadataError(
                 ErrorCode.INCONSISTENT_CLUSTER_ID,
@@ -204,7 +213,10 @@ class ClusterControlManager:
             if existing.endpoints != tuple(endpoints) or existing.rack != request.rack:
                 changes.add_records([record])
         else:
-            if existing is not None and not existing.fenced:
+            clean = existing is not None and request.previous_broker_epoch == existing.broker_epoch
+            if existing is not None and not clean:
+                self._partitions.remove_unclean_broker(changes, broker_id)
+            elif existing is not None and not existing.fenced:
                 self._partitions.remove_broker(changes, broker_id)
             (record,) = self.register_broker(
                 image, log_end_offset, broker_id, endpoints, rack=request.rack, fenced=True

@@ -14,9 +14,15 @@ not be set today can always be removed). A refusal is INVALID_REQUEST, as Kafka 
 config it cannot take (ConfigAdminManager; KAFKA-13609 keeps that code for compatibility). The broker id is
 not required to be registered: a node can be configured before it first starts, as in Kafka.
 
-The other managers read configs through this one: whether a topic may elect an unclean leader and whether
-leaders are rebalanced, each the dynamic value (the topic's, then the cluster-wide one) over the static
-default in `ControllerSettings`.
+The other managers read configs through this one: whether a topic may elect an unclean leader, whether
+leaders are rebalanced and a topic's min.insync.replicas (the ELR rules' min ISR), each the dynamic value
+(the topic's, then the cluster-wide one) over the static default in `ControllerSettings`.
+
+With ELR on, the active controller writes the cluster-wide min.insync.replicas (a ConfigRecord on broker
+resource "") when there is none, from its static value (`min_insync_replicas_records`), as Kafka 4.1+
+does: the ELR rules depend on that value, so it must be one value for the whole cluster, in the log,
+rather than each broker's own static setting. Topics then describe min.insync.replicas as
+DYNAMIC_DEFAULT_BROKER_CONFIG.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from odradek.metadata.records import ConfigRecord, ConfigResourceType
 from .requests import ConfigChange
 from .settings import (
     AUTO_LEADER_REBALANCE_ENABLE,
+    MIN_INSYNC_REPLICAS,
     UNCLEAN_LEADER_ELECTION_ENABLE,
     BrokerConfigValidator,
     ControllerSettings,
@@ -152,7 +159,28 @@ class ConfigurationControlManager:
             )
         return records
 
+    def min_insync_replicas_records(self, image: MetadataImage) -> list:
+        """The cluster-wide min.insync.replicas ConfigRecord if the image has none (see the module doc)."""
+        if MIN_INSYNC_REPLICAS in image.broker_configs():
+            return []
+        return [
+            ConfigRecord(
+                resource_type=ConfigResourceType.BROKER, resource_name="", name=MIN_INSYNC_REPLICAS,
+                value=str(self._settings.min_insync_replicas),
+            )
+        ]
+
     # -- what the other managers read
+
+    def min_insync_replicas(self, image: MetadataImage, topic: str) -> int:
+        """The topic's min.insync.replicas: its override, else the cluster-wide value, else the static one."""
+        for value in (image.topic_configs(topic).get(MIN_INSYNC_REPLICAS), image.broker_configs().get(MIN_INSYNC_REPLICAS)):
+            if value is not None:
+                try:
+                    return max(int(value), 1)
+                except ValueError:
+                    continue
+        return self._settings.min_insync_replicas
 
     def unclean_leader_election_enabled(self, image: MetadataImage, topic: str) -> bool:
         return self._flag(image, UNCLEAN_LEADER_ELECTION_ENABLE, self._settings.unclean_leader_election_enable, topic)

@@ -1,9 +1,10 @@
 """The controller's view of the cluster's finalized features (Kafka's FeatureControlManager).
 
-Odradek finalizes one feature, `metadata.version`, at the level this release writes: a new cluster's log
-starts with its FeatureLevelRecord, and a registering broker must support every finalized level (a broker
-that cannot run the cluster's metadata.version would misread its records). UpdateFeatures is not served, so
-the level never moves after bootstrap.
+Odradek finalizes two features in a new cluster's log: `metadata.version`, at the level this release
+writes, and `eligible.leader.replicas.version` 1 (KIP-966's ELR, on by default for new clusters since Kafka
+4.1). A registering broker must support every finalized level it names (a broker that cannot run the
+cluster's metadata.version would misread its records). UpdateFeatures is not served, so the levels never
+move after bootstrap: a cluster formatted before ELR keeps it off.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from odradek.protocol.errors import ErrorCode
-from odradek.metadata.image import METADATA_VERSION, METADATA_VERSION_FEATURE, MetadataError, MetadataImage
+from odradek.metadata.image import (
+    ELR_VERSION,
+    ELR_VERSION_FEATURE,
+    METADATA_VERSION,
+    METADATA_VERSION_FEATURE,
+    MetadataError,
+    MetadataImage,
+)
 from odradek.metadata.records import FeatureLevelRecord
 
 
@@ -20,7 +28,10 @@ class FeatureControlManager:
 
     def bootstrap_records(self) -> list:
         """The feature levels a new cluster's log starts with."""
-        return [FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION)]
+        return [
+            FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
+            FeatureLevelRecord(name=ELR_VERSION_FEATURE, feature_level=ELR_VERSION),
+        ]
 
     def check_broker_features(self, image: MetadataImage, features: Iterable) -> None:
         """A registering broker's supported ranges (BrokerRegistrationRequest.features) against the finalized

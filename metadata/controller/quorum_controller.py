@@ -68,7 +68,7 @@ from odradek.metadata.image import (
     new_cluster_id,
     replay_all,
 )
-from odradek.metadata.records import ClusterIdRecord
+from odradek.metadata.records import ClusterIdRecord, ConfigResourceType
 
 from .acl_control import AclControlManager
 from .brokers import RegisteredBrokers
@@ -80,7 +80,7 @@ from .producer_id_control import DEFAULT_PRODUCER_ID_BLOCK_SIZE, ProducerIdContr
 from .replication_control import ReplicationControlManager
 from .requests import ConfigChange, NewPartitions, NewTopic, TopicToDelete
 from .scram_control import ScramControlManager, ScramOutcome
-from .settings import BrokerConfigValidator, ControllerSettings, TopicConfigValidator
+from .settings import MIN_INSYNC_REPLICAS, BrokerConfigValidator, ControllerSettings, TopicConfigValidator
 
 Decision = tuple[list, Any]
 """What one item of a channel call decides: its records and its result (or MetadataError, then no records)."""
@@ -164,9 +164,23 @@ class Controller:
     # -- bootstrap and the broker lifecycle (ClusterControlManager, FeatureControlManager)
 
     def bootstrap_records(self, cluster_id: str) -> list:
-        """What a new cluster's log starts with (Kafka's bootstrap records): the metadata.version feature
-        level, the cluster id, and the records formatting added (`bootstrap_extra`)."""
-        return [*self.features.bootstrap_records(), ClusterIdRecord(cluster_id=cluster_id), *self.bootstrap_extra]
+        """What a new cluster's log starts with (Kafka's bootstrap records): the feature levels, the cluster
+        id, the records formatting added (`bootstrap_extra`), and, ELR being finalized, the cluster-wide
+        min.insync.replicas (`activation_records`)."""
+        return [
+            *self.features.bootstrap_records(),
+            ClusterIdRecord(cluster_id=cluster_id),
+            *self.bootstrap_extra,
+            *self.configs.min_insync_replicas_records(self.image),
+        ]
+
+    def activation_records(self) -> list:
+        """What a newly active controller writes before anything else (Kafka 4.1+'s activation records):
+        with ELR on, the cluster-wide min.insync.replicas ConfigRecord if the log has none
+        (configuration_control.py says why)."""
+        if not self.replication.elr_enabled(self.image):
+            return []
+        return self.configs.min_insync_replicas_records(self.image)
 
     def bootstrap(
         self, cluster_id: str | None, node_id: int, endpoints: Sequence[Endpoint], *, rack: str | None = None
@@ -272,8 +286,15 @@ class Controller:
         return self.create_partitions(t.name, t.count, t.assignments), None
 
     def decide_alter_config(self, c: ConfigChange) -> Decision:
-        """One resource of an (Incremental)AlterConfigs: (records, None)."""
-        return self.configs.alter_config_change(self.image, c)
+        """One resource of an (Incremental)AlterConfigs: (records, None). A change of min.insync.replicas
+        (a topic's, or the cluster-wide one) clears the ELR it applies to (`ReplicationControlManager.clear_elr`)."""
+        records, result = self.configs.alter_config_change(self.image, c)
+        if any(r.name == MIN_INSYNC_REPLICAS for r in records):  # (ConfigRecords only)
+            if c.resource_type == ConfigResourceType.TOPIC:
+                records += self.replication.clear_elr(self.image, c.resource_name)
+            elif c.resource_type == ConfigResourceType.BROKER and not c.resource_name:
+                records += self.replication.clear_elr(self.image, None)
+        return records, result
 
     # -- configs, ACLs, client quotas, SCRAM users, producer ids
 

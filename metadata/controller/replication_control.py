@@ -39,6 +39,7 @@ from odradek.protocol.messages import (
     ListPartitionReassignmentsResponse,
 )
 from odradek.metadata.image import (
+    ELR_VERSION_FEATURE,
     MAX_PARTITIONS_PER_REQUEST,
     METADATA_TOPIC,
     NO_LEADER,
@@ -51,13 +52,14 @@ from odradek.metadata.image import (
 )
 from odradek.metadata.partition_change import (
     Election,
+    Elr,
     LeaderRecoveryState,
     ReassignmentReplicas,
     build_partition_change,
     is_reassigning,
     revert_reassignment,
 )
-from odradek.metadata.records import PartitionRecord, RemoveTopicRecord, TopicRecord
+from odradek.metadata.records import PartitionChangeRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from odradek.metadata.replica_placement import place_replicas
 
 from .partition_changes import PartitionChanges, partitions_in_order
@@ -101,6 +103,8 @@ class TopicConfigs(Protocol):
     def unclean_leader_election_enabled(self, image: MetadataImage, topic: str) -> bool: ...
 
     def auto_leader_rebalance_enabled(self, image: MetadataImage) -> bool: ...
+
+    def min_insync_replicas(self, image: MetadataImage, topic: str) -> int: ...
 
     def validate_topic_configs(self, configs: Mapping[str, str | None]) -> None: ...
 
@@ -282,14 +286,74 @@ class ReplicationControlManager:
 
     # -- a broker leaving or joining (BrokerPartitionEffects, for the cluster control manager)
 
-    def remove_broker(self, changes: PartitionChanges, broker_id: int) -> None:
-        """The broker leaves every ISR it is in (but as the last member) and every leadership: Kafka's
-        generateLeaderAndIsrUpdates with brokerToRemove, under each topic's unclean election setting."""
+    def remove_broker(self, changes: PartitionChanges, broker_id: int, *, unregistered: bool = False) -> None:
+        """The broker leaves every ISR it is in and every leadership: Kafka's generateLeaderAndIsrUpdates
+        with brokerToRemove, under each topic's unclean election setting. Without ELR the last member
+        stays in the ISR; with ELR it moves to the ELR, where it waits to lead again (partition_change.py).
+        `unregistered`: the broker is gone for good, so it leaves the ELRs too."""
         changes.set_active(broker_id, False)
         for topic_id, partition_id, partition in list(changes.partitions()):
-            if broker_id not in partition.isr and partition.leader != broker_id:
+            in_elr = unregistered and broker_id in partition.elr
+            if broker_id not in partition.isr and partition.leader != broker_id and not in_elr:
                 continue
-            self._update(changes, topic_id, partition_id, partition, [b for b in partition.isr if b != broker_id])
+            self._update(
+                changes, topic_id, partition_id, partition, [b for b in partition.isr if b != broker_id],
+                unclean_shutdown=(broker_id,) if unregistered else (),
+            )
+
+    def remove_unclean_broker(self, changes: PartitionChanges, broker_id: int) -> bool:
+        """A broker registered again after an unclean shutdown (KIP-966, Kafka's
+        handleBrokerUncleanShutdown): it may have lost records it had acknowledged but not flushed, so it
+        leaves every ISR, ELR and leadership at once, and may lead again only after it has caught up and
+        rejoined an ISR. Without ELR (the feature not finalized) this is `remove_broker`, Kafka's rule
+        before KIP-966. Answers whether ELR rules applied."""
+        if not self.elr_enabled(changes.image):
+            self.remove_broker(changes, broker_id)
+            return False
+        changes.set_active(broker_id, False)
+        for topic_id, partition_id, partition in list(changes.partitions()):
+            if broker_id not in partition.isr and broker_id not in partition.elr and partition.leader != broker_id:
+                continue
+            self._update(
+                changes, topic_id, partition_id, partition, [b for b in partition.isr if b != broker_id],
+                unclean_shutdown=(broker_id,),
+            )
+        return True
+
+    def clear_elr(self, image: MetadataImage, topic_name: str | None) -> list:
+        """Records clearing the ELR and LastKnownElr of the topic's partitions (None: every topic's), as
+        Kafka does when min.insync.replicas changes (its ClearElrRecord, written here as partition changes):
+        who is eligible depends on the min ISR the high watermark was held to, so replicas kept under the
+        old value are not known to qualify under the new one."""
+        if not self.elr_enabled(image):
+            return []
+        records = []
+        for topic, partition_id, partition in partitions_in_order(image):
+            if topic_name is not None and topic.name != topic_name:
+                continue
+            if partition.elr or partition.last_known_elr:
+                record = PartitionChangeRecord(topic_id=topic.topic_id, partition_id=partition_id)
+                if partition.elr:
+                    record.eligible_leader_replicas = []
+                if partition.last_known_elr:
+                    record.last_known_elr = []
+                records.append(record)
+        return records
+
+    @staticmethod
+    def elr_enabled(image: MetadataImage) -> bool:
+        """Whether the cluster keeps eligible leader replicas: eligible.leader.replicas.version >= 1."""
+        return image.features.get(ELR_VERSION_FEATURE, 0) >= 1
+
+    def elr_policy(
+        self, image: MetadataImage, topic_name: str, partition: PartitionImage, unclean_shutdown: tuple[int, ...] = ()
+    ) -> Elr | None:
+        """The ELR rules for one partition's change (None: ELR is off): the topic's effective min ISR,
+        min.insync.replicas bounded by the replication factor, as Kafka's getTopicEffectiveMinIsr."""
+        if not self.elr_enabled(image):
+            return None
+        min_isr = min(self._configs.min_insync_replicas(image, topic_name), max(len(partition.replicas), 1))
+        return Elr(min_isr=min_isr, unclean_shutdown=unclean_shutdown)
 
     def elect_leaderless(self, changes: PartitionChanges) -> None:
         """Every partition without a leader elects one if it can (after a broker became active)."""
@@ -345,6 +409,7 @@ class ReplicationControlManager:
                     election=self._election_for(image, topic.name),
                     target_isr=[b for b, _ in new_isr],
                     target_leader_recovery_state=p.leader_recovery_state,
+                    elr=self.elr_policy(image, topic.name, partition),
                 )
                 if record is not None:
                     changes.add_records([record])
@@ -409,6 +474,7 @@ class ReplicationControlManager:
                                 partition, topic.topic_id, p.partition_index, acceptable,
                                 election=self._election_for(image, topic.name),
                                 target_isr=[b for b in partition.isr if b != broker_id],
+                                elr=self.elr_policy(image, topic.name, partition),
                             )
                             if record is not None:
                                 changes.add_records([record])
@@ -469,7 +535,8 @@ class ReplicationControlManager:
             if partition.leader == NO_LEADER or not partition.replicas or partition.leader == partition.replicas[0]:
                 continue
             record = build_partition_change(
-                partition, topic.topic_id, partition_id, changes.active, election=Election.PREFERRED
+                partition, topic.topic_id, partition_id, changes.active, election=Election.PREFERRED,
+                elr=self.elr_policy(image, topic.name, partition),
             )
             if record is not None:
                 changes.add_records([record])
@@ -485,7 +552,8 @@ class ReplicationControlManager:
             if partition.leader != NO_LEADER or not self._configs.unclean_leader_election_enabled(image, topic.name):
                 continue
             record = build_partition_change(
-                partition, topic.topic_id, partition_id, changes.active, election=Election.UNCLEAN
+                partition, topic.topic_id, partition_id, changes.active, election=Election.UNCLEAN,
+                elr=self.elr_policy(image, topic.name, partition),
             )
             if record is not None:
                 changes.add_records([record])
@@ -561,12 +629,18 @@ class ReplicationControlManager:
         return Election.UNCLEAN if self._configs.unclean_leader_election_enabled(image, topic) else Election.ONLINE
 
     def _update(
-        self, changes: PartitionChanges, topic_id: uuid.UUID, partition_id: int, partition: PartitionImage, target_isr
+        self, changes: PartitionChanges, topic_id: uuid.UUID, partition_id: int, partition: PartitionImage, target_isr,
+        *, unclean_shutdown: tuple[int, ...] = (),
     ) -> None:
         topic = changes.image.topics_by_id[topic_id]
+
+        def acceptable(broker_id: int) -> bool:
+            return broker_id not in unclean_shutdown and changes.active(broker_id)
+
         record = build_partition_change(
-            partition, topic_id, partition_id, changes.active,
+            partition, topic_id, partition_id, acceptable,
             election=self._election_for(changes.image, topic.name), target_isr=target_isr,
+            elr=self.elr_policy(changes.image, topic.name, partition, unclean_shutdown),
         )
         if record is not None:
             changes.add_records([record])
@@ -586,7 +660,10 @@ class ReplicationControlManager:
         ):
             return ErrorCode.ELECTION_NOT_NEEDED, _ELECTION_MESSAGES[ErrorCode.ELECTION_NOT_NEEDED]
         election = Election.PREFERRED if election_type == ElectionType.PREFERRED else Election.UNCLEAN
-        record = build_partition_change(partition, topic.topic_id, partition_id, changes.active, election=election)
+        record = build_partition_change(
+            partition, topic.topic_id, partition_id, changes.active, election=election,
+            elr=self.elr_policy(changes.image, topic_name, partition),
+        )
         if record is None:
             if election_type == ElectionType.PREFERRED:
                 error = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
@@ -625,6 +702,7 @@ class ReplicationControlManager:
                 partition, topic.topic_id, p.partition_index, changes.active,
                 election=self._election_for(image, topic_name),
                 target_isr=isr, target_replicas=replicas, target_removing=(), target_adding=(),
+                elr=self.elr_policy(image, topic_name, partition),
             )
         else:
             self._checked_assignments(image, [p.replicas], p.partition_index)
@@ -641,6 +719,7 @@ class ReplicationControlManager:
             record = build_partition_change(
                 partition, topic.topic_id, p.partition_index, changes.active,
                 target_replicas=target.replicas, target_removing=target.removing, target_adding=target.adding,
+                elr=self.elr_policy(image, topic_name, partition),
             )
         if record is not None:
             changes.add_records([record])

@@ -20,6 +20,7 @@ from odradek.metadata.broker_heartbeats import DEFAULT_SESSION_TIMEOUT_MS
 
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 AUTO_LEADER_REBALANCE_ENABLE = "auto.leader.rebalance.enable"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS = 300_000  # leader.imbalance.check.interval.seconds = 300
 DEFAULT_MAX_ELECTIONS_PER_IMBALANCE = 1000
 
@@ -39,7 +40,8 @@ class ControllerSettings:
 
     `session_timeout_ms` is broker.session.timeout.ms; `num_partitions` and `default_replication_factor`
     replace -1 in a CreateTopics without assignments; `delete_topic_enable` refuses every DeleteTopics
-    when false; the election and balance values are the defaults under the dynamic configs."""
+    when false; the election and balance values and `min_insync_replicas` (the ELR rules' min ISR) are the
+    defaults under the dynamic configs."""
 
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     unclean_leader_election_enable: bool = False
@@ -49,3 +51,4 @@ class ControllerSettings:
     num_partitions: int = 1
     default_replication_factor: int = 1
     delete_topic_enable: bool = True
+    min_insync_replicas: int = 1

@@ -2,11 +2,12 @@
 min.insync.replicas=2, and both followers of the group's partition stopping their fetches.
 
 - A commit appended while the ISR was whole and then left waiting: the followers drop out of the ISR
-  (replica.lag.time.max.ms), the high watermark moves over the leader alone, and the commit is answered
-  COORDINATOR_NOT_AVAILABLE (NOT_ENOUGH_REPLICAS_AFTER_APPEND, as the group APIs map it) well before
-  offsets.commit.timeout.ms.
+  (replica.lag.time.max.ms), and the high watermark stays where it was, since it does not move over an ISR
+  below min.insync.replicas (Kafka 4's strict min ISR, KIP-966: what keeps the replicas that left the ISR
+  eligible leaders). The commit is answered COORDINATOR_NOT_AVAILABLE at offsets.commit.timeout.ms.
 - Commits while the ISR is below min.insync.replicas are refused at once, and write nothing.
-- The followers fetch again, rejoin the ISR, and commits are accepted; no acknowledged commit was lost."""
+- The followers fetch again, rejoin the ISR, and commits are accepted (the timed-out one takes effect too,
+  as in Kafka: it was in the log); no acknowledged commit was lost."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from tests.harness.offsets_cluster import (
 
 pytestmark = pytest.mark.timeout(150)
 
-COMMIT_TIMEOUT_MS = 20_000
+COMMIT_TIMEOUT_MS = 5_000
 SETTINGS = {"replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 100,
             "offsets.topic.num.partitions": 1, "offsets.topic.replication.factor": 3, "min.insync.replicas": 2,
             "replica.lag.time.max.ms": 1500, "offsets.commit.timeout.ms": COMMIT_TIMEOUT_MS}
@@ -47,15 +48,15 @@ async def test_offset_commits_follow_min_insync_replicas_of_the_offsets_partitio
         assert (await conn.request(commit_request("g", 5), 8)).topics[0].partitions[0].error_code == 0
         acknowledged = 5
 
-        # Both followers stop fetching. A commit appended now waits for them until they leave the ISR; then
-        # the high watermark passes it over the leader alone, below min.insync.replicas=2.
+        # Both followers stop fetching. A commit appended now waits for them; they leave the ISR, and the
+        # high watermark stays below the commit (strict min ISR) until the write times out.
         followers = [b for b in nodes if b is not coordinator]
         await asyncio.gather(*(b.replica_fetchers.shutdown() for b in followers))
-        started = time.monotonic()
+        hw = leader.high_watermark
         answer = await asyncio.wait_for(conn.request(commit_request("g", 6), 8), timeout=60)
         assert answer.topics[0].partitions[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-        assert time.monotonic() - started < COMMIT_TIMEOUT_MS / 1000  # the ISR's answer, not the write timeout
-        assert leader.isr == (coordinator.node_id,)
+        await until(lambda: leader.isr == (coordinator.node_id,), what="the followers out of the ISR")
+        assert leader.high_watermark == hw < leader.log_end_offset
 
         # Below min.insync.replicas: refused at once, and nothing is written.
         end = leader.log_end_offset
@@ -65,8 +66,6 @@ async def test_offset_commits_follow_min_insync_replicas_of_the_offsets_partitio
             assert answer.topics[0].partitions[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
             assert time.monotonic() - started < 2
         assert leader.log_end_offset == end
-        # The commit answered NOT_ENOUGH_REPLICAS_AFTER_APPEND is in the log, committed, and so in effect.
-        assert await committed(conn, "g") == 6 > acknowledged
 
         # The followers fetch again and rejoin the ISR: commits are accepted again.
         for broker in followers:

@@ -21,13 +21,15 @@ from odradek.protocol.messages import (
 )
 from odradek.metadata.controller import Controller
 from odradek.metadata.image import (
+    ELR_VERSION,
+    ELR_VERSION_FEATURE,
     METADATA_VERSION,
     METADATA_VERSION_FEATURE,
     MetadataError,
     MetadataImage,
     replay_all,
 )
-from odradek.metadata.records import ClusterIdRecord, FeatureLevelRecord
+from odradek.metadata.records import ClusterIdRecord, ConfigRecord, ConfigResourceType, FeatureLevelRecord
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
 
@@ -44,7 +46,10 @@ def error_of(op) -> ErrorCode:
 
 
 class Cluster:
-    def __init__(self, seed: int = 1, **controller_options) -> None:
+    """`elr`: the cluster finalizes eligible.leader.replicas.version 1 and the cluster-wide
+    min.insync.replicas `min_isr` (a new cluster's bootstrap); without, the log of a cluster before ELR."""
+
+    def __init__(self, seed: int = 1, *, elr: bool = False, min_isr: int = 1, **controller_options) -> None:
         self.controller = Controller(rng=random.Random(seed), **controller_options)
         self.rng = random.Random(seed + 1)
         self.log_end_offset = 0
@@ -55,6 +60,12 @@ class Cluster:
             FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
             ClusterIdRecord(cluster_id=CLUSTER_ID),
         ])
+        if elr:
+            self.commit([
+                FeatureLevelRecord(name=ELR_VERSION_FEATURE, feature_level=ELR_VERSION),
+                ConfigRecord(resource_type=ConfigResourceType.BROKER, resource_name="", name="min.insync.replicas",
+                             value=str(min_isr)),
+            ])
 
     @property
     def image(self) -> MetadataImage:
@@ -71,9 +82,11 @@ class Cluster:
     # -- brokers
 
     def registration(self, broker_id: int, *, rack: str | None = None, incarnation: uuid.UUID | None = None,
-                     cluster_id: str = CLUSTER_ID, port: int | None = None, features=()):
+                     cluster_id: str = CLUSTER_ID, port: int | None = None, features=(),
+                     previous_broker_epoch: int = -1):
         incarnation = incarnation or self.incarnations.get(broker_id) or uuid.UUID(int=self.rng.getrandbits(128))
         return BrokerRegistrationRequest(
+            previous_broker_epoch=previous_broker_epoch,
             broker_id=broker_id,
             cluster_id=cluster_id,
             incarnation_id=incarnation,

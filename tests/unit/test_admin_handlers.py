@@ -351,7 +351,9 @@ async def test_describe_configs_without_synonyms_and_errors(call):
         (BROKER, "2", E.INVALID_REQUEST), (BROKER, "x", E.INVALID_REQUEST), (BROKER, "", 0), (8, "2", E.INVALID_REQUEST),
         (BROKER, "1", 0),
     ]
-    assert response.results[4].configs == []
+    # the cluster-wide resource lists only its dynamic configs: the min.insync.replicas the controller writes
+    # at bootstrap with ELR on (KIP-966)
+    assert [(c.name, c.value) for c in response.results[4].configs] == [("min.insync.replicas", "1")]
     assert all(not c.synonyms for c in response.results[6].configs)
     assert len(response.results[6].configs) > 50
 
@@ -495,7 +497,8 @@ async def test_dynamic_broker_configs_apply_to_topics_and_describe_their_source(
     response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request(
         (BROKER, "", [("log.retention.ms", SET, "600000"), ("message.max.bytes", SET, "2000")])))
     assert [r.error_code for r in response.responses] == [0]
-    assert dict(call.broker.metadata.image.broker_configs()) == {"log.retention.ms": "600000", "message.max.bytes": "2000"}
+    assert dict(call.broker.metadata.image.broker_configs()) == {
+        "log.retention.ms": "600000", "message.max.bytes": "2000", "min.insync.replicas": "1"}
     # applied without a restart: the open logs take the new defaults; a topic override still wins
     assert partition.log.config.retention_ms == 600000 and partition.log.config.max_message_bytes == 2000
     assert own.log.config.retention_ms == 1000 and own.log.config.max_message_bytes == 2000
@@ -515,7 +518,7 @@ async def test_dynamic_broker_configs_apply_to_topics_and_describe_their_source(
     assert node["num.partitions"].read_only
     # the cluster default resource: the dynamic defaults alone, no per-broker synonym
     defaults = _broker_entries(call, "")
-    assert set(defaults) == {"log.retention.ms", "message.max.bytes"}
+    assert set(defaults) == {"log.retention.ms", "message.max.bytes", "min.insync.replicas"}
     assert (defaults["message.max.bytes"].value, defaults["message.max.bytes"].config_source) == ("2000", 3)
     assert [s.source for s in defaults["message.max.bytes"].synonyms] == [3, 5]
     # a topic inheriting the changed default says where it comes from
@@ -557,7 +560,7 @@ async def test_dynamic_broker_config_refusals(call):
     assert "no.such.config" in got[3][1]
     assert "Broker id must be an integer" in got[4][1]
     assert got[5][1] == "Invalid value 10 for configuration log.segment.bytes: must be >= 64"
-    assert call.broker.metadata.image.configs.get((BROKER, "")) is None
+    assert call.broker.metadata.image.configs.get((BROKER, "")) == {"min.insync.replicas": "1"}  # the bootstrap's alone
     # keys that must agree are checked together, as at start-up
     response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request((BROKER, "", [
         ("log.cleaner.min.compaction.lag.ms", SET, "10"), ("log.cleaner.max.compaction.lag.ms", SET, "5")])))
@@ -566,7 +569,7 @@ async def test_dynamic_broker_config_refusals(call):
     # validate_only checks and writes nothing
     response = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request(
         (BROKER, "", [("log.segment.bytes", SET, "1048576")]), validate_only=True))
-    assert response.responses[0].error_code == 0 and not call.broker.metadata.image.broker_configs()
+    assert response.responses[0].error_code == 0 and call.broker.metadata.image.broker_configs() == {"min.insync.replicas": "1"}
     # APPEND / SUBTRACT work on a list-typed broker property, from Kafka's default
     call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request((BROKER, "", [("log.cleanup.policy", APPEND, "compact")])))
     assert call.broker.metadata.image.broker_configs()["log.cleanup.policy"] == "delete,compact"

@@ -4,6 +4,13 @@ periodic decisions run. After every step the records are applied to the image an
 
 A failing seed names itself; `ODRADEK_SIM_SEED=<seed> pytest tests/unit/test_cluster_simulation.py` replays
 it alone (with the trace of its steps).
+
+Each seed runs twice: on a cluster from before KIP-966 (no ELR: the ISR never empties) and on a new one,
+with eligible leader replicas and a cluster-wide min.insync.replicas, where brokers also lose power ("crash":
+no clean-shutdown marker, so they register again without a previous broker epoch) and some topics set their
+own min.insync.replicas. There the invariants add KIP-966's: ISR and ELR apart, no ELR at or above min ISR, a
+broker that registered after an unclean shutdown in no ISR or ELR, and a leader from outside the ISR only
+from the ELR of an empty ISR, an unclean election, or the single replica of its partition.
 """
 
 from __future__ import annotations
@@ -38,10 +45,13 @@ EXPECTED = {
 
 
 class Simulation:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, elr: bool = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        self.cluster = Cluster(seed, leader_imbalance_check_interval_ms=5000)
+        self.elr = elr
+        self.cluster = Cluster(seed, leader_imbalance_check_interval_ms=5000, elr=elr, min_isr=self.rng.choice([1, 2]))
+        self.clean_epoch: dict[int, int] = {}  # the broker epoch a broker shut down cleanly with
+        self.unclean_registered: set[int] = set()  # brokers that registered after an unclean shutdown this step
         self.now_ms = 0
         self.state = {b: "down" for b in BROKERS}  # down, up, silent, stopping
         self.lag = {b: 0 for b in BROKERS}
@@ -58,10 +68,11 @@ class Simulation:
         self.unclean_ok = {name for name in c.image.topics_by_name if self._unclean_enabled(name)}
         self.reassigned = set()
         self.alter_partition_isr = {}
+        self.unclean_registered = set()
         action = self.rng.choices(
             ["brokers", "register", "silence", "revive", "shutdown", "topic", "alter_partition", "reassign",
-             "cancel", "elect", "unclean", "tick", "unregister", "garbage"],
-            weights=[30, 6, 2, 3, 2, 4, 20, 4, 2, 3, 1, 8, 1, 4],
+             "cancel", "elect", "unclean", "tick", "unregister", "garbage", "crash"],
+            weights=[30, 6, 2, 3, 2, 4, 20, 4, 2, 3, 1, 8, 1, 4, 2 if self.elr else 0],
         )[0]
         self.trace.append(f"{self.now_ms} {action}")
         before = c.image
@@ -94,15 +105,30 @@ class Simulation:
             if response.should_shut_down:
                 self.trace.append(f"  broker {b} shut down")
                 self.state[b] = "down"
+                self.clean_epoch[b] = registration.broker_epoch
 
     def do_register(self) -> None:
         down = [b for b in BROKERS if self.state[b] == "down"]
         if down:
             b = self.rng.choice(down)
-            self.cluster.register(b, self.now_ms, rack=RACKS[b], incarnation=uuid.UUID(int=self.rng.getrandbits(128)))
+            previous = self.clean_epoch.pop(b, -1)
+            registered = self.cluster.image.brokers.get(b)
+            self.cluster.register(b, self.now_ms, rack=RACKS[b], incarnation=uuid.UUID(int=self.rng.getrandbits(128)),
+                                  previous_broker_epoch=previous)
+            if registered is not None and previous != registered.broker_epoch:
+                self.unclean_registered.add(b)
             self.state[b] = "up"
             self.lag[b] = self.rng.randrange(3)
-            self.trace.append(f"  broker {b} registered, epoch {self.cluster.epochs[b]}")
+            self.trace.append(f"  broker {b} registered, epoch {self.cluster.epochs[b]}, previous {previous}")
+
+    def do_crash(self) -> None:
+        """A broker loses power: it sends nothing more and leaves no clean-shutdown marker."""
+        alive = [b for b in BROKERS if self.state[b] in ("up", "silent", "stopping")]
+        if alive:
+            b = self.rng.choice(alive)
+            self.state[b] = "down"
+            self.clean_epoch.pop(b, None)
+            self.trace.append(f"  broker {b} lost power")
 
     def do_silence(self) -> None:
         self._move("up", "silent")
@@ -124,6 +150,8 @@ class Simulation:
         c = self.cluster
         name = f"t{len(c.image.topics_by_name)}"
         configs = {"unclean.leader.election.enable": "true"} if self.rng.random() < 0.2 else None
+        if self.elr and self.rng.random() < 0.3:
+            configs = {**(configs or {}), "min.insync.replicas": str(self.rng.randint(1, 3))}
         c.create_topic(name, self.rng.randint(1, 4), self.rng.randint(1, 3), configs)
         self.trace.append(f"  created {name}")
 
@@ -261,6 +289,17 @@ class Simulation:
             c.heartbeat(b, self.now_ms, epoch=epoch, offset=rng.randint(-1, c.log_end_offset + 2),
                         want_fence=rng.random() < 0.2, want_shut_down=rng.random() < 0.1)
 
+    def _check_elr(self, name: str, p, where: str) -> None:
+        assert len(set(p.elr)) == len(p.elr) and set(p.elr) <= set(p.replicas), where
+        assert not set(p.elr) & set(p.isr), where
+        image = self.cluster.image
+        min_isr = int(image.topic_configs(name).get("min.insync.replicas") or image.broker_configs()["min.insync.replicas"])
+        if len(p.isr) >= min(min_isr, len(p.replicas)):
+            assert not p.elr, where
+        for b in self.unclean_registered:
+            # It may have lost what it acknowledged: no longer counted as holding it.
+            assert b not in p.isr and b not in p.elr and p.leader != b, (where, b)
+
     def _unclean_enabled(self, name: str) -> bool:
         return self.cluster.image.topic_configs(name).get("unclean.leader.election.enable") == "true"
 
@@ -272,7 +311,11 @@ class Simulation:
             old_topic = before.topics_by_name.get(name)
             for partition_id, p in topic.partitions.items():
                 where = f"{name}-{partition_id} {p}"
-                assert p.isr, where
+                assert p.isr or (self.elr and p.leader == NO_LEADER), where
+                if self.elr:
+                    self._check_elr(name, p, where)
+                else:
+                    assert not p.elr and not p.last_known_elr, where
                 assert len(set(p.replicas)) == len(p.replicas) and len(set(p.isr)) == len(p.isr), where
                 assert set(p.isr) <= set(p.replicas), where
                 assert set(p.adding_replicas) <= set(p.replicas), where
@@ -292,16 +335,18 @@ class Simulation:
                 if p.leader != old.leader or p.replicas != old.replicas and not set(old.replicas) <= set(p.replicas):
                     assert p.leader_epoch > old.leader_epoch, (where, old)
                 key = (name, partition_id)
+                single = len(p.replicas) == 1 and p.leader in old.last_known_elr
                 if p.leader != old.leader and p.leader != NO_LEADER and p.leader not in old.isr:
-                    # A leader from outside the ISR: the leader's own ISR proposal, or an unclean election
-                    # where allowed.
+                    # A leader from outside the ISR: the leader's own ISR proposal, an eligible replica of an
+                    # empty ISR, or an unclean election where allowed (or of a lone replica, ELR only).
                     proposed = self.alter_partition_isr.get(key, ())
-                    assert p.leader in proposed or name in self.unclean_ok, (where, old, action)
+                    from_elr = p.leader in old.elr and p.isr == (p.leader,)
+                    assert p.leader in proposed or from_elr or name in self.unclean_ok or single, (where, old, action)
                 if (
                     p.leader_recovery_state == LeaderRecoveryState.RECOVERING
                     and old.leader_recovery_state != LeaderRecoveryState.RECOVERING
                 ):
-                    assert name in self.unclean_ok, (where, old, action)
+                    assert name in self.unclean_ok or single, (where, old, action)
                 if is_reassigning(old) and key not in self.reassigned:
                     # A reassignment in progress never drops below its target; once done, it is the target.
                     target = [r for r in old.replicas if r not in old.removing_replicas]
@@ -320,9 +365,10 @@ class Simulation:
                         ), (broker, p)
 
 
+@pytest.mark.parametrize("elr", [False, True], ids=["before-elr", "elr"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_cluster_simulation(seed):
-    sim = Simulation(seed)
+def test_cluster_simulation(seed, elr):
+    sim = Simulation(seed, elr)
     for i in range(STEPS):
         try:
             sim.step()
@@ -337,6 +383,8 @@ def test_cluster_simulation(seed):
     written = sim.cluster.written
     assert any(getattr(r, "fenced", 0) == -1 for r in written if type(r).__name__ == "BrokerRegistrationChangeRecord")
     assert any(type(r).__name__ == "PartitionChangeRecord" for r in written)
+    if elr:  # and replicas waited in the ELR
+        assert any(type(r).__name__ == "PartitionChangeRecord" and r.eligible_leader_replicas for r in written)
 
 
 def test_the_same_seed_writes_the_same_records():

@@ -158,8 +158,20 @@ def test_produce_keeps_an_append_error_and_waits_for_the_rest() -> None:
 
 
 def test_produce_after_the_isr_shrank_below_min_insync_replicas() -> None:
+    # Kafka 4's strict min ISR (KIP-966): the HW does not move over a leader whose ISR is below
+    # min.insync.replicas, so a write appended before the shrink waits (for the ISR, or its timeout)...
     broker = Broker(replicas=(1, 2), min_insync_replicas=2)
     _, _, responses = broker.produce({A: 1}, now_ms=0)
+    broker.partitions[A].make_leader(leader_epoch=1, replicas=[1, 2], isr=[1], now_ms=1)
+    broker.high_watermark_moved(A)
+    assert responses == []
+    broker.timer.advance_clock(1000)
+    assert responses == [{A: ErrorCode.REQUEST_TIMED_OUT}]
+    # ...and one the HW passed while the ISR was whole, checked after it shrank, is answered
+    # NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+    broker = Broker(replicas=(1, 2), min_insync_replicas=2)
+    _, _, responses = broker.produce({A: 1}, now_ms=0)
+    assert broker.partitions[A].update_follower_fetch_state(2, 1, 1)  # the HW passes it; not checked yet
     broker.partitions[A].make_leader(leader_epoch=1, replicas=[1, 2], isr=[1], now_ms=1)
     broker.high_watermark_moved(A)
     assert responses == [{A: ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}]

@@ -258,14 +258,18 @@ def test_bootstrap_writes_feature_level_cluster_id_and_registration():
     assert len(image.cluster_id) == 22
     assert set(image.cluster_id) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert not image.cluster_id.startswith("-")
-    assert image.features == {"metadata.version": METADATA_VERSION}
+    # KIP-966's ELR is on in a new cluster, with the cluster-wide min.insync.replicas it decides by.
+    assert image.features == {"metadata.version": METADATA_VERSION, "eligible.leader.replicas.version": 1}
+    assert image.broker_configs() == {"min.insync.replicas": "1"}
     broker = image.brokers[1]
     assert broker.endpoints == tuple(ENDPOINTS) and not broker.fenced
     assert storage.durable == len(storage.batches) == 1
     records = [decode_metadata_record(r.value) for r in _records_of(storage)]
     assert [type(r).RECORD_TYPE for r in records] == [
         MetadataRecordType.FEATURE_LEVEL,
+        MetadataRecordType.FEATURE_LEVEL,
         MetadataRecordType.CLUSTER_ID,
+        MetadataRecordType.CONFIG,
         MetadataRecordType.REGISTER_BROKER,
     ]
 
@@ -316,7 +320,7 @@ def test_replay_after_reopen_rebuilds_the_same_image():
     assert image.topic_configs("orders") == {"cleanup.policy": "delete"}
     assert image.topic_configs("payments") == {"retention.ms": "1000"}
     assert image.topic_configs("doomed") == {}
-    assert image.broker_configs() == {"log.retention.hours": "24"}
+    assert image.broker_configs() == {"log.retention.hours": "24", "min.insync.replicas": "1"}
     assert image.broker_configs(1) == {"log.cleaner.threads": "2"}
     assert image.next_producer_id == 1000
 
