@@ -81,9 +81,16 @@ async def _run(config) -> int:
         print(f"odradek: cannot start: {e}", file=sys.stderr)
         await broker.stop()
         return 1
+    fatal: list[str] = []
+
+    def stop_for(why: str) -> None:  # the metadata log directory failed (broker/log_dirs.py)
+        fatal.append(why)
+        stop.set()
+
+    broker.on_fatal_error(stop_for)
     for name, host, port in [*broker.bound, *broker.controller_bound]:
         print(f"odradek broker {config.node_id} listening on {name}://{host}:{port}", flush=True)
     await stop.wait()
-    print("odradek: shutting down", flush=True)
+    print(f"odradek: shutting down{': ' + fatal[0] if fatal else ''}", flush=True)
     await broker.stop()
-    return 0
+    return 1 if fatal else 0

@@ -153,6 +153,10 @@ _REPLICATION_GAUGES = {
                       "Partitions led by this broker whose ISR is smaller than min.insync.replicas"),
     "offline": ("odradek_partitions_offline", "Partitions of the cluster without a leader (from the metadata image)"),
     "fenced_brokers": ("odradek_brokers_fenced", "Registered brokers the controller has fenced"),
+    # Kafka's OfflineLogDirectoryCount and OfflineReplicaCount (broker/log_dirs.py).
+    "offline_log_dirs": ("odradek_log_directories_offline", "Log directories of this broker that are offline"),
+    "offline_replicas": ("odradek_replicas_offline",
+                         "Replicas this broker cannot host because their log directory is offline"),
     # KIP-392 (counts since start): consumer reads this broker served as a follower, and consumer fetches it
     # answered as leader with a preferred read replica.
     "follower_consumer_reads": ("odradek_fetch_follower_reads", "Consumer fetch reads with records served as follower"),
