@@ -81,6 +81,7 @@ class LogDirs:
         self.moves_completed = 0
         self.failures = 0  # directories that went offline since start (at start included)
         self._on_fatal: Callable[[str], None] | None = None
+        self._fatal: str | None = None  # why the node is stopping (its metadata log directory failed)
 
     def follow_with(self, fetchers: ReplicaFetcherManager) -> None:
         """The follower fetchers that replaced the first ones (node.Node.follow_with)."""
@@ -199,17 +200,19 @@ class LogDirs:
         d = next((d for d in manager.dirs if path == d.path or path.startswith(d.path + "/")), None)
         if d is None or not d.online:
             return  # not a log directory's, or offline already (and handled then)
-        if d.path == manager.metadata_log_dir:
+        if d.path == manager.metadata_log_dir and self._fatal is not None:
+            return  # stopping for it already
+        if d.path == manager.metadata_log_dir and self._on_fatal is not None:
             # Kafka stops the broker when its metadata log directory fails: the node can no longer keep the
             # metadata log (nor, as a voter, vote), and a broker that cannot follow the metadata would serve
             # on a stale view for ever. The daemon stops it cleanly (exit status 1); its replicas move as
             # when any broker stops. (Put data elsewhere, in log.dirs after the first or with
-            # metadata.log.dir, to have a data disk fail alone.)
+            # metadata.log.dir, to have a data disk fail alone.) A broker embedded without that callback
+            # (tests) takes the directory offline as any other.
             log.critical("the metadata log directory failed; stopping the node", log_dir=d.path, cause=error)
-            manager.mark_dir_offline(path, error)
             self.failures += 1
-            if self._on_fatal is not None:
-                self._on_fatal(f"the metadata log directory {d.path} failed: {error}")
+            self._fatal = f"the metadata log directory {d.path} failed: {error}"
+            self._on_fatal(self._fatal)
             return
         gone = manager.mark_dir_offline(path, error)
         self.failures += 1

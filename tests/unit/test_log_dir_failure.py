@@ -236,7 +236,8 @@ async def test_a_failing_directory_goes_offline_once_and_the_controller_is_told(
         assert dirs.offline_dir_ids() and fatal == []
         # The metadata log directory (the first data directory here) failing stops the node.
         dirs.storage_failed(str(tmp_path / "a"), "[Errno 5] Input/output error")
-        assert fatal and "metadata log directory" in fatal[0]
+        dirs.storage_failed(str(tmp_path / "a"), "[Errno 5] Input/output error")
+        assert len(fatal) == 1 and "metadata log directory" in fatal[0] and dirs.failures == 2
     finally:
         await dirs.stop()
         manager.close()
