@@ -18,6 +18,29 @@ Theory of operation
     with its other directories (Kafka's LogDirFailureChannel and offline-directory handling). The
     directory's id is listed by `offline_dir_ids` (DescribeLogDirs shows the directory with
     KAFKA_STORAGE_ERROR).
+
+A directory's life: online -> offline, once, on the first I/O error met in it (later ones find it offline
+and change nothing), logged once with the directory, the cause and the partitions it took, counted in
+`odradek_log_directories_offline` / `odradek_replicas_offline`. It stays offline until the broker restarts
+(Kafka's rule too: a disk that failed once is not trusted again behind the operator's back); a restart
+finds it online again if it can be opened, else it starts offline and the node serves from its other
+directories (LogManager._failed_at_start). A full disk is such an error: segment appends raise the
+ENOSPC itself (storage/segment.py) and index pages are given blocks before they are written
+(storage/index.py), so a full disk is never a half-written batch, nor SIGBUS.
+
+How the controller is told. Kafka (KIP-858) names the failed directory in BrokerHeartbeat's
+OfflineLogDirs and the controller, which tracks each replica's directory (PartitionRecord.Directories),
+finds the partitions. Odradek's image does not track directories (PartitionRecord v0), so the broker,
+which knows which replicas were in the directory, names them: AssignReplicasToDirs with DirectoryId.LOST,
+which the controller answers by taking this broker out of their ISR and leadership at once (not after
+replica.lag.time.max.ms). A replica the image gives this broker later, that is not new and has no log
+here while a directory is offline, is reported the same way (`replica_offline`): its log may be on the
+failed disk, and Kafka's getOrCreateLog refuses to create it elsewhere for the same reason.
+
+The metadata log directory (metadata.log.dir, else the first of log.dirs) is the exception: Kafka stops
+the broker when it fails, and so does this one (the daemon, through `on_fatal_error`): a node that cannot
+keep the metadata log cannot follow the cluster. Put the data on other disks than the metadata log
+(log.dirs after the first, or a separate metadata.log.dir) to have a data disk fail alone.
 """
 
 from __future__ import annotations

@@ -35,7 +35,12 @@ into place and deletes the old one, in one step of the caller's thread so no app
 A directory fails when an I/O error is met in it (`mark_dir_offline`, called by whoever met the error):
 its logs leave the manager (each released; nothing more is written there) and are reported as offline;
 the other directories carry on. The broker takes the offline replicas out of service and tells the
-controller, which moves their leadership elsewhere, rather than the whole node failing.
+controller, which moves their leadership elsewhere, rather than the whole node failing. A directory that
+cannot be opened at start (an OSError creating, reading, locking or loading it) starts offline the same
+way and the node opens with the others (`failed_at_start`); a directory that is someone else's, or locked
+by a running broker, still refuses the start, and so does the metadata log directory failing or every
+data directory (Kafka stops then too). While a data directory is offline, a log is created only for a
+partition that is new (`get_or_create_log(is_new=...)`): any other may have its log on the failed disk.
 
 The broker drives the rest with `maybe_*` hooks on a schedule, each taking `now_ms` and returning what it
 did: retention (`maybe_delete_old_segments`, every `retention_check_interval_ms`), flushing

@@ -2,7 +2,7 @@
 acknowledged is lost.
 
 One cluster for the module (three `odradek cluster up` nodes, log.dirs=data,small on each), node 3's
-`small` a 16 MB tmpfs the test mounts (root). An idempotent acks=all confluent-kafka producer writes a
+`small` an 8 MB tmpfs the test mounts (root). An idempotent acks=all confluent-kafka producer writes a
 topic of 4 partitions (3 replicas, min.insync.replicas 2) until node 3's small disk is full:
 
   * node 3's process stays up, DescribeLogDirs shows `small` with KAFKA_STORAGE_ERROR and `data` online;
@@ -87,7 +87,7 @@ def cluster(tmp_path_factory):
         (base / f"node-{node_id}").mkdir(parents=True)
     small = base / "node-3" / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(small)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)], check=True)
     c = JbodCluster(base)
     c.small = small
     try:
@@ -184,7 +184,7 @@ def test_a_full_log_directory_goes_offline_and_nothing_acknowledged_is_lost(clus
         assert time.monotonic() < deadline, "small never went offline" + cluster.logs()
         load.send(500)
         load.producer.poll(0.1)
-    load.send(2000)  # and produce goes on after it
+    load.send(1000)  # and produce goes on after it
     assert load.flush() == 0
     assert _alive(pid) and cluster.pid(3) == pid  # the same process, still up
     assert dirs_of(cluster, 3) == {"data": 0, "small": ErrorCode.KAFKA_STORAGE_ERROR}
@@ -194,11 +194,15 @@ def test_a_full_log_directory_goes_offline_and_nothing_acknowledged_is_lost(clus
     assert load.fatal == [] and load.failed == [], (load.fatal, load.failed[:5])
     log_text = (cluster.dir / "node-3" / "node.log").read_text()
     assert "log directory offline" in log_text and "No space left on device" in log_text
+    shown = odradek("cluster", "log-dirs", "-b", cluster.bootstrap(1)).stdout  # what the operator sees
+    print(shown)
+    assert any(line.split()[:3] == ["3", str(cluster.small), "offline"] and "KAFKA_STORAGE_ERROR" in line
+               for line in shown.splitlines()), shown
 
     # Restarted with the disk still full, node 3 starts on what it has; nothing acknowledged is lost.
     cluster.restart(3)
     cluster.wait(lambda: all(3 in partitions(cluster)[p][1] for p in in_data), "node 3 back in its data replicas' ISR")
-    load.send(1000)
+    load.send(500)
     assert load.flush() == 0 and load.fatal == [] and load.failed == []
     seen = consume_all(cluster.bootstrap(2), len(load.sent))
     report = check(load.sent, seen)
@@ -214,9 +218,9 @@ def test_a_full_log_directory_goes_offline_and_nothing_acknowledged_is_lost(clus
     # The I/O-error variant: a disk that fails (EIO) after 1 MB more.
     cluster.restart(3, env={"ODRADEK_TEST_FAIL_WRITES": f"{cluster.small}:1000000"})
     pid = cluster.pid(3)
-    load.send(3000)
+    load.send(1500)
     cluster.wait(lambda: dirs_of(cluster, 3).get("small") == ErrorCode.KAFKA_STORAGE_ERROR, "small offline (EIO)")
-    load.send(1000)
+    load.send(500)
     assert load.flush() == 0 and load.fatal == [] and load.failed == []
     assert _alive(pid)
     cluster.wait(lambda: all(3 not in isr and leader != 3 for p, (leader, isr) in partitions(cluster).items()
