@@ -3,7 +3,7 @@ acknowledged is lost.
 
 One cluster for the module (three `odradek cluster up` nodes, log.dirs=data,small on each), node 3's
 `small` an 8 MB tmpfs the test mounts (root). An idempotent acks=all confluent-kafka producer writes a
-topic of 4 partitions (3 replicas, min.insync.replicas 2) until node 3's small disk is full:
+topic of 4 partitions (3 replicas, min.insync.replicas 2, all led by node 3) until node 3's small disk is full:
 
   * node 3's process stays up, DescribeLogDirs shows `small` with KAFKA_STORAGE_ERROR and `data` online;
   * every partition whose replica was in `small` leaves node 3 (the controller took it out of the ISR and
@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.messages import DescribeLogDirsRequest, MetadataRequest
+from odradek.protocol.messages import CreateTopicsRequest, DescribeLogDirsRequest, MetadataRequest
 
-from tests.harness.processes import OVERRIDES, Cluster, create_with_confluent, odradek
+from tests.harness.processes import OVERRIDES, Cluster, odradek
 
 from ..checker import Seen, Sent, check
 
@@ -166,7 +166,14 @@ def consume_all(bootstrap: str, expected: int) -> list[Seen]:
 
 
 def test_a_full_log_directory_goes_offline_and_nothing_acknowledged_is_lost(cluster):
-    create_with_confluent(cluster.bootstrap(1), TOPIC, PARTITIONS, replication=3)
+    # Node 3 leads every partition: the full disk is a leader's (the harder case: the producer is answered
+    # KAFKA_STORAGE_ERROR and must find the new leader) as well as a follower's, later.
+    topic = CreateTopicsRequest.CreatableTopic
+    created = cluster.request(1, CreateTopicsRequest(timeout_ms=20000, validate_only=False, topics=[topic(
+        name=TOPIC, num_partitions=-1, replication_factor=-1, configs=[], assignments=[
+            topic.CreatableReplicaAssignment(partition_index=i, broker_ids=[3, 1, 2] if i % 2 else [3, 2, 1])
+            for i in range(PARTITIONS)])]), 7, timeout_s=30)
+    assert created.topics[0].error_code == 0, created
     cluster.wait(lambda: all(len(isr) == 3 for _, isr in partitions(cluster).values()) and len(partitions(cluster)) == 4,
                  "the topic with every replica in sync")
     hosted = lambda: [n for d in (cluster.small, cluster.dir / "node-3" / "data") for n in os.listdir(d)  # noqa: E731
@@ -175,6 +182,7 @@ def test_a_full_log_directory_goes_offline_and_nothing_acknowledged_is_lost(clus
     in_small = sorted(int(n.rsplit("-", 1)[1]) for n in os.listdir(cluster.small) if n.startswith(TOPIC + "-"))
     in_data = [p for p in range(PARTITIONS) if p not in in_small]
     assert in_small and in_data  # node 3 placed replicas in both directories
+    assert all(leader == 3 for leader, _ in partitions(cluster).values())
     pid = cluster.pid(3)
 
     load = Load(cluster.bootstrap(1))
