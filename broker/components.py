@@ -138,6 +138,8 @@ def _build_on(
             node_id=cfg.node_id, config=cfg, data=data, image=lambda: publisher.image,
             broker_epoch=lambda: membership.broker_epoch, clock=now_ms,
         )
+    known = log_manager.get_log(METADATA_PARTITION)  # what replaying it at start is not news of (log_dirs.py)
+    data.metadata_known_through = known.log_end_offset if known is not None else -1
     publisher.register(PartitionHosting(data, log_manager, topic_settings(cfg), now_ms, replica_fetchers))
     quorum = _start_quorum(cfg, cluster_id, log_manager, publisher)
     log_dirs = LogDirs(log_manager, data, replica_fetchers, publisher, quorum.controller, node_id=cfg.node_id,

@@ -135,6 +135,9 @@ class ReplicaManager:
         # ... and who hears of a replica the image gives this broker but that cannot be hosted because a log
         # directory is offline (`on_offline_replica(tp, why)`: the controller must take it out of the ISR).
         self.on_offline_replica: Callable[[TopicPartition, str], None] | None = None
+        # The metadata log end offset this broker had when it started (-1: none): a partition whose creation
+        # is replayed from below it existed before this start, so it is not new (see apply_delta).
+        self.metadata_known_through = -1
 
     def know_brokers_by(self, *, replica_selector: ReplicaSelector | None,
                         replica_rack: Callable[[int, str], tuple[bool, str | None]],
@@ -320,8 +323,11 @@ class ReplicaManager:
                     # is new (not in the image before this update) or no data directory is offline. Otherwise its
                     # log may be on the failed directory, and an empty one made elsewhere could be elected
                     # leader (it is in the ISR until the controller hears) and serve a log without its records.
-                    new = not update.is_snapshot and index not in (
-                        previous.partitions if (previous := update.previous.topics_by_id.get(topic_id)) else ())
+                    # New: created by this update (not in the image before it), and not replayed at start from
+                    # the metadata log this broker already had (it existed then: its log may be on the disk).
+                    new = (not update.is_snapshot and (update.offset < 0 or update.offset > self.metadata_known_through)
+                           and index not in (previous.partitions if (previous := update.previous.topics_by_id.get(topic_id))
+                                             else ()))
                     try:
                         plog = log_manager.get_or_create_log(tp, topic_id=topic.topic_id.bytes, now_ms=now_ms,
                                                              is_new=new)

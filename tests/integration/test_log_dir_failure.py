@@ -13,7 +13,9 @@ topic of 4 partitions (3 replicas, min.insync.replicas 2, all led by node 3) unt
   * restarted with the disk still full, node 3 starts on its other directory; once space is back
     (the tmpfs grown) a restart brings `small` back and its replicas catch up into the ISR;
   * the I/O-error variant: node 3 restarted with an injected EIO after 1 MB in `small`
-    (ODRADEK_TEST_FAIL_WRITES, storage/faults.py) goes the same way.
+    (ODRADEK_TEST_FAIL_WRITES, storage/faults.py) goes the same way;
+  * the disk gone at a start (unmounted, its path no directory): node 3 starts on `data` alone and does not
+    make empty logs there for the replicas that were on `small`.
 Waits are bounded polls of the cluster's answers, never timed assertions.
 """
 
@@ -54,12 +56,14 @@ class JbodCluster(Cluster):
                                 env={**os.environ, **(env or {})})
         assert result.returncode == 0, result.stderr + self.logs()
 
-    def restart(self, node_id: int, *, env: dict[str, str] | None = None) -> None:
+    def restart(self, node_id: int, *, env: dict[str, str] | None = None, while_down=None) -> None:
         pid = self.pid(node_id)
         os.kill(pid, signal.SIGTERM)
         self.wait(lambda: not _alive(pid), f"node {node_id} stopped", timeout_s=40)
         # (An exited node nobody reaped still answers kill(pid, 0): `cluster up` would take it for running.)
         (self.dir / f"node-{node_id}" / "node.pid").unlink()
+        if while_down is not None:
+            while_down()
         self.up(env=env)
 
 
@@ -95,7 +99,8 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         odradek("cluster", "down", "--dir", str(base), "--timeout", "10")
-        subprocess.run(["umount", "-l", str(small)], check=False)
+        if small.is_dir():
+            subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 def dirs_of(cluster: Cluster, node_id: int) -> dict[str, int]:
@@ -237,3 +242,17 @@ def test_a_full_log_directory_goes_offline_and_nothing_acknowledged_is_lost(clus
     report = check(load.sent, seen)
     assert report.problems() == {}, report.summary()
     assert "Input/output error (injected)" in (cluster.dir / "node-3" / "node.log").read_text()
+
+    # The disk is gone at the next start (its mount point is no directory now): node 3 starts on `data`, and
+    # does not make new, empty logs there for the replicas that were on `small` (they may be elected).
+    def disk_gone() -> None:
+        subprocess.run(["umount", str(cluster.small)], check=True)
+        cluster.small.rmdir()
+        cluster.small.write_text("not a directory")
+
+    cluster.restart(3, while_down=disk_gone)
+    assert dirs_of(cluster, 3) == {"data": 0, "small": ErrorCode.KAFKA_STORAGE_ERROR}
+    assert "log directory offline at start" in (cluster.dir / "node-3" / "node.log").read_text()
+    cluster.wait(lambda: all(3 in partitions(cluster)[p][1] for p in in_data), "node 3 serving its data replicas")
+    assert not {f"{TOPIC}-{p}" for p in in_small} & set(os.listdir(cluster.dir / "node-3" / "data"))
+    assert all(3 not in partitions(cluster)[p][1] for p in in_small)

@@ -168,6 +168,16 @@ def test_a_replica_that_is_not_new_waits_offline_while_a_directory_is(tmp_path):
     publisher.publish(MetadataUpdate(first, second, frozenset({TOPIC_ID})))  # partition 1 is created now
     assert replicas.get_partition(tp1) is not None and manager.dir_of(tp1).path == str(tmp_path / "a")
     assert told == [tp0]
+    # Replayed at start from the metadata log the broker had (offset 40 at most), a creation is not news.
+    replicas.metadata_known_through = 40
+    third = image_with({**second.topics_by_id[TOPIC_ID].partitions,
+                        2: PartitionImage((1, 2), (1, 2), leader=1, leader_epoch=0, partition_epoch=0)})
+    publisher.publish(MetadataUpdate(second, third, frozenset({TOPIC_ID}), offset=40))
+    assert TopicPartition("t", 2) in replicas.offline_partitions and told == [tp0, TopicPartition("t", 2)]
+    fourth = image_with({**third.topics_by_id[TOPIC_ID].partitions,
+                         3: PartitionImage((1, 2), (1, 2), leader=1, leader_epoch=0, partition_epoch=0)})
+    publisher.publish(MetadataUpdate(third, fourth, frozenset({TOPIC_ID}), offset=41))  # fetched after the start
+    assert replicas.get_partition(TopicPartition("t", 3)) is not None
 
 
 def test_a_coordinator_write_that_meets_an_io_error_reports_the_directory(tmp_path):
