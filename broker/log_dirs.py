@@ -33,9 +33,11 @@ OfflineLogDirs and the controller, which tracks each replica's directory (Partit
 finds the partitions. Odradek's image does not track directories (PartitionRecord v0), so the broker,
 which knows which replicas were in the directory, names them: AssignReplicasToDirs with DirectoryId.LOST,
 which the controller answers by taking this broker out of their ISR and leadership at once (not after
-replica.lag.time.max.ms). A replica the image gives this broker later, that is not new and has no log
-here while a directory is offline, is reported the same way (`replica_offline`): its log may be on the
-failed disk, and Kafka's getOrCreateLog refuses to create it elsewhere for the same reason.
+replica.lag.time.max.ms). A replica the image gives this broker, that has no log here while a directory
+is offline and is not new (its partition existed before this broker started: ReplicaManager.
+metadata_known_through), is reported the same way (`replica_offline`): its log may be on the failed disk
+(one that failed at start could not even be listed), and an empty log made elsewhere would pass for a
+replica that lost everything; Kafka's getOrCreateLog refuses to create it for the same reason.
 
 The metadata log directory (metadata.log.dir, else the first of log.dirs) is the exception: Kafka stops
 the broker when it fails, and so does this one (the daemon, through `on_fatal_error`): a node that cannot
