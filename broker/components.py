@@ -45,6 +45,7 @@ from odradek.raft.storage_log import StorageRaftLog
 from odradek.replication.hosting import PartitionHosting
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.purgatory.timing_wheel import Timer
+from odradek.storage import faults as storage_faults
 from odradek.storage.log_manager import LogManager
 from odradek.storage.meta_properties import claim_for_cluster, read_meta_properties
 from odradek.storage.names import LOCK_FILE, TopicPartition
@@ -99,6 +100,9 @@ async def build_node(
         # A lone node's first start on new directories: it formats them itself (see _format_lone_node), the
         # cluster id written with the rest of meta.properties as the log manager claims them.
         cluster_id = new_cluster_id()
+    if os.environ.get("ODRADEK_TEST_FAIL_WRITES"):  # tests only: injected I/O errors (storage/faults.py)
+        for path, after_bytes in storage_faults.parse(os.environ["ODRADEK_TEST_FAIL_WRITES"]).items():
+            storage_faults.arm(path, after_bytes)
     log_manager = LogManager(
         data_dirs, now_ms=now_ms(), node_id=cfg.node_id, cluster_id=cluster_id,
         retention_check_interval_ms=cfg.log_retention_check_interval_ms,
@@ -138,6 +142,8 @@ def _build_on(
         )
     dynamic_config = DynamicBrokerConfig(cfg)  # dynamic broker configs over cfg, per image
     publisher.register(dynamic_config)
+    known = log_manager.get_log(METADATA_PARTITION)  # what replaying it at start is not news of (log_dirs.py)
+    data.metadata_known_through = known.log_end_offset if known is not None else -1
     publisher.register(PartitionHosting(data, log_manager, topic_settings(dynamic_config), now_ms, replica_fetchers))
     quorum = _start_quorum(cfg, cluster_id, log_manager, publisher)
     log_dirs = LogDirs(log_manager, data, replica_fetchers, publisher, quorum.controller, node_id=cfg.node_id,
@@ -159,7 +165,7 @@ def _build_on(
                                                                    markers, now_ms),
     )
     publisher.register(StartWhenLeading(services, cfg.node_id, after_state_change))
-    metrics, metrics_server = _start_metrics(cfg, data, publisher, loop, quorum.driver, membership)
+    metrics, metrics_server = _start_metrics(cfg, data, publisher, loop, quorum.driver, membership, log_dirs)
     metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
@@ -469,7 +475,7 @@ def registration_endpoints(cfg: BrokerConfig, bound_ports: dict[str, int]) -> li
 
 def _start_metrics(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataPublisher,
                    loop: asyncio.AbstractEventLoop, quorum: QuorumDriver,
-                   membership: Membership) -> tuple[Metrics, MetricsServer | None]:
+                   membership: Membership, log_dirs: LogDirs) -> tuple[Metrics, MetricsServer | None]:
     metrics = Metrics(node_id=cfg.node_id)
     metrics.bind_loop(loop)
     metrics.set_partition_count_source(lambda: len(data.partitions))
@@ -478,8 +484,8 @@ def _start_metrics(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataP
     metrics.set_log_size_source(
         lambda: [(tp.topic, tp.partition, p.log.size_bytes) for tp, p in data.partitions.items()]
     )
-    metrics.set_replication_source(
-        lambda: {**replication_counts(_Parts(data, publisher)), **quorum_figures(quorum, membership, now_ms())})
+    metrics.set_replication_source(lambda: {
+        **replication_counts(_Parts(data, publisher)), **quorum_figures(quorum, membership, now_ms()), **log_dirs.gauges()})
     port = cfg.metrics_port
     server = metrics.start_http_server(port, cfg.metrics_host) if port else None
     if server is not None:

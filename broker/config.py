@@ -104,6 +104,7 @@ NON_CONFIG_ENV_VARS = frozenset({
     "ODRADEK_TXN_FAULT_STEPS",
     "ODRADEK_TXN_DEBUG",
     "ODRADEK_TEST_FSYNC_JOURNAL",  # the power-loss tests: record fsyncs (storage/fsync_journal.py; pytest only)
+    "ODRADEK_TEST_FAIL_WRITES",  # the log directory tests: injected I/O errors (storage/faults.py)
 })
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -157,6 +157,13 @@ async def _run(config) -> int:
             print(f"odradek: cannot start: {e}", file=sys.stderr)
         await broker.stop()
         return 1
+    fatal: list[str] = []
+
+    def stop_for(why: str) -> None:  # the metadata log directory failed (broker/log_dirs.py)
+        fatal.append(why)
+        stop.set()
+
+    broker.on_fatal_error(stop_for)
     for name, host, port in [*broker.bound, *broker.controller_bound]:
         if json_mode:
             log.info("listening", node=config.node_id, listener=name, host=host, port=port, url=f"{name}://{host}:{port}")
@@ -164,8 +171,11 @@ async def _run(config) -> int:
             print(f"odradek broker {config.node_id} listening on {name}://{host}:{port}", flush=True)
     await stop.wait()
     if json_mode:
-        log.info("shutting down", node=config.node_id)
+        if fatal:
+            log.error("shutting down", node=config.node_id, cause=fatal[0])
+        else:
+            log.info("shutting down", node=config.node_id)
     else:
-        print("odradek: shutting down", flush=True)
+        print(f"odradek: shutting down{': ' + fatal[0] if fatal else ''}", flush=True)
     await broker.stop()
-    return 0
+    return 1 if fatal else 0

@@ -18,6 +18,31 @@ Theory of operation
     with its other directories (Kafka's LogDirFailureChannel and offline-directory handling). The
     directory's id is listed by `offline_dir_ids` (DescribeLogDirs shows the directory with
     KAFKA_STORAGE_ERROR).
+
+A directory's life: online -> offline, once, on the first I/O error met in it (later ones find it offline
+and change nothing), logged once with the directory, the cause and the partitions it took, counted in
+`odradek_log_directories_offline` / `odradek_replicas_offline`. It stays offline until the broker restarts
+(Kafka's rule too: a disk that failed once is not trusted again behind the operator's back); a restart
+finds it online again if it can be opened, else it starts offline and the node serves from its other
+directories (LogManager._failed_at_start). A full disk is such an error: segment appends raise the
+ENOSPC itself (storage/segment.py) and index pages are given blocks before they are written
+(storage/index.py), so a full disk is never a half-written batch, nor SIGBUS.
+
+How the controller is told. Kafka (KIP-858) names the failed directory in BrokerHeartbeat's
+OfflineLogDirs and the controller, which tracks each replica's directory (PartitionRecord.Directories),
+finds the partitions. Odradek's image does not track directories (PartitionRecord v0), so the broker,
+which knows which replicas were in the directory, names them: AssignReplicasToDirs with DirectoryId.LOST,
+which the controller answers by taking this broker out of their ISR and leadership at once (not after
+replica.lag.time.max.ms). A replica the image gives this broker, that has no log here while a directory
+is offline and is not new (its partition existed before this broker started: ReplicaManager.
+metadata_known_through), is reported the same way (`replica_offline`): its log may be on the failed disk
+(one that failed at start could not even be listed), and an empty log made elsewhere would pass for a
+replica that lost everything; Kafka's getOrCreateLog refuses to create it for the same reason.
+
+The metadata log directory (metadata.log.dir, else the first of log.dirs) is the exception: Kafka stops
+the broker when it fails, and so does this one (the daemon, through `on_fatal_error`): a node that cannot
+keep the metadata log cannot follow the cluster. Put the data on other disks than the metadata log
+(log.dirs after the first, or a separate metadata.log.dir) to have a data disk fail alone.
 """
 
 from __future__ import annotations
@@ -79,13 +104,27 @@ class LogDirs:
         self._reporting: asyncio.Task | None = None
         self.unreported: set[TopicPartition] = set()  # offline replicas the controller has not heard of yet
         self.moves_completed = 0
+        self.failures = 0  # directories that went offline since start (at start included)
+        self._on_fatal: Callable[[str], None] | None = None
+        self._fatal: str | None = None  # why the node is stopping (its metadata log directory failed)
 
     def follow_with(self, fetchers: ReplicaFetcherManager) -> None:
         """The follower fetchers that replaced the first ones (node.Node.follow_with)."""
         self.fetchers = fetchers
 
+    def on_fatal_error(self, callback: Callable[[str], None]) -> None:
+        """Who stops the node when the metadata log directory fails (`callback(why)`: the daemon)."""
+        self._on_fatal = callback
+
     def start(self) -> None:
-        self.data.report_storage_errors_to(self.storage_failed)
+        self.data.report_storage_errors_to(self.storage_failed, self.replica_offline)
+        for path, why in self.log_manager.failed_at_start:
+            self.failures += 1
+            log.error("log directory offline at start; the node starts with its other directories", log_dir=path,
+                      cause=why, online=[d.path for d in self.log_manager.dirs if d.online])
+        if self.data.offline_partitions:  # refused while the image was applied, before this start
+            self.unreported.update(self.data.offline_partitions)
+            self._reporting = asyncio.get_running_loop().create_task(self._report())
         self._task = asyncio.get_running_loop().create_task(self._mover())
         if self.log_manager.future_logs:
             self._wake.set()  # moves that were under way at the last shutdown resume
@@ -186,9 +225,26 @@ class LogDirs:
         d = next((d for d in manager.dirs if path == d.path or path.startswith(d.path + "/")), None)
         if d is None or not d.online:
             return  # not a log directory's, or offline already (and handled then)
+        if d.path == manager.metadata_log_dir and self._fatal is not None:
+            return  # stopping for it already
+        if d.path == manager.metadata_log_dir and self._on_fatal is not None:
+            # Kafka stops the broker when its metadata log directory fails: the node can no longer keep the
+            # metadata log (nor, as a voter, vote), and a broker that cannot follow the metadata would serve
+            # on a stale view for ever. The daemon stops it cleanly (exit status 1); its replicas move as
+            # when any broker stops. (Put data elsewhere, in log.dirs after the first or with
+            # metadata.log.dir, to have a data disk fail alone.) A broker embedded without that callback
+            # (tests) takes the directory offline as any other.
+            log.critical("the metadata log directory failed; stopping the node", log_dir=d.path, cause=error)
+            self.failures += 1
+            self._fatal = f"the metadata log directory {d.path} failed: {error}"
+            self._on_fatal(self._fatal)
+            return
         gone = manager.mark_dir_offline(path, error)
-        log.error("log directory failed; its replicas are offline on this broker", log_dir=d.path, error=error,
-                  partitions=len(gone))
+        self.failures += 1
+        names = sorted(str(tp) for tp in gone)
+        log.error("log directory offline; its replicas stop here and the controller moves them", log_dir=d.path,
+                  cause=error, partitions=len(gone), affected=names[:20] + ([f"... {len(names) - 20} more"]
+                                                                          if len(names) > 20 else []))
         fetchers = self.fetchers
         for tp in gone:
             if fetchers is not None:
@@ -201,6 +257,19 @@ class LogDirs:
             log.critical("every data log directory of this broker is offline")
         if self.unreported and (self._reporting is None or self._reporting.done()):
             self._reporting = asyncio.get_running_loop().create_task(self._report())
+
+    def replica_offline(self, tp: TopicPartition, why: str) -> None:
+        """A replica the image gives this broker that it cannot host while a directory is offline (its log
+        may be there: see LogManager.get_or_create_log): the controller is told, as for the directory's own."""
+        log.warning("replica not hosted: a log directory is offline", partition=str(tp), cause=why)
+        self.unreported.add(tp)
+        if self._reporting is None or self._reporting.done():
+            self._reporting = asyncio.get_running_loop().create_task(self._report())
+
+    def gauges(self) -> dict[str, int]:
+        """Kafka's OfflineLogDirectoryCount and OfflineReplicaCount."""
+        return {"offline_log_dirs": sum(1 for d in self.log_manager.dirs if not d.online),
+                "offline_replicas": len(self.data.offline_partitions)}
 
     def check_failed_paths(self) -> None:
         """I/O errors met in worker threads (flushes, checkpoints), handled here on the event loop."""

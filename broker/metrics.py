@@ -167,6 +167,10 @@ _REPLICATION_GAUGES = {
                              "Partitions without a leader or ISR whose eligible leader replicas (ELR) are all away"),
     "no_eligible_leader": ("odradek_partitions_without_eligible_replica",
                            "Partitions without a leader, ISR or eligible replica: they wait for an unclean election"),
+    # Kafka's OfflineLogDirectoryCount and OfflineReplicaCount (broker/log_dirs.py).
+    "offline_log_dirs": ("odradek_log_directories_offline", "Log directories of this broker that are offline"),
+    "offline_replicas": ("odradek_replicas_offline",
+                         "Replicas this broker cannot host because their log directory is offline"),
     # KIP-392 (counts since start): consumer reads this broker served as a follower, and consumer fetches it
     # answered as leader with a preferred read replica.
     "follower_consumer_reads": ("odradek_fetch_follower_reads", "Consumer fetch reads with records served as follower"),

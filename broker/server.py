@@ -14,6 +14,7 @@ import asyncio
 import ipaddress
 import socket
 import time
+from collections.abc import Callable
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
@@ -358,6 +359,11 @@ class Broker:
     @property
     def log_dirs(self) -> LogDirs | None:
         return None if self._node is None else self._node.log_dirs
+
+    def on_fatal_error(self, callback: Callable[[str], None]) -> None:
+        """Who stops this broker when it cannot go on (its metadata log directory failed): the daemon."""
+        if self._node is not None:
+            self._node.log_dirs.on_fatal_error(callback)
 
     @property
     def txn_marker_sender(self) -> MarkerSender | None:

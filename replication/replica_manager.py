@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from odradek.protocol.errors import ErrorCode, error_code_of
-from odradek.storage.errors import OffsetOutOfRangeError, StorageError
+from odradek.storage.errors import KafkaStorageError, OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import SENTINEL, AppendOrigin, VerificationGuard
 
@@ -136,6 +136,12 @@ class ReplicaManager:
         # partitions are), and who hears of an I/O error met here: `on_storage_error(log directory, error)`.
         self.offline_partitions: set[TopicPartition] = set()
         self.on_storage_error: Callable[[str, str], None] | None = None
+        # ... and who hears of a replica the image gives this broker but that cannot be hosted because a log
+        # directory is offline (`on_offline_replica(tp, why)`: the controller must take it out of the ISR).
+        self.on_offline_replica: Callable[[TopicPartition, str], None] | None = None
+        # The metadata log end offset this broker had when it started (-1: none): a partition whose creation
+        # is replayed from below it existed before this start, so it is not new (see apply_delta).
+        self.metadata_known_through = -1
 
     def know_brokers_by(self, *, replica_selector: ReplicaSelector | None,
                         replica_rack: Callable[[int, str], tuple[bool, str | None]],
@@ -146,9 +152,12 @@ class ReplicaManager:
         self.replica_rack = replica_rack
         self.is_broker_alive = is_broker_alive
 
-    def report_storage_errors_to(self, on_storage_error: Callable[[str, str], None]) -> None:
-        """Who hears of an I/O error met here: `on_storage_error(log directory, error)` (the log directories)."""
+    def report_storage_errors_to(self, on_storage_error: Callable[[str, str], None],
+                                 on_offline_replica: Callable[[TopicPartition, str], None] | None = None) -> None:
+        """Who hears of an I/O error met here: `on_storage_error(log directory, error)` (the log directories),
+        and of a replica that cannot be hosted while a directory is offline: `on_offline_replica(tp, why)`."""
         self.on_storage_error = on_storage_error
+        self.on_offline_replica = on_offline_replica
 
     # -- hosting --
 
@@ -337,9 +346,26 @@ class ReplicaManager:
                 if tp in self.offline_partitions:
                     continue  # its log directory failed: offline here until the broker restarts, as in Kafka
                 partition = self.get_partition(tp)
-                plog = partition.log if partition is not None else log_manager.get_or_create_log(
-                    tp, topic_id=topic.topic_id.bytes, now_ms=now_ms
-                )
+                if partition is not None:
+                    plog = partition.log
+                else:
+                    # Kafka's getOrCreateLog(isNew): a replica with no log here is created only if the partition
+                    # is new (not in the image before this update) or no data directory is offline. Otherwise its
+                    # log may be on the failed directory, and an empty one made elsewhere could be elected
+                    # leader (it is in the ISR until the controller hears) and serve a log without its records.
+                    # New: created by this update (not in the image before it), and not replayed at start from
+                    # the metadata log this broker already had (it existed then: its log may be on the disk).
+                    new = (not update.is_snapshot and (update.offset < 0 or update.offset > self.metadata_known_through)
+                           and index not in (previous.partitions if (previous := update.previous.topics_by_id.get(topic_id))
+                                             else ()))
+                    try:
+                        plog = log_manager.get_or_create_log(tp, topic_id=topic.topic_id.bytes, now_ms=now_ms,
+                                                             is_new=new)
+                    except KafkaStorageError as e:
+                        self.offline_partitions.add(tp)
+                        if self.on_offline_replica is not None:
+                            self.on_offline_replica(tp, str(e))
+                        continue
                 self.apply_partition_state(
                     tp, topic_id=topic.topic_id, log=plog, leader_id=p.leader, leader_epoch=p.leader_epoch,
                     replicas=p.replicas, isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
@@ -463,7 +489,12 @@ class ReplicaManager:
         partition = self.partitions.get(tp)
         if partition is None:
             raise ReplicationError(f"{tp} is not hosted here")
-        info = partition.log.append(batches, leader_epoch=partition.leader_epoch, now_ms=now_ms, origin=AppendOrigin.COORDINATOR)
+        try:
+            info = partition.log.append(batches, leader_epoch=partition.leader_epoch, now_ms=now_ms,
+                                        origin=AppendOrigin.COORDINATOR)
+        except OSError as e:  # the coordinator's write fails as a client's would, and the directory goes offline
+            self._storage_failed(partition, e)
+            raise KafkaStorageError(f"{tp}: {e}") from e
         if partition.maybe_advance_high_watermark(now_ms):
             self.produce_purgatory.check_and_complete(tp)
         self._log_grew(tp)

@@ -49,6 +49,7 @@ import threading
 from collections import OrderedDict
 
 _MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)  # not on every platform
+_BACK_BYTES = 64 * 1024
 
 
 class CorruptIndexError(Exception):
@@ -110,7 +111,7 @@ class _IndexFile:
     ENTRY: struct.Struct
 
     __slots__ = ("path", "base_offset", "entry_size", "max_entries", "_maps", "_mm", "_length", "_entries",
-                 "_checked", "_deleted", "_unsynced", "_tail")
+                 "_checked", "_deleted", "_unsynced", "_tail", "_backed")
 
     def __init__(self, path: str, base_offset: int, max_index_bytes: int, *, create: bool = False,
                  preallocate: bool = True, maps: IndexMaps | None = None) -> None:
@@ -126,6 +127,7 @@ class _IndexFile:
         self._deleted = False
         self._unsynced = False  # the file changed since the last flush
         self._tail: tuple | None = None  # the last entry as written by this process (None: read it from the file)
+        self._backed = 0  # the file's first bytes known to have disk blocks (see _back)
         if create:
             self._create(preallocate)  # (no lock: no other thread knows this index yet)
 
@@ -150,6 +152,7 @@ class _IndexFile:
                 os.close(fd)
         self._length = length
         self._entries = 0
+        self._backed = 0
         self._checked = True
         self._unsynced = self._unsynced or existed > 0
 
@@ -196,6 +199,25 @@ class _IndexFile:
             self._maps.used(self)
         return mm
 
+    def _back(self, end: int) -> None:
+        """Give the file disk blocks up to `end` (and up to `_BACK_BYTES` beyond, within the file) before the
+        map writes there. The file is sparse; a store into a page of it that the file system cannot back
+        (a full disk, a tmpfs at its size limit) is not an error a write could return but SIGBUS, which
+        kills the process. posix_fallocate turns that into an OSError(ENOSPC) here, which the append
+        answers like any other I/O error (the log directory goes offline). Once per `_BACK_BYTES` of index
+        (64 KiB: some 8,000 entries), a no-op where the blocks exist already."""
+        limit = self._file_length()
+        start = self._backed
+        stop = min(limit, max(end, start + _BACK_BYTES))
+        if stop <= start:
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, start, stop - start)
+        finally:
+            os.close(fd)
+        self._backed = stop
+
     def _resize(self, length: int) -> None:
         """Set the file's length, creating it if needed (unmapped first; mapped again on next use). Lock held."""
         self._unmap()
@@ -205,6 +227,7 @@ class _IndexFile:
         finally:
             os.close(fd)
         self._length = length
+        self._backed = min(self._backed, length)
         self._unsynced = True
 
     def _unmap(self) -> None:
@@ -407,6 +430,9 @@ class _IndexFile:
         if known_length is None or known_length < (entries + 1) * self.entry_size:
             if self._file_length() < (entries + 1) * self.entry_size:
                 self._resize(max(self.max_entries, entries + 1) * self.entry_size)
+        end = (entries + 1) * self.entry_size
+        if end > self._backed:
+            self._back(end)
         mm = self._mm
         if mm is None:
             mm = self._view()

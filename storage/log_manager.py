@@ -40,7 +40,12 @@ into place and deletes the old one, in one step of the caller's thread so no app
 A directory fails when an I/O error is met in it (`mark_dir_offline`, called by whoever met the error):
 its logs leave the manager (each released; nothing more is written there) and are reported as offline;
 the other directories carry on. The broker takes the offline replicas out of service and tells the
-controller, which moves their leadership elsewhere, rather than the whole node failing.
+controller, which moves their leadership elsewhere, rather than the whole node failing. A directory that
+cannot be opened at start (an OSError creating, reading, locking or loading it) starts offline the same
+way and the node opens with the others (`failed_at_start`); a directory that is someone else's, or locked
+by a running broker, still refuses the start, and so does the metadata log directory failing or every
+data directory (Kafka stops then too). While a data directory is offline, a log is created only for a
+partition that is new (`get_or_create_log(is_new=...)`): any other may have its log on the failed disk.
 
 The broker drives the rest with `maybe_*` hooks on a schedule, each taking `now_ms` and returning what it
 did: retention (`maybe_delete_old_segments`, every `retention_check_interval_ms`), flushing
@@ -182,21 +187,34 @@ class LogManager:
         self._last_checkpoint_ms = now_ms
         self._last_expiration_ms = now_ms
         self.had_clean_shutdown = False
+        self.failed_at_start: list[tuple[str, str]] = []  # (directory, why) of those that started offline
 
         try:
             for d in self.dirs:
-                os.makedirs(d.path, exist_ok=True)
-                self._check_identity(d, node_id, cluster_id)
-            ids = [d.directory_id for d in self.dirs if d.directory_id is not None]
+                try:
+                    os.makedirs(d.path, exist_ok=True)
+                    self._check_identity(d, node_id, cluster_id)
+                except OSError as e:
+                    self._failed_at_start(d, e)
+            ids = [d.directory_id for d in self.dirs if d.directory_id is not None and d.online]
             if len(ids) != len(set(ids)):
                 raise ForeignLogDirectoryError(
                     f"two log directories have the same directory.id ({', '.join(d.path for d in self.dirs)}): "
                     "a directory was copied; refusing to use them")
-            for d in self.dirs:
-                self._lock(d)
-            for d in self.dirs:
-                self._load(d, now_ms)
-            self.had_clean_shutdown = all(d.had_clean_shutdown for d in self.dirs)
+            for d in self.online_dirs():
+                try:
+                    self._lock(d)
+                except LogDirectoryLockedError:
+                    raise
+                except OSError as e:
+                    self._failed_at_start(d, e)
+            for d in self.online_dirs():
+                try:
+                    self._load(d, now_ms)
+                except OSError as e:
+                    self._failed_at_start(d, e)
+            self._check_enough_online()
+            self.had_clean_shutdown = all(d.had_clean_shutdown for d in self.dirs if d.online)
         except BaseException:
             for d in self.dirs:
                 self._unlock(d)
@@ -230,6 +248,39 @@ class LogManager:
                 f"{d.path} belongs to cluster {props['cluster.id']}, not to cluster {cluster_id}; "
                 "refusing to use it")
         d.directory_id = props.get("directory.id")
+
+    def online_dirs(self) -> list[LogDir]:
+        return [d for d in self.dirs if d.online]
+
+    def _failed_at_start(self, d: LogDir, error: OSError) -> None:
+        """An I/O error opening `d` (it cannot be created, read, locked or loaded: a dead or full disk, a
+        mount gone read-only): it starts offline and the node goes on with its other directories, as
+        Kafka's LogManager does (a directory failing at start is added to the offline ones). Its logs
+        loaded before the error are dropped again; none is created elsewhere (see get_or_create_log)."""
+        d.online = False
+        d.error = f"{error.strerror or error} ({type(error).__name__}, errno {error.errno}) at start"
+        for tp in [tp for tp, where in self._dir_of.items() if where is d]:
+            try:
+                self._forget(tp).release()
+            except OSError:
+                pass
+        for tp in [tp for tp, where in self._future_dir_of.items() if where is d]:
+            del self._future_dir_of[tp]
+            self._future_logs.pop(tp).release()
+        self._unlock(d)
+        self.failed_at_start.append((d.path, d.error))
+
+    def _check_enough_online(self) -> None:
+        """Kafka stops when the metadata log directory fails, or when every data directory has: so does a
+        start here, naming what failed (a node without its metadata log cannot follow the quorum, one
+        without any data directory cannot host a replica)."""
+        metadata = self.find_dir(self.metadata_log_dir)
+        if metadata is not None and not metadata.online:
+            raise KafkaStorageError(f"the metadata log directory {metadata.path} cannot be used: {metadata.error}; "
+                                    "a node does not start without it")
+        if not any(d.online and d.placement for d in self.dirs):
+            failed = "; ".join(f"{d.path}: {d.error}" for d in self.dirs if d.placement)
+            raise KafkaStorageError(f"every log directory of this node failed ({failed})")
 
     def _lock(self, d: LogDir) -> None:
         fd = os.open(os.path.join(d.path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
@@ -326,6 +377,17 @@ class LogManager:
         self._topic_logs.setdefault(tp.topic, {})[tp] = log
         self._dir_of[tp] = d
 
+    def _forget(self, tp: TopicPartition) -> Log:
+        """Take `tp`'s current log out of the manager (the caller releases or deletes it)."""
+        log = self._logs.pop(tp)
+        del self._dir_of[tp]
+        self._timed_flush.discard(tp)
+        same_topic = self._topic_logs.get(tp.topic, {})
+        same_topic.pop(tp, None)
+        if not same_topic:
+            self._topic_logs.pop(tp.topic, None)
+        return log
+
     def _note_roll(self) -> None:
         self._rolled = True
 
@@ -386,14 +448,21 @@ class LogManager:
         return min(candidates, key=lambda d: counts[id(d)])  # (min keeps the first of equals: log.dirs order)
 
     def get_or_create_log(self, tp: TopicPartition, *, now_ms: int, topic_id: bytes | None = None,
-                          log_dir: str | None = None) -> Log:
+                          log_dir: str | None = None, is_new: bool = True) -> Log:
         """The partition's log, created (in `log_dir` if given, else the least-loaded data directory) when
         there is none. A partition whose directory failed is not created again elsewhere (KafkaStorageError):
-        its data is still on the failed disk, as Kafka keeps it offline until the broker restarts."""
+        its data is still on the failed disk, as Kafka keeps it offline until the broker restarts. Nor is a
+        partition that is not new (`is_new` False: it existed before) while any data directory is offline,
+        as Kafka's getOrCreateLog refuses: its log may be on that directory, and an empty one made elsewhere
+        would pass for a replica that lost everything."""
         log = self._logs.get(tp)
         if log is None:
             if tp in self.offline_partitions:
                 raise KafkaStorageError(f"{tp} is in an offline log directory")
+            offline = [d.path for d in self.dirs if not d.online and d.placement]
+            if not is_new and offline:
+                raise KafkaStorageError(f"Can not create log for {tp} because log directories {','.join(offline)} "
+                                        "are offline")
             d = self.find_dir(log_dir) if log_dir is not None else self._next_dir()
             if d is None or not d.online:
                 raise KafkaStorageError(f"log directory {log_dir} is not a log directory of this node, or is offline")
@@ -508,13 +577,7 @@ class LogManager:
         d.error = error
         gone = [tp for tp, where in self._dir_of.items() if where is d]
         for tp in gone:
-            log = self._logs.pop(tp)
-            del self._dir_of[tp]
-            self._timed_flush.discard(tp)
-            same_topic = self._topic_logs.get(tp.topic, {})
-            same_topic.pop(tp, None)
-            if not same_topic:
-                self._topic_logs.pop(tp.topic, None)
+            log = self._forget(tp)
             try:
                 log.release()
             except OSError:

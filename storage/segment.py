@@ -36,7 +36,7 @@ from odradek.protocol.codec import FileRegion
 from odradek.protocol.errors import CorruptRecordError
 from odradek.protocol.records import iter_records, peek_offset_and_length
 
-from .errors import KafkaStorageError
+from . import faults
 from .index import CorruptIndexError, IndexMaps, OffsetIndex, TimeIndex
 from .names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_file_name
 from .scan import check_stored_batch, iter_batches, iter_headers
@@ -339,19 +339,25 @@ class LogSegment:
         self._check_indexes()
         if self._max_timestamp is None:
             self.max_timestamp
+        recent = self._recent
         try:
+            if faults.ARMED:
+                faults.check(self.directory, len(data))
             write_fully(fd, data, position)
-        except OSError as e:
+            for rel, size, last_offset, timestamp in batches:
+                self._index_batch(position + rel, size, last_offset, timestamp)
+                start = position + rel
+                recent += ((peek_offset_and_length(data, rel)[0], last_offset, start, start + size),)
+        except OSError:
+            # A full disk (ENOSPC) or a failing one (EIO), in the log file or an index: nothing of this append
+            # stays (a half-written batch would be read as the log's end after a restart, and the file's
+            # size must stay the segment's), and the error goes up as it is, so that whoever met it takes
+            # the directory offline (Kafka's LogDirFailureChannel) rather than answering it as one bad request.
             try:
                 os.ftruncate(fd, position)
             except OSError:
                 pass
-            raise KafkaStorageError(f"cannot append to {self.path()}: {e}") from e
-        recent = self._recent
-        for rel, size, last_offset, timestamp in batches:
-            self._index_batch(position + rel, size, last_offset, timestamp)
-            start = position + rel
-            recent += ((peek_offset_and_length(data, rel)[0], last_offset, start, start + size),)
+            raise
         self._recent = recent[-RECENT_BATCHES:]
         if self._first_batch_timestamp is None and batches:
             self._first_batch_timestamp = batches[0][3]

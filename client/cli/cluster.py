@@ -186,7 +186,12 @@ async def cluster_log_dirs(args: argparse.Namespace, out: Output) -> int:
     rows = []
     for node, ds in dirs.items():
         for d in ds:
+            # An offline directory (its disk failed or filled up) has no partitions to list: it gets a row of
+            # its own, so that the operator sees it (DescribeLogDirs answers it KAFKA_STORAGE_ERROR).
+            status = "online" if d["error"] == "NONE" else f"offline ({d['error']})"
+            if not d["partitions"] or status != "online":
+                rows.append([node, d["log_dir"], status, "-", "-", "-"])
             for tp, size in sorted(d["partitions"].items()):
-                rows.append([node, d["log_dir"], tp.topic, tp.partition, size])
-    out.table(["BROKER", "LOG DIR", "TOPIC", "PARTITION", "SIZE"], rows)
+                rows.append([node, d["log_dir"], status, tp.topic, tp.partition, size])
+    out.table(["BROKER", "LOG DIR", "STATUS", "TOPIC", "PARTITION", "SIZE"], rows)
     return EXIT_OK

@@ -179,7 +179,11 @@ async def test_a_failed_directory_on_a_lone_broker_takes_only_its_partitions_off
         manager = broker.log_manager
         dirs = {i: manager.dir_of(TopicPartition("lone", i)) for i in (0, 1)}
         assert dirs[0] is not dirs[1]  # one in each directory
-        broken = TopicPartition("lone", 1)
+        # The broken one is the partition outside the metadata log directory (the first of log.dirs): that
+        # directory failing stops the node, as in Kafka (broker/log_dirs.py).
+        bad = next(i for i in (0, 1) if dirs[i].path != manager.metadata_log_dir)
+        good = 1 - bad
+        broken = TopicPartition("lone", bad)
 
         def broken_disk(*_args, **_kwargs):
             raise OSError(errno.EIO, "Input/output error")
@@ -189,12 +193,12 @@ async def test_a_failed_directory_on_a_lone_broker_takes_only_its_partitions_off
         for i in (0, 1):
             broker.data.append_records({TopicPartition("lone", i): bytearray(build_batch([(None, b"x", None, 0)]))},
                                        required_acks=1, timeout_ms=1000, now_ms=broker.now_ms(), respond=results.update)
-        assert results[TopicPartition("lone", 0)].error_code == 0
+        assert results[TopicPartition("lone", good)].error_code == 0
         assert results[broken].error_code == ErrorCode.KAFKA_STORAGE_ERROR
-        await until(lambda: broker.metadata.image.topics_by_name["lone"].partitions[1].leader == -1,
+        await until(lambda: broker.metadata.image.topics_by_name["lone"].partitions[bad].leader == -1,
                     what="the controller took the partition's leader away")
-        assert broker.metadata.image.topics_by_name["lone"].partitions[0].leader == 1
-        assert not dirs[1].online and dirs[0].online
+        assert broker.metadata.image.topics_by_name["lone"].partitions[good].leader == 1
+        assert not dirs[bad].online and dirs[good].online
         assert broker.log_dirs.unreported == set()
     finally:
         await broker.stop()
