@@ -15,6 +15,11 @@ from odradek.raft import API_VERSIONS, OutboundRequest, rpc
 
 class FakeRaft:
     next_deadline_ms = 10**12
+    # what the driver's quorum-leader watch reads after each call (broker/quorum.py known_leader)
+    role = None
+    state = None
+    leader_id = -1
+    epoch = 0
 
     def __init__(self) -> None:
         self.responses: list = []
