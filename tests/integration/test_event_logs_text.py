@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 
 import pytest
 
@@ -75,6 +76,10 @@ def _produce(bootstrap: str, topic: str, count: int, *, keys: int | None = None)
 
 
 def test_where_it_listens_and_serves_metrics(logged):
+    # the process counts as started at its first listening line; the second follows it
+    deadline = time.monotonic() + 30
+    while set(logged.listening()) != {"PLAINTEXT", "SASL_PLAINTEXT"} and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert set(logged.listening()) == {"PLAINTEXT", "SASL_PLAINTEXT"}  # the human line, once per listener
     assert sum(1 for line in logged.proc.output if " listening on PLAINTEXT://" in line) == 1
     (served,) = logged.wait("metrics served", port=logged.metrics_port)
