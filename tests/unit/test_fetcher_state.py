@@ -20,6 +20,7 @@ from odradek.replication.fetcher_state import (
     Reset,
     ResetKind,
     out_of_range_reset,
+    retry_delay_ms,
     truncation_offset,
     whole_batches,
 )
@@ -256,19 +257,63 @@ def test_behind_the_leaders_log_start_the_follower_starts_over_there(tmp_path):
     assert follower.get_partition(TP).log_end_offset == 42 and whole(follower) == whole(leader)
 
 
-@pytest.mark.parametrize("error", [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
-                                   ErrorCode.UNKNOWN_LEADER_EPOCH])
-def test_an_error_backs_the_partition_off(tmp_path, error):
+def error_answer(sent, error, partition: int = 0) -> FetchResponse:
+    return FetchResponse(error_code=0, session_id=0, responses=[FetchResponse.FetchableTopicResponse(
+        topic_id=TOPIC_ID, partitions=[PartitionData(partition_index=partition, error_code=int(error), high_watermark=-1,
+                                                     records=b"")])])
+
+
+def test_another_error_backs_the_partition_off(tmp_path):
     follower = manager(tmp_path, FOLLOWER, LEADER)
     f = fetcher(follower)
     request, sent = f.build_request(NOW, version=17)
-    response = FetchResponse(error_code=0, session_id=0, responses=[FetchResponse.FetchableTopicResponse(
-        topic_id=TOPIC_ID, partitions=[PartitionData(partition_index=0, error_code=int(error), high_watermark=-1,
-                                                     records=b"")])])
-    f.handle_response(sent, response, NOW)
+    f.handle_response(sent, error_answer(sent, ErrorCode.KAFKA_STORAGE_ERROR), NOW)
     assert f.build_request(NOW + BACKOFF_MS - 1, version=17) is None
     assert f.next_ready_ms() == NOW + BACKOFF_MS
     assert f.build_request(NOW + BACKOFF_MS, version=17) is not None
+
+
+def test_retry_delays_grow_from_ten_ms_to_the_backoff():
+    assert [retry_delay_ms(n, 1000) for n in range(0, 10)] == [0, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]
+    assert retry_delay_ms(1, 5) == 5  # a back-off below 10 ms is never exceeded
+    assert retry_delay_ms(500, 1000) == 1000
+
+
+@pytest.mark.parametrize("error", [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                   ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.FENCED_LEADER_EPOCH,
+                                   ErrorCode.UNKNOWN_LEADER_EPOCH])
+def test_a_leader_behind_on_metadata_is_retried_soon_then_less_often(tmp_path, error):
+    # The follower's image says node 1 leads the partition; node 1 has not applied that metadata yet.
+    follower = manager(tmp_path, FOLLOWER, LEADER)
+    f = fetcher(follower)
+    now = NOW
+    waits = []
+    for _ in range(9):
+        built = f.build_request(now, version=17)
+        assert built is not None
+        f.handle_response(built[1], error_answer(built[1], error), now)
+        ready = f.next_ready_ms()
+        assert f.build_request(ready - 1, version=17) is None
+        waits.append(ready - now)
+        now = ready
+    assert waits == [10, 20, 40, 80, 160, 320, 640, 1000, 1000]
+    assert f.states[TP].lag_errors == 9
+
+
+def test_a_leader_that_catches_up_is_fetched_from_at_once_and_the_count_starts_over(tmp_path):
+    leader, follower = manager(tmp_path, LEADER, LEADER), manager(tmp_path, FOLLOWER, LEADER)
+    append(leader, 2, epoch=0)
+    f = fetcher(follower)
+    for n, now in enumerate((NOW, NOW + 10, NOW + 30), start=1):
+        _, sent = f.build_request(now, version=17)
+        f.handle_response(sent, error_answer(sent, ErrorCode.UNKNOWN_TOPIC_ID), now)
+        assert f.states[TP].lag_errors == n
+    assert f.next_ready_ms() == NOW + 70
+    assert round_trip(f, leader, NOW + 70) > 0  # the leader has it now: data, and the count is reset
+    assert f.states[TP].lag_errors == 0
+    _, sent = f.build_request(NOW + 71, version=17)
+    f.handle_response(sent, error_answer(sent, ErrorCode.NOT_LEADER_OR_FOLLOWER), NOW + 71)
+    assert f.next_ready_ms() == NOW + 81  # a fresh first retry
 
 
 def test_a_failed_request_backs_off_everything_it_carried(tmp_path):
