@@ -25,7 +25,7 @@ from odradek.replication.fetcher_state import (
     whole_batches,
 )
 from odradek.replication.partition import FetchIsolation
-from odradek.replication.replica_manager import FetchRequestPartition, ReplicaManager
+from odradek.replication.replica_manager import AWAIT_FOLLOWER_MS, AWAITED_PARK_MS, FetchRequestPartition, ReplicaManager
 from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
@@ -360,3 +360,81 @@ def test_the_followers_log_start_follows_the_leaders(tmp_path):
     leader.get_partition(TP).log.delete_records_before(4, now_ms=NOW)  # DeleteRecords on the leader
     round_trip(f, leader)
     assert follower.get_partition(TP).log.log_start_offset == 4
+
+
+# -- the leader's side of a new partition: parked follower fetches that do not carry it
+
+
+TP2 = TopicPartition("t", 1)
+
+
+def lead_new_partition(rm, tmp_path, tp: TopicPartition = TP2, replicas=(LEADER, FOLLOWER), epoch: int = 0, now_ms: int = NOW):
+    log = Log.open(str(tmp_path / f"node{rm.node_id}" / f"{tp.topic}-{tp.partition}"), LogConfig(), now_ms=now_ms)
+    rm.apply_partition_state(tp, topic_id=TOPIC_ID, log=log, leader_id=LEADER, leader_epoch=epoch, replicas=replicas,
+                             isr=replicas, min_insync_replicas=1, now_ms=now_ms)
+
+
+def park(rm, tps, *, replica_id: int = FOLLOWER, now_ms: int = NOW, max_wait_ms: int = 500) -> dict:
+    """A follower fetch of `tps` (each at its log end, epoch 0), up to `max_wait_ms`; the dict fills in on the answer."""
+    got: dict = {}
+    wanted = [FetchRequestPartition(tp, rm.get_partition(tp).log_end_offset, 1 << 20, 0, -1) for tp in tps]
+    rm.fetch_records(wanted, max_bytes=1 << 20, min_bytes=1, max_wait_ms=max_wait_ms, isolation=FetchIsolation.LOG_END,
+                     now_ms=now_ms, respond=got.update, replica_id=replica_id)
+    return got
+
+
+def test_a_parked_follower_fetch_is_answered_when_the_leader_gains_a_partition_it_lacks(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    got = park(leader, [TP])
+    assert got == {}  # parked: nothing new
+    lead_new_partition(leader, tmp_path)
+    assert set(got) == {TP} and got[TP].error_code == 0 and got[TP].size == 0  # answered now, empty
+    assert leader.follower_fetches_woken == 1
+
+
+def test_a_follower_behind_on_metadata_is_parked_briefly_until_it_asks_for_the_partition(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    lead_new_partition(leader, tmp_path)  # no fetch parked: the follower is waited for
+    got = park(leader, [TP], now_ms=NOW)  # its metadata does not have t-1 yet
+    leader.timer.advance_clock(NOW + AWAITED_PARK_MS - 1)
+    assert got == {}
+    leader.timer.advance_clock(NOW + AWAITED_PARK_MS)
+    assert set(got) == {TP}  # after 20 ms, not 500
+    got = park(leader, [TP, TP2], now_ms=NOW + 30)  # it has learned: the usual wait again
+    leader.timer.advance_clock(NOW + 30 + 499)
+    assert got == {}
+    got_next = park(leader, [TP], now_ms=NOW + 40, replica_id=FOLLOWER)  # (the partition was asked for: no longer awaited)
+    leader.timer.advance_clock(NOW + 40 + 100)
+    assert got_next == {}
+
+
+def test_a_follower_that_never_asks_is_parked_as_usual_after_the_window(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    lead_new_partition(leader, tmp_path)
+    later = NOW + AWAIT_FOLLOWER_MS
+    leader.timer.advance_clock(later)
+    got = park(leader, [TP], now_ms=later)
+    leader.timer.advance_clock(later + 100)
+    assert got == {}  # the full wait: 5 s passed without the follower asking
+
+
+def test_fetches_of_other_brokers_and_fetches_carrying_the_partition_stay_parked(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    lead_new_partition(leader, tmp_path, TP2)
+    carrying = park(leader, [TP, TP2])
+    other = park(leader, [TP], replica_id=3)  # node 3 is no replica of t-1 (nor of t-0: answered at once)
+    assert other and other[TP].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    tp3 = TopicPartition("t", 2)
+    lead_new_partition(leader, tmp_path, tp3, replicas=(LEADER, 3))  # a partition follower 2 has no part in
+    assert carrying == {} and leader.follower_fetches_woken == 0
+    lead_new_partition(leader, tmp_path, TP2, epoch=1)  # a new epoch of t-1: the fetch at epoch 0 is fenced
+    assert carrying[TP2].error_code == ErrorCode.FENCED_LEADER_EPOCH
+
+
+def test_a_consumer_fetch_is_not_woken_by_a_new_leadership(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    got: dict = {}
+    leader.fetch_records([FetchRequestPartition(TP, 0, 1 << 20, 0, -1)], max_bytes=1 << 20, min_bytes=1, max_wait_ms=500,
+                         isolation=FetchIsolation.HIGH_WATERMARK, now_ms=NOW, respond=got.update)
+    lead_new_partition(leader, tmp_path)
+    assert got == {} and leader.follower_fetches_woken == 0
