@@ -13,7 +13,9 @@ p50 / p90 / p99 / max over the topics:
   * accepted produce -> ack: the Produce the leader accepted, from its send to its acknowledgement. This
     is the followers' part: they must ask for the new partition (a fetch parked at the leader without
     it, or a partition backing off after the leader refused it, delays that) and fetch the record;
-  * create -> ack: both, as a producer sees it.
+  * create -> ack: both, as a producer sees it;
+  * next produce -> ack: a second acks=all produce right after the first is acknowledged (the followers
+    fetch the partition by then): the floor the first one is compared with.
 
 It times requests on one loopback machine; compare trees in the same session, one after the other.
 """
@@ -48,8 +50,8 @@ def _produce(topic: str) -> ProduceRequest:
         Topic(name=topic, partition_data=[Topic.PartitionProduceData(index=0, records=batch)])])
 
 
-async def _one(conns: dict[int, NodeConnection], topic: str) -> tuple[float, float, float]:
-    """(create -> all know, accepted produce -> ack, create -> ack), in ms."""
+async def _one(conns: dict[int, NodeConnection], topic: str) -> tuple[float, float, float, float]:
+    """(create -> all know, accepted produce -> ack, create -> ack, the next produce -> ack), in ms."""
     created = await conns[1].request(CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
         name=topic, num_partitions=1, replication_factor=3, assignments=[], configs=[])], timeout_ms=30_000), 7, 30)
     if created.topics[0].error_code:
@@ -71,10 +73,16 @@ async def _one(conns: dict[int, NodeConnection], topic: str) -> tuple[float, flo
             t_ack = time.perf_counter()
             break
         await asyncio.sleep(POLL_S)
-    return (t_known - t_create) * 1000, (t_ack - t_send) * 1000, (t_ack - t_create) * 1000
+    t_next = time.perf_counter()  # the next produce: the steady acks=all round trip, for comparison
+    response = await conns[leader].request(_produce(topic), 9, 40)
+    if response.responses[0].partition_responses[0].error_code:
+        raise RuntimeError(f"second produce to {topic}: error {response.responses[0].partition_responses[0].error_code}")
+    t_next_ack = time.perf_counter()
+    return ((t_known - t_create) * 1000, (t_ack - t_send) * 1000, (t_ack - t_create) * 1000,
+            (t_next_ack - t_next) * 1000)
 
 
-async def _run(cluster: Cluster, topics: int) -> list[tuple[float, float, float]]:
+async def _run(cluster: Cluster, topics: int) -> list[tuple[float, float, float, float]]:
     conns = {n: NodeConnection(n, "127.0.0.1", cluster.client_port(n), backoff_s=0.0) for n in NODES}
     try:
         return [await _one(conns, f"first-ack-{i}") for i in range(topics)]
@@ -102,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
             rows = asyncio.run(_run(cluster, args.topics))
         finally:
             cluster.down()
-    for index, name in enumerate(("create -> all nodes know", "accepted produce -> ack", "create -> ack")):
+    for index, name in enumerate(("create -> all nodes know", "accepted produce -> ack", "create -> ack",
+                                  "next produce -> ack")):
         xs = [row[index] for row in rows]
         print(f"{name:26s} n={len(xs)} p50={_pct(xs, .5):7.1f} ms  p90={_pct(xs, .9):7.1f} ms  "
               f"p99={_pct(xs, .99):7.1f} ms  max={max(xs):7.1f} ms")
