@@ -28,11 +28,13 @@ new RF=3 partition's first acks=all produce waited up to replica.fetch.wait.max.
 every partition it follows on this leader in one sessionless Fetch, parked here up to
 replica.fetch.wait.max.ms (500 ms) when there is nothing new. When this broker starts leading a
 partition (a new topic, a new epoch, new replicas), its followers' parked fetches were sent without it,
-and the follower will only ask for it in its next fetch. The follower cannot fix that alone: a second
-fetch while one is parked would put one partition in two requests in flight (two answers, one of them
-stale, to apply to one log), and with fetch sessions (KIP-227) an incremental fetch on a session whose
-previous fetch is unanswered is refused (INVALID_FETCH_SESSION_EPOCH); nor can it take back a parked
-request without closing its connection. The leader knows from its image which followers should fetch
+and the follower will only ask for it in its next fetch (Kafka leaves it at that). The follower cannot
+fix that alone: a broker serves one request of a connection at a time (Kafka's mute/unmute,
+broker/network.py), so a second fetch on the same connection waits behind the parked one; on another
+connection it would put a partition in two requests in flight (two answers, one of them stale, for one
+log); with fetch sessions (KIP-227) a second incremental fetch before the first is answered carries an
+epoch the session has not reached (INVALID_FETCH_SESSION_EPOCH, and the session is lost); and a parked
+request cannot be taken back without closing the connection. The leader knows from its image which followers should fetch
 what, so it decides (`_expect_followers`):
 
   * a parked fetch of each follower of the partition that does not carry it is completed now (answered
