@@ -933,14 +933,16 @@ class BrokerConfig(BaseModel):
         "replica.fetch.min.bytes", 1, T.INT, "Bytes a follower fetch waits for.", ge=0
     )
     replica_fetch_wait_max_ms: Int = _f(
-        "replica.fetch.wait.max.ms", 500, T.INT, "Longest wait of a follower fetch.", ge=0
+        "replica.fetch.wait.max.ms", 500, T.INT, "Longest wait of a follower fetch (a parked fetch without a "
+        "partition newly led there with that follower as a replica is answered at once).", ge=0
     )
     replica_socket_timeout_ms: Int = _f(
         "replica.socket.timeout.ms", 30000, T.INT, "Socket timeout of follower fetches."
     )
     replica_fetch_backoff_ms: Int = _f(
         "replica.fetch.backoff.ms", 1000, T.INT, "How long a follower waits before fetching a partition again "
-        "after an error.", ge=0
+        "after an error. A partition its leader says it does not lead (yet) is retried after 10 ms, doubling "
+        "up to this: the leader is usually only a few ms behind on metadata.", ge=0
     )
     replica_fetch_response_max_bytes: Int = _f(
         "replica.fetch.response.max.bytes", 10485760, T.INT, "Bytes a follower fetch asks for in all.", ge=0

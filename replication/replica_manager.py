@@ -23,6 +23,32 @@ means the broker does not verify (`transaction.partition.verification.enable=fal
 When fewer than `min_bytes` are available it parks a `DelayedFetch`, woken by appends, never by polling;
 on completion or expiry the read is done again and the result delivered through `respond`.
 
+A follower's parked fetch and a partition it does not ask for yet (Kafka does not do this; it is why a
+new RF=3 partition's first acks=all produce waited up to replica.fetch.wait.max.ms): a follower fetches
+every partition it follows on this leader in one sessionless Fetch, parked here up to
+replica.fetch.wait.max.ms (500 ms) when there is nothing new. When this broker starts leading a
+partition (a new topic, a new epoch, new replicas), its followers' parked fetches were sent without it,
+and the follower will only ask for it in its next fetch (Kafka leaves it at that). The follower cannot
+fix that alone: a broker serves one request of a connection at a time (Kafka's mute/unmute,
+broker/network.py), so a second fetch on the same connection waits behind the parked one; on another
+connection it would put a partition in two requests in flight (two answers, one of them stale, for one
+log); with fetch sessions (KIP-227) a second incremental fetch before the first is answered carries an
+epoch the session has not reached (INVALID_FETCH_SESSION_EPOCH, and the session is lost); and a parked
+request cannot be taken back without closing the connection. The leader knows from its image which followers should fetch
+what, so it decides (`_expect_followers`):
+
+  * a parked fetch of each follower of the partition that does not carry it is completed now (answered
+    with whatever its partitions have, usually nothing): the follower's next fetch, sent at once,
+    carries the partition if the follower's metadata has it;
+  * a follower may learn of the partition a few milliseconds after this leader: until its fetch carries
+    the partition, for at most `AWAIT_FOLLOWER_MS` (5 s) after the leadership began, its fetches are
+    parked at most `AWAITED_PARK_MS` (20 ms) instead of the full wait, so it asks again soon. A follower
+    that does not ask in 5 s (its log directory failed, it is fenced) is parked as usual again.
+
+The other order (the follower learns first, and this leader refuses a partition it does not lead yet)
+is the follower's quick retry (fetcher_state.py). Neither costs anything while no leadership is new: a
+follower fetch checks one empty dict.
+
 Everything here is synchronous and takes `now_ms`; callers (the broker) own the clock and the tasks.
 """
 
@@ -96,6 +122,10 @@ class FetchResult:
     size: int = 0
 
 
+AWAIT_FOLLOWER_MS = 5_000  # how long a new leadership waits for a follower to ask for it (see the module doc)
+AWAITED_PARK_MS = 20  # the longest park of a follower fetch that does not ask for it yet
+
+
 def _base_offset(segment) -> int:
     return segment.base_offset
 
@@ -142,6 +172,12 @@ class ReplicaManager:
         # The metadata log end offset this broker had when it started (-1: none): a partition whose creation
         # is replayed from below it existed before this start, so it is not new (see apply_delta).
         self.metadata_known_through = -1
+        # Follower fetches parked here, by follower (each with the set of its partitions, made when first
+        # needed), and the partitions led here that a follower has not asked for since the leadership
+        # began, until when it is waited for: see the module doc.
+        self._parked_follower_fetches: dict[int, dict[DelayedFetch, frozenset[TopicPartition] | None]] = {}
+        self._awaited: dict[int, dict[TopicPartition, int]] = {}
+        self.follower_fetches_woken = 0  # parked follower fetches completed early for a new leadership
 
     def know_brokers_by(self, *, replica_selector: ReplicaSelector | None,
                         replica_rack: Callable[[int, str], tuple[bool, str | None]],
@@ -205,6 +241,8 @@ class ReplicaManager:
                         else "replica has no leader", topic=tp.topic, partition=tp.partition, leader=leader_id,
                         leader_epoch=leader_epoch, isr=list(isr), replicas=list(replicas),
                         log_end_offset=partition.log.log_end_offset)
+        new_leadership = leader_id == self.node_id and (
+            partition.leader_id != leader_id or partition.leader_epoch != leader_epoch or partition.replicas != replicas)
         if leader_id == self.node_id:
             # As Kafka's makeLeader: a new leader epoch begins at the log end in the epoch history, before any
             # batch of it. A follower's divergence is found against it (without it, a follower holding
@@ -222,7 +260,49 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
         self.delete_records_purgatory.check_and_complete(tp)
+        if new_leadership:
+            self._expect_followers(tp, replicas, now_ms)
         return partition
+
+    def _expect_followers(self, tp: TopicPartition, replicas: tuple[int, ...], now_ms: int) -> None:
+        """`tp` is newly led here: each follower's parked fetch without it answers now, and the follower is
+        waited for until its fetch carries it (the module doc says why)."""
+        for follower in replicas:
+            if follower == self.node_id:
+                continue
+            parked = self._parked_follower_fetches.get(follower, {})
+            if any(tp in self._partitions_of(parked, op) for op in list(parked)):
+                continue  # asked for already (at this epoch: a parked fetch at an older one has completed)
+            self._awaited.setdefault(follower, {})[tp] = now_ms + AWAIT_FOLLOWER_MS
+            for op in list(parked):
+                if op.force_complete():
+                    self.follower_fetches_woken += 1
+
+    @staticmethod
+    def _partitions_of(parked: dict[DelayedFetch, frozenset[TopicPartition] | None], op: DelayedFetch
+                       ) -> frozenset[TopicPartition]:
+        tps = parked[op]
+        if tps is None:
+            tps = parked[op] = frozenset(s.topic_partition for s in op.fetch_partitions)
+        return tps
+
+    def _follower_wait_ms(self, replica_id: int, partitions: list[FetchRequestPartition], max_wait_ms: int,
+                          now_ms: int) -> int:
+        """How long a fetch of follower `replica_id` may be parked: `AWAITED_PARK_MS` while a partition led
+        here is waited for and this fetch does not carry it, else its own max_wait_ms."""
+        awaited = self._awaited.get(replica_id)
+        if not awaited:
+            return max_wait_ms
+        for p in partitions:
+            awaited.pop(p.topic_partition, None)
+        for tp, until_ms in list(awaited.items()):
+            partition = self.partitions.get(tp)
+            if until_ms <= now_ms or partition is None or not partition.is_leader or replica_id not in partition.replicas:
+                del awaited[tp]
+        if not awaited:
+            del self._awaited[replica_id]
+            return max_wait_ms
+        return min(max_wait_ms, AWAITED_PARK_MS)
 
     def _is_replica_eligible(self, replica_id: int) -> bool:
         return replica_id not in self.ineligible_replicas
@@ -538,6 +618,8 @@ class ReplicaManager:
         the leader (a preferred read replica, answered at once)."""
         results = self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms,
                             client_metadata=client_metadata)
+        if replica_id >= 0 and self._awaited:
+            max_wait_ms = self._follower_wait_ms(replica_id, partitions, max_wait_ms, now_ms)
         total = sum(r.size for r in results.values())
         errored = any(r.error_code or r.preferred_read_replica >= 0 for r in results.values())
         if max_wait_ms <= 0 or total >= min_bytes or errored or not partitions:
@@ -548,6 +630,12 @@ class ReplicaManager:
         ]
 
         def respond_later() -> None:
+            if replica_id >= 0:
+                parked = self._parked_follower_fetches.get(replica_id)
+                if parked is not None:
+                    parked.pop(op, None)
+                    if not parked:
+                        del self._parked_follower_fetches[replica_id]
             respond(self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms,
                               client_metadata=client_metadata))
 
@@ -556,6 +644,8 @@ class ReplicaManager:
             bytes_available=self._bytes_available, respond=respond_later, isolation=isolation,
             fetch_only_from_leader=replica_id >= 0 or client_metadata is None,
         )
+        if replica_id >= 0:
+            self._parked_follower_fetches.setdefault(replica_id, {})[op] = None
         self.fetch_purgatory.try_complete_else_watch(op, op.watch_keys)
 
     @staticmethod

@@ -20,11 +20,12 @@ from odradek.replication.fetcher_state import (
     Reset,
     ResetKind,
     out_of_range_reset,
+    retry_delay_ms,
     truncation_offset,
     whole_batches,
 )
 from odradek.replication.partition import FetchIsolation
-from odradek.replication.replica_manager import FetchRequestPartition, ReplicaManager
+from odradek.replication.replica_manager import AWAIT_FOLLOWER_MS, AWAITED_PARK_MS, FetchRequestPartition, ReplicaManager
 from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
@@ -256,19 +257,63 @@ def test_behind_the_leaders_log_start_the_follower_starts_over_there(tmp_path):
     assert follower.get_partition(TP).log_end_offset == 42 and whole(follower) == whole(leader)
 
 
-@pytest.mark.parametrize("error", [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
-                                   ErrorCode.UNKNOWN_LEADER_EPOCH])
-def test_an_error_backs_the_partition_off(tmp_path, error):
+def error_answer(sent, error, partition: int = 0) -> FetchResponse:
+    return FetchResponse(error_code=0, session_id=0, responses=[FetchResponse.FetchableTopicResponse(
+        topic_id=TOPIC_ID, partitions=[PartitionData(partition_index=partition, error_code=int(error), high_watermark=-1,
+                                                     records=b"")])])
+
+
+def test_another_error_backs_the_partition_off(tmp_path):
     follower = manager(tmp_path, FOLLOWER, LEADER)
     f = fetcher(follower)
     request, sent = f.build_request(NOW, version=17)
-    response = FetchResponse(error_code=0, session_id=0, responses=[FetchResponse.FetchableTopicResponse(
-        topic_id=TOPIC_ID, partitions=[PartitionData(partition_index=0, error_code=int(error), high_watermark=-1,
-                                                     records=b"")])])
-    f.handle_response(sent, response, NOW)
+    f.handle_response(sent, error_answer(sent, ErrorCode.KAFKA_STORAGE_ERROR), NOW)
     assert f.build_request(NOW + BACKOFF_MS - 1, version=17) is None
     assert f.next_ready_ms() == NOW + BACKOFF_MS
     assert f.build_request(NOW + BACKOFF_MS, version=17) is not None
+
+
+def test_retry_delays_grow_from_ten_ms_to_the_backoff():
+    assert [retry_delay_ms(n, 1000) for n in range(0, 10)] == [0, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]
+    assert retry_delay_ms(1, 5) == 5  # a back-off below 10 ms is never exceeded
+    assert retry_delay_ms(500, 1000) == 1000
+
+
+@pytest.mark.parametrize("error", [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                   ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.FENCED_LEADER_EPOCH,
+                                   ErrorCode.UNKNOWN_LEADER_EPOCH])
+def test_a_leader_behind_on_metadata_is_retried_soon_then_less_often(tmp_path, error):
+    # The follower's image says node 1 leads the partition; node 1 has not applied that metadata yet.
+    follower = manager(tmp_path, FOLLOWER, LEADER)
+    f = fetcher(follower)
+    now = NOW
+    waits = []
+    for _ in range(9):
+        built = f.build_request(now, version=17)
+        assert built is not None
+        f.handle_response(built[1], error_answer(built[1], error), now)
+        ready = f.next_ready_ms()
+        assert f.build_request(ready - 1, version=17) is None
+        waits.append(ready - now)
+        now = ready
+    assert waits == [10, 20, 40, 80, 160, 320, 640, 1000, 1000]
+    assert f.states[TP].lag_errors == 9
+
+
+def test_a_leader_that_catches_up_is_fetched_from_at_once_and_the_count_starts_over(tmp_path):
+    leader, follower = manager(tmp_path, LEADER, LEADER), manager(tmp_path, FOLLOWER, LEADER)
+    append(leader, 2, epoch=0)
+    f = fetcher(follower)
+    for n, now in enumerate((NOW, NOW + 10, NOW + 30), start=1):
+        _, sent = f.build_request(now, version=17)
+        f.handle_response(sent, error_answer(sent, ErrorCode.UNKNOWN_TOPIC_ID), now)
+        assert f.states[TP].lag_errors == n
+    assert f.next_ready_ms() == NOW + 70
+    assert round_trip(f, leader, NOW + 70) > 0  # the leader has it now: data, and the count is reset
+    assert f.states[TP].lag_errors == 0
+    _, sent = f.build_request(NOW + 71, version=17)
+    f.handle_response(sent, error_answer(sent, ErrorCode.NOT_LEADER_OR_FOLLOWER), NOW + 71)
+    assert f.next_ready_ms() == NOW + 81  # a fresh first retry
 
 
 def test_a_failed_request_backs_off_everything_it_carried(tmp_path):
@@ -315,3 +360,81 @@ def test_the_followers_log_start_follows_the_leaders(tmp_path):
     leader.get_partition(TP).log.delete_records_before(4, now_ms=NOW)  # DeleteRecords on the leader
     round_trip(f, leader)
     assert follower.get_partition(TP).log.log_start_offset == 4
+
+
+# -- the leader's side of a new partition: parked follower fetches that do not carry it
+
+
+TP2 = TopicPartition("t", 1)
+
+
+def lead_new_partition(rm, tmp_path, tp: TopicPartition = TP2, replicas=(LEADER, FOLLOWER), epoch: int = 0, now_ms: int = NOW):
+    log = Log.open(str(tmp_path / f"node{rm.node_id}" / f"{tp.topic}-{tp.partition}"), LogConfig(), now_ms=now_ms)
+    rm.apply_partition_state(tp, topic_id=TOPIC_ID, log=log, leader_id=LEADER, leader_epoch=epoch, replicas=replicas,
+                             isr=replicas, min_insync_replicas=1, now_ms=now_ms)
+
+
+def park(rm, tps, *, replica_id: int = FOLLOWER, now_ms: int = NOW, max_wait_ms: int = 500) -> dict:
+    """A follower fetch of `tps` (each at its log end, epoch 0), up to `max_wait_ms`; the dict fills in on the answer."""
+    got: dict = {}
+    wanted = [FetchRequestPartition(tp, rm.get_partition(tp).log_end_offset, 1 << 20, 0, -1) for tp in tps]
+    rm.fetch_records(wanted, max_bytes=1 << 20, min_bytes=1, max_wait_ms=max_wait_ms, isolation=FetchIsolation.LOG_END,
+                     now_ms=now_ms, respond=got.update, replica_id=replica_id)
+    return got
+
+
+def test_a_parked_follower_fetch_is_answered_when_the_leader_gains_a_partition_it_lacks(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    got = park(leader, [TP])
+    assert got == {}  # parked: nothing new
+    lead_new_partition(leader, tmp_path)
+    assert set(got) == {TP} and got[TP].error_code == 0 and got[TP].size == 0  # answered now, empty
+    assert leader.follower_fetches_woken == 1
+
+
+def test_a_follower_behind_on_metadata_is_parked_briefly_until_it_asks_for_the_partition(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    lead_new_partition(leader, tmp_path)  # no fetch parked: the follower is waited for
+    got = park(leader, [TP], now_ms=NOW)  # its metadata does not have t-1 yet
+    leader.timer.advance_clock(NOW + AWAITED_PARK_MS - 1)
+    assert got == {}
+    leader.timer.advance_clock(NOW + AWAITED_PARK_MS)
+    assert set(got) == {TP}  # after 20 ms, not 500
+    got = park(leader, [TP, TP2], now_ms=NOW + 30)  # it has learned: the usual wait again
+    leader.timer.advance_clock(NOW + 30 + 499)
+    assert got == {}
+    got_next = park(leader, [TP], now_ms=NOW + 40, replica_id=FOLLOWER)  # (the partition was asked for: no longer awaited)
+    leader.timer.advance_clock(NOW + 40 + 100)
+    assert got_next == {}
+
+
+def test_a_follower_that_never_asks_is_parked_as_usual_after_the_window(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    lead_new_partition(leader, tmp_path)
+    later = NOW + AWAIT_FOLLOWER_MS
+    leader.timer.advance_clock(later)
+    got = park(leader, [TP], now_ms=later)
+    leader.timer.advance_clock(later + 100)
+    assert got == {}  # the full wait: 5 s passed without the follower asking
+
+
+def test_fetches_of_other_brokers_and_fetches_carrying_the_partition_stay_parked(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    lead_new_partition(leader, tmp_path, TP2)
+    carrying = park(leader, [TP, TP2])
+    other = park(leader, [TP], replica_id=3)  # node 3 is no replica of t-1 (nor of t-0: answered at once)
+    assert other and other[TP].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    tp3 = TopicPartition("t", 2)
+    lead_new_partition(leader, tmp_path, tp3, replicas=(LEADER, 3))  # a partition follower 2 has no part in
+    assert carrying == {} and leader.follower_fetches_woken == 0
+    lead_new_partition(leader, tmp_path, TP2, epoch=1)  # a new epoch of t-1: the fetch at epoch 0 is fenced
+    assert carrying[TP2].error_code == ErrorCode.FENCED_LEADER_EPOCH
+
+
+def test_a_consumer_fetch_is_not_woken_by_a_new_leadership(tmp_path):
+    leader = manager(tmp_path, LEADER, LEADER)
+    got: dict = {}
+    leader.fetch_records([FetchRequestPartition(TP, 0, 1 << 20, 0, -1)], max_bytes=1 << 20, min_bytes=1, max_wait_ms=500,
+                         isolation=FetchIsolation.HIGH_WATERMARK, now_ms=NOW, respond=got.update)
+    lead_new_partition(leader, tmp_path)
+    assert got == {} and leader.follower_fetches_woken == 0
