@@ -342,6 +342,8 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
     )
     interval_s = cfg.broker_heartbeat_interval_ms / 1000
     lone = node.quorum.is_lone_voter
+    if membership.broker_epoch < 0:  # the first registration of this process (not a re-registration)
+        node.metadata_loader.on_leader_change(membership.controller_changed)
     if lone:
         assert controller.local is not None  # a lone node is a voter: its controller is here
         await controller.local.activated.wait()
@@ -363,6 +365,7 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
     while True:
         if membership.shutting_down:
             interval_s = min(interval_s, 0.2)  # controlled shutdown: ask often
+        wait_s = interval_s
         heartbeat = BrokerHeartbeatRequest(
             broker_id=cfg.node_id, broker_epoch=membership.broker_epoch,
             current_metadata_offset=node.metadata_loader.applied_end_offset - 1, want_fence=False,
@@ -376,6 +379,9 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
             )
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
+            # Soon: a heartbeat given up closed its connection, and the controller fences a broker whose
+            # heartbeat connection closed unless it heartbeats again within a short grace.
+            wait_s = min(interval_s, 0.1)
             if not node.data.lease_expired and time.monotonic() - answered_at > session_s:
                 log.warning("no heartbeat answered within broker.session.timeout.ms: this broker is fenced and "
                             "what it leads has moved; it hides its leaderships until it hears from the controller")
@@ -404,7 +410,7 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
                 log.warning("the controller no longer knows this registration; registering again")
                 return await run_lifecycle(node, membership, endpoints)
         try:  # the next heartbeat, or at once when a controlled shutdown is asked for
-            await asyncio.wait_for(membership.heartbeat_now.wait(), interval_s)
+            await asyncio.wait_for(membership.heartbeat_now.wait(), wait_s)
         except asyncio.TimeoutError:
             pass
         membership.heartbeat_now.clear()

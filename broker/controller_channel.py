@@ -44,6 +44,7 @@ from odradek.metadata.image import (
 )
 
 from .config import BrokerConfig
+from .context import ConnectionContext
 from .controller_settings import is_built_from
 
 __all__ = [
@@ -96,7 +97,7 @@ class ControllerChannel(Protocol):
 
     def broker_registration(self, request: Any) -> Deferred: ...
 
-    def heartbeat(self, request: Any) -> Deferred: ...
+    def heartbeat(self, request: Any, *, connection: ConnectionContext | None = None) -> Deferred: ...
 
     def unregister(self, request: Any) -> Deferred: ...
 
@@ -185,8 +186,10 @@ class ControllerDecisions:
         caught up); the same incarnation again is idempotent. Answers the response."""
         return self._single(lambda: self.controller.register(request, self.clock()))
 
-    def heartbeat(self, request) -> Deferred:
-        """BrokerHeartbeat: the broker's session, unfencing, fencing, controlled shutdown."""
+    def heartbeat(self, request, *, connection: ConnectionContext | None = None) -> Deferred:
+        """BrokerHeartbeat: the broker's session, unfencing, fencing, controlled shutdown. `connection`, the
+        one it arrived on (None: from this process), is watched by a controller that fences on its close
+        (broker/quorum.py)."""
         return self._single(lambda: self.controller.heartbeat(request, self.clock()))
 
     def unregister(self, request) -> Deferred:
