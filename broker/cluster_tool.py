@@ -103,7 +103,21 @@ def _pid(base: Path, node_id: int) -> int | None:
         return None
     except PermissionError:
         pass
+    if _is_zombie(pid):
+        return None
     return pid
+
+
+def _is_zombie(pid: int) -> bool:
+    """A node killed (kill -9) whose parent has not reaped it yet: it still answers kill(pid, 0), but it is
+    dead. The nodes run in sessions of their own, orphaned once `cluster up` returns; where nothing reaps
+    orphans at once (a container whose init does not), `cluster up` must still restart such a node."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rindex(b")") + 2:][:1] == b"Z"
 
 
 def _read_properties(path: Path) -> dict[str, str]:

@@ -52,14 +52,15 @@ def odradek(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 class Cluster:
-    def __init__(self, directory: Path, nodes: int = 3) -> None:
+    def __init__(self, directory: Path, nodes: int = 3, overrides: list[str] | None = None) -> None:
         self.dir = directory
         self.nodes = nodes
         self.port = free_port_block(2 * nodes)
+        self.overrides = OVERRIDES if overrides is None else overrides
 
     def up(self) -> None:
         args = ["cluster", "up", "--nodes", str(self.nodes), "--dir", str(self.dir), "--port", str(self.port)]
-        for o in OVERRIDES:
+        for o in self.overrides:
             args += ["--override", o]
         result = odradek(*args)
         assert result.returncode == 0, result.stderr + self.logs()
