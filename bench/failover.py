@@ -121,24 +121,28 @@ class Cluster:
     def pid(self, node_id: int) -> int:
         return int((self.dir / f"node-{node_id}" / "node.pid").read_text())
 
+    def _ask(self, node_id: int, request, version: int):
+        from odradek.broker.node_client import NodeConnection
+
+        async def ask():
+            conn = NodeConnection(node_id, "127.0.0.1", self.port + 2 * (node_id - 1), backoff_s=0.0)
+            try:
+                return await conn.request(request, version, timeout_s=5.0)
+            finally:
+                await conn.close()
+
+        return asyncio.run(ask())
+
     def active_controller(self, asking: list[int]) -> int | None:
-        from odradek.broker.node_client import NodeConnection, NodeUnavailable
+        from odradek.broker.node_client import NodeUnavailable
         from odradek.protocol.messages import DescribeQuorumRequest
 
         request = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
             topic_name="__cluster_metadata",
             partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])])
-
-        async def ask(node_id: int):
-            conn = NodeConnection(node_id, "127.0.0.1", self.port + 2 * (node_id - 1), backoff_s=0.0)
-            try:
-                return await conn.request(request, 2, timeout_s=5.0)
-            finally:
-                await conn.close()
-
         for node_id in asking:
             try:
-                response = asyncio.run(ask(node_id))
+                response = self._ask(node_id, request, 2)
             except NodeUnavailable:
                 continue
             part = response.topics[0].partitions[0] if response.topics else None
@@ -146,15 +150,23 @@ class Cluster:
                 return part.leader_id
         return None
 
+    def partitions(self, node_id: int) -> dict[int, tuple[int, list[int]]]:
+        """partition -> (leader, isr) as node `node_id` (the active controller: its image is the newest)
+        answers Metadata. A node just resumed from SIGSTOP answers from what it knew before: never asked."""
+        from odradek.protocol.messages import MetadataRequest
+
+        md = self._ask(node_id, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)]), 12)
+        return {p.partition_index: (p.leader_id, list(p.isr_nodes)) for t in md.topics for p in t.partitions}
+
 
 class Producer:
     """One idempotent acks=all producer, default settings, a record every `interval_s` to `partition`."""
 
-    def __init__(self, bootstrap: str, interval_s: float = 0.002) -> None:
+    def __init__(self, bootstrap: str, client: dict[str, str], interval_s: float = 0.002) -> None:
         from confluent_kafka import Producer as KafkaProducer
 
         self.producer = KafkaProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                       "linger.ms": 0, "log_level": 0,
+                                       "linger.ms": 0, "log_level": 0, **client,
                                        **({"debug": os.environ["FAILOVER_RDKAFKA_DEBUG"], "log_level": 7}
                                           if os.environ.get("FAILOVER_RDKAFKA_DEBUG") else {})})
         self.interval_s = interval_s
@@ -209,12 +221,6 @@ def admin(bootstrap: str):
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def partitions(client) -> dict[int, tuple[int, list[int]]]:
-    """partition -> (leader, isr) as a live broker's metadata says."""
-    md = client.list_topics(TOPIC, timeout=10)
-    return {p.id: (p.leader, list(p.isrs)) for p in md.topics[TOPIC].partitions.values()}
-
-
 def wait(predicate, what: str, timeout_s: float = 90.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -228,11 +234,12 @@ def wait(predicate, what: str, timeout_s: float = 90.0):
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def pick(cluster: Cluster, client, target: str) -> tuple[int, int, int] | None:
-    """(partition, its leader, the active controller) for a round, the leader chosen as `target` asks."""
+def pick(cluster: Cluster, target: str) -> tuple[int, int, int] | None:
+    """(partition, its leader, the active controller) for a round, the leader chosen as `target` asks,
+    once every replica is in sync (as the active controller's Metadata says)."""
     controller = wait(lambda: cluster.active_controller([1, 2, 3]), "an active controller")
-    parts = wait(lambda: (p := partitions(client)) and all(len(isr) == 3 for _, isr in p.values()) and p,
-                 "every replica in sync")
+    parts = wait(lambda: (p := cluster.partitions(controller)) and all(
+        len(isr) == 3 and leader >= 0 for leader, isr in p.values()) and p, "every replica in sync")
     for partition, (leader, _) in sorted(parts.items()):
         if (leader == controller) == (target == "controller"):
             return partition, leader, controller
@@ -249,7 +256,7 @@ def preferred_election(client) -> None:
 
 
 def run(profile: str, scenario: str, target: str, rounds: int, port: int, workdir: Path, log,
-        keep: bool = False) -> dict:
+        keep: bool = False, client: dict[str, str] | None = None) -> dict:
     directory = Path(tempfile.mkdtemp(prefix=f"failover-{profile}-", dir=workdir))
     cluster = Cluster(directory, port, PROFILES[profile])
     cluster.up(first=True)
@@ -263,15 +270,15 @@ def run(profile: str, scenario: str, target: str, rounds: int, port: int, workdi
 
         for f in client.create_topics([NewTopic(TOPIC, 3, 3)], request_timeout=30).values():
             f.result(timeout=60)
-        producer = Producer(cluster.bootstrap()).start()
+        producer = Producer(cluster.bootstrap(), client or {}).start()
         try:
             wait(lambda: producer.first_ack_after(0.0), "the first acknowledgement")
             for n in range(rounds):
-                chosen = pick(cluster, client, target)
+                chosen = pick(cluster, target)
                 if chosen is None:
                     preferred_election(client)
                     time.sleep(1.0)
-                    chosen = pick(cluster, client, target)
+                    chosen = pick(cluster, target)
                 if chosen is None:
                     skipped += 1
                     log(f"  round {n + 1}: no partition led by a {target}; skipped")
@@ -314,17 +321,19 @@ def run(profile: str, scenario: str, target: str, rounds: int, port: int, workdi
         "p50_ms": round(percentile(ordered, 50)) if ordered else None,
         "p99_ms": round(percentile(ordered, 99)) if ordered else None,
         "max_ms": round(ordered[-1]) if ordered else None,
-        "failed_records": failed, "overrides": PROFILES[profile], "raw_ms": [round(r) for r in results],
+        "failed_records": failed, "overrides": PROFILES[profile], "client": client or {},
+        "raw_ms": [round(r) for r in results],
     }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| profile | failure | leader | rounds | p50 | p99 | max | failed records | Kafka's session |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| profile | failure | leader | client | rounds | p50 | p99 | max | failed records | Kafka's session |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         def s(v):
             return "-" if v is None else f"{v / 1000:.2f} s"
-        lines.append(f"| {r['profile']} | {r['scenario']} | {r['target']} | {r['rounds']} | {s(r['p50_ms'])} | "
+        settings = ", ".join(f"{k}={v}" for k, v in r["client"].items()) or "defaults"
+        lines.append(f"| {r['profile']} | {r['scenario']} | {r['target']} | {settings} | {r['rounds']} | {s(r['p50_ms'])} | "
                      f"{s(r['p99_ms'])} | {s(r['max_ms'])} | {r['failed_records']} | {KAFKA_SESSION_MS / 1000:.0f} s |")
     return "\n".join(lines)
 
@@ -340,18 +349,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep each cluster's directory (node logs)")
+    parser.add_argument("--client", metavar="KEY=VALUE", action="append", default=[],
+                        help="a producer setting (repeatable), e.g. socket.timeout.ms=2000 for the frozen-host case")
     args = parser.parse_args(argv)
 
     def log(msg: str) -> None:
         print(msg, flush=True)
 
     become_subreaper()
+    client = dict(item.split("=", 1) for item in args.client)
     rows = []
     for profile in args.profile or ["default"]:
         for scenario in args.scenario or ["kill"]:
             for target in args.target or ["broker"]:
                 log(f"{profile} / {scenario} / leader is a {target}:")
-                rows.append(run(profile, scenario, target, args.rounds, args.port, args.workdir, log, args.keep))
+                rows.append(run(profile, scenario, target, args.rounds, args.port, args.workdir, log, args.keep,
+                                client))
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -163,3 +163,17 @@ def test_heartbeat_manager_expiry_rules():
     assert heartbeats.stale_brokers(2401) == [1, 2]  # fenced brokers are never stale
     heartbeats.touch(2, False, 5, 2200)
     assert heartbeats.stale_brokers(2401) == [1] and heartbeats.is_proven_live(2, 2300)
+
+
+def test_a_connection_context_tells_each_watcher_of_its_close_once():
+    from odradek.broker.context import ConnectionContext
+
+    connection = ConnectionContext("c", "127.0.0.1", "CONTROLLER")
+    seen: list[str] = []
+    connection.when_closed(lambda: seen.append("first"))
+    connection.when_closed(lambda: seen.append("second"))
+    connection.mark_closed()
+    connection.mark_closed()
+    assert seen == ["first", "second"]
+    connection.when_closed(lambda: seen.append("late"))  # closed already: told at once
+    assert seen == ["first", "second", "late"]
