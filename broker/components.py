@@ -409,10 +409,14 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
             elif response.error_code in (int(ErrorCode.STALE_BROKER_EPOCH), int(ErrorCode.BROKER_ID_NOT_REGISTERED)):
                 log.warning("the controller no longer knows this registration; registering again")
                 return await run_lifecycle(node, membership, endpoints)
-        try:  # the next heartbeat, or at once when a controlled shutdown is asked for
-            await asyncio.wait_for(membership.heartbeat_now.wait(), wait_s)
-        except asyncio.TimeoutError:
-            pass
+        # The next heartbeat, or at once when a controlled shutdown is asked for or the controller changed.
+        # Not wait_for: on Python 3.11 it drops a cancellation that arrives as the event is set (the stop
+        # of a node whose quorum leader just resigned), and this task would never end.
+        woken = asyncio.ensure_future(membership.heartbeat_now.wait())
+        try:
+            await asyncio.wait({woken}, timeout=wait_s)
+        finally:
+            woken.cancel()
         membership.heartbeat_now.clear()
 
 
