@@ -374,9 +374,12 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
         try:
             # A heartbeat that cannot be answered within half a session is given up for the next one.
             half_session_s = cfg.broker_session_timeout_ms / 2000
-            response = await asyncio.wait_for(
-                node.services.future_from(controller.heartbeat(heartbeat, timeout_s=half_session_s)), half_session_s
-            )
+            answer = node.services.future_from(controller.heartbeat(heartbeat, timeout_s=half_session_s))
+            await asyncio.wait({answer}, timeout=half_session_s)  # (not wait_for: see below)
+            if not answer.done():
+                answer.cancel()
+                raise asyncio.TimeoutError("no heartbeat answer within half a session")
+            response = answer.result()
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
             # Soon: a heartbeat given up closed its connection, and the controller fences a broker whose
