@@ -367,6 +367,8 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
         log.info("the last shutdown was clean", previous_broker_epoch=previous_broker_epoch)
     interval_s = cfg.broker_heartbeat_interval_ms / 1000
     lone = node.quorum.is_lone_voter
+    if membership.broker_epoch < 0:  # the first registration of this process (not a re-registration)
+        node.metadata_loader.on_leader_change(membership.controller_changed)
     if lone:
         assert controller.local is not None  # a lone node is a voter: its controller is here
         await controller.local.activated.wait()
@@ -386,6 +388,7 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
     while True:
         if membership.shutting_down:
             interval_s = min(interval_s, 0.2)  # controlled shutdown: ask often
+        wait_s = interval_s
         heartbeat = BrokerHeartbeatRequest(
             broker_id=cfg.node_id, broker_epoch=membership.broker_epoch,
             current_metadata_offset=node.metadata_loader.applied_end_offset - 1, want_fence=False,
@@ -394,11 +397,17 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
         try:
             # A heartbeat that cannot be answered within half a session is given up for the next one.
             half_session_s = cfg.broker_session_timeout_ms / 2000
-            response = await asyncio.wait_for(
-                node.services.future_from(controller.heartbeat(heartbeat, timeout_s=half_session_s)), half_session_s
-            )
+            answer = node.services.future_from(controller.heartbeat(heartbeat, timeout_s=half_session_s))
+            await asyncio.wait({answer}, timeout=half_session_s)  # (not wait_for: see below)
+            if not answer.done():
+                answer.cancel()
+                raise asyncio.TimeoutError("no heartbeat answer within half a session")
+            response = answer.result()
         except Exception as e:  # noqa: BLE001 - the next heartbeat tries again
             log.debug("heartbeat failed", error=str(e))
+            # Soon: a heartbeat given up closed its connection, and the controller fences a broker whose
+            # heartbeat connection closed unless it heartbeats again within a short grace.
+            wait_s = min(interval_s, 0.1)
             if heartbeat_outcome(membership, node.data, answered=False, now=now_ms(),
                                  session_timeout_ms=cfg.broker_session_timeout_ms) == "lost":
                 log.warning("no controller has answered this broker for broker.session.timeout.ms: serving on the "
@@ -431,10 +440,14 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
             elif response.error_code in (int(ErrorCode.STALE_BROKER_EPOCH), int(ErrorCode.BROKER_ID_NOT_REGISTERED)):
                 log.warning("the controller no longer knows this registration; registering again")
                 return await run_lifecycle(node, membership, endpoints)
-        try:  # the next heartbeat, or at once when a controlled shutdown is asked for
-            await asyncio.wait_for(membership.heartbeat_now.wait(), interval_s)
-        except asyncio.TimeoutError:
-            pass
+        # The next heartbeat, or at once when a controlled shutdown is asked for or the controller changed.
+        # Not wait_for: on Python 3.11 it drops a cancellation that arrives as the event is set (the stop
+        # of a node whose quorum leader just resigned), and this task would never end.
+        woken = asyncio.ensure_future(membership.heartbeat_now.wait())
+        try:
+            await asyncio.wait({woken}, timeout=wait_s)
+        finally:
+            woken.cancel()
         membership.heartbeat_now.clear()
 
 

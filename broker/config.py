@@ -965,6 +965,14 @@ class BrokerConfig(BaseModel):
     broker_heartbeat_interval_ms: Int = _f(
         "broker.heartbeat.interval.ms", 2000, T.INT, "Interval of broker heartbeats.", ge=1
     )
+    broker_session_disconnect_grace_ms: Int = _f(
+        "odradek.broker.session.disconnect.grace.ms", 500, T.INT,
+        "Odradek's, not Kafka's: the active controller fences a broker whose heartbeat connection closed "
+        "(its process died) and that did not heartbeat again within this grace, without waiting for "
+        "broker.session.timeout.ms; a controller that just took over fences a broker it has not heard from "
+        "within broker.heartbeat.interval.ms plus this grace. -1 turns both off (Kafka's rule: the session only).",
+        ge=-1,
+    )
 
     # ---- consumer groups and offsets
     offsets_topic_num_partitions: Int = _f(

@@ -27,6 +27,7 @@ meaning, "no response".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -81,6 +82,26 @@ class ConnectionContext:
     principal: KafkaPrincipal = ANONYMOUS
     scope: str = "broker"  # "controller" on a controller listener (broker.handlers: BROKER, CONTROLLER)
     throttle_ms: int = 0  # set by a quota (broker/quotas.py): the network stops serving this long, then clears it
+    # Called once when the connection closes (broker/network.py), e.g. the active controller watching the
+    # connection a broker's heartbeats arrive on (broker/quorum.py); None until someone asks.
+    on_close: list[Callable[[], None]] | None = None
+    closed: bool = False
+
+    def when_closed(self, callback: Callable[[], None]) -> None:
+        """Call `callback` when this connection closes (at once if it has: `closed`)."""
+        if self.closed:
+            callback()
+            return
+        if self.on_close is None:
+            self.on_close = []
+        self.on_close.append(callback)
+
+    def mark_closed(self) -> None:
+        """The network layer saw the connection close: run the callbacks, once."""
+        self.closed = True
+        callbacks, self.on_close = self.on_close, None
+        for callback in callbacks or ():
+            callback()
 
 
 @dataclass(slots=True)

@@ -47,6 +47,7 @@ from odradek.metadata.image import (
 )
 
 from .config import BrokerConfig
+from .context import ConnectionContext
 from .controller_settings import is_built_from
 
 log = structlog.get_logger("odradek.controller")
@@ -101,7 +102,7 @@ class ControllerChannel(Protocol):
 
     def broker_registration(self, request: Any) -> Deferred: ...
 
-    def heartbeat(self, request: Any) -> Deferred: ...
+    def heartbeat(self, request: Any, *, connection: ConnectionContext | None = None) -> Deferred: ...
 
     def unregister(self, request: Any) -> Deferred: ...
 
@@ -190,8 +191,10 @@ class ControllerDecisions:
         caught up); the same incarnation again is idempotent. Answers the response."""
         return self._single(lambda: self.controller.register(request, self.clock()), cause="registration")
 
-    def heartbeat(self, request) -> Deferred:
-        """BrokerHeartbeat: the broker's session, unfencing, fencing, controlled shutdown."""
+    def heartbeat(self, request, *, connection: ConnectionContext | None = None) -> Deferred:
+        """BrokerHeartbeat: the broker's session, unfencing, fencing, controlled shutdown. `connection`, the
+        one it arrived on (None: from this process), is watched by a controller that fences on its close
+        (broker/quorum.py)."""
         return self._single(lambda: self.controller.heartbeat(request, self.clock()), cause="heartbeat")
 
     def unregister(self, request) -> Deferred:

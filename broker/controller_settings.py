@@ -22,6 +22,8 @@ from .topic_config import validate_topic_configs
 def controller_settings(cfg: BrokerConfig) -> ControllerSettings:
     return ControllerSettings(
         session_timeout_ms=cfg.broker_session_timeout_ms,
+        broker_disconnect_grace_ms=cfg.broker_session_disconnect_grace_ms,
+        broker_heartbeat_interval_ms=cfg.broker_heartbeat_interval_ms,
         unclean_leader_election_enable=cfg.unclean_leader_election_enable,
         auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
         leader_imbalance_check_interval_ms=cfg.leader_imbalance_check_interval_seconds * 1000,

@@ -235,6 +235,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.closed = True
         self.inbox.clear()
         self.server.unregister(self)
+        if self.context is not None:
+            self.context.mark_closed()
 
     def pause_writing(self) -> None:
         self.writing_paused = True

@@ -95,6 +95,14 @@ class Membership:
         """Milliseconds since the controller last answered this broker; None before the first answer."""
         return None if self.answered_at_ms is None else max(0, now_ms - self.answered_at_ms)
 
+    def controller_changed(self, leader_id: int, epoch: int) -> None:
+        """The quorum has a new leader (a metadata loader listener): heartbeat at once rather than at the next
+        interval, so that the new active controller hears from every live broker well within the
+        heartbeat interval plus the disconnect grace it allows a session it presumed at activation
+        (metadata/broker_heartbeats.py)."""
+        if leader_id >= 0:
+            self.heartbeat_now.set()
+
     def ask_to_shut_down(self) -> None:
         """A controlled shutdown: the next heartbeat (sent at once) asks for it."""
         self.shutting_down = True

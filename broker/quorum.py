@@ -45,6 +45,7 @@ from odradek.raft import CommittedBatch, NotLeaderError, OutboundRequest, Outbou
 from odradek.raft.state import FollowerState
 
 from .config import BrokerConfig
+from .context import ConnectionContext
 from .controller_channel import ControllerDecisions
 from .node_client import NodeConnections, NodeUnavailable
 
@@ -307,6 +308,8 @@ class QuorumControllerChannel(ControllerDecisions):
         self._waiting: list[tuple[int, Deferred]] = []  # (last offset, commit) in offset order
         self._activated_before = False
         self.activated = asyncio.Event()  # set while active (a lone node's broker waits for it to register)
+        # broker id -> the connection its heartbeats last arrived on (watched: see `heartbeat`)
+        self._broker_connections: dict[int, ConnectionContext] = {}
         loader.on_commit(self._committed)
         loader.on_leader_change(self._leader_changed)
         driver.on_leader_lost(self._leader_lost)
@@ -355,6 +358,37 @@ class QuorumControllerChannel(ControllerDecisions):
         while self._waiting and self._waiting[0][0] <= batch.last_offset:
             _, commit = self._waiting.pop(0)
             commit.complete(None)
+
+    def heartbeat(self, request, *, connection: ConnectionContext | None = None) -> Deferred:
+        """BrokerHeartbeat, deciding here; the connection it came on is watched. When that connection
+        closes (EOF or RST: the broker's process died, its kernel closed its sockets), the controller is
+        told (`Controller.broker_disconnected`) and fences the broker after
+        odradek.broker.session.disconnect.grace.ms unless it heartbeats again meanwhile, instead of after
+        broker.session.timeout.ms (metadata/broker_heartbeats.py has the rule and why it is safe). Only a
+        heartbeat of the broker's registered epoch is watched: an old incarnation's connection closing says
+        nothing about the new one. A broker's heartbeats arriving on a new connection make it the one
+        watched, so the close of its old one, however late it is seen, suspects nothing."""
+        if connection is not None and self.is_active:
+            registration = self.controller.image.brokers.get(request.broker_id)
+            if registration is not None and registration.broker_epoch == request.broker_epoch:
+                self._watch(request.broker_id, connection)
+        return super().heartbeat(request)
+
+    def _watch(self, broker_id: int, connection: ConnectionContext) -> None:
+        if self._broker_connections.get(broker_id) is connection:
+            return
+        self._broker_connections[broker_id] = connection
+        connection.when_closed(lambda: self._broker_connection_closed(broker_id, connection))
+
+    def _broker_connection_closed(self, broker_id: int, connection: ConnectionContext) -> None:
+        if self._broker_connections.get(broker_id) is not connection:
+            return
+        del self._broker_connections[broker_id]
+        if self.is_active and self.controller.broker_disconnected(broker_id, self.clock()):
+            log.info("a broker's heartbeat connection closed: it is fenced unless it heartbeats again within the grace",
+                     broker=broker_id, grace_ms=self.controller.settings.broker_disconnect_grace_ms,
+                     connection=connection.connection_id)
+            self._schedule_tick()
 
     def _schedule_tick(self) -> None:
         """The controller's periodic decisions (expired broker sessions, leader elections) at its deadline."""
@@ -441,7 +475,8 @@ class ClusterControllerChannel:
 
     # -- forwarding
 
-    async def forward(self, request, version: int, *, timeout_s: float | None = None, client=None):
+    async def forward(self, request, version: int, *, timeout_s: float | None = None, client=None,
+                      purpose: str = "forward"):
         """Send a request to the active controller; its response. With `client` (the request context of a
         client's admin request, broker/handlers/envelope.py) the request goes inside an Envelope with the
         client's principal and address, and the inner response is answered; without, it goes as it is (a
@@ -464,7 +499,7 @@ class ClusterControllerChannel:
         while True:
             leader = await self._leader(deadline)
             sent = loop.create_task(self.connections.request(
-                leader, message, message_version, purpose="forward", timeout_s=max(0.1, deadline - loop.time()),
+                leader, message, message_version, purpose=purpose, timeout_s=max(0.1, deadline - loop.time()),
             ))
             try:
                 while not sent.done():
@@ -609,10 +644,14 @@ class ClusterControllerChannel:
         # shutdown from a crash.
         return self._decide_or_forward("broker_registration", request, 3)
 
-    def heartbeat(self, request, *, timeout_s: float | None = None) -> Deferred:
+    def heartbeat(self, request, *, timeout_s: float | None = None, connection: ConnectionContext | None = None) -> Deferred:
+        """Decided here when active (`connection`: the one it arrived on, watched); else sent to the active
+        controller on a connection of its own ("heartbeat"), which nothing else uses: the controller fences
+        a broker soon after the connection its heartbeats arrive on closes, so no other request's timeout
+        may close it."""
         if (active := self._active) is not None:
-            return active.heartbeat(request)
-        return self._remote(lambda: self.forward(request, 0, timeout_s=timeout_s))
+            return active.heartbeat(request, connection=connection)
+        return self._remote(lambda: self.forward(request, 0, timeout_s=timeout_s, purpose="heartbeat"))
 
     def unregister(self, request) -> Deferred:
         return self._decide_or_forward("unregister", request, 0)

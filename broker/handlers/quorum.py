@@ -209,7 +209,8 @@ def handle_broker_heartbeat(services: BrokerServices, ctx: RequestContext, reque
 
     if _not_controller(services):
         return failed(int(ErrorCode.NOT_CONTROLLER), None)
-    return _decided(services, services.controller.heartbeat(request), failed)
+    # The connection it came on: the active controller fences a broker soon after it closes (broker/quorum.py).
+    return _decided(services, services.controller.heartbeat(request, connection=ctx.connection), failed)
 
 
 @handles(64, (0, 0), listeners=(CONTROLLER,))

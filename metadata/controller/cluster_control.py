@@ -29,7 +29,7 @@ from typing import Protocol
 
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import BrokerHeartbeatResponse, BrokerRegistrationResponse, UnregisterBrokerResponse
-from odradek.metadata.broker_heartbeats import BrokerHeartbeatManager
+from odradek.metadata.broker_heartbeats import DEFAULT_HEARTBEAT_INTERVAL_MS, BrokerHeartbeatManager
 from odradek.metadata.image import BrokerRegistration, Endpoint, MetadataError, MetadataImage, random_uuid
 from odradek.metadata.records import BrokerRegistrationChangeRecord, RegisterBrokerRecord, UnregisterBrokerRecord
 
@@ -64,7 +64,8 @@ class BrokerPartitionEffects(Protocol):
 
 
 class ClusterControlManager:
-    """See the module doc. `rng` draws incarnation ids; `session_timeout_ms` is broker.session.timeout.ms."""
+    """See the module doc. `rng` draws incarnation ids; `session_timeout_ms` is broker.session.timeout.ms;
+    `disconnect_grace_ms` and `heartbeat_interval_ms` end sessions sooner (broker_heartbeats.py)."""
 
     def __init__(
         self,
@@ -73,8 +74,13 @@ class ClusterControlManager:
         brokers: RegisteredBrokers,
         features: FeatureControlManager,
         partitions: BrokerPartitionEffects,
+        *,
+        disconnect_grace_ms: int = -1,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
     ) -> None:
-        self.heartbeats = BrokerHeartbeatManager(session_timeout_ms)
+        self.heartbeats = BrokerHeartbeatManager(
+            session_timeout_ms, disconnect_grace_ms=disconnect_grace_ms, heartbeat_interval_ms=heartbeat_interval_ms
+        )
         self._rng = rng
         self._brokers = brokers
         self._features = features
@@ -154,7 +160,8 @@ class ClusterControlManager:
     def register(self, image: MetadataImage, log_end_offset: int, request, now_ms: int) -> tuple[list, object]:
         """BrokerRegistration (Kafka's ClusterControlManager.registerBroker): (records,
         BrokerRegistrationResponse). Raises MetadataError: INCONSISTENT_CLUSTER_ID, DUPLICATE_BROKER_REGISTRATION
-        (another incarnation holds a live session), UNSUPPORTED_VERSION (a feature level the broker cannot
+        (another incarnation is proven live: it heartbeated to this controller within its session and its
+        connection has not been seen closed), UNSUPPORTED_VERSION (a feature level the broker cannot
         run), INVALID_REQUEST, BROKER_ID_NOT_REGISTERED (a ZooKeeper broker).
 
         The same incarnation again is idempotent: same broker epoch and state, a record only if its
@@ -169,7 +176,17 @@ class ClusterControlManager:
         flushed (a power loss), so it leaves every ISR, ELR and leadership (`remove_unclean_broker`).
         Clean, or ELR off: if it is still unfenced it leaves every ISR and leadership as a fenced broker
         does; its ELR places stay, so a partition whose replicas all stopped cleanly comes back with
-        them."""
+        them.
+
+        Kafka refuses a new incarnation while the old one's session is valid, and a valid session includes
+        the one a new controller presumes at activation: so a node restarted after a whole cluster went
+        down (docker-compose down, then up) waited out a full broker.session.timeout.ms before it could
+        register, although it was the process the session stood for, dead. Kafka 4.x relaxes the rule for
+        a broker that was in controlled shutdown (KAFKA-19047) and gives fenced brokers no session at
+        activation (KAFKA-19130). Here a new incarnation replaces the old one at once unless the old one
+        is proven live (`BrokerHeartbeatManager.is_proven_live`): a session only presumed, or whose
+        connection closed, is no evidence of another process with this id, and the registration itself is.
+        Two live processes with one node.id are still refused, once the first has heartbeated here."""
         if request.cluster_id != image.cluster_id:
             raise MetadataError(
                 ErrorCode.INCONSISTENT_CLUSTER_ID,
@@ -182,7 +199,7 @@ class ClusterControlManager:
         if (
             existing is not None
             and existing.incarnation_id != request.incarnation_id
-            and self.heartbeats.has_valid_session(broker_id, now_ms)
+            and self.heartbeats.is_proven_live(broker_id, now_ms)
         ):
             raise MetadataError(
                 ErrorCode.DUPLICATE_BROKER_REGISTRATION, "Another broker is registered with that broker id."
@@ -317,8 +334,9 @@ class ClusterControlManager:
         return records, UnregisterBrokerResponse(error_code=0, error_message=None)
 
     def maybe_fence_stale_brokers(self, image: MetadataImage, now_ms: int) -> list:
-        """Records fencing every broker whose session expired (no heartbeat for session_timeout_ms), each
-        as `fence_broker`, one after the other. Only brokers with a session are considered: those that
+        """Records fencing every broker whose session expired (no heartbeat for session_timeout_ms, or its
+        connection closed and the disconnect grace passed, or presumed at activation and never confirmed:
+        broker_heartbeats.py), each as `fence_broker`, one after the other. Only brokers with a session are considered: those that
         registered or heartbeated here, or all registered ones after `activate`."""
         changes = PartitionChanges(image)
         for broker_id in self.heartbeats.stale_brokers(now_ms):
@@ -330,6 +348,11 @@ class ClusterControlManager:
                 self._fence(changes, broker)
             self.heartbeats.fence(broker_id)
         return changes.records
+
+    def broker_disconnected(self, broker_id: int, now_ms: int) -> bool:
+        """The broker's heartbeat connection closed: its session ends after the disconnect grace unless it
+        heartbeats again (broker_heartbeats.py). No records now: `maybe_fence_stale_brokers` fences it."""
+        return self.heartbeats.disconnected(broker_id, now_ms)
 
     def next_expiry_ms(self) -> int | None:
         """When the next broker session expires, if any is live."""

@@ -43,6 +43,7 @@ item against the image the items before it leave, so a topic named twice exists 
 The only state outside the image is soft: the brokers' sessions (the cluster manager's `heartbeats`,
 broker_heartbeats.py: last contact, reported metadata offset), as in Kafka, and the time of the next
 leader-balance check (the replication manager's). Time is an argument: `heartbeat(request, now_ms)`, and
+a broker's heartbeat connection seen closed `broker_disconnected(broker_id, now_ms)`, and
 the periodic decisions `tick(now_ms)` (= `maybe_fence_stale_brokers`, `maybe_elect_unclean_leaders`,
 `maybe_balance_partition_leaders`), due at `next_deadline_ms()`.
 
@@ -118,7 +119,9 @@ class Controller:
         self.configs = ConfigurationControlManager(self.settings, validate_topic_configs, validate_broker_configs)
         self.replication = ReplicationControlManager(self.settings, self._rng, brokers, self.configs)
         self.cluster = ClusterControlManager(
-            self.settings.session_timeout_ms, self._rng, brokers, self.features, self.replication
+            self.settings.session_timeout_ms, self._rng, brokers, self.features, self.replication,
+            disconnect_grace_ms=self.settings.broker_disconnect_grace_ms,
+            heartbeat_interval_ms=self.settings.broker_heartbeat_interval_ms,
         )
         self.acls = AclControlManager(self._rng)
         self.client_quotas = ClientQuotaControlManager()
@@ -228,6 +231,12 @@ class Controller:
 
     def maybe_fence_stale_brokers(self, now_ms: int) -> list:
         return self.cluster.maybe_fence_stale_brokers(self.image, now_ms)
+
+    def broker_disconnected(self, broker_id: int, now_ms: int) -> bool:
+        """The connection broker `broker_id` heartbeats on closed at `now_ms` (the owner saw it): unless it
+        heartbeats again within the disconnect grace, `tick` fences it (cluster_control.py). True if that
+        started a grace (an unfenced broker with a session here, and the rule is on)."""
+        return self.cluster.broker_disconnected(broker_id, now_ms)
 
     # -- topics and partitions (ReplicationControlManager)
 

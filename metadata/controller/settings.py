@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from odradek.metadata.broker_heartbeats import DEFAULT_SESSION_TIMEOUT_MS
+from odradek.metadata.broker_heartbeats import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_SESSION_TIMEOUT_MS
 
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 AUTO_LEADER_REBALANCE_ENABLE = "auto.leader.rebalance.enable"
@@ -38,12 +38,17 @@ start-up would accept; raises ValueError with the refusal (broker/dynamic_config
 class ControllerSettings:
     """The controller's static configuration, in Kafka's property names' snake_case.
 
-    `session_timeout_ms` is broker.session.timeout.ms; `num_partitions` and `default_replication_factor`
+    `session_timeout_ms` is broker.session.timeout.ms; `broker_disconnect_grace_ms` is
+    odradek.broker.session.disconnect.grace.ms (-1 here: off, Kafka's rule; the broker's default turns it
+    on) and `broker_heartbeat_interval_ms` broker.heartbeat.interval.ms, which bound a session whose
+    connection closed or that a new controller presumed (broker_heartbeats.py); `num_partitions` and `default_replication_factor`
     replace -1 in a CreateTopics without assignments; `delete_topic_enable` refuses every DeleteTopics
     when false; the election and balance values and `min_insync_replicas` (the ELR rules' min ISR) are the
     defaults under the dynamic configs."""
 
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    broker_disconnect_grace_ms: int = -1
+    broker_heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     unclean_leader_election_enable: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS

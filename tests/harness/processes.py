@@ -52,11 +52,11 @@ def odradek(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 class Cluster:
-    def __init__(self, directory: Path, nodes: int = 3, overrides: tuple[str, ...] = ()) -> None:
+    def __init__(self, directory: Path, nodes: int = 3, overrides: tuple[str, ...] | list[str] = ()) -> None:
         self.dir = directory
         self.nodes = nodes
         self.port = free_port_block(2 * nodes)
-        self.overrides = [*OVERRIDES, *overrides]  # server.properties settings for every node (key=value)
+        self.overrides = [*OVERRIDES, *overrides]  # every node's settings (key=value; a later one wins)
 
     def up(self) -> None:
         args = ["cluster", "up", "--nodes", str(self.nodes), "--dir", str(self.dir), "--port", str(self.port)]
