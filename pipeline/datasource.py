@@ -1,6 +1,6 @@
 """The `odradek` PySpark data source (Spark 4.x Python Data Source API), mirroring Spark's Kafka connector.
 
-    spark.dataSource.register(OdradekDataSource)          # or odradek.pipeline.register(spark)
+    # nothing to register once installed (pyspark_odradek.py); else odradek.pipeline.register(spark)
     df = (spark.readStream.format("odradek")
           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "raw-events").load())
@@ -55,7 +55,18 @@ __all__ = ["FORMAT", "OdradekDataSource", "register"]
 
 
 def register(spark: Any) -> None:
-    """Make `format("odradek")` available in this Spark session."""
+    """Make `format("odradek")` available in this Spark session.
+
+    Not needed once odradek is installed (not editable) into the Python that Spark's workers run: Spark 4
+    then finds the top-level module `pyspark_odradek` by itself (its docstring says how). When Spark
+    already knows the format, this does nothing, so that Spark does not log that a statically registered
+    source was replaced; Spark Connect sessions, which cannot be asked, always register.
+    """
+    try:
+        if spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(FORMAT):
+            return
+    except Exception:  # Spark Connect (no JVM handle) or another Spark: registering is always right
+        pass
     spark.dataSource.register(OdradekDataSource)
 
 

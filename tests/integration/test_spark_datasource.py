@@ -187,6 +187,45 @@ def test_custom_schema_and_overwrite_are_refused(spark, broker, admin):
             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic).save()
 
 
+# ---------------------------------------------------------------------------------------- discovery
+
+# The driver of this script imports pyspark only: no odradek import, no register call. Spark must find the
+# source through the installed top-level module pyspark_odradek (the JVM's lookup worker imports it).
+_UNREGISTERED_READ = """
+import sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").appName("odradek-discovery")
+         .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+rows = (spark.read.format("odradek").option("kafka.bootstrap.servers", sys.argv[1])
+        .option("subscribe", sys.argv[2]).load().collect())
+assert "odradek.pipeline" not in sys.modules, "the driver imported odradek"
+print("VALUES", ",".join(sorted(r.value.decode() for r in rows)))
+spark.stop()
+"""
+
+
+def test_format_odradek_needs_no_register_once_installed(broker, admin, producer, tmp_path):
+    """A fresh JVM and driver (the lookup of installed sources is cached per JVM, so the module's session,
+    which registers, cannot show it). Its PYTHONPATH holds pyspark_odradek.py as a wheel installs it
+    (top level, beside the odradek package the venv already provides)."""
+    import subprocess
+    from pathlib import Path
+
+    topic = new_topic(admin, partitions=1)
+    produce(producer, topic, 3, partitions=1)
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy(Path(__file__).parents[2] / "pyspark_odradek.py", site)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", _UNREGISTERED_READ, broker.bootstrap, topic], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "VALUES v0,v1,v2" in done.stdout
+
+
 # ---------------------------------------------------------------------------------------- streaming reads
 
 
