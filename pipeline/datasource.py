@@ -33,7 +33,14 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
     InputPartition,
+    LessThan,
+    LessThanOrEqual,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -43,7 +50,7 @@ from odradek.client.cluster import TopicPartition
 
 from . import _kafka
 from .arrow import check_write_schema, read_schema_ddl, records_to_batch, rows_from_batch
-from .offsets import EARLIEST, LATEST, OffsetRange, count_between, offsets_from_json, offsets_to_json, plan_ranges, rate_limit
+from .offsets import EARLIEST, LATEST, Bounds, OffsetRange, count_between, offsets_from_json, offsets_to_json, plan_ranges, rate_limit
 from .options import ClientOptions, OffsetSpec, OptionError, SinkOptions, SourceOptions
 from .sink import KafkaTaskTransaction, TaskOutcome, progress_group, transactional_id, write_task
 
@@ -94,8 +101,13 @@ class OdradekDataSource(DataSource):
                               "and cannot be given another one")
 
     def reader(self, schema: StructType) -> "BatchReader":
+        from .options import parse_bool
+
         self._check_read_schema(schema)
-        return BatchReader(SourceOptions.parse(self.options, streaming=False))
+        options = SourceOptions.parse(self.options, streaming=False)
+        if parse_bool(self.options.get("filterpushdown", "false"), "filterPushdown"):
+            return FilteringBatchReader(options)
+        return BatchReader(options)
 
     def streamReader(self, schema: StructType) -> "StreamReader":
         self._check_read_schema(schema)
@@ -210,12 +222,78 @@ class BatchReader(DataSourceReader):
             if start[tp] > end[tp]:
                 raise OptionError(f"{tp.topic}-{tp.partition}: the starting offset {start[tp]} is after the "
                                   f"ending offset {end[tp]}")
+        start, end = self._narrow(start, end)
         settings = ReadSettings.of(o)
         ranges = plan_ranges(start, end, min_partitions=o.min_partitions, max_records=o.max_records_per_partition)
         return [RangePartition(r, settings) for r in ranges]
 
+    def _narrow(self, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
+                ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        return start, end
+
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_partition(partition)
+
+
+class FilteringBatchReader(BatchReader):
+    """A batch reader that takes Spark's filters on `topic`, `partition` and `offset` (option
+    `filterPushdown=true`, with `spark.sql.python.filterPushdown.enabled=true` in the session).
+
+    Taken, and so not evaluated again by Spark, because each cuts the planned ranges exactly:
+    `topic` / `partition` `=` and `IN`, and `offset` `=`, `>`, `>=`, `<`, `<=`. The others (on key,
+    value, timestamp ..., `NOT`, `offset IN`) go back to Spark. A topic or partition left out is never
+    fetched, and an offset bound moves where a fetch starts and stops, so the bytes fetched follow the
+    filter (a record batch that straddles a bound is still fetched whole, as Kafka serves batches).
+
+    Why an option: Spark refuses a reader with `pushFilters` when the session's
+    `spark.sql.python.filterPushdown.enabled` is false (its default), and a data source cannot read the
+    session's settings, so the reader that pushes is chosen by the option.
+
+    Not pushed yet: `timestamp >= / <` (they would map to ListOffsets by timestamp).
+    """
+
+    def __init__(self, options: SourceOptions):
+        super().__init__(options)
+        self.bounds = Bounds()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            pushed = self._push(f)
+            if pushed is None:
+                yield f
+            else:
+                self.bounds = pushed
+
+    def _push(self, f: Filter) -> Bounds | None:
+        """The bounds with `f` ANDed in, or None when `f` is not pushed."""
+        path = getattr(f, "attribute", ())  # Not has a child instead
+        column = path[0] if len(path) == 1 else None
+        b = self.bounds
+        if column in ("topic", "partition"):
+            kind = str if column == "topic" else int
+            if isinstance(f, EqualTo) and isinstance(f.value, kind):
+                return b.with_values(column, [f.value])
+            if isinstance(f, In) and all(isinstance(v, kind) for v in f.value):
+                return b.with_values(column, f.value)
+            return None
+        if column != "offset" or not isinstance(getattr(f, "value", None), int) or isinstance(f.value, bool):
+            return None
+        v = f.value
+        if isinstance(f, EqualTo):
+            return b.with_offsets(v, v + 1)
+        if isinstance(f, GreaterThan):
+            return b.with_offsets(low=v + 1)
+        if isinstance(f, GreaterThanOrEqual):
+            return b.with_offsets(low=v)
+        if isinstance(f, LessThan):
+            return b.with_offsets(high=v)
+        if isinstance(f, LessThanOrEqual):
+            return b.with_offsets(high=v + 1)
+        return None
+
+    def _narrow(self, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
+                ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        return self.bounds.narrow(start, end)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -42,9 +42,43 @@ def _spark_session():
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.streaming.stopTimeout": "30s",
+        "spark.sql.python.filterPushdown.enabled": "true",  # used by readers with option filterPushdown=true
     })
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _free_port() -> int:
+    import socket
+
+    for port in range(29400, 29500):  # this worktree's range
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port for the metrics endpoint")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """The module's broker, with its Prometheus endpoint: the pushdown test reads odradek_bytes_out_total."""
+    from tests.brokerproc import BrokerProcess
+
+    port = _free_port()
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker-data"), f"metrics.port={port}",
+                         "metrics.host=127.0.0.1").start()
+    proc.metrics_url = f"http://127.0.0.1:{port}/metrics"
+    yield proc
+    proc.stop()
+
+
+def bytes_out(broker) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("odradek_bytes_out_total"))
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +219,31 @@ def test_custom_schema_and_overwrite_are_refused(spark, broker, admin):
     with pytest.raises(Exception, match="only appends"):
         spark.createDataFrame([("v",)], "value string").write.format("odradek").mode("overwrite") \
             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic).save()
+
+
+def test_filter_pushdown_fetches_only_the_ranges_the_filter_keeps(spark, broker, admin, producer):
+    """The same filtered query with and without `filterPushdown`: the same rows, and the broker writes a
+    fraction of the bytes when the filters are pushed (partition 1, offsets [150, 160) of 3 x 200 records
+    of 1 KB)."""
+    topic = new_topic(admin)
+    futures = [producer.send(topic, bytes(1000), b"k%d" % i, partition=i % 3) for i in range(600)]
+    producer.flush()
+    for f in futures:
+        f.result(10)
+
+    def run(pushdown: bool) -> tuple[list, float]:
+        df = source(spark, broker, subscribe=topic, filterPushdown=str(pushdown).lower()) \
+            .where("partition = 1 and offset >= 150 and offset < 160 and key is not null")
+        before = bytes_out(broker)
+        rows = sorted((r.partition, r.offset) for r in df.collect())
+        return rows, bytes_out(broker) - before
+
+    rows, pushed = run(True)
+    assert rows == [(1, o) for o in range(150, 160)]
+    rows_without, unpushed = run(False)
+    assert rows_without == rows
+    print(f"bytes written by the broker: {pushed:.0f} pushed, {unpushed:.0f} not pushed")
+    assert unpushed > 600_000 and pushed < unpushed / 5
 
 
 # ---------------------------------------------------------------------------------------- discovery
