@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -55,6 +56,7 @@ from .options import ClientOptions, OffsetSpec, OptionError, SinkOptions, Source
 from .sink import KafkaTaskTransaction, TaskOutcome, progress_group, transactional_id, write_task
 
 log = logging.getLogger("odradek.pipeline")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 FORMAT = "odradek"
 
@@ -216,18 +218,18 @@ class BatchReader(DataSourceReader):
             start = _resolve(o.starting, tps, md, what="startingOffsets", strategy=o.timestamp_strategy)
             assert o.ending is not None
             end = _resolve(o.ending, tps, md, what="endingOffsets")
+            for tp in tps:
+                if start[tp] > end[tp]:
+                    raise OptionError(f"{tp.topic}-{tp.partition}: the starting offset {start[tp]} is after "
+                                      f"the ending offset {end[tp]}")
+            start, end = self._narrow(start, end, md)
         finally:
             md.close()
-        for tp in tps:
-            if start[tp] > end[tp]:
-                raise OptionError(f"{tp.topic}-{tp.partition}: the starting offset {start[tp]} is after the "
-                                  f"ending offset {end[tp]}")
-        start, end = self._narrow(start, end)
         settings = ReadSettings.of(o)
         ranges = plan_ranges(start, end, min_partitions=o.min_partitions, max_records=o.max_records_per_partition)
         return [RangePartition(r, settings) for r in ranges]
 
-    def _narrow(self, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
+    def _narrow(self, start: dict[TopicPartition, int], end: dict[TopicPartition, int], md: _kafka.Metadata
                 ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
         return start, end
 
@@ -249,20 +251,40 @@ class FilteringBatchReader(BatchReader):
     `spark.sql.python.filterPushdown.enabled` is false (its default), and a data source cannot read the
     session's settings, so the reader that pushes is chosen by the option.
 
-    Not pushed yet: `timestamp >= / <` (they would map to ListOffsets by timestamp).
+    `timestamp >= t` and `timestamp > t` are pushed in part: ListOffsets by timestamp gives each
+    partition the first offset whose timestamp is that recent, and the range starts there; the filter
+    still goes back to Spark, since later records may be older (CreateTime is the producer's clock).
+    `timestamp < t` is not pushed: with CreateTime no offset bounds it exactly.
     """
 
     def __init__(self, options: SourceOptions):
         super().__init__(options)
         self.bounds = Bounds()
+        self.since_ms: int | None = None  # timestamp >= / > : the lowest record timestamp kept, in ms
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         for f in filters:
+            if self._push_since(f):
+                yield f  # cuts the start of each range, and Spark checks it again (see the class docstring)
+                continue
             pushed = self._push(f)
             if pushed is None:
                 yield f
             else:
                 self.bounds = pushed
+
+    def _push_since(self, f: Filter) -> bool:
+        """`timestamp >= t` / `timestamp > t` with t a zone-aware datetime (Spark's TimestampType literal):
+        the record timestamps are whole ms, so `>= t` keeps ms >= ceil(t), `> t` keeps ms >= floor(t) + 1."""
+        if getattr(f, "attribute", None) != ("timestamp",) or not isinstance(f, (GreaterThan, GreaterThanOrEqual)):
+            return False
+        value = f.value
+        if not isinstance(value, datetime) or value.tzinfo is None:
+            return False
+        micros = (value - _EPOCH) // timedelta(microseconds=1)
+        ms = -(-micros // 1000) if isinstance(f, GreaterThanOrEqual) else micros // 1000 + 1
+        self.since_ms = ms if self.since_ms is None else max(self.since_ms, ms)
+        return True
 
     def _push(self, f: Filter) -> Bounds | None:
         """The bounds with `f` ANDed in, or None when `f` is not pushed."""
@@ -291,9 +313,16 @@ class FilteringBatchReader(BatchReader):
             return b.with_offsets(high=v + 1)
         return None
 
-    def _narrow(self, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
+    def _narrow(self, start: dict[TopicPartition, int], end: dict[TopicPartition, int], md: _kafka.Metadata
                 ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-        return self.bounds.narrow(start, end)
+        start, end = self.bounds.narrow(start, end)
+        if self.since_ms is not None:
+            # ListOffsets by timestamp: the first offset whose timestamp is at or after since_ms, so every
+            # record before it is older; -1 where no record is that recent (nothing to read there).
+            found = md.list_offsets({tp: self.since_ms for tp, e in end.items() if e > start[tp]})
+            for tp, offset in found.items():
+                start[tp] = end[tp] if offset < 0 else min(max(start[tp], offset), end[tp])
+        return start, end
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -224,26 +224,40 @@ def test_custom_schema_and_overwrite_are_refused(spark, broker, admin):
 def test_filter_pushdown_fetches_only_the_ranges_the_filter_keeps(spark, broker, admin, producer):
     """The same filtered query with and without `filterPushdown`: the same rows, and the broker writes a
     fraction of the bytes when the filters are pushed (partition 1, offsets [150, 160) of 3 x 200 records
-    of 1 KB)."""
+    of 1 KB); then a timestamp lower bound, pushed through ListOffsets by timestamp."""
+    from datetime import datetime, timezone
+
+    from pyspark.sql import functions as F
+
     topic = new_topic(admin)
-    futures = [producer.send(topic, bytes(1000), b"k%d" % i, partition=i % 3) for i in range(600)]
+    base = 1_700_000_000_000
+    futures = [producer.send(topic, bytes(1000), b"k%d" % i, partition=i % 3, timestamp_ms=base + i * 1000)
+               for i in range(600)]
     producer.flush()
     for f in futures:
         f.result(10)
 
-    def run(pushdown: bool) -> tuple[list, float]:
-        df = source(spark, broker, subscribe=topic, filterPushdown=str(pushdown).lower()) \
-            .where("partition = 1 and offset >= 150 and offset < 160 and key is not null")
+    def run(condition, pushdown: bool) -> tuple[list, float]:
+        df = source(spark, broker, subscribe=topic, filterPushdown=str(pushdown).lower()).where(condition)
         before = bytes_out(broker)
         rows = sorted((r.partition, r.offset) for r in df.collect())
         return rows, bytes_out(broker) - before
 
-    rows, pushed = run(True)
+    by_offset = "partition = 1 and offset >= 150 and offset < 160 and key is not null"
+    rows, pushed = run(by_offset, True)
     assert rows == [(1, o) for o in range(150, 160)]
-    rows_without, unpushed = run(False)
+    rows_without, unpushed = run(by_offset, False)
     assert rows_without == rows
-    print(f"bytes written by the broker: {pushed:.0f} pushed, {unpushed:.0f} not pushed")
+    print(f"offset filter, bytes written by the broker: {pushed:.0f} pushed, {unpushed:.0f} not pushed")
     assert unpushed > 600_000 and pushed < unpushed / 5
+
+    # timestamp >= t: records 570.. (ListOffsets by timestamp), partition 1: offsets 190..199
+    since = datetime.fromtimestamp((base + 570_000) / 1000, tz=timezone.utc)
+    by_time = (F.col("partition") == 1) & (F.col("timestamp") >= F.lit(since))
+    rows, pushed = run(by_time, True)
+    assert rows == [(1, o) for o in range(190, 200)]
+    print(f"timestamp filter, bytes written by the broker: {pushed:.0f} pushed")
+    assert pushed < unpushed / 5
 
 
 # ---------------------------------------------------------------------------------------- discovery

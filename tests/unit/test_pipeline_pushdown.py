@@ -73,3 +73,27 @@ def test_an_unfiltered_reader_does_not_implement_push_filters():
 
     assert BatchReader.pushFilters is DataSourceReader.pushFilters
     assert FilteringBatchReader.pushFilters is not DataSourceReader.pushFilters
+
+
+def test_timestamp_lower_bounds_start_each_range_at_list_offsets_and_go_back_to_spark():
+    from datetime import datetime, timedelta, timezone
+
+    t = datetime(2023, 11, 14, 22, 13, 20, 500, tzinfo=timezone.utc)  # 1_700_000_000_000 ms + 500 us
+    r = reader()
+    at_least, after = GreaterThanOrEqual(("timestamp",), t), GreaterThan(("timestamp",), t - timedelta(seconds=1))
+    naive = GreaterThanOrEqual(("timestamp",), datetime(2023, 1, 1))
+    assert list(r.pushFilters([at_least, after, naive, LessThan(("timestamp",), t)]))[:3] == [at_least, after, naive]
+    assert r.since_ms == 1_700_000_000_001  # ceil of t in ms, the larger of the two bounds
+
+    class FakeMetadata:
+        asked: dict = {}
+
+        def list_offsets(self, timestamps):
+            FakeMetadata.asked = dict(timestamps)
+            return {tp: {0: 40, 1: -1}[tp.partition] for tp in timestamps}
+
+    start = {TP("a", 0): 10, TP("a", 1): 0, TP("a", 2): 5}
+    end = {TP("a", 0): 100, TP("a", 1): 100, TP("a", 2): 5}
+    s, e = r._narrow(start, end, FakeMetadata())
+    assert FakeMetadata.asked == {TP("a", 0): 1_700_000_000_001, TP("a", 1): 1_700_000_000_001}  # not the empty one
+    assert [(x.partition, x.start, x.end) for x in plan_ranges(s, e)] == [(0, 40, 100)]  # -1: nothing that recent
