@@ -17,7 +17,8 @@ Which process runs what (the reference notes, section 2.2, give the evidence):
   batches of at most 10,000 rows, read with the blocking client (`_kafka.read_range`).
 * `write()` runs on executors; `commit()` on the driver, in a fresh writer for each streaming batch.
 
-Offsets, limits and new partitions in streaming: see `StreamReader.latestOffset`.
+Offsets, limits and new partitions in streaming: see `StreamReader.latestOffset`. Filter pushdown of
+batch reads (option `filterPushdown`): see `FilteringBatchReader`.
 """
 
 from __future__ import annotations
@@ -243,7 +244,7 @@ class FilteringBatchReader(BatchReader):
 
     Taken, and so not evaluated again by Spark, because each cuts the planned ranges exactly:
     `topic` / `partition` `=` and `IN`, and `offset` `=`, `>`, `>=`, `<`, `<=`. The others (on key,
-    value, timestamp ..., `NOT`, `offset IN`) go back to Spark. A topic or partition left out is never
+    value, `timestamp <`, `NOT`, `offset IN` ...) go back to Spark. A topic or partition left out is never
     fetched, and an offset bound moves where a fetch starts and stops, so the bytes fetched follow the
     filter (a record batch that straddles a bound is still fetched whole, as Kafka serves batches).
 
