@@ -353,14 +353,17 @@ class Admin:
 
     async def _metadata_by_name(self, names: list[str]) -> None:
         """Ask for `names` by name. The admin's refreshes list every topic, and such an answer leaves out
-        the topics the principal may not describe; asked by name, the broker answers each with its error,
-        so that describing a topic without the ACL fails with TOPIC_AUTHORIZATION_FAILED, as Kafka's
-        describeTopics does, rather than with UNKNOWN_TOPIC_OR_PARTITION."""
+        the topics the principal may not describe; asked by name, the broker says which those are, so that
+        describing a topic without the ACL fails with TOPIC_AUTHORIZATION_FAILED, as Kafka's describeTopics
+        does, rather than with UNKNOWN_TOPIC_OR_PARTITION. Only that answer is kept: a topic still being
+        created reads as unknown, as before, until the next refresh lists it."""
         cls = REQUESTS[METADATA]
         response = await self.client.send_any(
             lambda version: cls(topics=[cls.MetadataRequestTopic(name=n) for n in names],
                                 allow_auto_topic_creation=False), api_key=METADATA)
-        self.client.cluster.update(response, names)
+        for t in response.topics:
+            if t.name in names and t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                self.client.cluster.topic_errors[t.name] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
     async def create_topics(self, topics: list[NewTopic], *, timeout_ms: int = 30_000,
                             validate_only: bool = False) -> dict[str, KafkaError | None]:
