@@ -43,6 +43,7 @@ from .consumer import EARLIEST, LATEST, OffsetAndMetadata, list_offsets
 from .errors import ConfigError, KafkaError, OdradekError, UnsupportedVersionError
 from .group import commit_offsets, fetch_committed_offsets
 
+METADATA = 3
 CREATE_TOPICS = 19
 ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
 DELETE_TOPICS = 20
@@ -340,6 +341,11 @@ class Admin:
         cluster = self.client.cluster
         if names is None:
             names = sorted(t for t, info in cluster.topics.items() if internal or not info.is_internal)
+        else:
+            names = list(names)
+            unseen = [n for n in names if n not in cluster.topics and n not in cluster.topic_errors]
+            if unseen:
+                await self._metadata_by_name(unseen)
         out = []
         for name in names:
             info = cluster.topics.get(name)
@@ -349,6 +355,20 @@ class Admin:
             out.append(TopicDescription(name, info.topic_id, info.is_internal,
                                         [info.partitions[p] for p in sorted(info.partitions)]))
         return out
+
+    async def _metadata_by_name(self, names: list[str]) -> None:
+        """Ask for `names` by name. The admin's refreshes list every topic, and such an answer leaves out
+        the topics the principal may not describe; asked by name, the broker says which those are, so that
+        describing a topic without the ACL fails with TOPIC_AUTHORIZATION_FAILED, as Kafka's describeTopics
+        does, rather than with UNKNOWN_TOPIC_OR_PARTITION. Only that answer is kept: a topic still being
+        created reads as unknown, as before, until the next refresh lists it."""
+        cls = REQUESTS[METADATA]
+        response = await self.client.send_any(
+            lambda version: cls(topics=[cls.MetadataRequestTopic(name=n) for n in names],
+                                allow_auto_topic_creation=False), api_key=METADATA)
+        for t in response.topics:
+            if t.name in names and t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                self.client.cluster.topic_errors[t.name] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
     async def create_topics(self, topics: list[NewTopic], *, timeout_ms: int = 30_000,
                             validate_only: bool = False) -> dict[str, KafkaError | None]:

@@ -146,6 +146,14 @@ class Metadata:
         if subscription.kind == "assign":
             return list(subscription.partitions)
         existing = self.admin.list_topics()
+        if subscription.kind == "subscribe":
+            # A listing leaves out what the principal may not describe. A topic named in `subscribe` is
+            # asked for by name, so that without its ACL the query fails with TOPIC_AUTHORIZATION_FAILED
+            # (as Spark's Kafka source does) instead of reading nothing; a pattern skips such topics, as
+            # Kafka's pattern subscriptions do.
+            for topic in subscription.topics:
+                if topic not in existing:
+                    topic_partitions_or_none(self.admin, topic)
         return self.topic_partitions(t for t in existing if subscription.matches(t))
 
     def list_offsets(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:

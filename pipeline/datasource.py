@@ -1,6 +1,6 @@
 """The `odradek` PySpark data source (Spark 4.x Python Data Source API), mirroring Spark's Kafka connector.
 
-    spark.dataSource.register(OdradekDataSource)          # or odradek.pipeline.register(spark)
+    # nothing to register once installed (pyspark_odradek.py); else odradek.pipeline.register(spark)
     df = (spark.readStream.format("odradek")
           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "raw-events").load())
@@ -17,13 +17,15 @@ Which process runs what (the reference notes, section 2.2, give the evidence):
   batches of at most 10,000 rows, read with the blocking client (`_kafka.read_range`).
 * `write()` runs on executors; `commit()` on the driver, in a fresh writer for each streaming batch.
 
-Offsets, limits and new partitions in streaming: see `StreamReader.latestOffset`.
+Offsets, limits and new partitions in streaming: see `StreamReader.latestOffset`. Filter pushdown of
+batch reads (option `filterPushdown`): see `FilteringBatchReader`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -33,7 +35,14 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
     InputPartition,
+    LessThan,
+    LessThanOrEqual,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -43,11 +52,12 @@ from odradek.client.cluster import TopicPartition
 
 from . import _kafka
 from .arrow import check_write_schema, read_schema_ddl, records_to_batch, rows_from_batch
-from .offsets import EARLIEST, LATEST, OffsetRange, count_between, offsets_from_json, offsets_to_json, plan_ranges, rate_limit
+from .offsets import EARLIEST, LATEST, Bounds, OffsetRange, count_between, offsets_from_json, offsets_to_json, plan_ranges, rate_limit
 from .options import ClientOptions, OffsetSpec, OptionError, SinkOptions, SourceOptions
 from .sink import KafkaTaskTransaction, TaskOutcome, progress_group, transactional_id, write_task
 
 log = logging.getLogger("odradek.pipeline")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 FORMAT = "odradek"
 
@@ -55,7 +65,18 @@ __all__ = ["FORMAT", "OdradekDataSource", "register"]
 
 
 def register(spark: Any) -> None:
-    """Make `format("odradek")` available in this Spark session."""
+    """Make `format("odradek")` available in this Spark session.
+
+    Not needed once odradek is installed (not editable) into the Python that Spark's workers run: Spark 4
+    then finds the top-level module `pyspark_odradek` by itself (its docstring says how). When Spark
+    already knows the format, this does nothing, so that Spark does not log that a statically registered
+    source was replaced; Spark Connect sessions, which cannot be asked, always register.
+    """
+    try:
+        if spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(FORMAT):
+            return
+    except Exception:  # Spark Connect (no JVM handle) or another Spark: registering is always right
+        pass
     spark.dataSource.register(OdradekDataSource)
 
 
@@ -83,8 +104,13 @@ class OdradekDataSource(DataSource):
                               "and cannot be given another one")
 
     def reader(self, schema: StructType) -> "BatchReader":
+        from .options import parse_bool
+
         self._check_read_schema(schema)
-        return BatchReader(SourceOptions.parse(self.options, streaming=False))
+        options = SourceOptions.parse(self.options, streaming=False)
+        if parse_bool(self.options.get("filterpushdown", "false"), "filterPushdown"):
+            return FilteringBatchReader(options)
+        return BatchReader(options)
 
     def streamReader(self, schema: StructType) -> "StreamReader":
         self._check_read_schema(schema)
@@ -193,18 +219,111 @@ class BatchReader(DataSourceReader):
             start = _resolve(o.starting, tps, md, what="startingOffsets", strategy=o.timestamp_strategy)
             assert o.ending is not None
             end = _resolve(o.ending, tps, md, what="endingOffsets")
+            for tp in tps:
+                if start[tp] > end[tp]:
+                    raise OptionError(f"{tp.topic}-{tp.partition}: the starting offset {start[tp]} is after "
+                                      f"the ending offset {end[tp]}")
+            start, end = self._narrow(start, end, md)
         finally:
             md.close()
-        for tp in tps:
-            if start[tp] > end[tp]:
-                raise OptionError(f"{tp.topic}-{tp.partition}: the starting offset {start[tp]} is after the "
-                                  f"ending offset {end[tp]}")
         settings = ReadSettings.of(o)
         ranges = plan_ranges(start, end, min_partitions=o.min_partitions, max_records=o.max_records_per_partition)
         return [RangePartition(r, settings) for r in ranges]
 
+    def _narrow(self, start: dict[TopicPartition, int], end: dict[TopicPartition, int], md: _kafka.Metadata
+                ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        return start, end
+
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_partition(partition)
+
+
+class FilteringBatchReader(BatchReader):
+    """A batch reader that takes Spark's filters on `topic`, `partition` and `offset` (option
+    `filterPushdown=true`, with `spark.sql.python.filterPushdown.enabled=true` in the session).
+
+    Taken, and so not evaluated again by Spark, because each cuts the planned ranges exactly:
+    `topic` / `partition` `=` and `IN`, and `offset` `=`, `>`, `>=`, `<`, `<=`. The others (on key,
+    value, `timestamp <`, `NOT`, `offset IN` ...) go back to Spark. A topic or partition left out is never
+    fetched, and an offset bound moves where a fetch starts and stops, so the bytes fetched follow the
+    filter (a record batch that straddles a bound is still fetched whole, as Kafka serves batches).
+
+    Why an option: Spark refuses a reader with `pushFilters` when the session's
+    `spark.sql.python.filterPushdown.enabled` is false (its default), and a data source cannot read the
+    session's settings, so the reader that pushes is chosen by the option.
+
+    `timestamp >= t` and `timestamp > t` are pushed in part: ListOffsets by timestamp gives each
+    partition the first offset whose timestamp is that recent, and the range starts there; the filter
+    still goes back to Spark, since later records may be older (CreateTime is the producer's clock).
+    `timestamp < t` is not pushed: with CreateTime no offset bounds it exactly.
+    """
+
+    def __init__(self, options: SourceOptions):
+        super().__init__(options)
+        self.bounds = Bounds()
+        self.since_ms: int | None = None  # timestamp >= / > : the lowest record timestamp kept, in ms
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            if self._push_since(f):
+                yield f  # cuts the start of each range, and Spark checks it again (see the class docstring)
+                continue
+            pushed = self._push(f)
+            if pushed is None:
+                yield f
+            else:
+                self.bounds = pushed
+
+    def _push_since(self, f: Filter) -> bool:
+        """`timestamp >= t` / `timestamp > t` with t a zone-aware datetime (Spark's TimestampType literal):
+        the record timestamps are whole ms, so `>= t` keeps ms >= ceil(t), `> t` keeps ms >= floor(t) + 1."""
+        if getattr(f, "attribute", None) != ("timestamp",) or not isinstance(f, (GreaterThan, GreaterThanOrEqual)):
+            return False
+        value = f.value
+        if not isinstance(value, datetime) or value.tzinfo is None:
+            return False
+        micros = (value - _EPOCH) // timedelta(microseconds=1)
+        ms = -(-micros // 1000) if isinstance(f, GreaterThanOrEqual) else micros // 1000 + 1
+        self.since_ms = ms if self.since_ms is None else max(self.since_ms, ms)
+        return True
+
+    def _push(self, f: Filter) -> Bounds | None:
+        """The bounds with `f` ANDed in, or None when `f` is not pushed."""
+        path = getattr(f, "attribute", ())  # Not has a child instead
+        column = path[0] if len(path) == 1 else None
+        b = self.bounds
+        if column in ("topic", "partition"):
+            kind = str if column == "topic" else int
+            if isinstance(f, EqualTo) and isinstance(f.value, kind):
+                return b.with_values(column, [f.value])
+            if isinstance(f, In) and all(isinstance(v, kind) for v in f.value):
+                return b.with_values(column, f.value)
+            return None
+        if column != "offset" or not isinstance(getattr(f, "value", None), int) or isinstance(f.value, bool):
+            return None
+        v = f.value
+        if isinstance(f, EqualTo):
+            return b.with_offsets(v, v + 1)
+        if isinstance(f, GreaterThan):
+            return b.with_offsets(low=v + 1)
+        if isinstance(f, GreaterThanOrEqual):
+            return b.with_offsets(low=v)
+        if isinstance(f, LessThan):
+            return b.with_offsets(high=v)
+        if isinstance(f, LessThanOrEqual):
+            return b.with_offsets(high=v + 1)
+        return None
+
+    def _narrow(self, start: dict[TopicPartition, int], end: dict[TopicPartition, int], md: _kafka.Metadata
+                ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        start, end = self.bounds.narrow(start, end)
+        if self.since_ms is not None:
+            # ListOffsets by timestamp: the first offset whose timestamp is at or after since_ms, so every
+            # record before it is older; -1 where no record is that recent (nothing to read there).
+            found = md.list_offsets({tp: self.since_ms for tp, e in end.items() if e > start[tp]})
+            for tp, offset in found.items():
+                start[tp] = end[tp] if offset < 0 else min(max(start[tp], offset), end[tp])
+        return start, end
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -22,7 +22,7 @@ from odradek.client.common import TopicPartition
 from .errors import OptionError
 
 __all__ = [
-    "EARLIEST", "LATEST", "OffsetRange", "offsets_from_json", "offsets_to_json", "parse_assign",
+    "Bounds", "EARLIEST", "LATEST", "OffsetRange", "offsets_from_json", "offsets_to_json", "parse_assign",
     "parse_partition_values", "plan_ranges", "rate_limit",
 ]
 
@@ -180,3 +180,46 @@ def plan_ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition
             out.extend(r.split(pieces))
         ranges = out
     return ranges
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a batch read's pushed filters allow: topics, partitions, and the offsets [low, high).
+
+    Every bound is exact: a range cut by it loses no record the filter would keep, which is why Spark
+    need not evaluate those filters again. None means "no bound"; an empty set selects nothing.
+    """
+
+    topics: frozenset[str] | None = None
+    partitions: frozenset[int] | None = None
+    low: int = 0  # inclusive
+    high: int | None = None  # exclusive
+
+    def allows(self, tp: TopicPartition) -> bool:
+        return ((self.topics is None or tp.topic in self.topics)
+                and (self.partitions is None or tp.partition in self.partitions))
+
+    def with_values(self, column: str, values: Iterable[Any]) -> "Bounds":
+        """AND a `column = v` / `column IN (...)` filter on topic or partition into the bounds."""
+        chosen = frozenset(values)
+        if column == "topic":
+            return Bounds(chosen if self.topics is None else self.topics & chosen, self.partitions, self.low, self.high)
+        return Bounds(self.topics, chosen if self.partitions is None else self.partitions & chosen, self.low, self.high)
+
+    def with_offsets(self, low: int = 0, high: int | None = None) -> "Bounds":
+        """AND offsets in [low, high) into the bounds."""
+        new_high = high if self.high is None else self.high if high is None else min(self.high, high)
+        return Bounds(self.topics, self.partitions, max(self.low, low), new_high)
+
+    def narrow(self, start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]
+               ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """The resolved [start, end) per partition, cut to the bounds; partitions left out are dropped and
+        a range cut to nothing becomes empty (start == end), so plan_ranges leaves it out."""
+        new_start, new_end = {}, {}
+        for tp, e in end.items():
+            if tp not in start or not self.allows(tp):
+                continue
+            s = max(start[tp], self.low)
+            e = e if self.high is None else min(e, self.high)
+            new_start[tp], new_end[tp] = s, max(s, e)
+        return new_start, new_end

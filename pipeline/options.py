@@ -32,7 +32,7 @@ from .offsets import EARLIEST, LATEST, offsets_to_json, parse_assign, parse_part
 
 __all__ = [
     "ClientOptions", "OffsetSpec", "OptionError", "SinkOptions", "SourceOptions", "Subscription",
-    "parse_bool", "parse_duration_ms",
+    "is_secret", "parse_bool", "parse_duration_ms",
 ]
 
 
@@ -53,6 +53,16 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_COMMIT_TOPIC = "_odradek-spark-sink-commits"
 ROWS_PER_ARROW_BATCH = 10_000
+
+
+_SECRET = re.compile(r"password|secret|jaas|oauthbearer[._]config|token", re.IGNORECASE)
+
+
+def is_secret(name: str) -> bool:
+    """True for an option whose value is a credential (`kafka.sasl.password`, `kafka.sasl.jaas.config`,
+    `kafka.ssl.key.password`, `kafka.ssl.keystore.password`, `kafka.sasl.oauthbearer.config` ...), in
+    Spark's spelling or the client's; such values are never printed."""
+    return _SECRET.search(name) is not None
 
 
 def _get(options: Mapping[str, str], name: str, default: Any = None) -> Any:
@@ -207,6 +217,15 @@ class ClientOptions:
         settings.update(self.producer)
         settings["bootstrap_servers"] = self.bootstrap_servers
         return ProducerConfig(**settings)
+
+    def __repr__(self) -> str:
+        """Secrets (passwords, the OAuth settings) are shown as '[redacted]': this object travels inside
+        every input partition and may be printed in a traceback or a log line."""
+        def shown(items: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+            return tuple((k, "[redacted]" if is_secret(k) else v) for k, v in items)
+
+        return (f"ClientOptions(bootstrap_servers={self.bootstrap_servers!r}, common={shown(self.common)!r}, "
+                f"consumer={shown(self.consumer)!r}, producer={shown(self.producer)!r}, ignored={self.ignored!r})")
 
     @property
     def key(self) -> tuple:

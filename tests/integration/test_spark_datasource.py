@@ -42,9 +42,43 @@ def _spark_session():
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.streaming.stopTimeout": "30s",
+        "spark.sql.python.filterPushdown.enabled": "true",  # used by readers with option filterPushdown=true
     })
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _free_port() -> int:
+    import socket
+
+    for port in range(29400, 29500):  # this worktree's range
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port for the metrics endpoint")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """The module's broker, with its Prometheus endpoint: the pushdown test reads odradek_bytes_out_total."""
+    from tests.brokerproc import BrokerProcess
+
+    port = _free_port()
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker-data"), f"metrics.port={port}",
+                         "metrics.host=127.0.0.1").start()
+    proc.metrics_url = f"http://127.0.0.1:{port}/metrics"
+    yield proc
+    proc.stop()
+
+
+def bytes_out(broker) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("odradek_bytes_out_total"))
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +219,84 @@ def test_custom_schema_and_overwrite_are_refused(spark, broker, admin):
     with pytest.raises(Exception, match="only appends"):
         spark.createDataFrame([("v",)], "value string").write.format("odradek").mode("overwrite") \
             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic).save()
+
+
+def test_filter_pushdown_fetches_only_the_ranges_the_filter_keeps(spark, broker, admin, producer):
+    """The same filtered query with and without `filterPushdown`: the same rows, and the broker writes a
+    fraction of the bytes when the filters are pushed (partition 1, offsets [150, 160) of 3 x 200 records
+    of 1 KB); then a timestamp lower bound, pushed through ListOffsets by timestamp."""
+    from datetime import datetime, timezone
+
+    from pyspark.sql import functions as F
+
+    topic = new_topic(admin)
+    base = 1_700_000_000_000
+    futures = [producer.send(topic, bytes(1000), b"k%d" % i, partition=i % 3, timestamp_ms=base + i * 1000)
+               for i in range(600)]
+    producer.flush()
+    for f in futures:
+        f.result(10)
+
+    def run(condition, pushdown: bool) -> tuple[list, float]:
+        df = source(spark, broker, subscribe=topic, filterPushdown=str(pushdown).lower()).where(condition)
+        before = bytes_out(broker)
+        rows = sorted((r.partition, r.offset) for r in df.collect())
+        return rows, bytes_out(broker) - before
+
+    by_offset = "partition = 1 and offset >= 150 and offset < 160 and key is not null"
+    rows, pushed = run(by_offset, True)
+    assert rows == [(1, o) for o in range(150, 160)]
+    rows_without, unpushed = run(by_offset, False)
+    assert rows_without == rows
+    print(f"offset filter, bytes written by the broker: {pushed:.0f} pushed, {unpushed:.0f} not pushed")
+    assert unpushed > 600_000 and pushed < unpushed / 5
+
+    # timestamp >= t: records 570.. (ListOffsets by timestamp), partition 1: offsets 190..199
+    since = datetime.fromtimestamp((base + 570_000) / 1000, tz=timezone.utc)
+    by_time = (F.col("partition") == 1) & (F.col("timestamp") >= F.lit(since))
+    rows, pushed = run(by_time, True)
+    assert rows == [(1, o) for o in range(190, 200)]
+    print(f"timestamp filter, bytes written by the broker: {pushed:.0f} pushed")
+    assert pushed < unpushed / 5
+
+
+# ---------------------------------------------------------------------------------------- discovery
+
+# The driver of this script imports pyspark only: no odradek import, no register call. Spark must find the
+# source through the installed top-level module pyspark_odradek (the JVM's lookup worker imports it).
+_UNREGISTERED_READ = """
+import sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").appName("odradek-discovery")
+         .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+rows = (spark.read.format("odradek").option("kafka.bootstrap.servers", sys.argv[1])
+        .option("subscribe", sys.argv[2]).load().collect())
+assert "odradek.pipeline" not in sys.modules, "the driver imported odradek"
+print("VALUES", ",".join(sorted(r.value.decode() for r in rows)))
+spark.stop()
+"""
+
+
+def test_format_odradek_needs_no_register_once_installed(broker, admin, producer, tmp_path):
+    """A fresh JVM and driver (the lookup of installed sources is cached per JVM, so the module's session,
+    which registers, cannot show it). Its PYTHONPATH holds pyspark_odradek.py as a wheel installs it
+    (top level, beside the odradek package the venv already provides)."""
+    import subprocess
+    from pathlib import Path
+
+    topic = new_topic(admin, partitions=1)
+    produce(producer, topic, 3, partitions=1)
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy(Path(__file__).parents[2] / "pyspark_odradek.py", site)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", _UNREGISTERED_READ, broker.bootstrap, topic], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "VALUES v0,v1,v2" in done.stdout
 
 
 # ---------------------------------------------------------------------------------------- streaming reads

@@ -147,6 +147,19 @@ def test_security_settings_reach_the_client():
         ClientOptions.parse({**BOOT, "kafka.security.protocol": "SASL_SSL"})
 
 
+def test_secrets_are_redacted_where_the_options_are_printed():
+    secrets = {"kafka.sasl.password": "pw-1", "kafka.ssl.key.password": "pw-2", "kafka.ssl.keystore.password": "pw-3",
+               "kafka.sasl.oauthbearer.config": "principal=pw-4"}
+    options = ClientOptions.parse({**BOOT, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.username": "alice",
+                                   **secrets, "kafka.client.id": "visible"})
+    source = SourceOptions.parse({**BOOT, "subscribe": "t", "kafka.sasl.jaas.config":
+                                  'x required username="alice" password="pw-5";'}, streaming=False)
+    for text in (repr(options), str(options), repr(source)):
+        assert "[redacted]" in text and "alice" in text
+        assert not any(f"pw-{i}" in text for i in range(1, 6)), text
+    assert pickle.loads(pickle.dumps(options)).consumer_config().sasl_password == "pw-1"  # only the printing
+
+
 def test_bad_kafka_values_fail_at_parse_time():
     with pytest.raises(OptionError):
         ClientOptions.parse({**BOOT, "kafka.linger.ms": "soon"})
