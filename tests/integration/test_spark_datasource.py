@@ -49,16 +49,10 @@ def _spark_session():
 
 
 def _free_port() -> int:
-    import socket
+    from tests.harness.inprocess import free_ports
 
-    for port in range(29400, 29500):  # this worktree's range
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port for the metrics endpoint")
+    (port,) = free_ports(1)
+    return port
 
 
 @pytest.fixture(scope="module")
