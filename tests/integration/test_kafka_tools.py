@@ -11,7 +11,7 @@ needed.
 One broker serves the whole module: a PLAINTEXT listener, the StandardAuthorizer open where no ACL names a
 resource (so kafka-acls has something to talk to while every other tool runs as ANONYMOUS). Each test parses
 the tool's output, checks its exit code, and cross-checks the result with our own view (the `odradek` CLI's
-JSON, run in-process, or librdkafka).
+JSON, run in-process, or librdkafka). ODRADEK_LONG=1 adds kafka-metadata-quorum on a 3-node cluster.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -29,6 +30,7 @@ import pytest
 from odradek.client.cli import main as odradek_cli
 from tests.brokerproc import BrokerProcess
 from tests.harness.jvm import tools_classpath
+from tests.harness.processes import Cluster
 
 TOOLS = "org.apache.kafka.tools"
 AUTHORIZER = "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -299,3 +301,30 @@ def test_verifiable_producer_to_verifiable_consumer_every_acked_record_consumed(
     assert commits and all(c["success"] for c in commits), commits
     view = ours(tools, "group", "describe", group)
     assert view["total_lag"] == 0 and sum(o["committed"] for o in view["offsets"]) == n, view
+
+
+@pytest.mark.skipif(os.environ.get("ODRADEK_LONG") != "1", reason="a second, 3-node cluster: ODRADEK_LONG=1")
+def test_kafka_metadata_quorum_on_three_nodes(tools, tmp_path):
+    """What a single node cannot show: three voters, followers with their lag, the leader among them."""
+    cluster = Cluster(tmp_path / "cluster", nodes=3)
+    cluster.up()
+    try:
+        cluster.wait(lambda: cluster.leader([1, 2, 3]) is not None, "a quorum leader")
+        on_cluster = Tools(tools.cp, ",".join(cluster.bootstrap(n) for n in (1, 2, 3)))
+        status = {k.strip(): v.strip() for k, v in (
+            line.split(":", 1) for line in on_cluster.server("MetadataQuorumCommand", "describe", "--status").splitlines())}
+        assert sorted(v["id"] for v in json.loads(status["CurrentVoters"])) == [1, 2, 3]
+        assert int(status["LeaderId"]) in (1, 2, 3) and int(status["HighWatermark"]) > 0
+
+        deadline = time.monotonic() + 40
+        while True:  # followers report their fetch position once they have fetched since the last election
+            rows = _table(on_cluster.server("MetadataQuorumCommand", "describe", "--replication"))
+            if sorted(r["NodeId"] for r in rows) == ["1", "2", "3"] and all(r["Lag"] != "-1" for r in rows):
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(1)
+        assert [r["Status"] for r in rows].count("Leader") == 1
+        assert sorted(r["Status"] for r in rows if r["Status"] != "Leader") == ["Follower", "Follower"]
+        assert next(r for r in rows if r["Status"] == "Leader")["NodeId"] == status["LeaderId"]
+    finally:
+        cluster.down()
