@@ -168,7 +168,6 @@ def test_kafka_consumer_groups_list_describe_lag_reset_delete(tools):
     finally:
         consumer.close()
 
-    assert group in tools.server("consumer.group.ConsumerGroupCommand", "--list").split()
     listed = {row["GROUP"]: row for row in _table(tools.server("consumer.group.ConsumerGroupCommand", "--list",
                                                                  "--state", "--type"))}
     assert listed[group] == {"GROUP": group, "TYPE": "Classic", "STATE": "Empty"}
@@ -183,6 +182,20 @@ def test_kafka_consumer_groups_list_describe_lag_reset_delete(tools):
                                 "--topic", topic, "--to-earliest", "--execute"))
     assert sorted((int(r["PARTITION"]), int(r["NEW-OFFSET"])) for r in reset) == [(0, 0), (1, 0)]
     assert ours(tools, "group", "describe", group)["total_lag"] == 16
+
+    # A live member, as --describe --members prints it: HOST is Java's InetAddress.toString(), "/127.0.0.1".
+    member = confluent_kafka.Consumer({"bootstrap.servers": tools.bootstrap, "group.id": group,
+                                       "client.id": "kt-member"})
+    member.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 40
+        while not member.assignment():
+            assert time.monotonic() < deadline, "the member got no assignment"
+            member.poll(0.2)
+        (row,) = _table(tools.server("consumer.group.ConsumerGroupCommand", "--describe", "--group", group, "--members"))
+        assert (row["HOST"], row["CLIENT-ID"], row["#PARTITIONS"]) == ("/127.0.0.1", "kt-member", "2"), row
+    finally:
+        member.close()
 
     out = tools.server("consumer.group.ConsumerGroupCommand", "--delete", "--group", group)
     assert f"Deletion of requested consumer groups ('{group}') was successful." in out
