@@ -74,6 +74,13 @@ def _client_id(ctx: RequestContext) -> str:
     return ctx.header.client_id or ""
 
 
+def _client_host(ctx: RequestContext) -> str:
+    """A member's host as Kafka records it: Java's InetAddress.toString() of the peer, "/127.0.0.1" (no reverse
+    lookup, so nothing before the slash). DescribeGroups and ConsumerGroupDescribe answer it as is, and
+    kafka-consumer-groups --describe prints it in its HOST column."""
+    return f"/{ctx.client_host}" if ctx.client_host else ""
+
+
 @handles(10, (0, 6))
 def handle_find_coordinator(services: BrokerServices, ctx: RequestContext, request: FindCoordinatorRequest) -> Answer:
     if request.key_type == 1:
@@ -99,7 +106,7 @@ def handle_join_group(services: BrokerServices, ctx: RequestContext, request: Jo
     if not services.authorized(ctx, READ, GROUP, request.group_id):
         return join_error(request.member_id, _DENIED)
     return respond(services, services.groups.join_group(request, ctx.api_version, services.now_ms(), _client_id(ctx),
-                                                    ctx.client_host))
+                                                    _client_host(ctx)))
 
 
 @handles(12, (0, 4))
@@ -167,7 +174,7 @@ def handle_consumer_group_heartbeat(services: BrokerServices, ctx: RequestContex
     if not services.authorized(ctx, READ, GROUP, request.group_id):
         return ConsumerGroupHeartbeatResponse(error_code=_DENIED)
     return respond(services, services.groups.consumer_group_heartbeat(request, ctx.api_version, services.now_ms(),
-                                                                  _client_id(ctx), ctx.client_host))
+                                                                  _client_id(ctx), _client_host(ctx)))
 
 
 @handles(69, (0, 1))

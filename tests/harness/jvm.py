@@ -33,6 +33,8 @@ LIB = JVM_DIR / "lib"
 CLASSES = JVM_DIR / "classes"
 POM = JVM_DIR / "pom.xml"
 SOURCES = JVM_DIR / "src"
+TOOLS_POM = JVM_DIR / "tools" / "pom.xml"
+TOOLS_LIB = JVM_DIR / "tools-lib"
 
 
 class JvmUnavailable(RuntimeError):
@@ -58,30 +60,32 @@ def _digest(*parts: bytes) -> str:
     return h.hexdigest()[:16]
 
 
-def resolve() -> list[Path]:
-    """The classpath's jars, resolved through Maven on first use (or after the pom changed), else from lib/."""
-    stamp = LIB / ".pom-hash"
-    want = _digest(POM.read_bytes())
-    with _locked("resolve"):
-        if not (stamp.exists() and stamp.read_text() == want and any(LIB.glob("*.jar"))):
-            shutil.rmtree(LIB, ignore_errors=True)
+def resolve(pom: Path = POM, lib: Path = LIB, marker: str = "kafka-clients-") -> list[Path]:
+    """The classpath's jars, resolved through Maven on first use (or after the pom changed), else from `lib`.
+
+    `marker` names the jar whose absence after resolution means Maven resolved the wrong thing."""
+    stamp = lib / ".pom-hash"
+    want = _digest(pom.read_bytes())
+    with _locked(f"resolve-{lib.name}"):
+        if not (stamp.exists() and stamp.read_text() == want and any(lib.glob("*.jar"))):
+            shutil.rmtree(lib, ignore_errors=True)
             try:
                 done = subprocess.run(
-                    ["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={LIB}"],
+                    ["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies", f"-DoutputDirectory={lib}"],
                     capture_output=True, text=True, timeout=240)  # inside pytest-timeout's 300 s
             except subprocess.TimeoutExpired as exc:
-                raise JvmUnavailable(f"mvn did not resolve {POM} in 240 s (is Maven Central reachable?)") from exc
+                raise JvmUnavailable(f"mvn did not resolve {pom} in 240 s (is Maven Central reachable?)") from exc
             if done.returncode != 0:
                 output = done.stdout + done.stderr
                 lines = output.splitlines()
                 reasons = [line for line in lines if "Could not" in line] or [line for line in lines if "ERROR" in line][:8]
                 raise JvmUnavailable(
-                    f"Maven could not resolve the Java client's artifacts from {POM} (exit {done.returncode}):\n"
+                    f"Maven could not resolve the artifacts of {pom} (exit {done.returncode}):\n"
                     + "\n".join(reasons or output.splitlines()[-20:]))
             stamp.write_text(want)
-    jars = sorted(LIB.glob("*.jar"))
-    if not any(j.name.startswith("kafka-clients-") for j in jars):
-        raise JvmUnavailable(f"no kafka-clients jar in {LIB} after resolution: {[j.name for j in jars]}")
+    jars = sorted(lib.glob("*.jar"))
+    if not any(j.name.startswith(marker) for j in jars):
+        raise JvmUnavailable(f"no {marker}*.jar in {lib} after resolution: {[j.name for j in jars]}")
     return jars
 
 
@@ -123,6 +127,17 @@ def classpath() -> str:
     except JvmUnavailable as exc:
         pytest.fail(str(exc), pytrace=False)
     return os.pathsep.join([str(compile_sources(jars)), *map(str, jars)])
+
+
+def tools_classpath() -> str:
+    """Kafka's own command-line tools (tests/jvm/tools/pom.xml, org.apache.kafka:kafka-tools) as a java -cp
+    value, resolved into tests/jvm/tools-lib/ on first use; fails loudly when Maven fails, like `classpath`."""
+    require_tools()
+    try:
+        jars = resolve(TOOLS_POM, TOOLS_LIB, "kafka-tools-")
+    except JvmUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return os.pathsep.join(map(str, jars))
 
 
 class JavaDriver:

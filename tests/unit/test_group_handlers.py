@@ -7,17 +7,25 @@ import uuid
 from types import SimpleNamespace
 
 from odradek.broker.handlers import load_handlers
-from odradek.broker.handlers.groups import handle_find_coordinator, handle_join_group, handle_sync_group
+from odradek.broker.handlers.groups import (
+    handle_consumer_group_heartbeat,
+    handle_find_coordinator,
+    handle_join_group,
+    handle_sync_group,
+)
 from odradek.broker.handlers.offsets import handle_offset_commit, handle_offset_fetch
 from odradek.broker.server import Broker
 from odradek.broker.services import BrokerServices
 from odradek.protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
     FindCoordinatorRequest,
     JoinGroupRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
 )
+from odradek.coordinator.topics import TopicsImage
 from odradek.metadata.image import BrokerRegistration, Endpoint, MetadataImage, PartitionImage, TopicImage
 
 from tests.harness.group_coordinator import DELAY_MS, NUM_PARTITIONS, Harness, subscription
@@ -93,7 +101,7 @@ async def test_long_polls_become_futures_and_completed_results_messages():
     h.advance(DELAY_MS)
     response = await asyncio.wait_for(pending, 1)
     assert response.error_code == 0 and response.generation_id == 1
-    assert h.group("g").members[first.member_id].client_host == "10.1.2.3"
+    assert h.group("g").members[first.member_id].client_host == "/10.1.2.3"  # InetAddress.toString(), as Kafka
     sync = handle_sync_group(broker, ctx(3), SyncGroupRequest(
         group_id="g", generation_id=1, member_id=first.member_id,
         assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=first.member_id, assignment=b"a")]))
@@ -160,3 +168,19 @@ def test_every_response_encodes_in_every_served_version():
         request = ConsumerGroupHeartbeatRequest(group_id="cg", member_id="m", member_epoch=0, rebalance_timeout_ms=1,
                                                 subscribed_topic_names=["t"], topic_partitions=[])
         h.gc.consumer_group_heartbeat(request, version, h.now).result().encode(version)
+
+
+async def test_a_consumer_group_member_s_host_is_the_peer_as_java_prints_it():
+    """kafka-consumer-groups --describe prints the HOST Kafka records: InetAddress.toString(), "/10.1.2.3"."""
+    topics = TopicsImage()
+    topics.add("t", 2, uuid.uuid4())
+    h = Harness(topics=topics)
+    broker = FakeBroker(h)
+    joined = handle_consumer_group_heartbeat(broker, ctx(0), ConsumerGroupHeartbeatRequest(
+        group_id="cg", member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout_ms=30_000,
+        subscribed_topic_names=["t"], topic_partitions=[]))
+    if isinstance(joined, asyncio.Future):
+        joined = await asyncio.wait_for(joined, 1)
+    assert joined.error_code == 0, joined
+    (described,) = h.gc.consumer_group_describe(ConsumerGroupDescribeRequest(group_ids=["cg"]), 0, h.now).groups
+    assert [m.client_host for m in described.members] == ["/10.1.2.3"]
