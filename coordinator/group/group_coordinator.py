@@ -49,6 +49,7 @@ from .config import GroupCoordinatorConfig
 from .consumer import ALL_GROUP_OPERATIONS
 from .offsets import PartitionCommit
 from .records import deserialize, serialize
+from .share import validate_heartbeat as validate_share_heartbeat
 from ..partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
 from ..runtime import (
     CoordinatorError,
@@ -463,6 +464,10 @@ class GroupCoordinator:
 
     def share_group_heartbeat(self, request, now_ms: int, client_id: str = "",
                               client_host: str = "") -> Deferred[ShareGroupHeartbeatResponse]:
+        try:
+            validate_share_heartbeat(request)  # before routing: Kafka validates before it looks anything up
+        except CoordinatorError as e:
+            return Deferred.completed(ShareGroupHeartbeatResponse(error_code=e.error_code, error_message=str(e)))
         if not request.group_id:
             return Deferred.completed(ShareGroupHeartbeatResponse(
                 error_code=ErrorCode.INVALID_REQUEST, error_message="GroupId can't be empty."))

@@ -9,10 +9,13 @@ A heartbeat is one write, as Kafka 4.4's GroupMetadataManager.shareGroupHeartbea
 2. Find the group, or create it on a join (member epoch 0). A group id in use by a classic or consumer
    group is answered GROUP_ID_NOT_FOUND ("Group g is not a share group."), as Kafka answers, and a share
    group id is answered the same way by the other protocols: group ids are one namespace per coordinator.
-3. Find or create the member: an unknown member with a non-zero epoch gets UNKNOWN_MEMBER_ID; a known one
-   whose epoch differs from the coordinator's gets FENCED_MEMBER_EPOCH and must rejoin with epoch 0 (no
-   previous-epoch grace as consumer groups have: a share member owns nothing exclusively, so a rejoin
-   loses nothing). A new member beyond `group.share.max.size` gets GROUP_MAX_SIZE_REACHED.
+3. A new member beyond `group.share.max.size` gets GROUP_MAX_SIZE_REACHED (checked first, as Kafka does).
+   Then find or create the member: an unknown member with a non-zero epoch gets UNKNOWN_MEMBER_ID; a
+   known one whose epoch is neither its current nor its previous one (the response that moved it on may
+   have been lost) gets FENCED_MEMBER_EPOCH and must rejoin with epoch 0. A known member heartbeating with
+   epoch 0 rejoins: it keeps its id (KIP-1082 ids live as long as the client) and gets its full
+   assignment back. Kafka's older code fenced such a rejoin until the session expired; a client that
+   lost a response would then spin for a session timeout, which no user wants.
 4. A new member, a changed subscription or a change in the subscribed topics' metadata (hash) bumps the
    group epoch; the share assignor (share_assignor.py) then computes the target assignment at that
    epoch, and the members whose target changed get a record.
@@ -57,7 +60,7 @@ from ..runtime import Batch, CoordinatorError, Result
 if TYPE_CHECKING:
     from .shard import GroupCoordinatorShard
 
-__all__ = ["SHARE_ASSIGNOR", "ShareGroupManager"]
+__all__ = ["SHARE_ASSIGNOR", "ShareGroupManager", "validate_heartbeat"]
 
 log = structlog.get_logger("odradek.coordinator.group")
 
@@ -137,7 +140,7 @@ class ShareGroupManager:
     def heartbeat(self, request, client_id: str, client_host: str, now_ms: int) -> Result:
         out = Batch()
         try:
-            _validate(request)
+            validate_heartbeat(request)
             if request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
                 response = self._leave(request, out)
             else:
@@ -149,25 +152,19 @@ class ShareGroupManager:
     def _heartbeat(self, request, client_id: str, client_host: str, out: Batch, now_ms: int):
         group_id, member_id, epoch = request.group_id, request.member_id, request.member_epoch
         group = self._get_or_maybe_create_group(group_id, epoch == 0)
+        if len(group.members) >= self.config.share_group_max_size and member_id not in group.members:
+            raise CoordinatorError(
+                f"The share group has reached its maximum capacity of {self.config.share_group_max_size} "
+                f"members.", ErrorCode.GROUP_MAX_SIZE_REACHED)
         member = group.members.get(member_id)
+        new_member = member is None
         if member is None:
             if epoch != 0:
                 raise CoordinatorError(f"Member {member_id} is not a member of group {group_id}.",
                                        ErrorCode.UNKNOWN_MEMBER_ID)
-            if len(group.members) >= self.config.share_group_max_size:
-                raise CoordinatorError(
-                    f"The share group has reached its maximum capacity of {self.config.share_group_max_size} "
-                    f"members.", ErrorCode.GROUP_MAX_SIZE_REACHED)
             member = ShareGroupMember(member_id)
-            new_member = True
-        else:
-            new_member = False
-            if epoch != 0 and epoch != member.member_epoch:
-                raise CoordinatorError(
-                    f"The share group member has a {'greater' if epoch > member.member_epoch else 'smaller'} member "
-                    f"epoch ({epoch}) than the one known by the group coordinator ({member.member_epoch}). The "
-                    f"member must abandon all its partitions and rejoin.", ErrorCode.FENCED_MEMBER_EPOCH)
-
+        elif epoch != 0:
+            _validate_member_epoch(member, epoch)
         updated = member.replace(
             rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
             subscribed_topic_names=(tuple(sorted(set(request.subscribed_topic_names)))
@@ -330,8 +327,11 @@ class ShareGroupManager:
         described_cls = ShareGroupDescribeResponse.DescribedGroup
         group = self.groups.get(group_id)
         if group is None:
-            return described_cls(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id, group_state="Dead",
-                                 error_message=f"Group {group_id} not found.")
+            other = group_id in self.shard.consumer_groups or self.shard.classic_group(group_id) is not None
+            # As Kafka: an error row carries no state (the wire default), only the code and the cause.
+            return described_cls(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id,
+                                 error_message=(f"Group {group_id} is not a share group." if other
+                                                else f"Group {group_id} not found."))
         members = [described_cls.Member(
             member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
             client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
@@ -353,20 +353,36 @@ class ShareGroupManager:
         return assignment_cls(topic_partitions=topic_partitions)
 
 
-def _validate(request) -> None:
-    """Kafka's throwIfShareGroupHeartbeatRequestIsInvalid."""
+def _validate_member_epoch(member: ShareGroupMember, received: int) -> None:
+    """Kafka's throwIfShareGroupMemberEpochIsInvalid: the current epoch, or the previous one (the response
+    that moved the member on may have been lost; a share member owns nothing exclusively, so there is no
+    owned-partitions condition as for a consumer member)."""
+    if received > member.member_epoch:
+        raise CoordinatorError(
+            f"The share group member has a greater member epoch ({received}) than the one known by the group "
+            f"coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
+            ErrorCode.FENCED_MEMBER_EPOCH)
+    if received < member.member_epoch and received != member.previous_member_epoch:
+        raise CoordinatorError(
+            f"The share group member has a smaller member epoch ({received}) than the one known by the group "
+            f"coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
+            ErrorCode.FENCED_MEMBER_EPOCH)
+
+
+def validate_heartbeat(request) -> None:
+    """Kafka's throwIfShareGroupHeartbeatRequestIsInvalid (same checks, same order, same messages)."""
     def invalid(message: str) -> CoordinatorError:
         return CoordinatorError(message, ErrorCode.INVALID_REQUEST)
 
-    if not request.group_id:
-        raise invalid("GroupId can't be empty.")
-    if not request.member_id:
+    if request.member_id is not None and not request.member_id.strip():
         raise invalid("MemberId can't be empty.")
-    if request.rack_id == "":
+    if request.group_id is not None and not request.group_id.strip():
+        raise invalid("GroupId can't be empty.")
+    if request.rack_id is not None and not request.rack_id.strip():
         raise invalid("RackId can't be empty.")
     epoch = request.member_epoch
     if epoch == 0:
         if not request.subscribed_topic_names:
             raise invalid("SubscribedTopicNames must be set in first request.")
     elif epoch < LEAVE_GROUP_MEMBER_EPOCH:
-        raise invalid(f"MemberEpoch is {epoch}, but must be greater than or equal to -1.")
+        raise invalid("MemberEpoch is invalid.")

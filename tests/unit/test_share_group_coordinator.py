@@ -99,6 +99,15 @@ def test_epoch_rules(h):
     hb(h, "b", 0, ["t"])  # bumps the group to 2; a is still at 1
     assert hb(h, "a", 2).error_code == ErrorCode.FENCED_MEMBER_EPOCH
     assert hb(h, "a", 1).member_epoch == 2
+    # The previous epoch is accepted (the response that moved the member on may have been lost) ...
+    r = hb(h, "a", 1)
+    assert (r.error_code, r.member_epoch) == (0, 2)
+    # ... an older one is not.
+    hb(h, "c", 0, ["t"])
+    hb(h, "a", 2)
+    r = hb(h, "a", 1)
+    assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert "smaller member epoch (1)" in r.error_message
     assert hb(h, "zz", 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert hb(h, "a", 0, ["t"]).error_code == 0  # a rejoin with epoch 0 is always accepted
     assert hb(h, "a", 1, group_id="nope").error_code == ErrorCode.GROUP_ID_NOT_FOUND
@@ -109,7 +118,8 @@ def test_epoch_rules(h):
     (dict(rack_id=""), "RackId can't be empty."),
     (dict(subscribed_topic_names=None), "SubscribedTopicNames must be set in first request."),
     (dict(subscribed_topic_names=[]), "SubscribedTopicNames must be set in first request."),
-    (dict(member_epoch=-2), "MemberEpoch is -2, but must be greater than or equal to -1."),
+    (dict(member_epoch=-2), "MemberEpoch is invalid."),
+    (dict(member_id=" ", rack_id=""), "MemberId can't be empty."),
 ])
 def test_invalid_requests(h, fields, message):
     request = ShareGroupHeartbeatRequest(group_id="g", member_id="a", member_epoch=0, rack_id=None,
@@ -154,6 +164,8 @@ def test_group_max_size(h):
     r = hb(small, "c", 0, ["t"])
     assert r.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
     assert hb(small, "a", 0, ["t"]).error_code == 0  # a member already in is not counted twice
+    # The size check comes before the member lookup, as in Kafka.
+    assert hb(small, "zz", 4).error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
 
 
 def test_group_ids_are_one_namespace(h):
@@ -183,7 +195,12 @@ def test_describe(h):
     assert {tp.topic_name for tp in b.assignment.topic_partitions} <= {"t", "u"}
     assigned = {(tp.topic_name, p) for m in d.members for tp in m.assignment.topic_partitions for p in tp.partitions}
     assert assigned == {("t", p) for p in range(4)} | {("u", 0), ("u", 1)}
-    assert (missing.error_code, missing.group_state) == (ErrorCode.GROUP_ID_NOT_FOUND, "Dead")
+    assert (missing.error_code, missing.error_message, missing.members) == (
+        ErrorCode.GROUP_ID_NOT_FOUND, "Group unknown not found.", [])
+    h.join("classic")
+    [other] = describe(h, "classic")
+    assert (other.error_code, other.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                       "Group classic is not a share group.")
 
 
 def test_list_and_delete_groups(h):
