@@ -310,3 +310,68 @@ def test_assignor_is_sticky_when_a_member_leaves():
     second = simple_assignor(subscriptions, {T: 6}, first)
     assert first["a"][T] <= second["a"][T]
     assert first["c"][T] <= second["c"][T]
+
+
+def test_topic_metadata_changes_bump_the_epoch(h):
+    hb(h, "a", 0, ["t", "later"])
+    assert group(h).group_epoch == 1
+    h.topics.add("later", 3, uuid.UUID(int=9))  # a subscribed topic appears
+    r = hb(h, "a", 1)
+    assert r.member_epoch == 2 and (uuid.UUID(int=9), 2) in parts(r)
+    h.topics.add("t", 6, T)  # a subscribed topic grows
+    r = hb(h, "a", 2)
+    assert r.member_epoch == 3 and {(T, 4), (T, 5)} <= parts(r)
+    h.topics.remove("later")  # and one is deleted
+    r = hb(h, "a", 3)
+    assert r.member_epoch == 4 and {t for t, _ in parts(r)} == {T}
+    h.topics.add("unrelated", 1)  # a topic nobody subscribes to changes nothing
+    r = hb(h, "a", 4)
+    assert (r.member_epoch, r.assignment) == (4, None)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_membership_keeps_every_partition_covered_and_replays(seed):
+    """Joins, leaves, subscription changes and expiries in a seeded order: after every member has caught
+    up, every subscribed partition has a member, members hold exactly their target, and a reload of the
+    log gives the same state."""
+    rng = random.Random(seed)
+    topics = TopicsImage()
+    topics.add("t", rng.randint(1, 5), T)
+    topics.add("u", rng.randint(1, 3), U)
+    h = Harness(topics=topics)
+    epochs: dict[str, int] = {}
+    for _ in range(40):
+        op = rng.random()
+        member_id = f"m{rng.randint(0, 7)}"
+        if op < 0.45 or member_id not in epochs:
+            r = hb(h, member_id, 0, rng.choice([["t"], ["u"], ["t", "u"]]))
+        elif op < 0.7:
+            r = hb(h, member_id, epochs[member_id])
+        elif op < 0.8:
+            r = hb(h, member_id, epochs[member_id], rng.choice([["t"], ["u"], ["t", "u"]]))
+        elif op < 0.9:
+            r = hb(h, member_id, -1)
+            epochs.pop(member_id, None)
+            continue
+        else:
+            h.advance(SESSION_MS)  # everyone not heartbeating since expires
+            live = h.shard("g").share_groups.get("g")
+            epochs = {m: e for m, e in epochs.items() if live is not None and m in live.members}
+            continue
+        if r.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+            epochs.pop(member_id, None)
+            continue
+        assert r.error_code == 0, r
+        epochs[member_id] = r.member_epoch
+    for member_id in list(epochs):
+        epochs[member_id] = hb(h, member_id, epochs[member_id]).member_epoch
+    g = h.shard("g").share_groups.get("g")
+    if g is not None and g.members:
+        covered = {(t, p) for m in g.members.values() for t, ps in m.assigned_partitions.items() for p in ps}
+        wanted = {(info.topic_id, p) for name in g.subscribed_topic_names()
+                  if (info := topics.topic_by_name(name)) is not None for p in range(info.num_partitions)}
+        assert covered == wanted
+        for member in g.members.values():
+            assert member.assigned_partitions == g.target_assignment.get(member.member_id, {})
+            assert member.member_epoch == g.assignment_epoch == g.group_epoch
+    assert h.reload().shard_for("g").replicated_state() == h.shard("g").replicated_state()
