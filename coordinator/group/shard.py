@@ -240,6 +240,11 @@ class GroupCoordinatorShard:
         for group_id in self.group_ids():
             if self.offset_manager.expire(group_id, now_ms, out):
                 group = self.group(group_id)
+                # An empty share group is kept: its progress (each share-partition's start offset and
+                # acknowledged records) lives in __share_group_state, not in offsets here, and dropping the
+                # group would forget it. Only DeleteGroups deletes a share group.
+                if isinstance(group, ShareGroup):
+                    continue
                 if group is not None and group.is_empty and not getattr(group, "pending_members", None):
                     self._delete_group(group, out, now_ms)
         self._schedule_cleanup(now_ms)

@@ -375,3 +375,12 @@ def test_random_membership_keeps_every_partition_covered_and_replays(seed):
             assert member.assigned_partitions == g.target_assignment.get(member.member_id, {})
             assert member.member_epoch == g.assignment_epoch == g.group_epoch
     assert h.reload().shard_for("g").replicated_state() == h.shard("g").replicated_state()
+
+
+def test_an_empty_share_group_outlives_the_retention_cleanup(h):
+    """Its progress lives in __share_group_state; only DeleteGroups removes it."""
+    hb(h, "a", 0, ["t"])
+    hb(h, "a", -1)
+    h.advance(h.config.offsets_retention_check_interval_ms * 3)
+    assert "g" in h.shard("g").share_groups
+    assert h.reload().shard_for("g").share_groups["g"].group_epoch == 2
