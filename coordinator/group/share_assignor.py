@@ -11,6 +11,10 @@ record to one member under an acquisition lock), so the assignor's job differs f
   allows);
 - a member only ever gets partitions of topics it subscribes to.
 
+The balance bounds are exact when every member subscribes to the same topics (the common case, and the
+one the property tests check); with mixed subscriptions every partition still gets a member and the
+members that can only reach few partitions are placed first, but balance is best effort, as in Kafka.
+
 Stickiness matters less than for a consumer group (no revocation dance: a move costs only the
 share-partition's in-flight locks of that member, which expire or are released), but still counts: when
 a member joins or leaves, the others keep their partitions as far as balance allows, so in-flight
