@@ -82,6 +82,10 @@ class ClassicGroupManager:
         group_id = request.group_id
         member_id = request.member_id
         group = self.shard.classic_group(group_id)
+        if group is None and group_id in self.shard.share_groups:
+            # Kafka's classicGroupJoin: a group of another type (share) is INCONSISTENT_GROUP_PROTOCOL.
+            response.complete(join_error("", ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            return out.result()
         if group is None:
             consumer_group = self.shard.consumer_groups.get(group_id)
             if consumer_group is not None:

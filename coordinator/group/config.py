@@ -30,6 +30,9 @@ class GroupCoordinatorConfig:
     consumer_group_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     consumer_group_max_size: int = INT32_MAX  # group.consumer.max.size
     consumer_group_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    share_group_session_timeout_ms: int = 45_000  # group.share.session.timeout.ms
+    share_group_heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
+    share_group_max_size: int = 200  # group.share.max.size
     # Where member ids come from; tests pass a seeded source for reproducible runs.
     uuid_factory: Callable[[], uuid.UUID] = field(default=uuid.uuid4, compare=False)
 
@@ -41,7 +44,8 @@ class GroupCoordinatorConfig:
                      "offsets_retention_check_interval_ms", "offset_metadata_max_bytes", "offsets_commit_timeout_ms",
                      "group_initial_rebalance_delay_ms", "group_min_session_timeout_ms",
                      "group_max_session_timeout_ms", "group_max_size", "consumer_group_session_timeout_ms",
-                     "consumer_group_heartbeat_interval_ms", "consumer_group_max_size"):
+                     "consumer_group_heartbeat_interval_ms", "consumer_group_max_size",
+                     "share_group_session_timeout_ms", "share_group_heartbeat_interval_ms", "share_group_max_size"):
             value = getattr(config, name, None)
             if value is not None:
                 values[name] = value

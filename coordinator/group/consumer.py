@@ -304,6 +304,8 @@ class ConsumerGroupManager:
         group = self.groups.get(group_id)
         if group is not None:
             return group
+        if group_id in self.shard.share_groups:
+            raise CoordinatorError(f"Group {group_id} is not a consumer group.", ErrorCode.GROUP_ID_NOT_FOUND)
         classic = self.shard.classic_group(group_id)
         if classic is not None:
             if not create or not classic.is_empty or classic.pending_members:

@@ -26,6 +26,8 @@ from odradek.protocol.errors import ErrorCode, KafkaApiError
 from odradek.protocol.messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatResponse,
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatResponse,
     DeleteGroupsResponse,
     DescribeGroupsResponse,
     FindCoordinatorResponse,
@@ -47,6 +49,7 @@ from .config import GroupCoordinatorConfig
 from .consumer import ALL_GROUP_OPERATIONS
 from .offsets import PartitionCommit
 from .records import deserialize, serialize
+from .share import validate_heartbeat as validate_share_heartbeat
 from ..partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
 from ..runtime import (
     CoordinatorError,
@@ -456,6 +459,36 @@ class GroupCoordinator:
                 continue
             groups.append(shard.consumer.describe(group_id, request.include_authorized_operations, version))
         return ConsumerGroupDescribeResponse(groups=groups)
+
+    # -- share groups (KIP-932; share.py) --
+
+    def share_group_heartbeat(self, request, now_ms: int, client_id: str = "",
+                              client_host: str = "") -> Deferred[ShareGroupHeartbeatResponse]:
+        try:
+            validate_share_heartbeat(request)  # before routing: Kafka validates before it looks anything up
+        except CoordinatorError as e:
+            return Deferred.completed(ShareGroupHeartbeatResponse(error_code=e.error_code, error_message=str(e)))
+        if not request.group_id:
+            return Deferred.completed(ShareGroupHeartbeatResponse(
+                error_code=ErrorCode.INVALID_REQUEST, error_message="GroupId can't be empty."))
+        written = self._write(request.group_id, lambda shard: shard.share.heartbeat(
+            request, client_id, client_host, now_ms), now_ms)
+        return written.then(lambda r: r, lambda e: ShareGroupHeartbeatResponse(error_code=error_code_of(e)))
+
+    def share_group_describe(self, request, now_ms: int) -> ShareGroupDescribeResponse:
+        described_cls = ShareGroupDescribeResponse.DescribedGroup
+        groups = []
+        for group_id in request.group_ids:
+            if not group_id:
+                groups.append(described_cls(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id))
+                continue
+            try:
+                shard = self.shard_for(group_id)
+            except CoordinatorError as e:
+                groups.append(described_cls(error_code=e.error_code, group_id=group_id))
+                continue
+            groups.append(shard.share.describe(group_id, request.include_authorized_operations))
+        return ShareGroupDescribeResponse(groups=groups)
 
 
 def _answer_failure(written: Deferred, response: Deferred, error_response: Callable[[ErrorCode], object]) -> None:

@@ -21,7 +21,21 @@ The record types and the field definitions are the facts of Kafka's
     8     ConsumerGroupCurrentMemberAssignment           one member's current assignment and epoch
     16    ConsumerGroupRegularExpression                 (read and ignored: regex subscriptions unsupported)
 
-Other types (share and streams groups) are skipped on load, as Kafka skips record types it does not know.
+Share groups (KIP-932) have the same shape as KIP-848 groups, minus what sharing makes moot (instance
+ids, rebalance timeouts, assignors chosen by the client, partitions pending revocation):
+
+    9     ShareGroupPartitionMetadata                    (Kafka 4.0; read and ignored, as type 4)
+    10    ShareGroupMemberMetadata                       a share member's subscription
+    11    ShareGroupMetadata                             the group epoch and subscribed-topics hash
+    12    ShareGroupTargetAssignmentMetadata             the epoch of the target assignment
+    13    ShareGroupTargetAssignmentMember               one member's target assignment
+    14    ShareGroupCurrentMemberAssignment              one member's current assignment and epoch
+    15    ShareGroupStatePartitionMetadata               which partitions have state in __share_group_state
+
+(ShareGroupMetadataValue's MetadataHash is a plain int64 field, not a tagged one as in
+ConsumerGroupMetadataValue: share groups were born after KIP-1101.)
+
+Other types (streams groups) are skipped on load, as Kafka skips record types it does not know.
 Values are written at the version Kafka 4 writes (OffsetCommitValue 3, or 1 when an expire timestamp
 is set; GroupMetadataValue 3; the KIP-848 values 0) and read at any valid version.
 """
@@ -59,6 +73,13 @@ class RecordType(IntEnum):
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+    SHARE_GROUP_PARTITION_METADATA = 9
+    SHARE_GROUP_MEMBER_METADATA = 10
+    SHARE_GROUP_METADATA = 11
+    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
+    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
+    SHARE_GROUP_STATE_PARTITION_METADATA = 15
     CONSUMER_GROUP_REGULAR_EXPRESSION = 16
 
 
@@ -197,6 +218,81 @@ ConsumerGroupRegularExpressionValue = _data_class("ConsumerGroupRegularExpressio
 ], valid="0", flexible="0+")
 
 # record type -> (key class, value class, value version written)
+# ---------------------------------------------------------------------------------------------------
+# KIP-932 share groups (group-coordinator/src/main/resources/common/message/ShareGroup*.json)
+
+_SHARE_TOPIC_PARTITIONS = [F("topic_id", "uuid"), F("partitions", "[]int32")]
+
+ShareGroupPartitionMetadataKey = _key("ShareGroupPartitionMetadataKey", "9", [F("group_id", "string")])
+ShareGroupPartitionMetadataValue = _data_class("ShareGroupPartitionMetadataValue", [
+    F("topics", "[]TopicMetadata", fields=[
+        F("topic_id", "uuid"),
+        F("topic_name", "string"),
+        F("num_partitions", "int32"),
+    ]),
+], valid="0", flexible="0+")
+
+ShareGroupMemberMetadataKey = _key("ShareGroupMemberMetadataKey", "10", [
+    F("group_id", "string"),
+    F("member_id", "string"),
+])
+ShareGroupMemberMetadataValue = _data_class("ShareGroupMemberMetadataValue", [
+    F("rack_id", "string", nullable="0+", default=None),
+    F("client_id", "string"),
+    F("client_host", "string"),
+    F("subscribed_topic_names", "[]string"),
+], valid="0", flexible="0+")
+
+ShareGroupMetadataKey = _key("ShareGroupMetadataKey", "11", [F("group_id", "string")])
+ShareGroupMetadataValue = _data_class("ShareGroupMetadataValue", [
+    F("epoch", "int32"),
+    F("metadata_hash", "int64"),
+], valid="0", flexible="0+")
+
+ShareGroupTargetAssignmentMetadataKey = _key("ShareGroupTargetAssignmentMetadataKey", "12", [F("group_id", "string")])
+ShareGroupTargetAssignmentMetadataValue = _data_class("ShareGroupTargetAssignmentMetadataValue", [
+    F("assignment_epoch", "int32"),
+], valid="0", flexible="0+")
+
+ShareGroupTargetAssignmentMemberKey = _key("ShareGroupTargetAssignmentMemberKey", "13", [
+    F("group_id", "string"),
+    F("member_id", "string"),
+])
+ShareGroupTargetAssignmentMemberValue = _data_class("ShareGroupTargetAssignmentMemberValue", [
+    F("topic_partitions", "[]TopicPartition", fields=list(_SHARE_TOPIC_PARTITIONS)),
+], valid="0", flexible="0+")
+
+ShareGroupCurrentMemberAssignmentKey = _key("ShareGroupCurrentMemberAssignmentKey", "14", [
+    F("group_id", "string"),
+    F("member_id", "string"),
+])
+ShareGroupCurrentMemberAssignmentValue = _data_class("ShareGroupCurrentMemberAssignmentValue", [
+    F("member_epoch", "int32"),
+    F("previous_member_epoch", "int32"),
+    F("state", "int8"),
+    F("assigned_partitions", "[]TopicPartitions", fields=list(_SHARE_TOPIC_PARTITIONS)),
+], valid="0", flexible="0+")
+
+ShareGroupStatePartitionMetadataKey = _key("ShareGroupStatePartitionMetadataKey", "15", [F("group_id", "string")])
+ShareGroupStatePartitionMetadataValue = _data_class("ShareGroupStatePartitionMetadataValue", [
+    F("initializing_topics", "[]TopicPartitionsInfo", fields=[
+        F("topic_id", "uuid"),
+        F("topic_name", "string"),
+        F("partitions", "[]int32"),
+        F("create_timestamp", "int64"),
+    ]),
+    F("initialized_topics", "[]TopicPartitionsInfo", fields=[
+        F("topic_id", "uuid"),
+        F("topic_name", "string"),
+        F("partitions", "[]int32"),
+        F("create_timestamp", "int64"),
+    ]),
+    F("deleting_topics", "[]TopicInfo", fields=[
+        F("topic_id", "uuid"),
+        F("topic_name", "string"),
+    ]),
+], valid="0", flexible="0+")
+
 _SCHEMAS: dict[RecordType, tuple[Any, Any, int]] = {  # generated message classes (VALID_VERSIONS, ...)
     RecordType.OFFSET_COMMIT_LEGACY: (OffsetCommitKey, OffsetCommitValue, 3),
     RecordType.OFFSET_COMMIT: (OffsetCommitKey, OffsetCommitValue, 3),
@@ -213,6 +309,17 @@ _SCHEMAS: dict[RecordType, tuple[Any, Any, int]] = {  # generated message classe
         ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue, 0),
     RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION: (
         ConsumerGroupRegularExpressionKey, ConsumerGroupRegularExpressionValue, 0),
+    RecordType.SHARE_GROUP_PARTITION_METADATA: (ShareGroupPartitionMetadataKey, ShareGroupPartitionMetadataValue, 0),
+    RecordType.SHARE_GROUP_MEMBER_METADATA: (ShareGroupMemberMetadataKey, ShareGroupMemberMetadataValue, 0),
+    RecordType.SHARE_GROUP_METADATA: (ShareGroupMetadataKey, ShareGroupMetadataValue, 0),
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: (
+        ShareGroupTargetAssignmentMetadataKey, ShareGroupTargetAssignmentMetadataValue, 0),
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: (
+        ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue, 0),
+    RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: (
+        ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue, 0),
+    RecordType.SHARE_GROUP_STATE_PARTITION_METADATA: (
+        ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue, 0),
 }
 
 
@@ -369,3 +476,63 @@ def current_assignment_record(group_id: str, member_id: str, member_epoch: int, 
 def current_assignment_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:
     return CoordinatorRecord(RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
                              ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id))
+
+
+# -- share groups --
+
+
+def share_group_epoch_record(group_id: str, epoch: int, metadata_hash: int) -> CoordinatorRecord:
+    return CoordinatorRecord(RecordType.SHARE_GROUP_METADATA, ShareGroupMetadataKey(group_id=group_id),
+                             ShareGroupMetadataValue(epoch=epoch, metadata_hash=metadata_hash))
+
+
+def share_group_member_record(group_id: str, member_id: str, rack_id: str | None, client_id: str, client_host: str,
+                              subscribed_topic_names) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        RecordType.SHARE_GROUP_MEMBER_METADATA, ShareGroupMemberMetadataKey(group_id=group_id, member_id=member_id),
+        ShareGroupMemberMetadataValue(rack_id=rack_id, client_id=client_id, client_host=client_host,
+                                      subscribed_topic_names=list(subscribed_topic_names)))
+
+
+def share_target_assignment_epoch_record(group_id: str, epoch: int) -> CoordinatorRecord:
+    return CoordinatorRecord(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+                             ShareGroupTargetAssignmentMetadataKey(group_id=group_id),
+                             ShareGroupTargetAssignmentMetadataValue(assignment_epoch=epoch))
+
+
+def share_target_assignment_member_record(group_id: str, member_id: str, assignment) -> CoordinatorRecord:
+    value_cls = ShareGroupTargetAssignmentMemberValue
+    return CoordinatorRecord(
+        RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+        ShareGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id),
+        value_cls(topic_partitions=_topic_partitions(value_cls.TopicPartition, assignment)))
+
+
+def share_current_assignment_record(group_id: str, member_id: str, member_epoch: int, previous_member_epoch: int,
+                                    state: int, assigned) -> CoordinatorRecord:
+    value_cls = ShareGroupCurrentMemberAssignmentValue
+    return CoordinatorRecord(
+        RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+        ShareGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id),
+        value_cls(member_epoch=member_epoch, previous_member_epoch=previous_member_epoch, state=state,
+                  assigned_partitions=_topic_partitions(value_cls.TopicPartitions, assigned)))
+
+
+def share_group_tombstones(group_id: str, member_id: str | None = None) -> list[CoordinatorRecord]:
+    """The tombstones of one member (current, target, subscription), or of the group's own records."""
+    if member_id is not None:
+        return [
+            CoordinatorRecord(RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                              ShareGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id)),
+            CoordinatorRecord(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                              ShareGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id)),
+            CoordinatorRecord(RecordType.SHARE_GROUP_MEMBER_METADATA,
+                              ShareGroupMemberMetadataKey(group_id=group_id, member_id=member_id)),
+        ]
+    return [
+        CoordinatorRecord(RecordType.SHARE_GROUP_STATE_PARTITION_METADATA,
+                          ShareGroupStatePartitionMetadataKey(group_id=group_id)),
+        CoordinatorRecord(RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+                          ShareGroupTargetAssignmentMetadataKey(group_id=group_id)),
+        CoordinatorRecord(RecordType.SHARE_GROUP_METADATA, ShareGroupMetadataKey(group_id=group_id)),
+    ]

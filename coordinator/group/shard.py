@@ -2,11 +2,12 @@
 
 Theory of operation
 -------------------
-The shard's replicated state is three tables, changed only by `replay(record)`:
+The shard's replicated state is four tables, changed only by `replay(record)`:
 
     offsets          group -> (topic, partition) -> OffsetAndMetadata     OffsetCommit records
     group_metadata   classic group -> its last stable GroupMetadata value  GroupMetadata records
     consumer_groups  KIP-848 group -> ConsumerGroup                        ConsumerGroup* records
+    share_groups     KIP-932 group -> ShareGroup                           ShareGroup* records
 
 `replicated_state()` returns them; replaying the records an operation wrote onto a fresh shard gives the
 same tables (the property the tests check). On top, while this broker leads the partition, the shard
@@ -34,6 +35,8 @@ from .consumer import ConsumerGroupManager
 from .consumer_group import ConsumerGroup
 from .offsets import OffsetAndMetadata, OffsetManager
 from .records import CoordinatorRecord, RecordType, group_metadata_tombstone
+from .share import ShareGroupManager
+from .share_group import ShareGroup
 from ..runtime import Batch, CoordinatorError, Result
 from ..topics import TopicsView
 
@@ -52,6 +55,15 @@ _CONSUMER_TYPES = (
     RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
     RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
 )
+_SHARE_TYPES = (
+    RecordType.SHARE_GROUP_PARTITION_METADATA,
+    RecordType.SHARE_GROUP_MEMBER_METADATA,
+    RecordType.SHARE_GROUP_METADATA,
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+    RecordType.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    RecordType.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+    RecordType.SHARE_GROUP_STATE_PARTITION_METADATA,
+)
 
 
 class GroupCoordinatorShard:
@@ -65,6 +77,7 @@ class GroupCoordinatorShard:
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self.group_metadata: dict[str, Any] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.share_groups: dict[str, ShareGroup] = {}
         # Offsets of open transactions: producer id -> group -> (topic, partition) -> offset (TxnOffsetCommit
         # records, replayed from transactional batches; their marker commits or drops them).
         self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
@@ -73,6 +86,7 @@ class GroupCoordinatorShard:
         self.classic = ClassicGroupManager(self)
         self.offset_manager = OffsetManager(self)
         self.consumer = ConsumerGroupManager(self)
+        self.share = ShareGroupManager(self)
 
     # ------------------------------------------------------------------------------------------------
     # Replication
@@ -87,6 +101,8 @@ class GroupCoordinatorShard:
                 self.group_metadata[record.key.group] = record.value
         elif record.type in _CONSUMER_TYPES:
             self.consumer.replay(record)
+        elif record.type in _SHARE_TYPES:
+            self.share.replay(record)
 
     def replay_transactional(self, producer_id: int, producer_epoch: int, record: CoordinatorRecord) -> None:
         if record.type in _OFFSET_TYPES:
@@ -100,15 +116,18 @@ class GroupCoordinatorShard:
             "offsets": {g: dict(o) for g, o in self.offsets.items()},
             "group_metadata": dict(self.group_metadata),
             "consumer_groups": {g: _consumer_group_state(c) for g, c in self.consumer_groups.items()},
+            "share_groups": {g: (s.group_epoch, s.metadata_hash, s.assignment_epoch, dict(s.members),
+                                 dict(s.target_assignment)) for g, s in self.share_groups.items()},
         }
 
     def on_loaded(self, now_ms: int) -> None:
         for group_id, value in self.group_metadata.items():
-            if group_id not in self.consumer_groups:
+            if group_id not in self.consumer_groups and group_id not in self.share_groups:
                 group = ClassicGroup.from_record(group_id, value)
                 self.classic_groups[group_id] = group
                 self.classic.on_loaded(group, now_ms)
         self.consumer.on_loaded(now_ms)
+        self.share.on_loaded(now_ms)
         self._schedule_cleanup(now_ms)
 
     def on_unloaded(self) -> None:
@@ -126,7 +145,7 @@ class GroupCoordinatorShard:
     def classic_group(self, group_id: str) -> ClassicGroup | None:
         """The live classic group, built from its record or its offsets if not built yet."""
         group = self.classic_groups.get(group_id)
-        if group is not None or group_id in self.consumer_groups:
+        if group is not None or group_id in self.consumer_groups or group_id in self.share_groups:
             return group
         value = self.group_metadata.get(group_id)
         if value is not None:
@@ -136,9 +155,12 @@ class GroupCoordinatorShard:
             group = self.classic_groups[group_id] = ClassicGroup(group_id)
         return group
 
-    def group(self, group_id: str) -> ClassicGroup | ConsumerGroup | None:
+    def group(self, group_id: str) -> ClassicGroup | ConsumerGroup | ShareGroup | None:
         consumer_group = self.consumer_groups.get(group_id)
-        return consumer_group if consumer_group is not None else self.classic_group(group_id)
+        if consumer_group is not None:
+            return consumer_group
+        share_group = self.share_groups.get(group_id)
+        return share_group if share_group is not None else self.classic_group(group_id)
 
     def create_classic_group(self, group_id: str, now_ms: int) -> ClassicGroup:
         group = self.classic_groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=now_ms)
@@ -155,6 +177,7 @@ class GroupCoordinatorShard:
         ids.update(dict.fromkeys(self.group_metadata))
         ids.update(dict.fromkeys(self.offsets))
         ids.update(dict.fromkeys(self.consumer_groups))
+        ids.update(dict.fromkeys(self.share_groups))
         return list(ids)
 
     # -- DeleteGroups --
@@ -178,9 +201,11 @@ class GroupCoordinatorShard:
             results.append((group_id, ErrorCode.NONE))
         return out.result(results)
 
-    def _delete_group(self, group: ClassicGroup | ConsumerGroup, out: Batch, now_ms: int) -> None:
+    def _delete_group(self, group: ClassicGroup | ConsumerGroup | ShareGroup, out: Batch, now_ms: int) -> None:
         if isinstance(group, ClassicGroup):
             self.delete_classic_group(group, out, now_ms)
+        elif isinstance(group, ShareGroup):
+            self.share.delete_group(group.group_id, out)
         else:
             self.consumer.delete_group(group.group_id, out)
 
@@ -197,6 +222,8 @@ class GroupCoordinatorShard:
                 if group.is_in(ClassicGroupState.DEAD):
                     continue
                 listed.append((group_id, group.protocol_type or "", str(group.state), "classic"))
+            elif isinstance(group, ShareGroup):
+                listed.append((group_id, "share", str(group.state), "share"))
             else:
                 listed.append((group_id, "consumer", str(group.state), "consumer"))
         return listed
@@ -213,6 +240,11 @@ class GroupCoordinatorShard:
         for group_id in self.group_ids():
             if self.offset_manager.expire(group_id, now_ms, out):
                 group = self.group(group_id)
+                # An empty share group is kept: its progress (each share-partition's start offset and
+                # acknowledged records) lives in __share_group_state, not in offsets here, and dropping the
+                # group would forget it. Only DeleteGroups deletes a share group.
+                if isinstance(group, ShareGroup):
+                    continue
                 if group is not None and group.is_empty and not getattr(group, "pending_members", None):
                     self._delete_group(group, out, now_ms)
         self._schedule_cleanup(now_ms)
