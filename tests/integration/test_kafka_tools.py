@@ -106,7 +106,9 @@ def test_kafka_topics_create_list_describe_alter_delete(tools):
     described = tools.server("TopicCommand", "--describe", "--topic", topic)
     head, *rows = described.strip().splitlines()
     assert f"Topic: {topic}\t" in head and "PartitionCount: 3\tReplicationFactor: 1\t" in head, described
-    assert "Configs: retention.ms=7200000" in head, described
+    # every config not at its default, as a Kafka 4.1+ broker with ELR lists them: the cluster-wide
+    # min.insync.replicas (DYNAMIC_DEFAULT_BROKER_CONFIG) and the topic's own
+    assert "Configs: min.insync.replicas=1,retention.ms=7200000" in head, described
     for partition, row in enumerate(rows):
         fields = dict(part.split(": ", 1) for part in row.strip().split("\t"))
         assert fields["Partition"] == str(partition) and fields["Leader"] == "1", row
@@ -115,7 +117,7 @@ def test_kafka_topics_create_list_describe_alter_delete(tools):
 
     (view,) = ours(tools, "topic", "describe", topic)
     assert view["topic_id"] and [p["partition"] for p in view["partitions"]] == [0, 1, 2]
-    assert view["configs"] == {"retention.ms": "7200000"}
+    assert view["configs"] == {"min.insync.replicas": "1", "retention.ms": "7200000"}
 
     # A second create is refused with Kafka's message and a non-zero exit; describing a missing topic too.
     again = tools.run("TopicCommand", "--bootstrap-server", tools.bootstrap, "--create", "--topic", topic)
@@ -144,7 +146,7 @@ def test_kafka_configs_topics_alter_describe_and_brokers_describe(tools):
     tools.server("ConfigCommand", "--entity-type", "topics", "--entity-name", topic, "--alter",
                  "--delete-config", "max.message.bytes")
     (view,) = ours(tools, "topic", "describe", topic)
-    assert view["configs"] == {"retention.ms": "3600000"}
+    assert view["configs"] == {"min.insync.replicas": "1", "retention.ms": "3600000"}
 
     everything = tools.server("ConfigCommand", "--entity-type", "topics", "--entity-name", topic, "--describe", "--all")
     assert "cleanup.policy=delete sensitive=false synonyms={DEFAULT_CONFIG:log.cleanup.policy=delete}" in everything
