@@ -229,6 +229,7 @@ public final class Interop {
         int n = intArg(a, "n", 10);
         long deadline = System.currentTimeMillis() + intArg(a, "timeout_ms", 45000);
         java.util.concurrent.atomic.AtomicInteger total = new java.util.concurrent.atomic.AtomicInteger();
+        java.util.concurrent.atomic.AtomicInteger commitsRetried = new java.util.concurrent.atomic.AtomicInteger();
         List<Map<String, Object>> reports = new ArrayList<>();
         List<Thread> threads = new ArrayList<>();
         List<Throwable> failures = java.util.Collections.synchronizedList(new ArrayList<>());
@@ -267,7 +268,16 @@ public final class Interop {
                         ConsumerRecords<String, String> batch = consumer.poll(Duration.ofMillis(200));
                         mine += batch.count();
                         total.addAndGet(batch.count());
-                        if (!batch.isEmpty()) consumer.commitSync();
+                        if (!batch.isEmpty()) {
+                            try {
+                                consumer.commitSync();
+                            } catch (org.apache.kafka.clients.consumer.CommitFailedException e) {
+                                // A rebalance moved the member epoch while these records were processed
+                                // (STALE_MEMBER_EPOCH under KIP-848, as a Kafka broker answers too): the
+                                // next poll brings the new epoch, and the records may be seen again.
+                                commitsRetried.incrementAndGet();
+                            }
+                        }
                         Set<Integer> owned = new HashSet<>();
                         for (TopicPartition tp : consumer.assignment()) owned.add(tp.partition());
                         if (!owned.equals(holding.get(member))) history.add(List.of(System.currentTimeMillis() - start, new ArrayList<>(owned)));
@@ -313,6 +323,7 @@ public final class Interop {
         if (!failures.isEmpty()) throw new RuntimeException(failures.get(0));
         out.put("members", reports);
         out.put("total", total.get());
+        out.put("commits_refused_by_a_rebalance", commitsRetried.get());
         return out;
     }
 
