@@ -42,7 +42,7 @@ import structlog
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import ShareGroupDescribeResponse, ShareGroupHeartbeatResponse
 
-from .consumer import ALL_GROUP_OPERATIONS
+from .consumer import ALL_GROUP_OPERATIONS, _assignment_from
 from .records import (
     CoordinatorRecord,
     RecordType,
@@ -66,10 +66,6 @@ log = structlog.get_logger("odradek.coordinator.group")
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 SHARE_ASSIGNOR = "simple"  # group.share.assignors: Kafka 4.4 has this one only
-
-
-def _assignment_from(topic_partitions) -> Assignment:
-    return {tp.topic_id: frozenset(tp.partitions) for tp in topic_partitions if tp.partitions}
 
 
 class ShareGroupManager:

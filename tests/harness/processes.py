@@ -51,6 +51,27 @@ def odradek(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "odradek", *args], capture_output=True, text=True, timeout=timeout)
 
 
+def free_metrics_prefix(nodes: int) -> int:
+    """A prefix P such that ports P1..Pn (P * 10 + node id) are free now: `metrics.port=P{node}` gives each
+    node of a `cluster up` its own metrics port. Ports stay under 32000, below Linux's ephemeral range, so a
+    client's outgoing connection cannot take one between this check and the node's bind."""
+    for _ in range(200):
+        prefix = random.randrange(2000, 3200)
+        socks = []
+        try:
+            for node_id in range(1, nodes + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", prefix * 10 + node_id))
+            return prefix
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free metrics ports")
+
+
 class Cluster:
     def __init__(self, directory: Path, nodes: int = 3, overrides: tuple[str, ...] | list[str] = ()) -> None:
         self.dir = directory

@@ -9,15 +9,13 @@ Waits are bounded polls of the cluster's own answers, never timed assertions.
 
 from __future__ import annotations
 
-import random
-import socket
 import time
 import urllib.request
 
 import pytest
 
 from tests.harness import processes
-from tests.harness.processes import Cluster, create_with_confluent
+from tests.harness.processes import Cluster, create_with_confluent, free_metrics_prefix
 
 from ..checker import Seen, Sent, check
 
@@ -25,25 +23,6 @@ pytestmark = pytest.mark.timeout(240)
 
 RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 RECORDS = 1000
-
-
-def free_metrics_prefix(nodes: int) -> int:
-    """A prefix P such that ports P1..Pn (P * 10 + node id) are free: `metrics.port=P{node}`."""
-    for _ in range(200):
-        prefix = random.randrange(2000, 6000)
-        socks = []
-        try:
-            for node_id in range(1, nodes + 1):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", prefix * 10 + node_id))
-            return prefix
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free metrics ports")
 
 
 def metric(port: int, name: str) -> float:

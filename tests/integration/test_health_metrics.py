@@ -12,9 +12,7 @@ polls of the metrics themselves, never timed assertions.
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import urllib.request
 
 import pytest
@@ -22,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import processes
 from tests.harness.grafana import load_dashboard, metric_names, queries, served_names
-from tests.harness.processes import Cluster
+from tests.harness.processes import Cluster, free_metrics_prefix
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -32,28 +30,9 @@ SOLO = "health-solo"  # RF 1 on the node that will be stopped: offline once it i
 GROUP = "health-group"
 
 
-def _free_metrics_prefix(nodes: int) -> int:
-    """A prefix P such that ports P1..Pn (P * 10 + node id) are free now: `metrics.port=P{node}`."""
-    for _ in range(200):
-        prefix = random.randrange(2000, 3200)
-        socks = []
-        try:
-            for node_id in range(1, nodes + 1):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", prefix * 10 + node_id))
-            return prefix
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free metrics ports")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    prefix = _free_metrics_prefix(3)
+    prefix = free_metrics_prefix(3)
     saved = processes.OVERRIDES
     processes.OVERRIDES = saved + [f"metrics.port={prefix}{{node}}", "metrics.host=127.0.0.1"]
     c = Cluster(tmp_path_factory.mktemp("health"))
