@@ -360,7 +360,10 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
                                                     max_supported_version=ELR_VERSION)],
         previous_broker_epoch=previous_broker_epoch,
     )
-    if previous_broker_epoch < 0:
+    if previous_broker_epoch < 0 and node.data.metadata_known_through <= 0:
+        # Nothing to have shut down: a new node's metadata log starts empty (a restarted one holds records).
+        log.info("first start of this broker: registering without a previous broker epoch")
+    elif previous_broker_epoch < 0:
         log.warning("the last shutdown was not clean: registering without a previous broker epoch, so this "
                     "broker leads nothing until it is back in sync", previous_broker_epoch=previous_broker_epoch)
     else:
