@@ -175,6 +175,9 @@ class Partition(Generic[L]):
         start = log.log_start_offset if high_watermark is None else high_watermark
         self._high_watermark = min(max(start, log.log_start_offset), log.log_end_offset)
         self._follower_states: dict[int, FollowerState] = {}
+        # The log end offset when this broker's current leadership epoch began (Kafka's
+        # leaderEpochStartOffsetOpt): a follower joins the ISR only once it holds it (`proposed_isr`).
+        self._leader_epoch_start_offset = 0
         self._first_unstable_offset = first_unstable_offset
         # The log's producer state, when given: its `transactions_seen` says at no cost (asked on every
         # fetch) whether any transaction may be open, before `first_unstable_offset` looks.
@@ -272,6 +275,8 @@ class Partition(Generic[L]):
                     last_fetch_time_ms=now_ms,
                     last_caught_up_time_ms=caught_up_ms,
                 )
+        if is_new_leader or leader_epoch != self.leader_epoch:
+            self._leader_epoch_start_offset = leader_end_offset
         self.leader_id = self.local_broker_id
         self.leader_epoch = leader_epoch
         self.replicas = tuple(replicas)
@@ -426,7 +431,13 @@ class Partition(Generic[L]):
     def proposed_isr(self, now_ms: int) -> tuple[int, ...] | None:
         """The ISR this leader should ask the controller for now, or None (Kafka's maybeShrinkIsr and
         maybeExpandIsr in one): ISR followers not caught up within replica.lag.time.max.ms leave it, and
-        followers outside it that have fetched in this leadership up to the HW, and may join, join it."""
+        followers outside it that have fetched in this leadership up to the HW, and may join, join it.
+
+        A joining follower must also hold everything up to where this leader's epoch began, as Kafka's
+        isFollowerInSync asks: a new leader's HW may lag what the previous leader acknowledged, and with
+        strict min ISR (the HW held while the ISR is below min.insync.replicas) it stays there, so a
+        follower restarted below the acknowledged records would otherwise join the ISR, be elected, and
+        lose them (the replication simulation found it, seed 29 of the long run)."""
         if not self.is_leader or self.pending_isr is not None:
             return None
         out = set(self.out_of_sync_replicas(now_ms))
@@ -434,7 +445,8 @@ class Partition(Generic[L]):
         joining = [
             replica_id for replica_id, state in self._follower_states.items()
             if replica_id not in self.isr and state.last_fetch_time_ms is not None
-            and state.log_end_offset >= self._high_watermark and (eligible is None or eligible(replica_id))
+            and state.log_end_offset >= max(self._high_watermark, self._leader_epoch_start_offset)
+            and (eligible is None or eligible(replica_id))
         ]
         if not out and not joining:
             return None
