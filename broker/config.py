@@ -1101,18 +1101,40 @@ class BrokerConfig(BaseModel):
         T.BOOLEAN,
         "Verify a transaction's first write to a partition with its coordinator (KIP-890).",
     )
+    # ---- the share coordinator (KIP-932; coordinator/share/): Kafka's ShareCoordinatorConfig names and defaults,
+    # but for the replication factor and min ISR, which default to 1 as the other internal topics' do.
+    share_coordinator_state_topic_num_partitions: Int = _f(
+        "share.coordinator.state.topic.num.partitions", 50, T.INT, "Partitions of __share_group_state.", ge=1
+    )
     share_coordinator_state_topic_replication_factor: Short = _f(
         "share.coordinator.state.topic.replication.factor",
         1,
         T.SHORT,
-        "Accepted for compatibility; share groups are not supported.",
+        "Replication factor of __share_group_state (not created while fewer brokers are alive).",
         ge=1,
     )
     share_coordinator_state_topic_min_isr: Short = _f(
         "share.coordinator.state.topic.min.isr",
         1,
         T.SHORT,
-        "Accepted for compatibility; share groups are not supported.",
+        "min.insync.replicas of __share_group_state.",
+        ge=1,
+    )
+    share_coordinator_state_topic_segment_bytes: Int = _f(
+        "share.coordinator.state.topic.segment.bytes", 104857600, T.INT, "Segment size of __share_group_state.", ge=1
+    )
+    share_coordinator_snapshot_update_records_per_snapshot: Int = _f(
+        "share.coordinator.snapshot.update.records.per.snapshot",
+        500,
+        T.INT,
+        "ShareUpdate records written for a share-partition before its state is written whole again (ShareSnapshot).",
+        ge=0,
+    )
+    share_coordinator_write_timeout_ms: Int = _f(
+        "share.coordinator.write.timeout.ms",
+        5000,
+        T.INT,
+        "Longest wait for a __share_group_state write to be replicated (then COORDINATOR_NOT_AVAILABLE).",
         ge=1,
     )
 

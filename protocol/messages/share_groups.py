@@ -478,6 +478,8 @@ SHARE_SNAPSHOT_VALUE = api(
         F("state_epoch", "int32"),
         F("leader_epoch", "int32"),
         F("start_offset", "int64"),
+        # KIP-1226 (Kafka 4.2): a tagged field, so records written before it still decode (-1: unknown).
+        F("delivery_complete_count", "int32", default=-1, tag=0, tagged="0+"),
         F("create_timestamp", "int64"),
         F("write_timestamp", "int64"),
         _state_batches(),
@@ -495,7 +497,9 @@ SHARE_UPDATE_VALUE = api(
     request=[
         F("snapshot_epoch", "int32"),
         F("leader_epoch", "int32"),
+        # -1: the start offset is not being updated.
         F("start_offset", "int64"),
+        F("delivery_complete_count", "int32", default=-1, tag=0, tagged="0+"),
         _state_batches(),
     ],
     response=[],
