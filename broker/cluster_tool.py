@@ -76,6 +76,8 @@ def node_properties(node_id: int, nodes: int, *, port: int = DEFAULT_PORT, host:
         "offsets.topic.replication.factor": str(min(3, nodes)),
         "transaction.state.log.replication.factor": str(min(3, nodes)),
         "transaction.state.log.min.isr": str(2 if nodes >= 3 else 1),
+        "share.coordinator.state.topic.replication.factor": str(min(3, nodes)),
+        "share.coordinator.state.topic.min.isr": str(2 if nodes >= 3 else 1),
         "min.insync.replicas": str(2 if nodes >= 3 else 1),
         "num.partitions": "3",
         "group.initial.rebalance.delay.ms": "0",

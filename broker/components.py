@@ -65,6 +65,9 @@ from .replica_fetcher import ReplicaFetcherManager
 from .services import BrokerServices
 from .storage_tool import read_bootstrap_records
 from .topics import topic_settings
+from .share.network_persister import NetworkPersister
+from .share.state_metrics import ShareCoordinatorCollector
+from .share.state_wiring import StartShareCoordinatorWhenLeading, start_share_coordinator
 from .txn_wiring import MarkerSender, StartWhenLeading, start_transaction_coordinator
 
 log = structlog.get_logger("odradek.broker")
@@ -153,6 +156,7 @@ def _build_on(
     markers = MarkerSender(cfg, clock=now_ms, timers_changed=after_state_change, dispatch=dispatch,
                            endpoint=lambda node_id, listener: services.endpoint(node_id, listener))
     controller = quorum.controller
+    share_persister = _share_persister(cfg, publisher, markers, lambda: services, after_state_change)
     services = BrokerServices(
         config=cfg, now_ms=now_ms, metadata=publisher, controller=controller, data=data,
         log_manager=log_manager,
@@ -163,10 +167,20 @@ def _build_on(
         quorum=quorum.driver, log_dirs=log_dirs, dynamic_config=dynamic_config,
         transactions_factory=lambda: start_transaction_coordinator(cfg, data, timer, publisher, controller, services,
                                                                    markers, now_ms),
+        share_coordinator_factory=lambda: start_share_coordinator(cfg, data, timer, publisher, controller, now_ms),
+        share_persister=share_persister,
     )
     publisher.register(StartWhenLeading(services, cfg.node_id, after_state_change))
+
+    def start_share_coordinator_now() -> None:
+        services.share_coordinator
+        after_state_change()
+
+    publisher.register(StartShareCoordinatorWhenLeading(
+        lambda: services.share_coordinator_if_started is not None, start_share_coordinator_now, cfg.node_id))
     metrics, metrics_server = _start_metrics(cfg, data, publisher, loop, quorum.driver, membership, log_dirs)
     metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
+    metrics.registry.register(ShareCoordinatorCollector(lambda: services.share_coordinator_if_started, metrics))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
     node = Node(
@@ -189,6 +203,8 @@ async def stop_node(node: Node, broker_epoch: int = -1) -> None:
     await node.housekeeping.settle()
     if node.metrics_server is not None:
         node.metrics_server.stop()
+    if isinstance(node.services.share_persister, NetworkPersister):  # its requests use the markers' connections
+        await node.services.share_persister.close()
     await node.txn_markers.close()
     await node.log_dirs.stop()
     await node.quorum.stop()
@@ -197,6 +213,22 @@ async def stop_node(node: Node, broker_epoch: int = -1) -> None:
     if node.replica_fetchers is not None:  # before the logs they append to close
         await node.replica_fetchers.shutdown()
     node.log_manager.close(broker_epoch)
+
+
+def _share_persister(cfg: BrokerConfig, publisher: MetadataPublisher, markers: MarkerSender,
+                     services: Callable[[], BrokerServices], after_state_change: Callable[[], None]) -> NetworkPersister:
+    """The broker's SharePersister (broker/share/network_persister.py): this broker's share coordinator in
+    process, another's over the inter-broker connections the transaction markers use."""
+    from .internal_topics import ensure_coordinator_topic
+
+    async def send(node_id: int, request, version: int):
+        return await markers.request(node_id, request, version, purpose="share-state",
+                                     timeout_s=cfg.request_timeout_ms / 1000)
+
+    return NetworkPersister(node_id=cfg.node_id, image=lambda: publisher.image,
+                            local=lambda: services().share_coordinator,
+                            ensure_topic=lambda: ensure_coordinator_topic(services(), 2), send=send, clock=now_ms,
+                            timers_changed=after_state_change, deadline_ms=cfg.request_timeout_ms)
 
 
 def _wire_replica_selection(data: ReplicaManager, cfg: BrokerConfig, publisher: MetadataPublisher) -> None:
@@ -318,7 +350,7 @@ def _format_lone_node(manager: LogManager, raft_log: StorageRaftLog) -> str:
 def _load_coordinators(node: Node) -> None:
     """Once this broker serves: start the group and transaction coordinators if their topics exist, so that
     the partitions led here are loaded (and ended transactions' markers resumed) before clients ask."""
-    from odradek.coordinator.partitioning import TRANSACTION_STATE_TOPIC
+    from odradek.coordinator.partitioning import SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 
     from .groups_wiring import OFFSETS_TOPIC
 
@@ -327,6 +359,8 @@ def _load_coordinators(node: Node) -> None:
         node.services.groups
     if image.topics_by_name.get(TRANSACTION_STATE_TOPIC) is not None and node.services.transactions_if_started is None:
         node.services.transactions
+    if image.topics_by_name.get(SHARE_GROUP_STATE_TOPIC) is not None and node.services.share_coordinator_if_started is None:
+        node.services.share_coordinator
     node.wake.arm()
     log.info("components started", cluster_id=image.cluster_id, topics=len(image.topics_by_name))
 

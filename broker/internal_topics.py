@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.coordinator.runtime import TransactionalRecord, TransactionMarker
 from odradek.protocol.records import ABORT, COMMIT, build_batch, iter_batches, iter_records, parse_control_record
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from .controller_channel import ControllerChannel
 
 __all__ = ["InternalTopicSpec", "InternalTopicWriter", "ensure_coordinator_topic", "ensure_internal_topic",
-           "offsets_topic_spec", "transaction_state_topic_spec"]
+           "offsets_topic_spec", "share_state_topic_spec", "transaction_state_topic_spec"]
 
 log = structlog.get_logger("odradek.internal_topics")
 
@@ -195,6 +195,18 @@ def transaction_state_topic_spec(cfg) -> InternalTopicSpec:
                              (("min.insync.replicas", str(cfg.transaction_state_log_min_isr)),))
 
 
+def share_state_topic_spec(cfg) -> InternalTopicSpec:
+    # Kafka's ShareCoordinatorService.shareGroupStateTopicConfigs: NOT compacted (KIP-932). A share-partition's
+    # state is a snapshot plus the updates after it, under two different keys; compaction would keep only the
+    # last update and lose the ones between. Records stay until the share coordinator prunes them (retention.ms
+    # -1), and min.insync.replicas is share.coordinator.state.topic.min.isr.
+    return InternalTopicSpec(SHARE_GROUP_STATE_TOPIC, cfg.share_coordinator_state_topic_num_partitions,
+                             cfg.share_coordinator_state_topic_replication_factor,
+                             cfg.share_coordinator_state_topic_segment_bytes,
+                             (("cleanup.policy", "delete"), ("retention.ms", "-1"),
+                              ("min.insync.replicas", str(cfg.share_coordinator_state_topic_min_isr))))
+
+
 class CoordinatorTopicParts(Protocol):
     """What creating a coordinator's topic reads: the settings, the image, the controller (the services)."""
 
@@ -209,13 +221,15 @@ class CoordinatorTopicParts(Protocol):
 
 
 def ensure_coordinator_topic(services: CoordinatorTopicParts, key_type: int) -> int | None:
-    """FindCoordinator's part (key type 0 groups, 1 transactions): create the coordinator's topic while it is
-    missing."""
+    """FindCoordinator's part (key type 0 groups, 1 transactions, 2 share-group state): create the
+    coordinator's topic while it is missing."""
     if key_type == 0:
         return ensure_internal_topic(services.metadata, services.controller, offsets_topic_spec(services.config))
     if key_type == 1:
         return ensure_internal_topic(services.metadata, services.controller,
                                      transaction_state_topic_spec(services.config))
+    if key_type == 2:
+        return ensure_internal_topic(services.metadata, services.controller, share_state_topic_spec(services.config))
     return None
 
 

@@ -12,6 +12,9 @@ broker/components.py, where the start and stop order is written down.
   * `groups`: the group coordinator, created with `__consumer_offsets` on first use, as Kafka does.
   * `producer_ids`: producer ids for InitProducerId, from blocks the controller allocates.
   * `transactions`: the transaction coordinator, created with `__transaction_state` on first use.
+  * `share_coordinator`: the share coordinator (APIs 83-87), created with `__share_group_state` on first use.
+  * `share_persister`: how partition leaders and the group coordinator reach the share coordinator, wherever
+    it is (broker/share/network_persister.py; broker/share/persister.py is the contract).
   * `log_dirs`: the log directories' moves (AlterReplicaLogDirs) and failures (broker/log_dirs.py).
   * `quorum`: the Raft driver of the metadata quorum (broker/quorum.py); a lone node is its only voter.
   * `authorizer`: the ACL decisions (broker/authorizer.py), None unless `authorizer.class.name` is set;
@@ -43,18 +46,20 @@ from .topics import is_internal
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.group_coordinator import GroupCoordinator
+    from odradek.coordinator.share.coordinator import ShareCoordinator
     from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 
     from .context import ConnectionContext, RequestContext
     from .log_dirs import LogDirs
     from .quorum import QuorumDriver
+    from .share.persister import SharePersister
 
 
 class BrokerServices:
     __slots__ = (
         "config", "node_id", "now_ms", "metadata", "controller", "data", "log_manager", "producer_ids",
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
-        "_transactions", "_transactions_factory",
+        "_transactions", "_transactions_factory", "_share_coordinator", "_share_coordinator_factory", "share_persister",
         "authorizer", "quotas",
         "log_dirs", "dynamic_config",
     )
@@ -66,6 +71,8 @@ class BrokerServices:
         groups_factory: Callable[[], GroupCoordinator], log_dirs: LogDirs, controller_api_versions_response: Any = None,
         quorum: QuorumDriver | None = None, transactions_factory: Callable[[], TransactionCoordinator] | None = None,
         dynamic_config: DynamicBrokerConfig | None = None,
+        share_coordinator_factory: Callable[[], ShareCoordinator] | None = None,
+        share_persister: SharePersister | None = None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -83,6 +90,9 @@ class BrokerServices:
         self._groups_factory = groups_factory
         self._transactions: TransactionCoordinator | None = None
         self._transactions_factory = transactions_factory
+        self._share_coordinator: ShareCoordinator | None = None
+        self._share_coordinator_factory = share_coordinator_factory
+        self.share_persister = share_persister
         self.authorizer = Authorizer.from_config(config, metadata)
         self.quotas = ClientQuotas(config, metadata)
         # this node's config with the image's dynamic broker configs over it (broker/dynamic_config.py)
@@ -128,6 +138,20 @@ class BrokerServices:
     @property
     def transactions_if_started(self) -> TransactionCoordinator | None:
         return self._transactions
+
+    # -- the share coordinator, on first use (with `__share_group_state`)
+
+    @property
+    def share_coordinator(self) -> ShareCoordinator:
+        if self._share_coordinator is None:
+            if self._share_coordinator_factory is None:
+                raise RuntimeError("this broker has no share coordinator")
+            self._share_coordinator = self._share_coordinator_factory()
+        return self._share_coordinator
+
+    @property
+    def share_coordinator_if_started(self) -> ShareCoordinator | None:
+        return self._share_coordinator
 
     # -- the image
 

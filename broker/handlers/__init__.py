@@ -72,6 +72,7 @@ FAMILIES = (
     "offsets",
     "quorum",
     "transactions",
+    "share_state",
     "sasl",
     "acls",
     "quotas",

@@ -26,6 +26,7 @@ from odradek.metadata.acl import AclOperation, ResourceType
 from ..authorizer import then, per_item
 from ..internal_topics import ensure_coordinator_topic
 from . import Answer, handles
+from .share_state import find_share_coordinator
 
 if TYPE_CHECKING:
     from odradek.protocol.messages import (
@@ -83,6 +84,8 @@ def _client_host(ctx: RequestContext) -> str:
 
 @handles(10, (0, 6))
 def handle_find_coordinator(services: BrokerServices, ctx: RequestContext, request: FindCoordinatorRequest) -> Answer:
+    if request.key_type == 2:  # SHARE: the share coordinator of a share-partition (share_state.py)
+        return find_share_coordinator(services, ctx, request)
     if request.key_type == 1:
         services.transactions  # creates __transaction_state on first use, as Kafka does
     response = services.groups.find_coordinator(request, ctx.api_version, _locate(services, ctx.listener))

@@ -24,6 +24,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from odradek.protocol.codec import decode_from, encode
 from odradek.protocol.errors import ProtocolError
@@ -42,10 +43,11 @@ __all__ = [
 _I16 = struct.Struct(">h")
 VALUE_VERSION = 0
 
-ShareSnapshotKey = DATA_CLASSES["ShareSnapshotKey"]
-ShareSnapshotValue = DATA_CLASSES["ShareSnapshotValue"]
-ShareUpdateKey = DATA_CLASSES["ShareUpdateKey"]
-ShareUpdateValue = DATA_CLASSES["ShareUpdateValue"]
+# Built from the schemas at import: to a type checker they are Any, as the message classes are.
+ShareSnapshotKey: Any = DATA_CLASSES["ShareSnapshotKey"]
+ShareSnapshotValue: Any = DATA_CLASSES["ShareSnapshotValue"]
+ShareUpdateKey: Any = DATA_CLASSES["ShareUpdateKey"]
+ShareUpdateValue: Any = DATA_CLASSES["ShareUpdateValue"]
 
 
 class ShareRecordType(IntEnum):

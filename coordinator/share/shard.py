@@ -58,6 +58,7 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
+from odradek.metadata.image import uuid_string
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.share import StateBatch
 
@@ -295,7 +296,7 @@ class ShareCoordinatorShard:
         def logged(error: BaseException | None) -> None:
             if error is None:
                 counts.initialized += 1
-                log.info("share-partition state initialized", group_id=key.group_id, topic_id=str(key.topic_id),
+                log.info("share-partition state initialized", group_id=key.group_id, topic_id=uuid_string(key.topic_id),
                          partition=key.partition, state_epoch=state_epoch, start_offset=start_offset,
                          state_partition=self.partition)
 
@@ -403,7 +404,7 @@ class ShareCoordinatorShard:
         def logged(error: BaseException | None) -> None:
             if error is None:
                 counts.deleted += 1
-                log.info("share-partition state deleted", group_id=key.group_id, topic_id=str(key.topic_id),
+                log.info("share-partition state deleted", group_id=key.group_id, topic_id=uuid_string(key.topic_id),
                          partition=key.partition, state_partition=self.partition)
 
         out.callbacks.append(logged)
