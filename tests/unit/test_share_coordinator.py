@@ -374,3 +374,19 @@ def test_keys_spread_over_partitions_and_shards_hold_their_own():
         shard = c.runtime.shard(c.partition_for(GROUP, TOPIC_ID, partition))
         assert ShareStateKey(GROUP, TOPIC_ID, partition) in shard.offsets
     assert c.share_partitions() == 4
+
+
+def test_snapshot_value_golden_with_the_tagged_delivery_complete_count():
+    """ShareSnapshotValue v0 as Kafka 4.4 lays it out (flexible; DeliveryCompleteCount is tag 0, omitted at -1)."""
+    from odradek.protocol.codec import encode
+    from odradek.protocol.messages import DATA_CLASSES
+
+    cls = DATA_CLASSES["ShareSnapshotValue"]
+    value = cls(snapshot_epoch=1, state_epoch=2, leader_epoch=3, start_offset=4, create_timestamp=5,
+                write_timestamp=6, state_batches=[cls.StateBatch(first_offset=4, last_offset=5, delivery_state=2,
+                                                                 delivery_count=1)])
+    body = ("00000001" "00000002" "00000003" "0000000000000004" "0000000000000005" "0000000000000006"
+            "02" "0000000000000004" "0000000000000005" "02" "0001" "00")
+    assert encode(value, 0).hex() == body + "00"
+    value.delivery_complete_count = 7
+    assert encode(value, 0).hex() == body + "01" + "00" + "04" + "00000007"
