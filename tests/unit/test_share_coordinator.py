@@ -390,3 +390,27 @@ def test_snapshot_value_golden_with_the_tagged_delivery_complete_count():
     assert encode(value, 0).hex() == body + "00"
     value.delivery_complete_count = 7
     assert encode(value, 0).hex() == body + "01" + "00" + "04" + "00000007"
+
+
+def test_metrics_read_the_coordinator():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from odradek.broker.metrics import Metrics
+    from odradek.broker.share.state_metrics import ShareCoordinatorCollector
+
+    h = Harness(per_snapshot=1)
+    h.initialize()
+    h.write([StateBatch(0, 0, ACK, 1)])
+    h.write([StateBatch(1, 1, ACK, 1)])
+    h.write([StateBatch(2, 2, ACK, 1)], leader_epoch=0)  # fenced
+    registry = CollectorRegistry()
+    registry.register(ShareCoordinatorCollector(lambda: h.coordinator, Metrics(node_id=1)))
+    text = generate_latest(registry).decode()
+    for line in ("odradek_share_coordinator_partitions 3.0", "odradek_share_coordinator_share_partitions 1.0",
+                 "odradek_share_coordinator_writes_total 2.0", 'odradek_share_coordinator_records_total{type="snapshot"} 2.0',
+                 'odradek_share_coordinator_records_total{type="update"} 1.0',
+                 'odradek_share_coordinator_fenced_total{error="FENCED_LEADER_EPOCH"} 1.0'):
+        assert line in text, text
+    empty = CollectorRegistry()
+    empty.register(ShareCoordinatorCollector(lambda: None, Metrics(node_id=1)))
+    assert "odradek_share_coordinator_partitions 0.0" in generate_latest(empty).decode()
