@@ -279,3 +279,20 @@ def test_an_isr_shrinking_below_min_isr_after_the_append_holds_the_commit(offset
     again.startup(NOW)
     assert fetched(again, "g") == {("t", 0): 6}
     again.shutdown()
+
+
+def test_share_group_state_is_created_as_kafka_4_4_creates_it():
+    """`__share_group_state` (FindCoordinator key type 2): its full replication factor or nothing, NOT compacted
+    (a snapshot and the updates after it have different keys: compaction would drop updates), kept until the
+    share coordinator prunes it, min.insync.replicas from share.coordinator.state.topic.min.isr."""
+    from odradek.broker.internal_topics import ensure_coordinator_topic
+
+    broker = _cluster(live=2, fenced=1, share_coordinator_state_topic_replication_factor=3,
+                      share_coordinator_state_topic_min_isr=2, share_coordinator_state_topic_num_partitions=7)
+    assert ensure_coordinator_topic(broker, 2) is None and broker.controller.created == []
+    broker.metadata.image.brokers[2].fenced = False
+    assert ensure_coordinator_topic(broker, 2) == 7
+    (created,) = broker.controller.created
+    assert (created.name, created.num_partitions, created.replication_factor) == ("__share_group_state", 7, 3)
+    assert {k: created.configs[k] for k in ("cleanup.policy", "retention.ms", "min.insync.replicas", "segment.bytes")} == {
+        "cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": "2", "segment.bytes": "104857600"}
