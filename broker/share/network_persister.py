@@ -38,7 +38,7 @@ from typing import Any
 
 import structlog
 
-from odradek.coordinator.partitioning import SHARE_GROUP_STATE_TOPIC, share_coordinator_key, share_state_partition
+from odradek.coordinator.partitioning import SHARE_GROUP_STATE_TOPIC, share_state_partition
 from odradek.coordinator.share.coordinator import ShareCoordinator
 from odradek.coordinator.share.shard import ShareStateAnswer
 from odradek.metadata.image import MetadataImage, uuid_string
@@ -166,8 +166,7 @@ class NetworkPersister:
         if topic is None:
             self._ensure_topic()
             return None
-        index = share_state_partition(share_coordinator_key(key.group_id, key.topic_id, key.partition),
-                                      len(topic.partitions))
+        index = share_state_partition(key.coordinator_key(), len(topic.partitions))
         partition = topic.partitions.get(index)
         return partition.leader if partition is not None and partition.leader >= 0 else None
 
