@@ -173,7 +173,11 @@ class NetworkPersister:
     async def _attempt(self, key: SharePartitionKey, api: int, args: tuple) -> ShareStateAnswer:
         if self._closed:
             return ShareStateAnswer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "broker stopping")
-        node = self.coordinator_of(key)
+        try:
+            node = self.coordinator_of(key)
+        except Exception as e:  # noqa: BLE001 - creating the topic failed (the controller's answer): retried
+            log.warning("share state topic not created", error=repr(e))
+            return ShareStateAnswer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{SHARE_GROUP_STATE_TOPIC} not created: {e}")
         if node is None:
             return ShareStateAnswer(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                     f"{SHARE_GROUP_STATE_TOPIC} has no leader for this share-partition yet")
@@ -188,7 +192,11 @@ class NetworkPersister:
 
     async def _call_local(self, key: SharePartitionKey, api: int, args: tuple) -> ShareStateAnswer:
         self.local_calls += 1
-        coordinator = self._local()
+        try:
+            coordinator = self._local()
+        except Exception as e:  # noqa: BLE001 - the coordinator could not start (its topic): retried
+            log.warning("share coordinator not started", error=repr(e))
+            return ShareStateAnswer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share coordinator not started: {e}")
         now = self._clock()
         g, t, p = key.group_id, key.topic_id, key.partition
         deferred: Deferred[ShareStateAnswer]
