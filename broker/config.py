@@ -1130,6 +1130,17 @@ class BrokerConfig(BaseModel):
         "ShareUpdate records written for a share-partition before its state is written whole again (ShareSnapshot).",
         ge=0,
     )
+    share_coordinator_threads: Int = _f(
+        "share.coordinator.threads", 1, T.INT, "Accepted for compatibility: the share coordinator runs on the event loop.",
+        ge=1,
+    )
+    share_coordinator_load_buffer_size: Int = _f(
+        "share.coordinator.load.buffer.size",
+        5242880,
+        T.INT,
+        "Accepted for compatibility: a __share_group_state partition is loaded in reads of a fixed size.",
+        ge=1,
+    )
     share_coordinator_write_timeout_ms: Int = _f(
         "share.coordinator.write.timeout.ms",
         5000,
