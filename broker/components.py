@@ -63,6 +63,8 @@ from .node import Membership, Node, TimerDriver
 from .quorum import ClusterControllerChannel, QuorumDriver
 from .replica_fetcher import ReplicaFetcherManager
 from .services import BrokerServices
+from .share.manager import SharePartitionManager, ShareSettings
+from .share.persister import InMemoryPersister, SharePersister
 from .storage_tool import read_bootstrap_records
 from .topics import topic_settings
 from .txn_wiring import MarkerSender, StartWhenLeading, start_transaction_coordinator
@@ -150,6 +152,7 @@ def _build_on(
                        broker_epoch=lambda: membership.broker_epoch, clock=now_ms)
     log_dirs.start()
 
+    share = _start_share_groups(cfg, data, publisher)
     markers = MarkerSender(cfg, clock=now_ms, timers_changed=after_state_change, dispatch=dispatch,
                            endpoint=lambda node_id, listener: services.endpoint(node_id, listener))
     controller = quorum.controller
@@ -160,7 +163,7 @@ def _build_on(
         api_versions_response=api_versions_response,
         controller_api_versions_response=controller_api_versions_response,
         groups_factory=lambda: start_group_coordinator(cfg, data, timer, publisher, controller, now_ms),
-        quorum=quorum.driver, log_dirs=log_dirs, dynamic_config=dynamic_config,
+        quorum=quorum.driver, log_dirs=log_dirs, dynamic_config=dynamic_config, share=share,
         transactions_factory=lambda: start_transaction_coordinator(cfg, data, timer, publisher, controller, services,
                                                                    markers, now_ms),
     )
@@ -186,6 +189,8 @@ async def stop_node(node: Node, broker_epoch: int = -1) -> None:
     flushed and checkpointed with the clean-shutdown marker, which names `broker_epoch` (this session's:
     the next registration proves the shutdown clean with it, KIP-966)."""
     node.wake.stop()
+    if node.services.share is not None:
+        await node.services.share.close()
     await node.housekeeping.settle()
     if node.metrics_server is not None:
         node.metrics_server.stop()
@@ -197,6 +202,35 @@ async def stop_node(node: Node, broker_epoch: int = -1) -> None:
     if node.replica_fetchers is not None:  # before the logs they append to close
         await node.replica_fetchers.shutdown()
     node.log_manager.close(broker_epoch)
+
+
+def share_persister(cfg: BrokerConfig) -> SharePersister:
+    """THE place the share-group state persister is chosen. For now the in-memory one: share-partition state
+    survives a leader's reload but not a broker restart. The share coordinator's network persister
+    (sharecoord) replaces it here, in one line."""
+    return InMemoryPersister()
+
+
+def _start_share_groups(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataPublisher) -> SharePartitionManager | None:
+    """Share groups' data path on this broker's leaders (broker/share/manager.py), when odradek.share.enabled;
+    registered after the partitions' own listener, so it sees leadership as the replica manager applied it."""
+    if not cfg.share_enabled:
+        return None
+
+    def leader_of(tp: TopicPartition) -> tuple[int, int] | None:
+        topic = publisher.image.topics_by_name.get(tp.topic)
+        p = topic.partitions.get(tp.partition) if topic is not None else None
+        return (p.leader, p.leader_epoch) if p is not None and p.leader >= 0 else None
+
+    manager = SharePartitionManager(
+        data=data, persister=share_persister(cfg), clock=now_ms, leader_of=leader_of,
+        max_sessions=cfg.share_group_max_share_sessions,
+        settings=ShareSettings(record_lock_duration_ms=cfg.share_group_record_lock_duration_ms,
+                               delivery_count_limit=cfg.share_group_delivery_count_limit,
+                               max_record_locks=cfg.share_group_partition_max_record_locks),
+    )
+    publisher.register(manager)
+    return manager
 
 
 def _wire_replica_selection(data: ReplicaManager, cfg: BrokerConfig, publisher: MetadataPublisher) -> None:

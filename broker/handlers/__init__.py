@@ -76,6 +76,7 @@ FAMILIES = (
     "acls",
     "quotas",
     "envelope",
+    "share_fetch",
 )
 
 

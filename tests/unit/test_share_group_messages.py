@@ -167,8 +167,17 @@ def test_version_ranges_are_kafka_4_4s():
 
 @pytest.mark.parametrize("scope", [BROKER, CONTROLLER])
 def test_share_apis_are_not_advertised_until_served(scope):
-    """ApiVersions is derived from the handler table: defining the messages advertises nothing."""
-    assert not SHARE_KEYS & set(advertised_versions(load_handlers(scope)))
+    """ApiVersions is derived from the handler table: defining the messages advertises nothing. ShareFetch
+    and ShareAcknowledge are served (broker/handlers/share_fetch.py), on broker listeners only."""
+    served = {78, 79} if scope == BROKER else set()
+    assert SHARE_KEYS & set(advertised_versions(load_handlers(scope))) == served
+
+
+def test_share_fetch_is_advertised_only_when_enabled():
+    from odradek.broker.server import Broker
+
+    assert not {78, 79} & set(Broker().advertised_versions)
+    assert Broker(odradek_share_enabled="true").advertised_versions.keys() >= {78, 79}
 
 
 @pytest.mark.parametrize("name,sample", [
