@@ -58,7 +58,7 @@ from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
 from .log_dirs import LogDirs
-from .metrics import Metrics, MetricsServer
+from .metrics import Metrics, MetricsServer, ShareGroupsCollector
 from .node import Membership, Node, TimerDriver
 from .quorum import ClusterControllerChannel, QuorumDriver
 from .replica_fetcher import ReplicaFetcherManager
@@ -170,6 +170,8 @@ def _build_on(
     publisher.register(StartWhenLeading(services, cfg.node_id, after_state_change))
     metrics, metrics_server = _start_metrics(cfg, data, publisher, loop, quorum.driver, membership, log_dirs)
     metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
+    if share is not None:
+        metrics.registry.register(ShareGroupsCollector(share.figures, metrics))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
     node = Node(

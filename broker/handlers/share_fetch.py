@@ -30,7 +30,7 @@ and READ on the group (GROUP_AUTHORIZATION_FAILED) are top-level; READ on the to
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.protocol.errors import ErrorCode
@@ -46,10 +46,10 @@ if TYPE_CHECKING:
     from ..services import BrokerServices
     from ..share.manager import PartitionFetch, SharePartitionManager
 
-FetchTopic: TypeAlias = ShareFetchResponse.ShareFetchableTopicResponse
-FetchPart: TypeAlias = FetchTopic.PartitionData
-AckTopic: TypeAlias = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse
-AckPart: TypeAlias = AckTopic.PartitionData
+FetchTopic = ShareFetchResponse.ShareFetchableTopicResponse
+FetchPart = FetchTopic.PartitionData
+AckTopic = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse
+AckPart = AckTopic.PartitionData
 
 SHARE_API_KEYS = frozenset({78, 79})
 _RENEW = int(AcknowledgeType.RENEW)
@@ -179,7 +179,7 @@ async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, requ
 
     # 3. The answer: all partitions when the session opens, else those with something to say.
     endpoints: dict[int, ShareFetchResponse.NodeEndpoint] = {}
-    by_topic: dict[uuid.UUID, list[FetchPart]] = {}
+    by_topic: dict[uuid.UUID, list] = {}
     for key in dict.fromkeys([*fetched, *ack_results]):
         topic_id, index = key
         result = fetched.get(key)
@@ -248,7 +248,7 @@ async def handle_share_acknowledge(services: BrokerServices, ctx: RequestContext
         manager.sessions.close(group_id, member_id)
         await manager.release_member(group_id, member_id)
     endpoints: dict[int, ShareAcknowledgeResponse.NodeEndpoint] = {}
-    by_topic: dict[uuid.UUID, list[AckPart]] = {}
+    by_topic: dict[uuid.UUID, list] = {}
     for (topic_id, index), (code, message) in results.items():
         part = AckPart(partition_index=index, error_code=code, error_message=message)
         if code == ErrorCode.NOT_LEADER_OR_FOLLOWER and topic_id in names:

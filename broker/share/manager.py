@@ -181,6 +181,18 @@ class SharePartitionManager:
     def share_partitions(self) -> int:
         return len(self._held)
 
+    def figures(self) -> dict[str, object]:
+        """What the metrics show (broker/metrics.py's ShareGroupsCollector), read on the event loop."""
+        self._count_all()
+        stats = self.stats
+        return {
+            "share_partitions": len(self._held), "in_flight": self.in_flight(), "acquired": self.acquired(),
+            "sessions": len(self.sessions), "session_partitions": self.sessions.partition_count,
+            "session_evictions": self.sessions.evictions, "lock_expiries": stats.lock_expiries,
+            "redeliveries": stats.redeliveries, "archived_at_limit": stats.archived_at_limit,
+            "write_failures": stats.persist_failures, "acknowledgements": dict(stats.acknowledgements),
+        }
+
     def describe(self, group_id: str, tp: TopicPartition) -> SharePartition | None:
         held = self._held.get((group_id, tp))
         return held.sp if held is not None else None
@@ -285,7 +297,13 @@ class SharePartitionManager:
                     if first_pos < 0:
                         first_pos, region_file = pos, region.file
                     last_end = pos + header.size
-                    out.acquired.extend(got)
+                    for r in got:  # contiguous ranges of one count are one AcquiredRecords entry
+                        last = out.acquired[-1] if out.acquired else None
+                        if last is not None and last.last_offset + 1 == r.first_offset \
+                                and last.delivery_count == r.delivery_count:
+                            out.acquired[-1] = AcquiredRange(last.first_offset, r.last_offset, r.delivery_count)
+                        else:
+                            out.acquired.append(r)
                     budget -= sum(r.last_offset - r.first_offset + 1 for r in got)
                     if budget <= 0:
                         break
