@@ -260,7 +260,11 @@ class SharePartitionManager:
     def _acquire(self, held: _Held, member_id: str, out: PartitionFetch, max_records: int, max_bytes: int,
                  record_limit: bool) -> None:
         partition = self.data.get_partition(held.tp)
-        assert partition is not None
+        if partition is None or not partition.is_leader or partition.leader_epoch != held.leader_epoch or held.dropped:
+            # (leadership moved while this request awaited the state's load)
+            out.error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            out.leader = self._leader_of(held.tp) if self._leader_of is not None else None
+            return
         sp, plog = held.sp, partition.log
         now = self.clock()
         sp.expire(now)
@@ -459,6 +463,12 @@ class SharePartitionManager:
                 self._wake(h.tp)
         self._arm()
 
+    async def member_left(self, group_id: str, member_id: str) -> None:
+        """The group coordinator fenced the member or it left the group (ShareGroupHeartbeat epoch -1): its
+        session here ends and its records go back (the hook for the group coordinator's wiring)."""
+        self.sessions.close(group_id, member_id)
+        await self.release_member(group_id, member_id)
+
     def release_member_later(self, group_id: str, member_id: str) -> None:
         """`release_member` from a synchronous callback (a connection closing)."""
         self._spawn(self.release_member(group_id, member_id))
@@ -509,7 +519,9 @@ class SharePartitionManager:
         now = self.clock()
         for held in list(self._held.values()):
             deadline = held.sp.next_deadline()
-            if deadline is not None and deadline <= now and held.sp.expire(now):
+            if deadline is not None and deadline <= now and (expired := held.sp.expire(now)):
+                log.debug("share locks expired", group_id=held.key.group_id, topic=held.tp.topic,
+                          partition=held.tp.partition, records=sum(r.last_offset - r.first_offset + 1 for r in expired))
                 held.version += 1
                 self._persist_later(held)
                 self._wake(held.tp)

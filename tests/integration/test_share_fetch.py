@@ -10,7 +10,9 @@ the delivery-count limit 2 (Kafka's floor), so expiry and archiving are reached 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+import urllib.request
 
 import pytest
 
@@ -18,6 +20,7 @@ from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import ApiVersionsRequest
 from tests.brokerproc import BrokerProcess
 from tests.harness.groups import create_topic, name, produce
+from tests.harness.processes import free_port_block
 from tests.harness.share import (
     ACCEPT,
     REJECT,
@@ -38,7 +41,8 @@ LOCK_MS = 2000
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     proc = BrokerProcess(tmp_path_factory.mktemp("share-data"), "odradek.share.enabled=true",
-                         f"group.share.record.lock.duration.ms={LOCK_MS}", "group.share.delivery.count.limit=2").start()
+                         f"group.share.record.lock.duration.ms={LOCK_MS}", "group.share.delivery.count.limit=2",
+                         f"metrics.port={free_port_block(1)}", "metrics.host=127.0.0.1").start()
     yield proc
     proc.stop()
 
@@ -234,3 +238,23 @@ def test_unknown_topic_id(broker):
         assert r.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID, r
         await conn.close()
     asyncio.run(run())
+
+
+def test_metrics_and_log_lines(broker):
+    """Run last in the module: what the tests above did shows in the share metrics and the broker's log."""
+    port = next(o.split("=")[1] for o in broker.overrides if o.startswith("metrics.port="))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+    def value(series: str) -> float:
+        m = re.search(rf"^{re.escape(series)} ([0-9.e+]+)$", text, re.M)
+        assert m, f"{series} not in the metrics"
+        return float(m.group(1))
+    assert value('odradek_share_acknowledgements_total{type="accept"}') >= 5
+    assert value('odradek_share_acknowledgements_total{type="release"}') >= 2
+    assert value("odradek_share_lock_expiries_total") >= 2
+    assert value("odradek_share_redeliveries_total") >= 2
+    assert value("odradek_share_archived_at_limit_total") >= 2
+    assert value("odradek_share_partitions") >= 1
+    assert value("odradek_share_sessions") >= 0
+    assert "share partition loaded" in broker.log_text()
+    assert "share session ended with its connection" in broker.log_text()
