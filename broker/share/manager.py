@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from odradek.metadata.publisher import MetadataUpdate
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, KafkaApiError
 from odradek.replication.partition import HostedPartition
 from odradek.replication.share import (
     AcknowledgeType,
@@ -627,7 +627,9 @@ class SharePartitionManager:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-class _LoadError(Exception):
+class _LoadError(KafkaApiError):
+    """The share state could not be read (or its first write failed): the partition answers this code."""
+
     def __init__(self, error_code: ErrorCode, message: str):
         super().__init__(message)
         self.error_code = error_code
