@@ -10,8 +10,10 @@ which assigns the partitions it should fetch. The records it acquires are the le
 ShareFetch: acknowledgements piggy-backed on the request are applied and persisted first (their result is
 `acknowledge_error_code` per partition), then every partition of the session is fetched: records as
 the log's whole batches with the `acquired_records` ranges the member may process, `max_records` per
-partition (batch-aligned, or exact with `share_acquire_mode` 1, record-limit, KIP-1206), waiting up to
-`max_wait_ms` when nothing can be acquired. An opening request may not carry acknowledgements
+partition (batch-aligned, or exact with `share_acquire_mode` 1, record-limit, KIP-1206; any other mode is
+INVALID_REQUEST), the acquired ranges cut into entries of at most `batch_size` records, waiting up to
+`max_wait_ms` when nothing can be acquired. Errors answered at the top level carry an acquisition lock
+timeout of 0, as Kafka's do. An opening request may not carry acknowledgements
 (INVALID_REQUEST); a closing one (epoch -1) fetches nothing, and releases the member's acquired records
 once its acknowledgements are applied. After the opening request, a response lists only the partitions
 that have something to say (records, an error, an acknowledgement result), as Kafka's incremental
@@ -71,6 +73,19 @@ def _problem(request, version: int) -> str | None:
     return None
 
 
+def _cut(acquired, batch_size: int):
+    """The acquired ranges as AcquiredRecords entries of at most `batch_size` records (ShareFetch v1+'s
+    "optimal number of records for batches of acquired records and acknowledgements"), as Kafka hands them
+    out; a batch size of 0 or less leaves them whole."""
+    for r in acquired:
+        first = r.first_offset
+        step = batch_size if batch_size > 0 else r.last_offset - first + 1
+        while first <= r.last_offset:
+            last = min(r.last_offset, first + step - 1)
+            yield first, last, r.delivery_count
+            first = last + 1
+
+
 def _resolve(services: BrokerServices, ctx: RequestContext, topic_ids) -> tuple[dict[uuid.UUID, str], dict[uuid.UUID, int]]:
     """Topic names by id, and the per-partition error of those that cannot be served: unknown ids
     (UNKNOWN_TOPIC_ID) and topics the principal may not READ (TOPIC_AUTHORIZATION_FAILED)."""
@@ -109,6 +124,8 @@ async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, requ
     if manager is None:
         return failed(ErrorCode.UNSUPPORTED_VERSION, "share groups are not enabled on this broker")
     problem = _problem(request, version)
+    if version >= 2 and request.share_acquire_mode not in (0, _RECORD_LIMIT):
+        problem = f"unknown share acquire mode {request.share_acquire_mode}: 0 (batch-optimized) or 1 (record-limit)"
     if problem is not None:
         return failed(ErrorCode.INVALID_REQUEST, problem)
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
@@ -192,8 +209,8 @@ async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, requ
             part.error_code, part.error_message = result.error_code, result.error_message
             if result.records:
                 part.records = result.records
-            part.acquired_records = [FetchPart.AcquiredRecords(first_offset=r.first_offset, last_offset=r.last_offset,
-                                                               delivery_count=r.delivery_count) for r in result.acquired]
+            part.acquired_records = [FetchPart.AcquiredRecords(first_offset=a, last_offset=b, delivery_count=count)
+                                     for a, b, count in _cut(result.acquired, request.batch_size)]
             if result.leader is not None:
                 part.current_leader = FetchPart.LeaderIdAndEpoch(leader_id=result.leader[0], leader_epoch=result.leader[1])
                 _add_endpoint(services, ctx, endpoints, result.leader[0], ShareFetchResponse.NodeEndpoint)

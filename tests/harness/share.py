@@ -66,11 +66,13 @@ class ShareMember:
         return [cls.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=list(t)) for f, last, t in acks]
 
     async def fetch(self, acks: Sequence[tuple[int, int, Sequence[int]]] = (), *, max_records: int = 500,
-                    max_wait_ms: int = 0, mode: int = 0, epoch: int | None = None, version: int = 2):
+                    max_wait_ms: int = 0, mode: int = 0, epoch: int | None = None, version: int = 2,
+                    batch_size: int | None = None):
         request = ShareFetchRequest(
             group_id=self.group, member_id=self.member_id,
             share_session_epoch=self.epoch if epoch is None else epoch,
-            max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+            max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=max_records,
+            batch_size=max_records if batch_size is None else batch_size,
             share_acquire_mode=mode,
             topics=[FetchTopic(topic_id=self.topic_id, partitions=[FetchPartition(
                 partition_index=self.partition, acknowledgement_batches=self._acks(acks, FetchPartition))])],

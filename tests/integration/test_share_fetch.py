@@ -229,6 +229,20 @@ def test_disconnect_releases_and_long_poll_wakes(broker):
     asyncio.run(run())
 
 
+def test_batch_size_cuts_acquired_ranges_and_bad_acquire_mode(broker):
+    async def run():
+        topic, (a,) = await _setup(broker, 1)
+        produce(broker.bootstrap, topic, {0: 7})
+        responses = await _fetch_until(a, 7, batch_size=2)
+        ranges = [x for r in responses for x in acquired(r)]
+        assert all(last - first < 2 for first, last, _ in ranges), ranges  # at most batch_size records each
+        assert [o for first, last, _ in ranges for o in range(first, last + 1)] == list(range(7))
+        bad = await a.fetch(mode=5)
+        assert bad.error_code == ErrorCode.INVALID_REQUEST and bad.acquisition_lock_timeout_ms == 0
+        await _close(a)
+    asyncio.run(run())
+
+
 def test_unknown_topic_id(broker):
     async def run():
         import uuid
