@@ -9,8 +9,8 @@ which assigns the partitions it should fetch. The records it acquires are the le
 
 ShareFetch: acknowledgements piggy-backed on the request are applied and persisted first (their result is
 `acknowledge_error_code` per partition), then every partition of the session is fetched: records as
-the log's whole batches with the `acquired_records` ranges the member may process, `max_records` per
-partition (batch-aligned, or exact with `share_acquire_mode` 1, record-limit, KIP-1206; any other mode is
+the log's whole batches with the `acquired_records` ranges the member may process (null where nothing was
+acquired), at most `max_records` over the whole request as Kafka counts them (batch-aligned, or exact with `share_acquire_mode` 1, record-limit, KIP-1206; any other mode is
 INVALID_REQUEST), the acquired ranges cut into entries of at most `batch_size` records, waiting up to
 `max_wait_ms` when nothing can be acquired. Errors answered at the top level carry an acquisition lock
 timeout of 0, as Kafka's do. An opening request may not carry acknowledgements
@@ -201,8 +201,9 @@ async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, requ
         topic_id, index = key
         result = fetched.get(key)
         ack_code, ack_message = ack_results.get(key, (0, None))
+        # Records are null unless something was acquired, as Kafka's ShareFetchUtils answers.
         part = FetchPart(partition_index=index, acknowledge_error_code=ack_code, acknowledge_error_message=ack_message,
-                         records=b"")
+                         records=None)
         if isinstance(result, int):
             part.error_code = result
         elif result is not None:

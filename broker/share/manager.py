@@ -17,11 +17,12 @@ offset for `share.isolation.level=read_committed`. Each batch's header is read (
 header, never the records) and the batch offered whole to `SharePartition.acquire` for the member, which
 says which of its offsets the member gets: the response carries the batches from the first to the last one
 with acquired offsets (the log's bytes, untouched) and the acquired ranges, and the client delivers only
-the records inside those ranges. Batches that hold nothing to deliver are archived as gaps with delivery
+the records inside those ranges. `max_records` counts over the whole request (what one partition took is
+not offered to the next), batch-aligned: a batch is taken whole even past the limit, unless the
+record-limit acquire mode asks for the exact count (KIP-1206). Batches that hold nothing to deliver are archived as gaps with delivery
 count 0, as the client would acknowledge them: control batches (transaction markers) always, and under
 read_committed the batches of aborted transactions (found as the Fetch path finds them, from the log's
-aborted-transaction index, per batch by producer id and offset range). At most `max_records` are
-acquired per partition, batch-aligned unless the request asks for the record-limit acquire mode (KIP-1206).
+aborted-transaction index, per batch by producer id and offset range).
 
 A fetch that acquires nothing waits (long poll) up to its `max_wait_ms` for something to acquire: the
 high watermark of one of its partitions moving (a listener on the leader's `Partition`), or records becoming
@@ -238,21 +239,23 @@ class SharePartitionManager:
                           max_records: int, max_bytes: int, record_limit: bool) -> dict[TopicPartition, PartitionFetch]:
         results: dict[TopicPartition, PartitionFetch] = {}
         remaining_bytes = max_bytes
+        remaining_records = max_records  # over the whole request, as Kafka's ShareFetchUtils counts them
         for topic_id, tp in partitions:
             held = await self._held_for(group_id, topic_id, tp, results)
             if held is None:
                 continue
             out = PartitionFetch()
             results[tp] = out
-            if remaining_bytes <= 0:
+            if remaining_bytes <= 0 or remaining_records <= 0:
                 continue
             try:
-                self._acquire(held, member_id, out, max_records, remaining_bytes, record_limit)
+                self._acquire(held, member_id, out, remaining_records, remaining_bytes, record_limit)
             except StorageError as e:
                 out.error_code, out.error_message = int(e.error_code), str(e)
             except OSError as e:
                 out.error_code, out.error_message = int(ErrorCode.KAFKA_STORAGE_ERROR), str(e)
             remaining_bytes -= sum(r.length for r in out.records)
+            remaining_records -= sum(r.last_offset - r.first_offset + 1 for r in out.acquired)
         self._count_all()
         self._arm()
         return results

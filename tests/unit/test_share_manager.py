@@ -224,3 +224,22 @@ async def test_long_poll_wakes_on_new_records_and_on_release(env):
     e.manager.connection_closed("conn-1")  # a's connection closed: its records go back, b gets them
     assert ranges(await asyncio.wait_for(waiting, 10)) == [(0, 1, 2)]
     await e.manager.close()
+
+
+async def test_max_records_counts_over_the_whole_request(env):
+    e = env(auto_offset_reset="earliest")
+    tp2 = TopicPartition("work", 1)
+    log2 = Log.open(str(e.log.directory) + "-other", LogConfig(), now_ms=NOW)
+    try:
+        e.data.add_leader_partition(tp2, topic_id=TID, log=log2, leader_epoch=3, replicas=[1], isr=[1],
+                                    min_insync_replicas=1, now_ms=NOW)
+        e.append(3, 3)
+        e.data.append_internal(tp2, bytearray(build_batch([(None, b"v", None, NOW)] * 3)), now_ms=NOW)
+        got = await e.manager.fetch("g", "a", [(TID, TP), (TID, tp2)], max_records=4, max_bytes=1 << 20,
+                                    max_wait_ms=0, record_limit=True)
+        assert ranges(got[TP]) == [(0, 3, 1)] and ranges(got[tp2]) == [] and got[tp2].records == []
+        got = await e.manager.fetch("g", "a", [(TID, TP), (TID, tp2)], max_records=4, max_bytes=1 << 20,
+                                    max_wait_ms=0)
+        assert ranges(got[TP]) == [(4, 5, 1)] and ranges(got[tp2]) == [(0, 2, 1)]  # batch-aligned: 5 in all
+    finally:
+        log2.close()
