@@ -369,7 +369,9 @@ class SharePartitionManager:
         leader_epoch = partition.leader_epoch
         result = await self.persister.read(key, leader_epoch)
         if result.error_code != ErrorCode.NONE or result.snapshot is None:
-            raise _LoadError(result.error_code, result.error_message or f"reading the share state of {tp} for {group_id} failed")
+            code = _error_code(result.error_code)
+            raise _LoadError(client_code(code), f"reading the share state of {tp} for {group_id} failed: {code.name}"
+                             + (f" ({result.error_message})" if result.error_message else ""))
         if not partition.is_leader or partition.leader_epoch != leader_epoch:
             raise _LoadError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"leadership of {tp} moved while its share state was read")
         settings = self._settings(group_id)
@@ -397,7 +399,7 @@ class SharePartitionManager:
             held.version += 1
             code = await self._persist(held)
             if code != ErrorCode.NONE:
-                raise _LoadError(code, f"writing the initial share state of {tp} for {group_id} failed: {code.name}")
+                raise _LoadError(client_code(code), f"writing the initial share state of {tp} for {group_id} failed: {code.name}")
         return held
 
     # ---- acknowledging ----------------------------------------------------------------------------------
@@ -428,7 +430,7 @@ class SharePartitionManager:
             codes = await asyncio.gather(*(self._persist(held) for _, held in changed))
             for (tp, held), code in zip(changed, codes):
                 if code != ErrorCode.NONE:
-                    answers[tp] = (int(code), f"persisting the acknowledgement failed: {code.name}")
+                    answers[tp] = (int(client_code(code)), f"persisting the acknowledgement failed: {code.name}")
                 self._wake(tp)
         self._arm()
         return answers
@@ -628,6 +630,30 @@ class SharePartitionManager:
             self._wake(tp)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _error_code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def client_code(persister_code: ErrorCode) -> ErrorCode:
+    """What a client is answered when the persister refused (Kafka's SharePartition maps them so): the
+    coordinator unreachable is retriable as COORDINATOR_NOT_AVAILABLE, a newer leader's epoch means this
+    broker no longer leads (NOT_LEADER_OR_FOLLOWER: the client refreshes its metadata), a newer state epoch
+    (the group's offsets were reset) is FENCED_STATE_EPOCH, an uninitialized partition
+    UNKNOWN_TOPIC_OR_PARTITION; anything else UNKNOWN_SERVER_ERROR. The message keeps the persister's code."""
+    if persister_code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                          ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if persister_code == ErrorCode.FENCED_LEADER_EPOCH:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if persister_code in (ErrorCode.FENCED_STATE_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                          ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.NOT_LEADER_OR_FOLLOWER):
+        return persister_code
+    return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class _LoadError(KafkaApiError):
