@@ -270,15 +270,16 @@ class SharePartitionManager:
             return
         sp, plog = held.sp, partition.log
         now = self.clock()
-        sp.expire(now)
-        if plog.log_start_offset > sp.start_offset and sp.move_start(plog.log_start_offset):
-            held.version += 1
+        # Locks past their deadline before the timer fired, and records the log no longer holds (retention,
+        # DeleteRecords: the start moves up, as Kafka's OFFSET_OUT_OF_RANGE handling does): both persisted.
+        changed = bool(sp.expire(now))
+        if plog.log_start_offset > sp.start_offset:
+            changed |= sp.move_start(plog.log_start_offset)
         read_committed = self._settings(held.key.group_id).read_committed
         end = partition.last_stable_offset if read_committed else partition.high_watermark
         budget = max_records
         first_pos = last_end = -1
         region_file = None
-        changed = False
         offset = sp.next_fetch_offset()
         while budget > 0 and offset < end:
             info = plog.read(offset, max_bytes, max_offset=end, min_one_message=True)

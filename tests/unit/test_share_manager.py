@@ -244,3 +244,15 @@ async def test_max_records_counts_over_the_whole_request(env):
         assert ranges(got[TP]) == [(4, 5, 1)] and ranges(got[tp2]) == [(0, 2, 1)]  # batch-aligned: 5 in all
     finally:
         log2.close()
+
+
+async def test_records_deleted_under_the_group_move_its_start(env):
+    e = env(auto_offset_reset="earliest")
+    e.append(2, 2, 2)
+    assert ranges(await e.fetch("a", max_records=1)) == [(0, 1, 1)]
+    e.log.delete_records_before(4, now_ms=NOW)  # DeleteRecords (or retention) under the share group
+    assert ranges(await e.fetch("b")) == [(4, 5, 1)]
+    assert e.manager.describe("g", TP).start_offset == 4
+    assert (await e.ack("a", (0, 1, [ACCEPT])))[0] == ErrorCode.INVALID_RECORD_STATE
+    await asyncio.sleep(0)
+    assert (await e.persisted()).start_offset == 4
