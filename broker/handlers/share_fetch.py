@@ -9,9 +9,10 @@ which assigns the partitions it should fetch. The records it acquires are the le
 
 ShareFetch: acknowledgements piggy-backed on the request are applied and persisted first (their result is
 `acknowledge_error_code` per partition), then every partition of the session is fetched: records as
-the log's whole batches with the `acquired_records` ranges the member may process (null where nothing was
-acquired), at most `max_records` over the whole request as Kafka counts them (batch-aligned, or exact with `share_acquire_mode` 1, record-limit, KIP-1206; any other mode is
-INVALID_REQUEST), the acquired ranges cut into entries of at most `batch_size` records, waiting up to
+the log's whole batches with the `acquired_records` ranges the member may process (empty where nothing
+was acquired: never null, which librdkafka cannot parse), at most `max_records` over the whole request as
+Kafka counts them (batch-aligned, or exact with `share_acquire_mode` 1, record-limit, KIP-1206; any other
+mode is INVALID_REQUEST; 0 fetches nothing and does not wait: acknowledgements only), the acquired ranges cut into entries of at most `batch_size` records, waiting up to
 `max_wait_ms` when nothing can be acquired. Errors answered at the top level carry an acquisition lock
 timeout of 0, as Kafka's do. An opening request may not carry acknowledgements
 (INVALID_REQUEST); a closing one (epoch -1) fetches nothing, and releases the member's acquired records
@@ -183,10 +184,11 @@ async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, requ
                 fetched[(topic_id, index)] = refused[topic_id]
             else:
                 wanted.append((topic_id, TopicPartition(names[topic_id], index)))
-        if wanted:
-            max_records = request.max_records if request.max_records > 0 else 500
+        # max_records 0 asks for no records (librdkafka sends it with acknowledgements alone): answered at
+        # once, without a wait, as v0's partition_max_bytes 0 said.
+        if wanted and request.max_records > 0:
             results = await manager.fetch(
-                group_id, member_id, wanted, max_records=max_records,
+                group_id, member_id, wanted, max_records=request.max_records,
                 max_bytes=request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF,
                 max_wait_ms=request.max_wait_ms,
                 record_limit=version >= 2 and request.share_acquire_mode == _RECORD_LIMIT,
@@ -201,9 +203,11 @@ async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, requ
         topic_id, index = key
         result = fetched.get(key)
         ack_code, ack_message = ack_results.get(key, (0, None))
-        # Records are null unless something was acquired, as Kafka's ShareFetchUtils answers.
+        # Empty, never null, where nothing was acquired: Kafka's ShareFetchUtils sets null there, but
+        # librdkafka's ShareFetch parser reads the records' size as an array count and refuses one below 0
+        # (a null), failing the whole response; the Java client reads empty records as no records.
         part = FetchPart(partition_index=index, acknowledge_error_code=ack_code, acknowledge_error_message=ack_message,
-                         records=None)
+                         records=b"")
         if isinstance(result, int):
             part.error_code = result
         elif result is not None:

@@ -243,6 +243,22 @@ def test_batch_size_cuts_acquired_ranges_and_bad_acquire_mode(broker):
     asyncio.run(run())
 
 
+def test_max_records_zero_acknowledges_without_fetching_or_waiting(broker):
+    """librdkafka sends its acknowledgements alone in a ShareFetch with max_records 0."""
+    async def run():
+        topic, (a,) = await _setup(broker, 1)
+        produce(broker.bootstrap, topic, {0: 4})
+        got = [x for r in await _fetch_until(a, 4) for x in acquired(r)]
+        assert got[0][0] == 0 and got[-1][1] == 3
+        produce(broker.bootstrap, topic, {0: 2})  # there to take: a fetch would have acquired them
+        r = await a.fetch([(0, 3, [ACCEPT])], max_records=0, max_wait_ms=30_000)
+        part = r.responses[0].partitions[0]
+        assert (part.acknowledge_error_code, acquired(r), part.records) == (0, [], b""), r
+        assert acquired(await a.fetch()) == [(4, 5, 1)]
+        await _close(a)
+    asyncio.run(run())
+
+
 def test_unknown_topic_id(broker):
     async def run():
         import uuid
