@@ -58,11 +58,13 @@ from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
 from .log_dirs import LogDirs
-from .metrics import Metrics, MetricsServer
+from .metrics import Metrics, MetricsServer, ShareGroupsCollector
 from .node import Membership, Node, TimerDriver
 from .quorum import ClusterControllerChannel, QuorumDriver
 from .replica_fetcher import ReplicaFetcherManager
 from .services import BrokerServices
+from .share.manager import SharePartitionManager, ShareSettings
+from .share.persister import SharePersister
 from .storage_tool import read_bootstrap_records
 from .topics import topic_settings
 from .share.network_persister import NetworkPersister
@@ -157,6 +159,7 @@ def _build_on(
                            endpoint=lambda node_id, listener: services.endpoint(node_id, listener))
     controller = quorum.controller
     share_persister = _share_persister(cfg, publisher, markers, lambda: services, after_state_change)
+    share = _start_share_groups(cfg, data, publisher, share_persister)
     services = BrokerServices(
         config=cfg, now_ms=now_ms, metadata=publisher, controller=controller, data=data,
         log_manager=log_manager,
@@ -164,7 +167,7 @@ def _build_on(
         api_versions_response=api_versions_response,
         controller_api_versions_response=controller_api_versions_response,
         groups_factory=lambda: start_group_coordinator(cfg, data, timer, publisher, controller, now_ms),
-        quorum=quorum.driver, log_dirs=log_dirs, dynamic_config=dynamic_config,
+        quorum=quorum.driver, log_dirs=log_dirs, dynamic_config=dynamic_config, share=share,
         transactions_factory=lambda: start_transaction_coordinator(cfg, data, timer, publisher, controller, services,
                                                                    markers, now_ms),
         share_coordinator_factory=lambda: start_share_coordinator(cfg, data, timer, publisher, controller, now_ms),
@@ -181,6 +184,8 @@ def _build_on(
     metrics, metrics_server = _start_metrics(cfg, data, publisher, loop, quorum.driver, membership, log_dirs)
     metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
     metrics.registry.register(ShareCoordinatorCollector(lambda: services.share_coordinator_if_started, metrics))
+    if share is not None:
+        metrics.registry.register(ShareGroupsCollector(share.figures, metrics))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
     node = Node(
@@ -200,6 +205,8 @@ async def stop_node(node: Node, broker_epoch: int = -1) -> None:
     flushed and checkpointed with the clean-shutdown marker, which names `broker_epoch` (this session's:
     the next registration proves the shutdown clean with it, KIP-966)."""
     node.wake.stop()
+    if node.services.share is not None:
+        await node.services.share.close()
     await node.housekeeping.settle()
     if node.metrics_server is not None:
         node.metrics_server.stop()
@@ -217,8 +224,9 @@ async def stop_node(node: Node, broker_epoch: int = -1) -> None:
 
 def _share_persister(cfg: BrokerConfig, publisher: MetadataPublisher, markers: MarkerSender,
                      services: Callable[[], BrokerServices], after_state_change: Callable[[], None]) -> NetworkPersister:
-    """The broker's SharePersister (broker/share/network_persister.py): this broker's share coordinator in
-    process, another's over the inter-broker connections the transaction markers use."""
+    """THE broker's SharePersister (broker/share/network_persister.py), used by the share-partition leaders
+    and the group coordinator: this broker's share coordinator in process, another's over the inter-broker
+    connections the transaction markers use."""
     from .internal_topics import ensure_coordinator_topic
 
     async def send(node_id: int, request, version: int):
@@ -229,6 +237,29 @@ def _share_persister(cfg: BrokerConfig, publisher: MetadataPublisher, markers: M
                             local=lambda: services().share_coordinator,
                             ensure_topic=lambda: ensure_coordinator_topic(services(), 2), send=send, clock=now_ms,
                             timers_changed=after_state_change, deadline_ms=cfg.request_timeout_ms)
+
+
+def _start_share_groups(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataPublisher,
+                        persister: SharePersister) -> SharePartitionManager | None:
+    """Share groups' data path on this broker's leaders (broker/share/manager.py), when odradek.share.enabled;
+    registered after the partitions' own listener, so it sees leadership as the replica manager applied it."""
+    if not cfg.share_enabled:
+        return None
+
+    def leader_of(tp: TopicPartition) -> tuple[int, int] | None:
+        topic = publisher.image.topics_by_name.get(tp.topic)
+        p = topic.partitions.get(tp.partition) if topic is not None else None
+        return (p.leader, p.leader_epoch) if p is not None and p.leader >= 0 else None
+
+    manager = SharePartitionManager(
+        data=data, persister=persister, clock=now_ms, leader_of=leader_of,
+        max_sessions=cfg.share_group_max_share_sessions,
+        settings=ShareSettings(record_lock_duration_ms=cfg.share_group_record_lock_duration_ms,
+                               delivery_count_limit=cfg.share_group_delivery_count_limit,
+                               max_record_locks=cfg.share_group_partition_max_record_locks),
+    )
+    publisher.register(manager)
+    return manager
 
 
 def _wire_replica_selection(data: ReplicaManager, cfg: BrokerConfig, publisher: MetadataPublisher) -> None:

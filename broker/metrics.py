@@ -29,6 +29,17 @@ Metric names (prefix `odradek_`):
   purgatory_size{purgatory}                delayed operations waiting (produce, fetch, ...)
   build_info{version,node_id}              always 1
   partitions_leader / _under_replicated / _under_min_isr / _offline, brokers_fenced   (_REPLICATION_GAUGES)
+  share_partitions / share_records_in_flight / share_records_acquired / share_sessions /
+  share_session_partitions                 share groups on this broker's leaders (broker/share/manager.py;
+                                           only with odradek.share.enabled): share-partitions served, their
+                                           records in flight (SPEO - SPSO) and those acquired now, open share
+                                           sessions and the partitions they name
+  share_lock_expiries_total / share_redeliveries_total / share_archived_at_limit_total /
+  share_acknowledgements_total{type} / share_session_evictions_total / share_state_write_failures_total
+                                           records whose lock ran out, acquisitions of a record delivered
+                                           before, records archived at the delivery-count limit, records
+                                           acknowledged by type (accept, release, reject, renew, gap),
+                                           sessions ended by their connection closing, failed state writes
 plus the cluster health gauges of broker/health_metrics.py (quorum, active controller, log directories,
 consumer group lag, transactions), registered by the node once it is built, and process_* and python_gc_*
 from prometheus_client's standard collectors.
@@ -491,3 +502,45 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+class ShareGroupsCollector(Collector):
+    """The share_* families of the module docstring, from `figures()` of the share-partition manager read on
+    the event loop at each scrape (`source` is broker/share/manager.SharePartitionManager.figures)."""
+
+    _GAUGES = (
+        ("odradek_share_partitions", "share_partitions", "Share-partitions (group, partition) served by this leader"),
+        ("odradek_share_records_in_flight", "in_flight", "Records in flight for share groups (SPEO - SPSO)"),
+        ("odradek_share_records_acquired", "acquired", "Records acquired by share-group members now"),
+        ("odradek_share_sessions", "sessions", "Open share sessions on this broker"),
+        ("odradek_share_session_partitions", "session_partitions", "Partitions named by the open share sessions"),
+    )
+    _COUNTERS = (
+        ("odradek_share_lock_expiries", "lock_expiries", "Acquired records whose lock expired"),
+        ("odradek_share_redeliveries", "redeliveries", "Acquisitions of records delivered before"),
+        ("odradek_share_archived_at_limit", "archived_at_limit", "Records archived at the delivery-count limit"),
+        ("odradek_share_session_evictions", "session_evictions", "Share sessions ended by their connection closing"),
+        ("odradek_share_state_write_failures", "write_failures", "Share-partition state writes that failed"),
+    )
+
+    def __init__(self, source: Callable[[], dict[str, Any]], metrics: Metrics) -> None:
+        self.source = source
+        self.metrics = metrics
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        figures = self.metrics.read_on_loop(self.source, None)
+        if figures is None:
+            return []
+        out: list[Any] = []
+        for name, key, doc in self._GAUGES:
+            out.append(GaugeMetricFamily(name, doc, value=figures[key]))
+        for name, key, doc in self._COUNTERS:
+            out.append(CounterMetricFamily(name, doc, value=figures[key]))
+        acks = CounterMetricFamily("odradek_share_acknowledgements", "Records acknowledged, by type", labels=["type"])
+        for kind, n in sorted(figures["acknowledgements"].items()):
+            acks.add_metric([kind], n)
+        out.append(acks)
+        return out

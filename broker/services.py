@@ -20,6 +20,8 @@ broker/components.py, where the start and stop order is written down.
   * `authorizer`: the ACL decisions (broker/authorizer.py), None unless `authorizer.class.name` is set;
     handlers ask through `authorized` / `authorized_names`, one attribute test when it is off.
   * `quotas`: client quota measurements and throttle times (broker/quotas.py).
+  * `share`: the share-partition manager (ShareFetch/ShareAcknowledge, share sessions), None unless
+    `odradek.share.enabled`.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from .context import ConnectionContext, RequestContext
     from .log_dirs import LogDirs
     from .quorum import QuorumDriver
+    from .share.manager import SharePartitionManager
     from .share.persister import SharePersister
 
 
@@ -61,7 +64,7 @@ class BrokerServices:
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
         "_transactions", "_transactions_factory", "_share_coordinator", "_share_coordinator_factory", "share_persister",
         "authorizer", "quotas",
-        "log_dirs", "dynamic_config",
+        "log_dirs", "dynamic_config", "share",
     )
 
     def __init__(
@@ -72,7 +75,7 @@ class BrokerServices:
         quorum: QuorumDriver | None = None, transactions_factory: Callable[[], TransactionCoordinator] | None = None,
         dynamic_config: DynamicBrokerConfig | None = None,
         share_coordinator_factory: Callable[[], ShareCoordinator] | None = None,
-        share_persister: SharePersister | None = None,
+        share_persister: SharePersister | None = None, share: SharePartitionManager | None = None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -97,6 +100,7 @@ class BrokerServices:
         self.quotas = ClientQuotas(config, metadata)
         # this node's config with the image's dynamic broker configs over it (broker/dynamic_config.py)
         self.dynamic_config = dynamic_config if dynamic_config is not None else DynamicBrokerConfig(config)
+        self.share = share  # share groups' data path on leaders (broker/share/manager.py); None when disabled
 
     # -- authorization: every check one line in its handler
 

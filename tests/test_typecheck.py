@@ -60,6 +60,7 @@ CHECKED = (
     "odradek.broker.log_dirs",
     "odradek.broker.controller_settings",
     "odradek.broker.dynamic_config",
+    "odradek.broker.share",
     "odradek.purgatory",
     "odradek.protocol",
     "odradek.storage",

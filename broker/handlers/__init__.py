@@ -77,6 +77,7 @@ FAMILIES = (
     "acls",
     "quotas",
     "envelope",
+    "share_fetch",
 )
 
 

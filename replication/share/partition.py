@@ -187,6 +187,46 @@ class SharePartition:
         """(first, last, state, delivery count, holder) of every in-flight range, in offset order."""
         return [(r.first, r.last, r.state, r.count, r.member) for r in self._ranges]
 
+    def next_fetch_offset(self) -> int:
+        """Where the leader reads the log for this group next: the first in-flight record that is available
+        again (released, or its lock expired), else SPEO, the first offset never fetched."""
+        for r in self._ranges:
+            if r.state == RecordState.AVAILABLE:
+                return r.first
+        return self.end_offset
+
+    def at_lock_cap(self) -> bool:
+        """True when no record past SPEO may be acquired until the start moves (max_record_locks)."""
+        return self.end_offset - self._start >= self.max_record_locks
+
+    def mark_gap(self, first_offset: int, last_offset: int) -> bool:
+        """Offsets [first_offset, last_offset] hold nothing to deliver (a control batch, an aborted
+        transaction's batch under read_committed): the part past SPEO is archived with delivery count 0,
+        as the client would acknowledge it with GAP, so SPEO moves past it. Offsets already in flight are
+        left as they are. Returns whether anything changed."""
+        end = self.end_offset
+        if last_offset < end:
+            return False
+        if first_offset > end:  # offsets the log does not hold before it: a gap as well
+            first_offset = end
+        self._ranges.append(_Range(max(first_offset, end), last_offset, RecordState.ARCHIVED, 0))
+        self._merge()
+        self._advance_start()
+        return True
+
+    def move_start(self, offset: int) -> bool:
+        """The log no longer holds records before `offset` (retention, DeleteRecords): the start moves up to
+        it and the state before it is dropped, locks and all; nothing before it can be delivered again.
+        Returns whether the start moved."""
+        if offset <= self._start:
+            return False
+        self._cut(offset)
+        i = self._index_of(offset)
+        del self._ranges[:i]
+        self._start = offset
+        self._advance_start()
+        return True
+
     def next_deadline(self) -> int | None:
         """The earliest lock deadline, for the broker's timer; None when nothing is acquired."""
         deadlines = [r.deadline for r in self._ranges if r.deadline is not None]

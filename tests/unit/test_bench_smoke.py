@@ -107,3 +107,11 @@ def test_txn_bench_reports_idempotent_and_transactional_from_one_run(tmp_path):
     assert idem["records_per_s"] > 0 and txn["records_per_s"] > 0
     assert results["ratio"] == round(txn["records_per_s"] / idem["records_per_s"], 3)
     assert 0 < txn["commit_ms_median"] <= txn["commit_ms_p99"]
+
+
+def test_share_fetch_bench_acknowledges_every_record():
+    from bench.share_fetch_bench import run
+
+    figures = run(records=2000)
+    assert set(figures) == {f"members_{n}_{what}" for n in (1, 4, 16)
+                            for what in ("us_per_acked_record", "persister_us_per_record")}

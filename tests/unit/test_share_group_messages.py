@@ -171,14 +171,22 @@ SHARE_STATE_KEYS = {83, 84, 85, 86, 87}
 
 @pytest.mark.parametrize("scope", [BROKER, CONTROLLER])
 def test_share_apis_are_not_advertised_until_served(scope):
-    """ApiVersions is derived from the handler table: defining the messages advertises nothing."""
-    advertised = set(advertised_versions(load_handlers(scope)))
-    assert not (SHARE_KEYS - SHARE_STATE_KEYS) & advertised
+    """ApiVersions is derived from the handler table: defining the messages advertises nothing. ShareFetch
+    and ShareAcknowledge are served (broker/handlers/share_fetch.py), on broker listeners only, as are the
+    share coordinator's state APIs (broker/handlers/share_state.py; "broker" APIs in Kafka's ApiKeys)."""
+    versions = advertised_versions(load_handlers(scope))
+    served = ({78, 79} | SHARE_STATE_KEYS) if scope == BROKER else set()
+    assert SHARE_KEYS & set(versions) == served
     if scope == BROKER:
-        assert {k: advertised_versions(load_handlers(scope))[k] for k in SHARE_STATE_KEYS} == {
+        assert {k: versions[k] for k in SHARE_STATE_KEYS} == {
             83: (0, 0), 84: (0, 0), 85: (0, 1), 86: (0, 0), 87: (0, 1)}
-    else:
-        assert not SHARE_STATE_KEYS & advertised
+
+
+def test_share_fetch_is_advertised_only_when_enabled():
+    from odradek.broker.server import Broker
+
+    assert not {78, 79} & set(Broker().advertised_versions)
+    assert Broker(odradek_share_enabled="true").advertised_versions.keys() >= {78, 79}
 
 
 @pytest.mark.parametrize("name,sample", [

@@ -354,3 +354,35 @@ def test_snapshot_restore_gives_the_same_answers(data):
     assert (restored.start_offset, restored.end_offset) == (sp.start_offset, sp.end_offset)
     later = _ops(data, data.draw(st.integers(1, 20)))
     assert _run(restored, later, now)[0] == _run(sp, later, now)[0]
+
+
+# ---- what the leader's manager adds (broker/share/manager.py) --------------------------------------
+
+
+def test_next_fetch_offset_is_the_first_available_record_else_the_end():
+    sp = SharePartition(0)
+    sp.acquire("a", 0, 9, 100, now=0)
+    assert sp.next_fetch_offset() == 10
+    sp.acknowledge("a", [(3, 4, [2])], now=1)  # RELEASE 3-4
+    assert sp.next_fetch_offset() == 3
+
+
+def test_mark_gap_archives_only_what_is_past_the_end():
+    sp = SharePartition(0)
+    sp.acquire("a", 0, 4, 100, now=0)
+    assert not sp.mark_gap(2, 4)  # in flight already: left alone
+    assert sp.mark_gap(5, 5)  # a control batch after it
+    assert sp.end_offset == 6 and sp.states()[-1][:4] == (5, 5, RecordState.ARCHIVED, 0)
+    sp.acknowledge("a", [(0, 4, [1])], now=1)
+    assert sp.start_offset == 6 and sp.in_flight == 0
+    assert sp.mark_gap(8, 9)  # a gap before it too: all archived
+    assert sp.start_offset == 10
+
+
+def test_move_start_drops_what_the_log_no_longer_holds():
+    sp = SharePartition(0)
+    sp.acquire("a", 0, 9, 100, now=0)
+    assert sp.move_start(4) and sp.start_offset == 4
+    assert sp.states() == [(4, 9, RecordState.ACQUIRED, 1, "a")]
+    assert not sp.move_start(2)
+    assert sp.move_start(20) and sp.end_offset == 20 and sp.in_flight == 0
