@@ -60,7 +60,6 @@ CHECKED = (
     "odradek.broker.log_dirs",
     "odradek.broker.controller_settings",
     "odradek.broker.dynamic_config",
-    "odradek.broker.share",
     "odradek.purgatory",
     "odradek.protocol",
     "odradek.storage",
