@@ -59,8 +59,12 @@ def settings_from(args: argparse.Namespace) -> "ConsoleSettings":
     properties = client_properties(argparse.Namespace(command_config=args.command_config, properties=args.properties))
     bootstrap = args.bootstrap_server or properties.pop("bootstrap_servers", None) or default_bootstrap()
     own_user = properties.get("sasl_username")
+    signin = str(properties.get("security_protocol", "PLAINTEXT")).upper().startswith("SASL_")
+    if signin and not own_user:
+        # The sessions fill in their user's name and password; the console itself connects with none
+        # (nothing starts a client from this template before a user signs in).
+        properties.update(sasl_username="", sasl_password="")
     config = ClientConfig(**{"bootstrap_servers": bootstrap, "client_id": "odradek-console", **properties})
-    signin = config.security_protocol.startswith("SASL_")
     if signin:
         mechanism = args.sasl_mechanism or (config.sasl_mechanism if "sasl_mechanism" in properties else "SCRAM-SHA-512")
         config = config.replace(sasl_mechanism=mechanism)

@@ -230,8 +230,10 @@ async def produce_one(config: ClientConfig, topic: str, partition: int | None, k
     from odradek.client.config import ProducerConfig
     from odradek.client.producer import Producer
 
-    producer_config = ProducerConfig(**{**_plain(config), "acks": "all", "client_id": f"{config.client_id}-produce",
-                                        "allow_auto_create_topics": False})
+    # Not idempotent: one record per form, and an idempotent producer would need IDEMPOTENT_WRITE on the
+    # cluster besides WRITE on the topic, which a principal allowed to write one topic rarely has.
+    producer_config = ProducerConfig(**{**_plain(config), "acks": "all", "enable_idempotence": False,
+                                        "client_id": f"{config.client_id}-produce", "allow_auto_create_topics": False})
     async with Producer(producer_config) as producer:
         metadata = await asyncio.wait_for(producer.send_and_wait(topic, value=value, key=key, partition=partition,
                                                                  headers=headers), 30)
