@@ -10,6 +10,7 @@ message (post/redirect/get, so a reload never repeats a change).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import json
@@ -67,14 +68,23 @@ class Console:
         self.templates.env.filters["size"] = _size
         self.templates.env.filters["tp"] = lambda tps: ", ".join(f"{tp.topic}-{tp.partition}" for tp in tps) or "-"
         self.started_at = time.time()
+        self._expiry: asyncio.Task | None = None
 
     async def start(self) -> None:
         if not self.settings.signin_required or self.settings.own_credentials:
             self.service_admin = await Admin(self.settings.config).start()
             self.sampler.admin = self.service_admin
         self.sampler.start()
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_sessions(), name="console-sessions")
+
+    async def _expire_sessions(self) -> None:
+        while True:
+            await asyncio.sleep(30)
+            await self.sessions.expire()
 
     async def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
         await self.sampler.stop()
         await self.sessions.close_all()
         if self.service_admin is not None:

@@ -57,21 +57,23 @@ class Sessions:
 
     def __init__(self) -> None:
         self._by_token: dict[str, Session] = {}
+        self._closing: list[Session] = []  # pushed out by MAX_SESSIONS, their connections still open
 
     def get(self, token: str | None) -> Session | None:
         session = self._by_token.get(token or "")
         if session is None:
             return None
         if time.monotonic() - session.last_used > SESSION_IDLE_S:
-            self._by_token.pop(session.token, None)
-            return None
+            return None  # expired: `expire` closes its connections
         session.last_used = time.monotonic()
         return session
 
     def new(self) -> Session:
-        if len(self._by_token) >= MAX_SESSIONS:
+        if len(self._by_token) >= MAX_SESSIONS:  # the least recently used goes; `expire` closes its admin
             oldest = min(self._by_token.values(), key=lambda s: s.last_used)
             self._by_token.pop(oldest.token, None)
+            if oldest.admin is not None:
+                self._closing.append(oldest)
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32))
         self._by_token[session.token] = session
         return session
@@ -82,6 +84,10 @@ class Sessions:
     async def expire(self) -> None:
         """Close the admin clients of sessions idle for longer than SESSION_IDLE_S (also dropped ones)."""
         now = time.monotonic()
+        closing, self._closing = self._closing, []
+        for session in closing:
+            if session.admin is not None:
+                await session.admin.close()
         for session in list(self._by_token.values()):
             if now - session.last_used > SESSION_IDLE_S:
                 self._by_token.pop(session.token, None)
@@ -89,7 +95,7 @@ class Sessions:
                     await session.admin.close()
 
     async def close_all(self) -> None:
-        for session in list(self._by_token.values()):
+        for session in [*self._by_token.values(), *self._closing]:
             if session.admin is not None:
                 await session.admin.close()
         self._by_token.clear()
