@@ -50,6 +50,7 @@ class ConsoleSettings:
     metrics_urls: list[str] = field(default_factory=list)
     sample_interval_s: float = 5.0
     cache_ttl_s: float = 2.0
+    browse_seconds: float = 30.0  # the time bound of one browse, besides its record bounds
     own_credentials: bool = False  # the console was given a principal of its own (-X sasl.username=...)
 
 
@@ -226,12 +227,11 @@ def build_app(console: Console) -> Starlette:
         (cached): the topic list never computes lag itself."""
         out: dict[str, list[tuple[str, int | None]]] = {}
         for g in groups:
-            key = ("group_lag", reader.principal, g.group_id)
-            hit = console.cache._values.get(key)
-            if hit is None:
+            rows = console.cache.peek(("group_lag", reader.principal, g.group_id))
+            if rows is None:
                 continue
             per_topic: dict[str, int] = {}
-            for row in hit[1]:
+            for row in rows:
                 per_topic[row.topic] = per_topic.get(row.topic, 0) + (row.lag or 0)
             for topic, lag in per_topic.items():
                 out.setdefault(topic, []).append((g.group_id, lag))
@@ -276,7 +276,8 @@ def build_app(console: Console) -> Starlette:
         return BrowseRequest(
             name, partition=None if partition_text in ("", "all") else number("partition", 0), start=start,
             offset=number("offset", 0), timestamp_ms=timestamp_ms, limit=number("limit", DEFAULT_LIMIT),
-            max_scan=number("max_scan", DEFAULT_SCAN), filter=parse_filter(expression) if expression else None), fmt
+            max_scan=number("max_scan", DEFAULT_SCAN), filter=parse_filter(expression) if expression else None,
+            max_seconds=settings.browse_seconds), fmt
 
     async def records_page(request: Request) -> Response:
         name = request.path_params["name"]

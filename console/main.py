@@ -37,6 +37,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="a broker's Prometheus /metrics to chart (repeatable; Odradek brokers' are found)")
     parser.add_argument("--sample-interval", type=float, default=5.0, metavar="S",
                         help="seconds between lag and metrics samples (default 5)")
+    parser.add_argument("--browse-seconds", type=float, default=30.0, metavar="S",
+                        help="the time bound of one record browse, besides its record bounds (default 30, at most 600)")
     parser.add_argument("--sasl-mechanism", default=None,
                         help="mechanism users sign in with on a SASL cluster (default SCRAM-SHA-512)")
     parser.add_argument("--allow-anonymous-remote", action="store_true",
@@ -75,8 +77,11 @@ def settings_from(args: argparse.Namespace) -> "ConsoleSettings":
                           f"address only, not {args.host!r}, unless --allow-anonymous-remote")
     if args.sample_interval < 0.5:
         raise ConfigError("--sample-interval is at least 0.5 s")
+    if not 1 <= args.browse_seconds <= 600:
+        raise ConfigError("--browse-seconds is 1 to 600")
     return ConsoleSettings(config, signin, read_only=args.read_only, metrics_urls=list(args.metrics_url),
-                           sample_interval_s=args.sample_interval, own_credentials=bool(own_user))
+                           sample_interval_s=args.sample_interval, own_credentials=bool(own_user),
+                           browse_seconds=args.browse_seconds)
 
 
 def main(argv: list[str] | None = None) -> int:

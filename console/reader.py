@@ -58,6 +58,12 @@ class TtlCache:
                     self._values.pop(old, None)
             return value
 
+    def peek(self, key: Any) -> Any:
+        """The value cached under `key`, however old, or None: for a page that shows what is known without
+        asking the cluster (the topic list's group lag)."""
+        hit = self._values.get(key)
+        return None if hit is None else hit[1]
+
     def forget(self, *prefixes: str) -> None:
         """Drop the cached answers whose key starts with one of `prefixes` (after a change made here)."""
         for key in list(self._values):

@@ -37,7 +37,7 @@ MAX_LIMIT = 1000  # records shown by one browse
 DEFAULT_LIMIT = 100
 MAX_SCAN = 1_000_000  # the most records one browse may read, whatever the form asks
 DEFAULT_SCAN = 100_000
-MAX_SECONDS = 20.0
+DEFAULT_SECONDS = 30.0  # the time bound of one browse (the console's --browse-seconds)
 FORMATS = ("auto", "text", "json", "hex")
 
 
@@ -55,7 +55,7 @@ class BrowseRequest:
     limit: int = DEFAULT_LIMIT
     max_scan: int = DEFAULT_SCAN
     filter: RecordFilter | None = None
-    max_seconds: float = MAX_SECONDS
+    max_seconds: float = DEFAULT_SECONDS
 
     def __post_init__(self) -> None:
         if self.start not in ("offset", "timestamp", "latest", "earliest"):
@@ -117,8 +117,12 @@ async def browse(config: ClientConfig, client: KafkaClient, request: BrowseReque
     positions = dict(starts)
     stopped = "end"
     if pending:
+        # Small fetches when only a page of records is wanted (a browse without a filter decodes little more
+        # than it shows); larger ones when a filter scans.
+        fetch_bytes = 1_048_576 if request.filter is not None else 131_072
         consumer_config = ConsumerConfig(**{**_plain(config), "group_id": None, "enable_auto_commit": False,
                                             "auto_offset_reset": "earliest", "max_poll_records": 2000,
+                                            "max_partition_fetch_bytes": fetch_bytes, "prefetch_bytes": 2 * fetch_bytes,
                                             "client_id": f"{config.client_id}-browse"})
         consumer = Consumer(config=consumer_config)
         try:
@@ -150,6 +154,9 @@ async def browse(config: ClientConfig, client: KafkaClient, request: BrowseReque
                         positions[tp] = record.offset + 1
                         if request.filter is None or request.filter.matches(_view(record)):
                             shown.append(record)
+                        if positions[tp] >= ends[tp]:
+                            pending.discard(tp)
+                            break
                 if scanned >= request.max_scan or len(shown) >= request.limit:
                     continue  # the bound is said at the top of the loop; nothing past it was looked at
                 for tp in list(pending):
