@@ -36,7 +36,7 @@ from .filter import FilterError, parse_filter
 from .reader import ClusterReader, TtlCache, describe_error, who_can
 from .records import DEFAULT_LIMIT, DEFAULT_SCAN, FORMATS, BrowseError, BrowseRequest, browse, export_csv, \
     export_json, produce_one, render
-from .sampler import Sampler
+from .sampler import Sampler, lag_by_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
 MAX_FORM_FIELD = 1 << 20  # a produced value or a header may be up to 1 MiB of text
@@ -223,17 +223,11 @@ def build_app(console: Console) -> Starlette:
         return await page(request, "topics.html", load)
 
     async def _readers_by_topic(reader: ClusterReader, groups: list[Any]) -> dict[str, list[tuple[str, int | None]]]:
-        """topic -> [(group, its lag on the topic)] from the lag the sampler or a group page last computed
-        (cached): the topic list never computes lag itself."""
+        """topic -> [(group, its lag on the topic)] from the lag the sampler last recorded, for the groups this
+        principal can list (the topic list never computes lag itself)."""
         out: dict[str, list[tuple[str, int | None]]] = {}
         for g in groups:
-            rows = console.cache.peek(("group_lag", reader.principal, g.group_id))
-            if rows is None:
-                continue
-            per_topic: dict[str, int] = {}
-            for row in rows:
-                per_topic[row.topic] = per_topic.get(row.topic, 0) + (row.lag or 0)
-            for topic, lag in per_topic.items():
+            for topic, lag in sorted(console.sampler.topic_lag.get(g.group_id, {}).items()):
                 out.setdefault(topic, []).append((g.group_id, lag))
         return out
 
@@ -362,7 +356,7 @@ def build_app(console: Console) -> Starlette:
             view = await reader.group(group_id)
             lag = [] if view.group_type == "share" else await reader.group_lag(group_id)
             if lag:
-                console.sampler.record(group_id, sum(r.lag or 0 for r in lag))
+                console.sampler.record(group_id, sum(r.lag or 0 for r in lag), per_topic=lag_by_topic(lag))
             topics = sorted({r.topic for r in lag})
             return {"group": view, "lag": lag, "topics": topics, "total_lag": sum(r.lag or 0 for r in lag),
                     "title": f"Group {group_id}"}
@@ -376,7 +370,7 @@ def build_app(console: Console) -> Starlette:
         if console.sampler.admin is None:  # no principal of the console's own: the viewer's poll samples
             try:
                 rows = await console.reader_for(session).group_lag(group_id)
-                console.sampler.record(group_id, sum(r.lag or 0 for r in rows))
+                console.sampler.record(group_id, sum(r.lag or 0 for r in rows), per_topic=lag_by_topic(rows))
             except OdradekError as e:
                 return JSONResponse({"error": describe_error(e)}, 502)
         return JSONResponse(console.sampler.lag_series(group_id))

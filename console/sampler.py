@@ -84,6 +84,7 @@ class Sampler:
         self.fixed_urls = list(metrics_urls)
         self.discovered_urls: list[str] = []
         self.lag: dict[str, deque[tuple[float, int]]] = {}
+        self.topic_lag: dict[str, dict[str, int]] = {}  # group -> topic -> its lag there, as last sampled
         self.metrics: deque[dict[str, float | None]] = deque(maxlen=HISTORY)
         self._last: dict[str, Scrape] = {}
         self._task: asyncio.Task | None = None
@@ -104,7 +105,10 @@ class Sampler:
             except (asyncio.CancelledError, Exception):
                 pass
 
-    def record(self, group_id: str, total_lag: int, at: float | None = None) -> None:
+    def record(self, group_id: str, total_lag: int, at: float | None = None,
+               per_topic: dict[str, int] | None = None) -> None:
+        if per_topic is not None:
+            self.topic_lag[group_id] = per_topic
         series = self.lag.setdefault(group_id, deque(maxlen=HISTORY))
         now = time.time() if at is None else at
         if series and now - series[-1][0] < self.interval_s / 2:
@@ -156,7 +160,7 @@ class Sampler:
                 rows = await self.admin.group_lag(g.group_id)
             except OdradekError:
                 continue
-            self.record(g.group_id, sum(r.lag or 0 for r in rows), now)
+            self.record(g.group_id, sum(r.lag or 0 for r in rows), now, lag_by_topic(rows))
 
     async def _scrape(self) -> None:
         urls = self.urls
@@ -199,6 +203,14 @@ class Sampler:
     def metric_series(self) -> dict[str, list[Any]]:
         keys = ("t", "bytes_in", "bytes_out", "requests", "p99_produce_ms", "p99_fetch_ms")
         return {k: [p.get(k) for p in self.metrics] for k in keys}
+
+
+def lag_by_topic(rows: list[Any]) -> dict[str, int]:
+    """Group lag rows (Admin.group_lag) summed per topic."""
+    out: dict[str, int] = {}
+    for row in rows:
+        out[row.topic] = out.get(row.topic, 0) + (row.lag or 0)
+    return out
 
 
 def _get(url: str) -> str:

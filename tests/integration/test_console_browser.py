@@ -197,6 +197,11 @@ def test_topics_list_and_topic_page_show_partitions_offsets_and_configs(world, p
     row = page.locator('#topics tr[data-topic="orders"]')
     assert row.locator("td").nth(1).inner_text() == "3"
     assert page.locator('#topics tr[data-topic="secret"]').count() == 1
+
+    def readers() -> bool:  # the group reading the topic, with its lag, once the sampler has been round
+        _open(page, url + "/topics", "#topics")
+        return "billing (0)" in page.locator('#topics tr[data-topic="orders"]').inner_text()
+    _wait(readers, "the billing group's lag on the topics page")
     screenshot(page, "topics")
     _open(page, url + "/topics/orders", "#partitions")
     hws = [int(page.locator(f'#partitions tr[data-partition="{p}"] td[data-hw]').inner_text()) for p in range(3)]
