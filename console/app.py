@@ -72,8 +72,10 @@ class Console:
         self._expiry: asyncio.Task | None = None
 
     async def start(self) -> None:
+        # The console's own client connects on first use (a page, the sampler), not here: a console started
+        # before its cluster, or while it is down, serves pages that say so instead of failing to start.
         if not self.settings.signin_required or self.settings.own_credentials:
-            self.service_admin = await Admin(self.settings.config).start()
+            self.service_admin = Admin(self.settings.config)
             self.sampler.admin = self.service_admin
         self.sampler.start()
         self._expiry = asyncio.get_running_loop().create_task(self._expire_sessions(), name="console-sessions")
@@ -154,6 +156,7 @@ def build_app(console: Console) -> Starlette:
         context: dict[str, Any] = {}
         error = None
         try:
+            await reader.admin.start()  # at once when connected; bounded by the config's timeouts when not
             context = await load(reader, session)
         except (OdradekError, BrowseError, FilterError, ConfigError) as e:
             error = describe_error(e)
@@ -162,7 +165,9 @@ def build_app(console: Console) -> Starlette:
             error=error, flashes=flashes, principal=console.principal_of(session), csrf=session.csrf,
             can_mutate=not settings.read_only, read_only=settings.read_only,
             signin=settings.signin_required, path=request.url.path)
-        response = console.templates.TemplateResponse(request, template, context)
+        # A page whose data could not be read shows the reason alone (its template expects the data).
+        response = console.templates.TemplateResponse(request, template if error is None else "error.html", context,
+                                                      status_code=200 if error is None else 502)
         return with_cookie(response, session, new)
 
     async def mutation(request: Request, action: str, target: str,
@@ -180,6 +185,7 @@ def build_app(console: Console) -> Starlette:
             return PlainTextResponse("refused: this form was not sent from this console's page (CSRF check)", 403)
         reader = console.reader_for(session)
         try:
+            await reader.admin.start()
             outcome = await run(reader, session, form)
         except (OdradekError, BrowseError, FilterError, ConfigError, ValueError) as e:
             message = describe_error(e)
@@ -207,7 +213,9 @@ def build_app(console: Console) -> Starlette:
         if settings.signin_required and session.principal is None:
             return HTMLResponse("")
         try:
-            health = await console.reader_for(session).health()
+            reader = console.reader_for(session)
+            await reader.admin.start()
+            health = await reader.health()
         except OdradekError as e:
             return HTMLResponse(f'<div class="banner bad">{_escape(describe_error(e))}</div>')
         return console.templates.TemplateResponse(request, "_banner.html", {"health": health})
@@ -306,7 +314,9 @@ def build_app(console: Console) -> Starlette:
         fmt = request.path_params["fmt"]
         try:
             browse_request, _ = _browse_request(request)
-            result = await browse(console.config_for(session), console.reader_for(session).admin.client, browse_request)
+            admin = console.reader_for(session).admin
+            await admin.start()
+            result = await browse(console.config_for(session), admin.client, browse_request)
         except (BrowseError, FilterError, OdradekError) as e:
             return PlainTextResponse(describe_error(e), 400)
         name = request.path_params["name"]
@@ -369,7 +379,9 @@ def build_app(console: Console) -> Starlette:
             return JSONResponse({"error": "sign in first"}, 403)
         if console.sampler.admin is None:  # no principal of the console's own: the viewer's poll samples
             try:
-                rows = await console.reader_for(session).group_lag(group_id)
+                reader = console.reader_for(session)
+                await reader.admin.start()
+                rows = await reader.group_lag(group_id)
                 console.sampler.record(group_id, sum(r.lag or 0 for r in rows), per_topic=lag_by_topic(rows))
             except OdradekError as e:
                 return JSONResponse({"error": describe_error(e)}, 502)

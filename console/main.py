@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from odradek.client.cli.properties import client_properties
 from odradek.client.config import ClientConfig, default_bootstrap
@@ -66,7 +67,11 @@ def settings_from(args: argparse.Namespace) -> "ConsoleSettings":
         # The sessions fill in their user's name and password; the console itself connects with none
         # (nothing starts a client from this template before a user signs in).
         properties.update(sasl_username="", sasl_password="")
-    config = ClientConfig(**{"bootstrap_servers": bootstrap, "client_id": "odradek-console", **properties})
+    # A page waits for the cluster at most this long (each request, and a request's retries): an answer that
+    # does not come is an error on the page, not a browser left spinning for the clients' default minute.
+    timeouts = {"request_timeout_ms": 15_000, "default_api_timeout_ms": 15_000, "bootstrap_retry_refused": False}
+    config = ClientConfig(**{"bootstrap_servers": bootstrap, "client_id": "odradek-console", **timeouts,
+                             **_typed(properties)})
     if signin:
         mechanism = args.sasl_mechanism or (config.sasl_mechanism if "sasl_mechanism" in properties else "SCRAM-SHA-512")
         config = config.replace(sasl_mechanism=mechanism)
@@ -82,6 +87,32 @@ def settings_from(args: argparse.Namespace) -> "ConsoleSettings":
     return ConsoleSettings(config, signin, read_only=args.read_only, metrics_urls=list(args.metrics_url),
                            sample_interval_s=args.sample_interval, own_credentials=bool(own_user),
                            browse_seconds=args.browse_seconds)
+
+
+def _typed(properties: dict[str, Any]) -> dict[str, Any]:
+    """Client properties (text, from -X or a file) as ClientConfig's typed fields; a name it does not have is
+    an error that names it."""
+    fields = {f.name: str(f.type) for f in dataclasses.fields(ClientConfig)}
+    out: dict[str, Any] = {}
+    for name, raw in properties.items():
+        if name not in fields:
+            raise ConfigError(f"unknown client property {name.replace('_', '.')!r} (the console uses the "
+                              "connection and security settings only)")
+        kinds = fields[name].replace(" ", "").split("|")
+        if not isinstance(raw, str):
+            out[name] = raw
+        elif "bool" in kinds:
+            if raw.lower() not in ("true", "false"):
+                raise ConfigError(f"{name.replace('_', '.')} expects true or false, got {raw!r}")
+            out[name] = raw.lower() == "true"
+        elif "int" in kinds and "str" not in kinds:
+            try:
+                out[name] = int(raw)
+            except ValueError:
+                raise ConfigError(f"{name.replace('_', '.')} expects a whole number, got {raw!r}") from None
+        else:
+            out[name] = raw
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

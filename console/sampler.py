@@ -120,6 +120,7 @@ class Sampler:
         while True:
             try:
                 if self.admin is not None:
+                    await self.admin.start()  # a no-op once connected
                     if rounds % 12 == 0:
                         await self._discover()
                     await self._sample_lag()

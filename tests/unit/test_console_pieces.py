@@ -189,3 +189,13 @@ def test_sessions_are_capped():
         sessions.new()
     assert sessions.get(first.token) is None
     assert len(sessions._by_token) == MAX_SESSIONS
+
+
+def test_client_properties_are_typed_and_checked():
+    settings = _settings("-b", "h:9092", "-X", "request.timeout.ms=5000", "-X", "ssl.endpoint.identification.algorithm=none")
+    assert settings.config.request_timeout_ms == 5000
+    assert settings.config.default_api_timeout_ms == 15_000  # the console's own bound on a page's wait
+    with pytest.raises(ConfigError, match="unknown client property 'linger.ms'"):
+        _settings("-b", "h:9092", "-X", "linger.ms=5")
+    with pytest.raises(ConfigError, match="whole number"):
+        _settings("-b", "h:9092", "-X", "request.timeout.ms=soon")
