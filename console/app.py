@@ -574,6 +574,12 @@ def build_app(console: Console) -> Starlette:
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
+    async def metrics(request: Request) -> Response:
+        """The console's own counters (changes asked, by outcome), for the same Prometheus as the brokers."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(console.audit.registry), media_type=CONTENT_TYPE_LATEST)
+
     routes = [
         Route("/", cluster_page), Route("/banner", banner),
         Route("/topics", topics_page), Route("/topics/{name}", topic_page),
@@ -590,7 +596,7 @@ def build_app(console: Console) -> Starlette:
         Route("/charts", charts_page), Route("/charts/series.json", chart_series),
         Route("/audit", audit_page),
         Route("/login", login_page), Route("/login", login, methods=["POST"]), Route("/logout", logout, methods=["POST"]),
-        Route("/healthz", healthz),
+        Route("/healthz", healthz), Route("/metrics", metrics),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 

@@ -27,6 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter
+
 from odradek.client.admin import Admin
 from odradek.client.config import ClientConfig
 
@@ -111,14 +113,19 @@ class AuditEntry:
 
 
 class Audit:
-    """Every mutation, once: the log line and the entry the Audit page lists."""
+    """Every mutation, once: the log line, the entry the Audit page lists, and the count on the console's own
+    /metrics (`odradek_console_actions_total{action,outcome}`, outcome ok, failed or refused)."""
 
     def __init__(self) -> None:
         self.entries: deque[AuditEntry] = deque(maxlen=AUDIT_KEPT)
+        self.registry = CollectorRegistry()
+        self.actions = Counter("odradek_console_actions", "Changes and sign-ins asked through the console",
+                               ["action", "outcome"], registry=self.registry)
 
     def record(self, principal: str, action: str, target: str, outcome: str, **details: Any) -> None:
         entry = AuditEntry(time.time(), principal, action, target, outcome)
         self.entries.appendleft(entry)
+        self.actions.labels(action, outcome.split(":", 1)[0]).inc()
         extra = " ".join(f"{k}={v!r}" for k, v in details.items())
         audit_log.info("audit principal=%s action=%s target=%r outcome=%s%s", principal, action, target, outcome,
                        f" {extra}" if extra else "")

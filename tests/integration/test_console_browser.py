@@ -301,9 +301,11 @@ def test_groups_of_both_protocols_and_an_offset_reset_the_group_sees(world, page
         assert first.offset() == 0
     finally:
         consumer.close()
-    # the lag chart has points (the sampler records one per second here)
+    # the lag chart moved with the reset: its series went from 0 to every record (one sample per second here)
     _open(page, url + "/groups/billing", "#lag-chart")
     _wait(lambda: int(page.locator("#lag-chart").get_attribute("data-points") or 0) >= 1, "lag chart points")
+    series = page.request.get(url + "/groups/billing/lag.json").json()
+    assert series["lag"][0] == 0 and series["lag"][-1] == RECORDS, series
 
 
 def test_a_hanging_transaction_is_shown_and_aborted_from_the_page(world, page):
@@ -400,6 +402,9 @@ def test_mutations_need_the_csrf_token_and_nothing_changes_read_only(world, page
                                  headers={"Origin": "http://evil.example"}, max_redirects=0)
     assert response.status == 403
     assert "CSRF" in world.consoles["plain"].log_text()
+    counted = page.request.get(url + "/metrics").text()
+    assert re.search(r'odradek_console_actions_total\{action="group.delete",outcome="refused"\} [1-9]', counted), counted
+    assert re.search(r'odradek_console_actions_total\{action="group.reset-offsets",outcome="ok"\} 1', counted)
     # read-only: the forms are not there, and a post is refused before anything else
     read_only = world.consoles["read_only"].url
     _open(page, read_only + "/groups/billing", "#lag")
