@@ -16,6 +16,7 @@ import datetime
 import json
 import pathlib
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -117,8 +118,9 @@ class Console:
 
     def principal_of(self, session: Session) -> str:
         if not self.settings.signin_required:
-            name = self.settings.config.sasl_username
-            return f"User:{name}" if name else "ANONYMOUS (plaintext, loopback)"
+            if self.settings.config.security_protocol == "SSL":
+                return "the console's certificate (mTLS)"
+            return "ANONYMOUS (plaintext)"
         return f"User:{session.principal}"
 
 
@@ -151,14 +153,14 @@ def build_app(console: Console) -> Starlette:
                    load: Callable[[ClusterReader, Session], Awaitable[dict[str, Any]]]) -> Response:
         session, new = console.session_of(request)
         if settings.signin_required and session.principal is None:
-            return with_cookie(RedirectResponse(f"/login?next={request.url.path}", 303), session, new)
+            return with_cookie(RedirectResponse(f"/login?next={urllib.parse.quote(request.url.path)}", 303), session, new)
         reader = console.reader_for(session)
         context: dict[str, Any] = {}
         error = None
         try:
             await reader.admin.start()  # at once when connected; bounded by the config's timeouts when not
             context = await load(reader, session)
-        except (OdradekError, BrowseError, FilterError, ConfigError) as e:
+        except (OdradekError, BrowseError, FilterError, ConfigError, TimeoutError, OSError) as e:
             error = describe_error(e)
         flashes, session.flashes = session.flashes, []
         context.update(
@@ -175,8 +177,10 @@ def build_app(console: Console) -> Starlette:
         """The one gate every change passes (see the module docstring), then the change, audited."""
         session, new = console.session_of(request)
         if settings.read_only:
+            console.audit.record(console.principal_of(session), action, target, "refused: the console is read-only")
             return PlainTextResponse("the console runs --read-only: it changes nothing", 403)
         if settings.signin_required and session.principal is None:
+            console.audit.record("(not signed in)", action, target, "refused: not signed in")
             return PlainTextResponse("sign in first", 403)
         form = await request.form(max_part_size=MAX_FORM_FIELD)
         token = request.headers.get("x-csrf-token") or str(form.get("csrf_token") or "")
@@ -187,8 +191,8 @@ def build_app(console: Console) -> Starlette:
         try:
             await reader.admin.start()
             outcome = await run(reader, session, form)
-        except (OdradekError, BrowseError, FilterError, ConfigError, ValueError) as e:
-            message = describe_error(e)
+        except (OdradekError, BrowseError, FilterError, ConfigError, ValueError, TimeoutError, OSError) as e:
+            message = describe_error(e) if not isinstance(e, TimeoutError) else "no answer from the cluster in time"
             console.audit.record(console.principal_of(session), action, target, f"failed: {message}")
             session.flashes.append(("error", f"{action} {target}: {message}"))
         else:
@@ -450,8 +454,7 @@ def build_app(console: Console) -> Starlette:
             epoch = await reader.abort_transaction(TopicPartition(topic, int(index)), producer_id)
             reader.cache.forget("transactions")
             return f"aborted the transaction of producer {producer_id} (epoch {epoch}) on {partition_text}"
-        return await mutation(request, "transaction.abort", str((await request.form()).get("partition", "")), run,
-                              "/transactions")
+        return await mutation(request, "transaction.abort", "transaction", run, "/transactions")
 
     async def security_page(request: Request) -> Response:
         async def load(reader: ClusterReader, session: Session) -> dict[str, Any]:
