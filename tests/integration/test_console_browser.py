@@ -13,6 +13,7 @@ Screenshots of each page land in test-artifacts/console/.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -28,6 +29,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, \
     ResourcePatternType, ResourceType
+
+from odradek.client.admin import Admin
 
 from tests.brokerproc import _LISTENING, BrokerProcess
 from tests.harness.console import ConsoleProcess, browser_or_skip, screenshot
@@ -68,6 +71,11 @@ def _create(admin: AdminClient, topics: list[NewTopic]) -> None:
 
 def _acl(rtype, name, principal, op) -> AclBinding:
     return AclBinding(rtype, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
+
+
+async def _set_quota(bootstrap: str) -> None:
+    async with Admin(bootstrap_servers=bootstrap) as admin:
+        await admin.alter_client_quotas({"user": "viewer"}, {"producer_byte_rate": 1048576.0})
 
 
 def _live_848_member(bootstrap: str, stop: threading.Event) -> None:
@@ -138,6 +146,11 @@ def world(tmp_path_factory):
         assert seen == RECORDS
         consumer.commit(asynchronous=False)
         consumer.close()
+        # a group that is only offsets (deleted through the page), and a client quota (shown on Security)
+        stale = Consumer({"bootstrap.servers": w.plain, "group.id": "stale", "enable.auto.commit": False})
+        stale.commit(offsets=[TopicPartition("events", 0, 1)], asynchronous=False)
+        stale.close()
+        asyncio.run(_set_quota(w.plain))
         # an open transaction on `payments`, left open while the tests run
         w.txn_producer = Producer({"bootstrap.servers": w.plain, "transactional.id": "checkout-1",
                                    "transaction.timeout.ms": 600_000})
@@ -308,6 +321,20 @@ def test_groups_of_both_protocols_and_an_offset_reset_the_group_sees(world, page
     assert series["lag"][0] == 0 and series["lag"][-1] == RECORDS, series
 
 
+def test_a_group_deleted_from_the_page_is_gone(world, page):
+    url = world.consoles["plain"].url
+    _open(page, url + "/groups/stale", "#delete")
+    assert "events-0" in page.locator("#lag").inner_text()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#delete-go")
+    page.wait_for_selector("[data-flash]")
+    assert page.locator("[data-flash]").inner_text() == "deleted group stale"
+    assert page.locator('#groups tr[data-group="stale"]').count() == 0
+    admin = AdminClient({"bootstrap.servers": world.plain})
+    listed = admin.list_consumer_groups(request_timeout=20).result(30)
+    assert "stale" not in {g.group_id for g in listed.valid}
+
+
 def test_a_hanging_transaction_is_shown_and_aborted_from_the_page(world, page):
     url = world.consoles["plain"].url
     _open(page, url + "/transactions", "#transactions")
@@ -333,6 +360,8 @@ def test_security_page_lists_acls_users_and_who_can(world, page):
     assert "User:viewer" in page.locator("#acls").inner_text()
     assert "read" in page.locator("#who-can").inner_text()
     assert {"admin", "viewer"} <= set(page.locator("#users td:first-child").all_inner_texts())
+    assert "user=viewer" in page.locator("#quotas").inner_text()
+    assert "producer_byte_rate=1048576" in page.locator("#quotas").inner_text()
     screenshot(page, "security")
 
 
