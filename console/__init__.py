@@ -20,12 +20,14 @@ What only a broker could show (the log end offset beyond the high watermark, per
 out of its reach, and said so on the page; everything else the issue asks for has a Kafka API:
 DescribeCluster, DescribeQuorum, DescribeLogDirs, Metadata, ListOffsets (earliest, latest, and latest with
 read_committed for the last stable offset), DescribeConfigs, ListGroups, DescribeGroups,
-ConsumerGroupDescribe (KIP-848), OffsetFetch, ListTransactions, DescribeTransactions, DescribeProducers,
+ConsumerGroupDescribe (KIP-848), ShareGroupDescribe, DescribeShareGroupOffsets, OffsetFetch, ListTransactions, DescribeTransactions, DescribeProducers,
 WriteTxnMarkers (abort), DescribeAcls, DescribeUserScramCredentials, DescribeClientQuotas.
 
 The record filter (filter.py) is evaluated here, next to the consumer that reads the log, with a bound on
 the records read per request (records.py): only the matches travel to the browser, and nothing a user
-types ever runs on a broker. Share groups are listed; their own page comes with ShareGroupDescribe.
+types ever runs on a broker. Share groups are read with ShareGroupDescribe and DescribeShareGroupOffsets
+(members, assignments, share-partition start offsets and lag); in-flight and acquired records and delivery
+counts live on the partition leaders and no Kafka admin API returns them, so the page says so.
 
 Stack: Starlette on uvicorn (routing, forms, static files, an asyncio HTTP server with graceful shutdown)
 and Jinja2 (autoescaped templates), server-rendered pages; htmx for the live banner and uPlot for the

@@ -435,6 +435,14 @@ def build_app(console: Console) -> Starlette:
             return {"groups": groups, "title": "Share groups"}
         return await page(request, "share_groups.html", load)
 
+    async def share_group_page(request: Request) -> Response:
+        group_id = request.path_params["group_id"]
+
+        async def load(reader: ClusterReader, session: Session) -> dict[str, Any]:
+            view, partitions = await reader.share_group(group_id)
+            return {"group": view, "partitions": partitions, "title": f"Share group {group_id}"}
+        return await page(request, "share_group.html", load)
+
     async def transactions_page(request: Request) -> Response:
         async def load(reader: ClusterReader, session: Session) -> dict[str, Any]:
             rows = await reader.transactions()
@@ -592,7 +600,7 @@ def build_app(console: Console) -> Starlette:
         Route("/groups/{group_id}/lag.json", group_lag_json),
         Route("/groups/{group_id}/reset", group_reset, methods=["POST"]),
         Route("/groups/{group_id}/delete", group_delete, methods=["POST"]),
-        Route("/share-groups", share_groups_page),
+        Route("/share-groups", share_groups_page), Route("/share-groups/{group_id}", share_group_page),
         Route("/transactions", transactions_page), Route("/transactions/abort", transaction_abort, methods=["POST"]),
         Route("/security", security_page), Route("/security/acls/add", acl_add, methods=["POST"]),
         Route("/security/acls/delete", acl_delete, methods=["POST"]),

@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 from odradek.client.admin import Admin, AclBinding, GroupDescription, QuorumDescription
 from odradek.client.cluster import COORDINATOR_TRANSACTION, TopicPartition
 from odradek.client.consumer import EARLIEST, LATEST, list_offsets
-from odradek.client.errors import KafkaError, OdradekError
+from odradek.client.errors import KafkaError, OdradekError, UnsupportedVersionError
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
 
@@ -31,6 +31,7 @@ MAX_TRANSACTIONS_DESCRIBED = 100
 METADATA_TOPIC = "__cluster_metadata"
 DESCRIBE_CONFIGS, CONSUMER_GROUP_DESCRIBE, DESCRIBE_PRODUCERS, WRITE_TXN_MARKERS = 32, 69, 61, 27
 LIST_TRANSACTIONS, DESCRIBE_TRANSACTIONS = 66, 65
+SHARE_GROUP_DESCRIBE, DESCRIBE_SHARE_GROUP_OFFSETS = 77, 90
 
 
 class TtlCache:
@@ -311,8 +312,7 @@ class ClusterReader:
             if kind == "consumer":
                 return await self._consumer_group(group_id)
             if kind == "share":
-                return GroupView(group_id, "share", listed[group_id].state,
-                                 error="share groups get their own page once ShareGroupDescribe is served")
+                return (await self.share_group(group_id))[0]
             try:
                 description: GroupDescription = await self.admin.describe_group(group_id)
             except OdradekError as e:
@@ -352,6 +352,53 @@ class ClusterReader:
             view.members.append(GroupMemberRow(m.member_id, m.client_id, m.client_host, m.instance_id, m.member_epoch,
                                                sorted(assignment), list(m.subscribed_topic_names)))
         return view
+
+    async def share_group(self, group_id: str) -> tuple[GroupView, list[dict[str, Any]]]:
+        """A share group (KIP-932) as ShareGroupDescribe tells it, and its share-partitions' start offsets and
+        lag (DescribeShareGroupOffsets), both from the group's coordinator. A cluster that does not serve
+        them answers UnsupportedVersionError, which the page shows as such."""
+        async def load() -> tuple[GroupView, list[dict[str, Any]]]:
+            client = self.admin.client
+            describe, offsets = REQUESTS[SHARE_GROUP_DESCRIBE], REQUESTS[DESCRIBE_SHARE_GROUP_OFFSETS]
+
+            async def attempt() -> tuple[Any, Any]:
+                node = await client.coordinator(group_id)
+                connection = await client.connection(node)
+                for api_key, name in ((SHARE_GROUP_DESCRIBE, "ShareGroupDescribe"),
+                                      (DESCRIBE_SHARE_GROUP_OFFSETS, "DescribeShareGroupOffsets")):
+                    if not connection.supports(api_key):
+                        raise UnsupportedVersionError(f"broker {node} does not serve {name} (share groups)")
+                g = (await client.send(node, describe(group_ids=[group_id],
+                                                      include_authorized_operations=False))).groups[0]
+                code = ErrorCode.for_code(g.error_code)
+                if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    client.invalidate_coordinator(group_id)
+                if code.retriable:
+                    raise KafkaError(code, context=f"share group {group_id!r}")
+                answer = await client.send(node, offsets(groups=[offsets.DescribeShareGroupOffsetsRequestGroup(
+                    group_id=group_id, topics=None)]))
+                return g, answer.groups[0] if answer.groups else None
+
+            g, o = await client.call(attempt, what="ShareGroupDescribe")
+            view = GroupView(group_id, "share", g.group_state, g.assignor_name, g.group_epoch, g.assignment_epoch)
+            if g.error_code:
+                view.error = describe_error(KafkaError(g.error_code, g.error_message, context=f"group {group_id!r}"))
+            for m in g.members:
+                assignment = [TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions
+                              for p in t.partitions]
+                view.members.append(GroupMemberRow(m.member_id, m.client_id, m.client_host, None, m.member_epoch,
+                                                   sorted(assignment), list(m.subscribed_topic_names)))
+            partitions: list[dict[str, Any]] = []
+            if o is not None and o.error_code:
+                view.error = describe_error(KafkaError(o.error_code, o.error_message, context="share group offsets"))
+            for t in (o.topics if o is not None else ()):
+                for p in t.partitions:
+                    partitions.append({"partition": f"{t.topic_name}-{p.partition_index}",
+                                       "start_offset": p.start_offset, "leader_epoch": p.leader_epoch,
+                                       "lag": p.lag if p.lag >= 0 else None,
+                                       "error": ErrorCode.for_code(p.error_code).name if p.error_code else None})
+            return view, sorted(partitions, key=lambda r: r["partition"])
+        return await self._cached(load, "share_group", group_id)
 
     async def group_lag(self, group_id: str) -> list[Any]:
         return await self._cached(lambda: self.admin.group_lag(group_id), "group_lag", group_id)

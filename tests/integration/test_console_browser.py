@@ -321,6 +321,17 @@ def test_groups_of_both_protocols_and_an_offset_reset_the_group_sees(world, page
     assert series["lag"][0] == 0 and series["lag"][-1] == RECORDS, series
 
 
+def test_the_share_group_page_says_what_the_cluster_answers(world, page):
+    """Share groups are wired in parallel: a cluster that does not serve ShareGroupDescribe yet is named as
+    such on the page; one that does answers GROUP_ID_NOT_FOUND for a group that does not exist."""
+    url = world.consoles["plain"].url
+    page.goto(url + "/share-groups/no-such-share-group")
+    page.wait_for_selector("main")
+    text = page.locator("main").inner_text()
+    assert "does not serve ShareGroupDescribe" in text or "GROUP_ID_NOT_FOUND" in text, text
+    _open(page, url + "/share-groups", "#share-groups")
+
+
 def test_a_group_deleted_from_the_page_is_gone(world, page):
     url = world.consoles["plain"].url
     _open(page, url + "/groups/stale", "#delete")
