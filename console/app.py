@@ -209,7 +209,8 @@ def build_app(console: Console) -> Starlette:
             log_dirs = await reader.log_dirs()
             quorum = await reader.quorum()
             return {"cluster": cluster, "leaderships": leaderships, "log_dirs": log_dirs, "quorum": quorum,
-                    "title": "Cluster"}
+                    "isr_events": list(console.sampler.isr_events)[:50] if console.sampler.admin is not None else None,
+                    "interval_s": settings.sample_interval_s, "title": "Cluster"}
         return await page(request, "cluster.html", load)
 
     async def banner(request: Request) -> Response:

@@ -29,6 +29,7 @@ from odradek.client.admin import Admin
 from odradek.client.errors import OdradekError
 
 HISTORY = 360  # points kept per series (30 minutes at the default 5 s)
+ISR_EVENTS = 500  # ISR changes kept for the timeline
 MAX_GROUPS = 50
 SCRAPE_TIMEOUT_S = 3.0
 LATENCY_APIS = ("Produce", "Fetch")
@@ -75,6 +76,20 @@ def quantile_of_delta(before: dict[float, float], after: dict[float, float], q: 
     return None
 
 
+@dataclass(frozen=True)
+class IsrChange:
+    at: float
+    partition: str
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    leader: int
+
+    @property
+    def kind(self) -> str:
+        return "shrink" if len(self.after) < len(self.before) else "expand" if len(self.after) > len(self.before) \
+            else "change"
+
+
 class Sampler:
     """The console's periodic sampling (one task), and the series the charts read."""
 
@@ -85,6 +100,8 @@ class Sampler:
         self.discovered_urls: list[str] = []
         self.lag: dict[str, deque[tuple[float, int]]] = {}
         self.topic_lag: dict[str, dict[str, int]] = {}  # group -> topic -> its lag there, as last sampled
+        self._isr: dict[tuple[str, int], tuple[int, ...]] = {}
+        self.isr_events: deque[IsrChange] = deque(maxlen=ISR_EVENTS)  # newest first
         self.metrics: deque[dict[str, float | None]] = deque(maxlen=HISTORY)
         self._last: dict[str, Scrape] = {}
         self._task: asyncio.Task | None = None
@@ -123,6 +140,7 @@ class Sampler:
                     await self.admin.start()  # a no-op once connected
                     if rounds % 12 == 0:
                         await self._discover()
+                    await self._sample_isr()
                     await self._sample_lag()
                 await self._scrape()
                 self.last_error = None
@@ -149,6 +167,23 @@ class Sampler:
                 host = values.get("metrics.host") or broker.host
                 found.append(f"http://{host}:{port}/metrics")
         self.discovered_urls = found
+
+    async def _sample_isr(self) -> None:
+        """Compare each partition's ISR with the last sample's: a change is an event of the timeline (a
+        shrink and expand between two samples are not seen; the brokers' logs have every one)."""
+        assert self.admin is not None
+        await self.admin.client.refresh_metadata()
+        now = time.time()
+        seen: dict[tuple[str, int], tuple[int, ...]] = {}
+        for topic, info in self.admin.client.cluster.topics.items():
+            for p in info.partitions.values():
+                key = (topic, p.partition)
+                isr = tuple(sorted(p.isr))
+                seen[key] = isr
+                before = self._isr.get(key)
+                if before is not None and before != isr:
+                    self.isr_events.appendleft(IsrChange(now, f"{topic}-{p.partition}", before, isr, p.leader))
+        self._isr = seen
 
     async def _sample_lag(self) -> None:
         assert self.admin is not None

@@ -1,7 +1,7 @@
 """The console against a three-node cluster (`odradek cluster up`): the cluster page lists the three brokers and
 the three voters of the quorum, and when a broker is killed (-9) the banner on every page names the partitions
 left under-replicated and under their min ISR, and clears again once the broker is back; the broker is shown
-fenced meanwhile. Screenshots in test-artifacts/console/."""
+fenced meanwhile, and the ISR timeline has the shrink and the expand. Screenshots in test-artifacts/console/."""
 
 from __future__ import annotations
 
@@ -73,7 +73,15 @@ def test_three_brokers_the_quorum_and_a_banner_that_follows_a_dead_broker(cluste
     assert "under-replicated" in page.locator("#partitions").inner_text()
     screenshot(page, "cluster-broker-down")
 
+    def timeline(kind: str) -> bool:
+        page.goto(console.url + "/")
+        page.wait_for_selector("#isr-events")
+        return any(kind in row and "replicated-0" in row for row in page.locator("#isr-events tr").all_inner_texts())
+    c.wait(lambda: timeline("shrink"), "the shrink in the ISR timeline", 60)
+
     c.up()  # restarts the node that died, on its own ports and data
     page.goto(console.url + "/")
     c.wait(lambda: _health(page) == {"ok"}, "the banner to clear once the broker is back", 90)
+    c.wait(lambda: timeline("expand"), "the expand in the ISR timeline", 60)
+    screenshot(page, "cluster-isr-timeline")
     page.close()
