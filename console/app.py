@@ -41,6 +41,9 @@ from .sampler import Sampler, lag_by_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
 MAX_FORM_FIELD = 1 << 20  # a produced value or a header may be up to 1 MiB of text
+# Record browses running at once, over every user: each reads up to its scan bound from the cluster, so the
+# console's load on the brokers is bounded by this times the bound, however many tabs are open.
+CONCURRENT_BROWSES = 4
 
 
 @dataclass
@@ -71,6 +74,7 @@ class Console:
         self.templates.env.filters["tp"] = lambda tps: ", ".join(f"{tp.topic}-{tp.partition}" for tp in tps) or "-"
         self.started_at = time.time()
         self._expiry: asyncio.Task | None = None
+        self.browse_slots = asyncio.Semaphore(CONCURRENT_BROWSES)
 
     async def start(self) -> None:
         # The console's own client connects on first use (a page, the sampler), not here: a console started
@@ -298,7 +302,8 @@ def build_app(console: Console) -> Starlette:
             if request.query_params.get("go"):
                 try:
                     browse_request, fmt = _browse_request(request)
-                    result = await browse(console.config_for(session), reader.admin.client, browse_request)
+                    async with console.browse_slots:
+                        result = await browse(console.config_for(session), reader.admin.client, browse_request)
                 except (BrowseError, FilterError) as e:
                     context["browse_error"] = str(e)
                     return context
@@ -321,7 +326,8 @@ def build_app(console: Console) -> Starlette:
             browse_request, _ = _browse_request(request)
             admin = console.reader_for(session).admin
             await admin.start()
-            result = await browse(console.config_for(session), admin.client, browse_request)
+            async with console.browse_slots:
+                result = await browse(console.config_for(session), admin.client, browse_request)
         except (BrowseError, FilterError, OdradekError) as e:
             return PlainTextResponse(describe_error(e), 400)
         name = request.path_params["name"]

@@ -239,7 +239,7 @@ class ClusterReader:
     # ------------------------------------------------------------------------------------------ topics
 
     async def topic_sizes(self) -> dict[TopicPartition, int]:
-        """Each partition's size on its leader... on any replica: the largest a log directory reports."""
+        """Each partition's size: the largest any of its replicas' log directories reports (DescribeLogDirs)."""
         dirs = await self.log_dirs()
         sizes: dict[TopicPartition, int] = {}
         if isinstance(dirs, str):

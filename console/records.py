@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.client.config import ClientConfig, ConsumerConfig
-from odradek.client.consumer import Consumer, ConsumerRecord, list_offsets
+from odradek.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord, list_offsets
 from odradek.client.cluster import KafkaClient, TopicPartition
 
 from .filter import RecordFilter, RecordView
@@ -86,8 +86,6 @@ class BrowseResult:
 async def start_offsets(client: KafkaClient, request: BrowseRequest,
                         partitions: list[TopicPartition]) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
     """(where each partition's read starts, its high watermark now)."""
-    from odradek.client.consumer import EARLIEST, LATEST
-
     ends = {tp: o for tp, (o, _) in (await list_offsets(client, {tp: LATEST for tp in partitions})).items()}
     begins = {tp: o for tp, (o, _) in (await list_offsets(client, {tp: EARLIEST for tp in partitions})).items()}
     if request.start == "earliest":
