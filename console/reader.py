@@ -364,10 +364,8 @@ class ClusterReader:
             async def attempt() -> tuple[Any, Any]:
                 node = await client.coordinator(group_id)
                 connection = await client.connection(node)
-                for api_key, name in ((SHARE_GROUP_DESCRIBE, "ShareGroupDescribe"),
-                                      (DESCRIBE_SHARE_GROUP_OFFSETS, "DescribeShareGroupOffsets")):
-                    if not connection.supports(api_key):
-                        raise UnsupportedVersionError(f"broker {node} does not serve {name} (share groups)")
+                if not connection.supports(SHARE_GROUP_DESCRIBE):
+                    raise UnsupportedVersionError(f"broker {node} does not serve ShareGroupDescribe (share groups)")
                 g = (await client.send(node, describe(group_ids=[group_id],
                                                       include_authorized_operations=False))).groups[0]
                 code = ErrorCode.for_code(g.error_code)
@@ -375,6 +373,8 @@ class ClusterReader:
                     client.invalidate_coordinator(group_id)
                 if code.retriable:
                     raise KafkaError(code, context=f"share group {group_id!r}")
+                if code is not ErrorCode.NONE or not connection.supports(DESCRIBE_SHARE_GROUP_OFFSETS):
+                    return g, None  # the page says the offsets are not there, and why
                 answer = await client.send(node, offsets(groups=[offsets.DescribeShareGroupOffsetsRequestGroup(
                     group_id=group_id, topics=None)]))
                 return g, answer.groups[0] if answer.groups else None
