@@ -55,6 +55,8 @@ class ConsoleSettings:
     sample_interval_s: float = 5.0
     cache_ttl_s: float = 2.0
     browse_seconds: float = 30.0  # the time bound of one browse, besides its record bounds
+    certfile: str | None = None  # HTTPS (uvicorn's TLS); the session cookie is then Secure
+    keyfile: str | None = None
     own_credentials: bool = False  # the console was given a principal of its own (-X sasl.username=...)
 
 
@@ -150,7 +152,8 @@ def build_app(console: Console) -> Starlette:
 
     def with_cookie(response: Response, session: Session, new: bool) -> Response:
         if new:
-            response.set_cookie(SESSION_COOKIE, session.token, httponly=True, samesite="strict", path="/")
+            response.set_cookie(SESSION_COOKIE, session.token, httponly=True, samesite="strict", path="/",
+                                secure=settings.certfile is not None)
         return response
 
     async def page(request: Request, template: str,

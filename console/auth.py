@@ -8,7 +8,8 @@ exchange itself (a refused login is the broker's answer, shown on the sign-in pa
 session's client config, in memory, until sign-out or SESSION_IDLE_S of inactivity. On a PLAINTEXT (or
 mTLS) cluster there is no per-user principal to sign in as: the console uses its own connections and, by
 default, binds 127.0.0.1 only; binding another address without sign-in is refused at start unless the
-operator says `--allow-anonymous-remote`.
+operator says `--allow-anonymous-remote`; with sign-in, an address beyond loopback needs HTTPS
+(`--certfile/--keyfile`, and the cookie is then Secure) unless `--allow-plain-http`.
 
 Cross-site requests: every mutating request is a POST that must carry the session's CSRF token (a hidden
 form field, or the X-CSRF-Token header htmx sends) and, when the browser sends an Origin, an Origin equal to

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="mechanism users sign in with on a SASL cluster (default SCRAM-SHA-512)")
     parser.add_argument("--allow-anonymous-remote", action="store_true",
                         help="serve a cluster without sign-in on an address other than loopback")
+    parser.add_argument("--certfile", default=None, metavar="PEM",
+                        help="serve HTTPS with this certificate (chain) file; needed beyond loopback with sign-in")
+    parser.add_argument("--keyfile", default=None, metavar="PEM", help="the private key of --certfile")
+    parser.add_argument("--allow-plain-http", action="store_true",
+                        help="serve sign-in over plain HTTP beyond loopback (passwords cross the network in clear)")
     parser.add_argument("-X", dest="properties", action="append", default=[], metavar="KEY=VALUE",
                         type=lambda text: tuple(text.split("=", 1)) if "=" in text else _bad_property(text),
                         help="a client property (security.protocol, ssl.ca.location, ...)")
@@ -77,16 +83,24 @@ def settings_from(args: argparse.Namespace) -> "ConsoleSettings":
         config = config.replace(sasl_mechanism=mechanism)
         if mechanism == "OAUTHBEARER":
             raise ConfigError("users sign in with a username and password: OAUTHBEARER sign-in is not supported")
+        if not is_loopback(args.host) and args.certfile is None and not args.allow_plain_http:
+            raise ConfigError(f"sign-in on {args.host!r} over plain HTTP would send passwords in clear: give "
+                              "--certfile/--keyfile (HTTPS), bind a loopback address, or --allow-plain-http")
     elif not is_loopback(args.host) and not args.allow_anonymous_remote:
         raise ConfigError(f"the cluster is {config.security_protocol} (no sign-in): the console binds a loopback "
                           f"address only, not {args.host!r}, unless --allow-anonymous-remote")
+    if (args.certfile is None) != (args.keyfile is None):
+        raise ConfigError("--certfile and --keyfile go together")
+    for path in (args.certfile, args.keyfile):
+        if path is not None and not os.path.isfile(path):
+            raise ConfigError(f"no such file: {path}")
     if args.sample_interval < 0.5:
         raise ConfigError("--sample-interval is at least 0.5 s")
     if not 1 <= args.browse_seconds <= 600:
         raise ConfigError("--browse-seconds is 1 to 600")
     return ConsoleSettings(config, signin, read_only=args.read_only, metrics_urls=list(args.metrics_url),
                            sample_interval_s=args.sample_interval, own_credentials=bool(own_user),
-                           browse_seconds=args.browse_seconds)
+                           browse_seconds=args.browse_seconds, certfile=args.certfile, keyfile=args.keyfile)
 
 
 def _typed(properties: dict[str, Any]) -> dict[str, Any]:
@@ -135,7 +149,8 @@ async def serve(settings: "ConsoleSettings", host: str, port: int) -> int:
     console = Console(settings)
     app = build_app(console)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-                            server_header=False, timeout_graceful_shutdown=5)
+                            server_header=False, timeout_graceful_shutdown=5,
+                            ssl_certfile=settings.certfile, ssl_keyfile=settings.keyfile)
     server = uvicorn.Server(config)
     log = logging.getLogger("odradek.console")
 
@@ -149,10 +164,11 @@ async def serve(settings: "ConsoleSettings", host: str, port: int) -> int:
                 bound_host, bound_port = sock.getsockname()[:2]
                 shown = f"[{bound_host}]" if ":" in bound_host else bound_host
                 mode = "sign-in with a Kafka principal" if settings.signin_required else "no sign-in"
-                log.info("console listening on http://%s:%d/ for %s (%s%s)", shown, bound_port,
+                log.info("console listening on %s://%s:%d/ for %s (%s%s)", scheme, shown, bound_port,
                          settings.config.bootstrap_servers, mode, ", read-only" if settings.read_only else "")
-                print(f"odradek console: http://{shown}:{bound_port}/", flush=True)
+                print(f"odradek console: {scheme}://{shown}:{bound_port}/", flush=True)
 
+    scheme = "https" if settings.certfile else "http"
     watcher = asyncio.create_task(announce())
     await server.serve()
     watcher.cancel()

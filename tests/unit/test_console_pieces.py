@@ -174,7 +174,8 @@ def test_a_console_without_sign_in_refuses_to_listen_beyond_loopback():
     with pytest.raises(ConfigError, match="loopback"):
         _settings("-b", "h:9092", "--host", "0.0.0.0")
     assert not _settings("-b", "h:9092", "--host", "0.0.0.0", "--allow-anonymous-remote").signin_required
-    assert _settings("-b", "h:9092", "--host", "0.0.0.0", "-X", "security.protocol=SASL_SSL").signin_required
+    assert _settings("-b", "h:9092", "--host", "0.0.0.0", "-X", "security.protocol=SASL_SSL",
+                     "--allow-plain-http").signin_required
     with pytest.raises(SystemExit):
         parse_args(["-X", "no-equals-sign"])
     assert isinstance(parse_args([]), argparse.Namespace)
@@ -199,3 +200,19 @@ def test_client_properties_are_typed_and_checked():
         _settings("-b", "h:9092", "-X", "linger.ms=5")
     with pytest.raises(ConfigError, match="whole number"):
         _settings("-b", "h:9092", "-X", "request.timeout.ms=soon")
+
+
+def test_sign_in_beyond_loopback_needs_https(tmp_path):
+    sasl = ("-b", "h:9093", "-X", "security.protocol=SASL_SSL")
+    with pytest.raises(ConfigError, match="passwords in clear"):
+        _settings(*sasl, "--host", "0.0.0.0")
+    assert _settings(*sasl, "--host", "0.0.0.0", "--allow-plain-http").signin_required
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("x")
+    key.write_text("x")
+    settings = _settings(*sasl, "--host", "0.0.0.0", "--certfile", str(cert), "--keyfile", str(key))
+    assert settings.certfile == str(cert)
+    with pytest.raises(ConfigError, match="go together"):
+        _settings(*sasl, "--certfile", str(cert))
+    with pytest.raises(ConfigError, match="no such file"):
+        _settings(*sasl, "--certfile", str(tmp_path / "nope"), "--keyfile", str(key))
