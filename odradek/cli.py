@@ -14,6 +14,7 @@ import sys
 # name -> (module with main(argv) -> int, help line for `odradek --help`)
 SERVER_COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("odradek.broker.daemon", "run a broker: broker start [-c server.properties] [--override K=V ...]"),
+    "console": ("odradek.console.main", "the web console: console --bootstrap-server HOST:PORT [--port 9080] [--read-only]"),
     "storage": ("odradek.broker.storage_tool", "format log directories: storage random-uuid | format --cluster-id ID -c FILE | info"),
 }
 

@@ -2,7 +2,8 @@
 
     broker -> coordinator -> replication -> metadata -> raft -> purgatory / storage -> protocol
 
-client/ and pipeline/ use protocol (pipeline also uses client), never broker internals; protocol/ stays
+client/ and pipeline/ use protocol (pipeline also uses client), never broker internals; console/ (the web
+console, a client of the cluster like any other) uses client and protocol only; protocol/ stays
 sans-I/O; every layer below broker/ is synchronous and takes time as an argument (no event loop, sockets,
 threads or clock); no module imports itself back through others, in any layer. Request handlers are
 annotated and never import the broker's wiring, and neither they nor the wiring probe the services or the
@@ -35,6 +36,8 @@ ALLOWED = {
     "broker": {"coordinator", "replication", "metadata", "raft", "purgatory", "storage", "protocol"},
     "client": {"protocol"},
     "pipeline": {"client", "protocol"},
+    # the web console: a separate process that reads the cluster through the Kafka protocol (console/__init__)
+    "console": {"client", "protocol"},
 }
 SANS_IO_FORBIDDEN = {"asyncio", "socket", "uvloop", "selectors", "time", "threading"}
 # Below broker/ nothing runs an event loop, opens a socket, starts a thread or reads the clock: the broker

@@ -1,0 +1,254 @@
+"""Time series the console keeps: group lag, and throughput and latency from the brokers' /metrics.
+
+Lag over time: every `interval_s` the sampler asks the lag of each group (OffsetFetch plus ListOffsets,
+`Admin.group_lag`; at most MAX_GROUPS groups per round) and appends the total to a ring of HISTORY points
+per group. A group page's chart reads the ring; when the console has no principal of its own (every user
+signs in), the chart's own refresh records a point with the viewer's principal instead (`record`).
+
+Broker metrics: Odradek serves Prometheus text on `metrics.port`, which the Kafka protocol does not
+advertise; the sampler reads each broker's `metrics.port` and `metrics.host` through DescribeConfigs (an
+Odradek broker lists them; a Kafka broker does not, and then only `--metrics-url` given by hand is scraped)
+and scrapes every URL each round, in a worker thread (urllib: a GET with a timeout), parsed by
+prometheus_client's own parser. From two consecutive scrapes it derives bytes in/out per second, requests
+per second, and the p99 of Produce and Fetch latency over the interval from the histogram's bucket deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import urllib.request
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from odradek.client.admin import Admin
+from odradek.client.errors import OdradekError
+
+HISTORY = 360  # points kept per series (30 minutes at the default 5 s)
+ISR_EVENTS = 500  # ISR changes kept for the timeline
+MAX_GROUPS = 50
+SCRAPE_TIMEOUT_S = 3.0
+LATENCY_APIS = ("Produce", "Fetch")
+
+log = logging.getLogger("odradek.console")
+
+
+@dataclass
+class Scrape:
+    at: float
+    counters: dict[str, float] = field(default_factory=dict)  # bytes_in, bytes_out, requests
+    buckets: dict[str, dict[float, float]] = field(default_factory=dict)  # api -> le -> cumulative count
+
+
+def parse_scrape(text: str, at: float) -> Scrape:
+    scrape = Scrape(at)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            if name == "odradek_bytes_in_total":
+                scrape.counters["bytes_in"] = scrape.counters.get("bytes_in", 0.0) + sample.value
+            elif name == "odradek_bytes_out_total":
+                scrape.counters["bytes_out"] = scrape.counters.get("bytes_out", 0.0) + sample.value
+            elif name == "odradek_requests_total":
+                scrape.counters["requests"] = scrape.counters.get("requests", 0.0) + sample.value
+            elif name == "odradek_request_latency_seconds_bucket" and sample.labels.get("api") in LATENCY_APIS:
+                le = float(sample.labels["le"])
+                api = sample.labels["api"]
+                scrape.buckets.setdefault(api, {})[le] = sample.value
+    return scrape
+
+
+def quantile_of_delta(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """The q-quantile (seconds) of the observations between two cumulative histograms: the upper bound of
+    the first bucket whose count reaches q of the total (Prometheus' histogram_quantile without interpolation)."""
+    bounds = sorted(after)
+    deltas = [(le, after[le] - before.get(le, 0.0)) for le in bounds]
+    total = deltas[-1][1] if deltas else 0.0
+    if total <= 0:
+        return None
+    for le, count in deltas:
+        if count >= q * total:
+            return le if le != float("inf") else bounds[-2] if len(bounds) > 1 else None
+    return None
+
+
+@dataclass(frozen=True)
+class IsrChange:
+    at: float
+    partition: str
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    leader: int
+
+    @property
+    def kind(self) -> str:
+        return "shrink" if len(self.after) < len(self.before) else "expand" if len(self.after) > len(self.before) \
+            else "change"
+
+
+class Sampler:
+    """The console's periodic sampling (one task), and the series the charts read."""
+
+    def __init__(self, admin: Admin | None, metrics_urls: list[str], interval_s: float):
+        self.admin = admin
+        self.interval_s = interval_s
+        self.fixed_urls = list(metrics_urls)
+        self.discovered_urls: list[str] = []
+        self.lag: dict[str, deque[tuple[float, int]]] = {}
+        self.topic_lag: dict[str, dict[str, int]] = {}  # group -> topic -> its lag there, as last sampled
+        self._isr: dict[tuple[str, int], tuple[int, ...]] = {}
+        self.isr_events: deque[IsrChange] = deque(maxlen=ISR_EVENTS)  # newest first
+        self.metrics: deque[dict[str, float | None]] = deque(maxlen=HISTORY)
+        self._last: dict[str, Scrape] = {}
+        self._task: asyncio.Task | None = None
+        self.last_error: str | None = None
+
+    @property
+    def urls(self) -> list[str]:
+        return sorted(set(self.fixed_urls) | set(self.discovered_urls))
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="console-sampler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    def record(self, group_id: str, total_lag: int, at: float | None = None,
+               per_topic: dict[str, int] | None = None) -> None:
+        if per_topic is not None:
+            self.topic_lag[group_id] = per_topic
+        series = self.lag.setdefault(group_id, deque(maxlen=HISTORY))
+        now = time.time() if at is None else at
+        if series and now - series[-1][0] < self.interval_s / 2:
+            return  # several viewers: one point per interval
+        series.append((now, total_lag))
+
+    async def _run(self) -> None:
+        rounds = 0
+        while True:
+            try:
+                if self.admin is not None:
+                    await self.admin.start()  # a no-op once connected
+                    if rounds % 12 == 0:
+                        await self._discover()
+                    await self._sample_isr()
+                    await self._sample_lag()
+                await self._scrape()
+                self.last_error = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a round that failed is retried next interval; the page says why
+                self.last_error = f"{type(e).__name__}: {e}"
+            rounds += 1
+            await asyncio.sleep(self.interval_s)
+
+    async def _discover(self) -> None:
+        """Each broker's /metrics from its `metrics.port` and `metrics.host` configs (Odradek lists them)."""
+        assert self.admin is not None
+        cluster = await self.admin.describe_cluster()
+        found = []
+        for broker in cluster.brokers:
+            try:
+                entries = await self.admin.describe_configs("broker", str(broker.node_id), ["metrics.port", "metrics.host"])
+            except OdradekError:
+                continue
+            values = {e.name: e.value for e in entries}
+            port = values.get("metrics.port")
+            if port and port.isdigit() and int(port) > 0:
+                host = values.get("metrics.host") or broker.host
+                found.append(f"http://{host}:{port}/metrics")
+        self.discovered_urls = found
+
+    async def _sample_isr(self) -> None:
+        """Compare each partition's ISR with the last sample's: a change is an event of the timeline (a
+        shrink and expand between two samples are not seen; the brokers' logs have every one)."""
+        assert self.admin is not None
+        await self.admin.client.refresh_metadata()
+        now = time.time()
+        seen: dict[tuple[str, int], tuple[int, ...]] = {}
+        for topic, info in self.admin.client.cluster.topics.items():
+            for p in info.partitions.values():
+                key = (topic, p.partition)
+                isr = tuple(sorted(p.isr))
+                seen[key] = isr
+                before = self._isr.get(key)
+                if before is not None and before != isr:
+                    self.isr_events.appendleft(IsrChange(now, f"{topic}-{p.partition}", before, isr, p.leader))
+        self._isr = seen
+
+    async def _sample_lag(self) -> None:
+        assert self.admin is not None
+        groups = await self.admin.list_groups()
+        now = time.time()
+        for g in groups[:MAX_GROUPS]:
+            if (g.group_type or "classic").lower() == "share":
+                continue
+            try:
+                rows = await self.admin.group_lag(g.group_id)
+            except OdradekError:
+                continue
+            self.record(g.group_id, sum(r.lag or 0 for r in rows), now, lag_by_topic(rows))
+
+    async def _scrape(self) -> None:
+        urls = self.urls
+        if not urls:
+            return
+        texts = await asyncio.gather(*(asyncio.to_thread(_get, url) for url in urls), return_exceptions=True)
+        now = time.time()
+        point: dict[str, float | None] = {"t": now, "bytes_in": 0.0, "bytes_out": 0.0, "requests": 0.0}
+        p99: dict[str, list[float]] = {api: [] for api in LATENCY_APIS}
+        fresh = 0
+        for url, text in zip(urls, texts):
+            if isinstance(text, BaseException):
+                continue
+            scrape = parse_scrape(text, now)
+            before = self._last.get(url)
+            self._last[url] = scrape
+            if before is None or scrape.at <= before.at:
+                continue
+            fresh += 1
+            span = scrape.at - before.at
+            for name in ("bytes_in", "bytes_out", "requests"):
+                delta = scrape.counters.get(name, 0.0) - before.counters.get(name, 0.0)
+                point[name] = (point[name] or 0.0) + max(delta, 0.0) / span
+            for api in LATENCY_APIS:
+                value = quantile_of_delta(before.buckets.get(api, {}), scrape.buckets.get(api, {}), 0.99)
+                if value is not None:
+                    p99[api].append(value * 1000)
+        if fresh:
+            for api in LATENCY_APIS:
+                point[f"p99_{api.lower()}_ms"] = max(p99[api]) if p99[api] else None
+            self.metrics.append(point)
+
+    def lag_series(self, group_id: str) -> dict[str, list[Any]]:
+        series = self.lag.get(group_id, deque())
+        return {"t": [p[0] for p in series], "lag": [p[1] for p in series]}
+
+    def latest_lag(self) -> dict[str, int]:
+        return {g: s[-1][1] for g, s in self.lag.items() if s}
+
+    def metric_series(self) -> dict[str, list[Any]]:
+        keys = ("t", "bytes_in", "bytes_out", "requests", "p99_produce_ms", "p99_fetch_ms")
+        return {k: [p.get(k) for p in self.metrics] for k in keys}
+
+
+def lag_by_topic(rows: list[Any]) -> dict[str, int]:
+    """Group lag rows (Admin.group_lag) summed per topic."""
+    out: dict[str, int] = {}
+    for row in rows:
+        out[row.topic] = out.get(row.topic, 0) + (row.lag or 0)
+    return out
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:  # noqa: S310 (http only, ours)
+        return response.read(8 << 20).decode("utf-8", "replace")
