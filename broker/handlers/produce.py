@@ -36,9 +36,10 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED, with or without an authorizer (Kafka's ha
 transactional batches of more than one producer (id and epoch) in one request with
 INVALID_PRODUCER_ID_MAPPING (Kafka's handleProduceAppend): a transactional id stands for one producer.
 
-Produce v12 (Transaction Version 2, KIP-890 part 2) would have the broker add the partition to the
-transaction itself; this broker never finalizes the `transaction.version` feature, so clients stay on
-version 1 (the Java client then sends Produce v11 at most for transactions) and every version is verified.
+Produce v12+ comes from a Transactions V2 client (KIP-890 part 2; the Java client, once the cluster
+finalizes `transaction.version` 2): it sends no AddPartitionsToTxn, so the first write to a partition has the
+coordinator ADD the partition instead of verifying it (txn_verification.confirm_in_transaction), under the
+same guard. Older versions are verified as above, whatever the feature (Kafka decides by the version too).
 """
 
 from __future__ import annotations
@@ -233,7 +234,8 @@ async def _verify_then_append(services: BrokerServices, request: ProduceRequest,
                               unverified: list, slots: dict, answer, guards: dict):
     producer = transactional_producer(entries[unverified[0]])
     assert producer is not None  # (unverified: partitions of transactional batches only)
-    refused = await verify_transaction(services, request.transactional_id, producer, unverified, version)
+    sequences = {tp: _base_sequence(entries[tp]) for tp in unverified}
+    refused = await verify_transaction(services, request.transactional_id, producer, unverified, version, guards, sequences)
     for tp, code in refused.items():
         entries.pop(tp, None)
         guards.pop(tp, None)
