@@ -59,8 +59,8 @@ def _verify_error(code: ErrorCode, produce_version: int) -> ErrorCode:
     AddPartitionsToTxnManager and ReplicaManager: retriable coordinator trouble is NOT_ENOUGH_REPLICAS)."""
     if code is ErrorCode.PRODUCER_FENCED:
         return ErrorCode.INVALID_PRODUCER_EPOCH
-    if code is ErrorCode.TRANSACTION_ABORTABLE:
-        return ErrorCode.TRANSACTION_ABORTABLE if produce_version >= 12 else ErrorCode.INVALID_TXN_STATE
+    if code is ErrorCode.TRANSACTION_ABORTABLE:  # Produce v11 added it (Kafka: genericError above v10)
+        return ErrorCode.TRANSACTION_ABORTABLE if produce_version >= 11 else ErrorCode.INVALID_TXN_STATE
     if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION):
         return ErrorCode.NOT_ENOUGH_REPLICAS
