@@ -83,12 +83,17 @@ class TransactionCounts:
     write the log refused ended nothing): `committed` and `aborted` reached CompleteCommit / CompleteAbort here
     (whoever asked: EndTxn, a timeout, an operator, a producer re-initialising); `timed_out` had their
     PrepareAbort written because transaction.timeout.ms passed (they are counted in `aborted` too once their
-    markers are written). The coordinator's, not a shard's: a partition moving away takes its shard, not the
+    markers are written); `epoch_bumps` and `producer_ids_rotated` count Transactions V2 ends. The coordinator's,
+    not a shard's: a partition moving away takes its shard, not the
     counts, so they only grow, as Prometheus counters must."""
 
     committed: int = 0
     aborted: int = 0
     timed_out: int = 0
+    # Transactions V2 (EndTxn v5): ends whose Prepare (with the epoch bump) is durable, and of those the ones
+    # that moved to a new producer id (the epoch ran out)
+    epoch_bumps: int = 0
+    producer_ids_rotated: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,9 +290,21 @@ class TransactionShard:
             if allocated is None:  # a block of ids is on its way from the controller: the client retries
                 return out.result(EndResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
             next_producer_id = allocated
+            log.info("producer epoch exhausted: the transaction ends on a new producer id",
+                     transactional_id=metadata.transactional_id, producer_id=metadata.producer_id,
+                     producer_epoch=metadata.producer_epoch, next_producer_id=allocated)
         after = metadata.prepare_end(commit, now_ms, client_transaction_version=client_transaction_version,
                                      next_producer_id=next_producer_id)
         self._write(out, after, send_markers=True)
+        if client_transaction_version >= TV_2:
+            counts, rotated = self.counts, next_producer_id != NO_PRODUCER_ID
+
+            def count(error: BaseException | None) -> None:
+                if error is None:
+                    counts.epoch_bumps += 1
+                    counts.producer_ids_rotated += rotated
+
+            out.callbacks.append(count)
         return out.result(EndResult(ErrorCode.NONE, *after.answered_producer))
 
     def abort_timed_out(self, transactional_id: str, producer_id: int, now_ms: int) -> Result:

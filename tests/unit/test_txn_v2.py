@@ -57,6 +57,7 @@ def test_many_transactions_each_a_new_epoch():
         assert job.producer_epoch == epoch + 1 and job.committed == (i % 2 == 0)
         epoch = r.producer_epoch
     assert h.state().producer_epoch == 20
+    assert (h.tc.counts.epoch_bumps, h.tc.counts.producer_ids_rotated) == (20, 0)  # (the metrics' counts)
 
 
 def test_an_abort_with_nothing_added_bumps_too():
@@ -100,6 +101,7 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id():
     assert _answer(h.end(PID, 32766, version=5)) == (0, 1002, 0)
     assert h.broker_add(1002, 0) == {("t", 0): 0}
     assert _answer(h.end(1002, 0, version=5)) == (0, 1002, 1)
+    assert (h.tc.counts.epoch_bumps, h.tc.counts.producer_ids_rotated) == (3, 1)
 
 
 def test_a_timed_out_transaction_is_aborted_with_one_bump():
