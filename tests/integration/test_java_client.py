@@ -76,11 +76,11 @@ def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+def _create(bootstrap: str, topic: str, partitions: int = 1, replication_factor: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=20).values():
+    for future in admin.create_topics([NewTopic(topic, partitions, replication_factor)], request_timeout=20).values():
         future.result(timeout=30)
 
 
@@ -410,5 +410,15 @@ def test_java_admin_on_three_nodes_quorum_and_reassignment(java, tmp_path):
         (partition,) = moved["after"]
         assert partition["replicas"] == moved["target"], moved
         assert sorted(partition["isr"]) == sorted(moved["target"]) and partition["leader"] in moved["target"]
+
+        # Transactions V2 across nodes: the partitions' leaders ask the coordinator (another node, mostly) to
+        # add them (AddPartitionsToTxn v5 between brokers).
+        topic = _name("tv2-3n")
+        _create(bootstrap, topic, partitions=3, replication_factor=3)
+        answer = java.ok("txns", bootstrap=bootstrap, topic=topic, txn_id=_name("tv2-3n-tid"), txns=8, n=3, partitions=3)
+        assert answer["coordinator_epoch"] == 8, answer
+        read = java.ok("consume", bootstrap=bootstrap, topic=topic, n=12, partitions=3, timeout_ms=15000,
+                       cfg={"isolation.level": "read_committed"})["records"]
+        assert sorted(r["value"] for r in read) == sorted(answer["committed_values"])
     finally:
         cluster.down()
