@@ -197,7 +197,8 @@ def test_exactly_once_v2_through_a_kill(classpath, cluster, tmp_path):
     records = [(f"k{i % 12}".encode(), f"v{i}".encode()) for i in range(600)]
     half = len(records) // 2
     acked = _produce(bootstrap, source, records[:half])
-    app = StreamsProcess(classpath, "eos", bootstrap, _name("eos"), source, sink, tmp_path / "state")
+    app_id = _name("eos")
+    app = StreamsProcess(classpath, "eos", bootstrap, app_id, source, sink, tmp_path / "state")
     try:
         app.wait_for("state RUNNING")
         _read(bootstrap, sink, read_committed=True, until=lambda rs: len(rs) >= half // 2)
@@ -221,8 +222,28 @@ def test_exactly_once_v2_through_a_kill(classpath, cluster, tmp_path):
         report = check(acked, [Seen(m.topic(), m.partition(), m.offset(), m.value()) for m in inputs])
         assert not report.problems(), report.summary()
         assert not [line for line in app.lines if line.startswith("error")], app.output()
+        # Transactions V2: the application's producer (transactional id "<app id>-<process>-<thread>") bumped its
+        # epoch on every commit (at least one per half of the input), where version 1 would have kept the one
+        # InitProducerId gave it (0).
+        epochs = _transaction_epochs(cluster, app_id)
+        assert epochs and max(epochs.values()) >= 2, epochs
     finally:
         app.close()
+
+
+def _transaction_epochs(cluster: Cluster, prefix: str) -> dict[str, int]:
+    """{transactional id: producer epoch} of the ids starting with `prefix`, asked of each node (the coordinator
+    of an id lists and describes it)."""
+    from odradek.protocol.messages import DescribeTransactionsRequest, ListTransactionsRequest
+
+    out: dict[str, int] = {}
+    for node in (1, 2, 3):
+        listed = cluster.request(node, ListTransactionsRequest(state_filters=[], producer_id_filters=[]), 0)
+        ids = [t.transactional_id for t in listed.transaction_states if t.transactional_id.startswith(prefix)]
+        if ids:
+            described = cluster.request(node, DescribeTransactionsRequest(transactional_ids=ids), 0)
+            out.update({t.transactional_id: t.producer_epoch for t in described.transaction_states if t.error_code == 0})
+    return out
 
 
 def test_streams_groups_are_refused_clearly(classpath, cluster, tmp_path):
