@@ -249,6 +249,22 @@ def test_transaction_version_2_is_advertised(broker):
             assert supported.get("transaction.version") == (None if version < 4 else (0, 2))
 
 
+def test_the_cli_shows_the_feature_levels(broker):
+    """`odradek cluster features` (kafka-features describe): what an operator checks before pointing a Java
+    client at the cluster."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "odradek", "cluster", "features", "--bootstrap-server",
+                           broker.bootstrap, "--output", "json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    features = {f["feature"]: f for f in json.loads(done.stdout)["features"]}
+    assert features["transaction.version"] == {"feature": "transaction.version", "supported_min": 0,
+                                               "supported_max": 2, "finalized": 2}
+    assert features["metadata.version"]["finalized"] >= 7
+
+
 def test_tv2_produce_adds_the_partition_and_end_txn_bumps_the_epoch(broker):
     topic, txn_id = name("tv2"), name("tv2-txn")
     tp = TopicPartition(topic, 0)
