@@ -189,6 +189,10 @@ class TransactionShard:
     # AddPartitionsToTxn (24), AddOffsetsToTxn (25)
 
     def _check_producer(self, metadata: TransactionMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        if metadata is not None and metadata.state.is_prepare and producer_id == metadata.next_producer_id != NO_PRODUCER_ID:
+            # A Transactions V2 client already on the producer id its last end moves to, before Complete
+            # switched to it (Kafka checks the pending transition first for this): wait, not a wrong mapping.
+            return ErrorCode.CONCURRENT_TRANSACTIONS
         if metadata is None or metadata.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if metadata.producer_epoch != producer_epoch:
@@ -274,10 +278,10 @@ class TransactionShard:
         if is_retry:  # Transactions V2: the previous end, asked again
             if state is done:
                 return out.result(current)
-            # Complete the other way: INVALID_TXN_STATE; Empty or Ongoing: the epoch after the presented one is
-            # another producer's (an InitProducerId bumped it), not this end's.
-            return out.result(EndResult(ErrorCode.INVALID_TXN_STATE if state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
-                                        else ErrorCode.PRODUCER_FENCED))
+            # Ended (or ending) the other way: INVALID_TXN_STATE, as Kafka; Empty or Ongoing: the epoch after the
+            # presented one is another producer's (an InitProducerId bumped it), not this end's.
+            return out.result(EndResult(ErrorCode.PRODUCER_FENCED if state in (S.EMPTY, S.ONGOING)
+                                        else ErrorCode.INVALID_TXN_STATE))
         if not commit and state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
             return self._prepare_end(out, metadata, False, now_ms, client_transaction_version)
         return out.result(EndResult(ErrorCode.INVALID_TXN_STATE))

@@ -5,7 +5,10 @@ version 1 rules (no bump) are tests/unit/test_txn_coordinator.py's."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
+
+import pytest
 
 from odradek.coordinator.transaction.metadata import TV_0, TV_2
 from odradek.coordinator.transaction.records import TransactionRecord, deserialize, serialize
@@ -158,3 +161,75 @@ def test_records_carry_the_client_transaction_version():
     assert h.add(PID, 1) == {("t", 0): 0}
     assert h.state().client_transaction_version == TV_0
     assert _answer(h.end(PID, 1, version=4))[0] == 0 and h.state().producer_epoch == 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_tv2_client_against_the_coordinator_random_steps(seed):
+    """A Transactions V2 client (the Java client's rules: add through its leaders, end with EndTxn v5, take the
+    answered producer, abort when fenced by a timeout, retry an end whose answer it lost) against the
+    coordinator, in seeded random steps with markers, timeouts and failovers (replay) in between. After every
+    step: the client's producer is the coordinator's once nothing is in flight, epochs only grow within a
+    producer id, a new id comes only from the epoch running out, and a reload replays the same table."""
+    rng = random.Random(seed)
+    h = Harness()
+    r = h.init()
+    pid, epoch = r.producer_id, r.producer_epoch
+    if seed % 3 == 0:  # near the end of the epochs: the rotation is exercised too
+        shard = h.tc.shard_for(TXN)
+        shard.transactions[TXN] = replace(h.state(), producer_epoch=32760)
+        epoch = 32760
+    seen_ids = [pid]
+    last_answered: tuple[int, int] | None = None  # an EndTxn whose answer the client "lost"
+    for step in range(120):
+        op = rng.random()
+        if op < 0.35:
+            (code,) = h.broker_add(pid, epoch, [("t", rng.randrange(3))]).values()
+            if code == ErrorCode.PRODUCER_FENCED:  # a timeout aborted it (epoch bumped): the client aborts
+                r = h.end(pid, epoch, commit=False, version=5)
+                assert r.error_code in (0, ErrorCode.CONCURRENT_TRANSACTIONS), (seed, step, r)
+                if r.error_code == 0:
+                    pid, epoch = r.producer_id, r.producer_epoch
+            else:
+                assert code in (0, ErrorCode.CONCURRENT_TRANSACTIONS), (seed, step, code)
+        elif op < 0.6:
+            before = (pid, epoch)
+            r = h.end(pid, epoch, commit=rng.random() < 0.6, version=5)
+            assert r.error_code in (0, ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.INVALID_TXN_STATE), (seed, step, r)
+            if r.error_code == ErrorCode.INVALID_TXN_STATE and h.state().producer_epoch == epoch + 1:
+                # A commit of what a timeout aborted: the client aborts, as the Java client does when fenced.
+                r = h.end(pid, epoch, commit=False, version=5)
+                assert r.error_code in (0, ErrorCode.CONCURRENT_TRANSACTIONS), (seed, step, r)
+            if r.error_code == 0:
+                assert (r.producer_id, r.producer_epoch) == (pid, epoch + 1) or (
+                    epoch >= 32766 and r.producer_epoch == 0 and r.producer_id > pid), (seed, step, before, r)
+                last_answered = before
+                pid, epoch = r.producer_id, r.producer_epoch
+                if pid not in seen_ids:
+                    seen_ids.append(pid)
+        elif op < 0.8:
+            h.finish_markers()
+        elif op < 0.88 and last_answered is not None:
+            # A retry of the last end with the epoch (and id) before it: answered the current producer, or told
+            # to wait, or (the other way round, or a later transaction under way) refused; never a new bump.
+            state_before = h.state()
+            r = h.end(*last_answered, commit=state_before.state is not S.COMPLETE_ABORT, version=5)
+            assert h.state() == state_before, (seed, step)
+            if r.error_code == 0:
+                assert (r.producer_id, r.producer_epoch) == (pid, epoch), (seed, step, r)
+        elif op < 0.93:
+            h.advance(TIMEOUT_MS + 1)  # an Ongoing transaction times out (its epoch bumped: the client is fenced)
+        else:
+            before = {p: dict(h.tc.runtime.shard(p).transactions) for p in h.tc.runtime.partitions}
+            h.reload()
+            after = {p: dict(h.tc.runtime.shard(p).transactions) for p in h.tc.runtime.partitions}
+            strip = lambda t: {p: {k: replace(m, last_producer_epoch=-1) for k, m in d.items()} for p, d in t.items()}
+            assert strip(before) == strip(after), (seed, step)
+        m = h.state()
+        assert m.producer_id in seen_ids or m.next_producer_id in seen_ids or m.producer_id > seen_ids[-1], (seed, step)
+        assert seen_ids == sorted(seen_ids), (seed, step)
+        if not m.state.is_prepare and m.producer_id == pid:
+            assert m.producer_epoch >= epoch, (seed, step, m, epoch)
+    h.finish_markers()
+    h.finish_markers()
+    m = h.state()
+    assert not m.state.is_prepare and m.producer_id == pid, (seed, m, pid)
