@@ -800,9 +800,14 @@ class Admin:
     async def describe_features(self) -> FeatureMetadata:
         """The features (KIP-584) as one broker reports them: ApiVersions at its highest version (v4+ lists the
         ranges that start at 0, such as transaction.version's)."""
+        def build(version: int) -> Any:
+            request = REQUESTS[API_VERSIONS]()
+            if version >= 3:  # (the fields exist from v3, as the features in the answer do)
+                request.client_software_name, request.client_software_version = "odradek-python", "0.1.0"
+            return request
+
         node = self.client.least_loaded_node()
-        response = await self.client.send(node, lambda version: REQUESTS[API_VERSIONS](
-            client_software_name="odradek-python", client_software_version="0.1.0"), api_key=API_VERSIONS)
+        response = await self.client.send(node, build, api_key=API_VERSIONS)
         if response.error_code:
             raise KafkaError(response.error_code, None, context="ApiVersions")
         return FeatureMetadata(
