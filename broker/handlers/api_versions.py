@@ -50,7 +50,7 @@ cluster could never reach it), and Odradek does not gate ConsumerGroupHeartbeat 
 supported but never finalized would promise an upgrade nobody can make."""
 
 FIRST_VERSION_WITH_MIN_LEVEL_0 = 4
-"""ApiVersions v4 (KIP-511's successor, KAFKA-17011): the first whose clients accept a supported range from 0."""
+"""ApiVersions v4 (Kafka 3.9, KAFKA-17011): the first version whose clients accept a supported range from 0."""
 
 
 def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:

@@ -12,7 +12,8 @@
 - Transactions V2 at the wire: `transaction.version` finalized at 2 and supported 0-2 (left out of
   ApiVersions v3's supported list, as Kafka does), EndTxn v5; Produce v12 adds the partition with no
   AddPartitionsToTxn, EndTxn v5 bumps the epoch (the markers fence the old one), and the next transaction
-  starts at once on the new epoch, while the previous one's markers may still be in flight.
+  starts at once on the new epoch, while the previous one's markers may still be in flight; `odradek cluster
+  features` shows the levels.
 """
 
 from __future__ import annotations
