@@ -39,7 +39,9 @@ INVALID_PRODUCER_ID_MAPPING (Kafka's handleProduceAppend): a transactional id st
 Produce v12+ comes from a Transactions V2 client (KIP-890 part 2; the Java client, once the cluster
 finalizes `transaction.version` 2): it sends no AddPartitionsToTxn, so the first write to a partition has the
 coordinator ADD the partition instead of verifying it (txn_verification.confirm_in_transaction), under the
-same guard. Older versions are verified as above, whatever the feature (Kafka decides by the version too).
+same guard, and also with `transaction.partition.verification.enable=false` (without the add the partition
+would hold a transaction its coordinator does not know). Older versions are verified as above, whatever the
+feature (Kafka decides by the version too).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from odradek.storage.producer_state import SENTINEL
 from odradek.storage.names import TopicPartition
 
 from ..context import DECLINED, ConnectionContext, Packed
-from ..txn_verification import transactional_producer, verify_transaction
+from ..txn_verification import FIRST_TV2_PRODUCE_VERSION, transactional_producer, verify_transaction
 from . import Answer, handles
 
 if TYPE_CHECKING:
@@ -192,7 +194,9 @@ def handle_produce(services: BrokerServices, ctx: RequestContext, request: Produ
         return response
 
     # The SENTINEL for every partition not verified below (None: verification is off, nothing is checked).
-    guards: dict | None = {} if services.config.transaction_partition_verification_enable else None
+    # Transactions V2 (v12+) needs the leader's add whatever the setting: its client adds nothing itself.
+    guards: dict | None = {} if (services.config.transaction_partition_verification_enable
+                                 or version >= FIRST_TV2_PRODUCE_VERSION) else None
     if request.transactional_id is not None:  # (without one, transactional batches were refused above)
         producers = {p for p in map(transactional_producer, entries.values()) if p is not None}
         if not _one_producer(producers):

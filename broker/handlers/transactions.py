@@ -111,20 +111,22 @@ def _commit_refused(topic, code, version: int):
           else ErrorCode.TOPIC_AUTHORIZATION_FAILED, _commit_refused)
 def _txn_offset_commit(services: BrokerServices, ctx: RequestContext, request: TxnOffsetCommitRequest) -> Answer:
     version = ctx.api_version
-    verification = _start_offsets_verification(services, request)
+    verification = _start_offsets_verification(services, request, version)
     if verification is None:
         return respond(services, services.groups.txn_offset_commit(request, version, services.now_ms()))
     return _verify_then_commit(services, request, version, *verification)
 
 
-def _start_offsets_verification(services: BrokerServices, request: TxnOffsetCommitRequest):
+def _start_offsets_verification(services: BrokerServices, request: TxnOffsetCommitRequest, version: int):
     """(the group's `__consumer_offsets` partition, the verification guard taken on it) if the commit must
     first be verified with the transaction coordinator (KIP-890 part 1, Kafka's
-    GroupCoordinatorService.commitTransactionalOffsets); None when verification is off, for a request the
+    GroupCoordinatorService.commitTransactionalOffsets), or, v5, the partition added; None when verification is
+    off (below v5), for a request the
     group coordinator refuses anyway (no group id, a group it does not coordinate), and when the partition
     holds this producer's open transaction already (the SENTINEL: a later commit of the same transaction,
     as Kafka skips the round trip then)."""
-    if not services.config.transaction_partition_verification_enable or not request.group_id:
+    if not request.group_id or not (services.config.transaction_partition_verification_enable
+                                    or version >= FIRST_TV2_TXN_OFFSET_COMMIT_VERSION):  # (v5 must add: see the module doc)
         return None
     groups = services.groups
     partition = groups.partition_for(request.group_id)

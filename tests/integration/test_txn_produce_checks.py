@@ -296,6 +296,24 @@ def test_tv2_produce_adds_the_partition_and_end_txn_bumps_the_epoch(broker):
         assert partition(tp).log.producer_state.producers[pid].producer_epoch == epoch + 2
 
 
+def test_tv2_adds_even_with_verification_off(tmp_path):
+    """`transaction.partition.verification.enable=false` turns KIP-890 part 1's checks off, not part 2's add:
+    without it a Produce v12 would open a transaction its coordinator never heard of (nothing would end it)."""
+    topic, txn_id = name("tv2-off"), name("tv2-off-txn")
+    with BrokerThread(tmp_path, **{"transaction.partition.verification.enable": False}) as running, \
+            RawClient(running.bootstrap) as client:
+        create(client, topic, partitions=1)
+        pid, epoch = init(client, txn_id)
+        assert produce(client, txn_id, [(topic, 0, batch((pid, epoch), 0, b"a"))], version=12) == [0]
+        r = client.request(EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                                         committed=True), 5)
+        assert (r.error_code, r.producer_epoch) == (0, epoch + 1)
+        deadline = time.monotonic() + DEADLINE_S
+        while offsets(client, topic, 0) != (2, 2) and time.monotonic() < deadline:
+            time.sleep(0.05)  # bounded poll: the commit marker closes the transaction the add opened
+        assert offsets(client, topic, 0) == (2, 2)
+
+
 def test_producer_state_expires_on_the_broker_except_an_open_transaction(tmp_path):
     """producer.id.expiration.ms reaches the partitions and the broker's periodic check: an idle idempotent
     producer is forgotten, a producer with a transaction open on the partition is not (DescribeProducers)."""
