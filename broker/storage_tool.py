@@ -142,7 +142,7 @@ def write_bootstrap_records(directory: str, records: list) -> None:
 
 
 def read_bootstrap_records(directory: str) -> tuple:
-    """The records `format --add-scram` left for the cluster's first controller (empty without the file)."""
+    """The records `format --add-scram` and `--feature` left for the cluster's first controller (empty without the file)."""
     path = os.path.join(os.path.expanduser(directory), BOOTSTRAP_FILE)
     try:
         with open(path, "rb") as f:
