@@ -408,7 +408,8 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
     import uuid
 
     from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
-    from odradek.metadata.image import ELR_VERSION, ELR_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION_FEATURE
+    from odradek.metadata.image import (ELR_VERSION, ELR_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION_FEATURE,
+                                        TRANSACTION_VERSION, TRANSACTION_VERSION_FEATURE)
 
     cfg = node.config
     controller = node.controller
@@ -422,7 +423,9 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
         features=[BrokerRegistrationRequest.Feature(name=METADATA_VERSION_FEATURE, min_supported_version=1,
                                                     max_supported_version=METADATA_VERSION),
                   BrokerRegistrationRequest.Feature(name=ELR_VERSION_FEATURE, min_supported_version=0,
-                                                    max_supported_version=ELR_VERSION)],
+                                                    max_supported_version=ELR_VERSION),
+                  BrokerRegistrationRequest.Feature(name=TRANSACTION_VERSION_FEATURE, min_supported_version=0,
+                                                    max_supported_version=TRANSACTION_VERSION)],
         previous_broker_epoch=previous_broker_epoch,
     )
     if previous_broker_epoch < 0 and node.data.metadata_known_through <= 0:

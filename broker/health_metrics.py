@@ -21,6 +21,8 @@ Kafka spreads these over several MBeans; the names here say which one each stand
   transactions_completed_total{result}         committed / aborted transactions this coordinator ended
   transactions_timed_out_total                 transactions this coordinator aborted on
                                                transaction.timeout.ms
+  transactions_epoch_bumps_total               Transactions V2 ends (EndTxn v5): each bumped the epoch
+  transactions_producer_ids_rotated_total      of those, the ends that moved to a new producer id
 
 (all with the `odradek_` prefix). The partition gauges Kafka's ReplicaManager and controller export
 (UnderReplicatedPartitions, UnderMinIsrPartitionCount, OfflinePartitionsCount, FencedBrokerCount) are in
@@ -89,6 +91,10 @@ _FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
                                        ("result",), "counter"),
     "odradek_transactions_timed_out": ("Transactions this coordinator aborted on transaction.timeout.ms",
                                        (), "counter"),
+    "odradek_transactions_epoch_bumps": ("Transactions V2 ends (EndTxn v5) that bumped the producer epoch here",
+                                         (), "counter"),
+    "odradek_transactions_producer_ids_rotated": (
+        "Transactions V2 ends that moved to a new producer id, the epoch exhausted", (), "counter"),
 }
 
 
@@ -117,6 +123,8 @@ class _Snapshot(NamedTuple):
     transactions_committed: int
     transactions_aborted: int
     transactions_timed_out: int
+    transactions_epoch_bumps: int
+    transactions_producer_ids_rotated: int
 
 
 class ClusterHealthCollector(Collector):
@@ -170,6 +178,7 @@ class ClusterHealthCollector(Collector):
                              for tp, p in node.data.partitions.items() if p.is_leader],
             group_offsets=groups, group_offsets_dropped=dropped, transactions_ongoing=ongoing,
             transactions_committed=counts[0], transactions_aborted=counts[1], transactions_timed_out=counts[2],
+            transactions_epoch_bumps=counts[3], transactions_producer_ids_rotated=counts[4],
         )
 
     def _log_dirs(self) -> list[tuple[str, bool, int]]:
@@ -208,18 +217,19 @@ class ClusterHealthCollector(Collector):
                 room -= min(room, len(offsets))
         return rows, dropped
 
-    def _transactions(self) -> tuple[int, tuple[int, int, int]]:
+    def _transactions(self) -> tuple[int, tuple[int, int, int, int, int]]:
         from odradek.coordinator.transaction.metadata import TransactionState
 
         coordinator = self.node.services.transactions_if_started
         if coordinator is None:
-            return 0, (0, 0, 0)
+            return 0, (0, 0, 0, 0, 0)
         runtime = coordinator.runtime
         ongoing = 0
         for p in runtime.partitions:
             ongoing += sum(1 for m in runtime.shard(p).transactions.values() if m.state is TransactionState.ONGOING)
         counts = coordinator.counts
-        return ongoing, (counts.committed, counts.aborted, counts.timed_out)
+        return ongoing, (counts.committed, counts.aborted, counts.timed_out, counts.epoch_bumps,
+                         counts.producer_ids_rotated)
 
     # -- wherever the scrape runs
 
@@ -250,4 +260,6 @@ class ClusterHealthCollector(Collector):
         f["odradek_transactions_completed"].add_metric(["committed"], s.transactions_committed)
         f["odradek_transactions_completed"].add_metric(["aborted"], s.transactions_aborted)
         f["odradek_transactions_timed_out"].add_metric([], s.transactions_timed_out)
+        f["odradek_transactions_epoch_bumps"].add_metric([], s.transactions_epoch_bumps)
+        f["odradek_transactions_producer_ids_rotated"].add_metric([], s.transactions_producer_ids_rotated)
         return list(f.values())

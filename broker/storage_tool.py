@@ -5,11 +5,18 @@
     odradek storage info -c server.properties                     # what each log dir belongs to
     odradek storage format ... --add-scram 'SCRAM-SHA-512=[name=admin,password=admin-secret]'
     odradek storage format --standalone -t ID -c server.properties  # Kafka 4's quick start: a quorum of one
+    odradek storage format ... --feature transaction.version=1    # a feature level other than the default
 
 `--add-scram` (repeatable, Kafka's syntax; also `iterations=`, and `salt=` with `saltedpassword=` in
 base64 instead of `password=`) writes the user's SCRAM credential, salted, into `bootstrap.checkpoint` in
 the metadata directory; the cluster's first controller writes it into the metadata log with the other
 bootstrap records, so the first user can log in before any admin client can reach the cluster.
+
+`--feature NAME=LEVEL` (repeatable, Kafka's syntax) finalizes a feature at a level other than a new cluster's
+default, written into `bootstrap.checkpoint` as well: `transaction.version=1` keeps every client on
+Transactions V1 (no epoch bump per transaction; the Java client then adds partitions itself). Only the
+levels this release can run are accepted (1 or 2 for transaction.version; a level 0 is not offered: for the
+clients it is version 1, which differs only in how Kafka's own coordinator lays out its records).
 
 Every node of a cluster is formatted with the same cluster id before its first start; a node refuses to
 join a cluster whose id differs from its own (its log directories', and the metadata log's). A lone node
@@ -27,7 +34,8 @@ from typing import Any
 
 from odradek.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, credential_from_salted_password, salted_password
 from odradek.metadata.image import MetadataReplayError, new_cluster_id, replay_all
-from odradek.metadata.records import UserScramCredentialRecord
+from odradek.metadata.image import TRANSACTION_VERSION, TRANSACTION_VERSION_FEATURE
+from odradek.metadata.records import FeatureLevelRecord, UserScramCredentialRecord
 from odradek.metadata.snapshot import decode_snapshot, encode_snapshot, image_records
 from odradek.storage.errors import ForeignLogDirectoryError
 from odradek.storage.meta_properties import format_log_dir, new_directory_id, read_meta_properties
@@ -46,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[], help="set a property (repeatable)")
     fmt.add_argument("--add-scram", "-S", action="append", default=[], metavar="MECHANISM=[name=...,password=...]",
                      help="a SCRAM user to create with the cluster (repeatable)")
+    fmt.add_argument("--feature", "-f", action="append", default=[], metavar="NAME=LEVEL",
+                     help="finalize a feature at this level instead of the default (repeatable): transaction.version=1")
     fmt.add_argument("--ignore-formatted", "-g", action="store_true",
                      help="succeed when a directory is already formatted with this cluster and node id")
     fmt.add_argument("--standalone", "-s", action="store_true",
@@ -103,6 +113,25 @@ def parse_add_scram(text: str, salt: bytes | None = None) -> Any:  # a UserScram
                                      server_key=c.server_key, iterations=iterations)
 
 
+FORMATTABLE_FEATURES = {TRANSACTION_VERSION_FEATURE: (1, TRANSACTION_VERSION)}
+"""The features `--feature` may set, with the levels it accepts (see the module doc for why not 0)."""
+
+
+def parse_feature(text: str) -> Any:  # a FeatureLevelRecord (a value, not a type)
+    """`transaction.version=1` as Kafka's `kafka-storage format --feature` reads it."""
+    name, sep, level = text.partition("=")
+    name = name.strip()
+    if not sep or not level.strip().lstrip("-").isdigit():
+        raise ValueError(f"--feature {text!r}: expected NAME=LEVEL, e.g. transaction.version=1")
+    if name not in FORMATTABLE_FEATURES:
+        raise ValueError(f"--feature {name}: not a feature this release lets formatting set "
+                         f"(it can: {', '.join(sorted(FORMATTABLE_FEATURES))})")
+    lo, hi = FORMATTABLE_FEATURES[name]
+    if not lo <= int(level) <= hi:
+        raise ValueError(f"--feature {name}={level.strip()}: this release runs {name} at levels {lo} to {hi}")
+    return FeatureLevelRecord(name=name, feature_level=int(level))
+
+
 def write_bootstrap_records(directory: str, records: list) -> None:
     path = os.path.join(directory, BOOTSTRAP_FILE)
     with open(path + ".tmp", "wb") as f:
@@ -113,7 +142,7 @@ def write_bootstrap_records(directory: str, records: list) -> None:
 
 
 def read_bootstrap_records(directory: str) -> tuple:
-    """The records `format --add-scram` left for the cluster's first controller (empty without the file)."""
+    """The records `format --add-scram` and `--feature` left for the cluster's first controller (empty without the file)."""
     path = os.path.join(os.path.expanduser(directory), BOOTSTRAP_FILE)
     try:
         with open(path, "rb") as f:
@@ -160,7 +189,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     try:
-        scram = [parse_add_scram(text) for text in args.add_scram]
+        bootstrap = [parse_add_scram(text) for text in args.add_scram] + [parse_feature(text) for text in args.feature]
     except ValueError as e:
         print(f"odradek: {e}", file=sys.stderr)
         return 2
@@ -174,8 +203,13 @@ def main(argv: list[str]) -> int:
             status = 1
             continue
         print(f"{'Formatted' if wrote else 'Already formatted'} {directory} (cluster.id={args.cluster_id}, node.id={config.node_id})")
-    if scram and status == 0:
+    if bootstrap and status == 0:
         directory = os.path.abspath(os.path.expanduser(config.metadata_dir))
-        write_bootstrap_records(directory, scram)
-        print(f"Wrote {len(scram)} SCRAM credential(s) to {os.path.join(directory, BOOTSTRAP_FILE)}")
+        write_bootstrap_records(directory, bootstrap)
+        for record in bootstrap:
+            if isinstance(record, FeatureLevelRecord):
+                print(f"Finalizing {record.name} at level {record.feature_level} when the cluster starts")
+        users = sum(not isinstance(r, FeatureLevelRecord) for r in bootstrap)
+        print(f"Wrote {users} SCRAM credential(s) and {len(bootstrap) - users} feature level(s) to "
+              f"{os.path.join(directory, BOOTSTRAP_FILE)}")
     return status

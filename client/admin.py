@@ -57,6 +57,7 @@ CREATE_PARTITIONS = 37
 DESCRIBE_LOG_DIRS = 35
 DESCRIBE_CLUSTER = 60
 DESCRIBE_QUORUM = 55
+API_VERSIONS = 18
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
@@ -157,6 +158,16 @@ class ClusterDescription:
     cluster_id: str | None
     controller_id: int
     brokers: list[BrokerDescription]
+
+
+@dataclass
+class FeatureMetadata:
+    """The cluster's features as a broker reports them in ApiVersions v3+ (Admin.describeFeatures): the levels
+    finalized (a feature at level 0 is off and absent), their epoch, and the (min, max) this broker supports."""
+
+    finalized: dict[str, int]
+    finalized_epoch: int
+    supported: dict[str, tuple[int, int]]
 
 
 @dataclass
@@ -785,6 +796,24 @@ class Admin:
         return ClusterDescription(cluster.cluster_id, cluster.controller_id,
                                   [BrokerDescription(b.node_id, b.host, b.port, b.rack)
                                    for b in sorted(cluster.brokers.values(), key=lambda b: b.node_id)])
+
+    async def describe_features(self) -> FeatureMetadata:
+        """The features (KIP-584) as one broker reports them: ApiVersions at its highest version (v4+ lists the
+        ranges that start at 0, such as transaction.version's)."""
+        def build(version: int) -> Any:
+            request = REQUESTS[API_VERSIONS]()
+            if version >= 3:  # (the fields exist from v3, as the features in the answer do)
+                request.client_software_name, request.client_software_version = "odradek-python", "0.1.0"
+            return request
+
+        node = self.client.least_loaded_node()
+        response = await self.client.send(node, build, api_key=API_VERSIONS)
+        if response.error_code:
+            raise KafkaError(response.error_code, None, context="ApiVersions")
+        return FeatureMetadata(
+            finalized={f.name: f.max_version_level for f in response.finalized_features or ()},
+            finalized_epoch=response.finalized_features_epoch,
+            supported={f.name: (f.min_version, f.max_version) for f in response.supported_features or ()})
 
     async def describe_quorum(self) -> QuorumDescription:
         """The metadata quorum (DescribeQuorum); `UnsupportedVersionError` from a broker that does not serve it."""

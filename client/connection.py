@@ -171,10 +171,14 @@ async def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
     return True
 
 # Highest version the client code speaks where it is below the protocol layer's: these versions switch
-# from topic names to topic ids, which this client does not use.
+# from topic names to topic ids, which this client does not use, or to Transactions V2 (KIP-890 part 2: an
+# epoch bump per transaction, partitions added by their leaders), which it does not speak either: it adds
+# its partitions itself and keeps its epoch, as the Java client does with transaction.version 1.
 CLIENT_MAX_VERSIONS = {
-    0: 12,  # Produce v13: topic ids
+    0: 11,  # Produce v12: Transactions V2 (the leader adds the partition); v13: topic ids
     1: 12,  # Fetch v13: topic ids
+    26: 4,  # EndTxn v5: Transactions V2 (the epoch bump)
+    28: 4,  # TxnOffsetCommit v5: Transactions V2 (the group coordinator adds the offsets partition)
     8: 9,  # OffsetCommit v10: topic ids
     9: 9,  # OffsetFetch v10: topic ids
 }

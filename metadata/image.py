@@ -52,6 +52,13 @@ ELR_VERSION = 1
 new cluster finalizes it at bootstrap, as Kafka 4.1+ does; a cluster formatted before keeps it off (the
 level is never moved: UpdateFeatures is not served)."""
 
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+TRANSACTION_VERSION = 2
+"""KIP-890's feature, the highest level this release serves and the one a new cluster finalizes (Kafka 4.x's
+default for a new cluster): 2 is Transactions V2, an epoch bump per transaction (coordinator/transaction/);
+clients pick their protocol by it (the Java client speaks V2 only when it is finalized at 2). A cluster
+formatted with `odradek storage format --feature transaction.version=1` keeps every client on version 1."""
+
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
 """PartitionChangeRecord.leader when the leader did not change."""

@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from odradek.metadata.image import METADATA_VERSION, METADATA_VERSION_FEATURE
+from odradek.metadata.image import (
+    METADATA_VERSION,
+    METADATA_VERSION_FEATURE,
+    TRANSACTION_VERSION,
+    TRANSACTION_VERSION_FEATURE,
+)
 from odradek.protocol.messages import ApiVersionsResponse
 
 from . import BROKER, CONTROLLER, Answer, handles
@@ -27,17 +32,25 @@ if TYPE_CHECKING:
     from ..context import RequestContext
     from ..services import BrokerServices
 
-SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {METADATA_VERSION_FEATURE: (METADATA_VERSION, METADATA_VERSION)}
-"""The features this release can run, with the (min, max) levels of each: only `metadata.version`, at the one
-level Odradek writes (3.3-IV3, which is also Kafka 4.x's minimum). Kafka 4.x brokers also list kraft.version,
-group.version, transaction.version, eligible.leader.replicas.version, share.version and streams.version.
+SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {
+    METADATA_VERSION_FEATURE: (METADATA_VERSION, METADATA_VERSION),
+    TRANSACTION_VERSION_FEATURE: (0, TRANSACTION_VERSION),
+}
+"""The features this release can run, with the (min, max) levels of each: `metadata.version` at the one level
+Odradek writes (3.3-IV3, which is also Kafka 4.x's minimum), and `transaction.version` 0-2 (2 is KIP-890's
+Transactions V2, the level a new cluster finalizes, as Kafka 4.x does; see coordinator/transaction/). A
+range starting at 0 is left out of answers to ApiVersions v0-3, as Kafka does (KAFKA-17492: clients of
+those versions refuse a minimum of 0; they could not use the feature anyway). Kafka 4.x brokers also
+list kraft.version, group.version, eligible.leader.replicas.version, share.version and streams.version.
 Odradek lists none of them. (eligible.leader.replicas.version is finalized at 1 in a new cluster, KIP-966,
-and so shows in FinalizedFeatures; its supported range starts at 0, which ApiVersions v3 clients refuse,
-KAFKA-17011, so it is left out here rather than listed for v4 only.) The others: transaction.version 2 is KIP-890's Transactions V2, not served; group.version 1 is
+and so shows in FinalizedFeatures.) group.version 1 is
 the gate Kafka puts on KIP-848 consumer groups, which Odradek does serve, but finalizing it takes a
 FeatureLevelRecord the controller does not write at bootstrap (and UpdateFeatures is not served, so an existing
 cluster could never reach it), and Odradek does not gate ConsumerGroupHeartbeat on it; listing group.version as
 supported but never finalized would promise an upgrade nobody can make."""
+
+FIRST_VERSION_WITH_MIN_LEVEL_0 = 4
+"""ApiVersions v4 (Kafka 3.9, KAFKA-17011): the first version whose clients accept a supported range from 0."""
 
 
 def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:
@@ -47,9 +60,13 @@ def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:
 
 
 def with_features(base: ApiVersionsResponse, finalized: Mapping[str, int], epoch: int,
-                  supported: Mapping[str, tuple[int, int]] = SUPPORTED_FEATURES) -> ApiVersionsResponse:
+                  supported: Mapping[str, tuple[int, int]] = SUPPORTED_FEATURES, *,
+                  request_version: int = FIRST_VERSION_WITH_MIN_LEVEL_0) -> ApiVersionsResponse:
     """`base`'s API table with the features added. A feature finalized at level 0 is off and is not listed,
-    as Kafka lists it; KIP-778 dropped finalized minimum levels, so each is sent with min = max = its level."""
+    as Kafka lists it; KIP-778 dropped finalized minimum levels, so each is sent with min = max = its level.
+    Below ApiVersions v4 a supported range starting at 0 is left out (see SUPPORTED_FEATURES)."""
+    if request_version < FIRST_VERSION_WITH_MIN_LEVEL_0:
+        supported = {name: r for name, r in supported.items() if r[0] > 0}
     return ApiVersionsResponse(
         error_code=base.error_code,
         api_keys=base.api_keys,
@@ -70,20 +87,24 @@ class ApiVersionsAnswers:
     """One listener's ApiVersions answer, rebuilt when the metadata image or its offset changes and shared by
     every request in between (a connection's first request; a reconnect storm costs one build per image)."""
 
-    __slots__ = ("base", "_image", "_offset", "_answer")
+    __slots__ = ("base", "_image", "_offset", "_answers")
 
     def __init__(self, base: ApiVersionsResponse) -> None:
         self.base = base
         self._image: MetadataImage | None = None
         self._offset = -1
-        self._answer = base
+        self._answers: dict[bool, ApiVersionsResponse] = {}  # by "v4 or later" (see SUPPORTED_FEATURES)
 
-    def answer(self, metadata: MetadataPublisher) -> ApiVersionsResponse:
+    def answer(self, metadata: MetadataPublisher, version: int = FIRST_VERSION_WITH_MIN_LEVEL_0) -> ApiVersionsResponse:
         image, offset = metadata.image, metadata.offset
         if image is not self._image or offset != self._offset:
-            self._answer = with_features(self.base, image.features, offset)
+            self._answers.clear()
             self._image, self._offset = image, offset
-        return self._answer
+        modern = version >= FIRST_VERSION_WITH_MIN_LEVEL_0
+        answer = self._answers.get(modern)
+        if answer is None:
+            answer = self._answers[modern] = with_features(self.base, image.features, offset, request_version=version)
+        return answer
 
 
 @handles(18, listeners=(BROKER, CONTROLLER))
@@ -92,5 +113,5 @@ def handle_api_versions(services: BrokerServices, ctx: RequestContext, request: 
     listeners the quorum's and the brokers' RPCs; both with the features of the image this node holds."""
     answers = services.controller_api_versions_response if ctx.connection.scope == CONTROLLER else services.api_versions_response
     if isinstance(answers, ApiVersionsAnswers):
-        return answers.answer(services.metadata)
+        return answers.answer(services.metadata, ctx.api_version)
     return answers

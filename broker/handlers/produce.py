@@ -36,9 +36,12 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED, with or without an authorizer (Kafka's ha
 transactional batches of more than one producer (id and epoch) in one request with
 INVALID_PRODUCER_ID_MAPPING (Kafka's handleProduceAppend): a transactional id stands for one producer.
 
-Produce v12 (Transaction Version 2, KIP-890 part 2) would have the broker add the partition to the
-transaction itself; this broker never finalizes the `transaction.version` feature, so clients stay on
-version 1 (the Java client then sends Produce v11 at most for transactions) and every version is verified.
+Produce v12+ comes from a Transactions V2 client (KIP-890 part 2; the Java client, once the cluster
+finalizes `transaction.version` 2): it sends no AddPartitionsToTxn, so the first write to a partition has the
+coordinator ADD the partition instead of verifying it (txn_verification.confirm_in_transaction), under the
+same guard, and also with `transaction.partition.verification.enable=false` (without the add the partition
+would hold a transaction its coordinator does not know). Older versions are verified as above, whatever the
+feature (Kafka decides by the version too).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from odradek.storage.producer_state import SENTINEL
 from odradek.storage.names import TopicPartition
 
 from ..context import DECLINED, ConnectionContext, Packed
-from ..txn_verification import transactional_producer, verify_transaction
+from ..txn_verification import FIRST_TV2_PRODUCE_VERSION, transactional_producer, verify_transaction
 from . import Answer, handles
 
 if TYPE_CHECKING:
@@ -191,7 +194,9 @@ def handle_produce(services: BrokerServices, ctx: RequestContext, request: Produ
         return response
 
     # The SENTINEL for every partition not verified below (None: verification is off, nothing is checked).
-    guards: dict | None = {} if services.config.transaction_partition_verification_enable else None
+    # Transactions V2 (v12+) needs the leader's add whatever the setting: its client adds nothing itself.
+    guards: dict | None = {} if (services.config.transaction_partition_verification_enable
+                                 or version >= FIRST_TV2_PRODUCE_VERSION) else None
     if request.transactional_id is not None:  # (without one, transactional batches were refused above)
         producers = {p for p in map(transactional_producer, entries.values()) if p is not None}
         if not _one_producer(producers):
@@ -233,7 +238,8 @@ async def _verify_then_append(services: BrokerServices, request: ProduceRequest,
                               unverified: list, slots: dict, answer, guards: dict):
     producer = transactional_producer(entries[unverified[0]])
     assert producer is not None  # (unverified: partitions of transactional batches only)
-    refused = await verify_transaction(services, request.transactional_id, producer, unverified, version)
+    sequences = {tp: _base_sequence(entries[tp]) for tp in unverified}
+    refused = await verify_transaction(services, request.transactional_id, producer, unverified, version, guards, sequences)
     for tp, code in refused.items():
         entries.pop(tp, None)
         guards.pop(tp, None)

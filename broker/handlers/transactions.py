@@ -4,14 +4,13 @@ DescribeTransactions (65), ListTransactions (66); and TxnOffsetCommit (28), whic
 serves (pending offsets made visible by the commit marker). InitProducerId is in producer_ids.py and
 WriteTxnMarkers, the partitions' side, in its own module.
 
-EndTxn stops at v4: v5 is Transaction Version 2 (KIP-890 part 2, an epoch bump per transaction), which
-clients use only when the broker finalizes the `transaction.version` feature at 2; this broker does not,
-and none of the clients tested here (librdkafka, aiokafka, kafka-python) sends v5. Not advertising either
-keeps the Java client on version 1 too (it then sends EndTxn v4, Produce v11 and TxnOffsetCommit v4 at
-most in a transaction), whose partitions are verified, not added, by the partition leader
-(handlers/produce.py); tests/integration/test_txn_produce_checks.py pins what ApiVersions says.
-AddPartitionsToTxn v5 and TxnOffsetCommit v5 are advertised as Kafka does whatever the feature: v5 of the
-first only adds the TRANSACTION_ABORTABLE error, and a client sends v5 of the second only with TV2.
+EndTxn v5 and TxnOffsetCommit v5 are Transactions V2 (KIP-890 part 2): clients send them only when the
+cluster finalizes `transaction.version` 2 (metadata/controller/feature_control.py; the Java client does,
+librdkafka, aiokafka and kafka-python never do). EndTxn v5 bumps the producer epoch on every end and answers
+the producer id and epoch to go on with (coordinator/transaction/shard.py); TxnOffsetCommit v5 has the
+coordinator add the group's `__consumer_offsets` partition, since a V2 client sends no AddOffsetsToTxn.
+Every version is advertised whatever the feature, as Kafka does: the request's version, not the feature,
+decides the behaviour, and a client picks the version by the feature.
 
 TxnOffsetCommit is verified (KIP-890 part 1) before the group coordinator writes it: the transaction
 coordinator must have the group's `__consumer_offsets` partition in the producer's Ongoing transaction
@@ -21,8 +20,7 @@ marker ever closes: pending offsets for good, and require_stable readers told UN
 forever. A commit for a transaction that never added the offsets, or that has ended, is refused
 (INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4) and writes nothing; a verification guard taken on the partition first refuses a commit whose transaction ended while the
 coordinator was being asked, as the produce path's does.
-v5 is verified as v4 here: with Transaction Version 2 Kafka would add the partition instead, and this broker
-does not finalize TV2.
+v5 adds the partition instead of verifying it (txn_verification.confirm_in_transaction, add=True).
 """
 
 from __future__ import annotations
@@ -45,7 +43,13 @@ from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import SENTINEL
 
 from ..authorizer import per_item, transaction_refusal
-from ..txn_verification import ask_transaction_coordinator, offsets_verify_error
+from ..txn_verification import (
+    FIRST_TV2_TXN_OFFSET_COMMIT_VERSION,
+    ask_transaction_coordinator,
+    confirm_in_transaction,
+    guard_holds,
+    offsets_verify_error,
+)
 from .groups import respond
 from . import Answer, handles
 
@@ -81,7 +85,7 @@ def handle_add_offsets_to_txn(services: BrokerServices, ctx: RequestContext, req
     return respond(services, services.transactions.add_offsets_to_txn(request, ctx.api_version, services.now_ms()))
 
 
-@handles(26, (0, 4))  # not v5: Transaction Version 2 (see the module doc)
+@handles(26, (0, 5))
 def handle_end_txn(services: BrokerServices, ctx: RequestContext, request: EndTxnRequest) -> Answer:
     if (refused := transaction_refusal(services, ctx, request.transactional_id)) is not None:
         return EndTxnResponse(throttle_time_ms=0, error_code=int(refused))
@@ -107,20 +111,22 @@ def _commit_refused(topic, code, version: int):
           else ErrorCode.TOPIC_AUTHORIZATION_FAILED, _commit_refused)
 def _txn_offset_commit(services: BrokerServices, ctx: RequestContext, request: TxnOffsetCommitRequest) -> Answer:
     version = ctx.api_version
-    verification = _start_offsets_verification(services, request)
+    verification = _start_offsets_verification(services, request, version)
     if verification is None:
         return respond(services, services.groups.txn_offset_commit(request, version, services.now_ms()))
     return _verify_then_commit(services, request, version, *verification)
 
 
-def _start_offsets_verification(services: BrokerServices, request: TxnOffsetCommitRequest):
+def _start_offsets_verification(services: BrokerServices, request: TxnOffsetCommitRequest, version: int):
     """(the group's `__consumer_offsets` partition, the verification guard taken on it) if the commit must
     first be verified with the transaction coordinator (KIP-890 part 1, Kafka's
-    GroupCoordinatorService.commitTransactionalOffsets); None when verification is off, for a request the
+    GroupCoordinatorService.commitTransactionalOffsets), or, v5, the partition added; None when verification is
+    off (below v5), for a request the
     group coordinator refuses anyway (no group id, a group it does not coordinate), and when the partition
     holds this producer's open transaction already (the SENTINEL: a later commit of the same transaction,
     as Kafka skips the round trip then)."""
-    if not services.config.transaction_partition_verification_enable or not request.group_id:
+    if not request.group_id or not (services.config.transaction_partition_verification_enable
+                                    or version >= FIRST_TV2_TXN_OFFSET_COMMIT_VERSION):  # (v5 must add: see the module doc)
         return None
     groups = services.groups
     partition = groups.partition_for(request.group_id)
@@ -136,13 +142,6 @@ def _start_offsets_verification(services: BrokerServices, request: TxnOffsetComm
     return tp, guard
 
 
-def _guard_holds(services: BrokerServices, tp, producer_id: int, guard) -> bool:
-    partition = services.data.get_partition(tp)
-    producers = None if partition is None else partition.producer_state
-    state = None if producers is None else producers.verification_states.get(producer_id)
-    return state is not None and state.guard.verifies(guard)
-
-
 async def _verify_then_commit(services: BrokerServices, request: TxnOffsetCommitRequest, version: int, tp, guard):
     """Ask the coordinator whether the group's offsets partition is in the producer's open transaction (it is
     once AddOffsetsToTxn was answered); refused, the commit writes nothing and every partition is answered
@@ -152,10 +151,15 @@ async def _verify_then_commit(services: BrokerServices, request: TxnOffsetCommit
     INVALID_TXN_STATE, as Kafka's log refuses a write whose verification guard no longer matches: written,
     the offsets would sit in a transaction nobody ends, and a later commit of the producer would expose them."""
     producer = (request.producer_id, request.producer_epoch)
-    errors = await ask_transaction_coordinator(services, request.transactional_id, producer, [tp])
-    code = errors.get(tp, ErrorCode.INVALID_TXN_STATE)
-    if code is ErrorCode.NONE and not _guard_holds(services, tp, request.producer_id, guard):
-        code = ErrorCode.INVALID_TXN_STATE
+    if version >= FIRST_TV2_TXN_OFFSET_COMMIT_VERSION:
+        errors = await confirm_in_transaction(services, request.transactional_id, producer, [tp], {tp: guard},
+                                              {tp: NO_SEQUENCE}, add=True)
+        code = errors.get(tp, ErrorCode.INVALID_TXN_STATE)
+    else:
+        errors = await ask_transaction_coordinator(services, request.transactional_id, producer, [tp])
+        code = errors.get(tp, ErrorCode.INVALID_TXN_STATE)
+        if code is ErrorCode.NONE and not guard_holds(services, tp, request.producer_id, guard):
+            code = ErrorCode.INVALID_TXN_STATE
     if code is not ErrorCode.NONE:
         refused = offsets_verify_error(code, version)
         return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[_commit_refused(t, refused, version)

@@ -1,5 +1,5 @@
-"""`odradek cluster describe|quorum|log-dirs`: the brokers, the controller and the metadata quorum (as
-kafka-metadata-quorum.sh), and the log directories. `cluster up|down|status|compose` run a local cluster and
+"""`odradek cluster describe|quorum|features|log-dirs`: the brokers, the controller and the metadata quorum (as
+kafka-metadata-quorum.sh), the finalized feature levels (as kafka-features.sh describe), and the log directories. `cluster up|down|status|compose` run a local cluster and
 are odradek/cli.py's own."""
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def register(sub: SubParsers) -> None:
     view.add_argument("--replication", action="store_true",
                       help="one row per voter and observer: log end offset, lag, last fetch and caught-up times")
     p.add_argument("--human-readable", action="store_true", help="with --replication: times as 'N ms ago'")
+    ksub.add("features", handler=cluster_features,
+             help="the features' finalized levels and supported ranges (kafka-features describe): transaction.version, ...")
     ksub.add("log-dirs", handler=cluster_log_dirs, help="log directories and partition sizes per broker")
     # Listed so that `odradek cluster --help` shows the whole family; odradek/cli.py runs them before this
     # parser is built, so their handler only says so should one be reached another way.
@@ -118,6 +120,23 @@ async def cluster_describe(args: argparse.Namespace, out: Output) -> int:
         desc = await admin.describe_cluster()
         quorum, reason = await _describe_quorum_or_reason(admin)
     render_cluster(out, desc, quorum, reason)
+    return EXIT_OK
+
+
+async def cluster_features(args: argparse.Namespace, out: Output) -> int:
+    """As kafka-features.sh describe: one line per feature, its supported range and finalized level."""
+    async with admin_for(args) as admin:
+        features = await admin.describe_features()
+    names = sorted(set(features.supported) | set(features.finalized))
+    if out.json:
+        out.emit_json({"epoch": features.finalized_epoch, "features": [
+            {"feature": n, "supported_min": features.supported.get(n, (None, None))[0],
+             "supported_max": features.supported.get(n, (None, None))[1], "finalized": features.finalized.get(n, 0)}
+            for n in names]})
+        return EXIT_OK
+    out.table(["FEATURE", "SUPPORTED MIN", "SUPPORTED MAX", "FINALIZED", "EPOCH"],
+              [[n, *features.supported.get(n, ("-", "-")), features.finalized.get(n, 0), features.finalized_epoch]
+               for n in names])
     return EXIT_OK
 
 

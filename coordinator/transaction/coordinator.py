@@ -45,7 +45,7 @@ from ..runtime import CoordinatorRuntime, NotCoordinatorError, PartitionWriter
 from ..topics import TopicsView
 from .config import TransactionCoordinatorConfig
 from .markers import MarkerChannel, TransactionMarkerChannelManager
-from .metadata import TransactionState
+from .metadata import TV_0, TV_2, TransactionState
 from .records import deserialize, serialize
 from .shard import EndResult, InitResult, MarkerJob, MarkerSink, TransactionCounts, TransactionShard
 
@@ -205,8 +205,11 @@ class TransactionCoordinator:
         if unknown:
             return Deferred.completed(result({tp: int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                                                       else ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in partitions}))
+        # Kafka's transactionVersionForAddPartitionsToTxn: v5 comes from a partition leader adding a partition
+        # for a Transactions V2 client (Produce v12+, TxnOffsetCommit v5); a client's own adds are v3 at most.
+        client_version = TV_2 if version >= 5 else TV_0
         written = self._write(txn_id, lambda shard: shard.add_partitions(txn_id, producer_id, producer_epoch,
-                                                                         partitions, now_ms), now_ms)
+                                                                         partitions, now_ms, client_version), now_ms)
         return written.then(every, lambda e: every(error_code_of(e)))
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
@@ -227,13 +230,15 @@ class TransactionCoordinator:
             return Deferred.completed(response(ErrorCode.INVALID_REQUEST))
         offsets_partition = (CONSUMER_OFFSETS_TOPIC, self.offsets_partition_for(request.group_id))
         written = self._write(txn_id, lambda shard: shard.add_partitions(
-            txn_id, request.producer_id, request.producer_epoch, [offsets_partition], now_ms), now_ms)
+            txn_id, request.producer_id, request.producer_epoch, [offsets_partition], now_ms, TV_0), now_ms)
         return written.then(response, lambda e: response(error_code_of(e)))
 
     # ------------------------------------------------------------------------------------------------
     # EndTxn (26)
 
     def end_txn(self, request, version: int, now_ms: int) -> Deferred[EndTxnResponse]:
+        """EndTxn v5 is Transactions V2 (Kafka's transactionVersionForEndTxn): the end bumps the producer epoch
+        and the response carries the producer id and epoch to go on with (shard.end_transaction)."""
         def response(result: EndResult) -> EndTxnResponse:
             return EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(version, 2, result.error),
                                   producer_id=result.producer_id, producer_epoch=result.producer_epoch)
@@ -242,7 +247,8 @@ class TransactionCoordinator:
         if not txn_id:
             return Deferred.completed(response(EndResult(ErrorCode.INVALID_REQUEST)))
         written = self._write(txn_id, lambda shard: shard.end_transaction(
-            txn_id, request.producer_id, request.producer_epoch, request.committed, now_ms), now_ms)
+            txn_id, request.producer_id, request.producer_epoch, request.committed, now_ms,
+            TV_2 if version >= 5 else TV_0), now_ms)
         return written.then(response, lambda e: response(EndResult(error_code_of(e))))
 
     # ------------------------------------------------------------------------------------------------

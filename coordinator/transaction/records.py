@@ -5,8 +5,10 @@
 
 The value holds the id's whole state (the topic is compacted: the latest record per id is the state).
 Kafka writes value version 0 until the `transaction.version` feature is 1 or more; version 1 is flexible
-and adds the tagged previous/next producer ids and the client's transaction version. An Empty
-transaction is written with null partitions, as Kafka writes it. Field facts:
+and adds the tagged previous/next producer ids and the client's transaction version. Here a record is
+written at version 1 when it carries one of those (a rotated producer id, a Transactions V2 client), else
+at 0, which every Kafka coordinator reads: both versions decode the same, so the choice is only about what
+the bytes can hold. An Empty transaction is written with null partitions, as Kafka writes it. Field facts:
 transaction-coordinator/src/main/resources/common/message/TransactionLog{Key,Value}.json.
 """
 
@@ -25,7 +27,7 @@ __all__ = ["CorruptTransactionRecordError", "TransactionRecord", "deserialize", 
 
 _I16 = struct.Struct(">h")
 KEY_VERSION = 0
-VALUE_VERSION = 0  # what Kafka writes with transaction.version 0 (the clients here never ask for more)
+VALUE_VERSION = 0  # what Kafka writes with transaction.version 0; 1 for what 0 cannot hold (see the module doc)
 
 TransactionLogKey = data_class("TransactionLogKey", [F("transactional_id", "string")], valid="0", flexible="none")
 
@@ -77,9 +79,12 @@ def serialize(record: TransactionRecord) -> tuple[bytes, bytes | None]:
             TransactionLogValue.PartitionsSchema(topic=t, partition_ids=ps) for t, ps in by_topic.items()],
         transaction_last_update_timestamp_ms=m.txn_last_update_timestamp_ms,
         transaction_start_timestamp_ms=m.txn_start_timestamp_ms,
+        client_transaction_version=m.client_transaction_version,
     )
-    # Version 1 only when the id carries what version 0 cannot hold (a previous producer id after a rotation).
-    version = VALUE_VERSION if m.previous_producer_id < 0 and m.next_producer_id < 0 else 1
+    # Version 1 only when the id carries what version 0 cannot hold (a previous or next producer id after a
+    # rotation, a Transactions V2 client).
+    version = (VALUE_VERSION if m.previous_producer_id < 0 and m.next_producer_id < 0
+               and m.client_transaction_version == 0 else 1)
     return key, _I16.pack(version) + encode(value, version)
 
 
@@ -117,4 +122,5 @@ def deserialize(key: bytes | None, value: bytes | None) -> TransactionRecord | N
         txn_timeout_ms=v.transaction_timeout_ms, state=state, partitions=partitions,
         txn_start_timestamp_ms=v.transaction_start_timestamp_ms,
         txn_last_update_timestamp_ms=v.transaction_last_update_timestamp_ms,
+        client_transaction_version=v.client_transaction_version,
     ))

@@ -33,8 +33,11 @@ from odradek.protocol.errors import ErrorCode
 from ..runtime import Batch, Result
 from .config import TransactionCoordinatorConfig
 from .metadata import (
+    INT16_MAX,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    TV_0,
+    TV_2,
     TransactionMetadata,
     TransactionState,
     is_epoch_exhausted,
@@ -80,12 +83,17 @@ class TransactionCounts:
     write the log refused ended nothing): `committed` and `aborted` reached CompleteCommit / CompleteAbort here
     (whoever asked: EndTxn, a timeout, an operator, a producer re-initialising); `timed_out` had their
     PrepareAbort written because transaction.timeout.ms passed (they are counted in `aborted` too once their
-    markers are written). The coordinator's, not a shard's: a partition moving away takes its shard, not the
+    markers are written); `epoch_bumps` and `producer_ids_rotated` count Transactions V2 ends. The coordinator's,
+    not a shard's: a partition moving away takes its shard, not the
     counts, so they only grow, as Prometheus counters must."""
 
     committed: int = 0
     aborted: int = 0
     timed_out: int = 0
+    # Transactions V2 (EndTxn v5): ends whose Prepare (with the epoch bump) is durable, and of those the ones
+    # that moved to a new producer id (the epoch ran out)
+    epoch_bumps: int = 0
+    producer_ids_rotated: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +189,10 @@ class TransactionShard:
     # AddPartitionsToTxn (24), AddOffsetsToTxn (25)
 
     def _check_producer(self, metadata: TransactionMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        if metadata is not None and metadata.state.is_prepare and producer_id == metadata.next_producer_id != NO_PRODUCER_ID:
+            # A Transactions V2 client already on the producer id its last end moves to, before Complete
+            # switched to it (Kafka checks the pending transition first for this): wait, not a wrong mapping.
+            return ErrorCode.CONCURRENT_TRANSACTIONS
         if metadata is None or metadata.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if metadata.producer_epoch != producer_epoch:
@@ -190,8 +202,11 @@ class TransactionShard:
         return None
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[tuple[str, int]], now_ms: int) -> Result:
-        """Response: the error code for every partition of the request."""
+                       partitions: Iterable[tuple[str, int]], now_ms: int,
+                       client_transaction_version: int | None = None) -> Result:
+        """Response: the error code for every partition of the request. `client_transaction_version`: TV_2
+        when a partition leader adds the partition for Produce v12+ (AddPartitionsToTxn v5), TV_0 for a
+        client's own AddPartitionsToTxn (v3 at most), None to keep the transaction's (AddOffsetsToTxn)."""
         out = Batch()
         metadata = self.transactions.get(transactional_id)
         error = self._check_producer(metadata, producer_id, producer_epoch)
@@ -201,7 +216,7 @@ class TransactionShard:
         partitions = frozenset(partitions)
         if metadata.state is S.ONGOING and partitions <= metadata.partitions:
             return out.result(ErrorCode.NONE)
-        after = metadata.add_partitions(partitions, now_ms)
+        after = metadata.add_partitions(partitions, now_ms, client_transaction_version)
         self._write(out, after)
         if metadata.state is not S.ONGOING:
             self._schedule_timeout(after)
@@ -222,28 +237,79 @@ class TransactionShard:
     # EndTxn (26), and the coordinator's own aborts
 
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                        now_ms: int) -> Result:
+                        now_ms: int, client_transaction_version: int = TV_0) -> Result:
+        """EndTxn, Kafka's TransactionCoordinator.endTransaction. With `client_transaction_version` TV_2
+        (EndTxn v5) the end bumps the epoch (metadata.py) and the answer carries the producer id and epoch the
+        client goes on with; a retry is recognised by the epoch it presents being the one before the bump
+        (or the last one of the previous producer id, after a rotation), and is answered the current ones.
+        A TV_2 client may abort a transaction that never opened here (it cannot know whether a partition
+        leader added a partition): that still bumps the epoch."""
         out = Batch()
         metadata = self.transactions.get(transactional_id)
-        if metadata is None or metadata.producer_id != producer_id:
+        if metadata is None:
             return out.result(EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING))
-        if metadata.producer_epoch != producer_epoch:
-            return out.result(EndResult(ErrorCode.PRODUCER_FENCED))
+        tv2 = client_transaction_version >= TV_2
+        retry_on_overflow = (tv2 and metadata.previous_producer_id == producer_id
+                             and producer_epoch == INT16_MAX - 1 and metadata.producer_epoch == 0)
+        retry_on_bump = tv2 and metadata.producer_id == producer_id and metadata.producer_epoch == producer_epoch + 1
+        is_retry = retry_on_overflow or retry_on_bump
+        current = EndResult(ErrorCode.NONE, metadata.producer_id, metadata.producer_epoch)
         state = metadata.state
-        if state is S.ONGOING:
+        if state.is_prepare and metadata.next_producer_id == producer_id:
+            # (a client on the id a rotation is moving it to, before Complete switched: Kafka's pending check)
+            return out.result(EndResult(ErrorCode.CONCURRENT_TRANSACTIONS))
+        if metadata.producer_id != producer_id and not retry_on_overflow:
+            return out.result(EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING))
+        if metadata.producer_epoch != producer_epoch and not is_retry:
+            return out.result(EndResult(ErrorCode.PRODUCER_FENCED))
+        if state is S.ONGOING and not is_retry:
             if not commit:
                 log.info("transaction aborted", transactional_id=transactional_id, producer_id=producer_id,
                          producer_epoch=producer_epoch, partitions=len(metadata.partitions), cause="EndTxn")
-            after = metadata.prepare_end(commit, now_ms)
-            self._write(out, after, send_markers=True)
-            return out.result(EndResult(ErrorCode.NONE, after.producer_id, after.producer_epoch))
+            return self._prepare_end(out, metadata, commit, now_ms, client_transaction_version)
         done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
         preparing = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
-        if state is done:  # a retry of an EndTxn that was answered already
-            return out.result(EndResult(ErrorCode.NONE, metadata.producer_id, metadata.producer_epoch))
         if state is preparing:
             return out.result(EndResult(ErrorCode.CONCURRENT_TRANSACTIONS))
+        if not tv2:
+            if state is done:  # a retry of an EndTxn that was answered already
+                return out.result(current)
+            return out.result(EndResult(ErrorCode.INVALID_TXN_STATE))
+        if is_retry:  # Transactions V2: the previous end, asked again
+            if state is done:
+                return out.result(current)
+            # Ended (or ending) the other way: INVALID_TXN_STATE, as Kafka; Empty or Ongoing: the epoch after the
+            # presented one is another producer's (an InitProducerId bumped it), not this end's.
+            return out.result(EndResult(ErrorCode.PRODUCER_FENCED if state in (S.EMPTY, S.ONGOING)
+                                        else ErrorCode.INVALID_TXN_STATE))
+        if not commit and state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            return self._prepare_end(out, metadata, False, now_ms, client_transaction_version)
         return out.result(EndResult(ErrorCode.INVALID_TXN_STATE))
+
+    def _prepare_end(self, out: Batch, metadata: TransactionMetadata, commit: bool, now_ms: int,
+                     client_transaction_version: int) -> Result:
+        next_producer_id = NO_PRODUCER_ID
+        if client_transaction_version >= TV_2 and is_epoch_exhausted(metadata.producer_epoch):
+            allocated = self._next_producer_id()
+            if allocated is None:  # a block of ids is on its way from the controller: the client retries
+                return out.result(EndResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+            next_producer_id = allocated
+            log.info("producer epoch exhausted: the transaction ends on a new producer id",
+                     transactional_id=metadata.transactional_id, producer_id=metadata.producer_id,
+                     producer_epoch=metadata.producer_epoch, next_producer_id=allocated)
+        after = metadata.prepare_end(commit, now_ms, client_transaction_version=client_transaction_version,
+                                     next_producer_id=next_producer_id)
+        self._write(out, after, send_markers=True)
+        if client_transaction_version >= TV_2:
+            counts, rotated = self.counts, next_producer_id != NO_PRODUCER_ID
+
+            def count(error: BaseException | None) -> None:
+                if error is None:
+                    counts.epoch_bumps += 1
+                    counts.producer_ids_rotated += rotated
+
+            out.callbacks.append(count)
+        return out.result(EndResult(ErrorCode.NONE, *after.answered_producer))
 
     def abort_timed_out(self, transactional_id: str, producer_id: int, now_ms: int) -> Result:
         """The timer of an Ongoing transaction fired: abort it, fencing its producer with an epoch bump."""

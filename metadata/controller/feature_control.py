@@ -1,8 +1,10 @@
 """The controller's view of the cluster's finalized features (Kafka's FeatureControlManager).
 
-Odradek finalizes two features in a new cluster's log: `metadata.version`, at the level this release
-writes, and `eligible.leader.replicas.version` 1 (KIP-966's ELR, on by default for new clusters since Kafka
-4.1). A registering broker must support every finalized level it names (a broker that cannot run the
+Odradek finalizes three features in a new cluster's log: `metadata.version`, at the level this release
+writes, `eligible.leader.replicas.version` 1 (KIP-966's ELR, on by default for new clusters since Kafka
+4.1) and `transaction.version` 2 (KIP-890's Transactions V2, Kafka 4.x's default for a new cluster). A
+level formatting put in the bootstrap records (`odradek storage format --feature transaction.version=1`)
+replaces the default, as Kafka's `kafka-storage format --feature` does. A registering broker must support every finalized level it names (a broker that cannot run the
 cluster's metadata.version would misread its records). UpdateFeatures is not served, so the levels never
 move after bootstrap: a cluster formatted before ELR keeps it off.
 """
@@ -17,6 +19,8 @@ from odradek.metadata.image import (
     ELR_VERSION_FEATURE,
     METADATA_VERSION,
     METADATA_VERSION_FEATURE,
+    TRANSACTION_VERSION,
+    TRANSACTION_VERSION_FEATURE,
     MetadataError,
     MetadataImage,
 )
@@ -26,12 +30,15 @@ from odradek.metadata.records import FeatureLevelRecord
 class FeatureControlManager:
     """See the module doc."""
 
-    def bootstrap_records(self) -> list:
-        """The feature levels a new cluster's log starts with."""
-        return [
+    def bootstrap_records(self, formatted: Iterable = ()) -> list:
+        """The feature levels a new cluster's log starts with; `formatted` (the records formatting left) may
+        set a feature's level in place of the default (its own FeatureLevelRecord is then the only one)."""
+        chosen = {r.name for r in formatted if isinstance(r, FeatureLevelRecord)}
+        return [record for record in (
             FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
             FeatureLevelRecord(name=ELR_VERSION_FEATURE, feature_level=ELR_VERSION),
-        ]
+            FeatureLevelRecord(name=TRANSACTION_VERSION_FEATURE, feature_level=TRANSACTION_VERSION),
+        ) if record.name not in chosen]
 
     def check_broker_features(self, image: MetadataImage, features: Iterable) -> None:
         """A registering broker's supported ranges (BrokerRegistrationRequest.features) against the finalized

@@ -171,7 +171,7 @@ class Controller:
         id, the records formatting added (`bootstrap_extra`), and, ELR being finalized, the cluster-wide
         min.insync.replicas (`activation_records`)."""
         return [
-            *self.features.bootstrap_records(),
+            *self.features.bootstrap_records(self.bootstrap_extra),
             ClusterIdRecord(cluster_id=cluster_id),
             *self.bootstrap_extra,
             *self.configs.min_insync_replicas_records(self.image),

@@ -35,6 +35,10 @@ POM = JVM_DIR / "pom.xml"
 SOURCES = JVM_DIR / "src"
 TOOLS_POM = JVM_DIR / "tools" / "pom.xml"
 TOOLS_LIB = JVM_DIR / "tools-lib"
+STREAMS_POM = JVM_DIR / "streams" / "pom.xml"
+STREAMS_LIB = JVM_DIR / "streams-lib"
+STREAMS_SOURCES = JVM_DIR / "streams-src"
+STREAMS_CLASSES = JVM_DIR / "streams-classes"
 
 
 class JvmUnavailable(RuntimeError):
@@ -89,21 +93,21 @@ def resolve(pom: Path = POM, lib: Path = LIB, marker: str = "kafka-clients-") ->
     return jars
 
 
-def compile_sources(jars: list[Path]) -> Path:
-    """tests/jvm/src compiled once per source hash; returns the classes folder."""
-    sources = sorted(SOURCES.glob("*.java"))
+def compile_sources(jars: list[Path], source_dir: Path = SOURCES, classes: Path = CLASSES) -> Path:
+    """`source_dir` (tests/jvm/src) compiled once per source hash; returns the classes folder."""
+    sources = sorted(source_dir.glob("*.java"))
     key = _digest(*(s.name.encode() + s.read_bytes() for s in sources), *(j.name.encode() for j in jars))
-    out = CLASSES / key
-    with _locked("compile"):
+    out = classes / key
+    with _locked(f"compile-{classes.name}"):
         if not (out / ".complete").exists():
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
             done = subprocess.run(["javac", "-nowarn", "-d", str(out), "-cp", os.pathsep.join(map(str, jars)),
                                    *map(str, sources)], capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
-                raise AssertionError("javac failed on tests/jvm/src:\n" + done.stdout + done.stderr)
+                raise AssertionError(f"javac failed on {source_dir}:\n" + done.stdout + done.stderr)
             (out / ".complete").write_text("")
-            for stale in CLASSES.iterdir():
+            for stale in classes.iterdir():
                 if stale != out and stale.is_dir():
                     shutil.rmtree(stale, ignore_errors=True)
     return out
@@ -138,6 +142,17 @@ def tools_classpath() -> str:
     except JvmUnavailable as exc:
         pytest.fail(str(exc), pytrace=False)
     return os.pathsep.join(map(str, jars))
+
+
+def streams_classpath() -> str:
+    """Kafka Streams (tests/jvm/streams/pom.xml: kafka-streams and RocksDB, resolved into tests/jvm/streams-lib/)
+    with tests/jvm/streams-src compiled against it, as a java -cp value; fails loudly when Maven fails."""
+    require_tools()
+    try:
+        jars = resolve(STREAMS_POM, STREAMS_LIB, "kafka-streams-")
+    except JvmUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return os.pathsep.join([str(compile_sources(jars, STREAMS_SOURCES, STREAMS_CLASSES)), *map(str, jars)])
 
 
 class JavaDriver:

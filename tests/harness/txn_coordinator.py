@@ -89,6 +89,16 @@ class Harness:
         return {(t.name, p.partition_index): p.partition_error_code for t in result.topic_results
                 for p in t.results_by_partition}
 
+    def broker_add(self, pid, epoch, partitions=((("t", 0)),), txn=TXN, version=5):
+        """A partition leader's AddPartitionsToTxn (v5, not verify-only: Produce v12+ of a TV2 client)."""
+        T = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+        topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=[p]) for t, p in partitions]
+        r = AddPartitionsToTxnRequest(transactions=[T(transactional_id=txn, producer_id=pid, producer_epoch=epoch,
+                                                      verify_only=False, topics=topics)])
+        (result,) = self.tc.add_partitions_to_txn(r, version, self.now).result().results_by_transaction
+        return {(t.name, p.partition_index): p.partition_error_code for t in result.topic_results
+                for p in t.results_by_partition}
+
     def end(self, pid, epoch, commit=True, txn=TXN, version=3):
         r = EndTxnRequest(transactional_id=txn, producer_id=pid, producer_epoch=epoch, committed=commit)
         return self.tc.end_txn(r, version, self.now).result()

@@ -4,7 +4,8 @@ One JVM runs tests/jvm/src/Interop.java for the whole module (tests/harness/jvm.
 are cached in ignored folders); each test sends it a command and checks the JSON it answers. Covered: the
 idempotent producer with acks=all and every codec, records crossing between Java and librdkafka both ways,
 consumer groups under the classic protocol and KIP-848's `group.protocol=consumer`, transactions (commit,
-abort, read_committed), and the admin client: topics, configs, ACLs, SCRAM users (used to log in over
+abort, read_committed; Transactions V2 with its epoch bump per transaction, and V1 on a cluster formatted
+with transaction.version=1), and the admin client: topics, configs, ACLs, SCRAM users (used to log in over
 SASL_PLAINTEXT), offsets and records, consumer groups, describeCluster and describeMetadataQuorum, and a
 partition reassignment on three nodes. What the broker does not yet answer as Kafka 4.x does is marked
 xfail(strict=True) with the request and field at fault.
@@ -16,6 +17,8 @@ a JDK or Maven skips them, except in CI.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 import uuid
 
@@ -73,11 +76,11 @@ def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+def _create(bootstrap: str, topic: str, partitions: int = 1, replication_factor: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=20).values():
+    for future in admin.create_topics([NewTopic(topic, partitions, replication_factor)], request_timeout=20).values():
         future.result(timeout=30)
 
 
@@ -225,16 +228,67 @@ def test_java_admin_describes_features(java, broker):
     answer = java.ok("features", bootstrap=broker.bootstrap)
     assert "metadata.version" in answer["supported"], answer
     assert "metadata.version" in answer["finalized"], answer
-    assert "transaction.version" not in answer["supported"], answer  # Transactions V2 is not served
+    assert answer["supported"]["transaction.version"] == [0, 2], answer
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Transactions V2 (KIP-890 part 2) is not served yet: the broker does not finalize the transaction.version "
-    "feature at 2 (ApiVersions/DescribeFeatures), so the Java client keeps to TV1 (AddPartitionsToTxn, EndTxn "
-    "without the epoch bump); issue 32 asks for it"))
 def test_the_broker_finalizes_transaction_version_2_for_the_java_client(java, broker):
     answer = java.ok("features", bootstrap=broker.bootstrap)
     assert answer["finalized"].get("transaction.version", [0, 0])[1] >= 2, answer
+
+
+def test_java_tv2_transactions_bump_the_epoch_each_time_and_read_back_committed(java, broker):
+    """Transactions V2 (KIP-890 part 2): the Java client adds no partitions itself (Produce v12 does), every
+    commit and abort (EndTxn v5) bumps the epoch, and read_committed readers (Java and librdkafka) see exactly
+    the committed transactions, in order."""
+    topic, txns = _name("tv2"), 24
+    _create(broker.bootstrap, topic, partitions=2)
+    answer = java.ok("txns", bootstrap=broker.bootstrap, topic=topic, txn_id=_name("tv2-tid"), txns=txns, n=3,
+                     partitions=2)
+    # initTransactions gives epoch 0; each of the 24 ends bumped it once.
+    assert answer["coordinator_epoch"] == txns and answer["state"] == "CompleteAbort", answer
+    producer_id = answer["coordinator_producer_id"]
+    # The partitions saw the last markers with the bumped epochs (the last transaction wrote to both).
+    assert all(seen == [[producer_id, txns]] for seen in answer["partition_producers"].values()), answer
+    want = answer["committed_values"]
+    assert len(want) == (txns // 2) * 3
+    read = java.ok("consume", bootstrap=broker.bootstrap, topic=topic, n=len(want), partitions=2, timeout_ms=15000,
+                   cfg={"isolation.level": "read_committed"})["records"]
+    assert sorted(r["value"] for r in read) == sorted(want)
+    for p in (0, 1):  # in order within each partition
+        values = [r["value"] for r in read if r["partition"] == p]
+        assert values == [v for v in want if v in set(values)]
+    librdkafka = _confluent_read(broker.bootstrap, topic, len(want), partitions=2, **{"isolation.level": "read_committed"})
+    assert sorted(m.value().decode() for m in librdkafka) == sorted(want)
+    everything = java.ok("consume", bootstrap=broker.bootstrap, topic=topic, n=txns * 3, partitions=2,
+                         timeout_ms=15000, cfg={"isolation.level": "read_uncommitted"})["records"]
+    assert len(everything) == txns * 3
+
+
+def test_a_cluster_formatted_with_transaction_version_1_keeps_the_java_client_on_v1(java, tmp_path):
+    """`odradek storage format --feature transaction.version=1`: the feature is finalized at 1, the Java client
+    stays on Transactions V1 (AddPartitionsToTxn, EndTxn v4: no epoch bump) and its transactions work as before."""
+    data = tmp_path / "tv1"
+    config = tmp_path / "server.properties"
+    config.write_text(f"node.id=1\nlog.dirs={data}\n")
+    odradek = [sys.executable, "-m", "odradek", "storage"]
+    cluster_id = subprocess.run([*odradek, "random-uuid"], capture_output=True, text=True, check=True).stdout.strip()
+    formatted = subprocess.run([*odradek, "format", "-t", cluster_id, "-c", str(config),
+                                "--feature", "transaction.version=1"], capture_output=True, text=True)
+    assert formatted.returncode == 0, formatted.stderr
+    assert "Finalizing transaction.version at level 1" in formatted.stdout
+    proc = BrokerProcess(data, "num.partitions=1", "offsets.topic.num.partitions=1",
+                         "transaction.state.log.num.partitions=1").start()
+    try:
+        assert java.ok("features", bootstrap=proc.bootstrap)["finalized"]["transaction.version"] == [1, 1]
+        topic = _name("tv1")
+        _create(proc.bootstrap, topic)
+        answer = java.ok("txns", bootstrap=proc.bootstrap, topic=topic, txn_id=_name("tv1-tid"), txns=4, n=2)
+        assert answer["coordinator_epoch"] == 0, answer  # version 1: the epoch stays
+        read = java.ok("consume", bootstrap=proc.bootstrap, topic=topic, n=4, timeout_ms=15000,
+                       cfg={"isolation.level": "read_committed"})["records"]
+        assert [r["value"] for r in read] == answer["committed_values"]
+    finally:
+        proc.stop()
 
 
 def test_java_admin_topics(java, broker):
@@ -356,5 +410,15 @@ def test_java_admin_on_three_nodes_quorum_and_reassignment(java, tmp_path):
         (partition,) = moved["after"]
         assert partition["replicas"] == moved["target"], moved
         assert sorted(partition["isr"]) == sorted(moved["target"]) and partition["leader"] in moved["target"]
+
+        # Transactions V2 across nodes: the partitions' leaders ask the coordinator (another node, mostly) to
+        # add them (AddPartitionsToTxn v5 between brokers).
+        topic = _name("tv2-3n")
+        _create(bootstrap, topic, partitions=3, replication_factor=3)
+        answer = java.ok("txns", bootstrap=bootstrap, topic=topic, txn_id=_name("tv2-3n-tid"), txns=8, n=3, partitions=3)
+        assert answer["coordinator_epoch"] == 8, answer
+        read = java.ok("consume", bootstrap=bootstrap, topic=topic, n=12, partitions=3, timeout_ms=15000,
+                       cfg={"isolation.level": "read_committed"})["records"]
+        assert sorted(r["value"] for r in read) == sorted(answer["committed_values"])
     finally:
         cluster.down()

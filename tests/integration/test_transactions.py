@@ -336,9 +336,11 @@ def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(
             v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])]), 3)
         assert add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
         assert produce(1, 0) == ErrorCode.INVALID_TXN_STATE  # never added
-        assert produce(1, 0, version=12) == ErrorCode.TRANSACTION_ABORTABLE
+        assert produce(1, 0, version=11) == ErrorCode.TRANSACTION_ABORTABLE  # v11 knows the code
         assert produce(0, 0) == 0
         assert produce(0, 1) == 0  # the transaction is open there now: not verified again
+        # Produce v12+ is Transactions V2 (KIP-890 part 2): the leader has the coordinator add the partition.
+        assert produce(1, 0, version=12) == 0
 
 
 def test_bundled_producer_and_consumer(broker):

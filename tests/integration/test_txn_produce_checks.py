@@ -9,8 +9,11 @@
   on the fast and the general path, also inside an open transaction), from two producers in one request
   (INVALID_PRODUCER_ID_MAPPING), from a producer id that is not the transactional id's (the coordinator's
   INVALID_PRODUCER_ID_MAPPING);
-- Transaction Version 2 is not advertised: no `transaction.version` feature, EndTxn up to v4 (clients stay
-  on version 1).
+- Transactions V2 at the wire: `transaction.version` finalized at 2 and supported 0-2 (left out of
+  ApiVersions v3's supported list, as Kafka does), EndTxn v5; Produce v12 adds the partition with no
+  AddPartitionsToTxn, EndTxn v5 bumps the epoch (the markers fence the old one), and the next transaction
+  starts at once on the new epoch, while the previous one's markers may still be in flight; `odradek cluster
+  features` shows the levels.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ import pytest
 from odradek.broker.handlers import produce as produce_handler
 from odradek.broker.testing import BrokerThread, RawClient
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.messages import AddPartitionsToTxnRequest, ApiVersionsRequest, FetchRequest, ProduceRequest
+from odradek.protocol.messages import (
+    AddPartitionsToTxnRequest,
+    ApiVersionsRequest,
+    EndTxnRequest,
+    FetchRequest,
+    ProduceRequest,
+)
 from odradek.protocol.records import build_batch
 from odradek.storage.names import TopicPartition
 from tests.harness.txn_requests import DEADLINE_S, abort_and_await_marker, create, end, init
@@ -90,8 +99,8 @@ def test_an_abort_between_the_verification_and_the_write_leaves_no_hanging_trans
         real_verify = produce_handler.verify_transaction
         seen: list[dict] = []
 
-        async def verify_then_abort(services, transactional_id, producer_, partitions, version):
-            refused = await real_verify(services, transactional_id, producer_, partitions, version)
+        async def verify_then_abort(services, transactional_id, producer_, partitions, version, *guarding):
+            refused = await real_verify(services, transactional_id, producer_, partitions, version, *guarding)
             seen.append(refused)
             # The coordinator said yes; now the transaction is aborted before the write lands: EndTxn through
             # the coordinator, whose marker sender writes the ABORT marker to the partition.
@@ -226,17 +235,83 @@ def test_txn_offset_commit_is_verified_like_a_produce(broker):
         assert offset == 7
 
 
-def test_transaction_version_2_is_not_advertised(broker):
-    """KIP-890 part 2 (an epoch bump per transaction) is not implemented: the broker finalizes no
-    `transaction.version` feature and offers EndTxn up to v4, so every client (the Java client included)
-    runs transactions at version 1, which the checks above serve."""
+def test_transaction_version_2_is_advertised(broker):
+    """KIP-890 part 2: a new cluster finalizes `transaction.version` 2 and every version is offered, as Kafka
+    4.x does; the range 0-2 is listed to ApiVersions v4+ only (KAFKA-17492)."""
     with RawClient(broker.bootstrap) as client:
-        r = client.request(ApiVersionsRequest(client_software_name="odradek-test", client_software_version="1"), 3)
-    assert r.error_code == 0
-    keys = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
-    assert keys[26] == (0, 4)  # EndTxn: v5 is TV2's
-    assert "transaction.version" not in {f.name for f in r.supported_features or ()}
-    assert "transaction.version" not in {f.name for f in r.finalized_features or ()}
+        for version in (3, 4):
+            r = client.request(ApiVersionsRequest(client_software_name="odradek-test", client_software_version="1"),
+                               version)
+            assert r.error_code == 0
+            keys = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
+            assert keys[26] == (0, 5) and keys[0][1] >= 12 and keys[24] == (0, 5) and keys[28] == (0, 5)
+            assert {f.name: f.max_version_level for f in r.finalized_features}["transaction.version"] == 2
+            supported = {f.name: (f.min_version, f.max_version) for f in r.supported_features}
+            assert supported.get("transaction.version") == (None if version < 4 else (0, 2))
+
+
+def test_the_cli_shows_the_feature_levels(broker):
+    """`odradek cluster features` (kafka-features describe): what an operator checks before pointing a Java
+    client at the cluster."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "odradek", "cluster", "features", "--bootstrap-server",
+                           broker.bootstrap, "--output", "json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    features = {f["feature"]: f for f in json.loads(done.stdout)["features"]}
+    assert features["transaction.version"] == {"feature": "transaction.version", "supported_min": 0,
+                                               "supported_max": 2, "finalized": 2}
+    assert features["metadata.version"]["finalized"] >= 7
+
+
+def test_tv2_produce_adds_the_partition_and_end_txn_bumps_the_epoch(broker):
+    topic, txn_id = name("tv2"), name("tv2-txn")
+    tp = TopicPartition(topic, 0)
+    partition = broker.broker.data.get_partition
+    with RawClient(broker.bootstrap) as client:
+        create(client, topic, partitions=1)
+        pid, epoch = init(client, txn_id)
+        # No AddPartitionsToTxn: Produce v12 has the coordinator add the partition.
+        assert produce(client, txn_id, [(topic, 0, batch((pid, epoch), 0, b"a"))], version=12) == [0]
+        assert produce(client, txn_id, [(topic, 0, batch((pid, epoch), 1, b"b"))], version=12) == [0]
+        r = client.request(EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                                         committed=True), 5)
+        assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 1)
+        # The next transaction starts at once, on the new epoch (the broker waits out the markers in flight).
+        assert produce(client, txn_id, [(topic, 0, batch((pid, epoch + 1), 0, b"c"))], version=12) == [0]
+        # A late write of the ended transaction is fenced by the marker's epoch.
+        assert produce(client, txn_id, [(topic, 0, batch((pid, epoch), 2, b"late"))], version=12) == [
+            ErrorCode.INVALID_PRODUCER_EPOCH]
+        r = client.request(EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch + 1,
+                                         committed=False), 5)
+        assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 2)
+        deadline = time.monotonic() + DEADLINE_S
+        while offsets(client, topic, 0) != (5, 5) and time.monotonic() < deadline:
+            time.sleep(0.05)  # bounded poll: the abort marker is written after EndTxn answers
+        # a, b, COMMIT, c, ABORT: nothing open, and the markers carry the bumped epochs.
+        assert offsets(client, topic, 0) == (5, 5)
+        assert partition(tp).log.producer_state.ongoing == {}
+        assert partition(tp).log.producer_state.producers[pid].producer_epoch == epoch + 2
+
+
+def test_tv2_adds_even_with_verification_off(tmp_path):
+    """`transaction.partition.verification.enable=false` turns KIP-890 part 1's checks off, not part 2's add:
+    without it a Produce v12 would open a transaction its coordinator never heard of (nothing would end it)."""
+    topic, txn_id = name("tv2-off"), name("tv2-off-txn")
+    with BrokerThread(tmp_path, **{"transaction.partition.verification.enable": False}) as running, \
+            RawClient(running.bootstrap) as client:
+        create(client, topic, partitions=1)
+        pid, epoch = init(client, txn_id)
+        assert produce(client, txn_id, [(topic, 0, batch((pid, epoch), 0, b"a"))], version=12) == [0]
+        r = client.request(EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                                         committed=True), 5)
+        assert (r.error_code, r.producer_epoch) == (0, epoch + 1)
+        deadline = time.monotonic() + DEADLINE_S
+        while offsets(client, topic, 0) != (2, 2) and time.monotonic() < deadline:
+            time.sleep(0.05)  # bounded poll: the commit marker closes the transaction the add opened
+        assert offsets(client, topic, 0) == (2, 2)
 
 
 def test_producer_state_expires_on_the_broker_except_an_open_transaction(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from odradek.broker.handlers.api_versions import ApiVersionsAnswers, build_response
-from odradek.metadata.image import METADATA_VERSION, METADATA_VERSION_FEATURE, MetadataDelta
+from odradek.metadata.image import METADATA_VERSION, METADATA_VERSION_FEATURE, TRANSACTION_VERSION_FEATURE, MetadataDelta
 from odradek.metadata.publisher import EMPTY_IMAGE, MetadataPublisher, MetadataUpdate
 from odradek.metadata.records import FeatureLevelRecord
 from odradek.protocol.connection import ClientConnection, ServerConnection
@@ -26,9 +26,41 @@ def test_before_any_metadata_the_answer_lists_support_but_nothing_finalized():
     answer = ApiVersionsAnswers(build_response(TABLE)).answer(MetadataPublisher())
     assert [(k.api_key, k.min_version, k.max_version) for k in answer.api_keys] == [(0, 0, 13), (18, 0, 4)]
     assert [(f.name, f.min_version, f.max_version) for f in answer.supported_features] == [
-        (METADATA_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION)
+        (METADATA_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION), (TRANSACTION_VERSION_FEATURE, 0, 2)
     ]
     assert answer.finalized_features == [] and answer.finalized_features_epoch == -1
+
+
+def test_a_range_from_0_is_left_out_below_v4_as_kafka_does():
+    """KAFKA-17492: ApiVersions v0-3 clients refuse a supported minimum of 0; transaction.version (0-2) is
+    listed from v4 only, its finalized level in both."""
+    publisher = MetadataPublisher()
+    _publish(publisher, [FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
+                         FeatureLevelRecord(name=TRANSACTION_VERSION_FEATURE, feature_level=2)], 4)
+    answers = ApiVersionsAnswers(build_response(TABLE))
+    old, new = answers.answer(publisher, 3), answers.answer(publisher, 4)
+    assert [f.name for f in old.supported_features] == [METADATA_VERSION_FEATURE]
+    assert [f.name for f in new.supported_features] == [METADATA_VERSION_FEATURE, TRANSACTION_VERSION_FEATURE]
+    for answer in (old, new):
+        assert {(f.name, f.max_version_level) for f in answer.finalized_features} == {
+            (METADATA_VERSION_FEATURE, METADATA_VERSION), (TRANSACTION_VERSION_FEATURE, 2)}
+    assert answers.answer(publisher, 2) is old and answers.answer(publisher, 4) is new  # cached per kind
+
+
+def test_a_new_cluster_finalizes_transaction_version_2_unless_formatted_otherwise(tmp_path):
+    from odradek.broker.storage_tool import parse_feature, read_bootstrap_records, write_bootstrap_records
+    from odradek.metadata.controller.feature_control import FeatureControlManager
+    from odradek.metadata.image import replay_all
+
+    features = FeatureControlManager()
+    assert replay_all(features.bootstrap_records()).features[TRANSACTION_VERSION_FEATURE] == 2
+    write_bootstrap_records(str(tmp_path), [parse_feature("transaction.version=1")])
+    formatted = read_bootstrap_records(str(tmp_path))
+    image = replay_all([*features.bootstrap_records(formatted), *formatted])
+    assert image.features[TRANSACTION_VERSION_FEATURE] == 1 and image.features[METADATA_VERSION_FEATURE] == METADATA_VERSION
+    for bad in ("transaction.version=3", "transaction.version=0", "group.version=1", "transaction.version"):
+        with pytest.raises(ValueError):
+            parse_feature(bad)
 
 
 def test_the_finalized_levels_and_epoch_follow_the_image_and_are_cached_between_images():

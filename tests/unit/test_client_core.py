@@ -21,7 +21,9 @@ async def test_bootstrap_skips_unreachable_servers_and_negotiates_versions():
             assert client.cluster.partitions_for("t") == [0]
             conn = await client.connection(0)
             assert conn.version_for(3) == REQUESTS[3].VALID_VERSIONS[1]
-            assert conn.version_for(0) == 12  # capped: v13 addresses topics by id
+            assert conn.version_for(0) == 11  # capped: v12 is Transactions V2, v13 addresses topics by id
+    from odradek.client.connection import client_range
+    assert client_range(26) == (0, 4) and client_range(28) == (0, 4)  # EndTxn/TxnOffsetCommit v5: Transactions V2
 
 
 async def test_api_versions_falls_back_when_the_broker_knows_an_older_version():

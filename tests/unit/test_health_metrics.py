@@ -61,6 +61,9 @@ async def test_a_lone_node_reports_its_quorum_dirs_group_lag_and_transactions(tm
             assert lag == {"g-a": hw - 3, "g-b": hw - 10, "g-c": hw}
             assert values(text, "odradek_transactions_ongoing") == {one: 1}
             assert values(text, "odradek_transactions_completed_total")[(("result", "committed"),)] == 1
+            # The bundled client speaks Transactions V1: no epoch bump per transaction.
+            assert values(text, "odradek_transactions_epoch_bumps_total") == {(): 0}
+            assert values(text, "odradek_transactions_producer_ids_rotated_total") == {(): 0}
 
             # The bound: two series, the third group's left out and counted.
             bounded = ClusterHealthCollector(node, node.metrics, max_group_partition_series=2)

@@ -258,14 +258,17 @@ def test_bootstrap_writes_feature_level_cluster_id_and_registration():
     assert len(image.cluster_id) == 22
     assert set(image.cluster_id) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert not image.cluster_id.startswith("-")
-    # KIP-966's ELR is on in a new cluster, with the cluster-wide min.insync.replicas it decides by.
-    assert image.features == {"metadata.version": METADATA_VERSION, "eligible.leader.replicas.version": 1}
+    # KIP-966's ELR is on in a new cluster, with the cluster-wide min.insync.replicas it decides by; so is
+    # KIP-890's Transactions V2 (transaction.version 2), as in Kafka 4.x.
+    assert image.features == {"metadata.version": METADATA_VERSION, "eligible.leader.replicas.version": 1,
+                              "transaction.version": 2}
     assert image.broker_configs() == {"min.insync.replicas": "1"}
     broker = image.brokers[1]
     assert broker.endpoints == tuple(ENDPOINTS) and not broker.fenced
     assert storage.durable == len(storage.batches) == 1
     records = [decode_metadata_record(r.value) for r in _records_of(storage)]
     assert [type(r).RECORD_TYPE for r in records] == [
+        MetadataRecordType.FEATURE_LEVEL,
         MetadataRecordType.FEATURE_LEVEL,
         MetadataRecordType.FEATURE_LEVEL,
         MetadataRecordType.CLUSTER_ID,

@@ -36,7 +36,9 @@ def test_records_round_trip_as_kafka_lays_them_out():
 
 def test_transition_table_is_kafkas():
     assert VALID_PREVIOUS_STATES[S.PREPARE_COMMIT] == {S.ONGOING}
-    assert VALID_PREVIOUS_STATES[S.PREPARE_ABORT] == {S.ONGOING, S.PREPARE_EPOCH_FENCE}
+    # Kafka 4.x: a Transactions V2 client may abort from Empty and Complete* too
+    assert VALID_PREVIOUS_STATES[S.PREPARE_ABORT] == {S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT,
+                                                      S.COMPLETE_ABORT}
     m = TransactionMetadata("id", 1, 0, 1000)
     with pytest.raises(InvalidTransitionError):
         m.transit(S.PREPARE_COMMIT, 5)

@@ -103,6 +103,7 @@ public final class Interop {
             case "produce": return produce(a);
             case "consume": return consume(a);
             case "txn": return transactions(a);
+            case "txns": return manyTransactions(a);
             case "ctp": return consumeTransformProduce(a);
             case "members": return members(a);
             case "offsets": return offsets(a);
@@ -350,6 +351,54 @@ public final class Interop {
             producer.beginTransaction();
             out.put("committed2", send(producer, a, "c2"));
             producer.commitTransaction();
+        }
+        return out;
+    }
+
+    /**
+     * `txns` transactions of `n` records each over `partitions` partitions (round robin), committing the even
+     * ones and aborting the odd ones; then what the coordinator and the partitions say of the producer
+     * (describeTransactions, describeProducers): under Transactions V2 every end bumps the epoch.
+     */
+    private static Map<String, Object> manyTransactions(Map<String, String> a) throws Exception {
+        Map<String, String> b = new HashMap<>(a);
+        b.put("cfg.transactional.id", a.get("txn_id"));
+        String topic = a.get("topic");
+        int txns = intArg(a, "txns", 10);
+        int n = intArg(a, "n", 3);
+        int partitions = intArg(a, "partitions", 1);
+        Map<String, Object> out = new LinkedHashMap<>();
+        List<Object> committed = new ArrayList<>();
+        try (KafkaProducer<String, String> producer = producer(b)) {
+            producer.initTransactions();
+            for (int t = 0; t < txns; t++) {
+                producer.beginTransaction();
+                List<Future<RecordMetadata>> futures = new ArrayList<>();
+                for (int i = 0; i < n; i++) {
+                    String value = "t" + t + "-" + i;
+                    futures.add(producer.send(new ProducerRecord<>(topic, (t * n + i) % partitions, "k" + i, value)));
+                    if (t % 2 == 0) committed.add(value);
+                }
+                for (Future<RecordMetadata> f : futures) f.get();
+                if (t % 2 == 0) producer.commitTransaction(); else producer.abortTransaction();
+            }
+        }
+        out.put("committed_values", committed);
+        try (Admin admin = admin(a)) {
+            var state = admin.describeTransactions(List.of(a.get("txn_id"))).description(a.get("txn_id")).get();
+            out.put("coordinator_epoch", (int) state.producerEpoch());
+            out.put("coordinator_producer_id", state.producerId());
+            out.put("state", state.state().toString());
+            List<TopicPartition> tps = new ArrayList<>();
+            for (int i = 0; i < partitions; i++) tps.add(new TopicPartition(topic, i));
+            Map<String, Object> epochs = new LinkedHashMap<>();
+            var described = admin.describeProducers(tps).all().get();
+            for (TopicPartition tp : tps) {
+                List<Object> seen = new ArrayList<>();
+                for (var ps : described.get(tp).activeProducers()) seen.add(List.of(ps.producerId(), ps.producerEpoch()));
+                epochs.put(String.valueOf(tp.partition()), seen);
+            }
+            out.put("partition_producers", epochs);
         }
         return out;
     }
