@@ -159,7 +159,8 @@ def _build_on(
         producer_ids=ProducerIdManager(lambda: controller.allocate_producer_ids(cfg.node_id)),
         api_versions_response=api_versions_response,
         controller_api_versions_response=controller_api_versions_response,
-        groups_factory=lambda: start_group_coordinator(cfg, data, timer, publisher, controller, now_ms),
+        groups_factory=lambda: start_group_coordinator(cfg, data, timer, publisher, controller, now_ms,
+                                                       services.share_persister),
         quorum=quorum.driver, log_dirs=log_dirs, dynamic_config=dynamic_config,
         transactions_factory=lambda: start_transaction_coordinator(cfg, data, timer, publisher, controller, services,
                                                                    markers, now_ms),
@@ -343,7 +344,14 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
     import uuid
 
     from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
-    from odradek.metadata.image import ELR_VERSION, ELR_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION_FEATURE
+    from odradek.metadata.image import (
+        ELR_VERSION,
+        ELR_VERSION_FEATURE,
+        METADATA_VERSION,
+        METADATA_VERSION_FEATURE,
+        SHARE_VERSION,
+        SHARE_VERSION_FEATURE,
+    )
 
     cfg = node.config
     controller = node.controller
@@ -357,7 +365,9 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
         features=[BrokerRegistrationRequest.Feature(name=METADATA_VERSION_FEATURE, min_supported_version=1,
                                                     max_supported_version=METADATA_VERSION),
                   BrokerRegistrationRequest.Feature(name=ELR_VERSION_FEATURE, min_supported_version=0,
-                                                    max_supported_version=ELR_VERSION)],
+                                                    max_supported_version=ELR_VERSION),
+                  BrokerRegistrationRequest.Feature(name=SHARE_VERSION_FEATURE, min_supported_version=0,
+                                                    max_supported_version=SHARE_VERSION)],
         previous_broker_epoch=previous_broker_epoch,
     )
     if previous_broker_epoch < 0 and node.data.metadata_known_through <= 0:

@@ -66,7 +66,7 @@ class Broker:
             config = BrokerConfig.from_properties({k.replace("_", "."): v for k, v in overrides.items()})
         self.config = config
         self.node_id = config.node_id
-        self.registry = handler_registry.load_handlers()
+        self.registry = handler_registry.load_handlers(gates=handler_registry.gates_of(config))
         self.accepted_versions = handler_registry.accepted_versions(self.registry)
         self.advertised_versions = handler_registry.advertised_versions(self.registry)
         # ApiVersions answers carry the features of the current metadata image (handlers/api_versions.py).

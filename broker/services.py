@@ -17,6 +17,8 @@ broker/components.py, where the start and stop order is written down.
   * `authorizer`: the ACL decisions (broker/authorizer.py), None unless `authorizer.class.name` is set;
     handlers ask through `authorized` / `authorized_names`, one attribute test when it is off.
   * `quotas`: client quota measurements and throttle times (broker/quotas.py).
+  * `share_persister`: the share-partition state store (broker/share/persister.py) that the group
+    coordinator's share wiring and the share admin APIs use.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .config import BrokerConfig
 from .dynamic_config import DynamicBrokerConfig
 from .controller_channel import ControllerChannel
 from .quotas import ClientQuotas
+from .share.persister import InMemoryPersister, SharePersister
 from .topics import is_internal
 
 if TYPE_CHECKING:
@@ -56,7 +59,7 @@ class BrokerServices:
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
         "_transactions", "_transactions_factory",
         "authorizer", "quotas",
-        "log_dirs", "dynamic_config",
+        "log_dirs", "dynamic_config", "share_persister",
     )
 
     def __init__(
@@ -65,7 +68,7 @@ class BrokerServices:
         producer_ids: ProducerIdManager, api_versions_response: Any,
         groups_factory: Callable[[], GroupCoordinator], log_dirs: LogDirs, controller_api_versions_response: Any = None,
         quorum: QuorumDriver | None = None, transactions_factory: Callable[[], TransactionCoordinator] | None = None,
-        dynamic_config: DynamicBrokerConfig | None = None,
+        dynamic_config: DynamicBrokerConfig | None = None, share_persister: SharePersister | None = None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -87,6 +90,7 @@ class BrokerServices:
         self.quotas = ClientQuotas(config, metadata)
         # this node's config with the image's dynamic broker configs over it (broker/dynamic_config.py)
         self.dynamic_config = dynamic_config if dynamic_config is not None else DynamicBrokerConfig(config)
+        self.share_persister: SharePersister = share_persister if share_persister is not None else InMemoryPersister()
 
     # -- authorization: every check one line in its handler
 

@@ -52,6 +52,12 @@ ELR_VERSION = 1
 new cluster finalizes it at bootstrap, as Kafka 4.1+ does; a cluster formatted before keeps it off (the
 level is never moved: UpdateFeatures is not served)."""
 
+SHARE_VERSION_FEATURE = "share.version"
+SHARE_VERSION = 1
+"""KIP-932's feature: at level 1 the cluster serves share groups. Kafka 4.2+ finalizes it at 1 in a new
+cluster (share groups became production-ready then); so does Odradek's controller at bootstrap. A cluster
+formatted before keeps it at 0 (UpdateFeatures is not served), and its brokers refuse the share APIs."""
+
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
 """PartitionChangeRecord.leader when the leader did not change."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from odradek.metadata.image import METADATA_VERSION, METADATA_VERSION_FEATURE
+from odradek.metadata.image import METADATA_VERSION, METADATA_VERSION_FEATURE, SHARE_VERSION, SHARE_VERSION_FEATURE
 from odradek.protocol.messages import ApiVersionsResponse
 
 from . import BROKER, CONTROLLER, Answer, handles
@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     from ..context import RequestContext
     from ..services import BrokerServices
 
-SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {METADATA_VERSION_FEATURE: (METADATA_VERSION, METADATA_VERSION)}
+SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {
+    METADATA_VERSION_FEATURE: (METADATA_VERSION, METADATA_VERSION),
+    SHARE_VERSION_FEATURE: (0, SHARE_VERSION),
+}
 """The features this release can run, with the (min, max) levels of each: only `metadata.version`, at the one
 level Odradek writes (3.3-IV3, which is also Kafka 4.x's minimum). Kafka 4.x brokers also list kraft.version,
 group.version, transaction.version, eligible.leader.replicas.version, share.version and streams.version.
@@ -37,7 +40,15 @@ KAFKA-17011, so it is left out here rather than listed for v4 only.) The others:
 the gate Kafka puts on KIP-848 consumer groups, which Odradek does serve, but finalizing it takes a
 FeatureLevelRecord the controller does not write at bootstrap (and UpdateFeatures is not served, so an existing
 cluster could never reach it), and Odradek does not gate ConsumerGroupHeartbeat on it; listing group.version as
-supported but never finalized would promise an upgrade nobody can make."""
+supported but never finalized would promise an upgrade nobody can make.
+
+share.version (KIP-932) is listed with Kafka's range 0-1 and finalized at 1 in a new cluster (Kafka 4.2+'s
+default; metadata/controller/feature_control.py). A range starting at 0 is what ApiVersions v3 clients
+refuse (KAFKA-17011), so, as Kafka's fix does, a v3 answer leaves such features out of SupportedFeatures and
+a v4+ answer lists them (`ApiVersionsAnswers.answer`)."""
+
+
+_V3_SUPPORTED = {name: levels for name, levels in SUPPORTED_FEATURES.items() if levels[0] > 0}
 
 
 def build_response(table: dict[int, tuple[int, int]]) -> ApiVersionsResponse:
@@ -68,22 +79,25 @@ def with_features(base: ApiVersionsResponse, finalized: Mapping[str, int], epoch
 
 class ApiVersionsAnswers:
     """One listener's ApiVersions answer, rebuilt when the metadata image or its offset changes and shared by
-    every request in between (a connection's first request; a reconnect storm costs one build per image)."""
+    every request in between (a connection's first request; a reconnect storm costs one build per image).
+    Two variants: v4+, and v3 and older without the supported features whose range starts at 0."""
 
-    __slots__ = ("base", "_image", "_offset", "_answer")
+    __slots__ = ("base", "_image", "_offset", "_answer", "_answer_v3")
 
     def __init__(self, base: ApiVersionsResponse) -> None:
         self.base = base
         self._image: MetadataImage | None = None
         self._offset = -1
         self._answer = base
+        self._answer_v3 = base
 
-    def answer(self, metadata: MetadataPublisher) -> ApiVersionsResponse:
+    def answer(self, metadata: MetadataPublisher, version: int = 4) -> ApiVersionsResponse:
         image, offset = metadata.image, metadata.offset
         if image is not self._image or offset != self._offset:
             self._answer = with_features(self.base, image.features, offset)
+            self._answer_v3 = with_features(self.base, image.features, offset, _V3_SUPPORTED)
             self._image, self._offset = image, offset
-        return self._answer
+        return self._answer if version >= 4 else self._answer_v3
 
 
 @handles(18, listeners=(BROKER, CONTROLLER))
@@ -92,5 +106,5 @@ def handle_api_versions(services: BrokerServices, ctx: RequestContext, request: 
     listeners the quorum's and the brokers' RPCs; both with the features of the image this node holds."""
     answers = services.controller_api_versions_response if ctx.connection.scope == CONTROLLER else services.api_versions_response
     if isinstance(answers, ApiVersionsAnswers):
-        return answers.answer(services.metadata)
+        return answers.answer(services.metadata, ctx.api_version)
     return answers

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from odradek.coordinator.partitioning import share_coordinator_key
 from odradek.protocol.errors import ErrorCode
 from odradek.replication.share import ShareSnapshot
 
@@ -43,7 +44,7 @@ class SharePartitionKey:
 
     def coordinator_key(self) -> str:
         """The FindCoordinator key (type 2, SHARE) that routes this partition's state."""
-        return f"{self.group_id}:{self.topic_id}:{self.partition}"
+        return share_coordinator_key(self.group_id, self.topic_id, self.partition)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from .offsets import OffsetAndMetadata, OffsetManager
 from .records import CoordinatorRecord, RecordType, group_metadata_tombstone
 from .share import ShareGroupManager
 from .share_group import ShareGroup
+from .share_state import Initialization
 from ..runtime import Batch, CoordinatorError, Result
 from ..topics import TopicsView
 
@@ -87,6 +88,9 @@ class GroupCoordinatorShard:
         self.offset_manager = OffsetManager(self)
         self.consumer = ConsumerGroupManager(self)
         self.share = ShareGroupManager(self)
+        # Set by the group coordinator: called with a share_state.Initialization once its records are
+        # durable, for the broker to send through its persister.
+        self.share_state_hook: Callable[[Initialization], None] | None = None
 
     # ------------------------------------------------------------------------------------------------
     # Replication

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import structlog
@@ -55,6 +56,7 @@ from .records import (
 )
 from .share_assignor import simple_assignor
 from .share_group import Assignment, ShareGroup, ShareGroupMember
+from .share_state import Initialization, StatePartitions
 from ..runtime import Batch, CoordinatorError, Result
 
 if TYPE_CHECKING:
@@ -122,7 +124,7 @@ class ShareGroupManager:
                 member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
                 state=value.state, assigned_partitions=_assignment_from(value.assigned_partitions))
         elif t is RecordType.SHARE_GROUP_STATE_PARTITION_METADATA:
-            group.state_partition_metadata = value
+            group.state_partitions = StatePartitions.from_value(value)
 
     def _get_or_create(self, group_id: str) -> ShareGroup:
         group = self.groups.get(group_id)
@@ -192,6 +194,7 @@ class ShareGroupManager:
         if new_member or updated.member_epoch != target_epoch or updated.assigned_partitions != target:
             out.records.append(share_current_assignment_record(group_id, member_id, target_epoch,
                                                                updated.member_epoch, 0, target))
+        self._maybe_initialize_state(group, group_epoch, members_after.values(), out, now_ms)
         self._schedule_session_timeout(group_id, member_id, now_ms)
         response = ShareGroupHeartbeatResponse(error_code=ErrorCode.NONE, member_id=member_id,
                                                member_epoch=target_epoch,
@@ -231,6 +234,86 @@ class ShareGroupManager:
                 out.records.append(share_target_assignment_member_record(group.group_id, member_id, new))
         out.records.append(share_target_assignment_epoch_record(group.group_id, group_epoch))
         return targets
+
+    # -- share-partition state (share_state.py) --
+
+    def _maybe_initialize_state(self, group: ShareGroup, group_epoch: int, members, out: Batch, now_ms: int) -> None:
+        """Kafka's maybeCreateInitializeShareGroupStateRequest: every partition of every subscribed topic that
+        has no state yet (or whose initialization was asked for longer than the retry interval ago) goes to
+        `initializing`, and once that is durable the broker is asked to initialize it."""
+        topics = self.shard.topics
+        if topics is None:
+            return
+        names: dict[uuid.UUID, str] = {}
+        wanted: dict[uuid.UUID, frozenset[int]] = {}
+        state = group.state_partitions
+        retry_ms = self.config.share_group_initialize_retry_interval_ms
+        for name in sorted({n for m in members for n in m.subscribed_topic_names}):
+            info = topics.topic_by_name(name)
+            if info is None:
+                continue
+            missing = frozenset(p for p in range(info.num_partitions)
+                                if not state.known(info.topic_id, p, now_ms, retry_ms))
+            if missing:
+                names[info.topic_id], wanted[info.topic_id] = name, missing
+        if not wanted:
+            return
+        out.records.append(state.with_initializing(names, wanted, now_ms).record(group.group_id))
+        self.request_initialization(Initialization(group.group_id, group_epoch, wanted), out)
+
+    def request_initialization(self, initialization: Initialization, out: Batch) -> None:
+        """Hand `initialization` to the broker once the records of this write are durable."""
+        hook = self.shard.share_state_hook
+
+        def written(error: BaseException | None) -> None:
+            if error is None and hook is not None:
+                hook(initialization)
+
+        out.callbacks.append(written)
+
+    def state_initialized(self, initialization: Initialization,
+                          failed: Mapping[tuple[uuid.UUID, int], ErrorCode]) -> Result:
+        """The persister's answer to `initialization`: the partitions it initialized move to `initialized`,
+        the ones it failed leave `initializing` (the next heartbeat asks again), as Kafka's
+        initializeShareGroupState / uninitializeShareGroupState."""
+        out = Batch()
+        group = self.groups.get(initialization.group_id)
+        if group is None:
+            return out.result()
+        done: dict[uuid.UUID, frozenset[int]] = {}
+        lost: dict[uuid.UUID, frozenset[int]] = {}
+        for topic_id, partitions in initialization.partitions.items():
+            ok = frozenset(p for p in partitions if (topic_id, p) not in failed)
+            if ok:
+                done[topic_id] = ok
+            if partitions - ok:
+                lost[topic_id] = partitions - ok
+        names = {}
+        topics = self.shard.topics
+        for topic_id in done:
+            info = topics.topic_by_id(topic_id) if topics is not None else None
+            names[topic_id] = info.name if info is not None else (group.state_partitions.topic_name(topic_id) or "")
+        state = group.state_partitions.with_initialized(done, names).without(lost)
+        if state != group.state_partitions:
+            out.records.append(state.record(group.group_id))
+        if done:
+            log.info("share partitions initialized", group=group.group_id, state_epoch=initialization.state_epoch,
+                     partitions=sum(len(ps) for ps in done.values()))
+        if lost:
+            log.warning("share partition initialization failed", group=group.group_id,
+                        partitions=sum(len(ps) for ps in lost.values()),
+                        error=str(sorted({c.name for c in failed.values()})))
+        return out.result()
+
+    def state_deleted(self, group_id: str, partitions: dict[uuid.UUID, frozenset[int]]) -> Result:
+        """The persister deleted these partitions' state: forget them."""
+        out = Batch()
+        group = self.groups.get(group_id)
+        if group is not None:
+            state = group.state_partitions.without(partitions)
+            if state != group.state_partitions:
+                out.records.append(state.record(group_id))
+        return out.result()
 
     # -- leaving and fencing --
 

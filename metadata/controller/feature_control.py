@@ -1,8 +1,8 @@
 """The controller's view of the cluster's finalized features (Kafka's FeatureControlManager).
 
-Odradek finalizes two features in a new cluster's log: `metadata.version`, at the level this release
-writes, and `eligible.leader.replicas.version` 1 (KIP-966's ELR, on by default for new clusters since Kafka
-4.1). A registering broker must support every finalized level it names (a broker that cannot run the
+Odradek finalizes three features in a new cluster's log: `metadata.version`, at the level this release
+writes, `eligible.leader.replicas.version` 1 (KIP-966's ELR, on by default for new clusters since Kafka
+4.1) and `share.version` 1 (KIP-932's share groups, on by default for new clusters since Kafka 4.2). A registering broker must support every finalized level it names (a broker that cannot run the
 cluster's metadata.version would misread its records). UpdateFeatures is not served, so the levels never
 move after bootstrap: a cluster formatted before ELR keeps it off.
 """
@@ -17,6 +17,8 @@ from odradek.metadata.image import (
     ELR_VERSION_FEATURE,
     METADATA_VERSION,
     METADATA_VERSION_FEATURE,
+    SHARE_VERSION,
+    SHARE_VERSION_FEATURE,
     MetadataError,
     MetadataImage,
 )
@@ -31,6 +33,7 @@ class FeatureControlManager:
         return [
             FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
             FeatureLevelRecord(name=ELR_VERSION_FEATURE, feature_level=ELR_VERSION),
+            FeatureLevelRecord(name=SHARE_VERSION_FEATURE, feature_level=SHARE_VERSION),
         ]
 
     def check_broker_features(self, image: MetadataImage, features: Iterable) -> None:

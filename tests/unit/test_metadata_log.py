@@ -258,8 +258,10 @@ def test_bootstrap_writes_feature_level_cluster_id_and_registration():
     assert len(image.cluster_id) == 22
     assert set(image.cluster_id) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert not image.cluster_id.startswith("-")
-    # KIP-966's ELR is on in a new cluster, with the cluster-wide min.insync.replicas it decides by.
-    assert image.features == {"metadata.version": METADATA_VERSION, "eligible.leader.replicas.version": 1}
+    # KIP-966's ELR is on in a new cluster, with the cluster-wide min.insync.replicas it decides by, and
+    # KIP-932's share groups (share.version 1, Kafka 4.2+'s default).
+    assert image.features == {"metadata.version": METADATA_VERSION, "eligible.leader.replicas.version": 1,
+                              "share.version": 1}
     assert image.broker_configs() == {"min.insync.replicas": "1"}
     broker = image.brokers[1]
     assert broker.endpoints == tuple(ENDPOINTS) and not broker.fenced
