@@ -270,6 +270,7 @@ def test_bootstrap_writes_feature_level_cluster_id_and_registration():
     assert [type(r).RECORD_TYPE for r in records] == [
         MetadataRecordType.FEATURE_LEVEL,
         MetadataRecordType.FEATURE_LEVEL,
+        MetadataRecordType.FEATURE_LEVEL,
         MetadataRecordType.CLUSTER_ID,
         MetadataRecordType.CONFIG,
         MetadataRecordType.REGISTER_BROKER,
