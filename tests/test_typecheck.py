@@ -56,6 +56,8 @@ CHECKED = (
     "odradek.broker.quorum",
     "odradek.broker.controller_channel",
     "odradek.broker.groups_wiring",
+    "odradek.broker.share.group_state",
+    "odradek.broker.share.group_deletion",
     "odradek.broker.log_dirs",
     "odradek.broker.controller_settings",
     "odradek.broker.dynamic_config",

@@ -25,6 +25,7 @@ from odradek.metadata.acl import AclOperation, ResourceType
 
 from ..authorizer import then, per_item
 from ..internal_topics import ensure_coordinator_topic
+from ..share.group_deletion import delete_groups_with_share_state
 from . import Answer, handles
 
 if TYPE_CHECKING:
@@ -172,11 +173,12 @@ def handle_list_groups(services: BrokerServices, ctx: RequestContext, request: L
 
 @handles(42, (0, 2))
 def handle_delete_groups(services: BrokerServices, ctx: RequestContext, request: DeleteGroupsRequest) -> Answer:
+    """Share groups' state (in __share_group_state) is deleted first (broker/share/group_deletion.py)."""
     if services.authorizer is not None:
         allowed = services.authorized_names(ctx, AclOperation.DELETE, GROUP, request.groups_names)
         if len(allowed) < len(set(request.groups_names)):
             return _delete_allowed_groups(services, ctx, request, allowed)
-    return respond(services, services.groups.delete_groups(request, ctx.api_version, services.now_ms()))
+    return delete_groups_with_share_state(services, request, ctx.api_version)
 
 
 @handles(68, (0, 1))
@@ -200,7 +202,7 @@ def _delete_allowed_groups(services: BrokerServices, ctx: RequestContext, reques
     """DeleteGroups for the groups the principal may delete; the others answer GROUP_AUTHORIZATION_FAILED."""
     names = list(request.groups_names)
     request.groups_names = [g for g in names if g in allowed]
-    answer = respond(services, services.groups.delete_groups(request, ctx.api_version, services.now_ms()))
+    answer = delete_groups_with_share_state(services, request, ctx.api_version)
 
     def merge(response):
         results = {r.group_id: r for r in response.results}

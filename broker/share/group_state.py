@@ -54,7 +54,8 @@ class ShareStateInitializer:
         keys = initialization.keys()
         answers = await asyncio.gather(*(
             self._initialize_one(initialization, topic_id, partition) for topic_id, partition in keys))
-        failed = {key: code for key, code in zip(keys, answers) if code is not ErrorCode.NONE}
+        failed: dict[tuple[uuid.UUID, int], ErrorCode] = {
+            key: code for key, code in zip(keys, answers) if code is not ErrorCode.NONE}
         self.initialized += len(keys) - len(failed)
         self.failed += len(failed)
         if failed:

@@ -1,0 +1,291 @@
+"""Share groups on the group side: the handlers behind the SHARE gate, FindCoordinator for share keys, the
+share-partition state initialized through the persister, DeleteGroups of share groups, group.share.* configs."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from odradek.broker.config import BrokerConfig, ConfigError
+from odradek.broker.handlers import SHARE, load_handlers
+from odradek.broker.handlers.groups import handle_delete_groups, handle_describe_groups, handle_find_coordinator
+from odradek.broker.handlers.share_groups import handle_share_group_describe, handle_share_group_heartbeat
+from odradek.broker.server import Broker
+from odradek.broker.services import BrokerServices
+from odradek.broker.share.group_state import ShareStateInitializer
+from odradek.broker.share.persister import InMemoryPersister, SharePartitionKey
+from odradek.coordinator.partitioning import share_coordinator_key, share_partition_for
+from odradek.coordinator.topics import TopicsImage
+from odradek.metadata.acl import AclOperation, ResourceType
+from odradek.metadata.image import BrokerRegistration, Endpoint, MetadataImage, PartitionImage, TopicImage
+from odradek.protocol.errors import ErrorCode
+from odradek.protocol.messages import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
+)
+
+from tests.harness.group_coordinator import NUM_PARTITIONS, Harness
+
+T = uuid.UUID(int=1)
+STATE_PARTITIONS = 5
+
+
+def _image() -> MetadataImage:
+    """Broker 3 at broker-3:9092, leading every partition of __consumer_offsets and __share_group_state."""
+    registration = BrokerRegistration(3, uuid.uuid4(), 1, (Endpoint("PLAINTEXT", "broker-3", 9092),), None, False, False)
+    topics = {}
+    for name, count in (("__consumer_offsets", NUM_PARTITIONS), ("__share_group_state", STATE_PARTITIONS)):
+        partitions = {i: PartitionImage((3,), (3,), 3, 0, 0) for i in range(count)}
+        topics[name] = TopicImage(name, uuid.uuid4(), partitions)
+    return MetadataImage(cluster_id="c", brokers={3: registration},
+                         topics_by_id={t.topic_id: t for t in topics.values()}, topics_by_name=topics)
+
+
+class FailingPersister(InMemoryPersister):
+    """Refuses to initialize partition 1, and to delete anything, while `failing` is set."""
+
+    failing = True
+
+    async def initialize(self, key, state_epoch, start_offset):
+        if self.failing and key.partition == 1:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return await super().initialize(key, state_epoch, start_offset)
+
+    async def delete(self, group_id, partitions):
+        if self.failing:
+            return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions}
+        return await super().delete(group_id, partitions)
+
+
+class Acls:
+    """An authorizer that denies what `denied` lists: (operation, resource type, name)."""
+
+    def __init__(self, *denied) -> None:
+        self.denied = set(denied)
+
+    def authorize(self, ctx, op, resource_type, name, log_denied=True) -> bool:
+        return (op, resource_type, name) not in self.denied
+
+    def authorized_names(self, ctx, op, resource_type, names, log_denied=True) -> set:
+        return {n for n in names if self.authorize(ctx, op, resource_type, n)}
+
+    def authorized_operations(self, ctx, resource_type, name) -> int:
+        return 0
+
+
+class FakeServices:
+    """The handlers' services as far as the share handlers use them."""
+
+    node_id = 3
+    endpoint = BrokerServices.endpoint
+    partition_leader = BrokerServices.partition_leader
+    authorized = BrokerServices.authorized
+    authorized_names = BrokerServices.authorized_names
+    future_from = staticmethod(Broker.future_from)
+
+    def __init__(self, h: Harness, persister=None, authorizer=None) -> None:
+        self.h = h
+        self.groups = h.gc
+        self.metadata = SimpleNamespace(image=_image())
+        self.share_persister = persister if persister is not None else InMemoryPersister()
+        self.authorizer = authorizer
+        self.initializer = ShareStateInitializer(h.gc, self.share_persister, lambda: h.now)
+        h.gc.share_state_initializer = self.initializer
+
+    def now_ms(self) -> int:
+        return self.h.now
+
+
+def ctx(version: int = 1):
+    return SimpleNamespace(api_version=version, header=SimpleNamespace(client_id="sc"), client_host="10.1.2.3",
+                           listener="PLAINTEXT")
+
+
+def harness(**config) -> Harness:
+    topics = TopicsImage()
+    topics.add("t", 3, T)
+    return Harness(topics=topics, share_coordinator_state_topic_num_partitions=STATE_PARTITIONS, **config)
+
+
+def heartbeat(services: FakeServices, member_id: str, epoch: int, topics=None, group_id: str = "sg"):
+    return handle_share_group_heartbeat(services, ctx(), ShareGroupHeartbeatRequest(
+        group_id=group_id, member_id=member_id, member_epoch=epoch, subscribed_topic_names=topics))
+
+
+def share_group(h: Harness, group_id: str = "sg"):
+    return h.shard(group_id).share_groups[group_id]
+
+
+# -- registration, configs, routing ----------------------------------------------------------------
+
+
+def test_share_apis_are_served_only_behind_the_share_gate():
+    assert 76 not in load_handlers() and 77 not in load_handlers()
+    gated = load_handlers(gates=frozenset({SHARE}))
+    assert {k: (gated[k].min_version, gated[k].max_version) for k in (76, 77)} == {76: (1, 1), 77: (1, 1)}
+    assert not BrokerConfig().share_enabled
+    assert BrokerConfig.from_properties({"odradek.share.enabled": "true"}).share_enabled
+
+
+def test_group_share_configs_have_kafkas_defaults_and_refuse_values_out_of_range():
+    c = BrokerConfig()
+    assert (c.share_group_session_timeout_ms, c.share_group_heartbeat_interval_ms, c.share_group_max_size,
+            c.share_group_delivery_count_limit, c.share_group_record_lock_duration_ms,
+            c.share_group_partition_max_record_locks, c.share_group_max_share_sessions) == (
+        45000, 5000, 200, 5, 30000, 2000, 2000)
+    for key, value, words in [
+        ("group.share.max.size", "1001", "<= 1000"),
+        ("group.share.delivery.count.limit", "11", "<= 10"),
+        ("group.share.session.timeout.ms", "30000", "between group.share.min.session.timeout.ms"),
+        ("group.share.record.lock.duration.ms", "90000", "group.share.max.record.lock.duration.ms (60000)"),
+        ("group.share.partition.max.record.locks", "50", ">= 100"),
+        ("group.share.assignors", "range", "only share group assignor is simple"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            BrokerConfig.from_properties({key: value})
+        assert key in str(e.value) and words in str(e.value), str(e.value)
+    # Moving a bound moves what a value may be.
+    assert BrokerConfig.from_properties({"group.share.max.record.lock.duration.ms": "120000",
+                                         "group.share.record.lock.duration.ms": "90000"})
+
+
+def test_share_keys_hash_to_a_share_group_state_partition_as_kafka_writes_them():
+    key = share_coordinator_key("sg", T, 2)
+    assert key == "sg:AAAAAAAAAAAAAAAAAAAAAQ:2"  # Uuid.toString: URL-safe base64, unpadded
+    assert SharePartitionKey("sg", T, 2).coordinator_key() == key
+    assert 0 <= share_partition_for(key, 50) < 50
+
+
+def test_find_coordinator_answers_share_keys_from_v6_and_refuses_malformed_ones():
+    services = FakeServices(harness())
+    key = share_coordinator_key("sg", T, 0)
+    request = FindCoordinatorRequest(key_type=2, coordinator_keys=[key, "not-a-share-key"])
+    found, bad = handle_find_coordinator(services, ctx(6), request).coordinators
+    assert (found.key, found.error_code, found.node_id, found.host) == (key, 0, 3, "broker-3")
+    assert bad.error_code == ErrorCode.INVALID_REQUEST
+    old = handle_find_coordinator(services, ctx(5), FindCoordinatorRequest(key_type=2, coordinator_keys=[key]))
+    assert old.coordinators[0].error_code == ErrorCode.INVALID_REQUEST
+    services.authorizer = Acls((AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"))
+    denied = handle_find_coordinator(services, ctx(6), FindCoordinatorRequest(key_type=2, coordinator_keys=[key]))
+    assert denied.coordinators[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+# -- heartbeat and the share-partition state ---------------------------------------------------------
+
+
+async def test_the_first_assignment_initializes_every_subscribed_partition_through_the_persister():
+    h = harness()
+    persister = InMemoryPersister()
+    services = FakeServices(h, persister)
+    r = heartbeat(services, "m1", 0, ["t"])
+    assert r.error_code == 0 and {p for tp in r.assignment.topic_partitions for p in tp.partitions} == {0, 1, 2}
+    state = share_group(h).state_partitions
+    assert set(state.initializing) == {T} and state.initializing[T][1] == {0, 1, 2}
+    await services.initializer.settle()
+    state = share_group(h).state_partitions
+    assert not state.initializing and state.initialized[T] == ("t", frozenset({0, 1, 2}))
+    for p in range(3):  # state epoch = the group epoch; start offset -1: the leader applies share.auto.offset.reset
+        read = await persister.read(SharePartitionKey("sg", T, p), 0)
+        assert (read.snapshot.state_epoch, read.snapshot.start_offset) == (1, -1)
+    # A second member joins: nothing left to initialize.
+    heartbeat(services, "m2", 0, ["t"])
+    assert not share_group(h).state_partitions.initializing
+    assert services.initializer.initialized == 3
+    # The state survives a failover: another coordinator replaying the log knows it.
+    reloaded = h.reload().shard_for("sg").share_groups["sg"].state_partitions
+    assert reloaded.initialized[T] == ("t", frozenset({0, 1, 2}))
+
+
+async def test_a_failed_initialization_is_asked_again_by_the_next_heartbeat():
+    h = harness()
+    persister = FailingPersister()
+    services = FakeServices(h, persister)
+    heartbeat(services, "m1", 0, ["t"])
+    await services.initializer.settle()
+    state = share_group(h).state_partitions
+    assert state.initialized[T][1] == {0, 2} and not state.initializing  # partition 1 left initializing
+    persister.failing = False
+    heartbeat(services, "m1", 1)
+    assert share_group(h).state_partitions.initializing[T][1] == {1}
+    await services.initializer.settle()
+    assert share_group(h).state_partitions.initialized[T][1] == {0, 1, 2}
+
+
+async def test_an_initialization_without_answer_is_asked_again_after_the_retry_interval():
+    h = harness(share_group_initialize_retry_interval_ms=30_000)
+    asked = []
+    h.gc.share_state_initializer = asked.append  # the broker never answers
+    services = FakeServices.__new__(FakeServices)
+    services.h, services.groups, services.authorizer = h, h.gc, None
+    heartbeat(services, "m1", 0, ["t"])
+    heartbeat(services, "m1", 1)
+    assert len(asked) == 1  # still initializing, asked less than the interval ago
+    h.advance(30_000)
+    heartbeat(services, "m1", 1)
+    assert len(asked) == 2 and asked[1].partitions == {T: frozenset({0, 1, 2})}
+
+
+async def test_heartbeat_and_describe_authorization():
+    h = harness()
+    services = FakeServices(h, authorizer=Acls((AclOperation.READ, ResourceType.GROUP, "denied")))
+    assert heartbeat(services, "m", 0, ["t"], group_id="denied").error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    services.authorizer = Acls((AclOperation.DESCRIBE, ResourceType.TOPIC, "t"))
+    refused = heartbeat(services, "m", 0, ["t"])
+    assert refused.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED and "t" in refused.error_message
+    services.authorizer = None
+    assert heartbeat(services, "m", 0, ["t"]).error_code == 0
+    request = ShareGroupDescribeRequest(group_ids=["sg"], include_authorized_operations=False)
+    (group,) = handle_share_group_describe(services, ctx(), request).groups
+    assert group.error_code == 0 and group.members[0].assignment.topic_partitions[0].topic_name == "t"
+    services.authorizer = Acls((AclOperation.DESCRIBE, ResourceType.TOPIC, "t"))
+    (group,) = handle_share_group_describe(services, ctx(), request).groups
+    assert group.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED and not group.members
+    services.authorizer = Acls((AclOperation.DESCRIBE, ResourceType.GROUP, "sg"))
+    (group,) = handle_share_group_describe(services, ctx(), request).groups
+    assert group.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+# -- DescribeGroups and DeleteGroups of a share group -------------------------------------------------
+
+
+async def test_describe_groups_answers_a_share_group_not_a_classic_group():
+    h = harness()
+    services = FakeServices(h)
+    heartbeat(services, "m1", 0, ["t"])
+    (group,) = handle_describe_groups(services, ctx(6), DescribeGroupsRequest(groups=["sg"])).groups
+    assert (group.error_code, group.group_state, group.error_message) == (
+        ErrorCode.GROUP_ID_NOT_FOUND, "Dead", "Group sg is not a classic group.")
+
+
+async def _answered(answer):
+    if asyncio.iscoroutine(answer) or isinstance(answer, asyncio.Future):
+        return await answer
+    return answer
+
+
+async def test_delete_groups_deletes_an_empty_share_groups_state_first():
+    h = harness()
+    persister = FailingPersister()
+    persister.failing = False
+    services = FakeServices(h, persister)
+    heartbeat(services, "m1", 0, ["t"])
+    await services.initializer.settle()
+    response = await _answered(handle_delete_groups(services, ctx(2), DeleteGroupsRequest(groups_names=["sg"])))
+    assert response.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
+    heartbeat(services, "m1", -1)  # leaves: the group is empty, its state still there
+    persister.failing = True
+    response = await _answered(handle_delete_groups(services, ctx(2), DeleteGroupsRequest(groups_names=["sg", "nope"])))
+    assert [(r.group_id, r.error_code) for r in response.results] == [
+        ("sg", ErrorCode.COORDINATOR_NOT_AVAILABLE), ("nope", ErrorCode.GROUP_ID_NOT_FOUND)]
+    assert "sg" in h.shard("sg").share_groups  # kept: its state could not be deleted
+    persister.failing = False
+    response = await _answered(handle_delete_groups(services, ctx(2), DeleteGroupsRequest(groups_names=["sg"])))
+    assert response.results[0].error_code == 0 and "sg" not in h.shard("sg").share_groups
+    summary = await persister.read_summary(SharePartitionKey("sg", T, 0))
+    assert summary.start_offset == -1 and summary.state_epoch == 0  # nothing left
