@@ -525,6 +525,20 @@ class GroupCoordinator:
         group = shard.share_groups.get(group_id)
         return (ErrorCode.NONE, group) if group is not None else (ErrorCode.GROUP_ID_NOT_FOUND, None)
 
+    def alter_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]],
+                                  now_ms: int) -> Deferred:
+        """AlterShareGroupOffsets' coordinator part (share.py `alter_offsets`); a failed write answers every
+        partition with the write's error."""
+        written = self._write(group_id, lambda shard: shard.share.alter_offsets(group_id, topics, now_ms), now_ms)
+        return written.then(lambda r: r, lambda e: (error_code_of(e), None, {}, None))
+
+    def share_offsets_to_delete(self, group_id: str, topic_names: list[str]):
+        try:
+            shard = self.shard_for(group_id)
+        except CoordinatorError as e:
+            return e.error_code, None, {}
+        return shard.share.offsets_to_delete(group_id, topic_names)
+
     def share_group_describe(self, request, now_ms: int) -> ShareGroupDescribeResponse:
         described_cls = ShareGroupDescribeResponse.DescribedGroup
         groups = []

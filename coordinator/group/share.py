@@ -315,6 +315,70 @@ class ShareGroupManager:
                 out.records.append(state.record(group_id))
         return out.result()
 
+    # -- AlterShareGroupOffsets, DeleteShareGroupOffsets (the state changes go through the broker's persister)
+
+    def alter_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]], now_ms: int) -> Result:
+        """Kafka's alterShareGroupOffsets: on an empty share group (created if it does not exist), the
+        partitions given restart at the offsets given, at a new state epoch (the group epoch, bumped), so
+        that a leader's state from before is fenced. Response: (group error, {(topic name, partition): error},
+        Initialization or None) for the broker to initialize through its persister."""
+        out = Batch()
+        group = self.groups.get(group_id)
+        if group is None:
+            if group_id in self.shard.consumer_groups or self.shard.classic_group(group_id) is not None:
+                return out.result((ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", {}, None))
+            group = ShareGroup(group_id)
+        if not group.is_empty:
+            return out.result((ErrorCode.NON_EMPTY_GROUP, "The group is not empty; stop its members first.", {}, None))
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        names: dict[uuid.UUID, str] = {}
+        partitions: dict[uuid.UUID, set[int]] = {}
+        offsets: dict[tuple[uuid.UUID, int], int] = {}
+        topics_view = self.shard.topics
+        for name, wanted in topics:
+            info = topics_view.topic_by_name(name) if topics_view is not None else None
+            for partition, offset in wanted:
+                if info is None or not 0 <= partition < info.num_partitions:
+                    errors[(name, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif offset < 0:
+                    errors[(name, partition)] = ErrorCode.INVALID_REQUEST
+                else:
+                    names[info.topic_id] = name
+                    partitions.setdefault(info.topic_id, set()).add(partition)
+                    offsets[(info.topic_id, partition)] = offset
+                    errors[(name, partition)] = ErrorCode.NONE
+        if not partitions:
+            return out.result((ErrorCode.NONE, None, errors, None))
+        epoch = group.group_epoch + 1
+        if group_id not in self.groups:
+            log.info("group created", group=group_id, type="share")
+        out.records.append(share_group_epoch_record(group_id, epoch, group.metadata_hash))
+        frozen = {t: frozenset(ps) for t, ps in partitions.items()}
+        out.records.append(group.state_partitions.with_initializing(names, frozen, now_ms).record(group_id))
+        log.info("share group offsets altered", group=group_id, state_epoch=epoch, partitions=len(offsets))
+        return out.result((ErrorCode.NONE, None, errors, Initialization(group_id, epoch, frozen, offsets)))
+
+    def offsets_to_delete(self, group_id: str, topic_names: list[str]):
+        """Kafka's DeleteShareGroupOffsets checks: the group exists, is a share group and is empty; per topic,
+        the partitions with state (UNKNOWN_TOPIC_OR_PARTITION for a topic that has none or does not exist).
+        Returns (group error, message, {topic name: (topic id, partitions, error)})."""
+        group = self.groups.get(group_id)
+        if group is None:
+            other = group_id in self.shard.consumer_groups or self.shard.classic_group(group_id) is not None
+            return (ErrorCode.GROUP_ID_NOT_FOUND,
+                    f"Group {group_id} is not a share group." if other else f"Group {group_id} not found.", {})
+        if not group.is_empty:
+            return ErrorCode.NON_EMPTY_GROUP, "The group is not empty; stop its members first.", {}
+        topics_view = self.shard.topics
+        found = {}
+        for name in dict.fromkeys(topic_names):
+            info = topics_view.topic_by_name(name) if topics_view is not None else None
+            partitions = (group.state_partitions.all_partitions([info.topic_id]).get(info.topic_id, frozenset())
+                          if info is not None else frozenset())
+            found[name] = (info.topic_id if info is not None else None, partitions,
+                           ErrorCode.NONE if partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return ErrorCode.NONE, None, found
+
     # -- leaving and fencing --
 
     def _leave(self, request, out: Batch):

@@ -12,18 +12,27 @@ import pytest
 from odradek.broker.config import BrokerConfig, ConfigError
 from odradek.broker.handlers import SHARE, load_handlers
 from odradek.broker.handlers.groups import handle_delete_groups, handle_describe_groups, handle_find_coordinator
-from odradek.broker.handlers.share_groups import handle_share_group_describe, handle_share_group_heartbeat
+from odradek.broker.handlers.share_groups import (
+    handle_alter_share_group_offsets,
+    handle_delete_share_group_offsets,
+    handle_describe_share_group_offsets,
+    handle_share_group_describe,
+    handle_share_group_heartbeat,
+)
 from odradek.broker.server import Broker
 from odradek.broker.services import BrokerServices
 from odradek.broker.share.group_state import ShareStateInitializer
-from odradek.broker.share.persister import InMemoryPersister, SharePartitionKey
+from odradek.broker.share.persister import InMemoryPersister, SharePartitionKey, SummaryResult
 from odradek.coordinator.partitioning import share_coordinator_key, share_partition_for
 from odradek.coordinator.topics import TopicsImage
 from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.metadata.image import BrokerRegistration, Endpoint, MetadataImage, PartitionImage, TopicImage
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
+    AlterShareGroupOffsetsRequest,
     DeleteGroupsRequest,
+    DeleteShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsRequest,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     ShareGroupDescribeRequest,
@@ -40,9 +49,9 @@ def _image() -> MetadataImage:
     """Broker 3 at broker-3:9092, leading every partition of __consumer_offsets and __share_group_state."""
     registration = BrokerRegistration(3, uuid.uuid4(), 1, (Endpoint("PLAINTEXT", "broker-3", 9092),), None, False, False)
     topics = {}
-    for name, count in (("__consumer_offsets", NUM_PARTITIONS), ("__share_group_state", STATE_PARTITIONS)):
+    for name, count in (("__consumer_offsets", NUM_PARTITIONS), ("__share_group_state", STATE_PARTITIONS), ("t", 3)):
         partitions = {i: PartitionImage((3,), (3,), 3, 0, 0) for i in range(count)}
-        topics[name] = TopicImage(name, uuid.uuid4(), partitions)
+        topics[name] = TopicImage(name, T if name == "t" else uuid.uuid4(), partitions)
     return MetadataImage(cluster_id="c", brokers={3: registration},
                          topics_by_id={t.topic_id: t for t in topics.values()}, topics_by_name=topics)
 
@@ -95,6 +104,9 @@ class FakeServices:
         self.metadata = SimpleNamespace(image=_image())
         self.share_persister = persister if persister is not None else InMemoryPersister()
         self.authorizer = authorizer
+        # Partition t-0 is led here with its high watermark at 10.
+        hosted = {("t", 0): SimpleNamespace(is_leader=True, high_watermark=10)}
+        self.data = SimpleNamespace(get_partition=lambda tp: hosted.get((tp.topic, tp.partition)))
         self.initializer = ShareStateInitializer(h.gc, self.share_persister, lambda: h.now)
         h.gc.share_state_initializer = self.initializer
 
@@ -289,3 +301,91 @@ async def test_delete_groups_deletes_an_empty_share_groups_state_first():
     assert response.results[0].error_code == 0 and "sg" not in h.shard("sg").share_groups
     summary = await persister.read_summary(SharePartitionKey("sg", T, 0))
     assert summary.start_offset == -1 and summary.state_epoch == 0  # nothing left
+
+
+# -- the share admin APIs ----------------------------------------------------------------------------
+
+
+class CountingPersister(InMemoryPersister):
+    """Summaries carry a delivery-complete count of 2 (what a leader's writes would have recorded)."""
+
+    async def read_summary(self, key, leader_epoch=-1):
+        s = await super().read_summary(key, leader_epoch)
+        return SummaryResult(s.error_code, s.state_epoch, s.leader_epoch, s.start_offset,
+                             2 if s.start_offset >= 0 else -1)
+
+
+def describe_offsets(services, group_id: str = "sg", topics=None):
+    group = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
+    return handle_describe_share_group_offsets(services, ctx(1), DescribeShareGroupOffsetsRequest(groups=[
+        group(group_id=group_id, topics=topics)]))
+
+
+async def test_alter_describe_and_delete_share_group_offsets():
+    h = harness()
+    persister = CountingPersister()
+    services = FakeServices(h, persister)
+    topic = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic
+    part = topic.AlterShareGroupOffsetsRequestPartition
+    # A group that does not exist yet is created, empty, with its start offsets.
+    alter = AlterShareGroupOffsetsRequest(group_id="sg", topics=[
+        topic(topic_name="t", partitions=[part(partition_index=0, start_offset=4), part(partition_index=7, start_offset=1)]),
+        topic(topic_name="nope", partitions=[part(partition_index=0, start_offset=0)])])
+    response = await handle_alter_share_group_offsets(services, ctx(0), alter)
+    assert response.error_code == 0
+    assert [(t.topic_name, t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])
+            for t in response.responses] == [
+        ("t", T, [(0, 0), (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]),
+        ("nope", uuid.UUID(int=0), [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])]
+    assert share_group(h).state_partitions.initialized[T][1] == {0}
+    summary = await persister.read_summary(SharePartitionKey("sg", T, 0))
+    assert (summary.start_offset, summary.state_epoch) == (4, 1)
+
+    (group,) = (await describe_offsets(services)).groups  # every partition with state
+    assert group.error_code == 0
+    (described,) = group.topics
+    (p0,) = described.partitions
+    assert (described.topic_name, p0.partition_index, p0.start_offset, p0.lag) == ("t", 0, 4, 10 - 4 - 2)
+    (group,) = (await describe_offsets(services, topics=[
+        DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup.DescribeShareGroupOffsetsRequestTopic(
+            topic_name="t", partitions=[1])])).groups
+    assert [(p.partition_index, p.start_offset, p.lag) for p in group.topics[0].partitions] == [(1, -1, -1)]
+    (group,) = (await describe_offsets(services, group_id="unknown")).groups
+    assert group.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+    # A member joins: altering is refused while the group has members.
+    heartbeat(services, "m1", 0, ["t"])
+    await services.initializer.settle()
+    assert {p for p, _ in [(0, 0)]} <= share_group(h).state_partitions.initialized[T][1]
+    refused = await handle_alter_share_group_offsets(services, ctx(0), alter)
+    assert refused.error_code == ErrorCode.NON_EMPTY_GROUP
+    delete = DeleteShareGroupOffsetsRequest(group_id="sg", topics=[
+        DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic(topic_name="t")])
+    assert (await handle_delete_share_group_offsets(services, ctx(0), delete)).error_code == ErrorCode.NON_EMPTY_GROUP
+    heartbeat(services, "m1", -1)
+    delete.topics.append(DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic(topic_name="nope"))
+    response = await handle_delete_share_group_offsets(services, ctx(0), delete)
+    assert response.error_code == 0
+    assert [(t.topic_name, t.error_code) for t in response.responses] == [
+        ("t", 0), ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert share_group(h).state_partitions.all_partitions() == {}
+    assert (await persister.read_summary(SharePartitionKey("sg", T, 0))).start_offset == -1
+
+
+async def test_share_admin_apis_authorization():
+    h = harness()
+    services = FakeServices(h, authorizer=Acls((AclOperation.READ, ResourceType.GROUP, "sg"),
+                                               (AclOperation.DELETE, ResourceType.GROUP, "sg"),
+                                               (AclOperation.DESCRIBE, ResourceType.GROUP, "sg")))
+    topic = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic
+    alter = AlterShareGroupOffsetsRequest(group_id="sg", topics=[topic(topic_name="t", partitions=[
+        topic.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=0)])])
+    assert handle_alter_share_group_offsets(services, ctx(0), alter).error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    delete = DeleteShareGroupOffsetsRequest(group_id="sg", topics=[
+        DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic(topic_name="t")])
+    assert handle_delete_share_group_offsets(services, ctx(0), delete).error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    (group,) = (await describe_offsets(services)).groups
+    assert group.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    services.authorizer = Acls((AclOperation.READ, ResourceType.TOPIC, "t"))
+    response = await handle_alter_share_group_offsets(services, ctx(0), alter)
+    assert response.responses[0].partitions[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
