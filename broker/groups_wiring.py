@@ -17,6 +17,7 @@ from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.coordinator.topics import TopicMetadata
 from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
+from odradek.metadata.records import ConfigResourceType
 from odradek.purgatory.timing_wheel import Timer
 from odradek.replication.replica_manager import ReplicaManager
 
@@ -92,6 +93,8 @@ def start_group_coordinator(cfg: BrokerConfig, data: ReplicaManager, timer: Time
     writer = InternalTopicWriter(data, CONSUMER_OFFSETS_TOPIC, enforce_min_isr=True)
     groups = GroupCoordinator(writer, timer, config, MetadataTopicsView(publisher),
                               under_min_isr=writer.is_under_min_isr)
+    # A group's dynamic GROUP configs (share.session.timeout.ms, ...), from the current image.
+    groups.group_configs = lambda group_id: publisher.image.configs.get((ConfigResourceType.GROUP, group_id), {})
     if share_persister is not None:  # share groups' state initialization (broker/share/group_state.py)
         groups.share_state_initializer = ShareStateInitializer(groups, share_persister, clock)
     publisher.register(CoordinatorLoader(groups, cfg.node_id, clock))

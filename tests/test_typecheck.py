@@ -58,6 +58,7 @@ CHECKED = (
     "odradek.broker.groups_wiring",
     "odradek.broker.share.group_state",
     "odradek.broker.share.group_deletion",
+    "odradek.broker.group_configs",
     "odradek.broker.log_dirs",
     "odradek.broker.controller_settings",
     "odradek.broker.dynamic_config",

@@ -20,7 +20,7 @@ whose high-watermark listener the runtime registers for each partition it loads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from odradek.protocol.errors import ErrorCode, KafkaApiError
 from odradek.protocol.messages import (
@@ -114,12 +114,15 @@ class GroupCoordinator:
         # The broker's persister, for share groups (share_state.py): called with each Initialization once
         # its records are durable; None (unit tests of membership alone): nothing is initialized.
         self.share_state_initializer: Callable[[Initialization], None] | None = None
+        # A group's dynamic GROUP configs (the broker reads them from the metadata image); none by default.
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {}
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
             writer, self._new_shard, timer, serialize=serialize, deserialize=deserialize, under_min_isr=under_min_isr)
 
     def _new_shard(self, partition: int) -> GroupCoordinatorShard:
         shard = GroupCoordinatorShard(partition, self.config, self.runtime, self.topics)
         shard.share_state_hook = self._initialize_share_state
+        shard.group_configs = lambda group_id: self.group_configs(group_id)
         return shard
 
     def _initialize_share_state(self, initialization: Initialization) -> None:

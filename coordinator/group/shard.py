@@ -21,7 +21,7 @@ The shard is also the managers' window on the runtime: timers (`schedule`, `canc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -91,6 +91,8 @@ class GroupCoordinatorShard:
         # Set by the group coordinator: called with a share_state.Initialization once its records are
         # durable, for the broker to send through its persister.
         self.share_state_hook: Callable[[Initialization], None] | None = None
+        # Set by the group coordinator: a group's dynamic GROUP configs (metadata/group_config.py), by name.
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {}
 
     # ------------------------------------------------------------------------------------------------
     # Replication

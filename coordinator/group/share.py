@@ -198,7 +198,7 @@ class ShareGroupManager:
         self._schedule_session_timeout(group_id, member_id, now_ms)
         response = ShareGroupHeartbeatResponse(error_code=ErrorCode.NONE, member_id=member_id,
                                                member_epoch=target_epoch,
-                                               heartbeat_interval_ms=self.config.share_group_heartbeat_interval_ms)
+                                               heartbeat_interval_ms=self._heartbeat_interval_ms(group_id))
         if epoch == 0 or target != member.assigned_partitions:
             response_cls = ShareGroupHeartbeatResponse.Assignment
             response.assignment = response_cls(topic_partitions=[
@@ -418,8 +418,17 @@ class ShareGroupManager:
 
     def _schedule_session_timeout(self, group_id: str, member_id: str, now_ms: int) -> None:
         self.shard.schedule(("share-session", group_id, member_id),
-                            now_ms + self.config.share_group_session_timeout_ms,
+                            now_ms + self._session_timeout_ms(group_id),
                             lambda shard, now: shard.share._on_session_timeout(group_id, member_id))
+
+    def _session_timeout_ms(self, group_id: str) -> int:
+        """The group's share.session.timeout.ms (a GROUP config), else group.share.session.timeout.ms."""
+        value = self.shard.group_configs(group_id).get("share.session.timeout.ms")
+        return int(value) if value is not None else self.config.share_group_session_timeout_ms
+
+    def _heartbeat_interval_ms(self, group_id: str) -> int:
+        value = self.shard.group_configs(group_id).get("share.heartbeat.interval.ms")
+        return int(value) if value is not None else self.config.share_group_heartbeat_interval_ms
 
     def _on_session_timeout(self, group_id: str, member_id: str) -> Result:
         out = Batch()

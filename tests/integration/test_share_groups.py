@@ -109,6 +109,16 @@ def test_share_consumers_join_get_assignments_and_the_cli_manages_the_group(brok
     text = cli(bootstrap, "group", "describe", group).stdout
     assert "type share" in text and "START-OFFSET" in text
 
+    # Share-group configs are GROUP configs (IncrementalAlterConfigs), within the broker's group.share.* bounds.
+    cli(bootstrap, "config", "set", "group", group, "share.auto.offset.reset=earliest",
+        "share.record.lock.duration.ms=20000")
+    configs = cli_json(bootstrap, "config", "get", "group", group, "--all")
+    assert configs["share.auto.offset.reset"]["value"] == "earliest"
+    assert configs["share.record.lock.duration.ms"]["value"] == "20000"
+    assert configs["share.isolation.level"]["value"] == "read_uncommitted"  # the default
+    refused = cli(bootstrap, "config", "set", "group", group, "share.record.lock.duration.ms=90000", check=False)
+    assert refused.returncode != 0 and "group.share.max.record.lock.duration.ms" in refused.stderr
+
     deleted = cli_json(bootstrap, "group", "delete-offsets", group, "--topic", topic)
     assert deleted == [{"group": group, "topic": topic, "deleted": True, "error": None}]
     assert cli_json(bootstrap, "group", "describe", group)["offsets"] == []

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from odradek.broker.config import BrokerConfig, ConfigError
+from odradek.broker.group_configs import GroupConfigError, describe_group, group_config_changes, share_defaults
 from odradek.broker.handlers import SHARE, load_handlers
 from odradek.broker.handlers.groups import handle_delete_groups, handle_describe_groups, handle_find_coordinator
 from odradek.broker.handlers.share_groups import (
@@ -22,10 +23,13 @@ from odradek.broker.handlers.share_groups import (
 from odradek.broker.server import Broker
 from odradek.broker.services import BrokerServices
 from odradek.broker.share.group_state import ShareStateInitializer
+from odradek.broker.topic_config import ConfigSource
 from odradek.broker.share.persister import InMemoryPersister, SharePartitionKey, SummaryResult
 from odradek.coordinator.partitioning import share_coordinator_key, share_partition_for
 from odradek.coordinator.topics import TopicsImage
 from odradek.metadata.acl import AclOperation, ResourceType
+from odradek.metadata.group_config import share_group_settings, validate_group_configs
+from odradek.metadata.records import ConfigResourceType
 from odradek.metadata.image import BrokerRegistration, Endpoint, MetadataImage, PartitionImage, TopicImage
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
@@ -389,3 +393,75 @@ async def test_share_admin_apis_authorization():
     services.authorizer = Acls((AclOperation.READ, ResourceType.TOPIC, "t"))
     response = await handle_alter_share_group_offsets(services, ctx(0), alter)
     assert response.responses[0].partitions[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+# -- GROUP configs (share.*) -------------------------------------------------------------------------
+
+
+def test_group_configs_are_checked_by_name_form_and_the_brokers_bounds():
+    bounds = share_defaults(BrokerConfig())
+    validate_group_configs({"share.auto.offset.reset": "by_duration:PT1H30M", "share.isolation.level": None})
+    for changes, words in [
+        ({"consumer.session.timeout.ms": "50000"}, "Unknown group config name: consumer.session.timeout.ms"),
+        ({"share.auto.offset.reset": "oldest"}, "not one of latest, earliest"),
+        ({"share.auto.offset.reset": "by_duration:1h"}, "ISO-8601"),
+        ({"share.isolation.level": "serializable"}, "read_committed"),
+        ({"share.record.lock.duration.ms": "abc"}, "not an integer"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            validate_group_configs(changes)
+    with pytest.raises(ValueError, match="between 15000 .group.share.min.record.lock.duration.ms. and 60000"):
+        validate_group_configs({"share.record.lock.duration.ms": "90000"}, bounds)
+    with pytest.raises(ValueError, match="less than share.session.timeout.ms"):
+        validate_group_configs({"share.heartbeat.interval.ms": "15000"},
+                               {**bounds, "group.share.min.session.timeout.ms": 10000},
+                               {"share.session.timeout.ms": "15000"})
+
+
+def test_group_configs_describe_with_defaults_and_refuse_list_operations():
+    config = BrokerConfig()
+    image = MetadataImage(configs={(ConfigResourceType.GROUP, "sg"): {"share.auto.offset.reset": "earliest"}})
+    entries = {e.name: e for e in describe_group(image, config, "sg")}
+    assert (entries["share.auto.offset.reset"].value, entries["share.auto.offset.reset"].source) == (
+        "earliest", ConfigSource.GROUP_CONFIG)
+    assert (entries["share.record.lock.duration.ms"].value, entries["share.record.lock.duration.ms"].source) == (
+        "30000", ConfigSource.DEFAULT_CONFIG)
+    assert group_config_changes(image, config, "sg", [("share.delivery.count.limit", 0, "3"),
+                                                      ("share.auto.offset.reset", 1, None)]) == {
+        "share.delivery.count.limit": "3", "share.auto.offset.reset": None}
+    with pytest.raises(GroupConfigError, match="not LIST"):
+        group_config_changes(image, config, "sg", [("share.delivery.count.limit", 2, "3")])
+    with pytest.raises(GroupConfigError, match="between 2"):
+        group_config_changes(image, config, "sg", [("share.delivery.count.limit", 0, "11")])
+    settings = share_group_settings(image.configs[(ConfigResourceType.GROUP, "sg")], share_defaults(config))
+    assert (settings.auto_offset_reset, settings.record_lock_duration_ms, settings.delivery_count_limit) == (
+        "earliest", 30000, 5)
+
+
+def test_the_controller_writes_group_configs_and_refuses_unknown_names():
+    from odradek.metadata.controller.configuration_control import ConfigurationControlManager
+    from odradek.metadata.controller.requests import ConfigChange
+    from odradek.metadata.controller.settings import ControllerSettings
+    from odradek.metadata.image import MetadataError
+
+    manager = ConfigurationControlManager(ControllerSettings(), None)
+    records, _ = manager.alter_config_change(MetadataImage(), ConfigChange(
+        int(ConfigResourceType.GROUP), "sg", {"share.isolation.level": "read_committed"}))
+    assert [(r.resource_type, r.resource_name, r.name, r.value) for r in records] == [
+        (ConfigResourceType.GROUP, "sg", "share.isolation.level", "read_committed")]
+    with pytest.raises(MetadataError) as e:
+        manager.alter_config_change(MetadataImage(), ConfigChange(int(ConfigResourceType.GROUP), "sg", {"x.y": "1"}))
+    assert e.value.error_code == ErrorCode.INVALID_CONFIG
+
+
+async def test_a_share_groups_session_timeout_and_heartbeat_interval_come_from_its_group_configs():
+    h = harness()
+    h.gc.group_configs = lambda group_id: ({"share.session.timeout.ms": "50000", "share.heartbeat.interval.ms": "7000"}
+                                           if group_id == "sg" else {})
+    services = FakeServices(h)
+    assert heartbeat(services, "m1", 0, ["t"]).heartbeat_interval_ms == 7000
+    assert heartbeat(services, "m2", 0, ["t"], group_id="other").heartbeat_interval_ms == 5000
+    h.advance(49_000)
+    assert "m1" in share_group(h).members
+    h.advance(1_000)
+    assert "m1" not in share_group(h).members  # expired at 50 s, not the broker's 45 s
