@@ -55,6 +55,7 @@ from .config import BrokerConfig
 from .context import RequestContext, SecurityProtocol
 from .controller_settings import new_controller
 from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
+from .share.group_metrics import ShareGroupsCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
 from .log_dirs import LogDirs
@@ -168,6 +169,7 @@ def _build_on(
     publisher.register(StartWhenLeading(services, cfg.node_id, after_state_change))
     metrics, metrics_server = _start_metrics(cfg, data, publisher, loop, quorum.driver, membership, log_dirs)
     metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
+    metrics.registry.register(ShareGroupsCollector(lambda: services.groups_if_started))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
     node = Node(

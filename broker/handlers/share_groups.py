@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from odradek.metadata.acl import AclOperation, ResourceType
+from odradek.metadata.image import SHARE_VERSION_FEATURE
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     AlterShareGroupOffsetsResponse,
@@ -57,9 +58,20 @@ READ, DESCRIBE, GROUP, TOPIC = AclOperation.READ, AclOperation.DESCRIBE, Resourc
 _DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 
+def _share_version_off(services: BrokerServices) -> bool:
+    """A cluster formatted before share.version was finalized (it stays at 0: UpdateFeatures is not served)
+    does not serve share groups, as Kafka's brokers refuse them below share.version 1."""
+    return services.metadata.image.features.get(SHARE_VERSION_FEATURE, 0) < 1
+
+
+_OFF_MESSAGE = "Share groups are not enabled in this cluster (share.version is 0)."
+
+
 @handles(76, (1, 1), gate=SHARE)
 def handle_share_group_heartbeat(services: BrokerServices, ctx: RequestContext,
                                  request: ShareGroupHeartbeatRequest) -> Answer:
+    if _share_version_off(services):
+        return ShareGroupHeartbeatResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=_OFF_MESSAGE)
     if not services.authorized(ctx, READ, GROUP, request.group_id):
         return ShareGroupHeartbeatResponse(error_code=_DENIED)
     if services.authorizer is not None and request.subscribed_topic_names:
@@ -83,6 +95,9 @@ def _describe_refusal(services: BrokerServices, ctx: RequestContext, group_id: s
           lambda g, code, version: ShareGroupDescribeResponse.DescribedGroup(error_code=int(code), group_id=g))
 def handle_share_group_describe(services: BrokerServices, ctx: RequestContext,
                                 request: ShareGroupDescribeRequest) -> Answer:
+    if _share_version_off(services):
+        return ShareGroupDescribeResponse(groups=[ShareGroupDescribeResponse.DescribedGroup(
+            error_code=ErrorCode.UNSUPPORTED_VERSION, group_id=g, error_message=_OFF_MESSAGE) for g in request.group_ids])
     response = _own_operations(services, ctx, services.groups.share_group_describe(request, services.now_ms()))
     if services.authorizer is not None:
         for group in response.groups:

@@ -542,6 +542,10 @@ class GroupCoordinator:
             return e.error_code, None, {}
         return shard.share.offsets_to_delete(group_id, topic_names)
 
+    def share_groups(self) -> list[ShareGroup]:
+        """The share groups of every partition this coordinator has loaded (metrics)."""
+        return [g for p in self.runtime.partitions for g in self.runtime.shard(p).share_groups.values()]
+
     def share_group_describe(self, request, now_ms: int) -> ShareGroupDescribeResponse:
         described_cls = ShareGroupDescribeResponse.DescribedGroup
         groups = []

@@ -56,7 +56,7 @@ def _image() -> MetadataImage:
     for name, count in (("__consumer_offsets", NUM_PARTITIONS), ("__share_group_state", STATE_PARTITIONS), ("t", 3)):
         partitions = {i: PartitionImage((3,), (3,), 3, 0, 0) for i in range(count)}
         topics[name] = TopicImage(name, T if name == "t" else uuid.uuid4(), partitions)
-    return MetadataImage(cluster_id="c", brokers={3: registration},
+    return MetadataImage(cluster_id="c", brokers={3: registration}, features={"share.version": 1},
                          topics_by_id={t.topic_id: t for t in topics.values()}, topics_by_name=topics)
 
 
@@ -239,6 +239,7 @@ async def test_an_initialization_without_answer_is_asked_again_after_the_retry_i
     h.gc.share_state_initializer = asked.append  # the broker never answers
     services = FakeServices.__new__(FakeServices)
     services.h, services.groups, services.authorizer = h, h.gc, None
+    services.metadata = SimpleNamespace(image=_image())
     heartbeat(services, "m1", 0, ["t"])
     heartbeat(services, "m1", 1)
     assert len(asked) == 1  # still initializing, asked less than the interval ago
@@ -249,6 +250,9 @@ async def test_an_initialization_without_answer_is_asked_again_after_the_retry_i
 
 async def test_heartbeat_and_describe_authorization():
     h = harness()
+    off = FakeServices(h)
+    off.metadata = SimpleNamespace(image=MetadataImage())  # a cluster without share.version 1
+    assert heartbeat(off, "m", 0, ["t"]).error_code == ErrorCode.UNSUPPORTED_VERSION
     services = FakeServices(h, authorizer=Acls((AclOperation.READ, ResourceType.GROUP, "denied")))
     assert heartbeat(services, "m", 0, ["t"], group_id="denied").error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
     services.authorizer = Acls((AclOperation.DESCRIBE, ResourceType.TOPIC, "t"))
@@ -465,3 +469,21 @@ async def test_a_share_groups_session_timeout_and_heartbeat_interval_come_from_i
     assert "m1" in share_group(h).members
     h.advance(1_000)
     assert "m1" not in share_group(h).members  # expired at 50 s, not the broker's 45 s
+
+
+async def test_share_group_metrics():
+    from odradek.broker.share.group_metrics import ShareGroupsCollector
+
+    h = harness()
+    services = FakeServices(h)
+    heartbeat(services, "m1", 0, ["t"])
+    heartbeat(services, "m2", 0, ["t"])
+    heartbeat(services, "x", 0, ["t"], group_id="other")
+    heartbeat(services, "x", -1, group_id="other")
+    await services.initializer.settle()
+    samples = {(m.name, tuple(s.labels.values())): s.value
+               for m in ShareGroupsCollector(lambda: h.gc).collect() for s in m.samples}
+    assert samples[("odradek_share_groups", ("Stable",))] == 1 and samples[("odradek_share_groups", ("Empty",))] == 1
+    assert samples[("odradek_share_group_members", ())] == 2
+    assert samples[("odradek_share_partitions_initialized", ())] == 6  # 3 partitions of t, for each group
+    assert list(ShareGroupsCollector(lambda: None).collect())  # before the coordinator starts: zeros
