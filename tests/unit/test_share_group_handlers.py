@@ -487,3 +487,15 @@ async def test_share_group_metrics():
     assert samples[("odradek_share_group_members", ())] == 2
     assert samples[("odradek_share_partitions_initialized", ())] == 6  # 3 partitions of t, for each group
     assert list(ShareGroupsCollector(lambda: None).collect())  # before the coordinator starts: zeros
+
+
+async def test_list_groups_filters_share_groups_by_type():
+    from odradek.protocol.messages import ListGroupsRequest
+
+    h = harness()
+    services = FakeServices(h)
+    heartbeat(services, "m1", 0, ["t"])
+    listed = h.gc.list_groups(ListGroupsRequest(states_filter=[], types_filter=["Share"]), 5, h.now).groups
+    assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed] == [
+        ("sg", "share", "share", "Stable")]
+    assert h.gc.list_groups(ListGroupsRequest(states_filter=[], types_filter=["consumer"]), 5, h.now).groups == []
