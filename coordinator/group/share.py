@@ -23,6 +23,16 @@ A heartbeat is one write, as Kafka 4.4's GroupMetadataManager.shareGroupHeartbea
    assignment record moves it to the assignment epoch. The response carries the assignment when it
    changed or the member joined.
 
+6. Every partition of a subscribed topic that has no share-partition state yet goes to `initializing`
+   (share_state.py), and once the heartbeat's records are durable the broker initializes it through its
+   persister. Unlike Kafka 4.4, which leaves uninitialized partitions out of the target assignment until
+   their state exists (and bumps the group epoch when it does), the assignment here includes them at once:
+   a share-partition leader that finds no state treats it as start offset -1, which is exactly what the
+   initialization writes, so the member starts at the same place a heartbeat earlier.
+
+The session timeout and heartbeat interval are the group's `share.session.timeout.ms` and
+`share.heartbeat.interval.ms` GROUP configs when set (metadata/group_config.py), else the broker's.
+
 Leaving (epoch -1) and a session that expires (`group.share.session.timeout.ms`, re-armed by every
 heartbeat, on the runtime's timer, so a manual clock drives it in tests) tombstone the member's records
 and bump the group epoch; the remaining members are reassigned on their next heartbeat.

@@ -659,7 +659,8 @@ def test_alter_configs_errors_and_no_op_changes():
     log.append(log.create_topic("t", 1, 1, {"a": "1", "b": "2"}), NOW_MS)
     assert error_of(lambda: log.alter_configs(TOPIC, "nope", {"a": "1"})) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert error_of(lambda: log.alter_configs(BROKER, "one", {"a": "1"})) == ErrorCode.INVALID_REQUEST
-    assert error_of(lambda: log.alter_configs(ConfigResourceType.GROUP, "g", {"a": "1"})) == ErrorCode.INVALID_REQUEST
+    assert error_of(lambda: log.alter_configs(ConfigResourceType.CLIENT_METRICS, "m", {"a": "1"})) == ErrorCode.INVALID_REQUEST
+    assert error_of(lambda: log.alter_configs(ConfigResourceType.GROUP, "", {"a": "1"})) == ErrorCode.INVALID_REQUEST
     assert error_of(lambda: log.alter_configs(TOPIC, "t", {"": "1"})) == ErrorCode.INVALID_CONFIG
     assert log.alter_configs(TOPIC, "t", {"a": "1", "missing": None}) == []
     log.append(log.alter_configs(TOPIC, "t", {"c": "3"}, replace=True), NOW_MS)
