@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from odradek.metadata.group_config import GROUP_CONFIGS, validate_group_configs
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.records import ConfigResourceType
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, KafkaApiError
 
 from .config import BrokerConfig, ConfigType
 from .topic_config import ConfigEntry, ConfigSource
@@ -62,10 +62,12 @@ def describe_group(image: MetadataImage, config: BrokerConfig, group_id: str,
     return entries
 
 
-class GroupConfigError(ValueError):
+class GroupConfigError(KafkaApiError):
+    """A group config change refused, with the code its resource is answered with."""
+
     def __init__(self, error_code: ErrorCode, message: str) -> None:
         super().__init__(message)
-        self.error_code = error_code
+        self.error_code = int(error_code)
 
 
 def group_config_changes(image: MetadataImage, config: BrokerConfig, group_id: str,
