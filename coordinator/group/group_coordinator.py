@@ -122,6 +122,7 @@ class GroupCoordinator:
     def _new_shard(self, partition: int) -> GroupCoordinatorShard:
         shard = GroupCoordinatorShard(partition, self.config, self.runtime, self.topics)
         shard.share_state_hook = self._initialize_share_state
+        shard.share_state_wired = lambda: self.share_state_initializer is not None
         shard.group_configs = lambda group_id: self.group_configs(group_id)
         return shard
 

@@ -91,6 +91,9 @@ class GroupCoordinatorShard:
         # Set by the group coordinator: called with a share_state.Initialization once its records are
         # durable, for the broker to send through its persister.
         self.share_state_hook: Callable[[Initialization], None] | None = None
+        # Whether the broker carries Initializations out (a persister is wired); without, share-partitions
+        # have no state to wait for (share.py `_assignable`).
+        self.share_state_wired: Callable[[], bool] = lambda: False
         # Set by the group coordinator: a group's dynamic GROUP configs (metadata/group_config.py), by name.
         self.group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {}
 

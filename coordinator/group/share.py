@@ -25,10 +25,10 @@ A heartbeat is one write, as Kafka 4.4's GroupMetadataManager.shareGroupHeartbea
 
 6. Every partition of a subscribed topic that has no share-partition state yet goes to `initializing`
    (share_state.py), and once the heartbeat's records are durable the broker initializes it through its
-   persister. Unlike Kafka 4.4, which leaves uninitialized partitions out of the target assignment until
-   their state exists (and bumps the group epoch when it does), the assignment here includes them at once:
-   a share-partition leader that finds no state treats it as start offset -1, which is exactly what the
-   initialization writes, so the member starts at the same place a heartbeat earlier.
+   persister. As in Kafka 4.4, only initialized partitions are assigned (`_assignable`): a member's first
+   heartbeat may get an empty assignment, and the write that records the initialization bumps the group
+   epoch, so the members' next heartbeats bring the partitions. A leader thus never serves, and never
+   acknowledges into, a state that the initialization would then overwrite.
 
 The session timeout and heartbeat interval are the group's `share.session.timeout.ms` and
 `share.heartbeat.interval.ms` GROUP configs when set (metadata/group_config.py), else the broker's.
@@ -215,6 +215,24 @@ class ShareGroupManager:
                 response_cls.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(target.items())])
         return response
 
+    def _assignable(self, group: ShareGroup, topic_id: uuid.UUID, num_partitions: int) -> int:
+        """How many of a topic's partitions may be assigned: those whose share-partition state is
+        initialized, as Kafka 4.4 assigns only initialized partitions (a leader must never serve, and
+        acknowledge into, a state the group coordinator's initialization would then overwrite). The
+        assignor takes a count per topic, so this is the run of initialized partitions from 0; one after a
+        gap (its predecessor's initialization failed) waits until the gap is initialized, which the next
+        heartbeat asks for. A coordinator without a persister wired (unit tests of membership alone) has no
+        state to wait for: every partition is assignable."""
+        if not self.shard.share_state_wired():
+            return num_partitions
+        done = group.state_partitions.initialized.get(topic_id)
+        if done is None:
+            return 0
+        count = 0
+        while count < num_partitions and count in done[1]:
+            count += 1
+        return count
+
     def _get_or_maybe_create_group(self, group_id: str, create: bool) -> ShareGroup:
         group = self.groups.get(group_id)
         if group is not None:
@@ -236,7 +254,7 @@ class ShareGroupManager:
                 for topic_id in topic_ids:
                     info = topics.topic_by_id(topic_id)
                     if info is not None:
-                        partitions[topic_id] = info.num_partitions
+                        partitions[topic_id] = self._assignable(group, topic_id, info.num_partitions)
         targets = simple_assignor(subscriptions, partitions, group.target_assignment)
         for member_id in sorted(members):
             new = targets.get(member_id, {})
@@ -306,6 +324,10 @@ class ShareGroupManager:
         state = group.state_partitions.with_initialized(done, names).without(lost)
         if state != group.state_partitions:
             out.records.append(state.record(group.group_id))
+        if done:
+            # As Kafka: a new group epoch, so that the next heartbeat computes a target assignment that
+            # includes the partitions now initialized.
+            out.records.append(share_group_epoch_record(group.group_id, group.group_epoch + 1, group.metadata_hash))
         if done:
             log.info("share partitions initialized", group=group.group_id, state_epoch=initialization.state_epoch,
                      partitions=sum(len(ps) for ps in done.values()))

@@ -28,7 +28,10 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("share-data"), "odradek.share.enabled=true").start()
+    # A 1 s heartbeat (Kafka's floor is 5 s by default; lowered with its min): members take a new
+    # assignment on their next heartbeat, and the assignment comes once the partitions' state is initialized.
+    proc = BrokerProcess(tmp_path_factory.mktemp("share-data"), "odradek.share.enabled=true",
+                         "group.share.min.heartbeat.interval.ms=1000", "group.share.heartbeat.interval.ms=1000").start()
     yield proc
     proc.stop()
 
@@ -77,8 +80,8 @@ def test_share_consumers_join_get_assignments_and_the_cli_manages_the_group(brok
         def described():
             d = cli_json(bootstrap, "group", "describe", group)
             assigned = [tuple(tp) for m in d["members"] for tp in m["assignment"]]
-            # Settled: a member takes its new target on its own next heartbeat (every 5 s), so the first to
-            # join holds both partitions until then.
+            # Settled: a member takes its new target on its own next heartbeat, so the first to join holds
+            # both partitions until then.
             return d if len(d["members"]) == 3 and all(len(m["assignment"]) == 1 for m in d["members"]) and \
                 {p for _, p in assigned} == {0, 1} else None
 

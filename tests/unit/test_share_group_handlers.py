@@ -200,12 +200,17 @@ async def test_the_first_assignment_initializes_every_subscribed_partition_throu
     persister = InMemoryPersister()
     services = FakeServices(h, persister)
     r = heartbeat(services, "m1", 0, ["t"])
-    assert r.error_code == 0 and {p for tp in r.assignment.topic_partitions for p in tp.partitions} == {0, 1, 2}
+    # As Kafka 4.4: nothing is assigned before its share-partition state is initialized.
+    assert r.error_code == 0 and r.assignment.topic_partitions == []
     state = share_group(h).state_partitions
     assert set(state.initializing) == {T} and state.initializing[T][1] == {0, 1, 2}
     await services.initializer.settle()
     state = share_group(h).state_partitions
     assert not state.initializing and state.initialized[T] == ("t", frozenset({0, 1, 2}))
+    # The initialization bumped the group epoch: the next heartbeat brings the partitions.
+    assert share_group(h).group_epoch == 2
+    r = heartbeat(services, "m1", 1)
+    assert (r.member_epoch, {p for tp in r.assignment.topic_partitions for p in tp.partitions}) == (2, {0, 1, 2})
     for p in range(3):  # state epoch = the group epoch; start offset -1: the leader applies share.auto.offset.reset
         read = await persister.read(SharePartitionKey("sg", T, p), 0)
         assert (read.snapshot.state_epoch, read.snapshot.start_offset) == (1, -1)
@@ -227,10 +232,14 @@ async def test_a_failed_initialization_is_asked_again_by_the_next_heartbeat():
     state = share_group(h).state_partitions
     assert state.initialized[T][1] == {0, 2} and not state.initializing  # partition 1 left initializing
     persister.failing = False
-    heartbeat(services, "m1", 1)
+    r = heartbeat(services, "m1", 1)
+    # Only the run of initialized partitions from 0 is assigned: 2 waits behind 1.
+    assert {p for tp in r.assignment.topic_partitions for p in tp.partitions} == {0}
     assert share_group(h).state_partitions.initializing[T][1] == {1}
     await services.initializer.settle()
     assert share_group(h).state_partitions.initialized[T][1] == {0, 1, 2}
+    r = heartbeat(services, "m1", share_group(h).members["m1"].member_epoch)
+    assert {p for tp in r.assignment.topic_partitions for p in tp.partitions} == {0, 1, 2}
 
 
 async def test_an_initialization_without_answer_is_asked_again_after_the_retry_interval():
@@ -260,6 +269,8 @@ async def test_heartbeat_and_describe_authorization():
     assert refused.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED and "t" in refused.error_message
     services.authorizer = None
     assert heartbeat(services, "m", 0, ["t"]).error_code == 0
+    await services.initializer.settle()
+    assert heartbeat(services, "m", 1).assignment.topic_partitions  # assigned once initialized
     request = ShareGroupDescribeRequest(group_ids=["sg"], include_authorized_operations=False)
     (group,) = handle_share_group_describe(services, ctx(), request).groups
     assert group.error_code == 0 and group.members[0].assignment.topic_partitions[0].topic_name == "t"
