@@ -1,6 +1,7 @@
 """Share groups (KIP-932), the group side, against a real broker process with `odradek.share.enabled=true`:
 confluent-kafka's ShareConsumer (librdkafka's share API) joins a share group and gets its assignment from the
-group coordinator; `odradek group list/describe/reset-offsets/delete-offsets/delete` show and manage it.
+group coordinator; `odradek group list/describe/reset-offsets/delete-offsets/delete` show and manage it, and so
+does Kafka 4.4's own kafka-share-groups.sh (ShareGroupCommand).
 
 ShareFetch is another part of the work (the share-partition leader): until it is served, a share consumer's
 poll gets no records (its ShareFetch is refused), so this checks membership, assignment and the admin
@@ -22,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.brokerproc import BrokerProcess
 from tests.harness.groups import create_topic, produce, wait_for
+from tests.harness.jvm import tools_classpath
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -136,3 +138,44 @@ def test_share_consumers_join_get_assignments_and_the_cli_manages_the_group(brok
     assert group not in {g["group"] for g in cli_json(bootstrap, "group", "list")}
     assert "share group state deleted" in "".join(broker.output) or "share group offsets deleted" in "".join(
         broker.output)
+
+
+def test_kafkas_own_share_group_tool_lists_describes_resets_and_deletes(broker):
+    """kafka-share-groups.sh (org.apache.kafka:kafka-tools 4.4.0's ShareGroupCommand): ListGroups by type,
+    ShareGroupDescribe, DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets and
+    DeleteGroups as Kafka's Admin sends them."""
+    cp = tools_classpath()
+    bootstrap = broker.bootstrap
+    topic = create_topic(bootstrap, 2, prefix="share-tool")
+    produce(bootstrap, topic, {0: 4, 1: 2})
+    group = f"sg-tool-{uuid.uuid4().hex[:6]}"
+
+    def tool(*args: str) -> str:
+        done = subprocess.run(
+            ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp,
+             "org.apache.kafka.tools.consumer.group.ShareGroupCommand", "--bootstrap-server", bootstrap, *args],
+            capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def rows(text: str) -> list[list[str]]:
+        return [line.split() for line in text.splitlines() if line.startswith(group)]
+
+    consumer = Polling(bootstrap, group, topic, "tool-sc")
+    try:
+        def assigned() -> bool:
+            return any(len(m["assignment"]) == 2 for m in cli_json(bootstrap, "group", "describe", group)["members"])
+
+        wait_for(assigned, 60, "a member assigned both partitions")
+        assert group in tool("--list").split()
+        (member,) = rows(tool("--describe", "--group", group, "--members"))
+        assert member[2:] == ["/127.0.0.1", "tool-sc", "2", f"{topic}:0,1"], member
+    finally:
+        consumer.close()
+    wait_for(lambda: cli_json(bootstrap, "group", "describe", group)["state"] == "Empty", 30, "an empty group")
+    tool("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
+    offsets = sorted(r[1:4] for r in rows(tool("--describe", "--group", group, "--offsets")))
+    assert offsets == [[topic, "0", "0"], [topic, "1", "0"]], offsets
+    assert "Successful" in tool("--delete-offsets", "--group", group, "--topic", topic)
+    assert "was successful" in tool("--delete", "--group", group)
+    assert group not in {g["group"] for g in cli_json(bootstrap, "group", "list")}
