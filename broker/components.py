@@ -55,6 +55,7 @@ from .config import BrokerConfig
 from .context import RequestContext, SecurityProtocol
 from .controller_settings import new_controller
 from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
+from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
 from .log_dirs import LogDirs
@@ -166,7 +167,8 @@ def _build_on(
         producer_ids=ProducerIdManager(lambda: controller.allocate_producer_ids(cfg.node_id)),
         api_versions_response=api_versions_response,
         controller_api_versions_response=controller_api_versions_response,
-        groups_factory=lambda: start_group_coordinator(cfg, data, timer, publisher, controller, now_ms),
+        groups_factory=lambda: start_group_coordinator(cfg, data, timer, publisher, controller, now_ms,
+                                                       services.share_persister),
         quorum=quorum.driver, log_dirs=log_dirs, dynamic_config=dynamic_config, share=share,
         transactions_factory=lambda: start_transaction_coordinator(cfg, data, timer, publisher, controller, services,
                                                                    markers, now_ms),
@@ -186,6 +188,7 @@ def _build_on(
     metrics.registry.register(ShareCoordinatorCollector(lambda: services.share_coordinator_if_started, metrics))
     if share is not None:
         metrics.registry.register(ShareGroupsCollector(share.figures, metrics))
+    metrics.registry.register(ShareGroupMembershipCollector(lambda: services.groups_if_started))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())
     node = Node(
@@ -409,7 +412,8 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
 
     from odradek.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
     from odradek.metadata.image import (ELR_VERSION, ELR_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION_FEATURE,
-                                        TRANSACTION_VERSION, TRANSACTION_VERSION_FEATURE)
+                                        SHARE_VERSION, SHARE_VERSION_FEATURE, TRANSACTION_VERSION,
+                                        TRANSACTION_VERSION_FEATURE)
 
     cfg = node.config
     controller = node.controller
@@ -425,7 +429,9 @@ async def run_lifecycle(node: Node, membership: Membership, endpoints: list[Endp
                   BrokerRegistrationRequest.Feature(name=ELR_VERSION_FEATURE, min_supported_version=0,
                                                     max_supported_version=ELR_VERSION),
                   BrokerRegistrationRequest.Feature(name=TRANSACTION_VERSION_FEATURE, min_supported_version=0,
-                                                    max_supported_version=TRANSACTION_VERSION)],
+                                                    max_supported_version=TRANSACTION_VERSION),
+                  BrokerRegistrationRequest.Feature(name=SHARE_VERSION_FEATURE, min_supported_version=0,
+                                                    max_supported_version=SHARE_VERSION)],
         previous_broker_epoch=previous_broker_epoch,
     )
     if previous_broker_epoch < 0 and node.data.metadata_known_through <= 0:

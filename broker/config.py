@@ -552,6 +552,36 @@ def _parse_ip_overrides(value: Any) -> dict[str, int]:
     return result
 
 
+def _check_share_groups(c: BrokerConfig) -> None:
+    """Kafka's checks of the group.share.* settings against each other (GroupCoordinatorConfig and
+    ShareGroupConfig): each default lies within its min/max, the session outlasts the heartbeat, and the only
+    assignor is `simple`."""
+    for key, value, low_key, low, high_key, high in (
+        ("group.share.session.timeout.ms", c.share_group_session_timeout_ms,
+         "group.share.min.session.timeout.ms", c.share_group_min_session_timeout_ms,
+         "group.share.max.session.timeout.ms", c.share_group_max_session_timeout_ms),
+        ("group.share.heartbeat.interval.ms", c.share_group_heartbeat_interval_ms,
+         "group.share.min.heartbeat.interval.ms", c.share_group_min_heartbeat_interval_ms,
+         "group.share.max.heartbeat.interval.ms", c.share_group_max_heartbeat_interval_ms),
+        ("group.share.delivery.count.limit", c.share_group_delivery_count_limit,
+         "group.share.min.delivery.count.limit", c.share_group_min_delivery_count_limit,
+         "group.share.max.delivery.count.limit", c.share_group_max_delivery_count_limit),
+        ("group.share.record.lock.duration.ms", c.share_group_record_lock_duration_ms,
+         "group.share.min.record.lock.duration.ms", c.share_group_min_record_lock_duration_ms,
+         "group.share.max.record.lock.duration.ms", c.share_group_max_record_lock_duration_ms),
+    ):
+        if low > high:
+            raise _KeyedError(low_key, f"must be <= {high_key} ({high})")
+        if not low <= value <= high:
+            raise _KeyedError(key, f"must be between {low_key} ({low}) and {high_key} ({high})")
+    if c.share_group_session_timeout_ms <= c.share_group_heartbeat_interval_ms:
+        raise _KeyedError("group.share.session.timeout.ms",
+                          f"must be greater than group.share.heartbeat.interval.ms ({c.share_group_heartbeat_interval_ms})")
+    unknown = [a for a in c.share_group_assignors if a != "simple"]
+    if unknown or not c.share_group_assignors:
+        raise _KeyedError("group.share.assignors", f"the only share group assignor is simple, not {', '.join(unknown) or 'none'}")
+
+
 def _f(alias: str, default: Any, ktype: ConfigType, doc: str, **constraints: Any) -> Any:
     return Field(
         default, alias=alias, description=doc, json_schema_extra={"kafka_type": int(ktype)}, **constraints
@@ -1025,6 +1055,77 @@ class BrokerConfig(BaseModel):
         "group.consumer.max.size", INT32_MAX, T.INT, "Most members in one KIP-848 consumer group.", ge=1
     )
 
+    # ---- share groups (KIP-932): Kafka 4.4's group.share.* names, defaults and ranges (GroupCoordinatorConfig
+    # and ShareGroupConfig); the cross-checks are in _check_share_groups.
+    share_enabled: Bool = _f(
+        "odradek.share.enabled", False, T.BOOLEAN,
+        "Serve share groups (ShareGroupHeartbeat, ShareGroupDescribe, ...): until on, none of the share APIs is "
+        "advertised, and a request for one is refused as an unsupported API.",
+    )
+    share_group_session_timeout_ms: Int = _f(
+        "group.share.session.timeout.ms", 45000, T.INT, "Session timeout of share group members.", ge=1
+    )
+    share_group_min_session_timeout_ms: Int = _f(
+        "group.share.min.session.timeout.ms", 45000, T.INT, "Smallest share.session.timeout.ms a group may set.", ge=1
+    )
+    share_group_max_session_timeout_ms: Int = _f(
+        "group.share.max.session.timeout.ms", 60000, T.INT, "Largest share.session.timeout.ms a group may set.", ge=1
+    )
+    share_group_heartbeat_interval_ms: Int = _f(
+        "group.share.heartbeat.interval.ms", 5000, T.INT, "Heartbeat interval of share group members.", ge=1
+    )
+    share_group_min_heartbeat_interval_ms: Int = _f(
+        "group.share.min.heartbeat.interval.ms", 5000, T.INT,
+        "Smallest share.heartbeat.interval.ms a group may set.", ge=1,
+    )
+    share_group_max_heartbeat_interval_ms: Int = _f(
+        "group.share.max.heartbeat.interval.ms", 15000, T.INT,
+        "Largest share.heartbeat.interval.ms a group may set.", ge=1,
+    )
+    share_group_max_size: Int = _f(
+        "group.share.max.size", 200, T.INT, "Most members in one share group.", ge=1, le=1000
+    )
+    share_group_assignors: StrList = _f(
+        "group.share.assignors", "simple", T.LIST, "Share group assignors; Kafka 4.4 has `simple` only."
+    )
+    share_group_initialize_retry_interval_ms: Int = _f(
+        "group.share.initialize.retry.interval.ms", 30000, T.INT,
+        "A share-partition whose state initialization got no answer this long is asked for again.", ge=1,
+    )
+    share_group_delivery_count_limit: Int = _f(
+        "group.share.delivery.count.limit", 5, T.INT,
+        "Deliveries of a record before it is archived (share.delivery.count.limit of a group overrides it).",
+        ge=2, le=10,
+    )
+    share_group_min_delivery_count_limit: Int = _f(
+        "group.share.min.delivery.count.limit", 2, T.INT, "Smallest share.delivery.count.limit a group may set.",
+        ge=2, le=10,
+    )
+    share_group_max_delivery_count_limit: Int = _f(
+        "group.share.max.delivery.count.limit", 10, T.INT, "Largest share.delivery.count.limit a group may set.",
+        ge=2, le=10,
+    )
+    share_group_record_lock_duration_ms: Int = _f(
+        "group.share.record.lock.duration.ms", 30000, T.INT,
+        "How long a consumer holds the records it acquired before they go back to be delivered again.",
+        ge=1000, le=3600000,
+    )
+    share_group_min_record_lock_duration_ms: Int = _f(
+        "group.share.min.record.lock.duration.ms", 15000, T.INT,
+        "Smallest share.record.lock.duration.ms a group may set.", ge=1000, le=30000,
+    )
+    share_group_max_record_lock_duration_ms: Int = _f(
+        "group.share.max.record.lock.duration.ms", 60000, T.INT,
+        "Largest share.record.lock.duration.ms a group may set.", ge=30000, le=3600000,
+    )
+    share_group_partition_max_record_locks: Int = _f(
+        "group.share.partition.max.record.locks", 2000, T.INT,
+        "Most records in flight (acquired and not yet acknowledged) per share-partition.", ge=100, le=10000,
+    )
+    share_group_max_share_sessions: Int = _f(
+        "group.share.max.share.sessions", 2000, T.INT, "Most share sessions this broker keeps.", ge=1
+    )
+
     # ---- transactions and idempotence
     transaction_state_log_num_partitions: Int = _f(
         "transaction.state.log.num.partitions", 50, T.INT, "Partitions of __transaction_state.", ge=1
@@ -1236,6 +1337,7 @@ class BrokerConfig(BaseModel):
                 "group.min.session.timeout.ms",
                 f"must be <= group.max.session.timeout.ms ({self.group_max_session_timeout_ms})",
             )
+        _check_share_groups(self)
         if self.log_cleaner_min_compaction_lag_ms > self.log_cleaner_max_compaction_lag_ms:
             raise _KeyedError(
                 "log.cleaner.min.compaction.lag.ms",

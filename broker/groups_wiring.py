@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable
 
 from odradek.coordinator.group.config import GroupCoordinatorConfig
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
-from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.coordinator.topics import TopicMetadata
 from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
+from odradek.metadata.records import ConfigResourceType
 from odradek.purgatory.timing_wheel import Timer
 from odradek.replication.replica_manager import ReplicaManager
 
@@ -24,6 +25,8 @@ from .config import BrokerConfig
 from .controller_channel import ControllerChannel
 
 from .internal_topics import InternalTopicWriter, ensure_internal_topic, offsets_topic_spec
+from .share.group_state import ShareStateInitializer
+from .share.persister import SharePersister
 
 OFFSETS_TOPIC = CONSUMER_OFFSETS_TOPIC  # the name components.py checks for at start
 
@@ -69,7 +72,8 @@ class CoordinatorLoader:
 
 
 def start_group_coordinator(cfg: BrokerConfig, data: ReplicaManager, timer: Timer, publisher: MetadataPublisher,
-                            controller: ControllerChannel, clock: Callable[[], int]) -> GroupCoordinator:
+                            controller: ControllerChannel, clock: Callable[[], int],
+                            share_persister: SharePersister | None = None) -> GroupCoordinator:
     # None: not created yet (too few live brokers); FindCoordinator asks again (ensure_coordinator_topic).
     num_partitions = (ensure_internal_topic(publisher, controller, offsets_topic_spec(cfg))
                       or cfg.offsets_topic_num_partitions)
@@ -77,12 +81,21 @@ def start_group_coordinator(cfg: BrokerConfig, data: ReplicaManager, timer: Time
     # the transaction coordinator does (txn_wiring), not a configured count that may differ.
     txn_topic = publisher.image.topics_by_name.get(TRANSACTION_STATE_TOPIC)
     txn_partitions = len(txn_topic.partitions) if txn_topic is not None else cfg.transaction_state_log_num_partitions
+    # Share keys (FindCoordinator key type 2) likewise, over __share_group_state's count once it exists.
+    share_topic = publisher.image.topics_by_name.get(SHARE_GROUP_STATE_TOPIC)
+    share_overrides = {} if share_topic is None else {
+        "share_coordinator_state_topic_num_partitions": len(share_topic.partitions)}
     config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions,
-                                                       transaction_state_log_num_partitions=txn_partitions)
+                                                       transaction_state_log_num_partitions=txn_partitions,
+                                                       **share_overrides)
     # acks=all writes, as Kafka's coordinators make them: refused while the partition's ISR is below its
     # (effective) min.insync.replicas, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank after the append.
     writer = InternalTopicWriter(data, CONSUMER_OFFSETS_TOPIC, enforce_min_isr=True)
     groups = GroupCoordinator(writer, timer, config, MetadataTopicsView(publisher),
                               under_min_isr=writer.is_under_min_isr)
+    # A group's dynamic GROUP configs (share.session.timeout.ms, ...), from the current image.
+    groups.group_configs = lambda group_id: publisher.image.configs.get((ConfigResourceType.GROUP, group_id), {})
+    if share_persister is not None:  # share groups' state initialization (broker/share/group_state.py)
+        groups.share_state_initializer = ShareStateInitializer(groups, share_persister, clock)
     publisher.register(CoordinatorLoader(groups, cfg.node_id, clock))
     return groups

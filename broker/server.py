@@ -31,7 +31,6 @@ from .components import (
 from .config import BrokerConfig, ConfigError
 from .context import DECLINED, ConnectionContext, Packed, RequestContext, SecurityProtocol
 from .handlers.api_versions import ApiVersionsAnswers, build_response
-from .handlers.share_fetch import SHARE_API_KEYS
 from .handlers.produce import serve_produce_frame
 from .network import NetworkServer
 from .node import Membership, Node
@@ -67,9 +66,7 @@ class Broker:
             config = BrokerConfig.from_properties({k.replace("_", "."): v for k, v in overrides.items()})
         self.config = config
         self.node_id = config.node_id
-        self.registry = handler_registry.load_handlers()
-        if not config.share_enabled:  # share groups are served and advertised only behind odradek.share.enabled
-            self.registry = {k: r for k, r in self.registry.items() if k not in SHARE_API_KEYS}
+        self.registry = handler_registry.load_handlers(gates=handler_registry.gates_of(config))
         self.accepted_versions = handler_registry.accepted_versions(self.registry)
         self.advertised_versions = handler_registry.advertised_versions(self.registry)
         # ApiVersions answers carry the features of the current metadata image (handlers/api_versions.py).

@@ -44,6 +44,7 @@ from .config import BrokerConfig
 from .dynamic_config import DynamicBrokerConfig
 from .controller_channel import ControllerChannel
 from .quotas import ClientQuotas
+from .share.persister import InMemoryPersister, SharePersister
 from .topics import is_internal
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class BrokerServices:
         self._transactions_factory = transactions_factory
         self._share_coordinator: ShareCoordinator | None = None
         self._share_coordinator_factory = share_coordinator_factory
-        self.share_persister = share_persister
+        self.share_persister: SharePersister = share_persister if share_persister is not None else InMemoryPersister()
         self.authorizer = Authorizer.from_config(config, metadata)
         self.quotas = ClientQuotas(config, metadata)
         # this node's config with the image's dynamic broker configs over it (broker/dynamic_config.py)

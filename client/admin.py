@@ -51,6 +51,10 @@ DELETE_RECORDS = 21
 LIST_GROUPS = 16
 DESCRIBE_GROUPS = 15
 DELETE_GROUPS = 42
+SHARE_GROUP_DESCRIBE = 77
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
 DESCRIBE_CONFIGS = 32
 INCREMENTAL_ALTER_CONFIGS = 44
 CREATE_PARTITIONS = 37
@@ -119,6 +123,40 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: list[MemberDescription]
+    error: KafkaError | None = None
+
+
+@dataclass
+class ShareMemberDescription:
+    member_id: str
+    client_id: str
+    client_host: str
+    member_epoch: int
+    subscribed_topics: list[str]
+    assignment: list[TopicPartition]
+
+
+@dataclass
+class ShareGroupDescription:
+    """A share group (KIP-932) as ShareGroupDescribe answers it."""
+
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    members: list[ShareMemberDescription]
+    error: KafkaError | None = None
+
+
+@dataclass
+class SharePartitionOffset:
+    """A share-partition's start offset (-1: not started) and lag (-1: unknown), DescribeShareGroupOffsets."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    leader_epoch: int
+    lag: int
     error: KafkaError | None = None
 
 
@@ -643,6 +681,145 @@ class Admin:
             code = await self.client.call(attempt, what="DeleteGroups")
             out[group_id] = None if code == ErrorCode.NONE else KafkaError(code, context=f"group {group_id!r}")
         return out
+
+    # -- share groups (KIP-932)
+
+    async def _share_group_call(self, group_id: str, build: Any, check: Any, what: str) -> Any:
+        """Send a share-group request to the group's coordinator; `check(response)` gives the error code
+        that decides a retry (NOT_COORDINATOR and the like find the coordinator again)."""
+        async def attempt() -> Any:
+            node = await self.client.coordinator(group_id)
+            response = await self.client.send(node, build)
+            code = ErrorCode.for_code(check(response))
+            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                self.client.invalidate_coordinator(group_id)
+            if code.retriable:
+                raise KafkaError(code, context=f"group {group_id!r}")
+            return response
+
+        return await self.client.call(attempt, what=what)
+
+    async def describe_share_group(self, group_id: str) -> ShareGroupDescription:
+        """ShareGroupDescribe: members, their assignments and epochs. A group id that is unknown or not a
+        share group comes back with `error` GROUP_ID_NOT_FOUND and state Dead."""
+        request = REQUESTS[SHARE_GROUP_DESCRIBE](group_ids=[group_id], include_authorized_operations=False)
+        response = await self._share_group_call(group_id, request, lambda r: r.groups[0].error_code,
+                                                "ShareGroupDescribe")
+        g = response.groups[0]
+        if g.error_code:
+            return ShareGroupDescription(group_id, "Dead", -1, -1, [],
+                                         KafkaError(g.error_code, g.error_message, context=f"group {group_id!r}"))
+        members = [ShareMemberDescription(
+            m.member_id, m.client_id, m.client_host, m.member_epoch, list(m.subscribed_topic_names),
+            sorted(TopicPartition(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions))
+            for m in g.members]
+        return ShareGroupDescription(g.group_id, g.group_state, g.group_epoch, g.assignment_epoch, members)
+
+    async def share_group_offsets(self, group_id: str,
+                                  topics: dict[str, list[int]] | None = None) -> list[SharePartitionOffset]:
+        """DescribeShareGroupOffsets: each share-partition's start offset and lag (of every partition with
+        state, or of `topics`: name -> partitions)."""
+        cls = REQUESTS[DESCRIBE_SHARE_GROUP_OFFSETS]
+        group_cls = cls.DescribeShareGroupOffsetsRequestGroup
+        wanted = None if topics is None else [
+            group_cls.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=list(ps)) for t, ps in topics.items()]
+        request = cls(groups=[group_cls(group_id=group_id, topics=wanted)])
+        response = await self._share_group_call(group_id, request, lambda r: r.groups[0].error_code,
+                                                "DescribeShareGroupOffsets")
+        g = response.groups[0]
+        if g.error_code:
+            raise KafkaError(g.error_code, g.error_message, context=f"group {group_id!r}")
+        rows = []
+        for t in g.topics:
+            for p in t.partitions:
+                error = KafkaError(p.error_code, p.error_message, context=f"{t.topic_name}-{p.partition_index}") \
+                    if p.error_code else None
+                rows.append(SharePartitionOffset(t.topic_name, p.partition_index, p.start_offset, p.leader_epoch,
+                                                 p.lag, error))
+        return sorted(rows, key=lambda r: (r.topic, r.partition))
+
+    async def alter_share_group_offsets(self, group_id: str,
+                                        offsets: dict[TopicPartition, int]) -> dict[TopicPartition, KafkaError | None]:
+        """AlterShareGroupOffsets: restart share-partitions of an empty share group at `offsets`."""
+        cls = REQUESTS[ALTER_SHARE_GROUP_OFFSETS]
+        by_topic: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for tp, offset in offsets.items():
+            by_topic[tp.topic].append((tp.partition, offset))
+        topic_cls = cls.AlterShareGroupOffsetsRequestTopic
+        request = cls(group_id=group_id, topics=[topic_cls(topic_name=t, partitions=[
+            topic_cls.AlterShareGroupOffsetsRequestPartition(partition_index=p, start_offset=o) for p, o in sorted(ps)])
+            for t, ps in sorted(by_topic.items())])
+        response = await self._share_group_call(group_id, request, lambda r: r.error_code, "AlterShareGroupOffsets")
+        if response.error_code:
+            raise KafkaError(response.error_code, response.error_message, context=f"group {group_id!r}")
+        return {TopicPartition(t.topic_name, p.partition_index):
+                KafkaError(p.error_code, p.error_message, context=f"{t.topic_name}-{p.partition_index}")
+                if p.error_code else None
+                for t in response.responses for p in t.partitions}
+
+    async def delete_share_group_offsets(self, group_id: str, topics: list[str]) -> dict[str, KafkaError | None]:
+        """DeleteShareGroupOffsets: forget the share-partition state of `topics` in an empty share group."""
+        cls = REQUESTS[DELETE_SHARE_GROUP_OFFSETS]
+        request = cls(group_id=group_id, topics=[cls.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics])
+        response = await self._share_group_call(group_id, request, lambda r: r.error_code, "DeleteShareGroupOffsets")
+        if response.error_code:
+            raise KafkaError(response.error_code, response.error_message, context=f"group {group_id!r}")
+        return {t.topic_name: KafkaError(t.error_code, t.error_message, context=t.topic_name) if t.error_code else None
+                for t in response.responses}
+
+    async def reset_share_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition],
+        *,
+        to: str = "earliest",
+        timestamp_ms: int | None = None,
+        offset: int | None = None,
+        shift: int | None = None,
+        dry_run: bool = False,
+    ) -> dict[TopicPartition, int]:
+        """New start offsets for a share group's partitions (kafka-share-groups --reset-offsets): to earliest,
+        latest, timestamp, offset or shift (from the current start offset, or the end if none); the group
+        must be empty. Applied with AlterShareGroupOffsets unless `dry_run`."""
+        partitions = sorted({TopicPartition(*tp) for tp in partitions})
+        if not partitions:
+            raise ConfigError("no partitions to reset")
+        description = await self.describe_share_group(group_id)
+        if description.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
+                             f"share group has {len(description.members)} active member(s); stop them first",
+                             context=f"group {group_id!r}")
+        earliest = await self.beginning_offsets(partitions)
+        latest = await self.end_offsets(partitions)
+        if to in ("earliest", "latest"):
+            target = dict(earliest if to == "earliest" else latest)
+        elif to == "timestamp":
+            if timestamp_ms is None:
+                raise ConfigError("reset to a timestamp needs timestamp_ms")
+            found = await list_offsets(self.client, {tp: timestamp_ms for tp in partitions})
+            target = {tp: (found[tp][0] if found[tp][0] >= 0 else latest[tp]) for tp in partitions}
+        elif to == "offset":
+            if offset is None:
+                raise ConfigError("reset to an offset needs offset")
+            target = {tp: offset for tp in partitions}
+        elif to == "shift":
+            if shift is None:
+                raise ConfigError("reset by a shift needs shift")
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for tp in partitions:
+                by_topic[tp.topic].append(tp.partition)
+            current = {TopicPartition(r.topic, r.partition): r.start_offset
+                       for r in await self.share_group_offsets(group_id, dict(by_topic))}
+            target = {tp: (current[tp] if current.get(tp, -1) >= 0 else latest[tp]) + shift for tp in partitions}
+        else:
+            raise ConfigError(f"unknown reset target {to!r} (earliest, latest, timestamp, offset, shift)")
+        target = {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in target.items()}
+        if not dry_run:
+            errors = await self.alter_share_group_offsets(group_id, target)
+            failed = [e for e in errors.values() if e is not None]
+            if failed:
+                raise failed[0]
+        return target
 
     async def list_group_offsets(self, group_id: str,
                                  partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, OffsetAndMetadata]:

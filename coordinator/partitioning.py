@@ -44,7 +44,10 @@ def share_state_partition(key: str, num_partitions: int) -> int:
 
 
 def share_coordinator_key(group_id: str, topic_id: uuid.UUID, partition: int) -> str:
-    """`group:topic_id:partition` with the topic id as Kafka prints a Uuid (base64url, unpadded)."""
+    """The FindCoordinator key (type 2, SHARE) of one share-partition, as Kafka's
+    SharePartitionKey.asCoordinatorKey writes it: `group:topic_id:partition` with the topic id in Kafka's
+    text form (Uuid.toString: URL-safe base64 of the 16 bytes, unpadded; not the dashed hex form), so a key
+    hashes to the same partition whichever broker, Kafka's or ours, computes it."""
     topic = base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
     return f"{group_id}:{topic}:{partition}"
 

@@ -59,6 +59,12 @@ default for a new cluster): 2 is Transactions V2, an epoch bump per transaction 
 clients pick their protocol by it (the Java client speaks V2 only when it is finalized at 2). A cluster
 formatted with `odradek storage format --feature transaction.version=1` keeps every client on version 1."""
 
+SHARE_VERSION_FEATURE = "share.version"
+SHARE_VERSION = 1
+"""KIP-932's feature: at level 1 the cluster serves share groups. Kafka 4.2+ finalizes it at 1 in a new
+cluster (share groups became production-ready then); so does Odradek's controller at bootstrap. A cluster
+formatted before keeps it at 0 (UpdateFeatures is not served), and its brokers refuse the share APIs."""
+
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
 """PartitionChangeRecord.leader when the leader did not change."""

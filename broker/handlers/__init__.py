@@ -13,6 +13,10 @@ its result, never writing metadata or opening logs itself.
 The ApiVersions table is derived from what is registered here, so nothing is advertised that is not
 served. A handler may advertise a wider range than it accepts (Produce v0-2, as Kafka 4 does for old
 librdkafka's feature detection): `advertise` widens the table, `versions` is what is accepted.
+
+A handler registered behind a `gate` (SHARE: the share-group APIs) is served, and so advertised, only when
+the broker enables that gate (`odradek.share.enabled`): until every API a feature needs is served, the
+broker advertises none of them, as a client that sees ShareGroupHeartbeat will go on to ShareFetch.
 """
 
 from __future__ import annotations
@@ -49,11 +53,14 @@ class Registration:
     max_version: int
     advertised_min: int
     handler: Handler
+    gate: str | None = None
 
 
 # Which listeners serve an API: the broker listeners (clients, other brokers) or the controller listeners
 # (the quorum and brokers talking to the controller), each with its own ApiVersions, as Kafka's are.
 BROKER, CONTROLLER = "broker", "controller"
+# Gates (see the module doc): SHARE is `odradek.share.enabled`.
+SHARE = "share"
 _REGISTRY: dict[str, dict[int, Registration]] = {BROKER: {}, CONTROLLER: {}}
 
 FAMILIES = (
@@ -78,35 +85,43 @@ FAMILIES = (
     "quotas",
     "envelope",
     "share_fetch",
+    "share_groups",
 )
 
 
 def handles(
     api_key: int, versions: tuple[int, int] | None = None, *, advertise_min: int | None = None,
-    listeners: tuple[str, ...] = (BROKER,),
+    listeners: tuple[str, ...] = (BROKER,), gate: str | None = None,
 ) -> Callable[[H], H]:
     """Register a handler for `api_key` over `versions` (default: every version the schema defines), on
-    the broker listeners, the controller listeners, or both."""
+    the broker listeners, the controller listeners, or both; behind `gate` if given."""
 
     def register(fn: H) -> H:
         low, high = versions if versions is not None else REQUESTS[api_key].VALID_VERSIONS
         for scope in listeners:
             if api_key in _REGISTRY[scope]:
                 raise RuntimeError(f"api key {api_key} registered twice for {scope} listeners")
-            _REGISTRY[scope][api_key] = Registration(api_key, low, high, low if advertise_min is None else advertise_min, fn)
+            _REGISTRY[scope][api_key] = Registration(api_key, low, high, low if advertise_min is None else advertise_min, fn,
+                                                     gate)
         return fn
 
     return register
 
 
-def load_handlers(scope: str = BROKER) -> dict[int, Registration]:
+def load_handlers(scope: str = BROKER, gates: frozenset[str] = frozenset()) -> dict[int, Registration]:
+    """The handlers of `scope`'s listeners: every ungated one, and the gated ones whose gate is in `gates`."""
     for family in FAMILIES:
         try:
             importlib.import_module(f"{__name__}.{family}")
         except ModuleNotFoundError as e:
             if e.name != f"{__name__}.{family}":
                 raise
-    return dict(_REGISTRY[scope])
+    return {k: r for k, r in _REGISTRY[scope].items() if r.gate is None or r.gate in gates}
+
+
+def gates_of(config) -> frozenset[str]:
+    """The gates a broker config opens."""
+    return frozenset({SHARE} if config.share_enabled else ())
 
 
 def accepted_versions(registry: dict[int, Registration]) -> dict[int, tuple[int, int]]:

@@ -14,6 +14,8 @@ BROKER_LOGGER resources (kafka-configs.sh --entity-type broker-loggers) name thi
 every logger and its level, and changed by IncrementalAlterConfigs SET / DELETE on the node itself, not
 forwarded to the controller (Kafka's RuntimeLoggerManager), which is how an operator turns the audit log
 (`kafka.authorizer.logger`) to DEBUG at run time; `log.levels` sets the same at start.
+GROUP resources (kafka-configs.sh --entity-type groups) hold a group's share.* configs: described with
+their defaults, and changed by IncrementalAlterConfigs SET / DELETE (broker/group_configs.py).
 Every requested resource gets exactly one result, in request order.
 """
 
@@ -42,6 +44,7 @@ from ..topic_config import (
     describe_topic,
 )
 from ..dynamic_config import config_type
+from ..group_configs import GroupConfigError, describe_group, group_config_changes
 from . import BROKER as BROKER_LISTENERS
 from . import CONTROLLER as CONTROLLER_LISTENERS
 from . import Answer, handles
@@ -62,6 +65,7 @@ IResult = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
 
 TOPIC, BROKER = int(ConfigResourceType.TOPIC), int(ConfigResourceType.BROKER)
 BROKER_LOGGER = int(ConfigResourceType.BROKER_LOGGER)
+GROUP = int(ConfigResourceType.GROUP)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
@@ -122,6 +126,8 @@ def _describe_entries(services: BrokerServices, resource_type: int, name: str, k
         if name == "":
             return describe_broker_defaults(layers, keys)  # the dynamic cluster-wide defaults, as Kafka answers
         return describe_broker(layers, keys)
+    if resource_type == GROUP:
+        return describe_group(services.metadata.image, services.config, name, keys)
     if resource_type == BROKER_LOGGER:
         _check_logger_resource(services, name)
         wanted = None if not keys else set(keys)
@@ -438,6 +444,14 @@ def _incremental_alter_configs(services: BrokerServices, ctx: RequestContext,
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
             current = _broker_configs(services, r.resource_name)
             return ConfigChange(BROKER, r.resource_name, incremental_changes(current, ops, services.config, broker=True))
+        if r.resource_type == GROUP:  # a group's share.* configs (broker/group_configs.py)
+            _check_unique_keys(keys)
+            try:
+                return ConfigChange(GROUP, r.resource_name, group_config_changes(
+                    services.metadata.image, services.config, r.resource_name,
+                    [(c.name, c.config_operation, c.value) for c in r.configs]))
+            except GroupConfigError as e:
+                raise ResourceError(e.error_code, str(e)) from None
         raise _unsupported_type(r.resource_type)
 
     altered, answer = _alter_all(services, request.resources, request.validate_only, change_of, IResult)

@@ -25,6 +25,7 @@ from odradek.metadata.acl import AclOperation, ResourceType
 
 from ..authorizer import then, per_item
 from ..internal_topics import ensure_coordinator_topic
+from ..share.group_deletion import delete_groups_with_share_state
 from . import Answer, handles
 from .share_state import find_share_coordinator
 
@@ -90,7 +91,18 @@ def handle_find_coordinator(services: BrokerServices, ctx: RequestContext, reque
         services.transactions  # creates __transaction_state on first use, as Kafka does
     response = services.groups.find_coordinator(request, ctx.api_version, _locate(services, ctx.listener))
     entries = response.coordinators if ctx.api_version >= 4 else [response]
-    if services.authorizer is not None:  # DESCRIBE on the group or the transactional id
+    if request.key_type == 2:
+        # Share keys (group:topic_id:partition) are the brokers' own lookups of a share coordinator: v6+ only,
+        # and CLUSTER_ACTION on the cluster, as Kafka asks of inter-broker requests.
+        code = (ErrorCode.INVALID_REQUEST if ctx.api_version < 6 else
+                None if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+                else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        if code is not None:
+            for entry in entries:
+                entry.error_code, entry.node_id, entry.host, entry.port = int(code), -1, "", -1
+                entry.error_message = None
+            return response
+    elif services.authorizer is not None:  # DESCRIBE on the group or the transactional id
         resource_type, code = ((GROUP, _DENIED) if request.key_type == 0 else
                                (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
         for key, entry in zip(request.coordinator_keys if ctx.api_version >= 4 else [request.key], entries):
@@ -164,11 +176,12 @@ def handle_list_groups(services: BrokerServices, ctx: RequestContext, request: L
 
 @handles(42, (0, 2))
 def handle_delete_groups(services: BrokerServices, ctx: RequestContext, request: DeleteGroupsRequest) -> Answer:
+    """Share groups' state (in __share_group_state) is deleted first (broker/share/group_deletion.py)."""
     if services.authorizer is not None:
         allowed = services.authorized_names(ctx, AclOperation.DELETE, GROUP, request.groups_names)
         if len(allowed) < len(set(request.groups_names)):
             return _delete_allowed_groups(services, ctx, request, allowed)
-    return respond(services, services.groups.delete_groups(request, ctx.api_version, services.now_ms()))
+    return delete_groups_with_share_state(services, request, ctx.api_version)
 
 
 @handles(68, (0, 1))
@@ -192,7 +205,7 @@ def _delete_allowed_groups(services: BrokerServices, ctx: RequestContext, reques
     """DeleteGroups for the groups the principal may delete; the others answer GROUP_AUTHORIZATION_FAILED."""
     names = list(request.groups_names)
     request.groups_names = [g for g in names if g in allowed]
-    answer = respond(services, services.groups.delete_groups(request, ctx.api_version, services.now_ms()))
+    answer = delete_groups_with_share_state(services, request, ctx.api_version)
 
     def merge(response):
         results = {r.group_id: r for r in response.results}

@@ -41,7 +41,7 @@ from odradek.protocol.messages import ShareAcknowledgeResponse, ShareFetchRespon
 from odradek.replication.share import FINAL_EPOCH, INITIAL_EPOCH, AcknowledgeType, ShareSessionError
 from odradek.storage.names import TopicPartition
 
-from . import Answer, handles
+from . import SHARE, Answer, handles
 
 if TYPE_CHECKING:
     from odradek.protocol.messages import ShareAcknowledgeRequest, ShareFetchRequest
@@ -54,7 +54,6 @@ FetchPart = FetchTopic.PartitionData
 AckTopic = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse
 AckPart = AckTopic.PartitionData
 
-SHARE_API_KEYS = frozenset({78, 79})
 _RENEW = int(AcknowledgeType.RENEW)
 _RECORD_LIMIT = 1  # ShareFetch share_acquire_mode (KIP-1206): 0 batch-optimized, 1 record-limit
 
@@ -114,7 +113,7 @@ def _watch_connection(manager: SharePartitionManager, ctx: RequestContext) -> No
         connection.when_closed(lambda: manager.connection_closed(connection.connection_id))
 
 
-@handles(78)
+@handles(78, gate=SHARE)
 async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, request: ShareFetchRequest) -> Answer:
     version = ctx.api_version
     manager = services.share
@@ -231,7 +230,7 @@ async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, requ
     )
 
 
-@handles(79)
+@handles(79, gate=SHARE)
 async def handle_share_acknowledge(services: BrokerServices, ctx: RequestContext,
                                    request: ShareAcknowledgeRequest) -> Answer:
     version = ctx.api_version

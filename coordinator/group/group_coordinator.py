@@ -20,7 +20,7 @@ whose high-watermark listener the runtime registers for each partition it loads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from odradek.protocol.errors import ErrorCode, KafkaApiError
 from odradek.protocol.messages import (
@@ -50,7 +50,13 @@ from .consumer import ALL_GROUP_OPERATIONS
 from .offsets import PartitionCommit
 from .records import deserialize, serialize
 from .share import validate_heartbeat as validate_share_heartbeat
-from ..partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
+from ..partitioning import (
+    CONSUMER_OFFSETS_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    partition_for,
+    share_state_partition,
+)
 from ..runtime import (
     CoordinatorError,
     CoordinatorRuntime,
@@ -60,6 +66,8 @@ from ..runtime import (
     gather,
 )
 from .shard import GroupCoordinatorShard
+from .share_group import ShareGroup
+from .share_state import Initialization
 from ..topics import TopicsView
 
 __all__ = ["CoordinatorLocation", "GroupCoordinator"]
@@ -103,9 +111,24 @@ class GroupCoordinator:
         self.config = config if config is not None else GroupCoordinatorConfig()
         self.topics = topics
         self.timer = timer
+        # The broker's persister, for share groups (share_state.py): called with each Initialization once
+        # its records are durable; None (unit tests of membership alone): nothing is initialized.
+        self.share_state_initializer: Callable[[Initialization], None] | None = None
+        # A group's dynamic GROUP configs (the broker reads them from the metadata image); none by default.
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {}
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
-            writer, lambda p: GroupCoordinatorShard(p, self.config, self.runtime, topics), timer,
-            serialize=serialize, deserialize=deserialize, under_min_isr=under_min_isr)
+            writer, self._new_shard, timer, serialize=serialize, deserialize=deserialize, under_min_isr=under_min_isr)
+
+    def _new_shard(self, partition: int) -> GroupCoordinatorShard:
+        shard = GroupCoordinatorShard(partition, self.config, self.runtime, self.topics)
+        shard.share_state_hook = self._initialize_share_state
+        shard.share_state_wired = lambda: self.share_state_initializer is not None
+        shard.group_configs = lambda group_id: self.group_configs(group_id)
+        return shard
+
+    def _initialize_share_state(self, initialization: Initialization) -> None:
+        if self.share_state_initializer is not None:
+            self.share_state_initializer(initialization)
 
     # ------------------------------------------------------------------------------------------------
     # Partitions
@@ -170,6 +193,13 @@ class GroupCoordinator:
         elif key_type == 1:
             topic = TRANSACTION_STATE_TOPIC
             partition = partition_for(key, self.config.transaction_state_log_num_partitions)
+        elif key_type == 2:
+            # A share-partition's key, `group:topic_id:partition` (the share coordinator's; brokers ask, not
+            # clients). Kafka refuses a key that does not have the three parts with INVALID_REQUEST.
+            if not _is_share_key(key):
+                return ErrorCode.INVALID_REQUEST, -1, "", -1
+            topic = SHARE_GROUP_STATE_TOPIC
+            partition = share_state_partition(key, self.config.share_coordinator_state_topic_num_partitions)
         else:
             return ErrorCode.INVALID_REQUEST, -1, "", -1
         location = locate(topic, partition)
@@ -371,8 +401,13 @@ class GroupCoordinator:
         group = shard.group(group_id)
         if not isinstance(group, ClassicGroup) or group.is_in(ClassicGroupState.DEAD):
             if version >= 6:
+                # Kafka 4.4 (KIP-1043) answers a consumer or share group id "not a classic group", in the
+                # Dead state, so a client can tell it from an unknown group.
+                other = group is not None and not isinstance(group, ClassicGroup)
                 return described_cls(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id,
-                                     error_message=f"Group {group_id} not found.")
+                                     group_state=str(ClassicGroupState.DEAD),
+                                     error_message=(f"Group {group_id} is not a classic group." if other
+                                                    else f"Group {group_id} not found."))
             return described_cls(error_code=ErrorCode.NONE, group_id=group_id, group_state=str(ClassicGroupState.DEAD))
         stable = group.is_in(ClassicGroupState.STABLE)
         member_cls = described_cls.DescribedGroupMember
@@ -475,6 +510,43 @@ class GroupCoordinator:
             request, client_id, client_host, now_ms), now_ms)
         return written.then(lambda r: r, lambda e: ShareGroupHeartbeatResponse(error_code=error_code_of(e)))
 
+    def share_state_initialized(self, initialization: Initialization, failed: dict, now_ms: int) -> Deferred:
+        """The broker's persister answered `initialization`; `failed` maps (topic id, partition) to the error
+        of each partition it could not initialize."""
+        return self._write(initialization.group_id,
+                           lambda shard: shard.share.state_initialized(initialization, failed), now_ms)
+
+    def share_state_deleted(self, group_id: str, partitions: dict, now_ms: int) -> Deferred:
+        return self._write(group_id, lambda shard: shard.share.state_deleted(group_id, partitions), now_ms)
+
+    def share_state_partitions(self, group_id: str) -> tuple[ErrorCode, ShareGroup | None]:
+        """A share group (to read its members and state partitions), or why there is none: NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS, GROUP_ID_NOT_FOUND (no such group, or one of another type)."""
+        try:
+            shard = self.shard_for(group_id)
+        except CoordinatorError as e:
+            return e.error_code, None
+        group = shard.share_groups.get(group_id)
+        return (ErrorCode.NONE, group) if group is not None else (ErrorCode.GROUP_ID_NOT_FOUND, None)
+
+    def alter_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]],
+                                  now_ms: int) -> Deferred:
+        """AlterShareGroupOffsets' coordinator part (share.py `alter_offsets`); a failed write answers every
+        partition with the write's error."""
+        written = self._write(group_id, lambda shard: shard.share.alter_offsets(group_id, topics, now_ms), now_ms)
+        return written.then(lambda r: r, lambda e: (error_code_of(e), None, {}, None))
+
+    def share_offsets_to_delete(self, group_id: str, topic_names: list[str]):
+        try:
+            shard = self.shard_for(group_id)
+        except CoordinatorError as e:
+            return e.error_code, None, {}
+        return shard.share.offsets_to_delete(group_id, topic_names)
+
+    def share_groups(self) -> list[ShareGroup]:
+        """The share groups of every partition this coordinator has loaded (metrics)."""
+        return [g for p in self.runtime.partitions for g in self.runtime.shard(p).share_groups.values()]
+
     def share_group_describe(self, request, now_ms: int) -> ShareGroupDescribeResponse:
         described_cls = ShareGroupDescribeResponse.DescribedGroup
         groups = []
@@ -489,6 +561,15 @@ class GroupCoordinator:
                 continue
             groups.append(shard.share.describe(group_id, request.include_authorized_operations))
         return ShareGroupDescribeResponse(groups=groups)
+
+
+def _is_share_key(key: str) -> bool:
+    """Kafka's SharePartitionKey.validate of a FindCoordinator key: `group:topic_id:partition`, split at the
+    last two colons (a group id may itself hold colons), a non-empty group, a 22-character topic id and a
+    partition number."""
+    group_id, _, rest = key.rpartition(":")
+    group_id, _, topic_id = group_id.rpartition(":")
+    return bool(group_id) and len(topic_id) == 22 and rest.isdigit()
 
 
 def _answer_failure(written: Deferred, response: Deferred, error_response: Callable[[ErrorCode], object]) -> None:

@@ -21,7 +21,7 @@ The shard is also the managers' window on the runtime: timers (`schedule`, `canc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -37,6 +37,7 @@ from .offsets import OffsetAndMetadata, OffsetManager
 from .records import CoordinatorRecord, RecordType, group_metadata_tombstone
 from .share import ShareGroupManager
 from .share_group import ShareGroup
+from .share_state import Initialization
 from ..runtime import Batch, CoordinatorError, Result
 from ..topics import TopicsView
 
@@ -87,6 +88,14 @@ class GroupCoordinatorShard:
         self.offset_manager = OffsetManager(self)
         self.consumer = ConsumerGroupManager(self)
         self.share = ShareGroupManager(self)
+        # Set by the group coordinator: called with a share_state.Initialization once its records are
+        # durable, for the broker to send through its persister.
+        self.share_state_hook: Callable[[Initialization], None] | None = None
+        # Whether the broker carries Initializations out (a persister is wired); without, share-partitions
+        # have no state to wait for (share.py `_assignable`).
+        self.share_state_wired: Callable[[], bool] = lambda: False
+        # Set by the group coordinator: a group's dynamic GROUP configs (metadata/group_config.py), by name.
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {}
 
     # ------------------------------------------------------------------------------------------------
     # Replication

@@ -23,6 +23,16 @@ A heartbeat is one write, as Kafka 4.4's GroupMetadataManager.shareGroupHeartbea
    assignment record moves it to the assignment epoch. The response carries the assignment when it
    changed or the member joined.
 
+6. Every partition of a subscribed topic that has no share-partition state yet goes to `initializing`
+   (share_state.py), and once the heartbeat's records are durable the broker initializes it through its
+   persister. As in Kafka 4.4, only initialized partitions are assigned (`_assignable`): a member's first
+   heartbeat may get an empty assignment, and the write that records the initialization bumps the group
+   epoch, so the members' next heartbeats bring the partitions. A leader thus never serves, and never
+   acknowledges into, a state that the initialization would then overwrite.
+
+The session timeout and heartbeat interval are the group's `share.session.timeout.ms` and
+`share.heartbeat.interval.ms` GROUP configs when set (metadata/group_config.py), else the broker's.
+
 Leaving (epoch -1) and a session that expires (`group.share.session.timeout.ms`, re-armed by every
 heartbeat, on the runtime's timer, so a manual clock drives it in tests) tombstone the member's records
 and bump the group epoch; the remaining members are reassigned on their next heartbeat.
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import structlog
@@ -55,6 +66,7 @@ from .records import (
 )
 from .share_assignor import simple_assignor
 from .share_group import Assignment, ShareGroup, ShareGroupMember
+from .share_state import Initialization, StatePartitions
 from ..runtime import Batch, CoordinatorError, Result
 
 if TYPE_CHECKING:
@@ -122,7 +134,7 @@ class ShareGroupManager:
                 member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
                 state=value.state, assigned_partitions=_assignment_from(value.assigned_partitions))
         elif t is RecordType.SHARE_GROUP_STATE_PARTITION_METADATA:
-            group.state_partition_metadata = value
+            group.state_partitions = StatePartitions.from_value(value)
 
     def _get_or_create(self, group_id: str) -> ShareGroup:
         group = self.groups.get(group_id)
@@ -192,15 +204,34 @@ class ShareGroupManager:
         if new_member or updated.member_epoch != target_epoch or updated.assigned_partitions != target:
             out.records.append(share_current_assignment_record(group_id, member_id, target_epoch,
                                                                updated.member_epoch, 0, target))
+        self._maybe_initialize_state(group, group_epoch, members_after.values(), out, now_ms)
         self._schedule_session_timeout(group_id, member_id, now_ms)
         response = ShareGroupHeartbeatResponse(error_code=ErrorCode.NONE, member_id=member_id,
                                                member_epoch=target_epoch,
-                                               heartbeat_interval_ms=self.config.share_group_heartbeat_interval_ms)
+                                               heartbeat_interval_ms=self._heartbeat_interval_ms(group_id))
         if epoch == 0 or target != member.assigned_partitions:
             response_cls = ShareGroupHeartbeatResponse.Assignment
             response.assignment = response_cls(topic_partitions=[
                 response_cls.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(target.items())])
         return response
+
+    def _assignable(self, group: ShareGroup, topic_id: uuid.UUID, num_partitions: int) -> int:
+        """How many of a topic's partitions may be assigned: those whose share-partition state is
+        initialized, as Kafka 4.4 assigns only initialized partitions (a leader must never serve, and
+        acknowledge into, a state the group coordinator's initialization would then overwrite). The
+        assignor takes a count per topic, so this is the run of initialized partitions from 0; one after a
+        gap (its predecessor's initialization failed) waits until the gap is initialized, which the next
+        heartbeat asks for. A coordinator without a persister wired (unit tests of membership alone) has no
+        state to wait for: every partition is assignable."""
+        if not self.shard.share_state_wired():
+            return num_partitions
+        done = group.state_partitions.initialized.get(topic_id)
+        if done is None:
+            return 0
+        count = 0
+        while count < num_partitions and count in done[1]:
+            count += 1
+        return count
 
     def _get_or_maybe_create_group(self, group_id: str, create: bool) -> ShareGroup:
         group = self.groups.get(group_id)
@@ -223,7 +254,7 @@ class ShareGroupManager:
                 for topic_id in topic_ids:
                     info = topics.topic_by_id(topic_id)
                     if info is not None:
-                        partitions[topic_id] = info.num_partitions
+                        partitions[topic_id] = self._assignable(group, topic_id, info.num_partitions)
         targets = simple_assignor(subscriptions, partitions, group.target_assignment)
         for member_id in sorted(members):
             new = targets.get(member_id, {})
@@ -231,6 +262,154 @@ class ShareGroupManager:
                 out.records.append(share_target_assignment_member_record(group.group_id, member_id, new))
         out.records.append(share_target_assignment_epoch_record(group.group_id, group_epoch))
         return targets
+
+    # -- share-partition state (share_state.py) --
+
+    def _maybe_initialize_state(self, group: ShareGroup, group_epoch: int, members, out: Batch, now_ms: int) -> None:
+        """Kafka's maybeCreateInitializeShareGroupStateRequest: every partition of every subscribed topic that
+        has no state yet (or whose initialization was asked for longer than the retry interval ago) goes to
+        `initializing`, and once that is durable the broker is asked to initialize it."""
+        topics = self.shard.topics
+        if topics is None:
+            return
+        names: dict[uuid.UUID, str] = {}
+        wanted: dict[uuid.UUID, frozenset[int]] = {}
+        state = group.state_partitions
+        retry_ms = self.config.share_group_initialize_retry_interval_ms
+        for name in sorted({n for m in members for n in m.subscribed_topic_names}):
+            info = topics.topic_by_name(name)
+            if info is None:
+                continue
+            missing = frozenset(p for p in range(info.num_partitions)
+                                if not state.known(info.topic_id, p, now_ms, retry_ms))
+            if missing:
+                names[info.topic_id], wanted[info.topic_id] = name, missing
+        if not wanted:
+            return
+        out.records.append(state.with_initializing(names, wanted, now_ms).record(group.group_id))
+        self.request_initialization(Initialization(group.group_id, group_epoch, wanted), out)
+
+    def request_initialization(self, initialization: Initialization, out: Batch) -> None:
+        """Hand `initialization` to the broker once the records of this write are durable."""
+        hook = self.shard.share_state_hook
+
+        def written(error: BaseException | None) -> None:
+            if error is None and hook is not None:
+                hook(initialization)
+
+        out.callbacks.append(written)
+
+    def state_initialized(self, initialization: Initialization,
+                          failed: Mapping[tuple[uuid.UUID, int], ErrorCode]) -> Result:
+        """The persister's answer to `initialization`: the partitions it initialized move to `initialized`,
+        the ones it failed leave `initializing` (the next heartbeat asks again), as Kafka's
+        initializeShareGroupState / uninitializeShareGroupState."""
+        out = Batch()
+        group = self.groups.get(initialization.group_id)
+        if group is None:
+            return out.result()
+        done: dict[uuid.UUID, frozenset[int]] = {}
+        lost: dict[uuid.UUID, frozenset[int]] = {}
+        for topic_id, partitions in initialization.partitions.items():
+            ok = frozenset(p for p in partitions if (topic_id, p) not in failed)
+            if ok:
+                done[topic_id] = ok
+            if partitions - ok:
+                lost[topic_id] = partitions - ok
+        names = {}
+        topics = self.shard.topics
+        for topic_id in done:
+            info = topics.topic_by_id(topic_id) if topics is not None else None
+            names[topic_id] = info.name if info is not None else (group.state_partitions.topic_name(topic_id) or "")
+        state = group.state_partitions.with_initialized(done, names).without(lost)
+        if state != group.state_partitions:
+            out.records.append(state.record(group.group_id))
+        if done:
+            # As Kafka: a new group epoch, so that the next heartbeat computes a target assignment that
+            # includes the partitions now initialized.
+            out.records.append(share_group_epoch_record(group.group_id, group.group_epoch + 1, group.metadata_hash))
+        if done:
+            log.info("share partitions initialized", group=group.group_id, state_epoch=initialization.state_epoch,
+                     partitions=sum(len(ps) for ps in done.values()))
+        if lost:
+            log.warning("share partition initialization failed", group=group.group_id,
+                        partitions=sum(len(ps) for ps in lost.values()),
+                        error=str(sorted({c.name for c in failed.values()})))
+        return out.result()
+
+    def state_deleted(self, group_id: str, partitions: dict[uuid.UUID, frozenset[int]]) -> Result:
+        """The persister deleted these partitions' state: forget them."""
+        out = Batch()
+        group = self.groups.get(group_id)
+        if group is not None:
+            state = group.state_partitions.without(partitions)
+            if state != group.state_partitions:
+                out.records.append(state.record(group_id))
+        return out.result()
+
+    # -- AlterShareGroupOffsets, DeleteShareGroupOffsets (the state changes go through the broker's persister)
+
+    def alter_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]], now_ms: int) -> Result:
+        """Kafka's alterShareGroupOffsets: on an empty share group (created if it does not exist), the
+        partitions given restart at the offsets given, at a new state epoch (the group epoch, bumped), so
+        that a leader's state from before is fenced. Response: (group error, {(topic name, partition): error},
+        Initialization or None) for the broker to initialize through its persister."""
+        out = Batch()
+        group = self.groups.get(group_id)
+        if group is None:
+            if group_id in self.shard.consumer_groups or self.shard.classic_group(group_id) is not None:
+                return out.result((ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", {}, None))
+            group = ShareGroup(group_id)
+        if not group.is_empty:
+            return out.result((ErrorCode.NON_EMPTY_GROUP, "The group is not empty; stop its members first.", {}, None))
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        names: dict[uuid.UUID, str] = {}
+        partitions: dict[uuid.UUID, set[int]] = {}
+        offsets: dict[tuple[uuid.UUID, int], int] = {}
+        topics_view = self.shard.topics
+        for name, wanted in topics:
+            info = topics_view.topic_by_name(name) if topics_view is not None else None
+            for partition, offset in wanted:
+                if info is None or not 0 <= partition < info.num_partitions:
+                    errors[(name, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif offset < 0:
+                    errors[(name, partition)] = ErrorCode.INVALID_REQUEST
+                else:
+                    names[info.topic_id] = name
+                    partitions.setdefault(info.topic_id, set()).add(partition)
+                    offsets[(info.topic_id, partition)] = offset
+                    errors[(name, partition)] = ErrorCode.NONE
+        if not partitions:
+            return out.result((ErrorCode.NONE, None, errors, None))
+        epoch = group.group_epoch + 1
+        if group_id not in self.groups:
+            log.info("group created", group=group_id, type="share")
+        out.records.append(share_group_epoch_record(group_id, epoch, group.metadata_hash))
+        frozen = {t: frozenset(ps) for t, ps in partitions.items()}
+        out.records.append(group.state_partitions.with_initializing(names, frozen, now_ms).record(group_id))
+        log.info("share group offsets altered", group=group_id, state_epoch=epoch, partitions=len(offsets))
+        return out.result((ErrorCode.NONE, None, errors, Initialization(group_id, epoch, frozen, offsets)))
+
+    def offsets_to_delete(self, group_id: str, topic_names: list[str]):
+        """Kafka's DeleteShareGroupOffsets checks: the group exists, is a share group and is empty; per topic,
+        the partitions with state (UNKNOWN_TOPIC_OR_PARTITION for a topic that has none or does not exist).
+        Returns (group error, message, {topic name: (topic id, partitions, error)})."""
+        group = self.groups.get(group_id)
+        if group is None:
+            other = group_id in self.shard.consumer_groups or self.shard.classic_group(group_id) is not None
+            return (ErrorCode.GROUP_ID_NOT_FOUND,
+                    f"Group {group_id} is not a share group." if other else f"Group {group_id} not found.", {})
+        if not group.is_empty:
+            return ErrorCode.NON_EMPTY_GROUP, "The group is not empty; stop its members first.", {}
+        topics_view = self.shard.topics
+        found = {}
+        for name in dict.fromkeys(topic_names):
+            info = topics_view.topic_by_name(name) if topics_view is not None else None
+            partitions = (group.state_partitions.all_partitions([info.topic_id]).get(info.topic_id, frozenset())
+                          if info is not None else frozenset())
+            found[name] = (info.topic_id if info is not None else None, partitions,
+                           ErrorCode.NONE if partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return ErrorCode.NONE, None, found
 
     # -- leaving and fencing --
 
@@ -271,8 +450,17 @@ class ShareGroupManager:
 
     def _schedule_session_timeout(self, group_id: str, member_id: str, now_ms: int) -> None:
         self.shard.schedule(("share-session", group_id, member_id),
-                            now_ms + self.config.share_group_session_timeout_ms,
+                            now_ms + self._session_timeout_ms(group_id),
                             lambda shard, now: shard.share._on_session_timeout(group_id, member_id))
+
+    def _session_timeout_ms(self, group_id: str) -> int:
+        """The group's share.session.timeout.ms (a GROUP config), else group.share.session.timeout.ms."""
+        value = self.shard.group_configs(group_id).get("share.session.timeout.ms")
+        return int(value) if value is not None else self.config.share_group_session_timeout_ms
+
+    def _heartbeat_interval_ms(self, group_id: str) -> int:
+        value = self.shard.group_configs(group_id).get("share.heartbeat.interval.ms")
+        return int(value) if value is not None else self.config.share_group_heartbeat_interval_ms
 
     def _on_session_timeout(self, group_id: str, member_id: str) -> Result:
         out = Batch()

@@ -29,6 +29,7 @@ from enum import Enum
 
 from odradek.protocol.errors import ErrorCode
 
+from .share_state import StatePartitions
 from ..runtime import CoordinatorError
 
 __all__ = ["ShareGroup", "ShareGroupMember", "ShareGroupState"]
@@ -69,8 +70,9 @@ class ShareGroup:
     assignment_epoch: int = 0
     members: dict[str, ShareGroupMember] = field(default_factory=dict)
     target_assignment: dict[str, Assignment] = field(default_factory=dict)
-    # ShareGroupStatePartitionMetadata, kept as read (the share coordinator's initialisation uses it).
-    state_partition_metadata: object | None = None
+    # ShareGroupStatePartitionMetadata: which share-partitions have state with the share coordinator
+    # (share_state.py).
+    state_partitions: StatePartitions = field(default_factory=StatePartitions)
 
     @property
     def state(self) -> ShareGroupState:

@@ -7,6 +7,8 @@ set (`replace`), deleting every key it does not name.
 
 Topic config values are checked against their definitions by the `TopicConfigValidator` the controller is
 given (settings.py says why it is injected); a refusal is INVALID_CONFIG with the validator's message.
+GROUP resources (a group id) hold a group's dynamic configs (metadata/group_config.py: the share.* ones),
+checked for known names and well-formed values.
 Dynamic broker configs (a BROKER resource: a node id, or "" for the cluster-wide defaults every broker
 takes) are checked the same way by a `BrokerConfigValidator`, over the set the resource would have after
 the change (so keys that must agree are checked together; deletions are never refused, so a key that could
@@ -31,6 +33,7 @@ from collections.abc import Mapping
 
 from odradek.protocol.errors import ErrorCode
 from odradek.metadata.image import MetadataError, MetadataImage
+from odradek.metadata.group_config import validate_group_configs
 from odradek.metadata.records import ConfigRecord, ConfigResourceType
 
 from .requests import ConfigChange
@@ -80,6 +83,9 @@ class ConfigurationControlManager:
                     ErrorCode.INVALID_REQUEST,
                     f"Illegal non-integral BROKER resource type name: {resource_name}",
                 )
+        elif resource_type == ConfigResourceType.GROUP:
+            if not resource_name:
+                raise MetadataError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
         else:
             raise MetadataError(ErrorCode.INVALID_REQUEST, f"Unsupported config resource type {resource_type}")
         current = image.configs.get((resource_type, resource_name), {})
@@ -112,6 +118,12 @@ class ConfigurationControlManager:
             self.validate_topic_configs({k: v for k, v in change.changes.items() if v is not None})
         elif change.resource_type == ConfigResourceType.BROKER:
             self.validate_broker_configs(image, change.resource_name, change.changes)
+        elif change.resource_type == ConfigResourceType.GROUP:
+            # Names and the form of values; the ranges are the deciding broker's (metadata/group_config.py).
+            try:
+                validate_group_configs(change.changes)
+            except ValueError as e:
+                raise MetadataError(ErrorCode.INVALID_CONFIG, str(e)) from None
         return self.alter_configs(image, change.resource_type, change.resource_name, change.changes), None
 
     def validate_topic_configs(self, configs: Mapping[str, str | None]) -> None:

@@ -2,9 +2,11 @@
 
 Odradek finalizes three features in a new cluster's log: `metadata.version`, at the level this release
 writes, `eligible.leader.replicas.version` 1 (KIP-966's ELR, on by default for new clusters since Kafka
-4.1) and `transaction.version` 2 (KIP-890's Transactions V2, Kafka 4.x's default for a new cluster). A
-level formatting put in the bootstrap records (`odradek storage format --feature transaction.version=1`)
-replaces the default, as Kafka's `kafka-storage format --feature` does. A registering broker must support every finalized level it names (a broker that cannot run the
+4.1), `transaction.version` 2 (KIP-890's Transactions V2, Kafka 4.x's default for a new cluster) and
+`share.version` 1 (KIP-932's share groups, on by default for new clusters since Kafka 4.2). A level formatting
+put in the bootstrap records (`odradek storage format --feature transaction.version=1`) replaces the default,
+as Kafka's `kafka-storage format --feature` does. A registering broker must support every finalized level it
+names (a broker that cannot run the
 cluster's metadata.version would misread its records). UpdateFeatures is not served, so the levels never
 move after bootstrap: a cluster formatted before ELR keeps it off.
 """
@@ -21,6 +23,8 @@ from odradek.metadata.image import (
     METADATA_VERSION_FEATURE,
     TRANSACTION_VERSION,
     TRANSACTION_VERSION_FEATURE,
+    SHARE_VERSION,
+    SHARE_VERSION_FEATURE,
     MetadataError,
     MetadataImage,
 )
@@ -38,6 +42,7 @@ class FeatureControlManager:
             FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION),
             FeatureLevelRecord(name=ELR_VERSION_FEATURE, feature_level=ELR_VERSION),
             FeatureLevelRecord(name=TRANSACTION_VERSION_FEATURE, feature_level=TRANSACTION_VERSION),
+            FeatureLevelRecord(name=SHARE_VERSION_FEATURE, feature_level=SHARE_VERSION),
         ) if record.name not in chosen]
 
     def check_broker_features(self, image: MetadataImage, features: Iterable) -> None:

@@ -453,7 +453,14 @@ DELETE_SHARE_GROUP_OFFSETS = api(
         F("throttle_time_ms", "int32"),
         F("error_code", "int16"),
         F("error_message", "string", nullable="0+", default=None),
-        _topic_partition_errors("DeleteShareGroupOffsets"),
+        # Errors per topic, not per partition: the whole topic's state goes (Kafka's
+        # DeleteShareGroupOffsetsResponse.json).
+        F("responses", "[]DeleteShareGroupOffsetsResponseTopic", fields=[
+            F("topic_name", "string"),
+            F("topic_id", "uuid"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+", default=None),
+        ]),
     ],
 )
 

@@ -26,7 +26,8 @@ def test_before_any_metadata_the_answer_lists_support_but_nothing_finalized():
     answer = ApiVersionsAnswers(build_response(TABLE)).answer(MetadataPublisher())
     assert [(k.api_key, k.min_version, k.max_version) for k in answer.api_keys] == [(0, 0, 13), (18, 0, 4)]
     assert [(f.name, f.min_version, f.max_version) for f in answer.supported_features] == [
-        (METADATA_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION), (TRANSACTION_VERSION_FEATURE, 0, 2)
+        (METADATA_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION), (TRANSACTION_VERSION_FEATURE, 0, 2),
+        ("share.version", 0, 1),
     ]
     assert answer.finalized_features == [] and answer.finalized_features_epoch == -1
 
@@ -61,6 +62,17 @@ def test_a_new_cluster_finalizes_transaction_version_2_unless_formatted_otherwis
     for bad in ("transaction.version=3", "transaction.version=0", "group.version=1", "transaction.version"):
         with pytest.raises(ValueError):
             parse_feature(bad)
+
+
+def test_a_v3_answer_leaves_out_the_features_whose_range_starts_at_0():
+    """KAFKA-17011: ApiVersions v3 clients refuse a supported feature with min version 0 (share.version)."""
+    publisher = MetadataPublisher()
+    _publish(publisher, [FeatureLevelRecord(name="share.version", feature_level=1)], 4)
+    answers = ApiVersionsAnswers(build_response(TABLE))
+    assert [f.name for f in answers.answer(publisher, 3).supported_features] == [METADATA_VERSION_FEATURE]
+    assert [f.name for f in answers.answer(publisher, 4).supported_features] == [METADATA_VERSION_FEATURE,
+                                                                                 "share.version"]
+    assert [f.name for f in answers.answer(publisher, 3).finalized_features] == ["share.version"]
 
 
 def test_the_finalized_levels_and_epoch_follow_the_image_and_are_cached_between_images():

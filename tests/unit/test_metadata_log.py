@@ -258,10 +258,11 @@ def test_bootstrap_writes_feature_level_cluster_id_and_registration():
     assert len(image.cluster_id) == 22
     assert set(image.cluster_id) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert not image.cluster_id.startswith("-")
-    # KIP-966's ELR is on in a new cluster, with the cluster-wide min.insync.replicas it decides by; so is
-    # KIP-890's Transactions V2 (transaction.version 2), as in Kafka 4.x.
+    # KIP-966's ELR is on in a new cluster, with the cluster-wide min.insync.replicas it decides by; so are
+    # KIP-890's Transactions V2 (transaction.version 2), as in Kafka 4.x, and KIP-932's share groups
+    # (share.version 1, Kafka 4.2+'s default).
     assert image.features == {"metadata.version": METADATA_VERSION, "eligible.leader.replicas.version": 1,
-                              "transaction.version": 2}
+                              "transaction.version": 2, "share.version": 1}
     assert image.broker_configs() == {"min.insync.replicas": "1"}
     broker = image.brokers[1]
     assert broker.endpoints == tuple(ENDPOINTS) and not broker.fenced
@@ -659,7 +660,8 @@ def test_alter_configs_errors_and_no_op_changes():
     log.append(log.create_topic("t", 1, 1, {"a": "1", "b": "2"}), NOW_MS)
     assert error_of(lambda: log.alter_configs(TOPIC, "nope", {"a": "1"})) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert error_of(lambda: log.alter_configs(BROKER, "one", {"a": "1"})) == ErrorCode.INVALID_REQUEST
-    assert error_of(lambda: log.alter_configs(ConfigResourceType.GROUP, "g", {"a": "1"})) == ErrorCode.INVALID_REQUEST
+    assert error_of(lambda: log.alter_configs(ConfigResourceType.CLIENT_METRICS, "m", {"a": "1"})) == ErrorCode.INVALID_REQUEST
+    assert error_of(lambda: log.alter_configs(ConfigResourceType.GROUP, "", {"a": "1"})) == ErrorCode.INVALID_REQUEST
     assert error_of(lambda: log.alter_configs(TOPIC, "t", {"": "1"})) == ErrorCode.INVALID_CONFIG
     assert log.alter_configs(TOPIC, "t", {"a": "1", "missing": None}) == []
     log.append(log.alter_configs(TOPIC, "t", {"c": "3"}, replace=True), NOW_MS)

@@ -1,0 +1,96 @@
+"""GROUP config resources on the broker: DescribeConfigs and IncrementalAlterConfigs of a group's dynamic
+configs (metadata/group_config.py says which and what they override).
+
+Described: every group config, with the group's own value (source GROUP_CONFIG) or, if it has none, the
+broker's default for it (DEFAULT_CONFIG), as Kafka's ConfigHelper describes a group. Altered: SET and
+DELETE only (none is a list), checked against this broker's group.share.* bounds before the change goes to
+the controller, which writes it as ConfigRecords on (GROUP, group id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from odradek.metadata.group_config import GROUP_CONFIGS, validate_group_configs
+from odradek.metadata.image import MetadataImage
+from odradek.metadata.records import ConfigResourceType
+from odradek.protocol.errors import ErrorCode, KafkaApiError
+
+from .config import BrokerConfig, ConfigType
+from .topic_config import ConfigEntry, ConfigSource
+
+__all__ = ["describe_group", "group_config_changes", "share_defaults"]
+
+_SHARE_FIELDS = {
+    "group.share.session.timeout.ms": "share_group_session_timeout_ms",
+    "group.share.min.session.timeout.ms": "share_group_min_session_timeout_ms",
+    "group.share.max.session.timeout.ms": "share_group_max_session_timeout_ms",
+    "group.share.heartbeat.interval.ms": "share_group_heartbeat_interval_ms",
+    "group.share.min.heartbeat.interval.ms": "share_group_min_heartbeat_interval_ms",
+    "group.share.max.heartbeat.interval.ms": "share_group_max_heartbeat_interval_ms",
+    "group.share.record.lock.duration.ms": "share_group_record_lock_duration_ms",
+    "group.share.min.record.lock.duration.ms": "share_group_min_record_lock_duration_ms",
+    "group.share.max.record.lock.duration.ms": "share_group_max_record_lock_duration_ms",
+    "group.share.delivery.count.limit": "share_group_delivery_count_limit",
+    "group.share.min.delivery.count.limit": "share_group_min_delivery_count_limit",
+    "group.share.max.delivery.count.limit": "share_group_max_delivery_count_limit",
+}
+
+
+def share_defaults(config: BrokerConfig) -> dict[str, int]:
+    """The broker's group.share.* values by Kafka name: the defaults and bounds of the share group configs."""
+    dumped = config.model_dump()
+    return {name: int(dumped[field]) for name, field in _SHARE_FIELDS.items()}
+
+
+def describe_group(image: MetadataImage, config: BrokerConfig, group_id: str,
+                   keys: Iterable[str] | None = None) -> list[ConfigEntry]:
+    own = image.configs.get((ConfigResourceType.GROUP, group_id), {})
+    defaults = share_defaults(config)
+    wanted = None if not keys else set(keys)
+    entries = []
+    for name, definition in sorted(GROUP_CONFIGS.items()):
+        if wanted is not None and name not in wanted:
+            continue
+        value = own.get(name)
+        default = str(defaults[definition.default_key]) if definition.default_key else definition.default
+        entries.append(ConfigEntry(
+            name=name, value=value if value is not None else default, read_only=False,
+            source=ConfigSource.GROUP_CONFIG if value is not None else ConfigSource.DEFAULT_CONFIG,
+            is_sensitive=False, type=ConfigType.INT if definition.ktype == "int" else ConfigType.STRING,
+            documentation=definition.doc))
+    return entries
+
+
+class GroupConfigError(KafkaApiError):
+    """A group config change refused, with the code its resource is answered with."""
+
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error_code = int(error_code)
+
+
+def group_config_changes(image: MetadataImage, config: BrokerConfig, group_id: str,
+                         ops: Iterable[tuple[str, int, str | None]]) -> Mapping[str, str | None]:
+    """The changes of IncrementalAlterConfigs ops ((name, operation, value)) on a group, checked; raises
+    GroupConfigError (INVALID_REQUEST for a missing group name or an operation other than SET and DELETE,
+    INVALID_CONFIG for an unknown key or a value out of range)."""
+    if not group_id:
+        raise GroupConfigError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+    changes: dict[str, str | None] = {}
+    for name, op, value in ops:
+        if op == 0:
+            if value is None:
+                raise GroupConfigError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
+            changes[name] = value
+        elif op == 1:
+            changes[name] = None
+        else:
+            raise GroupConfigError(ErrorCode.INVALID_CONFIG,
+                                   f"Can't APPEND or SUBTRACT to key {name} because its type is not LIST.")
+    current = image.configs.get((ConfigResourceType.GROUP, group_id), {})
+    try:
+        validate_group_configs(changes, share_defaults(config), current)
+    except ValueError as e:
+        raise GroupConfigError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    return changes
