@@ -1249,29 +1249,6 @@ class BrokerConfig(BaseModel):
         "Longest wait for a __share_group_state write to be replicated (then COORDINATOR_NOT_AVAILABLE).",
         ge=1,
     )
-    # Share groups' data path on partition leaders (KIP-932; broker/share/manager.py). Kafka's names,
-    # defaults and ranges (ShareGroupConfig).
-    share_enabled: Bool = _f(
-        "odradek.share.enabled", False, T.BOOLEAN,
-        "Odradek's, not Kafka's (which gates share groups on the share.version feature): serve and advertise "
-        "the share-group APIs. Off by default until every part of share groups is served.",
-    )
-    share_group_record_lock_duration_ms: Int = _f(
-        "group.share.record.lock.duration.ms", 30000, T.INT,
-        "How long a share-group member holds the records it acquired before they go back.", ge=1000, le=3600000,
-    )
-    share_group_delivery_count_limit: Int = _f(
-        "group.share.delivery.count.limit", 5, T.INT,
-        "Deliveries of one record to a share group after which it is archived instead of delivered again.",
-        ge=2, le=10,
-    )
-    share_group_partition_max_record_locks: Int = _f(
-        "group.share.partition.max.record.locks", 2000, T.INT,
-        "Most records in flight per share-partition; no new records are acquired beyond it.", ge=100, le=10000,
-    )
-    share_group_max_share_sessions: Int = _f(
-        "group.share.max.share.sessions", 2000, T.INT, "Most share sessions on this broker.", ge=1,
-    )
 
     # ---- authorization and quotas
     authorizer_class_name: Annotated[str, BeforeValidator(_parse_authorizer)] = _f(

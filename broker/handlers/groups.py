@@ -91,18 +91,7 @@ def handle_find_coordinator(services: BrokerServices, ctx: RequestContext, reque
         services.transactions  # creates __transaction_state on first use, as Kafka does
     response = services.groups.find_coordinator(request, ctx.api_version, _locate(services, ctx.listener))
     entries = response.coordinators if ctx.api_version >= 4 else [response]
-    if request.key_type == 2:
-        # Share keys (group:topic_id:partition) are the brokers' own lookups of a share coordinator: v6+ only,
-        # and CLUSTER_ACTION on the cluster, as Kafka asks of inter-broker requests.
-        code = (ErrorCode.INVALID_REQUEST if ctx.api_version < 6 else
-                None if services.authorized(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
-                else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-        if code is not None:
-            for entry in entries:
-                entry.error_code, entry.node_id, entry.host, entry.port = int(code), -1, "", -1
-                entry.error_message = None
-            return response
-    elif services.authorizer is not None:  # DESCRIBE on the group or the transactional id
+    if services.authorizer is not None:  # DESCRIBE on the group or the transactional id
         resource_type, code = ((GROUP, _DENIED) if request.key_type == 0 else
                                (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
         for key, entry in zip(request.coordinator_keys if ctx.api_version >= 4 else [request.key], entries):

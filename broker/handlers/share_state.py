@@ -120,6 +120,13 @@ def find_share_coordinator(services: BrokerServices, ctx: RequestContext, reques
     leader."""
     version = ctx.api_version
     keys = list(request.coordinator_keys) if version >= 4 else [request.key]
+    if version < 6:  # key type 2 came with v6 (KIP-932); Kafka refuses it before
+        return FindCoordinatorResponse(coordinators=[
+            FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1,
+                                                error_code=int(ErrorCode.INVALID_REQUEST),
+                                                error_message="share coordinator keys need FindCoordinator v6+")
+            for key in keys]) if version >= 4 else FindCoordinatorResponse(
+            error_code=int(ErrorCode.INVALID_REQUEST), node_id=-1, host="", port=-1)
     allowed = not _refused(services, ctx)
     topic = services.topic_by_name(SHARE_GROUP_STATE_TOPIC)
     if allowed and topic is None:

@@ -52,10 +52,8 @@ from .records import deserialize, serialize
 from .share import validate_heartbeat as validate_share_heartbeat
 from ..partitioning import (
     CONSUMER_OFFSETS_TOPIC,
-    SHARE_GROUP_STATE_TOPIC,
     TRANSACTION_STATE_TOPIC,
     partition_for,
-    share_state_partition,
 )
 from ..runtime import (
     CoordinatorError,
@@ -193,14 +191,7 @@ class GroupCoordinator:
         elif key_type == 1:
             topic = TRANSACTION_STATE_TOPIC
             partition = partition_for(key, self.config.transaction_state_log_num_partitions)
-        elif key_type == 2:
-            # A share-partition's key, `group:topic_id:partition` (the share coordinator's; brokers ask, not
-            # clients). Kafka refuses a key that does not have the three parts with INVALID_REQUEST.
-            if not _is_share_key(key):
-                return ErrorCode.INVALID_REQUEST, -1, "", -1
-            topic = SHARE_GROUP_STATE_TOPIC
-            partition = share_state_partition(key, self.config.share_coordinator_state_topic_num_partitions)
-        else:
+        else:  # key type 2 (SHARE) is the share coordinator's (broker/handlers/share_state.py)
             return ErrorCode.INVALID_REQUEST, -1, "", -1
         location = locate(topic, partition)
         if location is None:
@@ -561,15 +552,6 @@ class GroupCoordinator:
                 continue
             groups.append(shard.share.describe(group_id, request.include_authorized_operations))
         return ShareGroupDescribeResponse(groups=groups)
-
-
-def _is_share_key(key: str) -> bool:
-    """Kafka's SharePartitionKey.validate of a FindCoordinator key: `group:topic_id:partition`, split at the
-    last two colons (a group id may itself hold colons), a non-empty group, a 22-character topic id and a
-    partition number."""
-    group_id, _, rest = key.rpartition(":")
-    group_id, _, topic_id = group_id.rpartition(":")
-    return bool(group_id) and len(topic_id) == 22 and rest.isdigit()
 
 
 def _answer_failure(written: Deferred, response: Deferred, error_response: Callable[[ErrorCode], object]) -> None:

@@ -62,6 +62,8 @@ async def test_share_state_apis_need_cluster_action(tmp_path):
         found = await call(b, "User:alice", 10, 6, find)
         assert [c.error_code for c in found.coordinators] == [ErrorCode.NONE, ErrorCode.INVALID_REQUEST]
         assert found.coordinators[0].node_id == b.node_id
+        old = await call(b, "User:alice", 10, 5, FindCoordinatorRequest(key_type=2, coordinator_keys=[key]))
+        assert old.coordinators[0].error_code == ErrorCode.INVALID_REQUEST  # share keys are v6+ (Kafka's rule)
         for api_key, version, request in requests(topic_id):
             answer = await call(b, "User:alice", api_key, version, request)
             code = answer.results[0].partitions[0].error_code

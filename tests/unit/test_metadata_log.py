@@ -272,6 +272,7 @@ def test_bootstrap_writes_feature_level_cluster_id_and_registration():
         MetadataRecordType.FEATURE_LEVEL,
         MetadataRecordType.FEATURE_LEVEL,
         MetadataRecordType.FEATURE_LEVEL,
+        MetadataRecordType.FEATURE_LEVEL,
         MetadataRecordType.CLUSTER_ID,
         MetadataRecordType.CONFIG,
         MetadataRecordType.REGISTER_BROKER,

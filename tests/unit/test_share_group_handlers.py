@@ -178,20 +178,6 @@ def test_share_keys_hash_to_a_share_group_state_partition_as_kafka_writes_them()
     assert 0 <= share_state_partition(key, 50) < 50
 
 
-def test_find_coordinator_answers_share_keys_from_v6_and_refuses_malformed_ones():
-    services = FakeServices(harness())
-    key = share_coordinator_key("sg", T, 0)
-    request = FindCoordinatorRequest(key_type=2, coordinator_keys=[key, "not-a-share-key"])
-    found, bad = handle_find_coordinator(services, ctx(6), request).coordinators
-    assert (found.key, found.error_code, found.node_id, found.host) == (key, 0, 3, "broker-3")
-    assert bad.error_code == ErrorCode.INVALID_REQUEST
-    old = handle_find_coordinator(services, ctx(5), FindCoordinatorRequest(key_type=2, coordinator_keys=[key]))
-    assert old.coordinators[0].error_code == ErrorCode.INVALID_REQUEST
-    services.authorizer = Acls((AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"))
-    denied = handle_find_coordinator(services, ctx(6), FindCoordinatorRequest(key_type=2, coordinator_keys=[key]))
-    assert denied.coordinators[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-
-
 # -- heartbeat and the share-partition state ---------------------------------------------------------
 
 
@@ -493,11 +479,11 @@ async def test_share_group_metrics():
     heartbeat(services, "x", -1, group_id="other")
     await services.initializer.settle()
     samples = {(m.name, tuple(s.labels.values())): s.value
-               for m in ShareGroupsCollector(lambda: h.gc).collect() for s in m.samples}
+               for m in ShareGroupMembershipCollector(lambda: h.gc).collect() for s in m.samples}
     assert samples[("odradek_share_groups", ("Stable",))] == 1 and samples[("odradek_share_groups", ("Empty",))] == 1
     assert samples[("odradek_share_group_members", ())] == 2
     assert samples[("odradek_share_partitions_initialized", ())] == 6  # 3 partitions of t, for each group
-    assert list(ShareGroupsCollector(lambda: None).collect())  # before the coordinator starts: zeros
+    assert list(ShareGroupMembershipCollector(lambda: None).collect())  # before the coordinator starts: zeros
 
 
 async def test_list_groups_filters_share_groups_by_type():
