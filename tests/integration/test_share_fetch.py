@@ -41,7 +41,8 @@ LOCK_MS = 2000
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     proc = BrokerProcess(tmp_path_factory.mktemp("share-data"), "odradek.share.enabled=true",
-                         f"group.share.record.lock.duration.ms={LOCK_MS}", "group.share.delivery.count.limit=2",
+                         f"group.share.record.lock.duration.ms={LOCK_MS}", "group.share.min.record.lock.duration.ms=1000",
+                         "group.share.delivery.count.limit=2",
                          f"metrics.port={free_port_block(1)}", "metrics.host=127.0.0.1").start()
     yield proc
     proc.stop()
