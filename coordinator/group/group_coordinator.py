@@ -370,9 +370,9 @@ class GroupCoordinator:
             return described_cls(error_code=e.error_code, group_id=group_id)
         group = shard.group(group_id)
         if not isinstance(group, ClassicGroup) or group.is_in(ClassicGroupState.DEAD):
-            if version >= 6:
+            if version >= 6:  # KIP-1043; the state stays Dead, as Kafka 4.4 answers (test_kafka_differential.py)
                 return described_cls(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id,
-                                     error_message=f"Group {group_id} not found.")
+                                     group_state=str(ClassicGroupState.DEAD), error_message=f"Group {group_id} not found.")
             return described_cls(error_code=ErrorCode.NONE, group_id=group_id, group_state=str(ClassicGroupState.DEAD))
         stable = group.is_in(ClassicGroupState.STABLE)
         member_cls = described_cls.DescribedGroupMember
