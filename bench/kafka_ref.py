@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -71,17 +72,27 @@ def new_cluster_id() -> str:
 
 
 def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (held open together while chosen, so no two are the same)."""
-    socks = []
+    """n distinct loopback ports free now, below the kernel's ephemeral range: a node binds its ports seconds
+    later (after `format`, or on a restart after kill -9), and a port from the ephemeral range may by then be
+    some outgoing connection's local port (as tests/harness/processes.py's free_port_block explains)."""
     try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    chosen: list[int] = []
+    rng = random.Random()
+    while len(chosen) < n:
+        port = rng.randrange(10000, ephemeral_low)
+        if port in chosen:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        chosen.append(port)
+    return chosen
 
 
 @dataclass
@@ -157,7 +168,9 @@ class KafkaNode:
     def spawn(self, cp: str) -> None:
         """Starts the node (already formatted) without waiting for it: see `wait_started`."""
         self._spawned_at = time.monotonic()
-        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        if self.log_path.exists():  # a restart: slf4j-simple truncates its file, so keep the last run's aside
+            runs = len(list(self.workdir.glob("kafka.log.*")))
+            self.log_path.rename(self.workdir / f"kafka.log.{runs + 1}")
         preexec = (lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None
         with open(self.workdir / "stderr.txt", "ab") as stderr:
             self.proc = subprocess.Popen(self._java("kafka.Kafka", str(self.workdir / "server.properties"), cp=cp),
@@ -180,21 +193,26 @@ class KafkaNode:
                 raise KafkaUnavailable(f"Kafka node {self.node_id} did not start in {timeout_s:.0f} s:\n{self.tail()}")
             time.sleep(0.1)
 
-    def _started_since_spawn(self) -> bool:
+    def _started_since_spawn(self) -> bool:  # (the log holds this run only: see spawn)
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(self._log_offset)
                 return STARTED.encode() in f.read()
         except OSError:
             return False
 
     def tail(self, lines: int = 30) -> str:
+        """The log's ERROR lines (the cause of a failed start is rarely in its last lines, which are the
+        shutdown), then its last lines and stderr's."""
         parts = []
-        for path in (self.log_path, self.workdir / "stderr.txt"):
-            try:
-                parts += path.read_text(errors="replace").splitlines()[-lines:]
-            except OSError:
-                pass
+        try:
+            log = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            log = []
+        parts += [line for line in log if " ERROR " in line][:10] + ["..."] + log[-lines:]
+        try:
+            parts += (self.workdir / "stderr.txt").read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            pass
         return "\n".join(parts)
 
     def alive(self) -> bool:
