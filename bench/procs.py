@@ -149,7 +149,8 @@ _LISTENING = re.compile(r"listening on (\w+)://([^:\s]+):(\d+)")
 
 @dataclass
 class Server:
-    """A server process under test. `kind` is odradek, null or tansu."""
+    """A server process under test. `kind` is odradek, null, tansu or kafka (Apache Kafka 4.4 from its Maven
+    jars, one combined-mode node: bench/kafka_ref.py)."""
 
     kind: str
     workdir: Path
@@ -201,6 +202,8 @@ class Server:
         raise ValueError(self.kind)
 
     def start(self, timeout_s: float = 60.0) -> "Server":
+        if self.kind == "kafka":
+            return self._start_kafka(max(timeout_s, 120.0))
         args = self.command()
         self.output = []
         t0 = time.monotonic()
@@ -239,6 +242,26 @@ class Server:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(f"{self.kind} did not start:\n" + "".join(self.output[-40:]))
+        return self
+
+    def _start_kafka(self, timeout_s: float) -> "Server":
+        """Formats a fresh node in the work directory and starts it; `pid` is the JVM itself, so its CPU and
+        memory are read from /proc as any other server's. Kafka's own JVM flags (G1), heap 512 MiB."""
+        from . import kafka_ref
+
+        cp = kafka_ref.classpath()
+        (node,) = kafka_ref.plan(self.workdir, 1, cpus=self.cpus, overrides={"num.partitions": str(self.partitions)})
+        node.format(cp)
+        t0 = time.monotonic()  # start time without the format step (its own JVM), as for the other servers
+        node.spawn(cp)
+        self.proc = node.proc
+        try:
+            node.wait_started(timeout_s)
+        except kafka_ref.KafkaUnavailable:
+            self.kill()
+            raise
+        self.port = node.port
+        self.started_s = time.monotonic() - t0
         return self
 
     def cpu(self) -> float:

@@ -26,6 +26,11 @@ Failover (kill -9, the node then restarted and waited back into every ISR before
 
 Nothing is pinned (three servers and the clients share the machine's cores), so read records/s as a ratio
 between RF=3 and RF=1 taken side by side, not as absolute capacity. Nothing asserts a figure.
+
+`--targets odradek,kafka` runs the same cells, one target after the other, against Apache Kafka 4.4 too:
+three KRaft combined-mode nodes from the Maven jars (bench/kafka_ref.py: static quorum of the three,
+internal topics RF 3 / min ISR 2, G1, -Xmx512m each), with the same kill -9 failovers (KafkaCluster), warmed
+up first (WARM_UP_S of acks=all produce to rf3) since a cold JVM spends its first seconds in the JIT compiler.
 """
 
 from __future__ import annotations
@@ -127,6 +132,42 @@ class Cluster:
     def in_sync(self, topic: str, asking: int = 1):
         return self.wait(lambda: (lambda p: p if p is not None and p.leader_id >= 0 and sorted(p.isr_nodes) == sorted(p.replica_nodes)
                                   else None)(self.partition(asking, topic)), f"{topic} in sync")
+
+
+class KafkaCluster(Cluster):
+    """Three Apache Kafka 4.4 nodes (bench/kafka_ref.py) behind the Cluster interface the cells use: `up` starts
+    every node that is not running (formatting each on first use), `pid` is a node's JVM."""
+
+    def __init__(self, directory: Path) -> None:
+        from . import kafka_ref
+
+        self.dir = directory
+        self.cp = kafka_ref.classpath()
+        self.nodes = {n.node_id: n for n in kafka_ref.plan(directory, len(NODES))}
+
+    def up(self) -> None:
+        started = []
+        for node in self.nodes.values():
+            if not node.alive():
+                node.format(self.cp)
+                node.spawn(self.cp)
+                started.append(node)
+        for node in started:
+            node.wait_started(180)
+
+    def down(self) -> None:
+        from . import kafka_ref
+
+        kafka_ref.stop(list(self.nodes.values()))
+
+    def pid(self, node_id: int) -> int:
+        return self.nodes[node_id].pid
+
+    def client_port(self, node_id: int) -> int:
+        return self.nodes[node_id].port
+
+
+WARM_UP_S = 6.0  # of acks=all produce to rf3 before Kafka's cells (KafkaCluster)
 
 
 def _free_block(count: int) -> int:
@@ -318,16 +359,21 @@ def _lead(cluster: Cluster, topic: str, node_id: int) -> None:
         admin.close()
 
 
-def run(*, runs: int = 3, duration_s: float = 3.0, failovers: int = 2, workdir: str | None = None) -> dict:
+def run(*, runs: int = 3, duration_s: float = 3.0, failovers: int = 2, workdir: str | None = None,
+        target: str = "odradek") -> dict:
     from confluent_kafka import libversion
 
     results: dict = {"client": f"librdkafka {libversion()[0]}", "runs": runs, "duration_s": duration_s,
-                     "broker_session_timeout_ms": SESSION_TIMEOUT_MS, "cpus": os.cpu_count()}
+                     "broker_session_timeout_ms": SESSION_TIMEOUT_MS, "cpus": os.cpu_count(), "target": target}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        cluster = Cluster(Path(tmp) / "cluster")
-        cluster.up()
+        cluster = KafkaCluster(Path(tmp) / "cluster") if target == "kafka" else Cluster(Path(tmp) / "cluster")
         try:
+            cluster.up()
             _create_topics(cluster)
+            if target == "kafka":
+                _measure(cluster, {"mode": "produce", "bootstrap": cluster.bootstrap(), "topic": "rf3", "partitions": 1,
+                                   "acks": "all", "idempotence": True, "duration_s": WARM_UP_S, "linger_ms": 5},
+                         WARM_UP_S + 120)
             results["throughput"] = throughput(cluster, runs, duration_s)
             results["latency"] = latency(cluster, runs)
             results["failover"] = failover(cluster, failovers) if failovers else {}
@@ -342,7 +388,8 @@ def _median(values) -> float:
 
 
 def report(results: dict) -> str:
-    out = [f"{results['client']}, 3 combined nodes on {results['cpus']} cores (unpinned), 1 partition, acks=all, "
+    name = {"kafka": "Apache Kafka 4.4"}.get(results.get("target", "odradek"), "Odradek")
+    out = [f"{name}: {results['client']}, 3 combined nodes on {results['cpus']} cores (unpinned), 1 partition, acks=all, "
            f"idempotent, 100 B records; median of {results['runs']} runs of {results['duration_s']} s"]
     out.append(f"{'':6}{'records/s':>12}{'leader core-s/M':>17}{'follower core-s/M':>19}{'rec/request':>13}"
                f"{'ack p50 ms':>12}{'ack p99 ms':>12}")
@@ -375,9 +422,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=3.0, help="seconds of producing per throughput cell")
     parser.add_argument("--failovers", type=int, default=2, help="rounds of each failover (0: none)")
     parser.add_argument("--json", action="store_true", help="print the raw results as JSON")
+    parser.add_argument("--targets", default="odradek", help="comma-separated: odradek, kafka (Apache Kafka 4.4)")
     args = parser.parse_args(argv)
-    results = run(runs=args.runs, duration_s=args.duration, failovers=args.failovers)
-    print(json.dumps(results, indent=2) if args.json else report(results))
+    for target in [t.strip() for t in args.targets.split(",") if t.strip()]:
+        results = run(runs=args.runs, duration_s=args.duration, failovers=args.failovers, target=target)
+        print(json.dumps(results, indent=2) if args.json else report(results), flush=True)
 
 
 if __name__ == "__main__":

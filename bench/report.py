@@ -7,7 +7,8 @@ from pathlib import Path
 
 CLIENT_BOUND = 0.9  # client CPU (cores) at or above which a figure is marked client-bound
 NOISY = 0.5  # other busy cores at or above which a figure is marked noisy
-LABEL = {"odradek": "Odradek", "null": "null sink (ceiling)", "tansu": "Tansu (peer)", "floor": "floor (canned answer)"}
+LABEL = {"odradek": "Odradek", "null": "null sink (ceiling)", "tansu": "Tansu (peer)", "floor": "floor (canned answer)",
+         "kafka": "Apache Kafka (reference)"}
 
 
 def _med(d):
@@ -52,6 +53,7 @@ def markdown(results: dict) -> str:
         f"- Placement: servers on core(s) {pl.get('server_cpus')}, load generators on core(s) {pl.get('client_cpus')}",
         f"- Load generator: {meta.get('client')}, one process per load; Odradek at {meta.get('odradek_commit')}",
         f"- Peer: {meta.get('peer') or 'peer not available'}",
+        f"- Reference: {meta.get('reference') or 'not run'}",
         f"- librdkafka features each target's ApiVersions table turns on: {_features(meta.get('client_features'))}",
         f"- {'Quick run' if meta.get('quick') else 'Full run'}: median of {meta.get('runs')} run(s), (min–max) when more than one; "
         f"wall time {_n(meta.get('wall_s'))} s; load average at start {_fmt_load(meta.get('loadavg_start'))}, "
@@ -71,18 +73,19 @@ def markdown(results: dict) -> str:
             "the machine that were neither server nor client (noise).",
             "",
             "| Workload | Target | records/s | MB/s | records/request | server core-s/M | server CPU (cores) | client core-s/M "
-            "| client CPU (cores) | server RSS MiB | other load (cores) | vs ceiling | vs peer |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| client CPU (cores) | server RSS MiB | other load (cores) | vs ceiling | vs peer | vs Kafka |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for c in cells:
             for kind, t in c["targets"].items():
                 label = LABEL.get(kind, kind)
                 if "na" in t:
-                    lines.append(f"| {c['name']} | {label} | {t['na']} | | | | | | | | | | |")
+                    lines.append(f"| {c['name']} | {label} | {t['na']} | | | | | | | | | | | |")
                     continue
                 s = t["summary"]
                 vs_c = _x(c["ratios"].get("vs_ceiling")) if kind == "odradek" else ""
                 vs_p = _x(c["ratios"].get("vs_peer")) if kind == "odradek" else ""
+                vs_k = _x(c["ratios"].get("vs_kafka")) if kind == "odradek" else ""
                 err = f" ⚠ {s['errors']:,} errors" if s.get("errors") else ""
                 marks = ""
                 if (_med(s.get("client_cpu_util")) or 0) >= CLIENT_BOUND:
@@ -94,7 +97,7 @@ def markdown(results: dict) -> str:
                     f"| {_n(_med(s.get('records_per_request')))} "
                     f"| {_spread(s.get('server_core_s_per_m'), 2)} | {_n(_med(s.get('server_cpu_util')), 2)} "
                     f"| {_n(_med(s.get('client_core_s_per_m')), 2)} | {_n(_med(s.get('client_cpu_util')), 2)} "
-                    f"| {_n(_med(s.get('server_rss_mib')))} | {_n(_med(s.get('other_load_cores')), 2)} | {vs_c} | {vs_p} |"
+                    f"| {_n(_med(s.get('server_rss_mib')))} | {_n(_med(s.get('other_load_cores')), 2)} | {vs_c} | {vs_p} | {vs_k} |"
                 )
         lines += [
             "",
@@ -103,14 +106,15 @@ def markdown(results: dict) -> str:
             "records per Produce (or Fetch) request, from librdkafka's statistics; a server that answers faster gets "
             "smaller batches, which costs it (and the client) more CPU per record.",
             "",
-            "vs ceiling / vs peer: Odradek's median records/s divided by the null sink's / Tansu's. "
-            "Server CPU per record, Odradek over the others:",
+            "vs ceiling / vs peer / vs Kafka: Odradek's median records/s divided by the null sink's / Tansu's / "
+            "Apache Kafka's. Server CPU per record, Odradek over the others:",
             "",
-            "| Workload | Odradek core-s/M ÷ null sink | Odradek core-s/M ÷ Tansu |",
-            "|---|---:|---:|",
+            "| Workload | Odradek core-s/M ÷ null sink | Odradek core-s/M ÷ Tansu | Odradek core-s/M ÷ Kafka |",
+            "|---|---:|---:|---:|",
         ]
         for c in cells:
-            lines.append(f"| {c['name']} | {_x(c['ratios'].get('cpu_vs_ceiling'))} | {_x(c['ratios'].get('cpu_vs_peer'))} |")
+            lines.append(f"| {c['name']} | {_x(c['ratios'].get('cpu_vs_ceiling'))} | {_x(c['ratios'].get('cpu_vs_peer'))} "
+                         f"| {_x(c['ratios'].get('cpu_vs_kafka'))} |")
         lines.append("")
     lat = results.get("latency", [])
     if lat:
@@ -255,8 +259,8 @@ def draw_chart(results: dict, path: Path) -> str | None:
     lat = results.get("latency", [])
     if not cells and not lat:
         return "nothing to chart"
-    kinds = [k for k in ("odradek", "null", "tansu", "floor") if any(k in c["targets"] for c in cells) or any(k in e["targets"] for e in lat)]
-    colors = {"odradek": "#d95f02", "null": "#7570b3", "tansu": "#1b9e77", "floor": "#999999"}
+    kinds = [k for k in ("odradek", "null", "tansu", "kafka", "floor") if any(k in c["targets"] for c in cells) or any(k in e["targets"] for e in lat)]
+    colors = {"odradek": "#d95f02", "null": "#7570b3", "tansu": "#1b9e77", "kafka": "#e7298a", "floor": "#999999"}
     import textwrap
 
     nplots = (2 if cells else 0) + (1 if lat else 0)

@@ -667,7 +667,7 @@ class BrokerConfig(BaseModel):
     )
     listener_security_protocol_map: ProtocolMap = _f(
         "listener.security.protocol.map",
-        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",  # Kafka's text, in its order
         T.STRING,
         "Security protocol of each listener name, NAME:PROTOCOL,...",
     )
@@ -769,10 +769,11 @@ class BrokerConfig(BaseModel):
     sasl_server_max_receive_size: Int = _f("sasl.server.max.receive.size", 524288, T.INT, "Largest frame accepted before authentication.", ge=1)
     connection_failed_authentication_delay_ms: Int = _f("connection.failed.authentication.delay.ms", 100, T.INT, "Delay before a failed authentication is answered and the connection closed.", ge=0)
     connections_max_reauth_ms: Long = _f("connections.max.reauth.ms", 0, T.LONG, "Longest SASL session before the client must re-authenticate (KIP-368); 0: never.", ge=0)
-    principal_builder_class: Annotated[str | None, BeforeValidator(_parse_principal_builder)] = _f("principal.builder.class", None, T.CLASS, f"Only {DEFAULT_PRINCIPAL_BUILDER} (Kafka's default, also when unset): principals are built as it builds them; another class refuses the start.")
+    principal_builder_class: Annotated[str | None, BeforeValidator(_parse_principal_builder)] = _f("principal.builder.class", DEFAULT_PRINCIPAL_BUILDER, T.CLASS, f"Only {DEFAULT_PRINCIPAL_BUILDER} (Kafka's default): principals are built as it builds them; another class refuses the start.")
 
     # ---- log storage
-    log_dir: Str = _f("log.dir", "./odradek-data", T.STRING, "Data directory, used when log.dirs is not set.")
+    # LIST, as in Kafka 4's definition of log.dir (a describe reports it; the value is one directory)
+    log_dir: Str = _f("log.dir", "./odradek-data", T.LIST, "Data directory, used when log.dirs is not set.")
     log_dirs: OptStrList = _f("log.dirs", None, T.LIST, "Comma-separated data directories; default: log.dir.")
     metadata_log_dir: OptStr = _f(
         "metadata.log.dir",
@@ -799,7 +800,7 @@ class BrokerConfig(BaseModel):
     )
     num_recovery_threads_per_data_dir: Int = _f(
         "num.recovery.threads.per.data.dir",
-        1,
+        2,
         T.INT,
         "Threads per data directory for recovery at start-up.",
         ge=1,
@@ -978,7 +979,7 @@ class BrokerConfig(BaseModel):
         "replica.fetch.response.max.bytes", 10485760, T.INT, "Bytes a follower fetch asks for in all.", ge=0
     )
     replica_selector_class: ReplicaSelectorClass = _f(
-        "replica.selector.class", None, T.CLASS,
+        "replica.selector.class", None, T.STRING,  # STRING, not CLASS, in Kafka's definition too
         "Which replica a consumer in another rack is pointed to (KIP-392): "
         "org.apache.kafka.common.replica.RackAwareReplicaSelector for the closest in-sync replica, "
         "org.apache.kafka.common.replica.LeaderSelector or unset for the leader.",

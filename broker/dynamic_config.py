@@ -33,7 +33,7 @@ is read by the controller from the cluster-wide default.
 Kafka also changes thread pools, cleaner throughput, connection limits, listeners and TLS keystores at run
 time; Odradek reads those once, at start (KAFKA_ONLY_DYNAMIC). Accepting them would store a value the broker
 does not act on, so they are refused with Kafka's own refusal for a static key, "Cannot update these configs
-dynamically: Set(num.io.threads)", plus why and what to do; every other known key is refused with Kafka's
+dynamically: [num.io.threads]", plus why and what to do; every other known key is refused with Kafka's
 message alone. Kafka lets an unknown (custom) key be stored for plugins; Odradek has no plugins, so an unknown
 key is refused as it is in server.properties. The error code is INVALID_REQUEST for all of these, bad values
 included, as Kafka's broker answers (ConfigAdminManager; KAFKA-13609 keeps INVALID_REQUEST for
@@ -112,9 +112,10 @@ def config_type(key: str) -> ConfigType | None:
     return _TYPES.get(key)
 
 
-def _scala_set(keys: Iterable[str]) -> str:
-    """Kafka's message renders a Scala Set: `Set(a, b)`."""
-    return f"Set({', '.join(sorted(keys))})"
+def _key_set(keys: Iterable[str]) -> str:
+    """The keys as Kafka 4.4's message renders its Java Set: `[a, b]` (Kafka 3.x, in Scala, wrote `Set(a, b)`;
+    seen side by side in tests/integration/test_kafka_differential.py)."""
+    return f"[{', '.join(sorted(keys))}]"
 
 
 def validate_dynamic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
@@ -126,16 +127,16 @@ def validate_dynamic_configs(configs: Mapping[str, str | None]) -> dict[str, str
     kafka_dynamic = sorted(k for k in configs if k in KAFKA_ONLY_DYNAMIC) + listener_keys
     if kafka_dynamic:
         raise DynamicConfigError(
-            f"Cannot update these configs dynamically: {_scala_set(kafka_dynamic)}. Kafka changes them at run "
+            f"Cannot update these configs dynamically: {_key_set(kafka_dynamic)}. Kafka changes them at run "
             "time, Odradek reads them only at start: set them in the broker's properties and restart it.",
             kafka_dynamic[0],
         )
     unknown = sorted(k for k in configs if k not in _TYPES)
     if unknown:
-        raise DynamicConfigError(f"Unknown broker configs: {_scala_set(unknown)}", unknown[0])
+        raise DynamicConfigError(f"Unknown broker configs: {_key_set(unknown)}", unknown[0])
     static = sorted(k for k in configs if k not in LIVE_CONFIGS)
     if static:
-        raise DynamicConfigError(f"Cannot update these configs dynamically: {_scala_set(static)}", static[0])
+        raise DynamicConfigError(f"Cannot update these configs dynamically: {_key_set(static)}", static[0])
     values = {k: v for k, v in configs.items() if v is not None}
     for key, value in values.items():
         try:

@@ -626,10 +626,13 @@ def describe_broker(broker: BrokerConfig | BrokerLayers, keys: Iterable[str] | N
         if wanted is not None and key not in wanted:
             continue
         synonyms = broker_synonyms(layers, key)
+        value = render_value(layers.effective.get(key))
+        if key == "broker.id" and value is None:
+            value, synonyms = _broker_id_from_node_id(layers)
         entries.append(
             ConfigEntry(
                 name=key,
-                value=render_value(layers.effective.get(key)),
+                value=value,
                 read_only=key not in DYNAMIC_BROKER_CONFIGS,
                 source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
                 is_sensitive=False,
@@ -639,6 +642,19 @@ def describe_broker(broker: BrokerConfig | BrokerLayers, keys: Iterable[str] | N
             )
         )
     return entries
+
+
+def _broker_id_from_node_id(layers: BrokerLayers) -> tuple[str | None, list[ConfigSynonym]]:
+    """broker.id when only node.id is set: Kafka copies node.id into broker.id as it loads server.properties,
+    so its DescribeConfigs shows broker.id = node.id from node.id's source, over broker.id's own default -1
+    (seen side by side with Kafka 4.4: tests/integration/test_kafka_differential.py). Odradek keeps broker.id
+    unset (it is only checked against node.id) and describes it as Kafka does."""
+    node_id = render_value(layers.effective.get("node.id"))
+    source = next((s.source for s in broker_synonyms(layers, "node.id")), ConfigSource.DEFAULT_CONFIG)
+    synonyms = [ConfigSynonym("broker.id", node_id, source)]
+    if source != ConfigSource.DEFAULT_CONFIG:
+        synonyms.append(ConfigSynonym("broker.id", "-1", ConfigSource.DEFAULT_CONFIG))
+    return node_id, synonyms
 
 
 def describe_broker_defaults(layers: BrokerLayers, keys: Iterable[str] | None = None) -> list[ConfigEntry]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 TopicResponse = DescribeProducersResponse.TopicResponse
 PartitionResponse: TypeAlias = DescribeProducersResponse.TopicResponse.PartitionResponse
 ProducerState = PartitionResponse.ProducerState
+UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."  # Kafka's text for the code
 
 
 def _describe(services: BrokerServices, tp: TopicPartition) -> PartitionResponse:
@@ -33,7 +34,11 @@ def _describe(services: BrokerServices, tp: TopicPartition) -> PartitionResponse
         image = services.topic_by_name(tp.topic)
         known = image is not None and tp.partition in image.partitions
         code = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return PartitionResponse(partition_index=tp.partition, error_code=int(code), active_producers=[])
+        # Kafka words only a topic it does not know (its metadata check, before the replica manager, which
+        # answers a missing partition of a known topic without a message): so does Odradek.
+        message = UNKNOWN_TOPIC_MESSAGE if image is None else None
+        return PartitionResponse(partition_index=tp.partition, error_code=int(code), error_message=message,
+                                 active_producers=[])
     state = partition.producer_state
     entries = list(state.producers.values()) if state is not None else []
     return PartitionResponse(partition_index=tp.partition, error_code=0, active_producers=[

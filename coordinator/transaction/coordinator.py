@@ -275,8 +275,9 @@ class TransactionCoordinator:
         State = DescribeTransactionsResponse.TransactionState
         states = []
         for txn_id in request.transactional_ids:
+            # An id answered with an error keeps the schema's zeros, as Kafka's does (producer id 0, not -1).
             entry = State(error_code=0, transactional_id=txn_id, transaction_state="", transaction_timeout_ms=0,
-                          transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[])
+                          transaction_start_time_ms=0, producer_id=0, producer_epoch=0, topics=[])
             states.append(entry)
             if not txn_id:
                 entry.error_code = int(ErrorCode.INVALID_REQUEST)

@@ -197,7 +197,7 @@ def test_refusals_and_validate_only(cluster):
 
     static = incremental(cluster, "1", {"log.dirs": "/elsewhere"})
     assert static.code() == KafkaError.INVALID_REQUEST
-    assert "Cannot update these configs dynamically: Set(log.dirs)" in static.str()
+    assert "Cannot update these configs dynamically: [log.dirs]" in static.str()
     threads = incremental(cluster, "3", {"num.io.threads": "4"})
     assert threads.code() == KafkaError.INVALID_REQUEST and "restart" in threads.str()
     bad = incremental(cluster, "1", {"log.segment.bytes": "10"})

@@ -355,7 +355,7 @@ def test_java_admin_dynamic_broker_configs(java, broker):
     assert (answer["cluster"]["value"], answer["cluster"]["source"]) == ("7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
     assert (answer["after_node"]["value"], answer["after_node"]["source"]) == ("3600000", "DYNAMIC_BROKER_CONFIG")
     assert [s[2] for s in answer["synonyms"]] == ["DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "DEFAULT_CONFIG"]
-    assert answer["refused"].startswith("InvalidRequestException: Cannot update these configs dynamically: Set(num.io.threads)")
+    assert answer["refused"].startswith("InvalidRequestException: Cannot update these configs dynamically: [num.io.threads]")
     assert answer["after_delete"]["source"] == "DEFAULT_CONFIG"
 
 

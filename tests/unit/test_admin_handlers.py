@@ -553,8 +553,8 @@ async def test_dynamic_broker_config_refusals(call):
         (r,) = call(INCREMENTAL_ALTER_CONFIGS, 1, incremental_request(resource)).responses
         got.append((r.error_code, r.error_message))
     assert [code for code, _ in got] == [E.INVALID_REQUEST] * 6
-    assert got[0][1] == "Cannot update these configs dynamically: Set(log.dirs)"
-    assert got[1][1].startswith("Cannot update these configs dynamically: Set(num.io.threads). Kafka changes")
+    assert got[0][1] == "Cannot update these configs dynamically: [log.dirs]"
+    assert got[1][1].startswith("Cannot update these configs dynamically: [num.io.threads]. Kafka changes")
     assert "restart" in got[1][1]
     assert got[2][1].startswith("Invalid value soon for configuration log.retention.ms")
     assert "no.such.config" in got[3][1]

@@ -52,11 +52,11 @@ def test_the_live_set_is_kafkas_dynamic_log_config():
 
 
 @pytest.mark.parametrize("configs, message", [
-    ({"log.dirs": "/x"}, "Cannot update these configs dynamically: Set(log.dirs)"),
-    ({"node.id": "2", "log.dirs": "/x"}, "Cannot update these configs dynamically: Set(log.dirs, node.id)"),
-    ({"max.connections": "5"}, "Cannot update these configs dynamically: Set(max.connections). Kafka changes"),
-    ({"listener.name.plaintext.max.connections": "5"}, "Cannot update these configs dynamically: Set(listener.name"),
-    ({"nonsense.key": "5"}, "Unknown broker configs: Set(nonsense.key)"),
+    ({"log.dirs": "/x"}, "Cannot update these configs dynamically: [log.dirs]"),
+    ({"node.id": "2", "log.dirs": "/x"}, "Cannot update these configs dynamically: [log.dirs, node.id]"),
+    ({"max.connections": "5"}, "Cannot update these configs dynamically: [max.connections]. Kafka changes"),
+    ({"listener.name.plaintext.max.connections": "5"}, "Cannot update these configs dynamically: [listener.name"),
+    ({"nonsense.key": "5"}, "Unknown broker configs: [nonsense.key]"),
     ({"message.max.bytes": "big"}, "Invalid value big for configuration message.max.bytes:"),
     ({"log.cleanup.policy": "shred"}, "Invalid value shred for configuration log.cleanup.policy:"),
     ({"log.cleaner.min.compaction.lag.ms": "9", "log.cleaner.max.compaction.lag.ms": "3"},
@@ -93,7 +93,7 @@ def test_controller_checks_the_resource_after_the_change():
     assert e.value.error_code == ErrorCode.INVALID_REQUEST
     with pytest.raises(MetadataError) as e:
         manager.alter_config_change(image, ConfigChange(BROKER, "1", {"num.io.threads": "4"}))
-    assert e.value.error_code == ErrorCode.INVALID_REQUEST and "Set(num.io.threads)" in e.value.message
+    assert e.value.error_code == ErrorCode.INVALID_REQUEST and "[num.io.threads]" in e.value.message
 
 
 def test_the_node_controller_is_built_with_the_check():

@@ -271,6 +271,17 @@ def test_describe_broker():
     assert [e.name for e in describe_broker(broker, keys=["log.dirs"])] == ["log.dirs"]
 
 
+def test_describe_broker_id_copies_node_id():
+    """Kafka copies node.id into broker.id when loading its config: broker.id describes as node.id, from
+    node.id's source, over its own default -1 (as Kafka 4.4 answers, tests/integration/test_kafka_differential.py)."""
+    entry = by_name(describe_broker(load_config(None, ["node.id=7"], {})))["broker.id"]
+    assert (entry.value, entry.source) == ("7", ConfigSource.STATIC_BROKER_CONFIG)
+    assert [(s.name, s.value, s.source) for s in entry.synonyms] == [
+        ("broker.id", "7", ConfigSource.STATIC_BROKER_CONFIG), ("broker.id", "-1", ConfigSource.DEFAULT_CONFIG)]
+    both = by_name(describe_broker(load_config(None, ["node.id=7", "broker.id=7"], {})))["broker.id"]
+    assert (both.value, both.source) == ("7", ConfigSource.STATIC_BROKER_CONFIG)
+
+
 def test_storage_log_config_accepts_the_mapping():
     # The storage layer's LogConfig is the consumer of to_log_config_kwargs; skip while it is absent.
     storage = pytest.importorskip("odradek.storage.config")
