@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from odradek.metadata.image import (
+    ELR_VERSION,
+    ELR_VERSION_FEATURE,
     METADATA_VERSION,
     METADATA_VERSION_FEATURE,
     SHARE_VERSION,
@@ -36,22 +38,22 @@ if TYPE_CHECKING:
 
 SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {
     METADATA_VERSION_FEATURE: (METADATA_VERSION, METADATA_VERSION),
+    ELR_VERSION_FEATURE: (0, ELR_VERSION),
     TRANSACTION_VERSION_FEATURE: (0, TRANSACTION_VERSION),
     SHARE_VERSION_FEATURE: (0, SHARE_VERSION),
 }
 """The features this release can run, with the (min, max) levels of each: `metadata.version` at the one level
-Odradek writes (3.3-IV3, which is also Kafka 4.x's minimum), `transaction.version` 0-2 (2 is KIP-890's
-Transactions V2, the level a new cluster finalizes, as Kafka 4.x does; see coordinator/transaction/) and
-`share.version` 0-1 (KIP-932's share groups, finalized at 1 in a new cluster, Kafka 4.2+'s default;
-metadata/controller/feature_control.py). A range starting at 0 is left out of answers to ApiVersions v0-3, as
-Kafka does (KAFKA-17011/KAFKA-17492: clients of those versions refuse a minimum of 0; they could not use the
-feature anyway). Kafka 4.x brokers also list kraft.version, group.version, eligible.leader.replicas.version and
-streams.version. (eligible.leader.replicas.version is finalized at 1 in a new cluster, KIP-966, and so
-shows in FinalizedFeatures.) group.version 1 is the gate Kafka puts on KIP-848 consumer groups, which Odradek
-does serve, but finalizing it takes a FeatureLevelRecord the controller does not write at bootstrap (and
-UpdateFeatures is not served, so an existing cluster could never reach it), and Odradek does not gate
-ConsumerGroupHeartbeat on it; listing group.version as supported but never finalized would promise an upgrade
-nobody can make."""
+Odradek writes (3.3-IV3, which is also Kafka 4.x's minimum); `eligible.leader.replicas.version` 0-1 (KIP-966's
+ELR, finalized at 1 in a new cluster); `transaction.version` 0-2 (2 is KIP-890's Transactions V2, the level a
+new cluster finalizes, as Kafka 4.x does; see coordinator/transaction/); and `share.version` 0-1 (KIP-932's
+share groups, finalized at 1 in a new cluster, Kafka 4.2+'s default; Kafka 4.4's level 2 is the share-group
+dead-letter queue, not served). A range starting at 0 is left out of answers to ApiVersions v0-3, as Kafka
+does (KAFKA-17011/KAFKA-17492: clients of those versions refuse a minimum of 0; they could not use the
+feature anyway). Kafka 4.x brokers also list kraft.version, group.version and streams.version. group.version
+1 is the gate Kafka puts on KIP-848 consumer groups, which Odradek does serve, but finalizing it takes a
+FeatureLevelRecord the controller does not write at bootstrap (and UpdateFeatures is not served, so an
+existing cluster could never reach it), and Odradek does not gate ConsumerGroupHeartbeat on it; listing
+group.version as supported but never finalized would promise an upgrade nobody can make."""
 
 FIRST_VERSION_WITH_MIN_LEVEL_0 = 4
 """ApiVersions v4 (Kafka 3.9, KAFKA-17011): the first version whose clients accept a supported range from 0."""

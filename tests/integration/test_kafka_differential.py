@@ -186,8 +186,9 @@ DELIBERATE: tuple[Deliberate, ...] = (
                "and finalizes 33. Clients do not act on it; `kafka-features describe` shows it"),
     Deliberate("ApiVersions(features)", "*_features[name={transaction.version}]", "elsewhere: transaction.version "
                "2 is Transactions V2, the tv2 slice of issue 32", absent_only=True),
-    Deliberate("ApiVersions(features)", "*_features[name=share.version]", "elsewhere: share.version is the "
-               "sharewire slice of issue 28", absent_only=True),
+    Deliberate("ApiVersions(features)", "*_features[name=share.version]*", "left: share.version 2 is the "
+               "share-group dead-letter queue (KIP-1191; Kafka's ShareVersion.supportsShareGroupDLQ), not served; "
+               "Odradek supports and finalizes level 1, share groups without a DLQ"),
     Deliberate("ApiVersions(features)", "*_features[name=streams.version]", "left: streams groups (KIP-1071) are "
                "not served, so streams.version is not advertised", absent_only=True),
     Deliberate("ApiVersions(features)", "*_features[name=kraft.version]", "deliberate: kraft.version 1 is the "
@@ -196,9 +197,6 @@ DELIBERATE: tuple[Deliberate, ...] = (
     Deliberate("ApiVersions(features)", "*_features[name=group.version]", "left: Odradek serves KIP-848 consumer "
                "groups (ConsumerGroupHeartbeat) without advertising group.version 1; clients do not check it, "
                "`kafka-features describe` would", absent_only=True),
-    Deliberate("ApiVersions(features)", ".supported_features[name=eligible.leader.replicas.version]", "left: "
-               "Odradek finalizes eligible.leader.replicas.version 1 (ELR is on) but does not list the feature "
-               "among the supported ones, as Kafka does", absent_only=True),
     # -- error texts -------------------------------------------------------------------------------------------
     Deliberate("*", "*.error_message", "deliberate: where both send a text, Odradek's own words name the cause "
                "(the config, the value and the rule broken); clients show the text but act on the error code, "

@@ -26,8 +26,8 @@ def test_before_any_metadata_the_answer_lists_support_but_nothing_finalized():
     answer = ApiVersionsAnswers(build_response(TABLE)).answer(MetadataPublisher())
     assert [(k.api_key, k.min_version, k.max_version) for k in answer.api_keys] == [(0, 0, 13), (18, 0, 4)]
     assert [(f.name, f.min_version, f.max_version) for f in answer.supported_features] == [
-        (METADATA_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION), ("share.version", 0, 1),
-        (TRANSACTION_VERSION_FEATURE, 0, 2),
+        ("eligible.leader.replicas.version", 0, 1), (METADATA_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION),
+        ("share.version", 0, 1), (TRANSACTION_VERSION_FEATURE, 0, 2),
     ]
     assert answer.finalized_features == [] and answer.finalized_features_epoch == -1
 
@@ -41,7 +41,8 @@ def test_a_range_from_0_is_left_out_below_v4_as_kafka_does():
     answers = ApiVersionsAnswers(build_response(TABLE))
     old, new = answers.answer(publisher, 3), answers.answer(publisher, 4)
     assert [f.name for f in old.supported_features] == [METADATA_VERSION_FEATURE]
-    assert [f.name for f in new.supported_features] == [METADATA_VERSION_FEATURE, "share.version",
+    assert [f.name for f in new.supported_features] == ["eligible.leader.replicas.version", METADATA_VERSION_FEATURE,
+                                                         "share.version",
                                                          TRANSACTION_VERSION_FEATURE]
     for answer in (old, new):
         assert {(f.name, f.max_version_level) for f in answer.finalized_features} == {
@@ -72,7 +73,7 @@ def test_a_v3_answer_leaves_out_the_features_whose_range_starts_at_0():
     answers = ApiVersionsAnswers(build_response(TABLE))
     assert [f.name for f in answers.answer(publisher, 3).supported_features] == [METADATA_VERSION_FEATURE]
     assert [f.name for f in answers.answer(publisher, 4).supported_features] == [
-        METADATA_VERSION_FEATURE, "share.version", TRANSACTION_VERSION_FEATURE]
+        "eligible.leader.replicas.version", METADATA_VERSION_FEATURE, "share.version", TRANSACTION_VERSION_FEATURE]
     assert [f.name for f in answers.answer(publisher, 3).finalized_features] == ["share.version"]
 
 
