@@ -702,6 +702,11 @@ class BrokerConfig(BaseModel):
     queued_max_requests: Int = _f(
         "queued.max.requests", 500, T.INT, "Requests queued before connections stop being read.", ge=1
     )
+    max_request_partition_size_limit: Int = _f(
+        "max.request.partition.size.limit", 2000, T.INT,
+        "The most partitions one DescribeTopicPartitions response carries (the client's limit is capped by it).",
+        ge=1,
+    )
     request_timeout_ms: Int = _f(
         "request.timeout.ms", 30000, T.INT, "Timeout of requests this node sends to others.", ge=0
     )

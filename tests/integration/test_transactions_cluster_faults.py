@@ -493,9 +493,14 @@ class Feeder:
         assert not self.failed, self.failed[:3]
 
     def ends(self) -> dict[int, int]:
+        """Each partition's end as the acknowledgements say. librdkafka acknowledges some records implicitly,
+        without an offset (None): when a request whose answer was lost (a cut link) is followed by an
+        acknowledged one with a higher sequence, the earlier records must be in the log too
+        (rd_kafka_dr_implicit_ack); a later acknowledgement bounds them, so they are left out here."""
         ends = {p: 0 for p in range(PARTITIONS)}
         for partition, offset, _ in self.acked:
-            ends[partition] = max(ends[partition], offset + 1)
+            if offset is not None:
+                ends[partition] = max(ends[partition], offset + 1)
         return ends
 
 
