@@ -273,6 +273,7 @@ def _start_quorum(cfg: BrokerConfig, cluster_id: str | None, log_manager: LogMan
             election_backoff_max_ms=cfg.controller_quorum_election_backoff_max_ms,
             fetch_timeout_ms=cfg.controller_quorum_fetch_timeout_ms,
             request_timeout_ms=cfg.controller_quorum_request_timeout_ms,
+            leader_disconnect_grace_ms=cfg.controller_quorum_disconnect_grace_ms,
             # A parked fetch must be answered well within the fetcher's request timeout.
             fetch_max_wait_ms=min(500, cfg.controller_quorum_request_timeout_ms // 2),
         ),

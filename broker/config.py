@@ -607,6 +607,14 @@ class BrokerConfig(BaseModel):
     controller_quorum_request_timeout_ms: Int = _f(
         "controller.quorum.request.timeout.ms", 2000, T.INT, "Timeout of the quorum's requests between nodes.", ge=1
     )
+    controller_quorum_disconnect_grace_ms: Int = _f(
+        "odradek.controller.quorum.disconnect.grace.ms", 500, T.INT,
+        "Odradek's, not Kafka's: a voter whose connection to the quorum leader was closed or refused by the "
+        "leader's host (its process died) stands for election when the leader has not answered a fetch within "
+        "this grace (randomized up to 2x), instead of after controller.quorum.fetch.timeout.ms. -1 turns it "
+        "off (KRaft's rule: the fetch timeout only).",
+        ge=-1,
+    )
     metadata_log_max_record_bytes_between_snapshots: Int = _f(
         "metadata.log.max.record.bytes.between.snapshots", 20971520, T.LONG,
         "Committed metadata record bytes after which a new metadata snapshot is taken.", ge=1

@@ -47,7 +47,7 @@ from odradek.raft.state import FollowerState
 from .config import BrokerConfig
 from .context import ConnectionContext
 from .controller_channel import ControllerDecisions
-from .node_client import NodeConnections, NodeUnavailable
+from .node_client import NodeConnections, NodeDisconnected, NodeUnavailable
 
 log = structlog.get_logger("odradek.quorum")
 
@@ -250,9 +250,13 @@ class QuorumDriver:
             response = await self.connections.request(
                 request.destination, request.message, version, purpose=purpose, timeout_s=timeout_s,
             )
-        except NodeUnavailable:
+        except NodeUnavailable as e:
             response = None
             self._fetch_versions.pop(request.destination, None)  # it may come back as another release
+            if isinstance(e, NodeDisconnected) and not self._stopped:
+                # The peer's host closed or refused the connection: its process is gone (the raft rule
+                # that then elects a new leader after a short grace is RaftNode.handle_disconnect).
+                self._call(self.raft.handle_disconnect, request.destination)
         if not self._stopped:
             self._call(self.raft.handle_response, request.destination, request.correlation_id, response)
 
