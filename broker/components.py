@@ -149,6 +149,8 @@ def _build_on(
     log_dirs = LogDirs(log_manager, data, replica_fetchers, publisher, quorum.controller, node_id=cfg.node_id,
                        broker_epoch=lambda: membership.broker_epoch, clock=now_ms)
     log_dirs.start()
+    # A metadata log that cannot be written stops the node, as a failed metadata log directory does.
+    quorum.driver.on_log_failure(lambda why: log_dirs.storage_failed(log_manager.metadata_log_dir, why))
 
     markers = MarkerSender(cfg, clock=now_ms, timers_changed=after_state_change, dispatch=dispatch,
                            endpoint=lambda node_id, listener: services.endpoint(node_id, listener))
