@@ -31,7 +31,8 @@ default run restarts a killed node as soon as the cluster has moved its work, wh
 The default run does each fault once. ODRADEK_LONG=1 adds a loop of random faults whose seed is printed
 (ODRADEK_TXN_FAULT_SEED=... replays the choices; ODRADEK_TXN_FAULT_ROUNDS sets how many;
 ODRADEK_TXN_FAULT_STEPS=cut_coordinator,kill_app picks from those only), adding cuts of a leader of `out`
-and of the transaction coordinator, and SIGSTOP of the transaction coordinator.
+and of the transaction coordinator (also with a new application instance started while it is cut off), and
+SIGSTOP of the transaction coordinator.
 Waits are bounded polls of the cluster's and the application's own answers, never sleeps.
 """
 
@@ -798,6 +799,34 @@ class Run:
         self.cluster.wait_in_sync(victim)
         self.cluster.wait_in_sync(others[0])
 
+    def cut_coordinator_new_instance(self, rng: random.Random) -> None:
+        """Cut the node coordinating the application's transactions off from the other nodes (clients still
+        reach it), and replace the application then (kill -9, a new instance): the new instance's
+        init_transactions must find the new coordinator while the old one, which still names itself in its
+        last metadata, is cut off. It did not for minutes once: the cut-off node answered FindCoordinator
+        with itself and held each InitProducerId for request.timeout.ms (its write could never commit),
+        and init_transactions timed out again and again. A node whose partition is stranded (no controller
+        for a session, an ISR needing a change) now names no coordinator there and refuses the write at once
+        (NOT_COORDINATOR), and the client finds the new coordinator."""
+        self.cluster.wait_in_sync(self.cluster.alive()[0])
+        victim = self.wait(lambda: self.cluster.find_coordinator(APP_TXN_ID), "the application's coordinator")
+        others = [n for n in VOTERS if n != victim]
+        print(f"cut node {victim}, the transaction coordinator of {APP_TXN_ID}, off from {others}; new application instance")
+        self.cluster.fabric.isolate(victim, others)
+        self.count("cut_coordinator_new_instance")
+        index = partition_for(APP_TXN_ID, TXN_STATE_PARTITIONS)
+        try:
+            self.wait(lambda: (lambda ps: ps is not None and ps[index].leader_id not in (-1, victim))(
+                self.cluster.topic(others[0], TRANSACTION_STATE_TOPIC)), "another node coordinating the application")
+            self.app.kill()
+            self.count("kill_app")
+            self.app.start()
+            self.progress(2, f"by a new instance while the old coordinator {victim} is cut off", timeout_s=120)
+        finally:
+            self.cluster.fabric.heal()
+        self.cluster.wait_in_sync(victim)
+        self.cluster.wait_in_sync(others[0])
+
     def pause_coordinator(self, rng: random.Random) -> None:
         """SIGSTOP the node coordinating the application's transactions (a transaction held open) past its
         session: the others move its partitions and the application carries on with the new coordinator;
@@ -961,7 +990,7 @@ def test_exactly_once_random_faults_loop(run):
     rng = random.Random(seed)
     run.progress(3, "at start")
     steps = [Run.kill_app, Run.kill_coordinator, Run.kill_out_leader, Run.cut_out_leader, Run.cut_coordinator,
-             Run.pause_coordinator]
+             Run.pause_coordinator, Run.cut_coordinator_new_instance]
     only = os.environ.get("ODRADEK_TXN_FAULT_STEPS")  # e.g. "cut_coordinator,kill_app": only these
     if only:
         steps = [getattr(Run, name) for name in only.split(",")]
