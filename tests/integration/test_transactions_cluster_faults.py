@@ -807,7 +807,9 @@ class Run:
         with itself and held each InitProducerId for request.timeout.ms (its write could never commit),
         and init_transactions timed out again and again. A node whose partition is stranded (no controller
         for a session, an ISR needing a change) now names no coordinator there and refuses the write at once
-        (NOT_COORDINATOR), and the client finds the new coordinator."""
+        (NOT_COORDINATOR), and the client finds the new coordinator at its next FindCoordinator to another
+        node. (An application that knows only the cut-off node's address cannot be helped: every
+        FindCoordinator it sends goes there; Kafka's brokers would hold it the same way.)"""
         self.cluster.wait_in_sync(self.cluster.alive()[0])
         victim = self.wait(lambda: self.cluster.find_coordinator(APP_TXN_ID), "the application's coordinator")
         others = [n for n in VOTERS if n != victim]
