@@ -125,11 +125,17 @@ class QuorumDriver:
         self._loss_reported = False  # the current loss was logged (its end is logged too)
         self._leader_lost_listeners: list[Callable[[int], None]] = []
         self.log_failure: str | None = None  # why the metadata log can no longer be written (the driver stopped)
+        self._disconnected: dict[int, int] = {}  # node id -> when it closed or refused our connection, not answered since
         self._on_log_failure: Callable[[str], None] | None = None
 
     def on_log_failure(self, callback: Callable[[str], None]) -> None:
         """`callback(why)` when writing the metadata log fails (broker/log_dirs.py: the node stops)."""
         self._on_log_failure = callback
+
+    def disconnected_peers(self) -> list[int]:
+        """The nodes that closed or refused a quorum connection of ours and have not answered a request since
+        (their process is gone, as far as this node knows)."""
+        return sorted(self._disconnected)
 
     def _log_failed(self, error: OSError) -> None:
         """An append, flush, snapshot or quorum-state write of the metadata log raised (a full disk, an I/O
@@ -299,11 +305,14 @@ class QuorumDriver:
             response = await self.connections.request(
                 request.destination, request.message, version, purpose=purpose, timeout_s=timeout_s,
             )
+            self._disconnected.pop(request.destination, None)
         except NodeUnavailable as e:
             response = None
             self._fetch_versions.pop(request.destination, None)  # it may come back as another release
             log.debug("quorum request failed", destination=request.destination,
                       request=type(request.message).__name__, error=str(e))
+            if isinstance(e, NodeDisconnected):
+                self._disconnected.setdefault(request.destination, self.clock())
             if isinstance(e, NodeDisconnected) and not self._stopped:
                 # The peer's host closed or refused the connection: its process is gone (the raft rule
                 # that then elects a new leader after a short grace is RaftNode.handle_disconnect).
@@ -399,6 +408,15 @@ class QuorumControllerChannel(ControllerDecisions):
                 # (DUPLICATE_BROKER_REGISTRATION) for a whole broker.session.timeout.ms. If this process's
                 # broker registered already (with another controller), its next heartbeat starts a session.
                 self.controller.heartbeats.remove(self.config.node_id)
+            # Nodes whose quorum connection this node saw closed (their process died: most often the
+            # previous active controller, whose broker died with it) have heartbeated to nobody since: the
+            # disconnect grace starts now for them, rather than the presumed session's heartbeat interval
+            # plus grace (broker_heartbeats.py). A live one learns of the new controller and heartbeats at once.
+            for node_id in self.driver.disconnected_peers():
+                if self.controller.broker_disconnected(node_id, self.clock()):
+                    log.info("a node's quorum connection closed before this controller took over: it is fenced "
+                             "unless it heartbeats within the grace", broker=node_id,
+                             grace_ms=self.controller.settings.broker_disconnect_grace_ms)
             self._activated_before = True
             self.is_active = True
             self.activated.set()
