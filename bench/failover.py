@@ -25,8 +25,10 @@ flight to the frozen node before it refreshes metadata, whatever the cluster did
 61-71 s with the producer's defaults, although the controller fenced the node after 9 s). The `stop`
 figures are therefore taken with `--client socket.timeout.ms=...` and say so.
 
-Profiles: `default` (no override), `kafka` (odradek.broker.session.disconnect.grace.ms=-1: only the
-session, Kafka's rule and Odradek's before the grace), and `fast` (the fast profile of the README: shorter
+Profiles: `default` (no override), `kafka` (odradek.broker.session.disconnect.grace.ms=-1 and
+odradek.controller.quorum.disconnect.grace.ms=-1: only the session and the quorum's fetch timeout, Kafka's
+rules and Odradek's before the graces), `no-quorum-grace` (only the second: a dead active controller found
+by the fetch timeout, as before the quorum's disconnect rule), and `fast` (the fast profile of the README: shorter
 session, heartbeat and quorum timeouts, for the frozen-host case).
 
     python -m bench.failover --rounds 10 --scenario kill --profile default
@@ -62,7 +64,10 @@ KAFKA_SESSION_MS = 9000  # broker.session.timeout.ms, Kafka's default
 
 PROFILES: dict[str, list[str]] = {
     "default": [],
-    "kafka": ["odradek.broker.session.disconnect.grace.ms=-1"],
+    "kafka": ["odradek.broker.session.disconnect.grace.ms=-1", "odradek.controller.quorum.disconnect.grace.ms=-1"],
+    # The default before the quorum's disconnect rule (raft handle_disconnect): a dead active controller is
+    # found by the followers' fetch timeout only.
+    "no-quorum-grace": ["odradek.controller.quorum.disconnect.grace.ms=-1"],
     # The fast profile (README, "Failover"): a frozen node is fenced after 1.5 s without heartbeats, the
     # quorum gives up on a frozen controller after 1 s and elects within 0.5-1 s.
     "fast": [

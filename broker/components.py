@@ -155,6 +155,8 @@ def _build_on(
     log_dirs = LogDirs(log_manager, data, replica_fetchers, publisher, quorum.controller, node_id=cfg.node_id,
                        broker_epoch=lambda: membership.broker_epoch, clock=now_ms)
     log_dirs.start()
+    # A metadata log that cannot be written stops the node, as a failed metadata log directory does.
+    quorum.driver.on_log_failure(lambda why: log_dirs.storage_failed(log_manager.metadata_log_dir, why))
 
     markers = MarkerSender(cfg, clock=now_ms, timers_changed=after_state_change, dispatch=dispatch,
                            endpoint=lambda node_id, listener: services.endpoint(node_id, listener))
@@ -339,6 +341,7 @@ def _start_quorum(cfg: BrokerConfig, cluster_id: str | None, log_manager: LogMan
             election_backoff_max_ms=cfg.controller_quorum_election_backoff_max_ms,
             fetch_timeout_ms=cfg.controller_quorum_fetch_timeout_ms,
             request_timeout_ms=cfg.controller_quorum_request_timeout_ms,
+            leader_disconnect_grace_ms=cfg.controller_quorum_disconnect_grace_ms,
             # A parked fetch must be answered well within the fetcher's request timeout.
             fetch_max_wait_ms=min(500, cfg.controller_quorum_request_timeout_ms // 2),
         ),

@@ -637,6 +637,14 @@ class BrokerConfig(BaseModel):
     controller_quorum_request_timeout_ms: Int = _f(
         "controller.quorum.request.timeout.ms", 2000, T.INT, "Timeout of the quorum's requests between nodes.", ge=1
     )
+    controller_quorum_disconnect_grace_ms: Int = _f(
+        "odradek.controller.quorum.disconnect.grace.ms", 500, T.INT,
+        "Odradek's, not Kafka's: a voter whose connection to the quorum leader was closed or refused by the "
+        "leader's host (its process died) stands for election when the leader has not answered a fetch within "
+        "this grace (randomized up to 2x), instead of after controller.quorum.fetch.timeout.ms. -1 turns it "
+        "off (KRaft's rule: the fetch timeout only).",
+        ge=-1,
+    )
     metadata_log_max_record_bytes_between_snapshots: Int = _f(
         "metadata.log.max.record.bytes.between.snapshots", 20971520, T.LONG,
         "Committed metadata record bytes after which a new metadata snapshot is taken.", ge=1
@@ -731,6 +739,11 @@ class BrokerConfig(BaseModel):
     )
     queued_max_requests: Int = _f(
         "queued.max.requests", 500, T.INT, "Requests queued before connections stop being read.", ge=1
+    )
+    max_request_partition_size_limit: Int = _f(
+        "max.request.partition.size.limit", 2000, T.INT,
+        "The most partitions one DescribeTopicPartitions response carries (the client's limit is capped by it).",
+        ge=1,
     )
     request_timeout_ms: Int = _f(
         "request.timeout.ms", 30000, T.INT, "Timeout of requests this node sends to others.", ge=0

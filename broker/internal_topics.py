@@ -51,7 +51,7 @@ from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, SHARE_GROUP
 from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.coordinator.runtime import TransactionalRecord, TransactionMarker
 from odradek.protocol.records import ABORT, COMMIT, build_batch, iter_batches, iter_records, parse_control_record
-from odradek.replication.errors import NotEnoughReplicasError
+from odradek.replication.errors import NotEnoughReplicasError, NotLeaderOrFollowerError
 from odradek.metadata.image import MetadataError
 from odradek.replication.partition import Partition
 from odradek.replication.replica_manager import ReplicaManager
@@ -96,6 +96,15 @@ class InternalTopicWriter:
         else:  # a transactional batch of the producer (no sequence: Kafka's coordinators write none)
             batch = bytearray(build_batch([(key, value, None, now_ms) for key, value in records],
                                           producer_id=producer[0], producer_epoch=producer[1], transactional=True))
+        if TopicPartition(self.topic, partition) in self.replicas.stranded:
+            # This broker has not heard from a controller for a session and the partition's ISR needs a
+            # shrink only a controller can make (replica_manager.set_lease_expired): the write could never
+            # commit here, and if the cluster moved on another broker coordinates now. NOT_COORDINATOR at
+            # once (nothing written) sends the client to find the coordinator again, instead of holding it
+            # for request.timeout.ms per attempt (a transactional producer's init_transactions then timed
+            # out for minutes against a coordinator cut off from the other brokers).
+            raise NotLeaderOrFollowerError(f"{self.topic}-{partition} is stranded here: no controller answers "
+                                           "and its ISR needs a change")
         if self.enforce_min_isr:
             # Kafka's acks=-1 check before the append (Partition.appendRecordsToLeader): nothing is written,
             # so the shard does not run ahead of a log that could not take the records.

@@ -232,8 +232,9 @@ class LogDirs:
             # metadata log (nor, as a voter, vote), and a broker that cannot follow the metadata would serve
             # on a stale view for ever. The daemon stops it cleanly (exit status 1); its replicas move as
             # when any broker stops. (Put data elsewhere, in log.dirs after the first or with
-            # metadata.log.dir, to have a data disk fail alone.) A broker embedded without that callback
-            # (tests) takes the directory offline as any other.
+            # metadata.log.dir, to have a data disk fail alone.) The Broker always gives this callback: it
+            # fails a start that is under way, else tells the daemon (an embedded broker records the cause
+            # in Broker.fatal_error). LogDirs used without a callback takes the directory offline as any other.
             log.critical("the metadata log directory failed; stopping the node", log_dir=d.path, cause=error)
             self.failures += 1
             self._fatal = f"the metadata log directory {d.path} failed: {error}"

@@ -61,6 +61,12 @@ class NodeUnavailable(ConnectionError):
     """The node could not be reached, or the connection failed before the response arrived."""
 
 
+class NodeDisconnected(NodeUnavailable):
+    """The node's end closed the connection (EOF, reset) or refused a new one: its host answers but the
+    process is gone (killed, restarting). Unlike a timeout this is news the moment it happens, which the
+    quorum driver uses (raft `handle_disconnect`); a frozen host or a cut network never raises it."""
+
+
 @dataclass(frozen=True)
 class NodeSecurity:
     """TLS (a client context) and SASL credentials for connections to one kind of listener."""
@@ -175,7 +181,8 @@ class NodeConnection:
             if isinstance(e, NodeUnavailable):
                 log.warning("cannot authenticate to a node", node=self.node_id, error=str(e))
                 raise
-            raise NodeUnavailable(f"node {self.node_id} at {self.host}:{self.port} is unreachable: {e}") from None
+            cls = NodeDisconnected if isinstance(e, ConnectionRefusedError) else NodeUnavailable
+            raise cls(f"node {self.node_id} at {self.host}:{self.port} is unreachable: {e}") from None
         finally:
             connecting, self._connecting = self._connecting, None
             connecting.set_result(None)
@@ -298,7 +305,7 @@ class NodeConnection:
         return lifetime_ms
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: ClientConnection) -> None:
-        error: Exception = NodeUnavailable(f"node {self.node_id} closed the connection")
+        error: Exception = NodeDisconnected(f"node {self.node_id} closed the connection")
         try:
             while True:
                 data = await reader.read(_READ_BYTES)
@@ -314,7 +321,12 @@ class NodeConnection:
             log.warning("closing a connection to a node that broke the protocol", node=self.node_id, error=str(e))
             error = NodeUnavailable(f"node {self.node_id} broke the protocol: {e}")
         except (OSError, NodeUnavailable) as e:
-            error = e if isinstance(e, NodeUnavailable) else NodeUnavailable(f"node {self.node_id}: {e}")
+            if isinstance(e, NodeUnavailable):
+                error = e
+            elif isinstance(e, (ConnectionResetError, BrokenPipeError)):
+                error = NodeDisconnected(f"node {self.node_id}: {e}")
+            else:
+                error = NodeUnavailable(f"node {self.node_id}: {e}")
         except asyncio.CancelledError:
             pass
         if self._writer is writer:

@@ -47,7 +47,7 @@ from odradek.raft.state import FollowerState
 from .config import BrokerConfig
 from .context import ConnectionContext
 from .controller_channel import ControllerDecisions
-from .node_client import NodeConnections, NodeUnavailable
+from .node_client import NodeConnections, NodeDisconnected, NodeUnavailable
 
 log = structlog.get_logger("odradek.quorum")
 
@@ -124,6 +124,44 @@ class QuorumDriver:
         self.leader_watch = QuorumLeaderWatch(clock())
         self._loss_reported = False  # the current loss was logged (its end is logged too)
         self._leader_lost_listeners: list[Callable[[int], None]] = []
+        self.log_failure: str | None = None  # why the metadata log can no longer be written (the driver stopped)
+        self._disconnected: dict[int, int] = {}  # node id -> when it closed or refused our connection, not answered since
+        self._on_log_failure: Callable[[str], None] | None = None
+
+    def on_log_failure(self, callback: Callable[[str], None]) -> None:
+        """`callback(why)` when writing the metadata log fails (broker/log_dirs.py: the node stops)."""
+        self._on_log_failure = callback
+
+    def disconnected_peers(self) -> list[int]:
+        """The nodes that closed or refused a quorum connection of ours and have not answered a request since
+        (their process is gone, as far as this node knows)."""
+        return sorted(self._disconnected)
+
+    def _log_failed(self, error: OSError) -> None:
+        """An append, flush, snapshot or quorum-state write of the metadata log raised (a full disk, an I/O
+        error). Kafka treats a failed metadata log directory as fatal (the broker halts): the node could no
+        longer vote, lead or follow the metadata safely, and what it wrote last may not be durable (a failed
+        fsync). The node is left as it is, mid-call: nothing more goes in or out of it (a vote it may have
+        decided is never sent, so an unpersisted one cannot count), the requests waiting on it are dropped,
+        and the node's owner stops the process. What is on disk stays recoverable: a segment append that
+        fails leaves nothing of the batch (storage/segment.py), a snapshot or quorum-state file is written
+        aside and renamed into place only whole, and a restart with space back recovers the log to its last
+        whole batch and carries on."""
+        if self.log_failure is not None:
+            return
+        self.log_failure = f"writing the metadata log failed: {error}"
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for future in self._pending.values():
+            if not future.done():
+                future.cancel()
+        self._pending.clear()
+        log.critical("the metadata log cannot be written; the quorum stops on this node", node=self.raft.node_id,
+                     cause=str(error), errno=error.errno, role=self.raft.role.name, epoch=self.raft.epoch)
+        if self._on_log_failure is not None:
+            self._on_log_failure(self.log_failure)
 
     def on_leader_lost(self, listener: Callable[[int], None]) -> None:
         """`listener(epoch)` when this node stops knowing a quorum leader (the local controller channel
@@ -173,9 +211,14 @@ class QuorumDriver:
         leaves the polling of those to the call around it, whose re-armed timer (due at once: the leader
         has records to flush) commits them. A lone voter would otherwise commit them inside the node's
         delivery of the batch before them."""
+        if self._stopped:
+            return
         self._in_node = True
         try:
             outbound = fn(*args, self.clock())
+        except OSError as e:
+            self._log_failed(e)
+            return
         finally:
             self._in_node = False
         self.process(outbound)
@@ -204,18 +247,26 @@ class QuorumDriver:
         except Exception:
             self._pending.pop(request_id, None)
             raise
+        if self._stopped and not future.done():  # stopping, or the metadata log failed: no answer will come
+            self._pending.pop(request_id, None)
+            future.cancel()
         return future
 
     def append(self, records: list[bytes]) -> int:
         """Append as leader (NotLeaderError otherwise); the offset of the last record. A lone voter has
         committed them (flushed, and published by the loader) when this returns, unless it was called from
         inside the node (see `_call`)."""
+        if self.log_failure is not None:
+            raise NotLeaderError(self.log_failure)
         if self._in_node:
             return self.raft.append(records, self.clock())
         self._in_node = True
         try:
             offset = self.raft.append(records, self.clock())
             outbound = self.raft.poll(self.clock())
+        except OSError as e:
+            self._log_failed(e)
+            raise NotLeaderError(self.log_failure) from e
         finally:
             self._in_node = False
         self.process(outbound)
@@ -236,7 +287,11 @@ class QuorumDriver:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         if self.after_each_call is not None:
-            self.after_each_call()
+            try:
+                self.after_each_call()
+            except OSError as e:  # a metadata snapshot that could not be written
+                self._log_failed(e)
+                return
         self._watch_leader()
         self._rearm()
 
@@ -250,9 +305,18 @@ class QuorumDriver:
             response = await self.connections.request(
                 request.destination, request.message, version, purpose=purpose, timeout_s=timeout_s,
             )
-        except NodeUnavailable:
+            self._disconnected.pop(request.destination, None)
+        except NodeUnavailable as e:
             response = None
             self._fetch_versions.pop(request.destination, None)  # it may come back as another release
+            log.debug("quorum request failed", destination=request.destination,
+                      request=type(request.message).__name__, error=str(e))
+            if isinstance(e, NodeDisconnected):
+                self._disconnected.setdefault(request.destination, self.clock())
+            if isinstance(e, NodeDisconnected) and not self._stopped:
+                # The peer's host closed or refused the connection: its process is gone (the raft rule
+                # that then elects a new leader after a short grace is RaftNode.handle_disconnect).
+                self._call(self.raft.handle_disconnect, request.destination)
         if not self._stopped:
             self._call(self.raft.handle_response, request.destination, request.correlation_id, response)
 
@@ -344,6 +408,15 @@ class QuorumControllerChannel(ControllerDecisions):
                 # (DUPLICATE_BROKER_REGISTRATION) for a whole broker.session.timeout.ms. If this process's
                 # broker registered already (with another controller), its next heartbeat starts a session.
                 self.controller.heartbeats.remove(self.config.node_id)
+            # Nodes whose quorum connection this node saw closed (their process died: most often the
+            # previous active controller, whose broker died with it) have heartbeated to nobody since: the
+            # disconnect grace starts now for them, rather than the presumed session's heartbeat interval
+            # plus grace (broker_heartbeats.py). A live one learns of the new controller and heartbeats at once.
+            for node_id in self.driver.disconnected_peers():
+                if self.controller.broker_disconnected(node_id, self.clock()):
+                    log.info("a node's quorum connection closed before this controller took over: it is fenced "
+                             "unless it heartbeats within the grace", broker=node_id,
+                             grace_ms=self.controller.settings.broker_disconnect_grace_ms)
             self._activated_before = True
             self.is_active = True
             self.activated.set()

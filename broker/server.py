@@ -24,6 +24,7 @@ from . import handlers as handler_registry
 from odradek.protocol.codec import Message
 from odradek.protocol.error_codes import error_codes
 from odradek.purgatory.deferred import Deferred
+from odradek.storage.errors import KafkaStorageError
 
 from .components import (
     FreshDirectories, build_node, check_ports_free, registration_endpoints, run_lifecycle, stop_node,
@@ -87,6 +88,11 @@ class Broker:
         self._fetches_scheduled = False
         self._background: list[asyncio.Task] = []
         self._started = False
+        # Why the node must stop (its metadata log directory failed), and who stops it (the daemon). A
+        # failure met while starting makes the start fail with it instead.
+        self.fatal_error: str | None = None
+        self._on_fatal: Callable[[str], None] | None = None
+        self._fatal_event = asyncio.Event()
 
     # -- life cycle --
 
@@ -118,6 +124,7 @@ class Broker:
             api_versions_response=self.api_versions_response,
             controller_api_versions_response=self.controller_api_versions_response,
         )
+        node.log_dirs.on_fatal_error(self._fatal)
         network = self.network = NetworkServer(
             dispatch=self.dispatch,
             serve_produce_frame=self.serve_produce_frame if self.produce_fast_path else None,
@@ -205,10 +212,14 @@ class Broker:
         lifecycle = self.lifecycle
         assert lifecycle is not None
         caught_up = asyncio.ensure_future(self.membership.caught_up.wait())
+        fatal = asyncio.ensure_future(self._fatal_event.wait())
         try:
-            await asyncio.wait({caught_up, lifecycle}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({caught_up, lifecycle, fatal}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             caught_up.cancel()
+            fatal.cancel()
+        if self.fatal_error is not None:
+            raise KafkaStorageError(self.fatal_error)
         if not self.membership.caught_up.is_set():
             lifecycle.result()  # raises what refused the registration
             raise RuntimeError("the broker lifecycle ended before the broker caught up")
@@ -361,9 +372,19 @@ class Broker:
         return None if self._node is None else self._node.log_dirs
 
     def on_fatal_error(self, callback: Callable[[str], None]) -> None:
-        """Who stops this broker when it cannot go on (its metadata log directory failed): the daemon."""
-        if self._node is not None:
-            self._node.log_dirs.on_fatal_error(callback)
+        """Who stops this broker when it cannot go on (its metadata log directory failed): the daemon. Told at
+        once of a failure met before it asked."""
+        self._on_fatal = callback
+        if self.fatal_error is not None:
+            callback(self.fatal_error)
+
+    def _fatal(self, why: str) -> None:
+        if self.fatal_error is not None:
+            return
+        self.fatal_error = why
+        self._fatal_event.set()
+        if self._on_fatal is not None:
+            self._on_fatal(why)
 
     @property
     def txn_marker_sender(self) -> MarkerSender | None:

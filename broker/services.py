@@ -36,6 +36,7 @@ from odradek.metadata.image import Endpoint, MetadataImage, TopicImage
 from odradek.metadata.publisher import MetadataPublisher
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.storage.log_manager import LogManager
+from odradek.storage.names import TopicPartition
 
 from odradek.metadata.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -192,6 +193,13 @@ class BrokerServices:
             if endpoint.name == listener:
                 return endpoint
         return None
+
+    def coordinates_here_in_vain(self, topic: str, partition: int) -> bool:
+        """Whether this broker leads the internal topic's partition but cannot write it: no controller has
+        answered it for a session and the partition's ISR needs a change (stranded, replica_manager.py).
+        FindCoordinator then names no coordinator here (COORDINATOR_NOT_AVAILABLE, the client asks again,
+        perhaps elsewhere), rather than one whose every write would time out."""
+        return TopicPartition(topic, partition) in self.data.stranded
 
     def partition_leader(self, topic: str, partition: int) -> tuple[int, int] | None:
         """(leader id, leader epoch) of a partition in the image; None when it has no leader or is unknown."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from odradek.protocol.errors import ErrorCode
@@ -62,6 +62,7 @@ DESCRIBE_LOG_DIRS = 35
 DESCRIBE_CLUSTER = 60
 DESCRIBE_QUORUM = 55
 API_VERSIONS = 18
+DESCRIBE_TOPIC_PARTITIONS = 75
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
@@ -403,7 +404,38 @@ class Admin:
                 raise KafkaError(code, context=f"topic {name!r}")
             out.append(TopicDescription(name, info.topic_id, info.is_internal,
                                         [info.partitions[p] for p in sorted(info.partitions)]))
+        await self._with_elr(out)
         return out
+
+    async def _with_elr(self, descriptions: list[TopicDescription]) -> None:
+        """Fill in each partition's eligible leader replicas (KIP-966) from DescribeTopicPartitions, page by
+        page (the broker caps a page at max.request.partition.size.limit partitions and names where the
+        next one starts). Kafka's admin describes topics with it when the broker serves it; here Metadata
+        stays the source of the rest (it also names the live brokers), and a broker without API 75 leaves
+        the ELR empty, as an older Kafka would."""
+        if not descriptions or DESCRIBE_TOPIC_PARTITIONS not in await self.client.api_versions():
+            return
+        cls = REQUESTS[DESCRIBE_TOPIC_PARTITIONS]
+        wanted = {d.name: {p.partition: i for i, p in enumerate(d.partitions)} for d in descriptions}
+        by_name = {d.name: d for d in descriptions}
+        cursor = None
+        while True:
+            request = cls(topics=[cls.TopicRequest(name=n) for n in sorted(wanted)], response_partition_limit=2000,
+                          cursor=cursor)
+            response = await self.client.send_any(request)
+            for t in response.topics:
+                if t.error_code != ErrorCode.NONE or t.name not in by_name:
+                    continue
+                d = by_name[t.name]
+                for p in t.partitions:
+                    index = wanted[t.name].get(p.partition_index)
+                    if index is not None:
+                        d.partitions[index] = replace(d.partitions[index], elr=list(p.eligible_leader_replicas or ()),
+                                                      last_known_elr=list(p.last_known_elr or ()))
+            nxt = response.next_cursor
+            if nxt is None:
+                return
+            cursor = cls.Cursor(topic_name=nxt.topic_name, partition_index=nxt.partition_index)
 
     async def _metadata_by_name(self, names: list[str]) -> None:
         """Ask for `names` by name. The admin's refreshes list every topic, and such an answer leaves out

@@ -75,6 +75,10 @@ class PartitionInfo:
     isr: list[int] = field(default_factory=list)
     offline_replicas: list[int] = field(default_factory=list)
     error: ErrorCode = ErrorCode.NONE
+    # KIP-966, from DescribeTopicPartitions (Metadata does not carry them): replicas out of the ISR that
+    # may still be elected, and the last ones known eligible once none is.
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)

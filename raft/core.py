@@ -33,7 +33,8 @@ The protocol is KRaft's (KIP-595, pre-vote from KIP-996), not textbook Raft:
     and it must be above the epoch's start offset: a new leader first appends a LeaderChange control
     batch, and records of earlier epochs commit only with it.
   * Elections: a voter that hears nothing from a leader for fetch_timeout_ms (or from nobody for a
-    randomized election timeout) becomes Prospective and asks for pre-votes at its current epoch;
+    randomized election timeout; or, after its connection to the leader was closed by the leader's host,
+    for leader_disconnect_grace_ms: `handle_disconnect`) becomes Prospective and asks for pre-votes at its current epoch;
     nobody changes state for a pre-vote, and a follower still fetching from a live leader refuses
     one, so a node cut off from the quorum cannot disrupt it when it returns. With a majority of
     pre-votes it becomes Candidate (epoch + 1, votes for itself, persisted before any request goes
@@ -162,6 +163,10 @@ class RaftConfig:
     # has not flushed does not count toward the high watermark, so this trades commit latency for
     # fewer fsyncs, never safety.
     leader_flush_interval_ms: int = 0
+    # Odradek's, not KRaft's (-1: off, KRaft's rule): a follower whose connection to its leader was closed
+    # or refused by the leader's host (the process died; its kernel answers) gives the leader this long
+    # to answer a fetch again before it stands, instead of the whole fetch timeout. `handle_disconnect`.
+    leader_disconnect_grace_ms: int = -1
 
     @property
     def is_voter(self) -> bool:
@@ -320,6 +325,41 @@ class RaftNode:
             del self._inflight[correlation_id]
             self._dispatch_response(inflight, response)
             self._step()
+        return self._drain()
+
+    def handle_disconnect(self, source: int, now_ms: int) -> list[Outbound]:
+        """The driver saw `source` close its connection to this node, or refuse a new one: its process is
+        gone (or restarting) while its host still answers. A frozen host or a cut network closes nothing
+        and is found by the fetch timeout as before.
+
+        The rule: a voter following `source` stands for election once `leader_disconnect_grace_ms` (drawn
+        up to twice that, so that the followers do not all stand at once) has passed without a fetch
+        answered by it, rather than after the whole fetch timeout, and from then
+        on it also grants pre-votes as for a leader it no longer hears from (both followers of a dead
+        leader see its sockets close, so a pre-vote round can win). Why this is safe: it only moves the
+        moment a follower stands; every election still goes through pre-vote, then a vote in a higher
+        epoch with Raft's up-to-date check, so it cannot elect a second leader in an epoch nor one that
+        misses committed records. The cost of a wrong suspicion (a live leader whose connection was reset
+        and did not answer within the grace) is liveness only, an election KRaft would also hold after
+        a longer wait; a leader that answers a fetch within the grace pushes the deadline back to the full
+        fetch timeout, so a transient reset alone does not depose it. And a node cut off from the others
+        (no disconnect seen by them) still cannot disrupt them: they refuse its pre-votes while their
+        leader answers them."""
+        self._now_ms = max(self._now_ms, now_ms)
+        # What was in flight on the closed connection is lost with it (the driver may also report each
+        # one failed; those reports then find nothing in flight).
+        for correlation_id in [c for c, f in self._inflight.items() if f.destination == source]:
+            self._dispatch_response(self._inflight.pop(correlation_id), None)
+        state = self.state
+        grace = self.config.leader_disconnect_grace_ms
+        if isinstance(state, FollowerState) and state.leader_id == source and self.is_voter and grace >= 0:
+            # Randomized up to twice the grace, as the election timeout is: every follower of a dead leader
+            # sees its connections close at the same moment, and equal deadlines would split the vote.
+            wait_ms = grace + self.rng.randrange(max(1, grace))
+            if state.leader_disconnected(self._now_ms, wait_ms):
+                log.info("the quorum leader's connection closed: standing for election unless it answers first",
+                         node=self.node_id, leader=source, epoch=state.epoch, wait_ms=wait_ms)
+        self._step()
         return self._drain()
 
     def append(self, records: Sequence[bytes], now_ms: int) -> int:
@@ -816,11 +856,15 @@ class RaftNode:
     def _fetch_request(self) -> FetchRequest:
         # A follower's fetch offset is its acknowledgement, so it must be durable: the log is flushed
         # after every append, and only the flushed end is offered.
+        # A follower that saw its leader's connection close asks to be answered at once (max wait 0): a
+        # live leader then proves itself within the disconnect grace, not a parked fetch's max wait later.
+        state = self.state
+        probing = isinstance(state, FollowerState) and state.disconnected
         return rpc.fetch_request(
             cluster_id=self.config.cluster_id, replica_id=self.node_id, epoch=self.epoch,
             fetch_offset=self.log.flushed_end_offset, last_fetched_epoch=last_epoch(self.log),
             log_start_offset=self.log.log_start_offset, max_bytes=self.config.fetch_max_bytes,
-            max_wait_ms=self.config.fetch_max_wait_ms, high_watermark=self.high_watermark)
+            max_wait_ms=0 if probing else self.config.fetch_max_wait_ms, high_watermark=self.high_watermark)
 
     def _fetch_failed(self) -> None:
         state = self._fetching_state()

@@ -19,7 +19,8 @@ and entering one builds a fresh object with fresh timers. What a role knows:
   * Leader: the per-replica progress, the pending BeginQuorumEpoch sends, the check-quorum timer and
     parked fetches (raft/leader.py: `LeaderState`).
   * Follower: the fetch timer (`timeout_ms`: the fetch timeout, after which a voter stands for election
-    and an observer forgets the leader), when to fetch next, whether the leader has answered a fetch in
+    and an observer forgets the leader; cut short to a grace when the leader's host closes the
+    connection), when to fetch next, whether the leader has answered a fetch in
     this epoch (pre-votes are refused while it is alive), and a snapshot being pulled in chunks.
   * Resigned: a leader that stepped down (gracefully, on a failed check quorum, or by restarting as the
     leader it was). It may not lead this epoch again, names no leader to others, and waits out an
@@ -169,19 +170,31 @@ class FollowerState:
     has_fetched: bool = False  # the leader answered a fetch in this epoch
     last_fetch_ok_ms: int = -1
     end_quorum_received: bool = False  # the leader said it resigns
+    disconnected: bool = False  # the leader's host closed our connection and no fetch was answered since
     snapshot_fetch: SnapshotFetch | None = None
 
     def fetched(self, now_ms: int, fetch_timeout_ms: int) -> None:
         """The leader answered a fetch: it is alive, and the next fetch may go at once."""
         self.has_fetched = True
+        self.disconnected = False
         self.last_fetch_ok_ms = now_ms
         self.timeout_ms = now_ms + fetch_timeout_ms
         self.next_fetch_ms = now_ms
 
+    def leader_disconnected(self, now_ms: int, wait_ms: int) -> bool:
+        """The leader's host closed or refused our connection: stand unless it answers within `wait_ms`
+        (RaftNode.handle_disconnect has the rule and why it is safe). True when this moved the deadline."""
+        self.disconnected = True
+        if now_ms + wait_ms >= self.timeout_ms:
+            return False
+        self.timeout_ms = now_ms + wait_ms
+        return True
+
     def leader_alive(self, now_ms: int, fetch_timeout_ms: int) -> bool:
-        """KIP-996: a follower refuses a pre-vote while its leader answers its fetches."""
+        """KIP-996: a follower refuses a pre-vote while its leader answers its fetches (and not once its
+        fetch deadline, cut short by a closed connection, has passed)."""
         return (self.has_fetched and not self.end_quorum_received
-                and now_ms - self.last_fetch_ok_ms < fetch_timeout_ms)
+                and now_ms - self.last_fetch_ok_ms < fetch_timeout_ms and now_ms < self.timeout_ms)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -60,12 +60,13 @@ def respond(services: BrokerServices, result):
 
 def _locate(services: BrokerServices, listener: str):
     """Who leads an internal topic's partition, from the metadata image, at its endpoint for the listener
-    the request came in on; None (COORDINATOR_NOT_AVAILABLE) while it has no leader or no such endpoint."""
+    the request came in on; None (COORDINATOR_NOT_AVAILABLE) while it has no leader or no such endpoint,
+    or while this broker leads it stranded (services.coordinates_here_in_vain)."""
 
     def locate(topic: str, partition: int):
         leader = services.partition_leader(topic, partition)
         endpoint = services.endpoint(leader[0], listener) if leader is not None else None
-        if leader is None or endpoint is None:
+        if leader is None or endpoint is None or services.coordinates_here_in_vain(topic, partition):
             return None
         return leader[0], endpoint.host, endpoint.port
 

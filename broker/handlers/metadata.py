@@ -1,4 +1,5 @@
-"""Metadata (3): brokers, topics with ids and leader epochs, automatic topic creation.
+"""Metadata (3): brokers, topics with ids and leader epochs, automatic topic creation; and
+DescribeTopicPartitions (75), the paginated describe with eligible leader replicas (KIP-966).
 
 Everything comes from the metadata image: every live (registered, unfenced) broker, each at its endpoint
 for the listener the request arrived on (a client on an internal listener is told internal addresses, one
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.messages import MetadataResponse
+from odradek.protocol.messages import DescribeTopicPartitionsResponse, MetadataResponse
 from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.metadata.image import MetadataError
 
@@ -26,7 +27,7 @@ from ..topics import is_valid_name
 from . import Answer, handles
 
 if TYPE_CHECKING:
-    from odradek.protocol.messages import MetadataRequest
+    from odradek.protocol.messages import DescribeTopicPartitionsRequest, MetadataRequest
     from ..context import RequestContext
     from ..authorizer import Authorizer
     from ..services import BrokerServices
@@ -198,3 +199,90 @@ def _metadata(services: BrokerServices, ctx: RequestContext, request: MetadataRe
     if services.authorizer is not None:
         _authorize(services, services.authorizer, ctx, request, response)
     return response
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DescribeTopicPartitions (75)
+
+DTopic_: TypeAlias = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
+DPartition_ = DTopic_.DescribeTopicPartitionsResponsePartition
+Cursor_ = DescribeTopicPartitionsResponse.Cursor
+
+
+@handles(75)
+def handle_describe_topic_partitions(services: BrokerServices, ctx: RequestContext,
+                                     request: DescribeTopicPartitionsRequest) -> Answer:
+    """Kafka 3.8+'s describe of topics (KIP-966): what Metadata says of each partition plus its eligible
+    leader replicas (ELR: replicas that left the ISR only because it fell below min.insync.replicas and may
+    still be elected without losing committed data) and last known ELR (the ELR members seen last before
+    they too became ineligible). `kafka-topics --describe` and the Java admin's describeTopics use it.
+
+    Kafka's rules (DescribeTopicPartitionsRequestHandler, KRaftMetadataCache): the topics asked (all when
+    the list is empty) are taken in name order from the cursor on; a response carries at most
+    min(response_partition_limit, max.request.partition.size.limit) partitions (at least one), and when
+    more are left `next_cursor` names the first one not sent (a topic and partition, or a topic's first
+    partition when the limit fell exactly at a topic's end). A cursor whose topic is not in the list
+    asked, or whose partition is negative, is an INVALID_REQUEST for every topic asked. Topics the
+    principal may not DESCRIBE are refused when named (TOPIC_AUTHORIZATION_FAILED, no topic id, listed
+    after the others) and silently left out of an all-topics listing; an unknown named topic answers
+    UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for an impossible name). A partition whose leader
+    has no endpoint on this listener names leader -1, as Kafka does here (Metadata's LISTENER_NOT_FOUND
+    has no counterpart in this API). The image is the last committed one, as for Metadata."""
+    image = services.metadata.image
+    listing = not request.topics
+    cursor = request.cursor
+    cursor_topic = cursor.topic_name if cursor is not None else ""
+    if listing:
+        names = {name for name in image.topics_by_name if name >= cursor_topic}
+    else:
+        names = {t.name for t in request.topics if t.name >= cursor_topic}
+    if cursor is not None and ((not listing and cursor.topic_name not in names) or cursor.partition_index < 0):
+        return DescribeTopicPartitionsResponse(throttle_time_ms=0, topics=[
+            DTopic_(error_code=int(ErrorCode.INVALID_REQUEST), name=t.name, topic_id=ZERO_UUID, is_internal=False,
+                    partitions=[]) for t in request.topics])
+    ordered = sorted(names)
+    allowed = services.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, ordered,
+                                        log_denied=not listing)
+    refused = [DTopic_(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=name, topic_id=ZERO_UUID,
+                       is_internal=False, partitions=[]) for name in ordered if name not in allowed and not listing]
+    remaining = max(min(services.config.max_request_partition_size_limit, request.response_partition_limit), 1)
+    brokers = image.brokers
+    topics: list[DTopic_] = []
+    next_cursor = None
+    for name in (n for n in ordered if n in allowed):
+        if remaining == 0:
+            # The limit fell exactly at the end of the previous topic: the next page starts here.
+            next_cursor = Cursor_(topic_name=name, partition_index=0)
+            break
+        found = image.topics_by_name.get(name)
+        if found is None:
+            if not listing:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if is_valid_name(name) else ErrorCode.INVALID_TOPIC_EXCEPTION
+                topics.append(DTopic_(error_code=int(code), name=name, topic_id=ZERO_UUID,
+                                      is_internal=services.is_internal_topic(name), partitions=[]))
+            continue
+        start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
+        count = len(found.partitions)
+        upper = min(count, start + remaining)
+        partitions = []
+        for index in range(start, upper):
+            p = found.partitions.get(index)
+            if p is None:
+                continue
+            leader = p.leader if p.leader >= 0 and services.endpoint(p.leader, ctx.listener) is not None else -1
+            partitions.append(DPartition_(
+                error_code=0, partition_index=index, leader_id=leader, leader_epoch=p.leader_epoch,
+                replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
+                eligible_leader_replicas=list(p.elr), last_known_elr=list(p.last_known_elr),
+                offline_replicas=[r for r in p.replicas if r not in brokers or brokers[r].fenced]))
+        topics.append(DTopic_(error_code=0, name=name, topic_id=found.topic_id,
+                              is_internal=services.is_internal_topic(name), partitions=partitions))
+        if upper < count:
+            next_cursor = Cursor_(topic_name=name, partition_index=upper)
+            break
+        remaining -= len(partitions)
+    authorizer = services.authorizer
+    for t in topics:
+        t.topic_authorized_operations = (ALL_TOPIC_OPERATIONS if authorizer is None
+                                         else authorizer.authorized_operations(ctx, ResourceType.TOPIC, t.name))
+    return DescribeTopicPartitionsResponse(throttle_time_ms=0, topics=topics + refused, next_cursor=next_cursor)

@@ -159,6 +159,7 @@ def render_topics(out: Output, descs: list[Any], live_brokers: set[int], *, star
             "configs": configs.get(d.name, {}),
             "partitions": [{"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
                             "replicas": p.replicas, "isr": p.isr, "offline_replicas": p.offline_replicas,
+                            "elr": p.elr, "last_known_elr": p.last_known_elr,
                             **flags,
                             "start_offset": starts.get(TopicPartition(d.name, p.partition)),
                             "end_offset": ends.get(TopicPartition(d.name, p.partition))} for p, flags in parts],
@@ -170,12 +171,17 @@ def render_topics(out: Output, descs: list[Any], live_brokers: set[int], *, star
         extra = ", ".join(f"{k}={v}" for k, v in sorted(configs.get(d.name, {}).items()))
         out.line(f"topic {d.name}  id {d.topic_id}  partitions {len(d.partitions)}"
                  + (f"  configs {extra}" if extra else ""))
+        # The eligible leader replicas (KIP-966) only when a partition has some: after an ISR shrank below
+        # min.insync.replicas, which replicas may still lead without losing committed records.
+        with_elr = any(p.elr or p.last_known_elr for p, _ in parts)
         rows = []
         for p, flags in parts:
             tp = TopicPartition(d.name, p.partition)
-            rows.append([p.partition, p.leader, p.leader_epoch, _ids(p.replicas), _ids(p.isr),
+            elr = [_ids(p.elr) or None, _ids(p.last_known_elr) or None] if with_elr else []
+            rows.append([p.partition, p.leader, p.leader_epoch, _ids(p.replicas), _ids(p.isr), *elr,
                          _ids(p.offline_replicas) or None, _partition_state(flags), starts.get(tp), ends.get(tp)])
-        out.table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "STATE", "START", "END"], rows)
+        out.table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", *(["ELR", "LAST-KNOWN-ELR"] if with_elr else []),
+                   "OFFLINE", "STATE", "START", "END"], rows)
 
 
 async def topic_describe(args: argparse.Namespace, out: Output) -> int:

@@ -12,6 +12,12 @@ it can only be the work of the rules under test, never of a session expiring.
     an unfenced registration, which the new controller only presumes; its new incarnation registers at
     once instead of waiting out the 60 s, so acks=all writes are acknowledged again.
 
+  * kill -9 of the active controller (a combined node: its broker dies with it): the other voters see
+    its connections close and elect a new controller after odradek.controller.quorum.disconnect.grace.ms
+    (not controller.quorum.fetch.timeout.ms, a minute here), which fences the dead broker after the
+    broker disconnect grace (its quorum connection closed too), and its partitions take acks=all writes
+    again.
+
 Waits are bounded polls of the cluster's answers (Metadata, DescribeCluster, delivery reports), never
 timed assertions.
 """
@@ -29,7 +35,10 @@ from tests.harness.processes import Cluster, create_with_confluent
 
 pytestmark = pytest.mark.timeout(240)
 
-SESSION = ["broker.session.timeout.ms=60000", "auto.leader.rebalance.enable=false"]
+# The quorum's fetch timeout is a minute too: a new active controller within DEADLINE_S of the old one's
+# death can only come from the followers seeing its connections close (raft handle_disconnect).
+SESSION = ["broker.session.timeout.ms=60000", "auto.leader.rebalance.enable=false",
+           "controller.quorum.fetch.timeout.ms=60000"]
 DEADLINE_S = 30.0  # half the session: what happens within it is not the session's doing
 
 
@@ -101,3 +110,22 @@ def test_down_then_up_takes_acks_all_writes_without_waiting_for_the_session(clus
     cluster.wait(lambda: not any(fenced(cluster, controller).values()), "every node unfenced", timeout_s=DEADLINE_S)
     for partition in range(3):
         produce_one(",".join(cluster.bootstrap(n) for n in (1, 2, 3)), b"after restart", partition)
+
+
+def test_kill_9_of_the_active_controller_is_replaced_without_waiting_for_the_fetch_timeout(cluster):
+    controller = cluster.wait(lambda: cluster.leader([1, 2, 3]), "an active controller", timeout_s=DEADLINE_S)
+    cluster.wait(lambda: not any(fenced(cluster, controller).values()), "every node unfenced", timeout_s=DEADLINE_S)
+    parts = cluster.wait(lambda: (p := leaders(cluster, controller, "failover")) and all(
+        len(isr) == 3 and leader >= 0 for leader, isr in p.values()) and p, "every replica in sync")
+    led = [i for i, (leader, _) in sorted(parts.items()) if leader == controller]
+    survivors = [n for n in (1, 2, 3) if n != controller]
+
+    os.kill(cluster.pid(controller), signal.SIGKILL)
+    new_controller = cluster.wait(lambda: (c := cluster.leader(survivors)) is not None and c not in (-1, controller) and c,
+                                  "a new active controller", timeout_s=DEADLINE_S)
+    cluster.wait(lambda: fenced(cluster, new_controller).get(controller), "the dead node fenced", timeout_s=DEADLINE_S)
+    bootstrap = ",".join(cluster.bootstrap(n) for n in survivors)
+    for partition in led:
+        produce_one(bootstrap, b"after the controller died", partition)
+    log = (cluster.dir / f"node-{new_controller}" / "node.log").read_text()
+    assert "the quorum leader's connection closed" in log, log[-3000:]

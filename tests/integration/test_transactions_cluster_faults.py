@@ -32,6 +32,8 @@ The default run does each fault once. ODRADEK_LONG=1 adds a loop of random fault
 (ODRADEK_TXN_FAULT_SEED=... replays the choices; ODRADEK_TXN_FAULT_ROUNDS sets how many;
 ODRADEK_TXN_FAULT_STEPS=cut_coordinator,kill_app picks from those only), adding cuts of a leader of `out`
 and of the transaction coordinator, and SIGSTOP of the transaction coordinator.
+`ODRADEK_TXN_FAULT_STEPS=cut_coordinator_new_instance` runs a further step, not in the random set: the
+coordinator cut off and the application replaced meanwhile (an open liveness problem, see the step).
 Waits are bounded polls of the cluster's and the application's own answers, never sleeps.
 """
 
@@ -493,9 +495,14 @@ class Feeder:
         assert not self.failed, self.failed[:3]
 
     def ends(self) -> dict[int, int]:
+        """Each partition's end as the acknowledgements say. librdkafka acknowledges some records implicitly,
+        without an offset (None): when a request whose answer was lost (a cut link) is followed by an
+        acknowledged one with a higher sequence, the earlier records must be in the log too
+        (rd_kafka_dr_implicit_ack); a later acknowledgement bounds them, so they are left out here."""
         ends = {p: 0 for p in range(PARTITIONS)}
         for partition, offset, _ in self.acked:
-            ends[partition] = max(ends[partition], offset + 1)
+            if offset is not None:
+                ends[partition] = max(ends[partition], offset + 1)
         return ends
 
 
@@ -793,6 +800,43 @@ class Run:
         self.cluster.wait_in_sync(victim)
         self.cluster.wait_in_sync(others[0])
 
+    def cut_coordinator_new_instance(self, rng: random.Random) -> None:
+        """Cut the node coordinating the application's transactions off from the other nodes (clients still
+        reach it), and replace the application then (kill -9, a new instance): the new instance's
+        init_transactions must find the new coordinator while the old one, which still names itself in its
+        last metadata, is cut off. It did not for minutes once: the cut-off node answered FindCoordinator
+        with itself and held each InitProducerId for request.timeout.ms (its write could never commit),
+        and init_transactions timed out again and again. A node whose partition is stranded (no controller
+        for a session, an ISR needing a change) now names no coordinator there and refuses the write at once
+        (NOT_COORDINATOR), and the client finds the new coordinator at its next FindCoordinator to another
+        node. (An application that knows only the cut-off node's address cannot be helped: every
+        FindCoordinator it sends goes there; Kafka's brokers would hold it the same way.)
+
+        Open: with that rule this step passed 2 of 3 runs (seed 1; seed 23 once); in the third (seed 23) the
+        new instance's init_transactions still timed out for 2 minutes, while node 2 led the transactional
+        id's partition and the stranded node refused its writes. Where the InitProducerId went was not found
+        (ODRADEK_TXN_DEBUG=1 logs librdkafka's eos,broker debug into the app log for the next look). Without
+        the rule it passed its one run (seed 1); the stall it was written for came from the random loop
+        (seed 5, 4 rounds: 136 s). Hence the step is not in the random set."""
+        self.cluster.wait_in_sync(self.cluster.alive()[0])
+        victim = self.wait(lambda: self.cluster.find_coordinator(APP_TXN_ID), "the application's coordinator")
+        others = [n for n in VOTERS if n != victim]
+        print(f"cut node {victim}, the transaction coordinator of {APP_TXN_ID}, off from {others}; new application instance")
+        self.cluster.fabric.isolate(victim, others)
+        self.count("cut_coordinator_new_instance")
+        index = partition_for(APP_TXN_ID, TXN_STATE_PARTITIONS)
+        try:
+            self.wait(lambda: (lambda ps: ps is not None and ps[index].leader_id not in (-1, victim))(
+                self.cluster.topic(others[0], TRANSACTION_STATE_TOPIC)), "another node coordinating the application")
+            self.app.kill()
+            self.count("kill_app")
+            self.app.start()
+            self.progress(2, f"by a new instance while the old coordinator {victim} is cut off", timeout_s=120)
+        finally:
+            self.cluster.fabric.heal()
+        self.cluster.wait_in_sync(victim)
+        self.cluster.wait_in_sync(others[0])
+
     def pause_coordinator(self, rng: random.Random) -> None:
         """SIGSTOP the node coordinating the application's transactions (a transaction held open) past its
         session: the others move its partitions and the application carries on with the new coordinator;
@@ -955,6 +999,8 @@ def test_exactly_once_random_faults_loop(run):
     print(f"\ntransaction fault loop seed {seed} ({rounds} rounds): ODRADEK_TXN_FAULT_SEED={seed} replays it")
     rng = random.Random(seed)
     run.progress(3, "at start")
+    # cut_coordinator_new_instance is asked for by name only (ODRADEK_TXN_FAULT_STEPS): it still fails on
+    # some runs (an open liveness problem, see its docstring), and the random loop must stay green.
     steps = [Run.kill_app, Run.kill_coordinator, Run.kill_out_leader, Run.cut_out_leader, Run.cut_coordinator,
              Run.pause_coordinator]
     only = os.environ.get("ODRADEK_TXN_FAULT_STEPS")  # e.g. "cut_coordinator,kill_app": only these

@@ -141,6 +141,11 @@ class Params:
     crash_after_append: float = 0.02
     crash_after_role_change: float = 0.1
     crash_after_vote: float = 0.2
+    # A crashed node's peers see its connections close (its host stays up), and a request to a dead node
+    # is refused: RaftNode.handle_disconnect, with this grace (-1: KRaft's rule, no disconnect rule).
+    disconnect_grace_ms: int = 500
+    # Connection resets with nobody dead (a wrongly suspected leader): how often one hits a random link.
+    spurious_disconnect_every_ms: int = 0
     wire: bool = False  # pass every message through the codec (encode, then decode)
 
 
@@ -154,6 +159,7 @@ class Stats:
     committed_offsets: int = 0
     snapshots: int = 0
     snapshots_loaded: int = 0
+    disconnects: int = 0
     max_epoch: int = 0
     settle_ms: int = 0
     digest: str = ""  # of the committed log, for comparing runs
@@ -174,6 +180,8 @@ def params_for_seed(seed: int, rng: random.Random) -> Params:
         crash_after_role_change=rng.choice((0.0, 0.1, 0.3)),
         crash_after_vote=rng.choice((0.0, 0.2, 0.5)),
         wire=seed % 8 == 0,
+        disconnect_grace_ms=(-1, 0, 100, 500)[seed % 4],
+        spurious_disconnect_every_ms=(0, 300, 2000)[(seed // 4) % 3],
     )
 
 
@@ -192,6 +200,7 @@ class Simulation:
         self.nodes: dict[int, SimNode] = {}
         for node_id in ids:
             config = RaftConfig(node_id=node_id, voters=voter_ids, cluster_id="sim-cluster",
+                                leader_disconnect_grace_ms=p.disconnect_grace_ms,
                                 snapshot_chunk_bytes=self.rng.choice((1024, 8192, 1 << 20)),
                                 leader_flush_interval_ms=self.rng.choice((0, 5, 50)),
                                 fetch_max_bytes=self.rng.choice((600, 8192, 1 << 20)))
@@ -281,7 +290,12 @@ class Simulation:
     def _deliver(self, payload: tuple) -> None:
         kind, source, destination = payload[0], payload[1], payload[2]
         node = self.nodes[destination]
-        if not node.alive or (source, destination) in self.cut:
+        if (source, destination) in self.cut:
+            return
+        if not node.alive:
+            if kind == "request" and (destination, source) not in self.cut:
+                # Nobody listens on the dead node's port: its host refuses the connection.
+                self._schedule_disconnect(source, destination)
             return
         if kind == "request":
             _, _, _, request_id, message, version = payload
@@ -293,12 +307,30 @@ class Simulation:
             out = node.raft.handle_response(source, correlation_id, self._wire(message, version), self.now)
         self._after(node, out)
 
+    def _schedule_disconnect(self, node_id: int, peer: int) -> None:
+        """`node_id` learns, a message delay from now, that `peer` closed or refused its connection."""
+        node = self.nodes[node_id]
+        if node.alive:
+            self.schedule(self.now + self.rng.randint(self.params.min_delay_ms, self.params.max_delay_ms),
+                          "disconnect", (node_id, node.incarnation, peer))
+
+    def _disconnect(self, payload: tuple) -> None:
+        node_id, incarnation, peer = payload
+        node = self.nodes[node_id]
+        if node.alive and node.incarnation == incarnation:
+            self.stats.disconnects += 1
+            self._after(node, node.raft.handle_disconnect(peer, self.now))
+
     # -------------------------------------------------------------------------------- faults and clients
 
     def _crash(self, node: SimNode) -> None:
         self.log(f"crash {node.node_id} ({node.raft.role.name} e{node.raft.epoch} hw={node.raft.high_watermark} "
                  f"leo={node.log.log_end_offset} flushed={node.log.flushed_end_offset})")
         self.stats.crashes += 1
+        # The process dies, its host stays up: every peer that can still reach the host sees the connection close.
+        for other in self.ids:
+            if other != node.node_id and (node.node_id, other) not in self.cut:
+                self._schedule_disconnect(other, node.node_id)
         node.alive = False
         node.incarnation += 1
         node.log = node.log.crash()
@@ -351,6 +383,13 @@ class Simulation:
             if node.alive:
                 self._snapshot(node)
             self.schedule(self.now + self.rng.randint(1, 2 * p.snapshot_every_ms), "snapshot")
+        elif kind == "spurious-disconnect":
+            # A reset with both ends alive (a middlebox, a restarted listener): the node must not be deposed
+            # for good, nor the quorum kept from converging, by such wrong suspicions.
+            a, b = self.rng.sample(self.ids, 2)
+            self.log(f"spurious disconnect {b} seen by {a}")
+            self._schedule_disconnect(a, b)
+            self.schedule(self.now + self.rng.randint(1, 2 * p.spurious_disconnect_every_ms), "spurious-disconnect")
 
     def _client_append(self) -> int | None:
         leaders = [n for n in self.nodes.values() if n.alive and n.raft.role == Role.LEADER]
@@ -447,6 +486,8 @@ class Simulation:
         self.schedule(self.rng.randint(1, p.partition_every_ms), "partition")
         self.schedule(self.rng.randint(1, p.append_every_ms), "append")
         self.schedule(self.rng.randint(1, p.snapshot_every_ms), "snapshot")
+        if p.spurious_disconnect_every_ms > 0:
+            self.schedule(self.rng.randint(1, p.spurious_disconnect_every_ms), "spurious-disconnect")
         self.schedule(p.chaos_ms, "settle")
         deadline = p.chaos_ms + p.settle_ms
         final: tuple[int, int] | None = None  # (offset, epoch) of the record appended after the faults
@@ -470,6 +511,8 @@ class Simulation:
                         self._after(node, node.raft.poll(self.now))
                 elif kind == "restart":
                     self._restart(self.nodes[payload[0]])
+                elif kind == "disconnect":
+                    self._disconnect(payload)
                 elif kind == "settle":
                     self._settle()
                 elif kind == "final":
@@ -625,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
             failures.append(seed)
             print(e, file=sys.stderr)
             continue
-        for name in ("events", "messages", "crashes", "partitions", "appends", "snapshots"):
+        for name in ("events", "messages", "crashes", "partitions", "appends", "snapshots", "disconnects"):
             setattr(totals, name, getattr(totals, name) + getattr(stats, name))
         totals.committed_offsets += stats.committed_offsets
         totals.max_epoch = max(totals.max_epoch, stats.max_epoch)
@@ -637,6 +680,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({elapsed / max(1, len(seeds)) * 1000:.0f} ms/seed)")
     print(f"events {totals.events}, messages {totals.messages}, crashes {totals.crashes}, "
           f"partition changes {totals.partitions}, appends {totals.appends}, snapshots {totals.snapshots}, "
+          f"disconnects seen {totals.disconnects}, "
           f"committed offsets {totals.committed_offsets}, highest epoch {totals.max_epoch}")
     print(f"digest of the committed logs: {digests.hexdigest()[:16]}")
     if settle:

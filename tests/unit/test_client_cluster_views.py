@@ -268,3 +268,24 @@ def test_topic_describe_filters_as_kafka_topics():
     assert shown(under_replicated=True, unavailable=True) == [("orders", [1, 2, 3])]
     text = _text(render_topics, descs, live, under_replicated=True)
     assert "fine" not in text and [line.split()[0] for line in text.splitlines()[2:]] == ["1"]
+
+
+def test_topic_describe_shows_eligible_leader_replicas_when_a_partition_has_some():
+    import dataclasses
+
+    descs, live = _metadata_topics()
+    orders = descs[0]
+    orders.partitions[1] = dataclasses.replace(orders.partitions[1], elr=[1])
+    orders.partitions[2] = dataclasses.replace(orders.partitions[2], last_known_elr=[4])
+    lines = _text(render_topics, [orders], live, starts={}, ends={}).splitlines()
+    assert lines[1].split() == ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "ELR", "LAST-KNOWN-ELR", "OFFLINE",
+                                "STATE", "START", "END"]
+    assert [line.split()[:7] for line in lines[2:5]] == [
+        ["0", "1", "3", "1,2,3", "1,2,3", "-", "-"],
+        ["1", "2", "4", "2,3,1", "2,3", "1", "-"],
+        ["2", "-1", "5", "4", "4", "-", "4"],
+    ]
+    data = json.loads(_text(render_topics, [orders], live, fmt="json"))
+    assert [(p["elr"], p["last_known_elr"]) for p in data[0]["partitions"]][:3] == [([], []), ([1], []), ([], [4])]
+    # Without any, the table keeps its usual columns.
+    assert "ELR" not in _text(render_topics, [descs[1]], live, starts={}, ends={})

@@ -50,6 +50,7 @@ class FakeBroker:
     node_id = 3
     endpoint = BrokerServices.endpoint
     partition_leader = BrokerServices.partition_leader
+    coordinates_here_in_vain = BrokerServices.coordinates_here_in_vain
     authorizer = None  # no authorizer: every check passes
     authorized = BrokerServices.authorized
     authorized_names = BrokerServices.authorized_names
@@ -59,6 +60,7 @@ class FakeBroker:
         self.groups = h.gc
         self.state_changes = 0
         self.metadata = SimpleNamespace(image=_image())
+        self.data = SimpleNamespace(stranded=frozenset())  # the replica manager's stranded partitions
 
     def now_ms(self) -> int:
         return self.h.now
@@ -85,6 +87,22 @@ def test_find_coordinator_answers_the_leader_of_the_groups_partition():
     broker = FakeBroker(Harness())
     response = handle_find_coordinator(broker, ctx(3), FindCoordinatorRequest(key="g"))
     assert (response.error_code, response.node_id, response.host, response.port) == (0, 3, "broker-3", 9092)
+
+
+def test_find_coordinator_names_no_coordinator_on_a_partition_stranded_here(monkeypatch):
+    """This broker leads the group's partition but has lost the controller and the partition's ISR needs a
+    change (stranded): no write could commit here, so it names no coordinator (the client asks again,
+    perhaps a broker that knows the new one) rather than itself."""
+    from odradek.broker.handlers import groups as handlers
+    from odradek.protocol.errors import ErrorCode
+    from odradek.coordinator.partitioning import partition_for
+    from odradek.storage.names import TopicPartition
+
+    broker = FakeBroker(Harness())
+    monkeypatch.setattr(handlers, "ensure_coordinator_topic", lambda services, key_type: None)
+    broker.data.stranded = frozenset({TopicPartition("__consumer_offsets", partition_for("g", NUM_PARTITIONS))})
+    response = handle_find_coordinator(broker, ctx(3), FindCoordinatorRequest(key="g"))
+    assert (response.error_code, response.node_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
 
 
 async def test_long_polls_become_futures_and_completed_results_messages():

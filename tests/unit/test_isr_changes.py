@@ -152,3 +152,26 @@ def test_a_lost_lease_keeps_acks_all_where_the_leader_is_the_whole_isr(tmp_path)
     rm.append_records({TP: bytearray(build_batch([(None, b"x", None, NOW)]))}, required_acks=-1, timeout_ms=30_000,
                       now_ms=NOW + LAG_MS + 2, respond=answers.append)
     assert [r.error_code for r in answers[0].values()] == [0]
+
+
+def test_a_coordinator_write_to_a_stranded_partition_is_refused_at_once(tmp_path):
+    """A coordinator on a broker cut off from the controller (lease lost) whose partition's ISR needs a
+    change can never commit a write there: the write is refused before the append with
+    NOT_LEADER_OR_FOLLOWER, which the coordinators answer NOT_COORDINATOR (the client looks for the
+    coordinator again) instead of holding the request for request.timeout.ms."""
+    import pytest
+
+    from odradek.broker.internal_topics import InternalTopicWriter
+    from odradek.coordinator.group.group_coordinator import error_code_of
+    from odradek.protocol.errors import ErrorCode
+    from odradek.replication.errors import NotLeaderOrFollowerError
+
+    rm = leader(tmp_path)
+    writer = InternalTopicWriter(rm, TP.topic, enforce_min_isr=True)
+    assert writer.append(0, [(b"k", b"v")], NOW) == 1  # waits for the followers, as any acks=all write
+    rm.set_lease_expired(True, NOW + 1)
+    rm.refresh_stranded(NOW + LAG_MS + 1)
+    with pytest.raises(NotLeaderOrFollowerError) as refused:
+        writer.append(0, [(b"k", b"v2")], NOW + LAG_MS + 2)
+    assert error_code_of(refused.value) == ErrorCode.NOT_COORDINATOR
+    assert rm.get_partition(TP).log.log_end_offset == 1  # nothing written

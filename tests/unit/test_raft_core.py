@@ -436,3 +436,72 @@ def test_a_parked_fetch_is_answered_when_the_high_watermark_moves():
     (moved,) = _answers(out, 9102)
     assert parked.responses[0].partitions[0].high_watermark == end
     assert moved.responses[0].partitions[0].high_watermark == end
+
+
+# -- a dead leader found by its closed connections (RaftNode.handle_disconnect)
+
+
+def _new_leader_after_leader_death(grace_ms: int, *, tell: bool) -> tuple[int, int, int]:
+    """Kill the leader of a 3-voter quorum; with `tell`, its followers see its connections close (its host
+    is up). Returns (old leader, new leader, simulated ms from the kill to the new leader)."""
+    cluster = Cluster(voters=(1, 2, 3), fetch_timeout_ms=2000, election_timeout_ms=1000,
+                      leader_disconnect_grace_ms=grace_ms)
+    leader = elect(cluster)
+    offset = cluster.append(b"before")
+    cluster.run_until(lambda: cluster.committed_everywhere(offset))
+    cluster.advance(100)
+    cluster.crash(leader)
+    followers = [i for i in cluster.nodes if i != leader]
+    if tell:
+        for f in followers:
+            cluster.emit(f, cluster[f].handle_disconnect(leader, cluster.now))
+    took = cluster.run_until(lambda: any(cluster[i].role == Role.LEADER for i in followers))
+    new_leader = next(i for i in followers if cluster[i].role == Role.LEADER)
+    assert cluster[new_leader].epoch > cluster.stores[leader].read().leader_epoch
+    return leader, new_leader, took
+
+
+def test_a_dead_leaders_closed_connections_bring_the_election_after_the_grace():
+    for seed_grace in (300, 301, 302, 303, 304):  # several draws of the randomized wait
+        _, _, took = _new_leader_after_leader_death(seed_grace, tell=True)
+        # The first follower's wait (grace to 2x grace), then a pre-vote and a vote round (no message delay here).
+        assert seed_grace <= took <= 2 * seed_grace + 20
+    # Without the news (a frozen host, a cut network) or with the rule off: the whole fetch timeout.
+    for grace, tell in ((300, False), (-1, True)):
+        _, _, took = _new_leader_after_leader_death(grace, tell=tell)
+        assert took >= 2000
+
+
+def test_a_reset_connection_to_a_live_leader_does_not_depose_it():
+    """A wrong suspicion: the connection closes but the leader lives. The follower's next fetch asks to
+    be answered at once (max wait 0), the leader answers within the grace, and nothing changes."""
+    cluster = Cluster(voters=(1, 2, 3), fetch_timeout_ms=2000, leader_disconnect_grace_ms=100)
+    leader = elect(cluster)
+    epoch = cluster[leader].epoch
+    cluster.advance(600)  # every fetch parked at the leader
+    x = next(i for i in cluster.nodes if i != leader)
+    cluster.emit(x, cluster[x].handle_disconnect(leader, cluster.now))
+    cluster.advance(3000)
+    probes = [m for m in cluster.messages(FetchRequest) if m.replica_state.replica_id == x and m.max_wait_ms == 0]
+    assert len(probes) == 1  # once answered, the follower parks its fetches again
+    assert [i for i in cluster.nodes if cluster[i].role == Role.LEADER] == [leader]
+    assert all(cluster[i].epoch == epoch for i in cluster.nodes)
+    assert not [m for m in cluster.messages(VoteRequest) if m.topics[0].partitions[0].replica_id == x]
+
+
+def test_one_follower_told_alone_cannot_depose_a_leader_the_others_hear():
+    """Only the follower that saw the close stands: the other refuses its pre-vote while the leader answers
+    it, so the epoch does not move (pre-vote, KIP-996), and the lone suspecter returns to the leader."""
+    cluster = Cluster(voters=(1, 2, 3), fetch_timeout_ms=2000, leader_disconnect_grace_ms=50)
+    leader = elect(cluster)
+    epoch = cluster[leader].epoch
+    x = next(i for i in cluster.nodes if i != leader)
+    cluster.cut |= {(x, leader), (leader, x)}  # x cannot reach the leader and is told its connection closed
+    cluster.emit(x, cluster[x].handle_disconnect(leader, cluster.now))
+    cluster.advance(1500)
+    pre_votes = [m for m in cluster.messages(VoteRequest) if m.topics[0].partitions[0].replica_id == x]
+    assert pre_votes and all(m.topics[0].partitions[0].pre_vote for m in pre_votes)
+    assert cluster[leader].role == Role.LEADER and all(cluster[i].epoch == epoch for i in cluster.nodes)
+    cluster.heal()
+    cluster.run_until(lambda: cluster[x].role == Role.FOLLOWER and cluster[x].leader_id == leader)
+    assert cluster[leader].epoch == epoch

@@ -7,7 +7,15 @@ keeps the partition state (leader, epoch, ISR, partition epoch): it takes the le
 (AlterPartition, checked against the partition epoch), and when a broker crashes it removes it from the ISR
 and, if it led, elects another ISR member (no unclean election). Everything runs on a manual clock, and a
 seeded rng picks each step: an acks=all produce, a follower's fetch sent or its response delivered, ISR
-maintenance, a crash, a restart, time passing.
+maintenance, a crash, a restart, time passing, and the controller quorum lost for a while.
+
+Quorum loss (Kafka's brokers keep serving on their last committed metadata): for 0.2-3 s of the manual
+clock the controller decides nothing. The brokers keep what they were told: the leader keeps taking
+acks=all writes while its ISR needs no change, a follower keeps fetching; an ISR change the leader
+proposes stays pending (it waits for the controller); a broker that crashes stays in the ISR and, if it
+led, the partition has no live leader; a crashed broker does not come back (a restarting broker cannot
+register without a controller). When the quorum returns, the controller fences the brokers that died
+meanwhile, elects, and answers the pending ISR change, as the controller that comes back does.
 
 Checked after every step (and, after a final settle with every broker up, that all three replicas
 rejoined the ISR and hold the same log):
@@ -82,6 +90,8 @@ class Simulation:
         self.acked: dict[int, bytes] = {}  # offset -> the batch acknowledged there
         self.sent = 0
         self.checked_epoch = -1
+        self.quorum_back_at: int | None = None  # while the controller quorum is lost: when it returns
+        self.quorum_losses = 0
         self.publish()
 
     # -- the controller's decisions, applied to every live broker
@@ -128,6 +138,8 @@ class Simulation:
             self.crash()
         elif roll < 0.91:
             self.restart()
+        elif roll < 0.915:
+            self.lose_quorum()
         else:
             self.advance(self.rng.choice((1, 5, 20, 50, 200)))
 
@@ -135,9 +147,36 @@ class Simulation:
         self.now += ms
         for node in self.nodes.values():
             node.timer.advance_clock(self.now)
+        if self.quorum_back_at is not None and self.now >= self.quorum_back_at:
+            self.quorum_returns()
+
+    @property
+    def quorum_lost(self) -> bool:
+        return self.quorum_back_at is not None
+
+    def lose_quorum(self) -> None:
+        if self.quorum_lost:
+            return
+        self.quorum_losses += 1
+        self.quorum_back_at = self.now + self.rng.choice((200, 1000, 3000))
+        self.trace.append(f"controller quorum lost until {self.quorum_back_at - START_MS}")
+
+    def quorum_returns(self) -> None:
+        """The controller is back: it fences the brokers that died while it was away (out of the ISR, a new
+        leader from the ISR if the leader died), then answers the ISR change the leader proposed meanwhile."""
+        self.quorum_back_at = None
+        self.trace.append("controller quorum back")
+        for node in self.nodes.values():
+            if not node.alive:
+                self.fence(node.broker_id)
+        if self.leader >= 0 and self.nodes[self.leader].alive:
+            partition = self.nodes[self.leader].partition
+            proposed = partition.pending_isr
+            if proposed is not None:
+                self.decide_isr(partition, proposed)
 
     def produce(self) -> None:
-        if self.leader < 0:
+        if self.leader < 0 or not self.nodes[self.leader].alive:
             return
         node = self.nodes[self.leader]
         self.sent += 1
@@ -213,13 +252,19 @@ class Simulation:
         self.in_flight.append((self.now + self.rng.randrange(0, 50), "response", follower_id, (sent, response)))
 
     def maintain_isr(self) -> None:
-        if self.leader < 0:
+        if self.leader < 0 or not self.nodes[self.leader].alive:
             return
         partition = self.nodes[self.leader].partition
         proposed = partition.proposed_isr(self.now)
         if proposed is None:
             return
         partition.pending_isr = proposed
+        if self.quorum_lost:
+            self.trace.append(f"isr change {self.isr} -> {list(proposed)} waits for the controller")
+            return
+        self.decide_isr(partition, proposed)
+
+    def decide_isr(self, partition, proposed) -> None:
         # The controller takes it (it was proposed against the current partition epoch) unless the proposal
         # would add a broker that is down (as Kafka's INELIGIBLE_REPLICA).
         if all(self.nodes[b].alive for b in proposed if b not in self.isr) and self.leader in proposed:
@@ -237,20 +282,28 @@ class Simulation:
         node.fetcher.remove_partition(TP)
         self.in_flight = [m for m in self.in_flight if m[2] != node.broker_id]
         self.trace.append(f"crash {node.broker_id}")
-        # The controller fences it: out of the ISR (unless the last member), and a new leader from the ISR.
-        isr = [b for b in self.isr if b != node.broker_id] or self.isr
+        if self.quorum_lost:
+            return  # nobody fences it until the controller is back (quorum_returns)
+        self.fence(node.broker_id)
+
+    def fence(self, broker_id: int) -> None:
+        """The controller fences a dead broker: out of the ISR (unless the last member), and a new leader
+        from the ISR if it led."""
+        isr = [b for b in self.isr if b != broker_id] or self.isr
         leader = self.leader
-        if leader == node.broker_id:
-            candidates = [b for b in isr if b != node.broker_id and self.nodes[b].alive]
+        if leader == broker_id:
+            candidates = [b for b in isr if b != broker_id and self.nodes[b].alive]
             leader = candidates[0] if candidates else -1
         if leader == -1 and self.leader != -1:
             self.leader = -1
             self.epoch += 1
+        if leader == self.leader and isr == self.isr:
+            return
         self.change(leader=leader if leader >= 0 else None, isr=isr)
 
     def restart(self) -> None:
         down = [n for n in self.nodes.values() if not n.alive]
-        if not down:
+        if not down or self.quorum_lost:
             return
         node = self.rng.choice(down)
         node.alive = True
@@ -263,8 +316,8 @@ class Simulation:
     # -- invariants
 
     def check(self, full: bool = True) -> None:
-        if self.leader < 0:
-            return
+        if self.leader < 0 or not self.nodes[self.leader].alive:
+            return  # (a leader that died while the quorum was lost: nothing is served until it returns)
         leader = self.nodes[self.leader]
         hw = leader.partition.high_watermark
         for b in self.isr:
@@ -300,7 +353,9 @@ class Simulation:
             # The records are compared (file reads) at every 10th step and after every change of state.
             self.check(full=i % 10 == 0 or self.partition_epoch != self.checked_epoch)
             self.checked_epoch = self.partition_epoch
-        # Settle: everyone alive, fetch until in sync; every acknowledged record is still there.
+        # Settle: the quorum back, everyone alive, fetch until in sync; every acknowledged record is still there.
+        if self.quorum_lost:
+            self.quorum_returns()
         for node in self.nodes.values():
             if not node.alive:
                 node.alive = True
@@ -346,3 +401,19 @@ def test_replication_rules_hold_under_random_timing_and_crashes(seed, tmp_path):
 
 def test_error_codes_used_are_known():
     assert ErrorCode.NOT_ENOUGH_REPLICAS and ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_quorum_loss_is_simulated_with_acknowledgements_while_it_lasts(tmp_path):
+    """The quorum-loss fault happens in the default seeds, and the brokers kept acknowledging writes on
+    their last metadata while it lasted (when the leader needed no ISR change)."""
+    losses, acked_while_lost = 0, 0
+    for seed in range(8):
+        sim = Simulation(seed, tmp_path / str(seed))
+        for _ in range(STEPS):
+            was_lost, count = sim.quorum_lost, len(sim.acked)
+            sim.step()
+            sim.check(full=False)
+            if was_lost and sim.quorum_lost:
+                acked_while_lost += len(sim.acked) - count
+        losses += sim.quorum_losses
+    assert losses > 0 and acked_while_lost > 0, (losses, acked_while_lost)
