@@ -44,18 +44,17 @@ from __future__ import annotations
 
 from array import array
 from itertools import repeat
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from odradek.protocol.compression import NONE, compress, decompress
+from odradek.client.producer import EncodedRecords
+from odradek.protocol.compression import NONE, decompress
 from odradek.protocol.errors import CorruptRecordError
 from odradek.protocol.records import (
     ATTR_LOG_APPEND_TIME,
     HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
     BatchHeader,
     iter_records,
     validate_batch,
@@ -63,7 +62,7 @@ from odradek.protocol.records import (
 
 from .arrow import read_schema, records_to_batch
 
-__all__ = ["decode_batches", "encode_batch", "MAX_UNCOMPRESSED"]
+__all__ = ["MAX_UNCOMPRESSED", "decode_batches", "encode_for_partitions", "encode_records", "key_partitions"]
 
 MAX_UNCOMPRESSED = 256 * 1024 * 1024  # one inflated batch (as the consumer's bound)
 _MIN_RECORD_SIZE = 7
@@ -436,8 +435,6 @@ def encode_for_partitions(batch: pa.RecordBatch, *, topic_option: str | None, pa
     (`key_partitions`); rows without a key go to one partition drawn at random for the whole Arrow batch
     (the sticky partitioner's effect, KIP-480, with the Arrow batch as the unit). `partition_count(topic)`
     answers from the producer's metadata. Every record gets `now_ms` as its timestamp (CreateTime)."""
-    from odradek.client.producer import EncodedRecords
-
     n = batch.num_rows
     if n == 0:
         return []

@@ -52,10 +52,10 @@ from pyspark.sql.types import StructType
 from odradek.client.cluster import TopicPartition
 
 from . import _kafka
-from .arrow import check_write_schema, read_schema_ddl, rows_from_batch
+from .arrow import check_write_schema, read_schema_ddl
 from .offsets import EARLIEST, LATEST, Bounds, OffsetRange, count_between, offsets_from_json, offsets_to_json, plan_ranges, rate_limit
 from .options import ClientOptions, OffsetSpec, OptionError, SinkOptions, SourceOptions
-from .sink import KafkaTaskTransaction, TaskOutcome, progress_group, transactional_id, write_task
+from .sink import KafkaTaskTransaction, TaskOutcome, progress_group, transactional_id, write_chunks
 
 log = logging.getLogger("odradek.pipeline")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -457,11 +457,6 @@ class TaskMessage(WriterCommitMessage):
     outcome: TaskOutcome = field(default_factory=lambda: TaskOutcome("", -1, -1))
 
 
-def _rows(batches: Iterator[Any], topic: str | None) -> Iterator[tuple]:
-    for batch in batches:
-        yield from rows_from_batch(batch, topic_option=topic)
-
-
 def _send_all(options: SinkOptions, batches: Iterator[Any]) -> SentMessage:
     producer = _kafka.producer_for(options.client)
     try:
@@ -508,12 +503,12 @@ class StreamWriter(DataSourceStreamArrowWriter):
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         task = ctx.partitionId()
         txn = self._transaction(query_id, task)
-        return TaskMessage(write_task(txn, query_id, batch_id, task, _rows(iterator, o.topic)))
+        return TaskMessage(write_chunks(txn, query_id, batch_id, task, iterator))
 
     def _transaction(self, query_id: str, task: int) -> KafkaTaskTransaction:
         o = self.options
         return KafkaTaskTransaction(o.client, transactional_id(query_id, task), progress_group(query_id, task),
-                                    o.commit_topic)
+                                    o.commit_topic, o.topic)
 
     def commit(self, messages: list, batchId: int) -> None:
         # The tasks have committed their transactions: there is nothing left to make visible, so a repeated
