@@ -8,23 +8,27 @@ only `options.ClientOptions` (plain data), and each process builds its clients o
 * `Metadata` serves the driver: topics and partitions of a subscription, and ListOffsets (earliest,
   latest, by timestamp) through a `BlockingAdmin`. The streaming reader keeps one for the whole query
   run (it lives in one long-lived Python process); `__getstate__` drops it.
-* Executors read with `read_range()`, on a `BlockingConsumer` cached per process and per settings:
+* Executors read with `read_arrow()`, on a `RawFetcher` cached per process and per settings: Fetch
+  requests whose record batches go straight to Arrow columns (columnar.py), with no record objects.
   Spark reuses its Python workers across tasks, so the connections and the loop thread are paid once
   per worker, not per task. A cache entry remembers the pid that built it, so a forked child never uses
   its parent's loop thread (which does not exist in the child).
-* Sinks write with `BulkProducer`: the asyncio `Producer` on the facade's `LoopThread`, handed records a
-  chunk at a time. `BlockingProducer.send()` costs one thread hop per record (about 150 us), which would
-  cap a sink near 7k rows/s; `send_many()` has no per-record topic, partition or headers.
+* Sinks write with `BulkProducer`: the asyncio `Producer` on the facade's `LoopThread`. Spark's Arrow
+  batches are encoded column-wise into record batches (`send_arrow`, one `Producer.send_encoded` per
+  partition and batch-size piece); rows that need the record-by-record path (headers, several topics)
+  are handed over a chunk at a time, since `BlockingProducer.send()` costs one thread hop per record
+  (about 150 us), which would cap a sink near 7k rows/s.
 * The exactly-once sink's tasks each need a producer with their own transactional id (sink.py).
   `TxnProducers` keeps the most recently used few per process on one shared loop thread. Spark hands a
   worker tasks of different partition ids, so a small cache saves most connection and coordinator
   lookups without holding connections for every task id ever seen.
 
-`read_range()` yields the records of [start, end) of one partition. Records may be missing from a range
-for three reasons: compaction, control batches (transaction markers), and deletion by retention before
-the task ran. Only the last is data loss: when the offsets jump, the reader asks for the log start
-offset and reports a loss when it has moved past the offsets expected (raising `DataLossError` when
-failOnDataLoss is on, as Spark's Kafka source does, and logging otherwise).
+`read_arrow()` yields the records of [start, end) of one partition. Records may be missing from a range
+for three reasons: compaction, control batches (transaction markers, and aborted transactions with
+read_committed), and deletion by retention before the task ran. Only the last is data loss: when the
+offsets jump, the reader compares them with the log start offset the broker reports and reports a loss
+when it has moved past the offsets expected (raising `DataLossError` when failOnDataLoss is on, as
+Spark's Kafka source does, and logging otherwise).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from odradek.client.blocking import BlockingAdmin, BlockingConsumer, LoopThread
+from odradek.client.blocking import BlockingAdmin, LoopThread
 from odradek.client.cluster import KafkaClient, TopicPartition
 from odradek.client.errors import ErrorCode, KafkaError
 from odradek.client.producer import Producer
@@ -55,8 +59,7 @@ from .options import ClientOptions, Subscription
 log = logging.getLogger("odradek.pipeline")
 
 __all__ = ["BulkProducer", "DataLossError", "Metadata", "TxnProducers", "admin_for", "close_all",
-           "ensure_commit_topic", "evict", "producer_for", "read_arrow", "read_range", "report_data_loss",
-           "txn_producers_for"]
+           "ensure_commit_topic", "evict", "producer_for", "read_arrow", "report_data_loss", "txn_producers_for"]
 
 
 class DataLossError(RuntimeError):
@@ -211,71 +214,6 @@ def topic_partitions_or_none(admin: BlockingAdmin, topic: str) -> list[int]:
             return []
         raise
     return sorted(p.partition for p in description.partitions)
-
-
-# ---------------------------------------------------------------------------------------- executor reads
-
-_POLL_SLICE_MS = 1_000
-
-
-def read_range(client: ClientOptions, rng: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int,
-               max_records: int | None = None, kind: str = "consumer") -> Iterator[list]:
-    """Yield lists of `ConsumerRecord`s holding exactly the records of [rng.start, rng.end) that exist.
-
-    `kind` names the cached consumer to use, so that a sink's scan never shares one with a reader."""
-    if rng.size <= 0:
-        return
-    consumer = _cached(kind, client, lambda: BlockingConsumer(config=client.consumer_config()))
-    tp = rng.topic_partition
-    try:
-        yield from _read(consumer, tp, rng, fail_on_data_loss, poll_timeout_ms, max_records)
-    except GeneratorExit:
-        raise
-    except BaseException:
-        # A consumer that failed may hold errors for later calls or a half-read buffer: start afresh.
-        evict(kind, client)
-        raise
-
-
-def _read(consumer: BlockingConsumer, tp: TopicPartition, rng: OffsetRange, fail_on_data_loss: bool,
-          poll_timeout_ms: int, max_records: int | None) -> Iterator[list]:
-    consumer.assign([tp])
-    consumer.seek(tp, rng.start)
-    expected = rng.start  # the next offset wanted
-    deadline = time.monotonic() + poll_timeout_ms / 1000
-    while expected < rng.end:
-        remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)
-        got = consumer.poll(timeout_ms=min(_POLL_SLICE_MS, remaining_ms), max_records=max_records)
-        records = got.get(tp) or []
-        if records:
-            first = records[0].offset
-            if first > expected:
-                _check_gap(consumer, tp, expected, min(first, rng.end), fail_on_data_loss)
-            if records[-1].offset >= rng.end:
-                records = [r for r in records if r.offset < rng.end]
-            if records:
-                expected = records[-1].offset + 1
-                yield records
-            else:
-                expected = rng.end
-            deadline = time.monotonic() + poll_timeout_ms / 1000
-            continue
-        # Nothing came: the position may have moved past control batches or a compaction gap, or past
-        # deleted records after the broker answered OFFSET_OUT_OF_RANGE and the consumer reset.
-        position = consumer.position(tp)
-        if position > expected:
-            _check_gap(consumer, tp, expected, min(position, rng.end), fail_on_data_loss)
-            expected = position
-            deadline = time.monotonic() + poll_timeout_ms / 1000
-            continue
-        if time.monotonic() >= deadline:
-            high_watermark = consumer.end_offsets([tp])[tp]
-            if high_watermark < rng.end:
-                report_data_loss(f"{tp.topic}-{tp.partition}: offsets up to {rng.end - 1} were planned, but the "
-                                 f"partition now ends at {high_watermark} (truncated or recreated)", fail_on_data_loss)
-                return
-            raise TimeoutError(f"{tp.topic}-{tp.partition}: no records at offset {expected} within "
-                               f"{poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
 
 
 # ---------------------------------------------------------------------------------------- executor reads, Arrow
@@ -481,14 +419,6 @@ def _usable_batches(view: memoryview, fetch_offset: int, aborted_list: Any, read
             continue
         out.append((pos, h))
     return out, next_offset
-
-
-def _check_gap(consumer: BlockingConsumer, tp: TopicPartition, expected: int, got: int,
-               fail_on_data_loss: bool) -> None:
-    log_start = consumer.beginning_offsets([tp])[tp]
-    if log_start > expected:
-        report_data_loss(f"{tp.topic}-{tp.partition}: offsets {expected} to {min(log_start, got) - 1} were deleted "
-                         f"before they were read (log start offset is now {log_start})", fail_on_data_loss)
 
 
 def report_data_loss(message: str, fail: bool) -> None:

@@ -480,7 +480,7 @@ class _FailingStreamWriter(StreamWriter):
     def _transaction(self, query_id, task):
         if self._take(f"mid.{self._where()}"):
             return _DyingTransaction(self.options.client, transactional_id(query_id, task),
-                                     progress_group(query_id, task), self.options.commit_topic)
+                                     progress_group(query_id, task), self.options.commit_topic, self.options.topic)
         return super()._transaction(query_id, task)
 
     def write(self, iterator):
