@@ -485,25 +485,41 @@ class BulkProducer:
 
     def send_arrow(self, batches: Iterable[pa.RecordBatch], topic_option: str | None) -> int:
         """Queue the rows of Arrow batches, each encoded column-wise into record batches (columnar.py) when
-        it can be, else row by row; delivery errors surface in flush()."""
+        it can be, else row by row; delivery errors surface in flush().
+
+        The encoding of batch i+1 (this thread) overlaps the queueing of batch i (the loop thread), one
+        batch ahead at most, so that the pieces of a partition are queued in order. The partition count of
+        a topic is looked up once per call (one Spark task), as a producer's metadata would hold it."""
         from .arrow import rows_from_batch
 
         batch_size = self._producer.config.batch_size
-        count = 0
-        for batch in batches:
-            pieces = encode_for_partitions(batch, topic_option=topic_option, partition_count=self._partition_count,
-                                           batch_size=batch_size, now_ms=int(time.time() * 1000), rng=random)
-            if pieces is None:
-                count += self.send(rows_from_batch(batch, topic_option=topic_option))
-                continue
-            if pieces:
-                self._thread.run(self._send_encoded(pieces))
-                count += batch.num_rows
-                self.sent += batch.num_rows
-        return count
+        counts: dict[str, int] = {}
 
-    def _partition_count(self, topic: str) -> int:
-        return len(self._thread.run(self._producer.partitions_for(topic)))
+        def partition_count(topic: str) -> int:
+            if topic not in counts:
+                counts[topic] = len(self._thread.run(self._producer.partitions_for(topic)))
+            return counts[topic]
+
+        count = 0
+        pending = None
+        try:
+            for batch in batches:
+                pieces = encode_for_partitions(batch, topic_option=topic_option, partition_count=partition_count,
+                                               batch_size=batch_size, now_ms=int(time.time() * 1000), rng=random)
+                if pending is not None:
+                    pending.result()
+                    pending = None
+                if pieces is None:
+                    count += self.send(rows_from_batch(batch, topic_option=topic_option))
+                    continue
+                if pieces:
+                    pending = self._thread.submit(self._send_encoded(pieces))
+                    count += batch.num_rows
+                    self.sent += batch.num_rows
+        finally:
+            if pending is not None:
+                pending.result()
+        return count
 
     async def _send_encoded(self, pieces: list) -> None:
         for topic, partition, records in pieces:

@@ -283,12 +283,35 @@ def _u(value: int) -> pa.Scalar:
     return pa.scalar(value, _U64)
 
 
+# scalars made once: a bare Python bytes argument is converted on every call, and that conversion tries to
+# import dateutil (a failed import, with its path search, when it is absent)
+_EMPTY = pa.scalar(b"", pa.binary())
+_ZERO = pa.scalar(b"\x00", pa.binary())
+_ZERO_ZERO = pa.scalar(b"\x00\x00", pa.binary())
+_REPLACE_NULLS = pc.JoinOptions(null_handling="replace")
+
+_TABLE_SIZE = 1 << 14  # every 1- and 2-byte varint
+_TABLE: pa.Array | None = None
+
+
+def _table() -> pa.Array:
+    """The encodings of 0 .. 2^14 - 1, built once: one `take` encodes a column whose values are small."""
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = pa.array([bytes([v]) if v < 0x80 else bytes([(v & 0x7F) | 0x80, v >> 7]) for v in range(_TABLE_SIZE)],
+                          pa.binary())
+    return _TABLE
+
+
 def _varint_column(zigzagged: pa.Array) -> pa.Array:
     """BinaryArray of the LEB128 encoding of each (already ZigZag-mapped, non-negative) value.
 
-    Byte k of every encoding is computed at once; the values that have a byte k make a BinaryArray of
-    one-byte and empty elements (offsets = running count), and the columns are joined element-wise."""
+    Lengths and offset deltas under 8 KiB (ZigZag under 2^14) are looked up in a table. Otherwise byte k
+    of every encoding is computed at once; the values that have a byte k make a BinaryArray of one-byte
+    and empty elements (offsets = running count), and the columns are joined element-wise."""
     n = len(zigzagged)
+    if n and pc.max(zigzagged).as_py() < _TABLE_SIZE:
+        return pc.take(_table(), zigzagged)
     rest = zigzagged.cast(_U64)
     columns = []
     for k in range(5):
@@ -307,7 +330,7 @@ def _varint_column(zigzagged: pa.Array) -> pa.Array:
         rest = pc.shift_right(rest, _u(7))
     if len(columns) == 1:
         return columns[0]
-    return pc.binary_join_element_wise(*columns, b"")
+    return pc.binary_join_element_wise(*columns, _EMPTY)
 
 
 def _zigzag(values: pa.Array) -> pa.Array:
@@ -324,29 +347,38 @@ def _binary(column: pa.Array | None, n: int) -> pa.Array:
     return column.cast(pa.binary())
 
 
-def encode_records(keys: pa.Array, values: pa.Array) -> tuple[bytes, pa.Array]:
-    """The records section of one batch holding these rows, in order (offset deltas 0..n-1, timestamp
-    delta 0, no headers), and each record's encoded size; keys and values are binary, null allowed.
+def _records(keys: pa.Array, values: pa.Array, deltas: pa.Array) -> pa.Array:
+    """BinaryArray whose element i is record i encoded (offset delta `deltas[i]`, timestamp delta 0, no
+    headers); keys and values are binary, null allowed. The elements are contiguous in its data buffer,
+    so a run of records is a slice of it.
 
     Record i is `length | 0 (attributes) | 0 (timestampDelta) | offsetDelta | keyLength | key |
-    valueLength | value | 0 (headerCount)`; every piece is a column and one element-wise join builds all
-    records in C, whose data buffer is the records section."""
-    n = len(values)
+    valueLength | value | 0 (headerCount)`; every piece is a column and an element-wise join builds all
+    records in C."""
     key_len = pc.fill_null(pc.binary_length(keys).cast(pa.int64()), _i(-1))
     value_len = pc.fill_null(pc.binary_length(values).cast(pa.int64()), _i(-1))
-    delta = _varint_column(pc.multiply(_arange(n), _i(2)).cast(_U64))
+    delta = _varint_column(pc.multiply(deltas.cast(pa.int64()), _i(2)).cast(_U64))
     key_varint = _varint_column(_zigzag(key_len))
     value_varint = _varint_column(_zigzag(value_len))
-    inner = pc.binary_join_element_wise(b"\x00\x00", delta, key_varint, keys, value_varint, values, b"\x00", b"",
-                                        null_handling="replace")
+    inner = pc.binary_join_element_wise(_ZERO_ZERO, delta, key_varint, keys, value_varint, values, _ZERO, _EMPTY,
+                                        options=_REPLACE_NULLS)
     inner_len = pc.binary_length(inner).cast(pa.int64())
-    records = pc.binary_join_element_wise(_varint_column(_zigzag(inner_len)), inner, b"")
-    offsets = records.buffers()[1]
-    data = records.buffers()[2]
-    first = records.offset
-    start = pa.Array.from_buffers(pa.int32(), 1, [None, offsets], offset=first)[0].as_py()
-    end = pa.Array.from_buffers(pa.int32(), 1, [None, offsets], offset=first + n)[0].as_py()
-    return data[start:end].to_pybytes(), pc.binary_length(records)
+    return pc.binary_join_element_wise(_varint_column(_zigzag(inner_len)), inner, _EMPTY)
+
+
+def _section(records: pa.Array, first: int, count: int) -> bytes:
+    """The bytes of records [first, first + count) of a `_records` array."""
+    offsets = pa.Array.from_buffers(pa.int32(), len(records) + 1, [None, records.buffers()[1]], offset=records.offset)
+    start, end = offsets[first].as_py(), offsets[first + count].as_py()
+    return records.buffers()[2][start:end].to_pybytes()
+
+
+def encode_records(keys: pa.Array, values: pa.Array) -> tuple[bytes, pa.Array]:
+    """The records section of one batch holding these rows, in order (offset deltas 0..n-1), and each
+    record's encoded size."""
+    n = len(values)
+    records = _records(keys, values, _arange(n))
+    return _section(records, 0, n), pc.binary_length(records)
 
 
 # Kafka's murmur2 (client/partitioner.py), for every key of a column at once: keys are grouped by length,
@@ -470,15 +502,22 @@ def encode_for_partitions(batch: pa.RecordBatch, *, topic_option: str | None, pa
         partitions = key_partitions(keys, count)
         if partitions.null_count:
             partitions = pc.fill_null(partitions, _i(rng.randrange(count)))
-    out = []
-    indices = _arange(n)
-    for partition in sorted(pc.unique(partitions).to_pylist()):
-        rows = pc.filter(indices, pc.equal(partitions, _i(partition)))
-        m = len(rows)
-        total = pc.sum(pc.take(sizes, rows)).as_py()
+    # One encoding for the whole Arrow batch: rows sorted by partition (a stable sort keeps each
+    # partition's rows in order), cut into pieces of about batch_size bytes; each row's offset delta
+    # counts from the start of its piece, and a piece's records section is a slice of the encoded rows.
+    order = pc.sort_indices(partitions)
+    partitions = pc.take(partitions, order)
+    sizes = pc.take(sizes, order)
+    counts = pc.value_counts(partitions)
+    pieces: list[tuple[int, int, int]] = []  # (partition, first row, rows)
+    first = 0
+    for partition, m in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
+        total = pc.sum(sizes.slice(first, m)).as_py()
         per_piece = max(1, batch_size * m // max(total, 1))
-        for first in range(0, m, per_piece):
-            piece = rows.slice(first, per_piece)
-            body, _ = encode_records(pc.take(keys, piece), pc.take(values, piece))
-            out.append((topic, partition, EncodedRecords(body, len(piece), now_ms, now_ms)))
-    return out
+        for at in range(first, first + m, per_piece):
+            pieces.append((partition, at, min(per_piece, first + m - at)))
+        first += m
+    piece_starts = pa.concat_arrays([pa.repeat(_i(at), rows) for _, at, rows in pieces])
+    records = _records(pc.take(keys, order), pc.take(values, order), pc.subtract(_arange(n), piece_starts))
+    return [(topic, partition, EncodedRecords(_section(records, at, rows), rows, now_ms, now_ms))
+            for partition, at, rows in pieces]
