@@ -4,7 +4,8 @@
                                 [--master local[2]] [--repeat 2] [--stream]
 
 Starts a broker (unless --bootstrap names one), fills a topic, then measures (bounded: every figure is
-one pass over `rows` records, the best of `--repeat` passes):
+one pass over `rows` records, the best of `--repeat` passes; a Spark figure and its null twin are
+timed in turns, after one warm-up pass each):
 
 - client_produce_rows_s: the sink's write path in this process, one thread: Arrow batches of (key, value)
   encoded column-wise and sent by `BulkProducer.send_arrow` (the write ceiling of one Spark task);
@@ -45,6 +46,19 @@ def _rate(rows: int, seconds: float) -> int:
 
 def _best(fn, repeat: int) -> float:
     return min(fn() for _ in range(repeat))
+
+
+def _paired(fn, null_fn, repeat: int) -> tuple[float, float]:
+    """Best times of `fn` and of its null twin, run in turns (fn, null, fn, null, ...) after one warm-up
+    pass of each, so that both see the machine in the same state; a shared machine's load comes and goes
+    within seconds."""
+    fn()
+    null_fn()
+    times, null_times = [], []
+    for _ in range(repeat):
+        times.append(fn())
+        null_times.append(null_fn())
+    return min(times), min(null_times)
 
 
 def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: str, repeat: int,
@@ -120,16 +134,15 @@ def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: 
             read_df().write.format("noop").mode("overwrite").save()
             return time.perf_counter() - t0
 
-        result["spark_read_rows_s"] = _rate(rows, _best(spark_read, repeat))
-
         def null_read() -> float:
             t0 = time.perf_counter()
             (spark.read.format(spark_nulls.NAME).option("rows", str(rows)).option("partitions", str(partitions))
              .option("valueSize", str(value_size)).load().write.format("noop").mode("overwrite").save())
             return time.perf_counter() - t0
 
-        null_read()  # the first job of a new source pays its planner workers' start
-        result["null_source_rows_s"] = _rate(rows, _best(null_read, repeat))
+        read_s, null_read_s = _paired(spark_read, null_read, repeat)
+        result["spark_read_rows_s"] = _rate(rows, read_s)
+        result["null_source_rows_s"] = _rate(rows, null_read_s)
         result["read_vs_null"] = round(result["spark_read_rows_s"] / max(result["null_source_rows_s"], 1), 2)
 
         frame = (spark.range(rows, numPartitions=partitions)
@@ -142,15 +155,14 @@ def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: 
              .option("topic", sink).save())
             return time.perf_counter() - t0
 
-        result["spark_write_rows_s"] = _rate(rows, _best(spark_write, repeat))
-
         def null_write() -> float:
             t0 = time.perf_counter()
             frame.write.format(spark_nulls.NAME).mode("append").save()
             return time.perf_counter() - t0
 
-        null_write()
-        result["null_sink_rows_s"] = _rate(rows, _best(null_write, repeat))
+        write_s, null_write_s = _paired(spark_write, null_write, repeat)
+        result["spark_write_rows_s"] = _rate(rows, write_s)
+        result["null_sink_rows_s"] = _rate(rows, null_write_s)
         result["write_vs_null"] = round(result["spark_write_rows_s"] / max(result["null_sink_rows_s"], 1), 2)
         frame.unpersist()
 
@@ -182,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--stream", action="store_true", help="also time a streaming copy, both sink modes")
     args = parser.parse_args(argv)
 
