@@ -182,6 +182,16 @@ def _copy(spark, cluster: SecuredCluster, user: str, source: str, target: str, c
     return writer.start()
 
 
+def _finish(query) -> Exception | None:
+    """Wait for an AvailableNow query to stop; its error, if it failed (awaitTermination raises it)."""
+    try:
+        query.awaitTermination(240)
+    except Exception:  # noqa: BLE001 - the query's own exception is returned below
+        pass
+    assert not query.isActive, "the query did not stop within 240 s"
+    return query.exception()
+
+
 def test_streaming_exactly_once_copy_with_only_the_readme_acls(spark, cluster, tmp_path):
     tag = uuid.uuid4().hex[:6]
     source, target, other = f"src-{tag}", f"dst-{tag}", f"dst2-{tag}"
@@ -221,23 +231,18 @@ def test_streaming_exactly_once_copy_with_only_the_readme_acls(spark, cluster, t
     attempt = 0
     while True:  # the ACLs reach every broker's image through the metadata log
         attempt += 1
-        query = _copy(spark, cluster, "carol", source, target, str(tmp_path / f"carol-{attempt}"))
-        query.awaitTermination(240)
-        if query.exception() is None:
+        failure = _finish(_copy(spark, cluster, "carol", source, target, str(tmp_path / f"carol-{attempt}")))
+        if failure is None:
             break
-        assert time.monotonic() < deadline, f"carol's copy failed: {query.exception()}"
+        assert time.monotonic() < deadline, f"carol's copy failed: {failure}"
         time.sleep(1)
     # a second run over the same checkpoint finds nothing new and writes nothing
-    query = _copy(spark, cluster, "carol", source, target, str(tmp_path / f"carol-{attempt}"))
-    query.awaitTermination(240)
-    assert query.exception() is None
+    assert _finish(_copy(spark, cluster, "carol", source, target, str(tmp_path / f"carol-{attempt}"))) is None
     copied = Counter(_read_committed(cluster, target, 2))
     assert set(copied.values()) == {1}, [v for v, c in copied.items() if c > 1][:5]
     assert sorted(copied) == sorted(b"v%d" % i for i in range(300))
 
-    query = _copy(spark, cluster, "dave", source, other, str(tmp_path / "dave"))
-    query.awaitTermination(240)
-    error = str(query.exception())
+    error = str(_finish(_copy(spark, cluster, "dave", source, other, str(tmp_path / "dave"))))
     assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in error and "sink.exactlyOnce=false" in error, error[-2000:]
     assert _read_committed(cluster, other, 1) == []
     for pw in PASSWORDS.values():
