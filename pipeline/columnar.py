@@ -34,10 +34,21 @@ record's declared length against the fields found in it (every record must end e
 says, as `iter_records` requires), varints at most 5/10 bytes. A batch that fails raises
 `CorruptRecordError`, so invalid bytes never reach Spark as rows.
 
-The write side (`encode_batch`) is the mirror: an Arrow batch's key and value columns become one
-uncompressed magic-2 record batch. The per-record Python left is one line building each record's bytes
-from slices of the key and value buffers, with the varint prefixes looked up in tables; a codec, when
-set, compresses the whole records section once.
+The write side (`encode_for_partitions`) is the mirror, with no per-row Python at all:
+
+* partitions as the Java producer picks them: the `partition` column, else murmur2 of every key at once
+  (`key_partitions`: keys grouped by length, the hash's fixed steps run on uint64 columns), else, for
+  rows without a key, one partition for the whole Arrow batch (what the sticky partitioner does);
+* rows stably sorted by partition and cut into pieces of about `batch.size` bytes; each row's offset
+  delta counts from the start of its piece;
+* every record built by element-wise joins of columns (`_records`): its length varint, attributes and
+  timestamp delta (0: the piece's records share one timestamp), offset delta, key length, key, value
+  length, value and a header count of 0. Varints of 1-2 bytes come from a table (one `take`), longer
+  ones byte by byte. The records are contiguous in the joined array's data buffer, so a piece's records
+  section is one slice of it.
+
+The producer then wraps each section in a batch header with its producer id, epoch and sequence
+(`Producer.send_encoded`, `protocol.records.wrap_records`), and compresses it once when a codec is set.
 """
 
 from __future__ import annotations
