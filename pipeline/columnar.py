@@ -127,31 +127,50 @@ def _slow_uvarint(data: bytes, pos: int) -> tuple[int, int]:
     raise CorruptRecordError("a record length varint is longer than 5 bytes")
 
 
-def _varints(data: pa.Array, pos: pa.Array, max_len: int, *, signed: bool = True) -> tuple[pa.Array, pa.Array]:
-    """The (ZigZag) varint at each position of `pos` in the uint8 array `data`: (values, lengths), int64.
+def _varints(data: pa.Array, pos: pa.Array, max_len: int) -> tuple[pa.Array, pa.Array]:
+    """The ZigZag varint at each position of `pos` in the uint8 array `data`: (values, lengths), int64.
 
-    One round per varint byte: round k reads byte k of the varints still going on."""
-    last = len(data) - 1
-    byte = pc.take(data, pc.min_element_wise(pos, _i(last))).cast(pa.uint64())
-    value = pc.bit_wise_and(byte, pa.scalar(0x7F, pa.uint64()))
-    more = pc.greater_equal(byte, pa.scalar(0x80, pa.uint64()))
-    length = pa.repeat(pa.scalar(1, pa.int64()), len(pos))
+    One round per varint byte: round k reads byte k of the varints still going on. int64 holds every
+    value a record field can have here (a length or delta of 32 bits, a timestamp delta far below 2^56);
+    a varlong of 9 or 10 bytes is left to the record-by-record decoder."""
+    last = _i(len(data) - 1)
+    byte = pc.take(data, pc.min_element_wise(pos, last)).cast(pa.int64())
+    more = pc.greater(byte, _I127)
+    if not pc.any(more).as_py():  # the usual case: every value fits one byte
+        return _unzigzag(byte), _ones(len(pos))
+    value = pc.bit_wise_and(byte, _I127)
+    length = _ones(len(pos))
     k = 1
     while pc.any(more).as_py():
-        if k == max_len:
-            raise CorruptRecordError(f"a record varint is longer than {max_len} bytes")
-        at = pc.min_element_wise(pc.add(pos, _i(k)), _i(last))
-        byte = pc.take(data, at).cast(pa.uint64())
-        part = pc.shift_left(pc.bit_wise_and(byte, pa.scalar(0x7F, pa.uint64())), pa.scalar(7 * k, pa.uint64()))
+        if k == max_len or k == 8:
+            raise _NotVectorised(f"a record varint of more than {k} bytes")
+        byte = pc.take(data, pc.min_element_wise(pc.add(pos, _i(k)), last)).cast(pa.int64())
+        part = pc.shift_left(pc.bit_wise_and(byte, _I127), _i(7 * k))
         value = pc.if_else(more, pc.bit_wise_or(value, part), value)
         length = pc.add(length, more.cast(pa.int64()))
-        more = pc.and_(more, pc.greater_equal(byte, pa.scalar(0x80, pa.uint64())))
+        more = pc.and_(more, pc.greater(byte, _I127))
         k += 1
-    half = pc.shift_right(value, pa.scalar(1, pa.uint64())).cast(pa.int64())
-    if not signed:
-        return value.cast(pa.int64()), length
-    odd = pc.equal(pc.bit_wise_and(value, pa.scalar(1, pa.uint64())), pa.scalar(1, pa.uint64()))
-    return pc.if_else(odd, pc.bit_wise_not(half), half), length
+    return _unzigzag(value), length
+
+
+def _unzigzag(value: pa.Array) -> pa.Array:
+    """(v >> 1) ^ -(v & 1), for non-negative int64 v."""
+    return pc.bit_wise_xor(pc.shift_right(value, _i(1)), pc.negate(pc.bit_wise_and(value, _i(1))))
+
+
+class _NotVectorised(Exception):
+    """Something the column-wise decoder leaves to the record-by-record one (which also judges it)."""
+
+
+_I127 = pa.scalar(0x7F, pa.int64())
+_ONES: pa.Array = pa.array([], pa.int64())
+
+
+def _ones(n: int) -> pa.Array:
+    global _ONES
+    if len(_ONES) < n:
+        _ONES = pa.repeat(_i(1), max(n, 2 * len(_ONES)))
+    return _ONES.slice(0, n)
 
 
 _ARANGE: pa.Array = pa.array([], pa.int64())
@@ -220,23 +239,28 @@ def decode_batches(topic: str, partition: int, buf: Any, batches: Sequence[tuple
     buffer = pa.py_buffer(joined)
     data_u8 = pa.Array.from_buffers(pa.uint8(), len(joined), [None, buffer])
     starts = pa.array(record_starts, pa.int64())
-    ts_delta, used = _varints(data_u8, pc.add(starts, _i(1)), 10)
-    at = pc.add(pc.add(starts, _i(1)), used)
-    offset_delta, used = _varints(data_u8, at, 5)
-    at = pc.add(at, used)
-    key_len, used = _varints(data_u8, at, 5)
-    key_at = pc.add(at, used)
-    at = pc.add(key_at, pc.max_element_wise(key_len, _i(0)))
-    value_len, used = _varints(data_u8, at, 5)
-    value_at = pc.add(at, used)
-    at = pc.add(value_at, pc.max_element_wise(value_len, _i(0)))
-    header_count, used = _varints(data_u8, at, 5)
-    after = pc.add(at, used)
-
-    # every record's fields must end exactly where its length says (where the walk found the next record)
-    ok = pc.all(pc.and_(pc.and_(pc.equal(after, pa.array(record_ends, pa.int64())), pc.greater_equal(key_len, _i(-1))),
-                        pc.greater_equal(value_len, _i(-1)))).as_py()
-    if not ok or pc.any(pc.not_equal(header_count, _i(0))).as_py():
+    try:
+        at = pc.add(starts, _i(1))
+        ts_delta, used = _varints(data_u8, at, 10)
+        at = pc.add(at, used)
+        offset_delta, used = _varints(data_u8, at, 5)
+        at = pc.add(at, used)
+        key_len, used = _varints(data_u8, at, 5)
+        key_at = pc.add(at, used)
+        at = pc.add(key_at, pc.max_element_wise(key_len, _i(0)))
+        value_len, used = _varints(data_u8, at, 5)
+        value_at = pc.add(at, used)
+        at = pc.add(value_at, pc.max_element_wise(value_len, _i(0)))
+        header_count, used = _varints(data_u8, at, 5)
+        after = pc.add(at, used)
+        # every record's fields must end exactly where its length says (where the walk found the next
+        # record), with no header, and lengths of -1 (null) or more
+        ok = (pc.all(pc.equal(after, pa.array(record_ends, pa.int64()))).as_py()
+              and pc.min(key_len).as_py() >= -1 and pc.min(value_len).as_py() >= -1
+              and not pc.any(pc.not_equal(header_count, _i(0))).as_py())
+    except _NotVectorised:
+        ok = False
+    if not ok:
         # headers (or something the vectorised check refuses): the per-record decoder, which also says what
         # exactly is wrong when a record is malformed
         return _decode_slowly(topic, partition, view, batches, start, end, include_headers)
