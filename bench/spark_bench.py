@@ -1,22 +1,27 @@
-"""Rows per second through the `odradek` Spark data source, next to the bundled client's own speed.
+"""Rows per second through the `odradek` Spark data source, beside Spark's own ceiling in the same run.
 
-    python -m bench.spark_bench [--rows 200000] [--value-size 100] [--partitions 4] [--bootstrap HOST:PORT]
-                                [--master local[2]] [--stream]
+    python -m bench.spark_bench [--rows 500000] [--value-size 100] [--partitions 4] [--bootstrap HOST:PORT]
+                                [--master local[2]] [--repeat 2] [--stream]
 
 Starts a broker (unless --bootstrap names one), fills a topic, then measures (bounded: every figure is
-one pass over `rows` records, the best of `--repeat` passes):
+one pass over `rows` records, the best of `--repeat` passes; a Spark figure and its null twin are
+timed in turns, after one warm-up pass each):
 
-- client_produce_rows_s: the pipeline's BulkProducer in this process, one thread (the write ceiling);
-- client_read_rows_s: `_kafka.read_range` of every partition in turn, one thread, converting to Arrow
-  record batches as `read()` does (the read ceiling of one Spark task);
+- client_produce_rows_s: the sink's write path in this process, one thread: Arrow batches of (key, value)
+  encoded column-wise and sent by `BulkProducer.send_arrow` (the write ceiling of one Spark task);
+- client_read_rows_s: `_kafka.read_arrow` of every partition in turn, one thread, as `read()` does (the
+  read ceiling of one Spark task);
 - spark_read_rows_s: `spark.read.format("odradek")...load()` written to Spark's `noop` sink, so that
-  every row is read and nothing else is done with it;
+  every row is read and nothing else is done with it; null_source_rows_s: the same through the null
+  source (bench/spark_nulls.py: same schema, partitions and batch size, no I/O); read_vs_null = the ratio;
 - spark_write_rows_s: a cached DataFrame of (key, value) written with `write.format("odradek")`;
+  null_sink_rows_s: the same DataFrame written to the null sink; write_vs_null = the ratio;
 - with --stream, stream_copy_rows_s (exactly-once sink) and stream_copy_at_least_once_rows_s: a topic
   copied by a Trigger.AvailableNow query.
 
 Spark runs `local[2]` by default, so its figures use up to two Python workers against the single
-thread of the client figures. Nothing here asserts a speed.
+thread of the client figures, and the broker shares the same cores. The machine may be shared: read each
+`odradek` figure against its null twin from the same run. Nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -43,12 +48,24 @@ def _best(fn, repeat: int) -> float:
     return min(fn() for _ in range(repeat))
 
 
+def _paired(fn, null_fn, repeat: int) -> tuple[float, float]:
+    """Best times of `fn` and of its null twin, run in turns (fn, null, fn, null, ...) after one warm-up
+    pass of each, so that both see the machine in the same state; a shared machine's load comes and goes
+    within seconds."""
+    fn()
+    null_fn()
+    times, null_times = [], []
+    for _ in range(repeat):
+        times.append(fn())
+        null_times.append(null_fn())
+    return min(times), min(null_times)
+
+
 def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: str, repeat: int,
         stream: bool) -> dict:
     from odradek.client.blocking import BlockingAdmin
     from odradek.client.cluster import TopicPartition
     from odradek.pipeline import _kafka, jobs
-    from odradek.pipeline.arrow import records_to_batch
     from odradek.pipeline.offsets import OffsetRange
     from odradek.pipeline.options import ClientOptions
 
@@ -61,24 +78,30 @@ def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: 
         admin.create_topic(topic, partitions, 1)
 
     # client ceilings
+    import pyarrow as pa
+
     value = b"x" * value_size
-    data = [(source, i % partitions, b"%d" % i, value, []) for i in range(rows)]
+    batch_rows = 10_000
     producer = _kafka.BulkProducer(client)
     t0 = time.perf_counter()
-    producer.send(data)
+    for first in range(0, rows, batch_rows):
+        n = min(batch_rows, rows - first)
+        frame = pa.RecordBatch.from_arrays(
+            [pa.array([b"%d" % i for i in range(first, first + n)], pa.binary()), pa.array([value] * n, pa.binary())],
+            names=["key", "value"])
+        producer.send_arrow([frame], source)
     producer.flush()
     result["client_produce_rows_s"] = _rate(rows, time.perf_counter() - t0)
     producer.close()
-    del data
     ends = admin.end_offsets([TopicPartition(source, p) for p in range(partitions)])
 
     def client_read() -> float:
         t0 = time.perf_counter()
         n = 0
         for (topic, p), end in sorted(ends.items()):
-            for records in _kafka.read_range(client, OffsetRange(topic, p, 0, end), fail_on_data_loss=True,
-                                             poll_timeout_ms=30_000):
-                n += records_to_batch(topic, p, records, include_headers=False).num_rows
+            for batch in _kafka.read_arrow(client, OffsetRange(topic, p, 0, end), fail_on_data_loss=True,
+                                           poll_timeout_ms=30_000, include_headers=False):
+                n += batch.num_rows
         assert n == rows, n
         return time.perf_counter() - t0
 
@@ -94,6 +117,9 @@ def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: 
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     spark.sparkContext.setLogLevel("ERROR")
     result["spark_start_s"] = round(time.perf_counter() - t0, 1)
+    from bench import spark_nulls
+
+    spark_nulls.register(spark)
     try:
         def read_df():
             return (spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap)
@@ -108,7 +134,16 @@ def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: 
             read_df().write.format("noop").mode("overwrite").save()
             return time.perf_counter() - t0
 
-        result["spark_read_rows_s"] = _rate(rows, _best(spark_read, repeat))
+        def null_read() -> float:
+            t0 = time.perf_counter()
+            (spark.read.format(spark_nulls.NAME).option("rows", str(rows)).option("partitions", str(partitions))
+             .option("valueSize", str(value_size)).load().write.format("noop").mode("overwrite").save())
+            return time.perf_counter() - t0
+
+        read_s, null_read_s = _paired(spark_read, null_read, repeat)
+        result["spark_read_rows_s"] = _rate(rows, read_s)
+        result["null_source_rows_s"] = _rate(rows, null_read_s)
+        result["read_vs_null"] = round(result["spark_read_rows_s"] / max(result["null_source_rows_s"], 1), 2)
 
         frame = (spark.range(rows, numPartitions=partitions)
                  .selectExpr("cast(id as string) as key", f"repeat('x', {value_size}) as value").cache())
@@ -120,7 +155,15 @@ def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: 
              .option("topic", sink).save())
             return time.perf_counter() - t0
 
-        result["spark_write_rows_s"] = _rate(rows, _best(spark_write, repeat))
+        def null_write() -> float:
+            t0 = time.perf_counter()
+            frame.write.format(spark_nulls.NAME).mode("append").save()
+            return time.perf_counter() - t0
+
+        write_s, null_write_s = _paired(spark_write, null_write, repeat)
+        result["spark_write_rows_s"] = _rate(rows, write_s)
+        result["null_sink_rows_s"] = _rate(rows, null_write_s)
+        result["write_vs_null"] = round(result["spark_write_rows_s"] / max(result["null_sink_rows_s"], 1), 2)
         frame.unpersist()
 
         if stream:
@@ -146,12 +189,12 @@ def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--stream", action="store_true", help="also time a streaming copy, both sink modes")
     args = parser.parse_args(argv)
 

@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterable
 from odradek.protocol.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import REQUESTS
-from odradek.protocol.records import build_batch
+from odradek.protocol.records import build_batch, wrap_records
 
 from .cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, KafkaClient, TopicPartition
 from .config import ProducerConfig
@@ -140,6 +140,7 @@ class _Batch:
     __slots__ = (
         "tp", "records", "futures", "size", "created", "deadline", "base_sequence", "payload", "attempts",
         "retry_at", "producer_id", "producer_epoch", "key_sizes", "value_sizes", "in_flight", "last_error",
+        "encoded",
     )
 
     def __init__(self, tp: TopicPartition, now: float, delivery_timeout_s: float):
@@ -159,6 +160,24 @@ class _Batch:
         self.producer_epoch = -1
         self.in_flight = False
         self.last_error: BaseException | None = None
+        self.encoded: EncodedRecords | None = None
+
+    @property
+    def count(self) -> int:
+        return self.encoded.count if self.encoded is not None else len(self.records)
+
+
+@dataclass(frozen=True)
+class EncodedRecords:
+    """The records section of one batch, already encoded by the caller (uncompressed, offset deltas
+    0..count-1, timestamp deltas from `base_timestamp`, no header): `Producer.send_encoded` wraps it in a
+    batch header with the producer's id, epoch, sequence and codec. For callers that hold records in
+    columns (the Spark sink, pipeline/columnar.py) and would otherwise pay `send()` once per record."""
+
+    body: bytes
+    count: int
+    base_timestamp: int
+    max_timestamp: int
 
 
 class Producer:
@@ -326,6 +345,56 @@ class Producer:
         future = await self.send(topic, value, key, **kw)
         return await future
 
+    async def send_encoded(self, topic: str, partition: int, records: EncodedRecords) -> asyncio.Future:
+        """Queue a pre-encoded records section as a batch of its own to `topic`-`partition`; the future gets
+        the RecordMetadata of its first record (the others follow at consecutive offsets). Buffer memory,
+        idempotence, transactions, retries and delivery timeout apply as to `send()`."""
+        if not self._started:
+            await self.start()
+        if self._closing:
+            raise ClientClosedError("producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        if self._transactional:
+            if self._txn_state is not TransactionState.IN_TRANSACTION:
+                raise TransactionError(f"send_encoded() needs an open transaction (the producer is "
+                                       f"{self._txn_state.value}): call begin_transaction() first")
+            if self._txn_error is not None:
+                raise self._txn_error
+        if records.count <= 0:
+            raise ValueError("an encoded batch needs at least one record")
+        size = len(records.body)
+        if size + _BATCH_OVERHEAD > self.config.max_request_size:
+            raise RecordTooLargeError(f"encoded batch of {size} bytes is larger than max_request_size "
+                                      f"({self.config.max_request_size})")
+        all_partitions = self.client.cluster.partitions_for(topic)
+        if not all_partitions:
+            self.client.add_topics([topic])
+            all_partitions = await self.client.partitions_for(topic, timeout_ms=self.config.max_block_ms)
+        if partition not in all_partitions:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"{topic!r} has {len(all_partitions)} partitions", context=f"{topic}-{partition}")
+        if self._buffer_used + size > self.config.buffer_memory or self._buffer_waiters:
+            await self._reserve(min(size, self.config.buffer_memory))
+        else:
+            self._buffer_used += size
+        tp = TopicPartition(topic, partition)
+        if self._transactional and tp not in self._txn_partitions:
+            self._add_to_transaction(tp)
+        future = asyncio.get_running_loop().create_future()
+        batch = _Batch(tp, time.monotonic(), self.config.delivery_timeout_ms / 1000)
+        batch.encoded = records
+        batch.futures.append(future)
+        batch.size += min(size, self.config.buffer_memory)
+        queue = self._batches.get(tp)
+        if queue is None:
+            queue = self._batches[tp] = collections.deque()
+        queue.append(batch)
+        self._unfinished.add(batch)
+        self._wake()
+        await asyncio.sleep(0)
+        return future
+
     async def send_batch(self, topic: str, records: Iterable[Any], *, partition: int | None = None) -> list:
         """Queue many values (or (key, value) tuples); returns their futures."""
         futures = []
@@ -365,7 +434,7 @@ class Producer:
         if queue is None:
             queue = self._batches[tp] = collections.deque()
         batch = queue[-1] if queue else None
-        if (batch is None or batch.payload is not None or batch.in_flight
+        if (batch is None or batch.payload is not None or batch.in_flight or batch.encoded is not None
                 or (batch.records and batch.size + size > self.config.batch_size)):
             batch = _Batch(tp, time.monotonic(), self.config.delivery_timeout_ms / 1000)
             queue.append(batch)
@@ -454,7 +523,7 @@ class Producer:
                     self._pid_reset_needed = True
                 last = f"; last error: {batch.last_error}" if batch.last_error is not None else ""
                 self._fail_batch(batch, KafkaTimeoutError(
-                    f"{len(batch.records)} record(s) for {tp} expired after delivery_timeout_ms "
+                    f"{batch.count} record(s) for {tp} expired after delivery_timeout_ms "
                     f"({self.config.delivery_timeout_ms} ms){last}"))
             if not queue:
                 del self._batches[tp]
@@ -509,7 +578,19 @@ class Producer:
             batch.base_sequence = seq
             batch.producer_id = self._producer_id
             batch.producer_epoch = self._producer_epoch
-            self._next_sequence[batch.tp] = (seq + len(batch.records)) % _SEQ_WRAP
+            self._next_sequence[batch.tp] = (seq + batch.count) % _SEQ_WRAP
+        if batch.encoded is not None:
+            e = batch.encoded
+            batch.payload = wrap_records(
+                e.body, e.count, e.base_timestamp, e.max_timestamp,
+                compression=self._codec,
+                compression_level=self.config.compression_level,
+                producer_id=batch.producer_id,
+                producer_epoch=batch.producer_epoch,
+                base_sequence=batch.base_sequence,
+                transactional=self._transactional,
+            )
+            return
         batch.payload = build_batch(
             batch.records,
             compression=self._codec,
@@ -573,6 +654,13 @@ class Producer:
         self._release(batch.size - _BATCH_OVERHEAD)
         tp = batch.tp
         lat = log_append_time >= 0
+        if batch.encoded is not None:
+            e = batch.encoded
+            for future in batch.futures:
+                if not future.done():
+                    future.set_result(RecordMetadata(tp.topic, tp.partition, base_offset,
+                                                     log_append_time if lat else e.base_timestamp, -1, -1, lat))
+            return
         for i, future in enumerate(batch.futures):
             if future.done():
                 continue

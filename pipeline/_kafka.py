@@ -8,23 +8,27 @@ only `options.ClientOptions` (plain data), and each process builds its clients o
 * `Metadata` serves the driver: topics and partitions of a subscription, and ListOffsets (earliest,
   latest, by timestamp) through a `BlockingAdmin`. The streaming reader keeps one for the whole query
   run (it lives in one long-lived Python process); `__getstate__` drops it.
-* Executors read with `read_range()`, on a `BlockingConsumer` cached per process and per settings:
+* Executors read with `read_arrow()`, on a `RawFetcher` cached per process and per settings: Fetch
+  requests whose record batches go straight to Arrow columns (columnar.py), with no record objects.
   Spark reuses its Python workers across tasks, so the connections and the loop thread are paid once
   per worker, not per task. A cache entry remembers the pid that built it, so a forked child never uses
   its parent's loop thread (which does not exist in the child).
-* Sinks write with `BulkProducer`: the asyncio `Producer` on the facade's `LoopThread`, handed records a
-  chunk at a time. `BlockingProducer.send()` costs one thread hop per record (about 150 us), which would
-  cap a sink near 7k rows/s; `send_many()` has no per-record topic, partition or headers.
+* Sinks write with `BulkProducer`: the asyncio `Producer` on the facade's `LoopThread`. Spark's Arrow
+  batches are encoded column-wise into record batches (`send_arrow`, one `Producer.send_encoded` per
+  partition and batch-size piece); rows that need the record-by-record path (headers, several topics)
+  are handed over a chunk at a time, since `BlockingProducer.send()` costs one thread hop per record
+  (about 150 us), which would cap a sink near 7k rows/s.
 * The exactly-once sink's tasks each need a producer with their own transactional id (sink.py).
   `TxnProducers` keeps the most recently used few per process on one shared loop thread. Spark hands a
   worker tasks of different partition ids, so a small cache saves most connection and coordinator
   lookups without holding connections for every task id ever seen.
 
-`read_range()` yields the records of [start, end) of one partition. Records may be missing from a range
-for three reasons: compaction, control batches (transaction markers), and deletion by retention before
-the task ran. Only the last is data loss: when the offsets jump, the reader asks for the log start
-offset and reports a loss when it has moved past the offsets expected (raising `DataLossError` when
-failOnDataLoss is on, as Spark's Kafka source does, and logging otherwise).
+`read_arrow()` yields the records of [start, end) of one partition. Records may be missing from a range
+for three reasons: compaction, control batches (transaction markers, and aborted transactions with
+read_committed), and deletion by retention before the task ran. Only the last is data loss: when the
+offsets jump, the reader compares them with the log start offset the broker reports and reports a loss
+when it has moved past the offsets expected (raising `DataLossError` when failOnDataLoss is on, as
+Spark's Kafka source does, and logging otherwise).
 """
 
 from __future__ import annotations
@@ -32,14 +36,22 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import random
 import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from odradek.client.blocking import BlockingAdmin, BlockingConsumer, LoopThread
-from odradek.client.cluster import TopicPartition
+import pyarrow as pa
+
+from odradek.client.blocking import BlockingAdmin, LoopThread
+from odradek.client.cluster import KafkaClient, TopicPartition
 from odradek.client.errors import ErrorCode, KafkaError
 from odradek.client.producer import Producer
+from odradek.protocol.errors import ProtocolError
+from odradek.protocol.messages import REQUESTS
+from odradek.protocol.records import ABORT, BatchHeader, iter_batches, iter_records, parse_control_record
+
+from .columnar import MAX_UNCOMPRESSED, decode_batches, encode_for_partitions
 
 from .offsets import OffsetRange
 from .options import ClientOptions, Subscription
@@ -47,7 +59,7 @@ from .options import ClientOptions, Subscription
 log = logging.getLogger("odradek.pipeline")
 
 __all__ = ["BulkProducer", "DataLossError", "Metadata", "TxnProducers", "admin_for", "close_all",
-           "ensure_commit_topic", "evict", "producer_for", "read_range", "report_data_loss", "txn_producers_for"]
+           "ensure_commit_topic", "evict", "producer_for", "read_arrow", "report_data_loss", "txn_producers_for"]
 
 
 class DataLossError(RuntimeError):
@@ -204,77 +216,209 @@ def topic_partitions_or_none(admin: BlockingAdmin, topic: str) -> list[int]:
     return sorted(p.partition for p in description.partitions)
 
 
-# ---------------------------------------------------------------------------------------- executor reads
+# ---------------------------------------------------------------------------------------- executor reads, Arrow
 
-_POLL_SLICE_MS = 1_000
+_FETCH = 1
 
 
-def read_range(client: ClientOptions, rng: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int,
-               max_records: int | None = None, kind: str = "consumer") -> Iterator[list]:
-    """Yield lists of `ConsumerRecord`s holding exactly the records of [rng.start, rng.end) that exist.
+class RawFetcher:
+    """Fetch requests for one partition at a time, answered as raw record batches (no records decoded).
 
-    `kind` names the cached consumer to use, so that a sink's scan never shares one with a reader."""
+    The consumer decodes every record into an object, which is the cost a Spark read cannot afford
+    (columnar.py). A task reads one partition from one offset to another and needs no group, no
+    rebalancing and no per-record position: only Fetch to the partition's leader, with the error handling
+    a consumer has for it (metadata refresh on NOT_LEADER and the like, backoff, OFFSET_OUT_OF_RANGE
+    answered to the caller). It keeps one request ahead: while the caller turns a response into columns,
+    the next fetch, from the offset after the response's last batch, is already on the wire.
+
+    read_committed (`kafka.isolation.level`) is honoured as the consumer honours it: the broker stops at
+    the last stable offset, and batches of aborted transactions (the response's aborted list, closed by
+    their ABORT markers) are left out whole, at batch level.
+    """
+
+    def __init__(self, client: ClientOptions):
+        self.config = client.consumer_config()
+        self.read_committed = self.config.isolation_level == "read_committed"
+        self._thread = LoopThread("odradek-pipeline-fetch")
+        try:
+            self._client: KafkaClient = self._thread.run(KafkaClient(self.config).start())
+        except BaseException:
+            self._thread.stop()
+            raise
+
+    def submit(self, tp: TopicPartition, offset: int, max_wait_ms: int) -> Any:
+        return self._thread.submit(self._fetch(tp, offset, max_wait_ms))
+
+    async def _fetch(self, tp: TopicPartition, offset: int, max_wait_ms: int) -> Any:
+        client = self._client
+
+        async def attempt() -> Any:
+            cls = REQUESTS[_FETCH]
+            leader = await client.leader_for(tp)
+            request = cls(
+                replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=self.config.fetch_max_bytes,
+                isolation_level=1 if self.read_committed else 0, session_id=0, session_epoch=-1,
+                topics=[cls.FetchTopic(topic=tp.topic, partitions=[cls.FetchTopic.FetchPartition(
+                    partition=tp.partition, fetch_offset=offset,
+                    partition_max_bytes=self.config.max_partition_fetch_bytes)])])
+            response = await client.send(leader, request,
+                                         timeout_ms=self.config.request_timeout_ms + max_wait_ms)
+            if response.error_code:
+                raise KafkaError(response.error_code, context="Fetch")
+            for topic in response.responses:
+                for p in topic.partitions:
+                    if topic.topic == tp.topic and p.partition_index == tp.partition:
+                        code = ErrorCode.for_code(p.error_code)
+                        if code != ErrorCode.NONE and code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                            raise KafkaError(code, context=f"Fetch {tp}")
+                        return p
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for the partition", context=f"Fetch {tp}")
+
+        return await client.call(attempt, what=f"Fetch {tp}", timeout_ms=self.config.default_api_timeout_ms)
+
+    def log_start_and_end(self, tp: TopicPartition) -> tuple[int, int]:
+        from odradek.client.consumer import list_offsets
+
+        async def both() -> tuple[int, int]:
+            start = await list_offsets(self._client, {tp: -2})
+            end = await list_offsets(self._client, {tp: -1})
+            return start[tp][0], end[tp][0]
+
+        return self._thread.run(both())
+
+    def close(self) -> None:
+        try:
+            self._thread.run(self._client.close(), 30)
+        finally:
+            self._thread.stop()
+
+
+def read_arrow(client: ClientOptions, rng: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int,
+               include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """Yield Arrow record batches holding exactly the records of [rng.start, rng.end) that exist, one per
+    fetch response (at most `max.partition.fetch.bytes` of record batches), decoded by `columnar`.
+
+    Gaps are judged as `read_range` judges them: control batches, aborted transactions and compaction
+    leave gaps that are not losses; a log start offset past the offsets wanted is (DataLossError with
+    failOnDataLoss); a partition that ends before `rng.end` was truncated or recreated."""
     if rng.size <= 0:
         return
-    consumer = _cached(kind, client, lambda: BlockingConsumer(config=client.consumer_config()))
-    tp = rng.topic_partition
+    fetcher: RawFetcher = _cached("fetcher", client, lambda: RawFetcher(client))
     try:
-        yield from _read(consumer, tp, rng, fail_on_data_loss, poll_timeout_ms, max_records)
+        yield from _read_arrow(fetcher, rng, fail_on_data_loss, poll_timeout_ms, include_headers)
     except GeneratorExit:
         raise
     except BaseException:
-        # A consumer that failed may hold errors for later calls or a half-read buffer: start afresh.
-        evict(kind, client)
+        evict("fetcher", client)
         raise
 
 
-def _read(consumer: BlockingConsumer, tp: TopicPartition, rng: OffsetRange, fail_on_data_loss: bool,
-          poll_timeout_ms: int, max_records: int | None) -> Iterator[list]:
-    consumer.assign([tp])
-    consumer.seek(tp, rng.start)
+def _read_arrow(fetcher: RawFetcher, rng: OffsetRange, fail_on_data_loss: bool, poll_timeout_ms: int,
+                include_headers: bool) -> Iterator[pa.RecordBatch]:
+    tp = rng.topic_partition
     expected = rng.start  # the next offset wanted
+    fetch_offset = rng.start
+    max_wait = min(poll_timeout_ms, 500)
     deadline = time.monotonic() + poll_timeout_ms / 1000
+    pending = fetcher.submit(tp, fetch_offset, max_wait)
     while expected < rng.end:
-        remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)
-        got = consumer.poll(timeout_ms=min(_POLL_SLICE_MS, remaining_ms), max_records=max_records)
-        records = got.get(tp) or []
-        if records:
-            first = records[0].offset
-            if first > expected:
-                _check_gap(consumer, tp, expected, min(first, rng.end), fail_on_data_loss)
-            if records[-1].offset >= rng.end:
-                records = [r for r in records if r.offset < rng.end]
-            if records:
-                expected = records[-1].offset + 1
-                yield records
+        p = pending.result()
+        pending = None
+        code = ErrorCode.for_code(p.error_code)
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            log_start, log_end = fetcher.log_start_and_end(tp)
+            if fetch_offset < log_start:
+                report_data_loss(f"{tp.topic}-{tp.partition}: offsets {expected} to {min(log_start, rng.end) - 1} "
+                                 f"were deleted before they were read (log start offset is now {log_start})",
+                                 fail_on_data_loss)
+                expected = fetch_offset = min(log_start, rng.end)
             else:
-                expected = rng.end
-            deadline = time.monotonic() + poll_timeout_ms / 1000
-            continue
-        # Nothing came: the position may have moved past control batches or a compaction gap, or past
-        # deleted records after the broker answered OFFSET_OUT_OF_RANGE and the consumer reset.
-        position = consumer.position(tp)
-        if position > expected:
-            _check_gap(consumer, tp, expected, min(position, rng.end), fail_on_data_loss)
-            expected = position
-            deadline = time.monotonic() + poll_timeout_ms / 1000
-            continue
-        if time.monotonic() >= deadline:
-            high_watermark = consumer.end_offsets([tp])[tp]
-            if high_watermark < rng.end:
                 report_data_loss(f"{tp.topic}-{tp.partition}: offsets up to {rng.end - 1} were planned, but the "
-                                 f"partition now ends at {high_watermark} (truncated or recreated)", fail_on_data_loss)
+                                 f"partition now ends at {log_end} (truncated or recreated)", fail_on_data_loss)
+                return
+            if expected < rng.end:
+                pending = fetcher.submit(tp, fetch_offset, max_wait)
+            continue
+        records = p.records
+        view = memoryview(records) if records else memoryview(b"")
+        try:
+            found = _usable_batches(view, fetch_offset, p.aborted_transactions, fetcher.read_committed)
+        except ProtocolError as e:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e), context=f"Fetch {tp}") from e
+        batches, next_offset = found
+        if next_offset > fetch_offset:
+            fetch_offset = next_offset
+            if fetch_offset < rng.end:  # one request ahead while this response is decoded
+                pending = fetcher.submit(tp, fetch_offset, max_wait)
+            deadline = time.monotonic() + poll_timeout_ms / 1000
+            if batches:
+                first = max(batches[0][1].base_offset, expected)
+                if first > expected and p.log_start_offset > expected:
+                    _report_deleted(tp, expected, min(first, p.log_start_offset), p.log_start_offset,
+                                    fail_on_data_loss)
+                try:
+                    batch = decode_batches(tp.topic, tp.partition, view, batches, start=expected, end=rng.end,
+                                           include_headers=include_headers)
+                except ProtocolError as e:
+                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e), context=f"Fetch {tp}") from e
+                if batch.num_rows:
+                    yield batch
+            expected = min(fetch_offset, rng.end)
+            continue
+        # nothing new in this answer
+        if p.log_start_offset > expected:
+            _report_deleted(tp, expected, min(p.log_start_offset, rng.end), p.log_start_offset, fail_on_data_loss)
+            expected = fetch_offset = min(p.log_start_offset, rng.end)
+            deadline = time.monotonic() + poll_timeout_ms / 1000
+        elif time.monotonic() >= deadline:
+            if p.high_watermark < rng.end:
+                report_data_loss(f"{tp.topic}-{tp.partition}: offsets up to {rng.end - 1} were planned, but the "
+                                 f"partition now ends at {p.high_watermark} (truncated or recreated)",
+                                 fail_on_data_loss)
                 return
             raise TimeoutError(f"{tp.topic}-{tp.partition}: no records at offset {expected} within "
                                f"{poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
+        if expected < rng.end:
+            pending = fetcher.submit(tp, fetch_offset, max_wait)
+    if pending is not None:
+        pending.cancel()
 
 
-def _check_gap(consumer: BlockingConsumer, tp: TopicPartition, expected: int, got: int,
-               fail_on_data_loss: bool) -> None:
-    log_start = consumer.beginning_offsets([tp])[tp]
-    if log_start > expected:
-        report_data_loss(f"{tp.topic}-{tp.partition}: offsets {expected} to {min(log_start, got) - 1} were deleted "
-                         f"before they were read (log start offset is now {log_start})", fail_on_data_loss)
+def _report_deleted(tp: TopicPartition, expected: int, upto: int, log_start: int, fail: bool) -> None:
+    report_data_loss(f"{tp.topic}-{tp.partition}: offsets {expected} to {upto - 1} were deleted before they were "
+                     f"read (log start offset is now {log_start})", fail)
+
+
+def _usable_batches(view: memoryview, fetch_offset: int, aborted_list: Any, read_committed: bool
+                    ) -> tuple[list[tuple[int, BatchHeader]], int]:
+    """The data batches of a fetch answer that a consumer would deliver, and the offset to fetch next.
+
+    Batch level only, as the consumer's `_decode`: batches wholly before `fetch_offset` are skipped,
+    control batches never hold data, and with read_committed a transactional batch of a producer with an
+    aborted transaction open at that offset is dropped (the ABORT marker closes it)."""
+    aborted = sorted(((a.first_offset, a.producer_id) for a in (aborted_list or ())), reverse=True)
+    aborted_pids: set[int] = set()
+    out: list[tuple[int, BatchHeader]] = []
+    next_offset = fetch_offset
+    for pos, h in iter_batches(view):
+        if h.next_offset <= fetch_offset:
+            continue
+        next_offset = h.next_offset
+        if read_committed:
+            while aborted and aborted[-1][0] <= h.last_offset:
+                aborted_pids.add(aborted.pop()[1])
+            if h.is_control:
+                if h.is_transactional:
+                    for rec in iter_records(view[pos:pos + h.size], max_uncompressed_bytes=MAX_UNCOMPRESSED):
+                        if parse_control_record(rec)[0] == ABORT:
+                            aborted_pids.discard(h.producer_id)
+                continue
+            if h.is_transactional and h.producer_id in aborted_pids:
+                continue
+        elif h.is_control:
+            continue
+        out.append((pos, h))
+    return out, next_offset
 
 
 def report_data_loss(message: str, fail: bool) -> None:
@@ -338,6 +482,53 @@ class BulkProducer:
             count += len(chunk)
         self.sent += count
         return count
+
+    def send_arrow(self, batches: Iterable[pa.RecordBatch], topic_option: str | None) -> int:
+        """Queue the rows of Arrow batches, each encoded column-wise into record batches (columnar.py) when
+        it can be, else row by row; delivery errors surface in flush().
+
+        The encoding of batch i+1 (this thread) overlaps the queueing of batch i (the loop thread), one
+        batch ahead at most, so that the pieces of a partition are queued in order. The partition count of
+        a topic is looked up once per call (one Spark task), as a producer's metadata would hold it."""
+        from .arrow import rows_from_batch
+
+        batch_size = self._producer.config.batch_size
+        counts: dict[str, int] = {}
+
+        def partition_count(topic: str) -> int:
+            if topic not in counts:
+                counts[topic] = len(self._thread.run(self._producer.partitions_for(topic)))
+            return counts[topic]
+
+        count = 0
+        pending = None
+        try:
+            for batch in batches:
+                pieces = encode_for_partitions(batch, topic_option=topic_option, partition_count=partition_count,
+                                               batch_size=batch_size, now_ms=int(time.time() * 1000), rng=random)
+                if pending is not None:
+                    pending.result()
+                    pending = None
+                if pieces is None:
+                    count += self.send(rows_from_batch(batch, topic_option=topic_option))
+                    continue
+                if pieces:
+                    pending = self._thread.submit(self._send_encoded(pieces))
+                    count += batch.num_rows
+                    self.sent += batch.num_rows
+        finally:
+            if pending is not None:
+                pending.result()
+        return count
+
+    async def _send_encoded(self, pieces: list) -> None:
+        for topic, partition, records in pieces:
+            future = await self._producer.send_encoded(topic, partition, records)
+            future.add_done_callback(self._encoded_done)
+
+    def _encoded_done(self, future: Any) -> None:
+        if not future.cancelled() and future.exception() is not None and self._error is None:
+            self._error = future.exception()
 
     def flush(self) -> None:
         """Wait until every queued record is acknowledged; raise the first delivery error."""

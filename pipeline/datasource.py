@@ -13,8 +13,9 @@ Which process runs what (the reference notes, section 2.2, give the evidence):
   reader's `initialOffset`, `latestOffset`, `partitions` and `commit` run in one long-lived process per
   query run, which keeps a metadata client (dropped when pickled).
 * `read(partition)` runs on executors from a fresh copy of the planning-time reader; everything it needs
-  is in its `RangePartition` (topic, partition, [start, end), client options). It yields Arrow record
-  batches of at most 10,000 rows, read with the blocking client (`_kafka.read_range`).
+  is in its `RangePartition` (topic, partition, [start, end), client options). It yields one Arrow record
+  batch per fetch response (`_kafka.read_arrow`), decoded from the record batches' bytes straight into
+  columns (`columnar.py`).
 * `write()` runs on executors; `commit()` on the driver, in a fresh writer for each streaming batch.
 
 Offsets, limits and new partitions in streaming: see `StreamReader.latestOffset`. Filter pushdown of
@@ -51,10 +52,10 @@ from pyspark.sql.types import StructType
 from odradek.client.cluster import TopicPartition
 
 from . import _kafka
-from .arrow import check_write_schema, read_schema_ddl, records_to_batch, rows_from_batch
+from .arrow import check_write_schema, read_schema_ddl
 from .offsets import EARLIEST, LATEST, Bounds, OffsetRange, count_between, offsets_from_json, offsets_to_json, plan_ranges, rate_limit
 from .options import ClientOptions, OffsetSpec, OptionError, SinkOptions, SourceOptions
-from .sink import KafkaTaskTransaction, TaskOutcome, progress_group, transactional_id, write_task
+from .sink import KafkaTaskTransaction, TaskOutcome, progress_group, transactional_id, write_chunks
 
 log = logging.getLogger("odradek.pipeline")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -169,9 +170,8 @@ def read_partition(partition: InputPartition) -> Iterator[Any]:
     if not isinstance(partition, RangePartition):  # Spark's InputPartition(None) when there are no ranges
         return
     rng, s = partition.range, partition.settings
-    for records in _kafka.read_range(s.client, rng, fail_on_data_loss=s.fail_on_data_loss,
-                                     poll_timeout_ms=s.poll_timeout_ms):
-        yield records_to_batch(rng.topic, rng.partition, records, include_headers=s.include_headers)
+    yield from _kafka.read_arrow(s.client, rng, fail_on_data_loss=s.fail_on_data_loss,
+                                 poll_timeout_ms=s.poll_timeout_ms, include_headers=s.include_headers)
 
 
 def _resolve(spec: OffsetSpec, tps: list[TopicPartition], md: _kafka.Metadata, *, what: str,
@@ -457,15 +457,10 @@ class TaskMessage(WriterCommitMessage):
     outcome: TaskOutcome = field(default_factory=lambda: TaskOutcome("", -1, -1))
 
 
-def _rows(batches: Iterator[Any], topic: str | None) -> Iterator[tuple]:
-    for batch in batches:
-        yield from rows_from_batch(batch, topic_option=topic)
-
-
 def _send_all(options: SinkOptions, batches: Iterator[Any]) -> SentMessage:
     producer = _kafka.producer_for(options.client)
     try:
-        count = producer.send(_rows(batches, options.topic))
+        count = producer.send_arrow(batches, options.topic)
         producer.flush()
     except BaseException:
         _kafka.evict("producer", options.client)
@@ -508,12 +503,12 @@ class StreamWriter(DataSourceStreamArrowWriter):
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         task = ctx.partitionId()
         txn = self._transaction(query_id, task)
-        return TaskMessage(write_task(txn, query_id, batch_id, task, _rows(iterator, o.topic)))
+        return TaskMessage(write_chunks(txn, query_id, batch_id, task, iterator))
 
     def _transaction(self, query_id: str, task: int) -> KafkaTaskTransaction:
         o = self.options
         return KafkaTaskTransaction(o.client, transactional_id(query_id, task), progress_group(query_id, task),
-                                    o.commit_topic)
+                                    o.commit_topic, o.topic)
 
     def commit(self, messages: list, batchId: int) -> None:
         # The tasks have committed their transactions: there is nothing left to make visible, so a repeated

@@ -91,9 +91,12 @@ unit-tested against an in-memory fake with fencing, and `KafkaTaskTransaction` i
 
 from __future__ import annotations
 
+import itertools
 import logging
+import random
+import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Iterator, Protocol
 
 from odradek.client.cluster import TopicPartition
 from odradek.client.errors import ErrorCode, KafkaError
@@ -101,6 +104,8 @@ from odradek.client.group import fetch_committed_offsets
 from odradek.client.producer import Producer, TransactionState
 
 from . import _kafka
+from .arrow import rows_from_batch
+from .columnar import encode_for_partitions
 
 log = logging.getLogger("odradek.pipeline")
 
@@ -139,8 +144,9 @@ class TaskTransaction(Protocol):
 
     def begin(self) -> None: ...
 
-    def send(self, rows: list[Row]) -> None:
-        """Queue rows in the open transaction; delivery errors surface in commit()."""
+    def send(self, rows: Any) -> None:
+        """Queue rows (a list of rows, or an Arrow batch) in the open transaction; delivery errors surface in
+        commit()."""
 
     def commit(self, next_batch: int) -> None:
         """Add the progress offset to the transaction, deliver every row, and commit (EndTxn)."""
@@ -162,27 +168,41 @@ class TaskOutcome:
 
 def write_task(txn: TaskTransaction, query_id: str, batch_id: int, task: int, rows: Iterable[Row]) -> TaskOutcome:
     """Write one task's rows of micro-batch `batch_id` in one transaction, unless they are committed already."""
+    return write_chunks(txn, query_id, batch_id, task, _chunked(rows))
+
+
+def _chunked(rows: Iterable[Row]) -> Iterator[list[Row]]:
+    chunk: list[Row] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _size(chunk: Any) -> int:
+    return chunk.num_rows if hasattr(chunk, "num_rows") else len(chunk)
+
+
+def write_chunks(txn: TaskTransaction, query_id: str, batch_id: int, task: int, chunks: Iterable[Any]) -> TaskOutcome:
+    """`write_task` for input in chunks: lists of rows, or the Arrow batches Spark hands the writer (which
+    `KafkaTaskTransaction.send` encodes column-wise, pipeline/columnar.py)."""
     outcome = TaskOutcome(query_id, batch_id, task)
-    rows = iter(rows)
-    first = next(rows, None)
+    sized = (c for c in chunks if _size(c))
+    first = next(sized, None)
     if first is None:
         return outcome  # nothing to write; an earlier attempt had nothing either (same rows)
     txn.init()
     if txn.next_batch() > batch_id:
-        outcome.skipped = 1 + sum(1 for _ in rows)  # drain: Spark expects the input consumed
+        outcome.skipped = _size(first) + sum(_size(c) for c in sized)  # drain: Spark expects the input consumed
         return outcome
     txn.begin()
     try:
-        chunk: list[Row] = [first]
-        for row in rows:
-            chunk.append(row)
-            if len(chunk) >= CHUNK:
-                txn.send(chunk)
-                outcome.published += len(chunk)
-                chunk = []
-        if chunk:
+        for chunk in itertools.chain([first], sized):
             txn.send(chunk)
-            outcome.published += len(chunk)
+            outcome.published += _size(chunk)
         txn.commit(batch_id + 1)
     except BaseException:
         try:
@@ -203,8 +223,9 @@ _REFUSALS = frozenset({ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCod
 class KafkaTaskTransaction:
     """TaskTransaction on the bundled asyncio Producer, from this process's cache (`_kafka.TxnProducers`)."""
 
-    def __init__(self, client: Any, txn_id: str, group: str, commit_topic: str):
+    def __init__(self, client: Any, txn_id: str, group: str, commit_topic: str, topic_option: str | None = None):
         self.client = client
+        self.topic_option = topic_option
         self.txn_id = txn_id
         self.group = group
         self.commit_topic = commit_topic
@@ -246,8 +267,22 @@ class KafkaTaskTransaction:
     def begin(self) -> None:
         self._producer.begin_transaction()
 
-    def send(self, rows: list[Row]) -> None:
-        self._run(_send_rows(self._producer, rows))
+    def send(self, rows: Any) -> None:
+        if isinstance(rows, list):
+            self._run(_send_rows(self._producer, rows))
+            return
+        producer = self._producer
+
+        def partition_count(topic: str) -> int:
+            return len(self._run(producer.partitions_for(topic)))
+
+        pieces = encode_for_partitions(rows, topic_option=self.topic_option, partition_count=partition_count,
+                                       batch_size=producer.config.batch_size, now_ms=int(time.time() * 1000),
+                                       rng=random)
+        if pieces is None:
+            self._run(_send_rows(producer, list(rows_from_batch(rows, topic_option=self.topic_option))))
+        else:
+            self._run(_send_encoded(producer, pieces))
 
     def commit(self, next_batch: int) -> None:
         anchor = TopicPartition(self.commit_topic, PROGRESS_PARTITION)
@@ -274,6 +309,11 @@ class KafkaTaskTransaction:
 
     def _fatal(self) -> bool:
         return self._producer.transaction_state is TransactionState.FATAL_ERROR
+
+
+async def _send_encoded(producer: Producer, pieces: list) -> None:
+    for topic, partition, records in pieces:
+        await producer.send_encoded(topic, partition, records)
 
 
 async def _send_rows(producer: Producer, rows: list[Row]) -> None:

@@ -412,7 +412,45 @@ def build_batch(
         count += 1
     if count == 0:
         raise LocalProtocolError("a batch needs at least one record")
+    assert base_timestamp is not None
+    return _wrap(body, count, delta, base_timestamp, max_timestamp, base_offset=base_offset, compression=compression,
+                 producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+                 transactional=transactional, control=control, timestamp_type_log_append=timestamp_type_log_append,
+                 partition_leader_epoch=partition_leader_epoch, delete_horizon=delete_horizon_ms is not None,
+                 compression_level=compression_level)
 
+
+def wrap_records(
+    body,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    *,
+    compression: int = NONE,
+    compression_level: int | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+) -> bytes:
+    """A batch around an already encoded, uncompressed records section `body` of `count` records whose
+    offset deltas are 0..count-1 (compressed here when `compression` is set), with a valid CRC.
+
+    For producers that encode records in bulk (the Spark sink encodes an Arrow batch's columns at once);
+    `build_batch` is the record-by-record way to the same bytes."""
+    if count <= 0:
+        raise LocalProtocolError("a batch needs at least one record")
+    return _wrap(body, count, count - 1, base_timestamp, max_timestamp, base_offset=0, compression=compression,
+                 producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+                 transactional=transactional, control=False, timestamp_type_log_append=False,
+                 partition_leader_epoch=NO_PARTITION_LEADER_EPOCH, delete_horizon=False,
+                 compression_level=compression_level)
+
+
+def _wrap(body, count: int, last_delta: int, base_timestamp: int, max_timestamp: int, *, base_offset: int,
+          compression: int, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool,
+          control: bool, timestamp_type_log_append: bool, partition_leader_epoch: int, delete_horizon: bool,
+          compression_level: int | None) -> bytes:
     attributes = compression
     if timestamp_type_log_append:
         attributes |= ATTR_LOG_APPEND_TIME
@@ -420,7 +458,7 @@ def build_batch(
         attributes |= ATTR_TRANSACTIONAL
     if control:
         attributes |= ATTR_CONTROL
-    if delete_horizon_ms is not None:
+    if delete_horizon:
         attributes |= ATTR_DELETE_HORIZON
     payload = compress(compression, body, level=compression_level) if compression != NONE else body
 
@@ -428,7 +466,7 @@ def build_batch(
     out += payload
     try:
         _HEADER.pack_into(
-            out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0, attributes, delta,
+            out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0, attributes, last_delta,
             base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count,
         )
     except struct.error as e:

@@ -254,6 +254,64 @@ def test_filter_pushdown_fetches_only_the_ranges_the_filter_keeps(spark, broker,
     assert pushed < unpushed / 5
 
 
+def _transactions(bootstrap: str, topic: str, outcomes: list[bool], per_txn: int, value_size: int) -> None:
+    """One transactional producer writing `per_txn` records to partition 0 per transaction, committing or
+    aborting each as `outcomes` says; values are b"commit..." or b"abort..." padded to value_size."""
+    import asyncio
+
+    from odradek.client.config import ProducerConfig
+    from odradek.client.producer import Producer
+
+    async def run() -> None:
+        producer = Producer(ProducerConfig(bootstrap_servers=bootstrap, transactional_id=f"rc-{topic}"))
+        await producer.start()
+        try:
+            await producer.init_transactions()
+            for n, commit in enumerate(outcomes):
+                producer.begin_transaction()
+                tag = b"commit" if commit else b"abort"
+                for i in range(per_txn):
+                    await producer.send(topic, (b"%s-%d-%d-" % (tag, n, i)).ljust(value_size, b"."), partition=0)
+                await (producer.commit_transaction() if commit else producer.abort_transaction())
+        finally:
+            await producer.close()
+
+    asyncio.run(run())
+
+
+def test_read_committed_pushdown_over_aborted_transactions(spark, broker, admin, producer):
+    """Partition 0 holds five transactions of 20 records (committed, aborted, committed, aborted, committed:
+    offsets 0-19, 21-40, 42-61, 63-82, 84-103, a marker after each); partition 1 holds 1.5 MB of plain
+    records. An offset-filtered read_committed batch read over [30, 90) of partition 0 returns exactly the
+    committed records in range, nothing aborted, and fetches a fraction of the bytes of the same query
+    without pushdown; read_uncommitted shows the aborted records were in range."""
+    topic = new_topic(admin, partitions=2, prefix="rc")
+    _transactions(broker.bootstrap, topic, [True, False, True, False, True], 20, 1000)
+    filler = [producer.send(topic, bytes(1000), partition=1) for _ in range(1500)]
+    producer.flush()
+    for f in filler:
+        f.result(10)
+
+    condition = "partition = 0 and offset >= 30 and offset < 90"
+
+    def run(pushdown: bool, isolation: str) -> tuple[list, float]:
+        df = source(spark, broker, subscribe=topic, filterPushdown=str(pushdown).lower(),
+                    **{"kafka.isolation.level": isolation}).where(condition)
+        before = bytes_out(broker)
+        rows = sorted((r.offset, r.value.split(b"-")[0]) for r in df.collect())
+        return rows, bytes_out(broker) - before
+
+    rows, pushed = run(True, "read_committed")
+    assert rows == [(o, b"commit") for o in range(42, 62)] + [(o, b"commit") for o in range(84, 90)]
+    rows_without, unpushed = run(False, "read_committed")
+    assert rows_without == rows
+    print(f"read_committed offset filter, bytes written by the broker: {pushed:.0f} pushed, "
+          f"{unpushed:.0f} not pushed")
+    assert unpushed > 1_400_000 and pushed < unpushed / 5
+    uncommitted, _ = run(True, "read_uncommitted")
+    assert [o for o, tag in uncommitted if tag == b"abort"] == list(range(30, 41)) + list(range(63, 83))
+
+
 # ---------------------------------------------------------------------------------------- discovery
 
 # The driver of this script imports pyspark only: no odradek import, no register call. Spark must find the
@@ -422,7 +480,7 @@ class _FailingStreamWriter(StreamWriter):
     def _transaction(self, query_id, task):
         if self._take(f"mid.{self._where()}"):
             return _DyingTransaction(self.options.client, transactional_id(query_id, task),
-                                     progress_group(query_id, task), self.options.commit_topic)
+                                     progress_group(query_id, task), self.options.commit_topic, self.options.topic)
         return super()._transaction(query_id, task)
 
     def write(self, iterator):

@@ -89,3 +89,20 @@ async def test_acks_zero_resolves_without_a_response():
         async with Producer(bootstrap_servers=fake.bootstrap, acks=0) as p:
             result = await p.send_and_wait("t", b"v")
         assert result.offset == -1 and fake.calls[22] == 0  # not idempotent: no producer id
+
+
+async def test_send_encoded_queues_a_pre_encoded_batch_with_retries_and_checks():
+    """Producer.send_encoded (the Spark sink's column-wise path): a records section encoded by the caller is
+    sent as one batch, retried like any batch, and refused for a partition the topic does not have."""
+    from odradek.client.producer import EncodedRecords
+    from odradek.protocol.records import build_batch
+
+    section = build_batch([(b"k", b"v", None, 7), (None, b"w", None, 7)])[61:]
+    async with FakeBroker(produce_errors=[6]) as fake:  # NOT_LEADER_OR_FOLLOWER once
+        async with Producer(bootstrap_servers=fake.bootstrap, retry_backoff_ms=10) as p:
+            future = await p.send_encoded("t", 0, EncodedRecords(section, 2, 7, 7))
+            result = await future
+            assert (result.topic, result.partition, result.offset, result.timestamp) == ("t", 0, 0, 7)
+            with pytest.raises(KafkaError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+                await p.send_encoded("t", 3, EncodedRecords(section, 2, 7, 7))
+        assert fake.calls[0] == 2
