@@ -106,9 +106,10 @@ def resolve_jars() -> list[Path]:
                     f"mvn did not resolve {POM.name} in {RESOLVE_TIMEOUT_S} s (is Maven Central reachable?)") from exc
             if done.returncode != 0:
                 lines = (done.stdout + done.stderr).splitlines()
-                reasons = [line for line in lines if "Could not" in line] or [l for l in lines if "ERROR" in l][:8]
-                raise ConnectorUnavailable(f"Maven could not resolve Spark's Kafka connector (exit {done.returncode}):\n"
-                                           + "\n".join(reasons or lines[-20:]))
+                reasons = [line for line in lines if "Could not" in line] or [x for x in lines if "ERROR" in x][:8]
+                raise ConnectorUnavailable(
+                    f"Maven could not resolve Spark's Kafka connector (exit {done.returncode}):\n"
+                    + "\n".join(reasons or lines[-20:]))
             stamp.write_text(want)
     shipped = _pyspark_jar_names()
     jars = sorted(j for j in LIB.glob("*.jar") if _artifact(j.name) not in shipped)
@@ -155,7 +156,8 @@ def measure(spark, admin, bootstrap: str, source: str, *, rows: int, value_size:
         admin.create_topic(topic, partitions, 1)
 
     def read_df():
-        return spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", source).load()
+        return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", source).load())
 
     t0 = time.perf_counter()
     read_df().limit(1).collect()  # loads the connector's classes and opens its first consumer
@@ -174,7 +176,8 @@ def measure(spark, admin, bootstrap: str, source: str, *, rows: int, value_size:
 
     def write() -> float:
         t0 = time.perf_counter()
-        frame.write.format("kafka").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", sink).save()
+        (frame.write.format("kafka").mode("append").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", sink).save())
         return time.perf_counter() - t0
 
     result["kafka_connector_write_rows_s"] = _rate(rows, min(write() for _ in range(repeat)))
