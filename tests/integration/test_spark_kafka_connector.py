@@ -49,12 +49,16 @@ def broker(tmp_path_factory):
 
 
 def _fresh_jvm() -> None:
-    """`spark.jars` only reaches the driver's classpath when the JVM starts: a JVM left by an earlier Spark
-    module in this pytest worker (stopped session, live gateway) is shut down so the next session starts one."""
+    """`spark.jars` only reaches the driver's classpath when the JVM starts (a session built on a JVM that is
+    already up cannot find `format("kafka")`): a JVM left by an earlier Spark module in this pytest worker is
+    shut down so the next session starts its own. Files run one at a time per worker (`--dist loadfile`), so
+    a context still active here belongs to a module whose tests are over."""
     from pyspark import SparkContext
 
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
     gateway = SparkContext._gateway
-    if gateway is None or SparkContext._active_spark_context is not None:
+    if gateway is None:
         return
     gateway.shutdown()
     proc = getattr(gateway, "proc", None)  # the JVM exits when its stdin closes (PythonGatewayServer)
