@@ -105,7 +105,7 @@ def resolve_jars() -> list[Path]:
                 raise ConnectorUnavailable(
                     f"mvn did not resolve {POM.name} in {RESOLVE_TIMEOUT_S} s (is Maven Central reachable?)") from exc
             if done.returncode != 0:
-                lines = (done.stdout + done.stderr).splitlines()
+                lines = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr).splitlines()  # Maven's colours
                 reasons = [line for line in lines if "Could not" in line] or [x for x in lines if "ERROR" in x][:8]
                 raise ConnectorUnavailable(
                     f"Maven could not resolve Spark's Kafka connector (exit {done.returncode}):\n"
