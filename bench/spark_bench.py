@@ -1,7 +1,7 @@
 """Rows per second through the `odradek` Spark data source, beside Spark's own ceiling in the same run.
 
     python -m bench.spark_bench [--rows 500000] [--value-size 100] [--partitions 4] [--bootstrap HOST:PORT]
-                                [--master local[2]] [--repeat 2] [--stream]
+                                [--master local[2]] [--repeat 2] [--stream] [--kafka-connector]
 
 Starts a broker (unless --bootstrap names one), fills a topic, then measures (bounded: every figure is
 one pass over `rows` records, the best of `--repeat` passes; a Spark figure and its null twin are
@@ -18,6 +18,8 @@ timed in turns, after one warm-up pass each):
   null_sink_rows_s: the same DataFrame written to the null sink; write_vs_null = the ratio;
 - with --stream, stream_copy_rows_s (exactly-once sink) and stream_copy_at_least_once_rows_s: a topic
   copied by a Trigger.AvailableNow query.
+- with --kafka-connector, the same read, write (and stream) through Spark's own JVM connector,
+  `format("kafka")`, on the same session and broker: bench/spark_connector.py.
 
 Spark runs `local[2]` by default, so its figures use up to two Python workers against the single
 thread of the client figures, and the broker shares the same cores. The machine may be shared: read each
@@ -38,6 +40,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # `python bench/spark_bench.py` as well as `python -m bench.spark_bench`
     sys.path.insert(0, str(REPO_ROOT))
+
+from bench import spark_connector  # noqa: E402  the "kafka-connector" target: Spark's own JVM connector
 
 
 def _rate(rows: int, seconds: float) -> int:
@@ -62,7 +66,7 @@ def _paired(fn, null_fn, repeat: int) -> tuple[float, float]:
 
 
 def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: str, repeat: int,
-        stream: bool) -> dict:
+        stream: bool, kafka_connector: bool = False) -> dict:
     from odradek.client.blocking import BlockingAdmin
     from odradek.client.cluster import TopicPartition
     from odradek.pipeline import _kafka, jobs
@@ -114,7 +118,8 @@ def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: 
     t0 = time.perf_counter()
     spark = jobs.spark_session("odradek-spark-bench", master, {
         "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": str(partitions),
-        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+        **spark_connector.session_conf(kafka_connector)})
     spark.sparkContext.setLogLevel("ERROR")
     result["spark_start_s"] = round(time.perf_counter() - t0, 1)
     from bench import spark_nulls
@@ -180,6 +185,9 @@ def run(bootstrap: str, *, rows: int, value_size: int, partitions: int, master: 
                     q = query.start()
                     q.awaitTermination()
                     result[name] = _rate(rows, time.perf_counter() - t0)
+        if kafka_connector:
+            result.update(spark_connector.measure(spark, admin, bootstrap, source, rows=rows, value_size=value_size,
+                                                  partitions=partitions, repeat=repeat, stream=stream))
     finally:
         spark.stop()
         _kafka.close_all()
@@ -196,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--stream", action="store_true", help="also time a streaming copy, both sink modes")
+    spark_connector.add_argument(parser)
     args = parser.parse_args(argv)
 
     server = None
@@ -209,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             bootstrap = args.bootstrap
         result = run(bootstrap, rows=args.rows, value_size=args.value_size, partitions=args.partitions,
-                     master=args.master, repeat=args.repeat, stream=args.stream)
+                     master=args.master, repeat=args.repeat, stream=args.stream,
+                     kafka_connector=args.kafka_connector)
         print(json.dumps(result, indent=2))
     finally:
         if server is not None:
