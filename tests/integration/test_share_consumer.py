@@ -14,6 +14,9 @@ A redelivery "at once" is told apart from a lock expiry by the lock's length, no
 60 s lock, a record seen again within the 30 s the test waits came back because it was released. Every wait
 is a poll loop with a generous deadline; nothing asserts a duration.
 
+The checker (a bounded slice by default, a long run with ODRADEK_LONG=1) kills consumers at random while they
+work: every record ends accepted exactly once (the broker's accept counter) or archived at the limit.
+
 The restart test is last: it stops and starts the module's broker on the same data directory.
 """
 
@@ -21,16 +24,21 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 
 from tests.brokerproc import BrokerProcess
 from tests.harness.groups import REPO_ROOT, create_topic, name, produce, wait_for
+from tests.harness.processes import free_port_block
 
 pytestmark = pytest.mark.timeout(240)
 SHORT_LOCK_MS = 2000  # a lock meant to expire
@@ -43,7 +51,8 @@ def broker(tmp_path_factory):
     # group may ask for a 2 s lock; the broker's own default lock stays Kafka's 30 s.
     proc = BrokerProcess(tmp_path_factory.mktemp("share-consumer"), "odradek.share.enabled=true",
                          "group.share.min.heartbeat.interval.ms=1000", "group.share.heartbeat.interval.ms=1000",
-                         "group.share.min.record.lock.duration.ms=1000").start()
+                         "group.share.min.record.lock.duration.ms=1000",
+                         f"metrics.port={free_port_block(1)}", "metrics.host=127.0.0.1").start()
     yield proc
     proc.stop()
 
@@ -233,6 +242,103 @@ def test_explicit_release_reject_and_the_delivery_limit(broker):
         assert records(c.poll(1.0)) == []
     finally:
         c.close()
+
+
+WORKER = """
+import json, sys, time
+from confluent_kafka import AcknowledgeType, ShareConsumer
+spec = json.loads(sys.argv[1])
+c = ShareConsumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"], "client.id": spec["id"],
+                   "share.acknowledgement.mode": "explicit", "log_level": 3, "max.poll.records": 10})
+c.subscribe([spec["topic"]])
+while True:
+    for m in c.poll(0.5):
+        if m.error() is None:
+            value = m.value().decode()
+            print(json.dumps([value, m.delivery_count()]), flush=True)  # before its acknowledgement is sent
+            time.sleep(spec["work_s"])  # the work: kills land while records are held
+            c.acknowledge(m, AcknowledgeType.RELEASE if value.startswith("poison") else AcknowledgeType.ACCEPT)
+"""
+LONG = os.environ.get("ODRADEK_LONG") == "1"
+
+
+class Worker:
+    """A share consumer in a child process (kill -9 at any point): ACCEPTs every record but the poison ones,
+    which it RELEASEs every time; prints each delivery before acknowledging it."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, ident: str, seen: list) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(
+            {"bootstrap": bootstrap, "group": group, "topic": topic, "id": ident, "work_s": 0.02})], stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, cwd=REPO_ROOT)
+        self.reader = threading.Thread(target=self._read, args=(seen,), daemon=True)
+        self.reader.start()
+
+    def _read(self, seen: list) -> None:
+        for line in self.proc.stdout:
+            seen.append(tuple(json.loads(line)))
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.reader.join(10)
+
+
+def _metric(broker: BrokerProcess, series: str) -> float:
+    port = next(o.split("=")[1] for o in broker.overrides if o.startswith("metrics.port="))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    m = re.search(rf"^{re.escape(series)} ([0-9.e+]+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_checker_with_consumer_kills_every_record_accepted_once_or_archived_at_the_limit(broker):
+    """Three workers on two partitions, one killed (-9) and replaced every couple of seconds. At the end
+    each share-partition's start offset is its log end (nothing left in flight), every good record was
+    delivered and accepted exactly once in the broker's count (a delivery to a killed worker comes back,
+    with a higher count), and every poison record was archived at the delivery-count limit (3)."""
+    bootstrap = broker.bootstrap
+    records_n, kills = (8000, 40) if LONG else (600, 4)
+    limit = 3
+    topic = create_topic(bootstrap, 2, prefix="share")
+    group = new_group(bootstrap, share_record_lock_duration_ms=10000, share_delivery_count_limit=limit)
+    values = [f"poison-{i}" if i % 20 == 7 else f"good-{i}" for i in range(records_n)]
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 100})
+    for i, v in enumerate(values):  # batches of 10 (a leader acquires whole batches)
+        producer.produce(topic, v.encode(), partition=i % 2)
+        if i % 20 == 19:
+            assert producer.flush(30) == 0
+    assert producer.flush(30) == 0
+    accepted_before = _metric(broker, 'odradek_share_acknowledgements_total{type="accept"}')
+    archived_before = _metric(broker, "odradek_share_archived_at_limit_total")
+
+    rng = random.Random(28)
+    seen: list = []
+    workers = [Worker(bootstrap, group, topic, f"w{i}", seen) for i in range(3)]
+    per_partition = {0: (records_n + 1) // 2, 1: records_n // 2}
+
+    def done() -> bool:
+        described = json.loads(cli(bootstrap, "--output", "json", "group", "describe", group))
+        return {o["partition"]: o["start_offset"] for o in described["offsets"]} == per_partition
+    try:
+        for k in range(kills):
+            time.sleep(rng.uniform(0.5, 2.5))
+            victim = workers.pop(rng.randrange(len(workers)))
+            victim.kill()
+            workers.append(Worker(bootstrap, group, topic, f"r{k}", seen))
+        wait_for(done, 600 if LONG else 90, "every share-partition's start offset at its log end", interval_s=1)
+    finally:
+        for w in workers:
+            w.kill()
+    delivered: dict[str, list[int]] = {}
+    for value, count in seen:
+        delivered.setdefault(value, []).append(count)
+    good = [v for v in values if v.startswith("good")]
+    poison = [v for v in values if v.startswith("poison")]
+    print(f"checker: {records_n} records, {kills} kills, {len(seen)} deliveries, "
+          f"{sum(1 for v in good if max(delivered[v]) > 1)} good records redelivered")
+    assert not set(values) - set(delivered) - set(poison), "records never delivered"
+    assert all(max(c) <= limit for c in delivered.values()), "a record delivered beyond the limit"
+    assert _metric(broker, 'odradek_share_acknowledgements_total{type="accept"}') - accepted_before == len(good)
+    assert _metric(broker, "odradek_share_archived_at_limit_total") - archived_before == len(poison)
 
 
 def test_after_a_broker_restart_acknowledged_records_stay_and_the_rest_come_back(broker):
