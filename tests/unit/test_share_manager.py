@@ -256,3 +256,15 @@ async def test_records_deleted_under_the_group_move_its_start(env):
     assert (await e.ack("a", (0, 1, [ACCEPT])))[0] == ErrorCode.INVALID_RECORD_STATE
     await asyncio.sleep(0)
     assert (await e.persisted()).start_offset == 4
+
+
+@pytest.mark.parametrize("reset,start", [("by_duration:PT5M", 2), ("by_duration:P1D", 0), ("by_duration:PT1S", 5)])
+async def test_by_duration_starts_at_the_first_record_written_since(env, reset, start):
+    """share.auto.offset.reset=by_duration:<ISO-8601>: the first record at or after now minus the duration;
+    none that recent, the high watermark (KIP-1106)."""
+    e = env(auto_offset_reset=reset)
+    for ts, n in ((NOW - 900_000, 2), (NOW - 60_000, 3)):  # 15 minutes ago, then one minute ago
+        batch = build_batch([(None, b"v", None, ts)] * n)
+        e.data.append_internal(TP, bytearray(batch), now_ms=NOW)
+    await e.fetch("a")
+    assert (await e.persisted()).start_offset == start
