@@ -278,7 +278,11 @@ class SharePartitionManager:
         changed = bool(sp.expire(now))
         if plog.log_start_offset > sp.start_offset:
             changed |= sp.move_start(plog.log_start_offset)
-        read_committed = self._settings(held.key.group_id).read_committed
+        settings = self._settings(held.key.group_id)
+        # A group's share.record.lock.duration.ms changed since the load holds from the next acquisition on,
+        # as Kafka's share-partition reads it when it acquires.
+        sp.record_lock_duration_ms = settings.record_lock_duration_ms
+        read_committed = settings.read_committed
         end = partition.last_stable_offset if read_committed else partition.high_watermark
         budget = max_records
         first_pos = last_end = -1
