@@ -28,7 +28,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["GROUP_CONFIGS", "GroupConfigDef", "ShareGroupSettings", "share_group_settings", "validate_group_configs"]
+__all__ = ["GROUP_CONFIGS", "GroupConfigDef", "ShareGroupSettings", "by_duration_ms", "share_group_settings",
+           "validate_group_configs"]
 
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
 
@@ -49,6 +50,19 @@ def _auto_offset_reset(value: str) -> str:
             return value
         raise ValueError(f"{duration!r} is not an ISO-8601 duration (PnDTnHnMn.nS)")
     raise ValueError(f"{value!r} is not one of latest, earliest, by_duration:<ISO-8601 duration>")
+
+
+def by_duration_ms(value: str) -> int | None:
+    """The length in ms of a `by_duration:<ISO-8601 duration>` reset (Java's Duration.parse subset the
+    check above accepts: PnDTnHnMn.nS), or None for `latest` / `earliest`."""
+    if not value.startswith("by_duration:"):
+        return None
+    m = _DURATION.fullmatch(value[len("by_duration:"):])
+    if m is None:
+        raise ValueError(f"{value!r} is not a by_duration reset")
+    days, hours, minutes, seconds = m.groups()
+    return round(((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60_000
+                 + float(seconds or 0) * 1000)
 
 
 def _isolation_level(value: str) -> str:

@@ -7,8 +7,10 @@ which records of the partition are in flight for the group, who holds them and u
 lazily, the first time a member fetches the partition here: the state is read from the share coordinator
 through the `SharePersister` (`read`, with this leader's epoch, which fences older leaders' writes). A
 partition never initialized (start offset -1) starts at the group's `share.auto.offset.reset`: `latest`
-(Kafka's default: the high watermark, so only records produced from now on are delivered) or `earliest`
-(the log start offset), and that start is written back at once.
+(Kafka's default: the high watermark, so only records produced from now on are delivered), `earliest`
+(the log start offset) or `by_duration:<ISO-8601>` (the first record written since now minus the duration),
+and that start is written back at once. The group's share.* GROUP configs over the broker's group.share.*
+reach here through `settings_for` (broker/components.py).
 
 Fetching (`fetch`) reads the log as the Fetch path does, through the partition's `Log.read` (whole
 batches, as file regions sent by sendfile), from `SharePartition.next_fetch_offset()` (the first record
@@ -60,6 +62,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from odradek.metadata.group_config import by_duration_ms
 from odradek.metadata.publisher import MetadataUpdate
 from odradek.protocol.errors import ErrorCode, KafkaApiError
 from odradek.replication.partition import HostedPartition
@@ -275,7 +278,11 @@ class SharePartitionManager:
         changed = bool(sp.expire(now))
         if plog.log_start_offset > sp.start_offset:
             changed |= sp.move_start(plog.log_start_offset)
-        read_committed = self._settings(held.key.group_id).read_committed
+        settings = self._settings(held.key.group_id)
+        # A group's share.record.lock.duration.ms changed since the load holds from the next acquisition on,
+        # as Kafka's share-partition reads it when it acquires.
+        sp.record_lock_duration_ms = settings.record_lock_duration_ms
+        read_committed = settings.read_committed
         end = partition.last_stable_offset if read_committed else partition.high_watermark
         budget = max_records
         first_pos = last_end = -1
@@ -379,7 +386,7 @@ class SharePartitionManager:
         snapshot = result.snapshot
         initialized = snapshot.start_offset == UNINITIALIZED_START_OFFSET
         if initialized:
-            start = partition.log.log_start_offset if settings.auto_offset_reset == "earliest" else partition.high_watermark
+            start = self._reset_offset(partition, settings.auto_offset_reset)
             sp = SharePartition(start, state_epoch=snapshot.state_epoch, delivery_count_limit=settings.delivery_count_limit,
                                 record_lock_duration_ms=settings.record_lock_duration_ms,
                                 max_record_locks=settings.max_record_locks)
@@ -402,6 +409,19 @@ class SharePartitionManager:
             if code != ErrorCode.NONE:
                 raise _LoadError(client_code(code), f"writing the initial share state of {tp} for {group_id} failed: {code.name}")
         return held
+
+    def _reset_offset(self, partition: HostedPartition, reset: str) -> int:
+        """Where a share-partition never initialized starts (share.auto.offset.reset): the log start
+        (`earliest`), the high watermark (`latest`), or for `by_duration:<ISO-8601>` the first record written
+        at or after now minus the duration, the high watermark when there is none (KIP-1106's rule, which
+        Kafka's share-partition follows)."""
+        if reset == "earliest":
+            return partition.log.log_start_offset
+        duration_ms = by_duration_ms(reset)
+        if duration_ms is None:
+            return partition.high_watermark
+        found = partition.log.fetch_offset_by_timestamp(self.clock() - duration_ms)
+        return min(found.offset, partition.high_watermark) if found is not None else partition.high_watermark
 
     # ---- acknowledging ----------------------------------------------------------------------------------
 

@@ -256,3 +256,33 @@ async def test_records_deleted_under_the_group_move_its_start(env):
     assert (await e.ack("a", (0, 1, [ACCEPT])))[0] == ErrorCode.INVALID_RECORD_STATE
     await asyncio.sleep(0)
     assert (await e.persisted()).start_offset == 4
+
+
+@pytest.mark.parametrize("reset,start", [("by_duration:PT5M", 2), ("by_duration:P1D", 0), ("by_duration:PT1S", 5)])
+async def test_by_duration_starts_at_the_first_record_written_since(env, reset, start):
+    """share.auto.offset.reset=by_duration:<ISO-8601>: the first record at or after now minus the duration;
+    none that recent, the high watermark (KIP-1106)."""
+    e = env(auto_offset_reset=reset)
+    for ts, n in ((NOW - 900_000, 2), (NOW - 60_000, 3)):  # 15 minutes ago, then one minute ago
+        batch = build_batch([(None, b"v", None, ts)] * n)
+        e.data.append_internal(TP, bytearray(batch), now_ms=NOW)
+    await e.fetch("a")
+    assert (await e.persisted()).start_offset == start
+
+
+async def test_a_changed_group_lock_duration_holds_from_the_next_acquisition(tmp_path):
+    """settings_for is asked on every fetch: a group's share.record.lock.duration.ms changed after the
+    share-partition was loaded sets the deadline of the records acquired next."""
+    lock = {"ms": 1000}
+    e = Env(tmp_path, auto_offset_reset="earliest")
+    e.manager = SharePartitionManager(data=e.data, persister=e.persister, clock=e.clock, settings_for=lambda group:
+                                      ShareSettings(auto_offset_reset="earliest", record_lock_duration_ms=lock["ms"]))
+    try:
+        e.append(1, 1)
+        await e.fetch("a", max_records=1)
+        lock["ms"] = 5000
+        await e.fetch("b", max_records=1)
+        e.clock.now = NOW + 2000  # a's lock (1 s) ran out, b's (5 s) did not
+        assert ranges(await e.fetch("c")) == [(0, 0, 2)]
+    finally:
+        e.log.close()
