@@ -1072,9 +1072,9 @@ class BrokerConfig(BaseModel):
     # ---- share groups (KIP-932): Kafka 4.4's group.share.* names, defaults and ranges (GroupCoordinatorConfig
     # and ShareGroupConfig); the cross-checks are in _check_share_groups.
     share_enabled: Bool = _f(
-        "odradek.share.enabled", False, T.BOOLEAN,
-        "Serve share groups (ShareGroupHeartbeat, ShareGroupDescribe, ...): until on, none of the share APIs is "
-        "advertised, and a request for one is refused as an unsupported API.",
+        "odradek.share.enabled", True, T.BOOLEAN,
+        "Serve share groups (KIP-932: ShareGroupHeartbeat, ShareFetch, ...), on by default as in Kafka 4.2+. Off, "
+        "none of the share APIs is advertised, and a request for one is refused as an unsupported API.",
     )
     share_group_session_timeout_ms: Int = _f(
         "group.share.session.timeout.ms", 45000, T.INT, "Session timeout of share group members.", ge=1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from odradek.broker.handlers import load_handlers
+from odradek.broker.handlers import SHARE, load_handlers
 from odradek.broker.testing import RawClient
 from odradek.protocol.messages import REQUESTS
 
@@ -22,9 +22,8 @@ def _ask(bootstrap: str, client_id: str) -> None:
 def test_the_broker_names_an_unserved_api_once_per_client(broker):
     with RawClient(broker.bootstrap) as client:
         listed = {k.api_key for k in client.request(ApiVersionsRequest(), 3).api_keys}
-    # (the share-group APIs are served only with odradek.share.enabled, off here: load_handlers() leaves
-    # gated handlers out)
-    assert listed == set(load_handlers()) and 57 not in listed
+    # (the share-group APIs are behind the odradek.share.enabled gate, on by default)
+    assert listed == set(load_handlers(gates=frozenset({SHARE}))) and 57 not in listed
     _ask(broker.bootstrap, "acl-tool")
     _ask(broker.bootstrap, "acl-tool")  # a new connection, the same client: not logged again
     _ask(broker.bootstrap, "other-tool")

@@ -182,11 +182,11 @@ def test_share_apis_are_not_advertised_until_served(scope):
             83: (0, 0), 84: (0, 0), 85: (0, 1), 86: (0, 0), 87: (0, 1)}
 
 
-def test_share_fetch_is_advertised_only_when_enabled():
+def test_share_apis_are_advertised_unless_disabled():
     from odradek.broker.server import Broker
 
-    assert not {78, 79} & set(Broker().advertised_versions)
-    assert Broker(odradek_share_enabled="true").advertised_versions.keys() >= {78, 79}
+    assert Broker().advertised_versions.keys() >= {76, 77, 78, 79, 90, 91, 92}  # on by default, as Kafka 4.2+
+    assert not {76, 77, 78, 79, 90, 91, 92} & set(Broker(odradek_share_enabled="false").advertised_versions)
 
 
 @pytest.mark.parametrize("name,sample", [
