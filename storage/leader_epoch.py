@@ -40,7 +40,10 @@ class LeaderEpochCache:
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
     def _flush(self) -> None:
-        self._checkpoint.write(self.entries, fsync=self._durable is None or self._durable())
+        if self._durable is None:  # (raft's in-memory log hands a checkpoint stand-in without the fsync choice)
+            self._checkpoint.write(self.entries)
+        else:
+            self._checkpoint.write(self.entries, fsync=self._durable())
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that `epoch` starts at `start_offset`. Entries that contradict it (an epoch not below it,
