@@ -1,6 +1,7 @@
 """CPU per produce request, in process: prebuilt Produce frames fed to a broker connection without sockets.
 
     python -m bench.produce_path [--requests 20000] [--rounds 5] [--partitions 1] [--acks 1] [--version 9]
+                                 [--records-per-batch 1]
 
 A broker starts on a temporary data directory; a `KafkaProtocol` is attached to its `NetworkServer` with a
 transport that keeps what is written, and each request's frame is copied into the connection's buffer as
@@ -105,7 +106,8 @@ async def _main(args) -> list[float]:
                         all(broker.data.get_partition(_tp(TOPIC, p.partition_index)) is not None for p in parts):
                     break
                 await asyncio.sleep(0.02)
-            batch = build_batch([(b"key", b"v" * 100, [], 1_700_000_000_000)])
+            now_ms = int(time.time() * 1000)  # in range of message.timestamp.*.max.ms: no record is read
+            batch = build_batch([(b"key", b"v" * 100, [], now_ms)] * args.records_per_batch)
             request = ProduceRequest(transactional_id=None, acks=args.acks, timeout_ms=5000, topic_data=[
                 ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[
                     ProduceRequest.TopicProduceData.PartitionProduceData(index=i, records=batch)
@@ -143,6 +145,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--acks", type=int, default=1, choices=(1, -1))
     parser.add_argument("--version", type=int, default=9)
+    parser.add_argument("--records-per-batch", type=int, default=1,
+                        help="records of 100 B in each request's batch (10000: a ~1 MiB batch)")
     args = parser.parse_args()
     results = asyncio.run(_main(args))
     print(f"median: {statistics.median(results):.2f} us/request, min {min(results):.2f} ({args.partitions} partition(s), "

@@ -1,6 +1,6 @@
 """Replication: RF=3 against RF=1 in one cluster and one run, and failover times.
 
-    python -m bench.replication_bench [--runs N] [--duration S] [--failovers N] [--json]
+    python -m bench.replication_bench [--runs N] [--duration S] [--failovers N] [--rates 5000] [--json]
 
 One three-node cluster (`odradek cluster up --nodes 3`, combined broker + controller nodes on loopback,
 min.insync.replicas=2) holds two topics of one partition, both led by node 1: `rf1` (replicas [1]) and
@@ -13,7 +13,7 @@ min.insync.replicas=2) holds two topics of one partition, both led by node 1: `r
   the leader (node 1: appends, answers the producer and serves the followers' fetches) and for each follower
   (nodes 2 and 3: fetch, append as follower). With RF=1, nodes 2 and 3 do no work for the topic;
 - ack latency: loadgen latency-produce mode, acks=all, linger.ms 0, 50 msg/s for 6 s: p50 / p99 from the
-  delivery callbacks.
+  delivery callbacks; the same at each of --rates (default 5,000 msg/s).
 
 Failover (kill -9, the node then restarted and waited back into every ISR before the next round):
 
@@ -252,12 +252,12 @@ def throughput(cluster: Cluster, runs: int, duration_s: float) -> dict:
     return cells
 
 
-def latency(cluster: Cluster, runs: int) -> dict:
+def latency(cluster: Cluster, runs: int, rate: int = 50) -> dict:
     cells: dict[str, list[dict]] = {"rf1": [], "rf3": []}
     for r in range(runs):
         for topic in (("rf1", "rf3") if r % 2 == 0 else ("rf3", "rf1")):
             spec = {"mode": "latency-produce", "bootstrap": cluster.bootstrap(), "topic": topic, "partitions": 1,
-                    "acks": "all", "idempotence": True, "linger_ms": 0, "rate": 50, "duration_s": 6}
+                    "acks": "all", "idempotence": True, "linger_ms": 0, "rate": rate, "duration_s": 6}
             gen = Loadgen(spec, None)
             try:
                 gen.wait_ready(60)
@@ -360,7 +360,7 @@ def _lead(cluster: Cluster, topic: str, node_id: int) -> None:
 
 
 def run(*, runs: int = 3, duration_s: float = 3.0, failovers: int = 2, workdir: str | None = None,
-        target: str = "odradek") -> dict:
+        target: str = "odradek", rates: tuple[int, ...] = (5000,)) -> dict:
     from confluent_kafka import libversion
 
     results: dict = {"client": f"librdkafka {libversion()[0]}", "runs": runs, "duration_s": duration_s,
@@ -376,6 +376,7 @@ def run(*, runs: int = 3, duration_s: float = 3.0, failovers: int = 2, workdir: 
                          WARM_UP_S + 120)
             results["throughput"] = throughput(cluster, runs, duration_s)
             results["latency"] = latency(cluster, runs)
+            results["latency_by_rate"] = {str(rate): latency(cluster, runs, rate) for rate in rates}
             results["failover"] = failover(cluster, failovers) if failovers else {}
         finally:
             cluster.down()
@@ -402,6 +403,10 @@ def report(results: dict) -> str:
                    f"{(f'{followers:.2f}' if followers is not None else '-'):>19}"
                    f"{_median(r['records_per_request'] for r in rows):>13.0f}"
                    f"{_median(c.get('p50_ms') for c in lat[topic]):>12.2f}{_median(c.get('p99_ms') for c in lat[topic]):>12.2f}")
+    for rate, cells in (results.get("latency_by_rate") or {}).items():
+        out.append(f"ack latency at {int(rate):,} msg/s, acks=all, linger.ms 0: "
+                   + "; ".join(f"{topic.upper()} p50 {_median(c.get('p50_ms') for c in cells[topic]):.2f} ms, "
+                               f"p99 {_median(c.get('p99_ms') for c in cells[topic]):.2f} ms" for topic in ("rf1", "rf3")))
     ratio = _median(r["records_s"] for r in tp["rf3"]) / _median(r["records_s"] for r in tp["rf1"])
     out.append(f"RF=3 / RF=1 records/s: {ratio:.2f}  (follower core-s/M: the busier of the two followers)")
     fo = results.get("failover") or {}
@@ -421,11 +426,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per cell (median reported)")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds of producing per throughput cell")
     parser.add_argument("--failovers", type=int, default=2, help="rounds of each failover (0: none)")
+    parser.add_argument("--rates", default="5000",
+                        help="comma-separated msg/s of further ack-latency cells beside the 50 msg/s one ('' for none)")
     parser.add_argument("--json", action="store_true", help="print the raw results as JSON")
     parser.add_argument("--targets", default="odradek", help="comma-separated: odradek, kafka (Apache Kafka 4.4)")
     args = parser.parse_args(argv)
     for target in [t.strip() for t in args.targets.split(",") if t.strip()]:
-        results = run(runs=args.runs, duration_s=args.duration, failovers=args.failovers, target=target)
+        results = run(runs=args.runs, duration_s=args.duration, failovers=args.failovers, target=target,
+                      rates=tuple(int(r) for r in args.rates.split(",") if r))
         print(json.dumps(results, indent=2) if args.json else report(results), flush=True)
 
 

@@ -647,7 +647,8 @@ def replication_counts(parts: HostedParts) -> dict[str, int]:
     return {"leaders": leaders, "under_replicated": under, "under_min_isr": under_min, "offline": offline,
             "waiting_for_eligible": waiting, "no_eligible_leader": no_eligible,
             "fenced_brokers": fenced, "follower_consumer_reads": data.follower_consumer_reads,
-            "preferred_replica_answers": data.preferred_replica_answers}
+            "preferred_replica_answers": data.preferred_replica_answers,
+            "follower_fetches_woken": data.follower_fetches_woken}
 
 
 def quorum_figures(quorum: QuorumDriver, membership: Membership, now: int) -> dict[str, float]:

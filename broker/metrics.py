@@ -187,6 +187,10 @@ _REPLICATION_GAUGES = {
     "follower_consumer_reads": ("odradek_fetch_follower_reads", "Consumer fetch reads with records served as follower"),
     "preferred_replica_answers": ("odradek_fetch_preferred_replica_answers",
                                   "Consumer fetches answered with a preferred read replica"),
+    # Parked follower fetches this leader answered early because it became leader of a partition they
+    # did not carry (replication/replica_manager.py, `_expect_followers`): the follower asks again at once.
+    "follower_fetches_woken": ("odradek_fetch_follower_fetches_woken",
+                               "Parked follower fetches answered early for a new leadership"),
     # The controller quorum as this node sees it (broker/quorum.py QuorumLeaderWatch, node.Membership).
     "quorum_leader_known": ("odradek_quorum_leader_known", "1 while this node knows a controller quorum leader"),
     "quorum_leader_id": ("odradek_quorum_leader_id", "The controller quorum leader this node knows, -1 when none"),

@@ -8,8 +8,9 @@ framing; `request(message, version, timeout_s)` sends and returns the decoded re
 
 Theory of operation
 -------------------
-Requests are pipelined on the connection and answered in order (Kafka's rule), so a reader task matches
-each response frame to the oldest request in flight. Whatever goes wrong with the connection (refused,
+Requests are pipelined on the connection and answered in order (Kafka's rule), so the connection's reading
+protocol (`_Responses`, the socket reading straight into the response frames) matches each response frame
+to the oldest request in flight. Whatever goes wrong with the connection (refused,
 reset, closed by the peer, a malformed response, a timeout) fails every request in flight with
 `NodeUnavailable` and closes it; the next request opens a new connection, no sooner than `backoff_s` after
 the last failure, so that a dead node costs one connect attempt per backoff, not one per request. A node
@@ -53,7 +54,7 @@ from odradek.protocol.sasl import (
 
 log = structlog.get_logger("odradek.node_client")
 
-_READ_BYTES = 1 << 16
+_READ_BYTES = 1 << 16  # one read of the SASL exchange, before the connection's responses go to _Responses
 _REAUTH_AT = 0.85  # of the session lifetime
 
 
@@ -93,7 +94,6 @@ class NodeConnection:
         self.connect_timeout_s = connect_timeout_s
         self._clock = clock
         self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task | None = None
         self._conn: ClientConnection | None = None
         self._in_flight: deque[asyncio.Future] = deque()
         self._connecting: asyncio.Future | None = None
@@ -147,8 +147,6 @@ class NodeConnection:
     async def close(self) -> None:
         self._closed = True
         self._drop(NodeUnavailable(f"connection to node {self.node_id} closed"))
-        if self._reader_task is not None:
-            await asyncio.gather(self._reader_task, return_exceptions=True)
 
     # -- the connection
 
@@ -193,7 +191,10 @@ class NodeConnection:
         self._conn = conn
         self.connects += 1
         self._session_started(lifetime_ms)
-        self._reader_task = loop.create_task(self._read(reader, writer, self._conn))
+        # From here the socket reads straight into the response frames (see _Responses), not via the stream.
+        writer.transport.set_protocol(_Responses(self, writer, conn))
+        if reader.at_eof() or writer.is_closing():  # lost before the switch: the stream saw it, not _Responses
+            self._drop(NodeUnavailable(f"node {self.node_id} closed the connection"))
 
     async def _open(self, ssl_context: ssl.SSLContext | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Resolve the node's host name, then connect to its addresses in turn.
@@ -304,31 +305,19 @@ class NodeConnection:
             raise NodeUnavailable(f"SASL authentication with node {self.node_id} failed: {e}") from None
         return lifetime_ms
 
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: ClientConnection) -> None:
-        error: Exception = NodeDisconnected(f"node {self.node_id} closed the connection")
-        try:
-            while True:
-                data = await reader.read(_READ_BYTES)
-                if not data:
-                    break
-                for event in conn.receive_data(data):
-                    if not self._in_flight:
-                        raise NodeUnavailable(f"node {self.node_id} answered a request never sent")
-                    future = self._in_flight.popleft()
-                    if not future.done():
-                        future.set_result(event.response)
-        except ProtocolError as e:
-            log.warning("closing a connection to a node that broke the protocol", node=self.node_id, error=str(e))
-            error = NodeUnavailable(f"node {self.node_id} broke the protocol: {e}")
-        except (OSError, NodeUnavailable) as e:
-            if isinstance(e, NodeUnavailable):
-                error = e
-            elif isinstance(e, (ConnectionResetError, BrokenPipeError)):
-                error = NodeDisconnected(f"node {self.node_id}: {e}")
-            else:
-                error = NodeUnavailable(f"node {self.node_id}: {e}")
-        except asyncio.CancelledError:
-            pass
+    def _answered(self, writer: asyncio.StreamWriter, responses: list) -> None:
+        """Responses read on the connection of `writer`, in the order of the requests (Kafka's rule)."""
+        if self._writer is not writer:
+            return
+        for response in responses:
+            if not self._in_flight:
+                self._drop(NodeUnavailable(f"node {self.node_id} answered a request never sent"))
+                return
+            future = self._in_flight.popleft()
+            if not future.done():
+                future.set_result(response)
+
+    def _lost(self, writer: asyncio.StreamWriter, error: Exception) -> None:
         if self._writer is writer:
             self._drop(error)
 
@@ -341,9 +330,50 @@ class NodeConnection:
         for future in in_flight:
             if not future.done():
                 future.set_exception(error)
-        task, self._reader_task = self._reader_task, None
-        if task is not None and task is not asyncio.current_task() and not task.done():
-            task.cancel()
+
+
+class _Responses(asyncio.BufferedProtocol):
+    """The reading side of a NodeConnection once it is connected (and authenticated): the transport reads
+    into `ClientConnection.get_buffer()`, so a large response (a follower's fetch, up to
+    replica.fetch.max.bytes) lands in its own buffer with no copy, and completes its request's future in
+    the same callback. Through asyncio's StreamReader each response was copied into the stream's buffer,
+    sliced out in 64 KiB reads (one task wake-up each) and copied into the frame: under
+    bench.replication_bench that was more of a follower's CPU than appending the batches (py-spy).
+    The SASL exchange before it still goes through the stream (a handful of small frames)."""
+
+    def __init__(self, owner: NodeConnection, writer: asyncio.StreamWriter, conn: ClientConnection) -> None:
+        self._owner = owner
+        self._writer = writer
+        self._conn = conn
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._conn.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        owner = self._owner
+        try:
+            events = self._conn.buffer_updated(nbytes)
+        except ProtocolError as e:
+            log.warning("closing a connection to a node that broke the protocol", node=owner.node_id, error=str(e))
+            owner._lost(self._writer, NodeUnavailable(f"node {owner.node_id} broke the protocol: {e}"))
+            return
+        if events:
+            owner._answered(self._writer, [event.response for event in events])
+
+    def eof_received(self) -> bool:
+        # The end of the stream: the peer closed it (a process that died; the Raft disconnect rule and the
+        # controller's disconnect grace act on NodeDisconnected, a timeout is not one).
+        self._owner._lost(self._writer, NodeDisconnected(f"node {self._owner.node_id} closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        owner = self._owner
+        if exc is None or isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+            error: NodeUnavailable = NodeDisconnected(f"node {owner.node_id}: {exc}" if exc is not None
+                                                      else f"node {owner.node_id} closed the connection")
+        else:
+            error = NodeUnavailable(f"node {owner.node_id}: {exc}")
+        owner._lost(self._writer, error)
 
 
 # Host names that did not resolve, with the cause last logged: one WARN per host and cause, not one per

@@ -354,8 +354,20 @@ class ClientConnection:
         return correlation_id, bytes(out)
 
     def receive_data(self, data) -> list[ResponseReceived]:
+        return self._responses(self._framer.feed(data))
+
+    def get_buffer(self) -> memoryview:
+        """Where the next bytes from the socket should go (a BufferedProtocol's get_buffer; see `_Framer`):
+        a large response, a follower's fetch of a full batch, is read straight into its own buffer."""
+        return self._framer.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> list[ResponseReceived]:
+        """`nbytes` were written into the last `get_buffer()`; the responses now complete."""
+        return self._responses(self._framer.buffer_updated(nbytes))
+
+    def _responses(self, frames: list[bytearray]) -> list[ResponseReceived]:
         events = []
-        for frame in self._framer.feed(data):
+        for frame in frames:
             if not self._in_flight:
                 raise RemoteProtocolError("response received with no request in flight")
             correlation_id, api_key, version = self._in_flight.popleft()

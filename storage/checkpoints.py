@@ -106,13 +106,17 @@ class LeaderEpochCheckpointFile:
         self.path = path
 
     def read(self) -> list[tuple[int, int]]:
+        """The entries; none for an empty file, what a crash can leave of the unsynced write of a log
+        without data (storage/log.py writes an empty log's checkpoint without fsync)."""
+        if read_small_file(self.path) == b"":
+            return []
         try:
             return [(int(e), int(o)) for e, o in _versioned_entries(self.path, 2)]
         except ValueError as e:
             raise KafkaStorageError(f"{self.path}: malformed entry") from e
 
-    def write(self, entries: Iterable[tuple[int, int]]) -> None:
-        atomic_write(self.path, _versioned_text([f"{e} {o}" for e, o in entries]))
+    def write(self, entries: Iterable[tuple[int, int]], *, fsync: bool = True) -> None:
+        atomic_write(self.path, _versioned_text([f"{e} {o}" for e, o in entries]), fsync=fsync)
 
 
 class PartitionMetadataFile:

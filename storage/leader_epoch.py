@@ -10,6 +10,7 @@ end offset for the latest epoch, and `(-1, -1)` for an unknown or future epoch.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 from .checkpoints import LeaderEpochCheckpointFile
 
@@ -18,8 +19,12 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 
 class LeaderEpochCache:
-    def __init__(self, checkpoint: LeaderEpochCheckpointFile) -> None:
+    def __init__(self, checkpoint: LeaderEpochCheckpointFile, *, durable: Callable[[], bool] | None = None) -> None:
+        """`durable` says whether a change must reach the disk now (written and fsynced, as Kafka's assign
+        does); when it says no, the checkpoint is written without fsync and the owner makes it durable
+        later (the log: with its first flush that covers data, see Log.flush). None: always."""
         self._checkpoint = checkpoint
+        self._durable = durable
         self._epochs: list[int] = []
         self._offsets: list[int] = []
         for epoch, offset in checkpoint.read():
@@ -35,7 +40,10 @@ class LeaderEpochCache:
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
     def _flush(self) -> None:
-        self._checkpoint.write(self.entries)
+        if self._durable is None:  # (raft's in-memory log hands a checkpoint stand-in without the fsync choice)
+            self._checkpoint.write(self.entries)
+        else:
+            self._checkpoint.write(self.entries, fsync=self._durable())
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that `epoch` starts at `start_offset`. Entries that contradict it (an epoch not below it,

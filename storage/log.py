@@ -276,7 +276,12 @@ class Log:
         self.flush(now_ms=now_ms)
         self._flush_up_to = self._recovery_point
 
-        self._epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)))
+        # A log without data yet writes its epoch checkpoint without fsync (its first flush covering data
+        # makes it durable with the rest, below): a new RF=3 topic of N partitions made every broker
+        # fsync N checkpoint files and N directories on its event loop, ~3.5 ms each here, which at 2,000
+        # partitions stalled the node long enough to lose the controller quorum (bench/partition_scale.py).
+        self._epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)),
+                                             durable=lambda: not self._creation_unsynced)
         self._epoch_cache.truncate_from_end(self._log_end_offset)
         self._topic_id = PartitionMetadataFile(os.path.join(self.directory, PARTITION_METADATA)).read()
 
@@ -1012,8 +1017,9 @@ class Log:
             if self._topic_id_pending and self._topic_id is not None:
                 PartitionMetadataFile(metadata).write(self._topic_id, fsync=False)
                 self._topic_id_pending = False
-                self._dir_dirty = True
             _fsync_file(metadata)
+            _fsync_file(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT))  # written unsynced until now
+            self._dir_dirty = True
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False

@@ -100,3 +100,5 @@ def test_a_consumer_reads_everything_from_the_follower_in_its_rack(rack_cluster)
     assert metric(port(follower), "odradek_fetch_follower_reads") >= 1
     third = ({1, 2, 3} - {leader, follower}).pop()
     assert metric(port(third), "odradek_fetch_follower_reads") == 0
+    # Exported (a count since start; whether a new leadership found a parked follower fetch is timing).
+    assert metric(port(leader), "odradek_fetch_follower_fetches_woken") >= 0

@@ -389,6 +389,33 @@ def test_client_decodes_responses_in_order_byte_at_a_time():
     assert client.in_flight == 0
 
 
+@pytest.mark.parametrize("record_bytes", [100, 100_000, 3 << 20])  # a small frame, a large one, one above WHOLE_FRAME
+def test_client_reads_into_its_own_buffers_as_a_buffered_protocol(record_bytes):
+    """get_buffer/buffer_updated (how a NodeConnection's socket reads) give what receive_data gives, the
+    transport filling each buffer only partly, a large response straight into its own frame."""
+    from odradek.protocol.messages import FetchResponse
+
+    records = bytes(range(256)) * (record_bytes // 256)
+    part = FetchResponse.FetchableTopicResponse.PartitionData(partition_index=0, high_watermark=7, records=records)
+    fetch = FetchResponse(responses=[FetchResponse.FetchableTopicResponse(topic="t", partitions=[part])])
+    client = ClientConnection()
+    client.send_request(REQUESTS[1](), 11)
+    client.send_request(MetadataRequest(topics=None), 12)
+    server = ServerConnection()
+    wire = b"".join(server.send_response(RequestHeader(1, 11, 0, "x"), fetch))
+    wire += b"".join(server.send_response(RequestHeader(3, 12, 1, "x"), MetadataResponse(cluster_id="c")))
+    events, pos = [], 0
+    while pos < len(wire):
+        target = client.get_buffer()
+        n = min(len(target), len(wire) - pos, 50_000)
+        target[:n] = wire[pos : pos + n]
+        pos += n
+        events += client.buffer_updated(n)
+    assert [(e.correlation_id, e.api_key) for e in events] == [(0, 1), (1, 3)]
+    assert bytes(events[0].response.responses[0].partitions[0].records) == part.records
+    assert client.in_flight == 0
+
+
 def test_client_rejects_out_of_order_correlation_ids():
     client = ClientConnection()
     client.send_request(MetadataRequest(), 12)

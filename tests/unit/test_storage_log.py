@@ -385,3 +385,32 @@ def test_clean_reopen_is_lazy_and_keeps_everything(tmp_path, small):
     assert read_bytes(again.read(0, 1 << 20)) == before
     assert again.fetch_offset_of_max_timestamp() == top
     assert again.append(batch(1), leader_epoch=3, now_ms=NOW).first_offset == end
+
+
+def test_an_empty_logs_epoch_checkpoint_is_made_durable_with_its_first_data(tmp_path, small, monkeypatch):
+    """A new leadership on a log without data writes leader-epoch-checkpoint without fsync (a topic of
+    thousands of partitions made each broker fsync a file and a directory per partition on its event loop);
+    the first flush that covers data fsyncs it with the rest, and an empty file (what a crash can leave of
+    the unsynced write) reads as no entries."""
+    import odradek.storage.checkpoints as checkpoints
+    import odradek.storage.log as log_module
+
+    fsynced: list[str] = []
+    real_fsync_file = log_module._fsync_file
+    monkeypatch.setattr(log_module, "_fsync_file", lambda path: (fsynced.append(os.path.basename(path)), real_fsync_file(path)))
+    writes: list[bool] = []
+    real_atomic_write = checkpoints.atomic_write
+    monkeypatch.setattr(checkpoints, "atomic_write", lambda path, data, *, fsync=True: (writes.append(fsync), real_atomic_write(path, data, fsync=fsync)))
+    log = Log.open(str(tmp_path / "t-0"), small, now_ms=NOW)
+    log.assign_epoch_start_offset(3, 0)
+    assert writes == [False] and log.leader_epoch_entries == [(3, 0)]
+    log.append(batch(2), leader_epoch=4, now_ms=NOW)
+    assert writes == [False, False]  # nothing of the log is durable before its first flush
+    log.flush(now_ms=NOW)
+    assert "leader-epoch-checkpoint" in fsynced
+    log.assign_epoch_start_offset(5, log.log_end_offset)
+    assert writes[-1] is True  # a log with durable data: Kafka's synchronous write
+    log.close()
+    checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    checkpoint.write_bytes(b"")
+    assert checkpoints.LeaderEpochCheckpointFile(str(checkpoint)).read() == []

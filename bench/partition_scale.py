@@ -1,0 +1,161 @@
+"""Many partitions: creation, leader election after a kill -9, and memory per partition, at 1k/5k/10k.
+
+    python -m bench.partition_scale [--sizes 1000,5000,10000] [--json]
+
+For each size N, a fresh three-node cluster of real processes (`odradek cluster up --nodes 3`, combined
+broker + controller nodes, as bench.replication_bench) gets one topic of N partitions, replication factor
+3 (the controller spreads leaders and replicas), and the bench reports:
+
+- creation: CreateTopics sent -> answered (the controller committed the records), and -> every node's
+  Metadata shows all N partitions with a leader and a full ISR (each broker created its N logs, the
+  followers fetch and joined);
+- RSS per partition: each node's resident memory in sync minus its memory before the topic, divided by N
+  (every node holds a replica of every partition);
+- leader election after kill -9 of the node leading the most partitions among those that are not the
+  quorum leader: kill -> the quorum leader's Metadata names a live leader for every partition. (The
+  controller moves leaderships once it fences the dead broker; that came well before
+  broker.session.timeout.ms in every run, so the figure is detection plus the election of its N/3-odd
+  leaderships, and what grows with N is the second part.)
+
+Flat per partition is the goal: creation and election time over N, and RSS over N, should not rise with N.
+Nothing is pinned and the machine may be shared: read the curve, not single figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .replication_bench import NODES, SESSION_TIMEOUT_MS, Cluster
+
+TOPIC = "scale"
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _partitions(cluster: Cluster, node_id: int):
+    from odradek.protocol.messages import MetadataRequest
+
+    try:
+        md = cluster.request(node_id, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)]), 12,
+                             timeout_s=30)
+    except OSError:
+        return None
+    found = [t for t in md.topics if t.name == TOPIC and t.error_code == 0]
+    return found[0].partitions if found else None
+
+
+def _all_in_sync(cluster: Cluster, node_id: int, n: int) -> bool:
+    parts = _partitions(cluster, node_id)
+    return parts is not None and len(parts) == n and all(
+        p.leader_id >= 0 and sorted(p.isr_nodes) == sorted(p.replica_nodes) for p in parts)
+
+
+def one_size(n: int, workdir: str | None, port: int | None = None) -> dict:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    row: dict = {"partitions": n}
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        cluster = Cluster(Path(tmp) / "cluster")
+        if port is not None:
+            cluster.port = port
+        cluster.up()
+        print(f"{n} partitions: cluster in {cluster.dir}", file=sys.stderr, flush=True)
+        try:
+            cluster.wait(lambda: cluster.quorum_leader(NODES) is not None, "a quorum leader")
+            time.sleep(1.0)
+            before = {node: rss_bytes(cluster.pid(node)) for node in NODES}
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+            t0 = time.monotonic()
+            for future in admin.create_topics([NewTopic(TOPIC, n, 3)], request_timeout=600,
+                                              operation_timeout=600).values():
+                try:
+                    future.result(900)
+                except KafkaException as e:  # a retry of ours after a lost connection: the topic is there
+                    if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise
+                    row["create_retried"] = True
+            del admin
+            row["create_answered_s"] = time.monotonic() - t0
+            for node in NODES:
+                cluster.wait(lambda node=node: _all_in_sync(cluster, node, n), f"{n} partitions in sync on node {node}",
+                             timeout_s=1800, poll_s=0.5)
+            row["all_in_sync_s"] = time.monotonic() - t0
+            time.sleep(2.0)
+            after = {node: rss_bytes(cluster.pid(node)) for node in NODES}
+            row["rss_before_mib"] = {node: before[node] / 2**20 for node in NODES}
+            row["rss_in_sync_mib"] = {node: after[node] / 2**20 for node in NODES}
+            row["rss_kib_per_partition"] = {node: (after[node] - before[node]) / 1024 / n for node in NODES}
+
+            controller = cluster.wait(lambda: cluster.quorum_leader(NODES), "a quorum leader")
+            parts = _partitions(cluster, controller) or []
+            led = {}
+            for p in parts:
+                led.setdefault(p.leader_id, []).append(p.partition_index)
+            victim = max((node for node in NODES if node != controller), key=lambda node: len(led.get(node, [])))
+            row["killed_node_led"] = len(led.get(victim, []))
+            survivor = controller
+            t0 = time.monotonic()
+            os.kill(cluster.pid(victim), signal.SIGKILL)
+
+            def moved() -> bool:
+                now = _partitions(cluster, survivor)
+                return now is not None and all(p.leader_id >= 0 and p.leader_id != victim for p in now)
+
+            cluster.wait(moved, "every partition led by a live node", timeout_s=900, poll_s=0.2)
+            row["election_s"] = time.monotonic() - t0
+        finally:
+            cluster.down()
+    return row
+
+
+def run(sizes: list[int], workdir: str | None = None, port: int | None = None) -> dict:
+    results: dict = {"cpus": os.cpu_count(), "broker_session_timeout_ms": SESSION_TIMEOUT_MS, "sizes": []}
+    for n in sizes:
+        results["sizes"].append(one_size(n, workdir, port))
+    return results
+
+
+def report(results: dict) -> str:
+    out = [f"3 combined nodes on {results['cpus']} cores (unpinned), one topic of N partitions, RF=3; "
+           f"broker.session.timeout.ms={results['broker_session_timeout_ms']}"]
+    out.append(f"{'N':>7}{'created s':>11}{'in sync s':>11}{'ms/part.':>10}{'RSS KiB/part. (nodes 1,2,3)':>30}"
+               f"{'kill->leaders s':>17}{'it led':>8}")
+    for r in results["sizes"]:
+        n = r["partitions"]
+        per_node = {int(k): v for k, v in r["rss_kib_per_partition"].items()}  # (JSON made the keys strings)
+        rss = ", ".join(f"{per_node[node]:.1f}" for node in NODES)
+        out.append(f"{n:>7,}{r['create_answered_s']:>11.2f}{r['all_in_sync_s']:>11.2f}{r['all_in_sync_s'] / n * 1000:>10.2f}"
+                   f"{rss:>30}{r['election_s']:>17.2f}{r['killed_node_led']:>8}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Creation, election after kill -9 and RSS per partition at N partitions.")
+    parser.add_argument("--sizes", default="1000,5000,10000", help="comma-separated partition counts")
+    parser.add_argument("--json", action="store_true", help="print the raw results as JSON")
+    parser.add_argument("--port", type=int, default=None, help="first of the 6 ports the nodes listen on (default: a free block)")
+    parser.add_argument("--report", metavar="JSON", help="print the report of a saved --json run; run nothing")
+    args = parser.parse_args(argv)
+    if args.report:
+        print(report(json.loads(Path(args.report).read_text())))
+        return
+    results = run([int(s) for s in args.sizes.split(",")], port=args.port)
+    print(json.dumps(results, indent=2) if args.json else report(results))
+
+
+if __name__ == "__main__":
+    main()
