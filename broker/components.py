@@ -256,12 +256,16 @@ def _start_share_groups(cfg: BrokerConfig, data: ReplicaManager, publisher: Meta
         p = topic.partitions.get(tp.partition) if topic is not None else None
         return (p.leader, p.leader_epoch) if p is not None and p.leader >= 0 else None
 
+    from .group_configs import share_settings_of
+
+    base = ShareSettings(record_lock_duration_ms=cfg.share_group_record_lock_duration_ms,
+                         delivery_count_limit=cfg.share_group_delivery_count_limit,
+                         max_record_locks=cfg.share_group_partition_max_record_locks)
     manager = SharePartitionManager(
         data=data, persister=persister, clock=now_ms, leader_of=leader_of,
-        max_sessions=cfg.share_group_max_share_sessions,
-        settings=ShareSettings(record_lock_duration_ms=cfg.share_group_record_lock_duration_ms,
-                               delivery_count_limit=cfg.share_group_delivery_count_limit,
-                               max_record_locks=cfg.share_group_partition_max_record_locks),
+        max_sessions=cfg.share_group_max_share_sessions, settings=base,
+        # a group's share.* GROUP configs (share.auto.offset.reset, ...) over the broker's, as the image has them
+        settings_for=lambda group_id: share_settings_of(publisher.image, cfg, group_id, base),
     )
     publisher.register(manager)
     return manager
