@@ -564,7 +564,11 @@ class SharePartitionManager:
             version = held.version
             if held.persisted_version >= version:
                 return ErrorCode.NONE
-            code = await self.persister.write(held.key, held.leader_epoch, held.sp.snapshot())
+            # KIP-1226: the records past the start offset whose delivery is complete (acknowledged or archived),
+            # kept by the share coordinator so DescribeShareGroupOffsets can answer lag = end - start - this.
+            sp = held.sp
+            complete = sp.count(RecordState.ACKNOWLEDGED) + sp.count(RecordState.ARCHIVED)
+            code = await self.persister.write(held.key, held.leader_epoch, sp.snapshot(), delivery_complete_count=complete)
             if code != ErrorCode.NONE:
                 self.stats.persist_failures += 1
                 log.warning("share state write failed; the partition's state is read again on its next fetch",

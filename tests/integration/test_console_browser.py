@@ -363,7 +363,7 @@ def test_a_share_consumer_holding_records_shows_on_the_share_group_page(world, p
             _open(page, url + f"/share-groups/{SHARE_GROUP}", "main")
             return page.locator("#members").count() == 1 and "share-worker" in page.locator("#members").inner_text() \
                 and page.locator("#in-flight").count() == 1 and row("in-flight") == str(len(held)) \
-                and row("acquired") == str(len(held))
+                and row("acquired") == str(len(held)) and row("lag") == str(len(held))
         _wait(holding, "the member and its acquired records on the share-group page")
         assert f"{SHARE_TOPIC}-0" in page.locator("#members").inner_text()  # its assignment
         assert page.locator("#in-flight").inner_text() == str(len(held))
@@ -377,8 +377,9 @@ def test_a_share_consumer_holding_records_shows_on_the_share_group_page(world, p
 
         def acknowledged() -> bool:
             _open(page, url + f"/share-groups/{SHARE_GROUP}", "#share-partitions")
-            return row("in-flight") == "0" and page.locator("#in-flight").inner_text() == "0"
-        _wait(acknowledged, "no records in flight after the acknowledgements")
+            return row("in-flight") == "0" and page.locator("#in-flight").inner_text() == "0" and \
+                row("start-offset") == str(len(held)) and row("lag") == "0"
+        _wait(acknowledged, "no records in flight and no lag after the acknowledgements")
         consumer.close()
         closed = True
     finally:
