@@ -395,11 +395,19 @@ def test_a_share_consumer_holding_records_shows_on_the_share_group_page(world, p
     page.wait_for_selector("[data-flash]")
     flash = page.locator("[data-flash]")
     assert flash.get_attribute("data-flash") == "ok" and f"{SHARE_TOPIC}-0→0" in flash.inner_text(), flash.inner_text()
+    # the same gate as every change: a cross-site post and a read-only console change nothing
+    assert _post(url + f"/share-groups/{SHARE_GROUP}/delete", {"csrf_token": "guess"},
+                 {"Origin": "http://evil.example"}) == 403
+    assert _post(world.consoles["read_only"].url + f"/share-groups/{SHARE_GROUP}/delete", {"csrf_token": "x"}) == 403
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("#delete-go")
     page.wait_for_selector("[data-flash]")
     assert page.locator("[data-flash]").inner_text() == f"deleted share group {SHARE_GROUP}"
     assert page.locator(f'#share-groups tr[data-group="{SHARE_GROUP}"]').count() == 0
+    counted = page.request.get(url + "/metrics").text()
+    for action in ("share-group.reset-offsets", "share-group.delete"):
+        assert f'odradek_console_actions_total{{action="{action}",outcome="ok"}} 1.0' in counted, counted
+    assert 'action="share-group.delete",outcome="refused"} 1.0' in counted
 
 
 def test_a_group_deleted_from_the_page_is_gone(world, page):
