@@ -37,12 +37,10 @@ import structlog
 
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.errors import ErrorCode
-from odradek.metadata.group_config import share_group_settings
 from odradek.metadata.image import Endpoint, new_cluster_id
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.log import metadata_log_config
 from odradek.metadata.publisher import MetadataPublisher
-from odradek.metadata.records import ConfigResourceType
 from odradek.raft.storage_log import StorageRaftLog
 from odradek.replication.hosting import PartitionHosting
 from odradek.replication.replica_manager import ReplicaManager
@@ -57,7 +55,6 @@ from .config import BrokerConfig
 from .context import RequestContext, SecurityProtocol
 from .controller_settings import new_controller
 from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
-from .group_configs import share_defaults
 from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
@@ -259,26 +256,17 @@ def _start_share_groups(cfg: BrokerConfig, data: ReplicaManager, publisher: Meta
         p = topic.partitions.get(tp.partition) if topic is not None else None
         return (p.leader, p.leader_epoch) if p is not None and p.leader >= 0 else None
 
-    defaults = share_defaults(cfg)
+    from .group_configs import share_settings_of
 
-    def settings_for(group_id: str) -> ShareSettings:
-        # The group's share.* GROUP configs over the broker's group.share.* (as Kafka's leader reads them
-        # when it loads a share-partition): share.auto.offset.reset=earliest, a group's own lock duration,
-        # delivery limit and isolation level reach the partitions' leaders, not only the describe.
-        group = share_group_settings(publisher.image.configs.get((ConfigResourceType.GROUP, group_id), {}), defaults)
-        return ShareSettings(record_lock_duration_ms=group.record_lock_duration_ms,
-                             delivery_count_limit=group.delivery_count_limit,
-                             max_record_locks=cfg.share_group_partition_max_record_locks,
-                             auto_offset_reset=group.auto_offset_reset,
-                             read_committed=group.isolation_level == "read_committed")
-
+    base = ShareSettings(record_lock_duration_ms=cfg.share_group_record_lock_duration_ms,
+                         delivery_count_limit=cfg.share_group_delivery_count_limit,
+                         max_record_locks=cfg.share_group_partition_max_record_locks)
     manager = SharePartitionManager(
         data=data, persister=persister, clock=now_ms, leader_of=leader_of,
-        max_sessions=cfg.share_group_max_share_sessions,
-        settings=ShareSettings(record_lock_duration_ms=cfg.share_group_record_lock_duration_ms,
-                               delivery_count_limit=cfg.share_group_delivery_count_limit,
-                               max_record_locks=cfg.share_group_partition_max_record_locks),
-        settings_for=settings_for,
+        max_sessions=cfg.share_group_max_share_sessions, settings=base,
+        # a group's share.* GROUP configs over the broker's, as the image has them, asked on every fetch (so a
+        # changed lock duration holds from the next acquisition, as in Kafka)
+        settings_for=lambda group_id: share_settings_of(publisher.image, cfg, group_id, base),
     )
     publisher.register(manager)
     return manager

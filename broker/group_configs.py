@@ -10,16 +10,18 @@ the controller, which writes it as ConfigRecords on (GROUP, group id).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
-from odradek.metadata.group_config import GROUP_CONFIGS, validate_group_configs
+from odradek.metadata.group_config import GROUP_CONFIGS, share_group_settings, validate_group_configs
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.records import ConfigResourceType
 from odradek.protocol.errors import ErrorCode, KafkaApiError
 
 from .config import BrokerConfig, ConfigType
+from .share.manager import ShareSettings
 from .topic_config import ConfigEntry, ConfigSource
 
-__all__ = ["describe_group", "group_config_changes", "share_defaults"]
+__all__ = ["describe_group", "group_config_changes", "share_defaults", "share_settings_of"]
 
 _SHARE_FIELDS = {
     "group.share.session.timeout.ms": "share_group_session_timeout_ms",
@@ -41,6 +43,20 @@ def share_defaults(config: BrokerConfig) -> dict[str, int]:
     """The broker's group.share.* values by Kafka name: the defaults and bounds of the share group configs."""
     dumped = config.model_dump()
     return {name: int(dumped[field]) for name, field in _SHARE_FIELDS.items()}
+
+
+def share_settings_of(image: MetadataImage, config: BrokerConfig, group_id: str, base: ShareSettings) -> ShareSettings:
+    """What a share group's partitions run with on their leaders (broker/share/manager.py `settings_for`):
+    `base` (the broker's group.share.* values) with the group's own share.* GROUP configs over it, as Kafka's
+    SharePartition reads GroupConfigManager: share.record.lock.duration.ms, share.delivery.count.limit,
+    share.auto.offset.reset and share.isolation.level. A group with no configs of its own runs with `base`."""
+    own = image.configs.get((ConfigResourceType.GROUP, group_id))
+    if not own:
+        return base
+    group = share_group_settings(own, share_defaults(config))
+    return replace(base, record_lock_duration_ms=group.record_lock_duration_ms,
+                   delivery_count_limit=group.delivery_count_limit, auto_offset_reset=group.auto_offset_reset,
+                   read_committed=group.isolation_level == "read_committed")
 
 
 def describe_group(image: MetadataImage, config: BrokerConfig, group_id: str,

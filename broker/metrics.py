@@ -40,6 +40,11 @@ Metric names (prefix `odradek_`):
                                            before, records archived at the delivery-count limit, records
                                            acknowledged by type (accept, release, reject, renew, gap),
                                            sessions ended by their connection closing, failed state writes
+  share_partition_records_in_flight / _records_acquired / _lock_expiries / _redeliveries /
+  _archived_at_limit {group,topic,partition}
+                                           the same per share-partition, for at most 200 of them per broker
+                                           (MAX_LABELLED_SHARE_PARTITIONS; the last three since this leader
+                                           loaded the share-partition); the console's share-group page reads them
 plus the cluster health gauges of broker/health_metrics.py (quorum, active controller, log directories,
 consumer group lag, transactions), registered by the node once it is built, and process_* and python_gc_*
 from prometheus_client's standard collectors.
@@ -527,6 +532,19 @@ class ShareGroupsCollector(Collector):
         ("odradek_share_state_write_failures", "write_failures", "Share-partition state writes that failed"),
     )
 
+    # Per share-partition (group, topic, partition), for the first MAX_LABELLED_SHARE_PARTITIONS of this leader
+    # (broker/share/manager.py): gauges, since the last three start from 0 when a new leader loads the state.
+    _PER_PARTITION = (
+        ("odradek_share_partition_records_in_flight", "in_flight", "Records in flight of one share-partition"),
+        ("odradek_share_partition_records_acquired", "acquired", "Records of one share-partition acquired now"),
+        ("odradek_share_partition_lock_expiries", "lock_expiries",
+         "Lock expiries on one share-partition since this leader loaded it"),
+        ("odradek_share_partition_redeliveries", "redeliveries",
+         "Redeliveries on one share-partition since this leader loaded it"),
+        ("odradek_share_partition_archived_at_limit", "archived_at_limit",
+         "Records of one share-partition archived at the delivery-count limit since this leader loaded it"),
+    )
+
     def __init__(self, source: Callable[[], dict[str, Any]], metrics: Metrics) -> None:
         self.source = source
         self.metrics = metrics
@@ -547,4 +565,10 @@ class ShareGroupsCollector(Collector):
         for kind, n in sorted(figures["acknowledgements"].items()):
             acks.add_metric([kind], n)
         out.append(acks)
+        labels = ["group", "topic", "partition"]
+        families = {key: GaugeMetricFamily(name, doc, labels=labels) for name, key, doc in self._PER_PARTITION}
+        for group_id, topic, partition, values in figures.get("per_partition", ()):
+            for key, family in families.items():
+                family.add_metric([group_id, topic, str(partition)], values[key])
+        out.extend(families.values())
         return out

@@ -26,8 +26,13 @@ WriteTxnMarkers (abort), DescribeAcls, DescribeUserScramCredentials, DescribeCli
 The record filter (filter.py) is evaluated here, next to the consumer that reads the log, with a bound on
 the records read per request (records.py): only the matches travel to the browser, and nothing a user
 types ever runs on a broker. Share groups are read with ShareGroupDescribe and DescribeShareGroupOffsets
-(members, assignments, share-partition start offsets and lag); in-flight and acquired records and delivery
-counts live on the partition leaders and no Kafka admin API returns them, so the page says so.
+(members, assignments, share-partition start offsets and lag); in-flight and acquired records, lock
+expiries, redeliveries and archived records live on the partition leaders and no Kafka admin API returns
+them, so the page reads them from the leaders' /metrics (`odradek_share_partition_*{group,topic,partition}`,
+the URLs the charts scrape, fetched when the page asks and cached like every answer); against brokers
+without those series (Apache Kafka) the page shows the coordinator's figures alone and says why.
+Resetting a share group's start offsets (AlterShareGroupOffsets) and deleting it pass the same gate as the
+other changes.
 
 Stack: Starlette on uvicorn (routing, forms, static files, an asyncio HTTP server with graceful shutdown)
 and Jinja2 (autoescaped templates), server-rendered pages; htmx for the live banner and uPlot for the

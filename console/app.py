@@ -37,7 +37,7 @@ from .filter import FilterError, parse_filter
 from .reader import ClusterReader, TtlCache, describe_error, who_can
 from .records import DEFAULT_LIMIT, DEFAULT_SCAN, FORMATS, BrowseError, BrowseRequest, browse, export_csv, \
     export_json, produce_one, render
-from .sampler import Sampler, lag_by_topic
+from .sampler import Sampler, ShareFigures, lag_by_topic, scrape_share_figures
 
 HERE = pathlib.Path(__file__).resolve().parent
 MAX_FORM_FIELD = 1 << 20  # a produced value or a header may be up to 1 MiB of text
@@ -118,6 +118,15 @@ class Console:
             return ClusterReader(session.admin, self.cache, session.principal)
         assert self.service_admin is not None
         return ClusterReader(self.service_admin, self.cache, "console")
+
+    async def share_figures(self) -> ShareFigures | None:
+        """The share-group figures of every broker's /metrics (the URLs the sampler scrapes), fetched when a
+        share-group page asks and cached like the reader's answers (one scrape per broker per TTL, whoever
+        asks); None when the console knows no /metrics URL."""
+        urls = self.sampler.urls
+        if not urls:
+            return None
+        return await self.cache.get(("share_metrics", tuple(urls)), lambda: scrape_share_figures(urls))
 
     def config_for(self, session: Session) -> ClientConfig:
         return session.config if session.config is not None else self.settings.config
@@ -450,8 +459,63 @@ def build_app(console: Console) -> Starlette:
 
         async def load(reader: ClusterReader, session: Session) -> dict[str, Any]:
             view, partitions = await reader.share_group(group_id)
-            return {"group": view, "partitions": partitions, "title": f"Share group {group_id}"}
+            figures = await console.share_figures()
+            held = figures.of_group(group_id) if figures is not None else {}
+            rows = {r["partition"]: r for r in partitions}
+            for name, values in held.items():  # a leader may hold state the coordinator has not listed yet
+                rows.setdefault(name, {"partition": name, "start_offset": None, "leader_epoch": None, "lag": None,
+                                       "error": None}).update({k: int(v) for k, v in values.items()})
+            topics = sorted({name.rpartition("-")[0] for name in rows} | {t for m in view.members for t in m.subscribed})
+            return {"group": view, "partitions": [rows[k] for k in sorted(rows)], "figures": figures,
+                    "in_flight": sum(int(v.get("in_flight", 0)) for v in held.values()),
+                    "acquired": sum(int(v.get("acquired", 0)) for v in held.values()),
+                    "topics": topics, "title": f"Share group {group_id}"}
         return await page(request, "share_group.html", load)
+
+    async def share_group_reset(request: Request) -> Response:
+        group_id = request.path_params["group_id"]
+
+        async def run(reader: ClusterReader, session: Session, form: Any) -> str:
+            to = str(form.get("to") or "")
+            topic = str(form.get("topic") or "")
+            kwargs: dict[str, Any] = {}
+            text = str(form.get("value") or "").strip()
+            if to == "timestamp":
+                try:
+                    kwargs["timestamp_ms"] = int(text) if text.isdigit() else int(datetime.datetime.fromisoformat(
+                        text.replace("Z", "+00:00")).timestamp() * 1000)
+                except ValueError:
+                    raise ValueError(f"a timestamp is epoch milliseconds or ISO 8601, not {text!r}") from None
+            elif to == "offset":
+                if not text.lstrip("-").isdigit():
+                    raise ValueError(f"an offset is a whole number, not {text!r}")
+                kwargs["offset"] = int(text)
+            elif to not in ("earliest", "latest"):
+                raise ValueError(f"reset to earliest, latest, timestamp or offset, not {to!r}")
+            # The share-partitions the group has state for (of `topic` if one is chosen); a topic the group
+            # never read is reset on all its partitions, as kafka-share-groups --reset-offsets --topic does.
+            offsets = await reader.admin.share_group_offsets(group_id)
+            partitions = [TopicPartition(r.topic, r.partition) for r in offsets if not topic or r.topic == topic]
+            if topic and not partitions:
+                partitions = [TopicPartition(topic, p) for p in await reader.admin.client.partitions_for(topic, must_exist=True)]
+            if not partitions:
+                raise ValueError("the group has no share-partition state: choose a topic to reset")
+            target = await reader.admin.reset_share_group_offsets(group_id, partitions, to=to, **kwargs)
+            reader.cache.forget("share_group", "group", "groups")
+            return f"reset share group {group_id}: " + ", ".join(
+                f"{tp.topic}-{tp.partition}→{o}" for tp, o in sorted(target.items()))
+        return await mutation(request, "share-group.reset-offsets", group_id, run, f"/share-groups/{group_id}")
+
+    async def share_group_delete(request: Request) -> Response:
+        group_id = request.path_params["group_id"]
+
+        async def run(reader: ClusterReader, session: Session, form: Any) -> str:
+            error = (await reader.admin.delete_groups([group_id]))[group_id]
+            if error is not None:
+                raise error
+            reader.cache.forget("share_group", "group", "groups")
+            return f"deleted share group {group_id}"
+        return await mutation(request, "share-group.delete", group_id, run, "/share-groups")
 
     async def transactions_page(request: Request) -> Response:
         async def load(reader: ClusterReader, session: Session) -> dict[str, Any]:
@@ -611,6 +675,8 @@ def build_app(console: Console) -> Starlette:
         Route("/groups/{group_id}/reset", group_reset, methods=["POST"]),
         Route("/groups/{group_id}/delete", group_delete, methods=["POST"]),
         Route("/share-groups", share_groups_page), Route("/share-groups/{group_id}", share_group_page),
+        Route("/share-groups/{group_id}/reset", share_group_reset, methods=["POST"]),
+        Route("/share-groups/{group_id}/delete", share_group_delete, methods=["POST"]),
         Route("/transactions", transactions_page), Route("/transactions/abort", transaction_abort, methods=["POST"]),
         Route("/security", security_page), Route("/security/acls/add", acl_add, methods=["POST"]),
         Route("/security/acls/delete", acl_delete, methods=["POST"]),

@@ -241,6 +241,75 @@ class Sampler:
         return {k: [p.get(k) for p in self.metrics] for k in keys}
 
 
+SHARE_TOTALS = {  # broker-wide share families -> the key a page shows them under
+    "odradek_share_partitions": "share_partitions", "odradek_share_records_in_flight": "in_flight",
+    "odradek_share_records_acquired": "acquired", "odradek_share_sessions": "sessions",
+    "odradek_share_lock_expiries_total": "lock_expiries", "odradek_share_redeliveries_total": "redeliveries",
+    "odradek_share_archived_at_limit_total": "archived_at_limit",
+}
+SHARE_PARTITION_PREFIX = "odradek_share_partition_"
+SHARE_PARTITION_KEYS = {"records_in_flight": "in_flight", "records_acquired": "acquired",
+                        "lock_expiries": "lock_expiries", "redeliveries": "redeliveries",
+                        "archived_at_limit": "archived_at_limit"}
+
+
+@dataclass
+class ShareFigures:
+    """The share-group figures of the brokers' /metrics, summed over the brokers scraped.
+
+    `partitions` holds what the leaders label per share-partition, (group, topic, partition) -> figures; a
+    broker labels at most 200 of its share-partitions, so `labelled` < `share_partitions` says some are left
+    out. `totals` are the broker-wide figures over every share group."""
+
+    scraped: int = 0
+    errors: list[str] = field(default_factory=list)
+    totals: dict[str, float] = field(default_factory=dict)
+    partitions: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def labelled(self) -> int:
+        return len(self.partitions)
+
+    def of_group(self, group_id: str) -> dict[str, dict[str, float]]:
+        """topic-partition -> figures of one group's share-partitions."""
+        return {f"{t}-{p}": v for (g, t, p), v in sorted(self.partitions.items()) if g == group_id}
+
+
+def parse_share_figures(texts: list[str], into: ShareFigures | None = None) -> ShareFigures:
+    out = ShareFigures() if into is None else into
+    for text in texts:
+        out.scraped += 1
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if name in SHARE_TOTALS:
+                    key = SHARE_TOTALS[name]
+                    out.totals[key] = out.totals.get(key, 0.0) + sample.value
+                elif name.startswith(SHARE_PARTITION_PREFIX) and name[len(SHARE_PARTITION_PREFIX):] in SHARE_PARTITION_KEYS:
+                    labels = sample.labels
+                    if not labels.get("partition", "").isdigit():
+                        continue
+                    where = (labels.get("group", ""), labels.get("topic", ""), int(labels["partition"]))
+                    key = SHARE_PARTITION_KEYS[name[len(SHARE_PARTITION_PREFIX):]]
+                    row = out.partitions.setdefault(where, {})
+                    row[key] = row.get(key, 0.0) + sample.value  # one leader each; summed over a handover
+    return out
+
+
+async def scrape_share_figures(urls: list[str]) -> ShareFigures:
+    """One GET of each broker's /metrics (in worker threads, SCRAPE_TIMEOUT_S each), parsed for share groups.
+    A broker that does not answer is named in `errors`; the others still count."""
+    texts = await asyncio.gather(*(asyncio.to_thread(_get, url) for url in urls), return_exceptions=True)
+    figures = ShareFigures()
+    good = []
+    for url, text in zip(urls, texts):
+        if isinstance(text, BaseException):
+            figures.errors.append(f"{url}: {type(text).__name__}: {text}")
+        else:
+            good.append(text)
+    return parse_share_figures(good, figures)
+
+
 def lag_by_topic(rows: list[Any]) -> dict[str, int]:
     """Group lag rows (Admin.group_lag) summed per topic."""
     out: dict[str, int] = {}

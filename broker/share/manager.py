@@ -87,6 +87,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger("odradek.share")
 
 AckBatches = Sequence[tuple[int, int, Sequence[int]]]  # (first offset, last offset, acknowledge types)
+# Share-partitions a scrape of /metrics labels with group/topic/partition (broker/metrics.py): enough for the
+# console's share-group page on any cluster an operator reads by eye, and a bound on the series a broker with
+# many share groups exports (each share-partition is 5 series).
+MAX_LABELLED_SHARE_PARTITIONS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +199,23 @@ class SharePartitionManager:
             "session_evictions": self.sessions.evictions, "lock_expiries": stats.lock_expiries,
             "redeliveries": stats.redeliveries, "archived_at_limit": stats.archived_at_limit,
             "write_failures": stats.persist_failures, "acknowledgements": dict(stats.acknowledgements),
+            "per_partition": self.per_partition_figures(),
         }
+
+    def per_partition_figures(self, limit: int = MAX_LABELLED_SHARE_PARTITIONS) -> list[tuple[str, str, int, dict[str, int]]]:
+        """(group, topic, partition, figures) of the first `limit` share-partitions served here, in that order:
+        records in flight and acquired now, and the lock expiries, redeliveries and records archived at the
+        delivery-count limit since this leader loaded the share-partition (they start again from 0 on a new
+        leader; the broker-wide counters never go back). The limit bounds the labelled series a scrape carries;
+        `share_partitions` says how many there are in all, so a reader knows when it sees only some."""
+        out = []
+        for (group_id, tp) in sorted(self._held, key=lambda k: (k[0], k[1].topic, k[1].partition))[:limit]:
+            sp = self._held[(group_id, tp)].sp
+            out.append((group_id, tp.topic, tp.partition, {
+                "in_flight": sp.in_flight, "acquired": sp.count(RecordState.ACQUIRED),
+                "lock_expiries": sp.lock_expiries, "redeliveries": sp.redeliveries,
+                "archived_at_limit": sp.archived_at_limit}))
+        return out
 
     def describe(self, group_id: str, tp: TopicPartition) -> SharePartition | None:
         held = self._held.get((group_id, tp))
@@ -564,7 +584,11 @@ class SharePartitionManager:
             version = held.version
             if held.persisted_version >= version:
                 return ErrorCode.NONE
-            code = await self.persister.write(held.key, held.leader_epoch, held.sp.snapshot())
+            # KIP-1226: the records past the start offset whose delivery is complete (acknowledged or archived),
+            # kept by the share coordinator so DescribeShareGroupOffsets can answer lag = end - start - this.
+            sp = held.sp
+            complete = sp.count(RecordState.ACKNOWLEDGED) + sp.count(RecordState.ARCHIVED)
+            code = await self.persister.write(held.key, held.leader_epoch, sp.snapshot(), delivery_complete_count=complete)
             if code != ErrorCode.NONE:
                 self.stats.persist_failures += 1
                 log.warning("share state write failed; the partition's state is read again on its next fetch",

@@ -26,7 +26,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, \
     ResourcePatternType, ResourceType
 
@@ -41,6 +41,7 @@ pytestmark = pytest.mark.timeout(240)
 ADMIN_PW, VIEWER_PW = "admin-secret", "viewer-secret"
 RECORDS = 300
 TXN_TOPIC = "payments"
+SHARE_TOPIC, SHARE_GROUP, SHARE_RECORDS, SHARE_LOCK_MS = "jobs", "workers", 5, 60_000
 
 
 def _wait(predicate, what: str, timeout_s: float = 40.0):
@@ -110,7 +111,11 @@ def world(tmp_path_factory):
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users=User:admin;User:ANONYMOUS", f"metrics.port={metrics_port}", "num.partitions=1",
         "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
-        "offsets.topic.replication.factor=1").start()
+        "offsets.topic.replication.factor=1",
+        # share groups on, with a lock longer than the share test's hold (Kafka's bounds: 15 s <= lock <= 60 s)
+        # and a 1 s heartbeat so a share member gets its assignment at once
+        "odradek.share.enabled=true", f"group.share.record.lock.duration.ms={SHARE_LOCK_MS}",
+        "group.share.min.heartbeat.interval.ms=1000", "group.share.heartbeat.interval.ms=1000").start()
     ports = _wait(lambda: (found := {m.group(1): int(m.group(3)) for line in list(broker.output)
                                      if (m := _LISTENING.search(line))}) and len(found) == 2 and found,
                   "both listeners", 30)
@@ -119,7 +124,7 @@ def world(tmp_path_factory):
     try:
         admin = AdminClient({"bootstrap.servers": w.plain})
         _create(admin, [NewTopic("orders", 3, 1), NewTopic("secret", 1, 1), NewTopic("events", 2, 1),
-                        NewTopic(TXN_TOPIC, 1, 1)])
+                        NewTopic(TXN_TOPIC, 1, 1), NewTopic(SHARE_TOPIC, 1, 1)])
         for future in admin.create_acls([
                 _acl(ResourceType.TOPIC, "orders", "User:viewer", AclOperation.READ),
                 _acl(ResourceType.TOPIC, "orders", "User:viewer", AclOperation.DESCRIBE),
@@ -130,6 +135,8 @@ def world(tmp_path_factory):
             producer.produce("orders", key=f"k{i}".encode(),
                              value=json.dumps({"n": i, "kind": "even" if i % 2 == 0 else "odd"}).encode(),
                              partition=i % 3, headers=[("src", b"fixture")] if i % 10 == 0 else None)
+        for i in range(SHARE_RECORDS):
+            producer.produce(SHARE_TOPIC, f"job-{i}".encode())
         producer.produce("events", b"e1")
         producer.produce("secret", b"s1")
         producer.flush(30)
@@ -330,6 +337,77 @@ def test_the_share_group_page_says_what_the_cluster_answers(world, page):
     text = page.locator("main").inner_text()
     assert "does not serve ShareGroupDescribe" in text or "GROUP_ID_NOT_FOUND" in text, text
     _open(page, url + "/share-groups", "#share-groups")
+
+
+def test_a_share_consumer_holding_records_shows_on_the_share_group_page(world, page):
+    """A confluent-kafka ShareConsumer in explicit acknowledgement mode polls the group's records and holds
+    them (the lock is 60 s): the page shows the group, its member and the records in flight and acquired (the
+    leader's per-share-partition metrics); once it acknowledges them, in flight goes to 0. Then, with the
+    member gone, the page resets the group's start offset to earliest and deletes the group."""
+    url = world.consoles["plain"].url
+    env = dict(os.environ, ODRADEK_BOOTSTRAP_SERVERS=world.plain)
+    subprocess.run([sys.executable, "-m", "odradek", "config", "set", "group", SHARE_GROUP,
+                    "share.auto.offset.reset=earliest"], env=env, check=True, capture_output=True, timeout=60)
+    consumer = ShareConsumer({"bootstrap.servers": world.plain, "group.id": SHARE_GROUP,
+                              "client.id": "share-worker", "share.acknowledgement.mode": "explicit"})
+    closed = False
+    try:
+        consumer.subscribe([SHARE_TOPIC])
+        held = _wait(lambda: [m for m in consumer.poll(1.0) if m.error() is None], "records acquired", 60)
+        assert sorted(m.value() for m in held) == [f"job-{i}".encode() for i in range(len(held))]
+
+        def row(key: str) -> str:
+            return page.locator(f'#share-partitions tr[data-tp="{SHARE_TOPIC}-0"] [data-{key}]').inner_text()
+
+        def holding() -> bool:
+            _open(page, url + f"/share-groups/{SHARE_GROUP}", "main")
+            return page.locator("#members").count() == 1 and "share-worker" in page.locator("#members").inner_text() \
+                and page.locator("#in-flight").count() == 1 and row("in-flight") == str(len(held)) \
+                and row("acquired") == str(len(held)) and row("lag") == str(len(held))
+        _wait(holding, "the member and its acquired records on the share-group page")
+        assert f"{SHARE_TOPIC}-0" in page.locator("#members").inner_text()  # its assignment
+        assert page.locator("#in-flight").inner_text() == str(len(held))
+        screenshot(page, "share_group")
+        _open(page, url + "/share-groups", "#share-groups")
+        assert page.locator(f'#share-groups tr[data-group="{SHARE_GROUP}"]').count() == 1
+
+        for m in held:
+            consumer.acknowledge(m)
+        assert all(e is None for e in consumer.commit_sync(30).values())
+
+        def acknowledged() -> bool:
+            _open(page, url + f"/share-groups/{SHARE_GROUP}", "#share-partitions")
+            return row("in-flight") == "0" and page.locator("#in-flight").inner_text() == "0" and \
+                row("start-offset") == str(len(held)) and row("lag") == "0"
+        _wait(acknowledged, "no records in flight and no lag after the acknowledgements")
+        consumer.close()
+        closed = True
+    finally:
+        if not closed:
+            consumer.close()
+
+    def empty() -> bool:
+        _open(page, url + f"/share-groups/{SHARE_GROUP}", "#members")
+        return "no members" in page.locator("#members").inner_text()
+    _wait(empty, "the share group without members once the consumer closed")
+    page.select_option("#reset select[name=to]", "earliest")
+    page.click("#reset-go")
+    page.wait_for_selector("[data-flash]")
+    flash = page.locator("[data-flash]")
+    assert flash.get_attribute("data-flash") == "ok" and f"{SHARE_TOPIC}-0→0" in flash.inner_text(), flash.inner_text()
+    # the same gate as every change: a cross-site post and a read-only console change nothing
+    assert _post(url + f"/share-groups/{SHARE_GROUP}/delete", {"csrf_token": "guess"},
+                 {"Origin": "http://evil.example"}) == 403
+    assert _post(world.consoles["read_only"].url + f"/share-groups/{SHARE_GROUP}/delete", {"csrf_token": "x"}) == 403
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#delete-go")
+    page.wait_for_selector("[data-flash]")
+    assert page.locator("[data-flash]").inner_text() == f"deleted share group {SHARE_GROUP}"
+    assert page.locator(f'#share-groups tr[data-group="{SHARE_GROUP}"]').count() == 0
+    counted = page.request.get(url + "/metrics").text()
+    for action in ("share-group.reset-offsets", "share-group.delete"):
+        assert f'odradek_console_actions_total{{action="{action}",outcome="ok"}} 1.0' in counted, counted
+    assert 'action="share-group.delete",outcome="refused"} 1.0' in counted
 
 
 def test_a_group_deleted_from_the_page_is_gone(world, page):

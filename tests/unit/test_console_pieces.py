@@ -19,7 +19,7 @@ from odradek.console.auth import Audit, Sessions, is_loopback, origin_ok
 from odradek.console.main import parse_args, settings_from
 from odradek.console.reader import TtlCache, who_can
 from odradek.console.records import MAX_LIMIT, MAX_SCAN, BrowseError, BrowseRequest, export_csv, export_json, render
-from odradek.console.sampler import Sampler, parse_scrape, quantile_of_delta
+from odradek.console.sampler import Sampler, parse_scrape, parse_share_figures, quantile_of_delta
 
 
 def _record(key, value, headers=(), offset=0) -> ConsumerRecord:
@@ -216,3 +216,24 @@ def test_sign_in_beyond_loopback_needs_https(tmp_path):
         _settings(*sasl, "--certfile", str(cert))
     with pytest.raises(ConfigError, match="no such file"):
         _settings(*sasl, "--certfile", str(tmp_path / "nope"), "--keyfile", str(key))
+
+
+SHARE_SCRAPE = """# TYPE odradek_share_partitions gauge
+odradek_share_partitions 3.0
+# TYPE odradek_share_records_in_flight gauge
+odradek_share_records_in_flight 7.0
+# TYPE odradek_share_lock_expiries counter
+odradek_share_lock_expiries_total 2.0
+# TYPE odradek_share_partition_records_in_flight gauge
+odradek_share_partition_records_in_flight{group="g",topic="t",partition="0"} 5.0
+odradek_share_partition_records_in_flight{group="h",topic="t",partition="1"} 2.0
+# TYPE odradek_share_partition_records_acquired gauge
+odradek_share_partition_records_acquired{group="g",topic="t",partition="0"} 4.0
+"""
+
+
+def test_share_figures_are_read_per_share_partition_and_summed_over_brokers():
+    figures = parse_share_figures([SHARE_SCRAPE, "odradek_share_records_in_flight 1\n"])
+    assert figures.scraped == 2 and figures.totals["in_flight"] == 8.0 and figures.totals["lock_expiries"] == 2.0
+    assert figures.of_group("g") == {"t-0": {"in_flight": 5.0, "acquired": 4.0}}
+    assert figures.labelled == 2 < figures.totals["share_partitions"]  # one share-partition is not labelled

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from odradek.broker.config import BrokerConfig, ConfigError
-from odradek.broker.group_configs import GroupConfigError, describe_group, group_config_changes, share_defaults
+from odradek.broker.group_configs import GroupConfigError, describe_group, group_config_changes, share_defaults, \
+    share_settings_of
 from odradek.broker.handlers import SHARE, load_handlers
 from odradek.broker.handlers.groups import handle_delete_groups, handle_describe_groups, handle_find_coordinator
 from odradek.broker.handlers.share_groups import (
@@ -437,6 +438,22 @@ def test_group_configs_describe_with_defaults_and_refuse_list_operations():
     settings = share_group_settings(image.configs[(ConfigResourceType.GROUP, "sg")], share_defaults(config))
     assert (settings.auto_offset_reset, settings.record_lock_duration_ms, settings.delivery_count_limit) == (
         "earliest", 30000, 5)
+
+
+def test_the_share_partition_leaders_run_a_group_with_its_own_configs():
+    """The leaders' ShareSettings of a group: its share.* GROUP configs over the broker's group.share.* (a
+    group's share.auto.offset.reset=earliest is what its never-initialized share-partitions start at)."""
+    from odradek.broker.share.manager import ShareSettings
+
+    config, base = BrokerConfig(), ShareSettings(record_lock_duration_ms=20000, max_record_locks=7)
+    image = MetadataImage(configs={(ConfigResourceType.GROUP, "sg"): {
+        "share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed",
+        "share.delivery.count.limit": "3"}})
+    assert share_settings_of(image, config, "other", base) is base
+    own = share_settings_of(image, config, "sg", base)
+    assert (own.auto_offset_reset, own.read_committed, own.delivery_count_limit, own.max_record_locks) == (
+        "earliest", True, 3, 7)
+    assert own.record_lock_duration_ms == 30000  # the group's lock duration defaults to the broker's config
 
 
 def test_the_controller_writes_group_configs_and_refuses_unknown_names():

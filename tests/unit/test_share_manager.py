@@ -286,3 +286,30 @@ async def test_a_changed_group_lock_duration_holds_from_the_next_acquisition(tmp
         assert ranges(await e.fetch("c")) == [(0, 0, 2)]
     finally:
         e.log.close()
+
+
+async def test_per_partition_figures_are_labelled_and_bounded(env):
+    """What /metrics labels with group/topic/partition (the console's share-group page reads them): in flight,
+    acquired and the share-partition's own lock expiries, for at most `limit` share-partitions."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from odradek.broker.metrics import Metrics, ShareGroupsCollector
+
+    e = env(auto_offset_reset="earliest", record_lock_duration_ms=1000)
+    e.append(3, 2)
+    assert ranges(await e.fetch("a", max_records=3)) == [(0, 2, 1)]
+    (row,) = e.manager.figures()["per_partition"]
+    assert row == ("g", "work", 0, {"in_flight": 3, "acquired": 3, "lock_expiries": 0, "redeliveries": 0,
+                                     "archived_at_limit": 0})
+    e.clock.now += 1000
+    e.manager._expire_due()
+    await asyncio.sleep(0)
+    assert e.manager.per_partition_figures()[0][3]["lock_expiries"] == 3
+    assert e.manager.per_partition_figures(limit=0) == []
+    registry = CollectorRegistry()
+    metrics = Metrics(node_id=1)
+    registry.register(ShareGroupsCollector(e.manager.figures, metrics))
+    text = generate_latest(registry).decode()
+    assert 'odradek_share_partition_records_in_flight{group="g",partition="0",topic="work"} 3.0' in text
+    assert 'odradek_share_partition_records_acquired{group="g",partition="0",topic="work"} 0.0' in text
+    assert 'odradek_share_partition_lock_expiries{group="g",partition="0",topic="work"} 3.0' in text
