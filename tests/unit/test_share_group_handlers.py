@@ -146,8 +146,8 @@ def test_share_apis_are_served_only_behind_the_share_gate():
     assert 76 not in load_handlers() and 77 not in load_handlers()
     gated = load_handlers(gates=frozenset({SHARE}))
     assert {k: (gated[k].min_version, gated[k].max_version) for k in (76, 77)} == {76: (1, 1), 77: (1, 1)}
-    assert not BrokerConfig().share_enabled
-    assert BrokerConfig.from_properties({"odradek.share.enabled": "true"}).share_enabled
+    assert BrokerConfig().share_enabled  # on by default, as in Kafka 4.2+
+    assert not BrokerConfig.from_properties({"odradek.share.enabled": "false"}).share_enabled
 
 
 def test_group_share_configs_have_kafkas_defaults_and_refuse_values_out_of_range():
