@@ -37,9 +37,11 @@ import structlog
 
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.errors import ErrorCode
+from odradek.metadata.group_config import share_group_settings
 from odradek.metadata.image import Endpoint, new_cluster_id
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.log import metadata_log_config
+from odradek.metadata.records import ConfigResourceType
 from odradek.metadata.publisher import MetadataPublisher
 from odradek.raft.storage_log import StorageRaftLog
 from odradek.replication.hosting import PartitionHosting
@@ -55,6 +57,7 @@ from .config import BrokerConfig
 from .context import RequestContext, SecurityProtocol
 from .controller_settings import new_controller
 from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
+from .group_configs import share_defaults
 from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
@@ -256,12 +259,26 @@ def _start_share_groups(cfg: BrokerConfig, data: ReplicaManager, publisher: Meta
         p = topic.partitions.get(tp.partition) if topic is not None else None
         return (p.leader, p.leader_epoch) if p is not None and p.leader >= 0 else None
 
+    defaults = share_defaults(cfg)
+
+    def settings_for(group_id: str) -> ShareSettings:
+        # The group's share.* GROUP configs over the broker's group.share.* (read from the image at each
+        # partition load and fetch, so `config set group G ...` applies without a restart), as Kafka's
+        # SharePartitionManager reads its GroupConfigManager.
+        own = share_group_settings(publisher.image.configs.get((ConfigResourceType.GROUP, group_id), {}), defaults)
+        return ShareSettings(record_lock_duration_ms=own.record_lock_duration_ms,
+                             delivery_count_limit=own.delivery_count_limit,
+                             max_record_locks=cfg.share_group_partition_max_record_locks,
+                             auto_offset_reset=own.auto_offset_reset,
+                             read_committed=own.isolation_level == "read_committed")
+
     manager = SharePartitionManager(
         data=data, persister=persister, clock=now_ms, leader_of=leader_of,
         max_sessions=cfg.share_group_max_share_sessions,
         settings=ShareSettings(record_lock_duration_ms=cfg.share_group_record_lock_duration_ms,
                                delivery_count_limit=cfg.share_group_delivery_count_limit,
                                max_record_locks=cfg.share_group_partition_max_record_locks),
+        settings_for=settings_for,
     )
     publisher.register(manager)
     return manager
