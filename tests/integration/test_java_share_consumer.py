@@ -9,7 +9,8 @@ config set with the CLI before anyone joins, so records produced before the cons
 Checked: two consumers of one group together get every record exactly once (implicit acknowledgement, each
 poll's batch accepted by the next poll or commitSync) while Kafka's kafka-share-groups tool
 (ShareGroupCommand) describes the group's members and start offsets; in explicit mode a RELEASEd record comes
-back with delivery count 2 and a REJECTed one never comes back.
+back with delivery count 2, a REJECTed one never comes back, and a RENEWed one (KIP-1222: its lock extended)
+is handed back by the next poll with the same delivery count.
 """
 
 from __future__ import annotations
@@ -149,11 +150,12 @@ def test_two_java_share_consumers_get_every_record_once_while_the_tool_describes
     assert not [a.failures() for a in apps if a.failures()]
 
 
-def test_explicit_acknowledgement_release_comes_back_reject_does_not(broker, cp):
+def test_explicit_acknowledgement_release_comes_back_reject_does_not_renew_keeps_it(broker, cp):
     bootstrap = broker.bootstrap
     topic = create_topic(bootstrap, 1, prefix="jshare-ack")
     group = earliest_group(bootstrap)
-    values = [f"release-{i}" if i in (2, 5) else f"reject-{i}" if i in (3, 7) else f"keep-{i}" for i in range(10)]
+    values = [f"release-{i}" if i in (2, 5) else f"reject-{i}" if i in (3, 7) else f"renew-{i}" if i == 8
+              else f"keep-{i}" for i in range(10)]
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for v in values:
         producer.produce(topic, v.encode(), partition=0)
@@ -174,7 +176,8 @@ def test_explicit_acknowledgement_release_comes_back_reject_does_not(broker, cp)
     finally:
         app.stop()
     seen = [(r["offset"], r["delivery"], r["ack"]) for r in app.records()]
-    assert sorted(seen) == sorted([(o, 1, "ACCEPT") for o in (0, 1, 4, 6, 8, 9, 10)]
+    # A RENEWed record (KIP-1222) stays this consumer's: the next poll hands it back, same delivery count.
+    assert sorted(seen) == sorted([(o, 1, "ACCEPT") for o in (0, 1, 4, 6, 8, 9, 10)] + [(8, 1, "RENEW")]
                                   + [(o, 1, "RELEASE") for o in (2, 5)] + [(o, 2, "ACCEPT") for o in (2, 5)]
                                   + [(o, 1, "REJECT") for o in (3, 7)]), seen
     assert not app.failures(), app.failures()

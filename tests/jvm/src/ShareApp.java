@@ -3,11 +3,13 @@ import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
+import java.util.Set;
 
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -29,7 +31,9 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  *
  * In explicit mode the value decides the acknowledgement, so the test chooses by what it produces: a value
  * holding "release" is RELEASEd on its first delivery (it must come back with delivery count 2, then it is
- * accepted), one holding "reject" is REJECTed (it must never come back), the others are ACCEPTed. In
+ * accepted), one holding "reject" is REJECTed (it must never come back), one holding "renew" is RENEWed
+ * (KIP-1222: its lock extended by the commitSync, it stays this consumer's) and ACCEPTed before the next poll,
+ * the others are ACCEPTed. In
  * implicit mode the next poll or commitSync accepts the whole previous batch.
  */
 public final class ShareApp {
@@ -65,6 +69,7 @@ public final class ShareApp {
                  new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
             consumer.subscribe(List.of(a.get("topic")));
             print(Map.of("event", "subscribed"));
+            Set<String> renewed = new HashSet<>();
             while (!stopping) {
                 ConsumerRecords<String, String> batch = consumer.poll(Duration.ofMillis(200));
                 if (batch.isEmpty()) continue;
@@ -75,6 +80,7 @@ public final class ShareApp {
                         String v = String.valueOf(r.value());
                         AcknowledgeType type = AcknowledgeType.ACCEPT;
                         if (v.contains("reject")) type = AcknowledgeType.REJECT;
+                        else if (v.contains("renew") && renewed.add(r.partition() + ":" + r.offset())) type = AcknowledgeType.RENEW;
                         else if (v.contains("release") && count.orElse((short) 0) == 1) type = AcknowledgeType.RELEASE;
                         consumer.acknowledge(r, type);
                         ack = type.name();
@@ -88,16 +94,20 @@ public final class ShareApp {
                     m.put("ack", ack);
                     print(m);
                 }
-                Map<String, Object> errors = new LinkedHashMap<>();
-                for (Map.Entry<TopicIdPartition, Optional<KafkaException>> e : consumer.commitSync().entrySet()) {
-                    e.getValue().ifPresent(x -> errors.put(e.getKey().toString(), x.getClass().getSimpleName() + ": " + x.getMessage()));
-                }
-                print(Map.of("event", "commit", "errors", errors));
+                commit(consumer);
             }
         } catch (Throwable t) {
             print(Map.of("event", "error", "error", t.getClass().getName() + ": " + t.getMessage()));
         }
         print(Map.of("event", "closed"));
+    }
+
+    private static void commit(KafkaShareConsumer<String, String> consumer) {
+        Map<String, Object> errors = new LinkedHashMap<>();
+        for (Map.Entry<TopicIdPartition, Optional<KafkaException>> e : consumer.commitSync().entrySet()) {
+            e.getValue().ifPresent(x -> errors.put(e.getKey().toString(), x.getClass().getSimpleName() + ": " + x.getMessage()));
+        }
+        print(Map.of("event", "commit", "errors", errors));
     }
 
     /** One JSON line, written by Interop's writer (same folder, same class path). */
