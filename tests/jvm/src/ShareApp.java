@@ -32,9 +32,9 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * In explicit mode the value decides the acknowledgement, so the test chooses by what it produces: a value
  * holding "release" is RELEASEd on its first delivery (it must come back with delivery count 2, then it is
  * accepted), one holding "reject" is REJECTed (it must never come back), one holding "renew" is RENEWed
- * (KIP-1222: its lock extended by the commitSync, it stays this consumer's) and ACCEPTed before the next poll,
- * the others are ACCEPTed. In
- * implicit mode the next poll or commitSync accepts the whole previous batch.
+ * on its first appearance (KIP-1222: the commitSync extends its lock, it stays this consumer's and the next
+ * poll hands it back) and ACCEPTed on its second, the others are ACCEPTed. In implicit mode the next poll or
+ * commitSync accepts the whole previous batch.
  */
 public final class ShareApp {
     private static final PrintStream OUT = new PrintStream(System.out, true, StandardCharsets.UTF_8);
