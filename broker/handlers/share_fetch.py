@@ -184,8 +184,10 @@ async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, requ
             else:
                 wanted.append((topic_id, TopicPartition(names[topic_id], index)))
         # max_records 0 asks for no records (librdkafka sends it with acknowledgements alone): answered at
-        # once, without a wait, as v0's partition_max_bytes 0 said.
-        if wanted and request.max_records > 0:
+        # once, without a wait, as v0's partition_max_bytes 0 said. So does a v2 fetch with is_renew_ack
+        # (KIP-1222): it carries RENEW acknowledgements and asks for nothing, as Kafka answers it.
+        renewing = version >= 2 and request.is_renew_ack
+        if wanted and request.max_records > 0 and not renewing:
             results = await manager.fetch(
                 group_id, member_id, wanted, max_records=request.max_records,
                 max_bytes=request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF,

@@ -73,6 +73,7 @@ from odradek.replication.share import (
     SharePartition,
     SharePartitionError,
     ShareSessionCache,
+    ShareSnapshot,
 )
 from odradek.storage.errors import StorageError
 from odradek.storage.names import TopicPartition
@@ -126,6 +127,16 @@ class ShareStats:
     archived_at_limit: int = 0
     persist_failures: int = 0
     partitions_loaded: int = 0
+
+
+def delivery_complete_count(snapshot: ShareSnapshot) -> int:
+    """Records at or past the start offset whose delivery is over (ACKNOWLEDGED or ARCHIVED): what
+    WriteShareGroupState v1 carries (KIP-1226) so DescribeShareGroupOffsets can answer a share group's lag,
+    end offset - start offset - this count. Without it the lag is unknown, and Kafka's kafka-share-groups
+    tool shows "-" for every partition."""
+    return sum(b.last_offset - max(b.first_offset, snapshot.start_offset) + 1 for b in snapshot.state_batches
+               if b.delivery_state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+               and b.last_offset >= snapshot.start_offset)
 
 
 class _Held:
@@ -584,11 +595,9 @@ class SharePartitionManager:
             version = held.version
             if held.persisted_version >= version:
                 return ErrorCode.NONE
-            # KIP-1226: the records past the start offset whose delivery is complete (acknowledged or archived),
-            # kept by the share coordinator so DescribeShareGroupOffsets can answer lag = end - start - this.
-            sp = held.sp
-            complete = sp.count(RecordState.ACKNOWLEDGED) + sp.count(RecordState.ARCHIVED)
-            code = await self.persister.write(held.key, held.leader_epoch, sp.snapshot(), delivery_complete_count=complete)
+            snapshot = held.sp.snapshot()
+            code = await self.persister.write(held.key, held.leader_epoch, snapshot,
+                                              delivery_complete_count(snapshot))
             if code != ErrorCode.NONE:
                 self.stats.persist_failures += 1
                 log.warning("share state write failed; the partition's state is read again on its next fetch",

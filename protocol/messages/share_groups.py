@@ -15,7 +15,8 @@ versions. The later versions add:
 
 * ShareFetch v2 / ShareAcknowledge v2 (KIP-1206, KIP-1222): `share_acquire_mode` (0 batch-optimized,
   1 record-limit: never hand out more than `max_records`, even mid-batch), the RENEW acknowledge type (4),
-  which extends a lock instead of ending it, `is_renew_ack` on ShareAcknowledge, and the lock duration in
+  which extends a lock instead of ending it, `is_renew_ack` on ShareFetch and ShareAcknowledge (a ShareFetch
+  carrying it only acknowledges: it fetches nothing), and the lock duration in
   the ShareAcknowledge response so a renewing client learns its new deadline.
 * WriteShareGroupState v1 / ReadShareGroupStateSummary v1 / DescribeShareGroupOffsets v1 (KIP-1226):
   the count of records at or past the start offset whose delivery is complete, from which the lag of a
@@ -153,7 +154,8 @@ SHARE_FETCH = api(
         F("max_bytes", "int32", default=0x7FFFFFFF),
         F("max_records", "int32", "1+"),
         F("batch_size", "int32", "1+"),
-        F("share_acquire_mode", "int8", "2+"),
+        F("share_acquire_mode", "int8", "2+", default=0, ignorable=True),
+        F("is_renew_ack", "bool", "2+", default=False),
         F("topics", "[]FetchTopic", fields=[
             F("topic_id", "uuid"),
             F("partitions", "[]FetchPartition", fields=[

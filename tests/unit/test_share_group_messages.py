@@ -55,6 +55,7 @@ def test_share_fetch_request_v2_golden():
         "000001f4",       # max_records (v1+)
         "000001f4",       # batch_size (v1+)
         "01",             # share_acquire_mode (v2+): record-limit
+        "00",             # is_renew_ack (v2+, KIP-1222): false
         "02", TOPIC_HEX,  # topics[1].topic_id
         "02 00000000",    # partitions[1].partition_index; no partition_max_bytes after v0
         "02 0000000000000005 0000000000000007 02 01 00",  # one ack batch [5..7] ACCEPT, its tags
@@ -64,10 +65,13 @@ def test_share_fetch_request_v2_golden():
     )
     assert encode(msg, 2) == expected
     assert decode(ShareFetchRequest, expected, 2) == msg
-    # v1 has the same layout without share_acquire_mode.
-    v1 = expected[:28] + expected[29:]
+    # v1 has the same layout without share_acquire_mode and is_renew_ack.
+    v1 = expected[:28] + expected[30:]
     msg.share_acquire_mode = 0
     assert encode(msg, 1) == v1
+    # Kafka 4.4's Java client sends v2 with is_renew_ack: the byte after share_acquire_mode.
+    renew = expected[:29] + b"\x01" + expected[30:]
+    assert decode(ShareFetchRequest, renew, 2).is_renew_ack is True
 
 
 def test_share_fetch_response_v2_golden():

@@ -313,3 +313,36 @@ async def test_per_partition_figures_are_labelled_and_bounded(env):
     assert 'odradek_share_partition_records_in_flight{group="g",partition="0",topic="work"} 3.0' in text
     assert 'odradek_share_partition_records_acquired{group="g",partition="0",topic="work"} 0.0' in text
     assert 'odradek_share_partition_lock_expiries{group="g",partition="0",topic="work"} 3.0' in text
+
+
+def test_delivery_complete_count_counts_finished_records_at_or_past_the_start():
+    """KIP-1226's count written with each state: acknowledged and archived records from the start offset on
+    (a batch straddling the start counts from it), never available ones."""
+    from odradek.broker.share.manager import delivery_complete_count
+    from odradek.replication.share import ShareSnapshot, StateBatch
+
+    snapshot = ShareSnapshot(1, 5, (
+        StateBatch(3, 6, RecordState.ACKNOWLEDGED, 1),   # 5 and 6 count
+        StateBatch(7, 8, RecordState.AVAILABLE, 1),
+        StateBatch(9, 9, RecordState.ARCHIVED, 5),
+        StateBatch(10, 12, RecordState.ACKNOWLEDGED, 2),
+    ))
+    assert delivery_complete_count(snapshot) == 2 + 1 + 3
+    assert delivery_complete_count(ShareSnapshot(1, 0, ())) == 0
+
+
+async def test_each_write_carries_the_delivery_complete_count(env):
+    e = env(auto_offset_reset="earliest")
+    written = []
+    real = e.persister.write
+
+    async def write(key, leader_epoch, snapshot, delivery_complete_count=-1):
+        written.append(delivery_complete_count)
+        return await real(key, leader_epoch, snapshot, delivery_complete_count)
+
+    e.persister.write = write  # type: ignore[method-assign]
+    e.append(4)
+    await e.fetch("a")
+    await e.ack("a", (1, 1, [ACCEPT]), (3, 3, [REJECT]))
+    # Offset 0 still acquired (the start stays at 0): offsets 1 and 3 are done.
+    assert written[-1] == 2
