@@ -31,7 +31,10 @@ def share_fetch(topic_id: uuid.UUID, member: str) -> ShareFetchRequest:
 
 
 async def test_followers_point_to_the_leader(tmp_path):
-    _, configs = cluster_configs(tmp_path, **FAST, **{"odradek.share.enabled": "true"})
+    # The share-state topic replicated like the data (Odradek's internal-topic default is 1, for a single node):
+    # with one replica, stopping its node would leave the successor no share coordinator to read from.
+    _, configs = cluster_configs(tmp_path, **FAST, **{"odradek.share.enabled": "true",
+                                                      "share.coordinator.state.topic.replication.factor": "3"})
     nodes = [Broker(c) for c in configs]
     try:
         await asyncio.gather(*(b.start() for b in nodes))
