@@ -71,6 +71,38 @@ class CoordinatorLoader:
         self.led = led
 
 
+class EpochCoordinatorLoader:
+    """Loads and unloads a coordinator's partitions of `topic` as their leadership moves (a metadata
+    listener), by leader epoch: a partition whose epoch changed while it stayed here is unloaded and loaded
+    again, since the log may have been truncated under it. The transaction and share coordinators use it;
+    subclasses say what electing and resigning a partition does."""
+
+    topic: str
+
+    def __init__(self, node_id: int, clock: Callable[[], int]) -> None:
+        self.node_id = node_id
+        self.clock = clock
+        self.led: dict[int, int] = {}  # partition -> the leader epoch it was loaded at
+
+    def on_metadata_update(self, update: MetadataUpdate) -> None:
+        now = self.clock()
+        topic = update.image.topics_by_name.get(self.topic)
+        led = {} if topic is None else {i: p.leader_epoch for i, p in topic.partitions.items() if p.leader == self.node_id}
+        for index in sorted(self.led):
+            if led.get(index) != self.led[index]:
+                self.resigned(index)
+        for index in sorted(led):
+            if self.led.get(index) != led[index]:
+                self.elected(index, now, led[index])
+        self.led = led
+
+    def elected(self, index: int, now: int, leader_epoch: int) -> None:
+        raise NotImplementedError
+
+    def resigned(self, index: int) -> None:
+        raise NotImplementedError
+
+
 def start_group_coordinator(cfg: BrokerConfig, data: ReplicaManager, timer: Timer, publisher: MetadataPublisher,
                             controller: ControllerChannel, clock: Callable[[], int],
                             share_persister: SharePersister | None = None) -> GroupCoordinator:

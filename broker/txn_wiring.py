@@ -43,7 +43,7 @@ from odradek.replication.replica_manager import ReplicaManager
 
 from .config import BrokerConfig
 from .context import ANONYMOUS, ConnectionContext, KafkaPrincipal, RequestContext
-from .groups_wiring import MetadataTopicsView
+from .groups_wiring import EpochCoordinatorLoader, MetadataTopicsView
 from .internal_topics import InternalTopicWriter, ensure_internal_topic, transaction_state_topic_spec
 from .services import BrokerServices
 
@@ -56,26 +56,21 @@ log = structlog.get_logger("odradek.txn_markers")
 WRITE_TXN_MARKERS_VERSION = 1
 
 
-class TransactionCoordinatorLoader:
-    """Loads and unloads the coordinator's partitions as their leadership moves (a metadata listener)."""
+class TransactionCoordinatorLoader(EpochCoordinatorLoader):
+    """Loads and unloads the coordinator's `__transaction_state` partitions as their leadership moves; the
+    leader epoch is the coordinator epoch its markers carry."""
+
+    topic = TRANSACTION_STATE_TOPIC
 
     def __init__(self, coordinator: TransactionCoordinator, node_id: int, clock: Callable[[], int]) -> None:
+        super().__init__(node_id, clock)
         self.coordinator = coordinator
-        self.node_id = node_id
-        self.clock = clock
-        self.led: dict[int, int] = {}  # partition -> the leader epoch it was loaded at
 
-    def on_metadata_update(self, update: MetadataUpdate) -> None:
-        now = self.clock()
-        topic = update.image.topics_by_name.get(TRANSACTION_STATE_TOPIC)
-        led = {} if topic is None else {i: p.leader_epoch for i, p in topic.partitions.items() if p.leader == self.node_id}
-        for index in sorted(self.led):
-            if led.get(index) != self.led[index]:
-                self.coordinator.on_resigned(index)
-        for index in sorted(led):
-            if self.led.get(index) != led[index]:
-                self.coordinator.on_elected(index, now, coordinator_epoch=led[index])
-        self.led = led
+    def elected(self, index: int, now: int, leader_epoch: int) -> None:
+        self.coordinator.on_elected(index, now, coordinator_epoch=leader_epoch)
+
+    def resigned(self, index: int) -> None:
+        self.coordinator.on_resigned(index)
 
 
 class MarkerSender:

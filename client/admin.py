@@ -30,6 +30,7 @@ import asyncio
 import secrets
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable
 from typing import Any, Iterable
 
 from odradek.protocol.errors import ErrorCode
@@ -821,31 +822,14 @@ class Admin:
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
                              f"share group has {len(description.members)} active member(s); stop them first",
                              context=f"group {group_id!r}")
-        earliest = await self.beginning_offsets(partitions)
-        latest = await self.end_offsets(partitions)
-        if to in ("earliest", "latest"):
-            target = dict(earliest if to == "earliest" else latest)
-        elif to == "timestamp":
-            if timestamp_ms is None:
-                raise ConfigError("reset to a timestamp needs timestamp_ms")
-            found = await list_offsets(self.client, {tp: timestamp_ms for tp in partitions})
-            target = {tp: (found[tp][0] if found[tp][0] >= 0 else latest[tp]) for tp in partitions}
-        elif to == "offset":
-            if offset is None:
-                raise ConfigError("reset to an offset needs offset")
-            target = {tp: offset for tp in partitions}
-        elif to == "shift":
-            if shift is None:
-                raise ConfigError("reset by a shift needs shift")
+        async def current() -> dict[TopicPartition, int]:
             by_topic: dict[str, list[int]] = defaultdict(list)
             for tp in partitions:
                 by_topic[tp.topic].append(tp.partition)
-            current = {TopicPartition(r.topic, r.partition): r.start_offset
-                       for r in await self.share_group_offsets(group_id, dict(by_topic))}
-            target = {tp: (current[tp] if current.get(tp, -1) >= 0 else latest[tp]) + shift for tp in partitions}
-        else:
-            raise ConfigError(f"unknown reset target {to!r} (earliest, latest, timestamp, offset, shift)")
-        target = {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in target.items()}
+            return {TopicPartition(r.topic, r.partition): r.start_offset
+                    for r in await self.share_group_offsets(group_id, dict(by_topic)) if r.start_offset >= 0}
+
+        target = await self._reset_targets(partitions, to, timestamp_ms, offset, shift, current)
         if not dry_run:
             errors = await self.alter_share_group_offsets(group_id, target)
             failed = [e for e in errors.values() if e is not None]
@@ -900,12 +884,25 @@ class Admin:
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
                              f"group has {len(description.members)} active member(s); stop them first",
                              context=f"group {group_id!r}")
+        async def current() -> dict[TopicPartition, int]:
+            return {tp: c.offset for tp, c in (await self.list_group_offsets(group_id, partitions)).items()}
+
+        target = await self._reset_targets(partitions, to, timestamp_ms, offset, shift, current)
+        if not dry_run:
+            await commit_offsets(self.client, group_id, {tp: OffsetAndMetadata(o) for tp, o in target.items()})
+        return target
+
+    async def _reset_targets(self, partitions: list[TopicPartition], to: str, timestamp_ms: int | None,
+                             offset: int | None, shift: int | None,
+                             current: Callable[[], Awaitable[dict[TopicPartition, int]]]) -> dict[TopicPartition, int]:
+        """The offsets a reset moves `partitions` to, as kafka-consumer-groups / kafka-share-groups
+        --reset-offsets compute them: earliest, latest, the first offset at a timestamp (the end if none), an
+        offset, or a shift from the `current` position (the end where there is none); always clamped into
+        [log start, log end]. Shared by consumer-group and share-group resets."""
         earliest = await self.beginning_offsets(partitions)
         latest = await self.end_offsets(partitions)
-        if to == "earliest":
-            target = dict(earliest)
-        elif to == "latest":
-            target = dict(latest)
+        if to in ("earliest", "latest"):
+            target = dict(earliest if to == "earliest" else latest)
         elif to == "timestamp":
             if timestamp_ms is None:
                 raise ConfigError("reset to a timestamp needs timestamp_ms")
@@ -918,14 +915,11 @@ class Admin:
         elif to == "shift":
             if shift is None:
                 raise ConfigError("reset by a shift needs shift")
-            committed = await self.list_group_offsets(group_id, partitions)
-            target = {tp: (committed[tp].offset if tp in committed else latest[tp]) + shift for tp in partitions}
+            now = await current()
+            target = {tp: now.get(tp, latest[tp]) + shift for tp in partitions}
         else:
             raise ConfigError(f"unknown reset target {to!r} (earliest, latest, timestamp, offset, shift)")
-        target = {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in target.items()}
-        if not dry_run:
-            await commit_offsets(self.client, group_id, {tp: OffsetAndMetadata(o) for tp, o in target.items()})
-        return target
+        return {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in target.items()}
 
     # ------------------------------------------------------------------------------------------ offsets, records
 

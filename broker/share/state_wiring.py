@@ -26,7 +26,7 @@ from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
 from odradek.purgatory.timing_wheel import Timer
 from odradek.replication.replica_manager import ReplicaManager
 
-from ..groups_wiring import MetadataTopicsView
+from ..groups_wiring import EpochCoordinatorLoader, MetadataTopicsView
 from ..internal_topics import InternalTopicWriter, ensure_internal_topic, share_state_topic_spec
 
 if TYPE_CHECKING:
@@ -36,28 +36,21 @@ if TYPE_CHECKING:
 __all__ = ["ShareCoordinatorLoader", "StartShareCoordinatorWhenLeading", "start_share_coordinator"]
 
 
-class ShareCoordinatorLoader:
-    """Loads and unloads the share coordinator's partitions as their leadership moves (a metadata listener).
-    A partition whose leader epoch changed while it stayed here is reloaded: the log may have been truncated
-    under it."""
+class ShareCoordinatorLoader(EpochCoordinatorLoader):
+    """Loads and unloads the share coordinator's `__share_group_state` partitions as their leadership moves
+    (groups_wiring.EpochCoordinatorLoader: a changed leader epoch reloads, the log may have been truncated)."""
+
+    topic = SHARE_GROUP_STATE_TOPIC
 
     def __init__(self, coordinator: ShareCoordinator, node_id: int, clock: Callable[[], int]) -> None:
+        super().__init__(node_id, clock)
         self.coordinator = coordinator
-        self.node_id = node_id
-        self.clock = clock
-        self.led: dict[int, int] = {}  # partition -> the leader epoch it was loaded at
 
-    def on_metadata_update(self, update: MetadataUpdate) -> None:
-        now = self.clock()
-        topic = update.image.topics_by_name.get(SHARE_GROUP_STATE_TOPIC)
-        led = {} if topic is None else {i: p.leader_epoch for i, p in topic.partitions.items() if p.leader == self.node_id}
-        for index in sorted(self.led):
-            if led.get(index) != self.led[index]:
-                self.coordinator.on_resigned(index)
-        for index in sorted(led):
-            if self.led.get(index) != led[index]:
-                self.coordinator.on_elected(index, now)
-        self.led = led
+    def elected(self, index: int, now: int, leader_epoch: int) -> None:
+        self.coordinator.on_elected(index, now)
+
+    def resigned(self, index: int) -> None:
+        self.coordinator.on_resigned(index)
 
 
 class StartShareCoordinatorWhenLeading:
