@@ -40,6 +40,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .procs import terminate
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_POM = REPO_ROOT / "tests" / "jvm" / "kafka" / "pom.xml"
 KAFKA_LIB = REPO_ROOT / "tests" / "jvm" / "kafka-lib"
@@ -222,14 +224,7 @@ class KafkaNode:
         """SIGTERM (Kafka's controlled shutdown), SIGKILL if it takes longer than timeout_s."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return terminate(self.proc, timeout_s)
 
     def kill(self) -> None:
         """kill -9."""

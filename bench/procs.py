@@ -136,6 +136,18 @@ def wait_for_port(host: str, port: int, deadline: float, proc: subprocess.Popen)
     raise RuntimeError(f"server did not listen on {host}:{port} in time")
 
 
+def terminate(proc: subprocess.Popen, timeout_s: float) -> int:
+    """SIGTERM (a broker's controlled shutdown), then SIGKILL if it takes longer than timeout_s; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 def bench_env() -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
@@ -276,14 +288,7 @@ class Server:
     def stop(self, timeout_s: float = 20.0) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        code = self.proc.returncode
+        code = terminate(self.proc, timeout_s)
         self._join()
         return code
 

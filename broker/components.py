@@ -256,7 +256,9 @@ def _start_share_groups(cfg: BrokerConfig, data: ReplicaManager, publisher: Meta
         p = topic.partitions.get(tp.partition) if topic is not None else None
         return (p.leader, p.leader_epoch) if p is not None and p.leader >= 0 else None
 
-    from .group_configs import share_settings_of
+    from .group_configs import share_defaults, share_settings_of
+
+    defaults = share_defaults(cfg)  # the broker's group.share.* values, read once (asked on every fetch)
 
     base = ShareSettings(record_lock_duration_ms=cfg.share_group_record_lock_duration_ms,
                          delivery_count_limit=cfg.share_group_delivery_count_limit,
@@ -266,7 +268,7 @@ def _start_share_groups(cfg: BrokerConfig, data: ReplicaManager, publisher: Meta
         max_sessions=cfg.share_group_max_share_sessions, settings=base,
         # a group's share.* GROUP configs over the broker's, as the image has them, asked on every fetch (so a
         # changed lock duration holds from the next acquisition, as in Kafka)
-        settings_for=lambda group_id: share_settings_of(publisher.image, cfg, group_id, base),
+        settings_for=lambda group_id: share_settings_of(publisher.image, cfg, group_id, base, defaults),
     )
     publisher.register(manager)
     return manager

@@ -45,15 +45,17 @@ def share_defaults(config: BrokerConfig) -> dict[str, int]:
     return {name: int(dumped[field]) for name, field in _SHARE_FIELDS.items()}
 
 
-def share_settings_of(image: MetadataImage, config: BrokerConfig, group_id: str, base: ShareSettings) -> ShareSettings:
+def share_settings_of(image: MetadataImage, config: BrokerConfig, group_id: str, base: ShareSettings,
+                      defaults: Mapping[str, int] | None = None) -> ShareSettings:
     """What a share group's partitions run with on their leaders (broker/share/manager.py `settings_for`):
     `base` (the broker's group.share.* values) with the group's own share.* GROUP configs over it, as Kafka's
     SharePartition reads GroupConfigManager: share.record.lock.duration.ms, share.delivery.count.limit,
-    share.auto.offset.reset and share.isolation.level. A group with no configs of its own runs with `base`."""
+    share.auto.offset.reset and share.isolation.level. A group with no configs of its own runs with `base`.
+    `defaults` (share_defaults(config)) may be computed once by a caller that asks on every fetch."""
     own = image.configs.get((ConfigResourceType.GROUP, group_id))
     if not own:
         return base
-    group = share_group_settings(own, share_defaults(config))
+    group = share_group_settings(own, share_defaults(config) if defaults is None else defaults)
     return replace(base, record_lock_duration_ms=group.record_lock_duration_ms,
                    delivery_count_limit=group.delivery_count_limit, auto_offset_reset=group.auto_offset_reset,
                    read_committed=group.isolation_level == "read_committed")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from odradek.coordinator.group.config import GroupCoordinatorConfig
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
-from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
+from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.coordinator.topics import TopicMetadata
 from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
 from odradek.metadata.records import ConfigResourceType
@@ -113,13 +113,8 @@ def start_group_coordinator(cfg: BrokerConfig, data: ReplicaManager, timer: Time
     # the transaction coordinator does (txn_wiring), not a configured count that may differ.
     txn_topic = publisher.image.topics_by_name.get(TRANSACTION_STATE_TOPIC)
     txn_partitions = len(txn_topic.partitions) if txn_topic is not None else cfg.transaction_state_log_num_partitions
-    # Share keys (FindCoordinator key type 2) likewise, over __share_group_state's count once it exists.
-    share_topic = publisher.image.topics_by_name.get(SHARE_GROUP_STATE_TOPIC)
-    share_overrides = {} if share_topic is None else {
-        "share_coordinator_state_topic_num_partitions": len(share_topic.partitions)}
     config = GroupCoordinatorConfig.from_broker_config(cfg, offsets_topic_num_partitions=num_partitions,
-                                                       transaction_state_log_num_partitions=txn_partitions,
-                                                       **share_overrides)
+                                                       transaction_state_log_num_partitions=txn_partitions)
     # acks=all writes, as Kafka's coordinators make them: refused while the partition's ISR is below its
     # (effective) min.insync.replicas, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank after the append.
     writer = InternalTopicWriter(data, CONSUMER_OFFSETS_TOPIC, enforce_min_isr=True)

@@ -283,18 +283,7 @@ class Producer:
         on_delivery: Callable[[RecordMetadata | None, BaseException | None], Any] | None = None,
     ) -> asyncio.Future:
         """Queue one record; return its delivery future (RecordMetadata, or the error)."""
-        if not self._started:
-            await self.start()
-        if self._closing:
-            raise ClientClosedError("producer is closed")
-        if self._fatal is not None:
-            raise self._fatal
-        if self._transactional:
-            if self._txn_state is not TransactionState.IN_TRANSACTION:
-                raise TransactionError(f"send() needs an open transaction (the producer is {self._txn_state.value}): "
-                                       "call begin_transaction() first")
-            if self._txn_error is not None:
-                raise self._txn_error
+        await self._ready_to_send("send()")
         key_bytes = self._key_serializer(key)
         value_bytes = self._value_serializer(value)
         header_list = normalize_headers(headers)
@@ -345,10 +334,9 @@ class Producer:
         future = await self.send(topic, value, key, **kw)
         return await future
 
-    async def send_encoded(self, topic: str, partition: int, records: EncodedRecords) -> asyncio.Future:
-        """Queue a pre-encoded records section as a batch of its own to `topic`-`partition`; the future gets
-        the RecordMetadata of its first record (the others follow at consecutive offsets). Buffer memory,
-        idempotence, transactions, retries and delivery timeout apply as to `send()`."""
+    async def _ready_to_send(self, what: str) -> None:
+        """What `send()` and `send_encoded()` check before queueing: started, not closing, not fenced, and
+        inside an open transaction on a transactional producer."""
         if not self._started:
             await self.start()
         if self._closing:
@@ -357,10 +345,16 @@ class Producer:
             raise self._fatal
         if self._transactional:
             if self._txn_state is not TransactionState.IN_TRANSACTION:
-                raise TransactionError(f"send_encoded() needs an open transaction (the producer is "
-                                       f"{self._txn_state.value}): call begin_transaction() first")
+                raise TransactionError(f"{what} needs an open transaction (the producer is {self._txn_state.value}): "
+                                       "call begin_transaction() first")
             if self._txn_error is not None:
                 raise self._txn_error
+
+    async def send_encoded(self, topic: str, partition: int, records: EncodedRecords) -> asyncio.Future:
+        """Queue a pre-encoded records section as a batch of its own to `topic`-`partition`; the future gets
+        the RecordMetadata of its first record (the others follow at consecutive offsets). Buffer memory,
+        idempotence, transactions, retries and delivery timeout apply as to `send()`."""
+        await self._ready_to_send("send_encoded()")
         if records.count <= 0:
             raise ValueError("an encoded batch needs at least one record")
         size = len(records.body)

@@ -36,8 +36,6 @@ class GroupCoordinatorConfig:
     # group.share.initialize.retry.interval.ms: a share-partition still "initializing" this long after it was
     # asked for (its InitializeShareGroupState answer was lost) is asked for again on the next heartbeat
     share_group_initialize_retry_interval_ms: int = 30_000
-    # share.coordinator.state.topic.num.partitions: where FindCoordinator places share keys (key type 2)
-    share_coordinator_state_topic_num_partitions: int = 50
     # Where member ids come from; tests pass a seeded source for reproducible runs.
     uuid_factory: Callable[[], uuid.UUID] = field(default=uuid.uuid4, compare=False)
 
@@ -51,7 +49,7 @@ class GroupCoordinatorConfig:
                      "group_max_session_timeout_ms", "group_max_size", "consumer_group_session_timeout_ms",
                      "consumer_group_heartbeat_interval_ms", "consumer_group_max_size",
                      "share_group_session_timeout_ms", "share_group_heartbeat_interval_ms", "share_group_max_size",
-                     "share_group_initialize_retry_interval_ms", "share_coordinator_state_topic_num_partitions"):
+                     "share_group_initialize_retry_interval_ms"):
             value = getattr(config, name, None)
             if value is not None:
                 values[name] = value

@@ -127,7 +127,7 @@ def ctx(version: int = 1):
 def harness(**config) -> Harness:
     topics = TopicsImage()
     topics.add("t", 3, T)
-    return Harness(topics=topics, share_coordinator_state_topic_num_partitions=STATE_PARTITIONS, **config)
+    return Harness(topics=topics, **config)
 
 
 def heartbeat(services: FakeServices, member_id: str, epoch: int, topics=None, group_id: str = "sg"):
