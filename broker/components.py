@@ -38,6 +38,8 @@ import structlog
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.protocol.errors import ErrorCode
 from odradek.metadata.image import Endpoint, new_cluster_id
+from odradek.metadata.isr_history import IsrHistory
+from odradek.metadata.isr_history import read_json as isr_events_json
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.log import metadata_log_config
 from odradek.metadata.publisher import MetadataPublisher
@@ -59,7 +61,7 @@ from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
 from .log_dirs import LogDirs
-from .metrics import Metrics, MetricsServer, ShareGroupsCollector
+from .metrics import Metrics, MetricsServer, ShareGroupsCollector, TopicStatsCollector
 from .node import Membership, Node, TimerDriver
 from .quorum import ClusterControllerChannel, QuorumDriver
 from .replica_fetcher import ReplicaFetcherManager
@@ -151,6 +153,8 @@ def _build_on(
     known = log_manager.get_log(METADATA_PARTITION)  # what replaying it at start is not news of (log_dirs.py)
     data.metadata_known_through = known.log_end_offset if known is not None else -1
     publisher.register(PartitionHosting(data, log_manager, topic_settings(dynamic_config), now_ms, replica_fetchers))
+    isr_history = IsrHistory(clock=now_ms, replayed_through=data.metadata_known_through)  # /odradek/isr-events
+    publisher.register(isr_history)
     quorum = _start_quorum(cfg, cluster_id, log_manager, publisher)
     log_dirs = LogDirs(log_manager, data, replica_fetchers, publisher, quorum.controller, node_id=cfg.node_id,
                        broker_epoch=lambda: membership.broker_epoch, clock=now_ms)
@@ -185,7 +189,8 @@ def _build_on(
 
     publisher.register(StartShareCoordinatorWhenLeading(
         lambda: services.share_coordinator_if_started is not None, start_share_coordinator_now, cfg.node_id))
-    metrics, metrics_server = _start_metrics(cfg, data, publisher, loop, quorum.driver, membership, log_dirs)
+    metrics, metrics_server = _start_metrics(cfg, data, publisher, loop, quorum.driver, membership, log_dirs,
+                                             isr_history)
     metrics.registry.register(DynamicConfigCollector(dynamic_config, lambda: publisher.image))
     metrics.registry.register(ShareCoordinatorCollector(lambda: services.share_coordinator_if_started, metrics))
     if share is not None:
@@ -575,8 +580,11 @@ def registration_endpoints(cfg: BrokerConfig, bound_ports: dict[str, int]) -> li
 
 def _start_metrics(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataPublisher,
                    loop: asyncio.AbstractEventLoop, quorum: QuorumDriver,
-                   membership: Membership, log_dirs: LogDirs) -> tuple[Metrics, MetricsServer | None]:
+                   membership: Membership, log_dirs: LogDirs,
+                   isr_history: IsrHistory | None = None) -> tuple[Metrics, MetricsServer | None]:
     metrics = Metrics(node_id=cfg.node_id)
+    if isr_history is not None:
+        metrics.add_json_route("/odradek/isr-events", lambda query: isr_events_json(isr_history, query, cfg.node_id))
     metrics.bind_loop(loop)
     metrics.set_partition_count_source(lambda: len(data.partitions))
     metrics.track_purgatory("Produce", data.produce_purgatory.num_delayed)
@@ -584,6 +592,7 @@ def _start_metrics(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataP
     metrics.set_log_size_source(
         lambda: [(tp.topic, tp.partition, p.log.size_bytes) for tp, p in data.partitions.items()]
     )
+    metrics.registry.register(TopicStatsCollector(data.topic_stats))  # per-topic bytes/messages in and out
     metrics.set_replication_source(lambda: {
         **replication_counts(_Parts(data, publisher)), **quorum_figures(quorum, membership, now_ms()), **log_dirs.gauges()})
     port = cfg.metrics_port

@@ -45,6 +45,18 @@ Metric names (prefix `odradek_`):
                                            the same per share-partition, for at most 200 of them per broker
                                            (MAX_LABELLED_SHARE_PARTITIONS; the last three since this leader
                                            loaded the share-partition); the console's share-group page reads them
+  topic_bytes_in / topic_messages_in / topic_bytes_out {topic}
+                                           Kafka's BrokerTopicMetrics BytesInPerSec, MessagesInPerSec and
+                                           BytesOutPerSec per topic, as counters (a rate is the difference of two
+                                           scrapes): batches appended as leader, the records in them, and record
+                                           bytes answered to consumers and share consumers
+                                           (replication/topic_stats.py says where each is counted)
+  replication_bytes_out                    record bytes answered to followers' fetches (ReplicationBytesOutPerSec;
+                                           not in any topic's bytes_out)
+Besides /metrics, the same HTTP server answers the read-only JSON routes the node adds (`add_json_route`):
+`/odradek/isr-events` (metadata/isr_history.py), the exact ISR/leader change timeline a console shows. They
+are read on the loop like the state callbacks, bounded by their handler, and GET only.
+
 plus the cluster health gauges of broker/health_metrics.py (quorum, active controller, log directories,
 consumer group lag, transactions), registered by the node once it is built, and process_* and python_gc_*
 from prometheus_client's standard collectors.
@@ -54,7 +66,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
+import socket
 import threading
+import urllib.parse
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -67,14 +83,16 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client import start_http_server as _prom_start_http_server
+from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from .. import __version__
+from odradek.replication.topic_stats import BrokerTopicStats
 
-__all__ = ["Metrics", "MetricsServer", "LATENCY_BUCKETS", "CONTENT_TYPE", "api_name"]
+__all__ = ["Metrics", "MetricsServer", "LATENCY_BUCKETS", "CONTENT_TYPE", "api_name", "TopicStatsCollector"]
 
 _T = TypeVar("_T")
 
@@ -89,6 +107,8 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 LogSizeSource = Callable[[], Iterable[tuple[str, int, int]]]  # -> (topic, partition, size_bytes)
 PartitionCountSource = Callable[[], int]
 PurgatorySource = Callable[[], Mapping[str, int]]  # -> {purgatory name: waiting operations}
+# A JSON route: the query's parameters -> the body (run on the loop); ValueError -> 400 with its message.
+JsonRoute = Callable[[Mapping[str, str]], Any]
 
 
 class MetricsServer:
@@ -207,6 +227,39 @@ _REPLICATION_GAUGES = {
 }
 
 
+class TopicStatsCollector(Collector):
+    """The per-topic traffic counters of replication/topic_stats.py (Kafka's BrokerTopicMetrics). The counts
+    are plain integers the loop adds to; a scrape copies them without running on the loop (each read is
+    atomic under the GIL; a topic added during the copy appears at the next scrape)."""
+
+    def __init__(self, stats: BrokerTopicStats) -> None:
+        self.stats = stats
+
+    def describe(self) -> list[Any]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Any]:
+        return self._families(self.stats.snapshot(), self.stats.replication_bytes_out)
+
+    @staticmethod
+    def _families(rows: list[tuple[str, int, int, int]] | None = None, replication_out: int = 0) -> list[Any]:
+        bytes_in = CounterMetricFamily("odradek_topic_bytes_in", "Record batch bytes appended by producers, by topic",
+                                       labels=["topic"])
+        messages_in = CounterMetricFamily("odradek_topic_messages_in", "Records appended by producers, by topic",
+                                          labels=["topic"])
+        bytes_out = CounterMetricFamily("odradek_topic_bytes_out",
+                                        "Record bytes answered to consumers and share consumers, by topic",
+                                        labels=["topic"])
+        for topic, n_in, messages, n_out in sorted(rows or ()):
+            bytes_in.add_metric([topic], n_in)
+            messages_in.add_metric([topic], messages)
+            bytes_out.add_metric([topic], n_out)
+        replication = CounterMetricFamily("odradek_replication_bytes_out",
+                                          "Record bytes answered to followers' fetches (in no topic's bytes_out)",
+                                          value=replication_out)
+        return [bytes_in, messages_in, bytes_out, replication]
+
+
 class _RequestStats:
     """Counts for one (api, version): requests, request bytes, and the latency histogram's buckets
     (not cumulative here; the last one is +Inf)."""
@@ -310,6 +363,7 @@ class Metrics:
         self._replication_source: Callable[[], dict[str, float]] | None = None
         self._purgatory_sources: dict[str, Callable[[], int]] = {}
         self._purgatory_source: PurgatorySource | None = None
+        self._json_routes: dict[str, JsonRoute] = {}
         ns = "odradek"
         reg = self.registry
 
@@ -466,15 +520,67 @@ class Metrics:
         """The registry in Prometheus text format (what GET /metrics returns)."""
         return generate_latest(self.registry)
 
+    def add_json_route(self, path: str, route: JsonRoute) -> None:
+        """Answer GET `path` with `route(query parameters)` as JSON, run on the bound loop (see the module
+        docstring); a ValueError it raises is a 400 with its message."""
+        self._json_routes[path] = route
+
+    def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
+        """/metrics (prometheus_client's own app: content negotiation, gzip) plus the JSON routes."""
+        metrics_app = make_wsgi_app(self.registry)
+        routes = self._json_routes
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            route = routes.get(environ.get("PATH_INFO", ""))
+            if route is None:
+                return metrics_app(environ, start_response)
+            if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+                return _json(start_response, "405 Method Not Allowed", {"error": "GET only"})
+            query = dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), max_num_fields=20))
+            busy = object()
+            try:
+                body = self.read_on_loop(lambda: route(query), busy)
+            except ValueError as e:
+                return _json(start_response, "400 Bad Request", {"error": str(e)})
+            if body is busy:
+                return _json(start_response, "503 Service Unavailable",
+                             {"error": f"the broker's event loop did not answer within {self.callback_timeout_s} s"})
+            return _json(start_response, "200 OK", body)
+
+        return app
+
     def start_http_server(self, port: int, host: str = "0.0.0.0") -> MetricsServer | None:
-        """Serve /metrics on `host:port` in a daemon thread; port 0 means disabled (returns None).
-        Called from a coroutine, it binds the running loop for the state callbacks."""
+        """Serve /metrics and the JSON routes on `host:port` in a daemon thread (wsgiref's threading server,
+        as prometheus_client's start_http_server runs it); port 0 means disabled (returns None). Called from a
+        coroutine, it binds the running loop for the state callbacks."""
         if not port:
             return None
         if self._loop is None:
             self._loop = _running_loop()
-        server, thread = _prom_start_http_server(port, addr=host, registry=self.registry)
+
+        class Server(ThreadingWSGIServer):
+            pass
+
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        Server.address_family = family
+        server = make_server(str(sockaddr[0]), port, self.wsgi_app(), Server, handler_class=_QuietHandler)
+        thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+        thread.start()
         return MetricsServer(server, thread)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+def _json(start_response: Callable[..., Any], status: str, body: Any) -> list[bytes]:
+    data = json.dumps(body, separators=(",", ":")).encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+                            ("Cache-Control", "no-store")])
+    return [data]
 
 
 def api_name(api: int | str) -> str:

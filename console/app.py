@@ -73,6 +73,7 @@ class Console:
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.filters["when"] = _when
         self.templates.env.filters["size"] = _size
+        self.templates.env.filters["per_s"] = _per_second
         self.templates.env.filters["tp"] = lambda tps: ", ".join(f"{tp.topic}-{tp.partition}" for tp in tps) or "-"
         self.started_at = time.time()
         self._expiry: asyncio.Task | None = None
@@ -154,6 +155,16 @@ def _size(n: int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return str(n)
+
+
+def _per_second(value: float | None, unit: str = "B") -> str:
+    """A rate for a table cell: bytes per second with a binary prefix ("1.5 KiB/s"), anything else as a number
+    per second ("120/s"); "-" when unknown."""
+    if value is None:
+        return "-"
+    if unit == "B":
+        return _size(int(round(value))) + "/s"
+    return f"{value:.0f}/s" if value >= 10 or value == 0 else f"{value:.1f}/s"
 
 
 def build_app(console: Console) -> Starlette:
@@ -248,7 +259,8 @@ def build_app(console: Console) -> Starlette:
             groups = await reader.groups()
             lag = console.sampler.latest_lag()
             return {"topics": rows, "internal": internal, "lag": lag, "groups": groups, "title": "Topics",
-                    "readers": await _readers_by_topic(reader, groups)}
+                    "readers": await _readers_by_topic(reader, groups), "rates": console.sampler.topic_rates,
+                    "has_rates": bool(console.sampler.urls)}
         return await page(request, "topics.html", load)
 
     async def _readers_by_topic(reader: ClusterReader, groups: list[Any]) -> dict[str, list[tuple[str, int | None]]]:
@@ -265,8 +277,27 @@ def build_app(console: Console) -> Starlette:
 
         async def load(reader: ClusterReader, session: Session) -> dict[str, Any]:
             partitions, configs = await reader.topic(name)
-            return {"name": name, "partitions": partitions, "configs": configs, "title": f"Topic {name}"}
+            return {"name": name, "partitions": partitions, "configs": configs, "title": f"Topic {name}",
+                    "rates": console.sampler.topic_rates.get(name), "has_rates": bool(console.sampler.urls),
+                    "interval_s": settings.sample_interval_s}
         return await page(request, "topic.html", load)
+
+    async def topic_throughput_json(request: Request) -> Response:
+        """The topic's bytes in/out and records in per second, as the sampler derived them from the brokers'
+        per-topic counters (no cluster request: the sampler's ring is all it reads)."""
+        session, new = console.session_of(request)
+        name = request.path_params["name"]
+        if settings.signin_required:
+            if session.principal is None:
+                return JSONResponse({"error": "sign in first"}, 403)
+            try:  # the viewer's own topic list (cached; its DESCRIBE ACLs decide) says whether it may see this one
+                reader = console.reader_for(session)
+                await reader.admin.start()
+                if name not in {t["name"] for t in await reader.topics(internal=True)}:
+                    return JSONResponse({"error": f"no topic {name} visible to this principal"}, 404)
+            except OdradekError as e:
+                return JSONResponse({"error": describe_error(e)}, 502)
+        return JSONResponse(console.sampler.topic_series_of(name))
 
     def _browse_request(request: Request) -> tuple[BrowseRequest, str]:
         q = request.query_params
@@ -668,6 +699,7 @@ def build_app(console: Console) -> Starlette:
     routes = [
         Route("/", cluster_page), Route("/banner", banner),
         Route("/topics", topics_page), Route("/topics/{name}", topic_page),
+        Route("/topics/{name}/throughput.json", topic_throughput_json),
         Route("/topics/{name}/records", records_page), Route("/topics/{name}/export.{fmt:str}", export),
         Route("/topics/{name}/produce", produce, methods=["POST"]),
         Route("/groups", groups_page), Route("/groups/{group_id}", group_page),

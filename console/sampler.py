@@ -11,6 +11,14 @@ Odradek broker lists them; a Kafka broker does not, and then only `--metrics-url
 and scrapes every URL each round, in a worker thread (urllib: a GET with a timeout), parsed by
 prometheus_client's own parser. From two consecutive scrapes it derives bytes in/out per second, requests
 per second, and the p99 of Produce and Fetch latency over the interval from the histogram's bucket deltas.
+
+Per-topic throughput: an Odradek broker counts, per topic, the batch bytes and records producers appended
+to the partitions it leads and the record bytes it answered to consumers (`odradek_topic_bytes_in`,
+`odradek_topic_messages_in`, `odradek_topic_bytes_out`, Kafka's BrokerTopicMetrics as counters). Each
+broker's two consecutive scrapes give its rates; a topic's rate is the sum over the brokers (each partition
+is led by one broker, so nothing is counted twice). `topic_rates` holds the latest, `topic_series` a ring per
+topic for the topic page's chart (at most MAX_TOPIC_SERIES topics, the busiest kept). A counter that went
+back (its broker restarted) counts from 0 again, as Prometheus' rate() reads a reset.
 """
 
 from __future__ import annotations
@@ -31,6 +39,9 @@ from odradek.client.errors import OdradekError
 HISTORY = 360  # points kept per series (30 minutes at the default 5 s)
 ISR_EVENTS = 500  # ISR changes kept for the timeline
 MAX_GROUPS = 50
+MAX_TOPIC_SERIES = 500  # topics whose throughput history is kept
+TOPIC_COUNTERS = {"odradek_topic_bytes_in_total": "bytes_in", "odradek_topic_bytes_out_total": "bytes_out",
+                  "odradek_topic_messages_in_total": "messages_in"}
 SCRAPE_TIMEOUT_S = 3.0
 LATENCY_APIS = ("Produce", "Fetch")
 
@@ -42,6 +53,7 @@ class Scrape:
     at: float
     counters: dict[str, float] = field(default_factory=dict)  # bytes_in, bytes_out, requests
     buckets: dict[str, dict[float, float]] = field(default_factory=dict)  # api -> le -> cumulative count
+    topics: dict[str, dict[str, float]] = field(default_factory=dict)  # topic -> bytes_in, bytes_out, messages_in
 
 
 def parse_scrape(text: str, at: float) -> Scrape:
@@ -55,6 +67,9 @@ def parse_scrape(text: str, at: float) -> Scrape:
                 scrape.counters["bytes_out"] = scrape.counters.get("bytes_out", 0.0) + sample.value
             elif name == "odradek_requests_total":
                 scrape.counters["requests"] = scrape.counters.get("requests", 0.0) + sample.value
+            elif name in TOPIC_COUNTERS and "topic" in sample.labels:
+                row = scrape.topics.setdefault(sample.labels["topic"], {})
+                row[TOPIC_COUNTERS[name]] = sample.value
             elif name == "odradek_request_latency_seconds_bucket" and sample.labels.get("api") in LATENCY_APIS:
                 le = float(sample.labels["le"])
                 api = sample.labels["api"]
@@ -103,6 +118,10 @@ class Sampler:
         self._isr: dict[tuple[str, int], tuple[int, ...]] = {}
         self.isr_events: deque[IsrChange] = deque(maxlen=ISR_EVENTS)  # newest first
         self.metrics: deque[dict[str, float | None]] = deque(maxlen=HISTORY)
+        # topic -> {"bytes_in", "bytes_out", "messages_in"} per second over the last interval, and its history
+        # as (t, bytes_in, bytes_out, messages_in) points.
+        self.topic_rates: dict[str, dict[str, float]] = {}
+        self.topic_series: dict[str, deque[tuple[float, float, float, float]]] = {}
         self._last: dict[str, Scrape] = {}
         self._task: asyncio.Task | None = None
         self.last_error: str | None = None
@@ -207,6 +226,7 @@ class Sampler:
         point: dict[str, float | None] = {"t": now, "bytes_in": 0.0, "bytes_out": 0.0, "requests": 0.0}
         p99: dict[str, list[float]] = {api: [] for api in LATENCY_APIS}
         fresh = 0
+        topics: dict[str, dict[str, float]] = {}
         for url, text in zip(urls, texts):
             if isinstance(text, BaseException):
                 continue
@@ -217,6 +237,7 @@ class Sampler:
                 continue
             fresh += 1
             span = scrape.at - before.at
+            add_topic_rates(topics, before, scrape, span)
             for name in ("bytes_in", "bytes_out", "requests"):
                 delta = scrape.counters.get(name, 0.0) - before.counters.get(name, 0.0)
                 point[name] = (point[name] or 0.0) + max(delta, 0.0) / span
@@ -228,6 +249,24 @@ class Sampler:
             for api in LATENCY_APIS:
                 point[f"p99_{api.lower()}_ms"] = max(p99[api]) if p99[api] else None
             self.metrics.append(point)
+            self._record_topics(now, topics)
+
+    def _record_topics(self, now: float, topics: dict[str, dict[str, float]]) -> None:
+        self.topic_rates = topics
+        for name, rates in topics.items():
+            series = self.topic_series.get(name)
+            if series is None:
+                if len(self.topic_series) >= MAX_TOPIC_SERIES:
+                    continue  # (a topic that appears once the ring is full is shown by rate, not charted)
+                series = self.topic_series[name] = deque(maxlen=HISTORY)
+            series.append((now, rates.get("bytes_in", 0.0), rates.get("bytes_out", 0.0), rates.get("messages_in", 0.0)))
+        for name in [n for n in self.topic_series if n not in topics]:
+            del self.topic_series[name]  # deleted, or no broker reports it any more
+
+    def topic_series_of(self, topic: str) -> dict[str, list[Any]]:
+        series = self.topic_series.get(topic, deque())
+        return {"t": [p[0] for p in series], "bytes_in": [p[1] for p in series], "bytes_out": [p[2] for p in series],
+                "messages_in": [p[3] for p in series]}
 
     def lag_series(self, group_id: str) -> dict[str, list[Any]]:
         series = self.lag.get(group_id, deque())
@@ -308,6 +347,17 @@ async def scrape_share_figures(urls: list[str]) -> ShareFigures:
         else:
             good.append(text)
     return parse_share_figures(good, figures)
+
+
+def add_topic_rates(into: dict[str, dict[str, float]], before: Scrape, after: Scrape, span: float) -> None:
+    """Add one broker's per-topic rates between two of its scrapes `span` seconds apart to `into`. A counter
+    lower than before restarted from 0 (its broker restarted): its whole value is the increase."""
+    for topic, counts in after.topics.items():
+        earlier = before.topics.get(topic, {})
+        row = into.setdefault(topic, {"bytes_in": 0.0, "bytes_out": 0.0, "messages_in": 0.0})
+        for key, value in counts.items():
+            previous = earlier.get(key, 0.0)
+            row[key] = row.get(key, 0.0) + (value - previous if value >= previous else value) / span
 
 
 def lag_by_topic(rows: list[Any]) -> dict[str, int]:

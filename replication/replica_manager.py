@@ -72,6 +72,7 @@ from .errors import NotLeaderOrFollowerError, ReplicationError
 from .partition import NO_LEADER_EPOCH, FetchIsolation, HostedPartition, Partition
 from odradek.purgatory.delayed_operation import DelayedOperationPurgatory
 from .replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
+from .topic_stats import BrokerTopicStats
 from odradek.purgatory.timing_wheel import Timer
 
 if TYPE_CHECKING:
@@ -158,6 +159,9 @@ class ReplicaManager:
         # preferred read replica as leader: the metrics say which broker serves whom.
         self.follower_consumer_reads = 0
         self.preferred_replica_answers = 0
+        # Kafka's BrokerTopicStats: bytes and messages appended per topic here, bytes out counted by the
+        # fetch handlers (replication/topic_stats.py).
+        self.topic_stats = BrokerTopicStats()
         # A broker of a cluster whose heartbeats have gone unanswered for broker.session.timeout.ms, and the
         # replicated partitions led here that need an ISR change it cannot make then (see set_lease_expired).
         self.lease_expired = False
@@ -547,6 +551,7 @@ class ReplicaManager:
         if partition.maybe_advance_high_watermark(now_ms):
             self.produce_purgatory.check_and_complete(tp)
         self._log_grew(tp)  # consumers wait on the HW, followers on the log end: both may go on
+        self.topic_stats.appended(tp.topic, len(records), info.last_offset - info.first_offset + 1)
         return ProduceResult(
             base_offset=info.first_offset,
             last_offset=info.last_offset,

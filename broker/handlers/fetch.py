@@ -131,6 +131,7 @@ def handle_fetch(services: BrokerServices, ctx: RequestContext, request: FetchRe
                 future.set_result(FetchResponse(throttle_time_ms=ctx.connection.throttle_ms, error_code=0, session_id=0,
                                                 responses=[]))
                 return
+        _count_bytes_out(services, replica_id, results)
         if packable:
             errors: list[int] = []
             chunks = _packed(ctx.header.correlation_id, layout, results, version, read_committed, errors)
@@ -151,6 +152,18 @@ def handle_fetch(services: BrokerServices, ctx: RequestContext, request: FetchRe
         client_metadata=_client_metadata(ctx, request, replica_id),
     )
     return future.result() if future.done() else future
+
+
+def _count_bytes_out(services: BrokerServices, replica_id: int, results: dict[TopicPartition, FetchResult]) -> None:
+    """Bytes out per topic for a consumer's answer, broker-wide replication bytes for a follower's (Kafka's
+    BrokerTopicStats.updateBytesOut, when the response is made; replication/topic_stats.py)."""
+    stats = services.data.topic_stats
+    if replica_id < 0:
+        for tp, r in results.items():
+            if r.size:
+                stats.sent(tp.topic, r.size)
+    else:
+        stats.replicated(sum(r.size for r in results.values()))
 
 
 def _response_bytes(results) -> int:

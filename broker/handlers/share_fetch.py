@@ -215,6 +215,8 @@ async def handle_share_fetch(services: BrokerServices, ctx: RequestContext, requ
             part.error_code, part.error_message = result.error_code, result.error_message
             if result.records:
                 part.records = result.records
+                # Bytes out of the topic, as Kafka's handleShareFetchRequest counts them (replication/topic_stats.py).
+                services.data.topic_stats.sent(names[topic_id], sum(r.length for r in result.records))
             part.acquired_records = [FetchPart.AcquiredRecords(first_offset=a, last_offset=b, delivery_count=count)
                                      for a, b, count in _cut(result.acquired, request.batch_size)]
             if result.leader is not None:

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import socket
+import urllib.error
 import urllib.request
 
 import pytest
@@ -222,3 +223,31 @@ def test_error_codes_of_a_response_counted_per_occurrence():
     assert sample(metrics, "odradek_request_errors_total", {"api": "Produce", "error": "NOT_LEADER_OR_FOLLOWER"}) == 2
     assert sample(metrics, "odradek_request_errors_total", {"api": "Produce", "error": "UNKNOWN_TOPIC_OR_PARTITION"}) == 1
     assert sample(metrics, "odradek_request_errors_total", {"api": "CreateTopics", "error": "TOPIC_ALREADY_EXISTS"}) == 1
+
+
+def test_json_routes_beside_the_metrics():
+    metrics = Metrics(process_metrics=False)
+
+    def route(query):
+        if "bad" in query:
+            raise ValueError("bad is not a parameter")
+        return {"echo": query.get("x")}
+
+    metrics.add_json_route("/odradek/test", route)
+    server = metrics.start_http_server(free_port(), "127.0.0.1")
+    assert server is not None
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        with urllib.request.urlopen(f"{base}/odradek/test?x=1", timeout=10) as response:
+            assert response.headers["Content-Type"] == "application/json"
+            assert json.loads(response.read()) == {"echo": "1"}
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/odradek/test?bad=1", timeout=10)
+        assert refused.value.code == 400 and json.loads(refused.value.read()) == {"error": "bad is not a parameter"}
+        with pytest.raises(urllib.error.HTTPError) as posted:
+            urllib.request.urlopen(urllib.request.Request(f"{base}/odradek/test", data=b"x"), timeout=10)
+        assert posted.value.code == 405
+        content_type, body = fetch(server.port)  # /metrics as before
+        assert content_type.startswith("text/plain") and "odradek_bytes_in_total" in body
+    finally:
+        server.stop()
