@@ -61,7 +61,7 @@ from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
 from .log_dirs import LogDirs
-from .metrics import Metrics, MetricsServer, ShareGroupsCollector, TopicStatsCollector
+from .metrics import Metrics, MetricsServer, ShareGroupsCollector, ShareMembersCollector, TopicStatsCollector
 from .node import Membership, Node, TimerDriver
 from .quorum import ClusterControllerChannel, QuorumDriver
 from .replica_fetcher import ReplicaFetcherManager
@@ -195,6 +195,7 @@ def _build_on(
     metrics.registry.register(ShareCoordinatorCollector(lambda: services.share_coordinator_if_started, metrics))
     if share is not None:
         metrics.registry.register(ShareGroupsCollector(share.figures, metrics))
+        metrics.registry.register(ShareMembersCollector(share.member_figures, metrics))  # (labelled by member)
     metrics.registry.register(ShareGroupMembershipCollector(lambda: services.groups_if_started))
     housekeeping = Housekeeping(cfg, log_manager, log_dirs, data)
     spawn(housekeeping.run())

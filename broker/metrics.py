@@ -45,6 +45,13 @@ Metric names (prefix `odradek_`):
                                            the same per share-partition, for at most 200 of them per broker
                                            (MAX_LABELLED_SHARE_PARTITIONS; the last three since this leader
                                            loaded the share-partition); the console's share-group page reads them
+  share_partition_member_records_acquired{group,topic,partition,member}
+                                           records each member holds now, on those share-partitions, for the
+                                           members holding any (at most 1000 series: MAX_LABELLED_SHARE_MEMBERS;
+                                           share_partition_member_series_dropped counts the rest)
+  share_partition_records_by_delivery_count{group,topic,partition,delivery_count}
+                                           records not yet done (available or acquired) by delivery count 1, 2,
+                                           3, 4+, on those share-partitions
   topic_bytes_in / topic_messages_in / topic_bytes_out {topic}
                                            Kafka's BrokerTopicMetrics BytesInPerSec, MessagesInPerSec and
                                            BytesOutPerSec per topic, as counters (a rate is the difference of two
@@ -92,7 +99,8 @@ from prometheus_client.utils import floatToGoString
 from .. import __version__
 from odradek.replication.topic_stats import BrokerTopicStats
 
-__all__ = ["Metrics", "MetricsServer", "LATENCY_BUCKETS", "CONTENT_TYPE", "api_name", "TopicStatsCollector"]
+__all__ = ["Metrics", "MetricsServer", "LATENCY_BUCKETS", "CONTENT_TYPE", "api_name", "TopicStatsCollector",
+           "ShareMembersCollector"]
 
 _T = TypeVar("_T")
 
@@ -678,3 +686,36 @@ class ShareGroupsCollector(Collector):
                 family.add_metric([group_id, topic, str(partition)], values[key])
         out.extend(families.values())
         return out
+
+
+class ShareMembersCollector(Collector):
+    """Per-member and per-delivery-count share figures (the module docstring), from `figures()` of the
+    share-partition manager read on the event loop at each scrape (broker/share/manager.py member_figures).
+    Only this collector labels by member."""
+
+    def __init__(self, source: Callable[[], dict[str, Any]], metrics: Metrics) -> None:
+        self.source = source
+        self.metrics = metrics
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        figures = self.metrics.read_on_loop(self.source, None)
+        if figures is None:
+            return []
+        members = GaugeMetricFamily("odradek_share_partition_member_records_acquired",
+                                    "Records of one share-partition acquired by one member now",
+                                    labels=["group", "topic", "partition", "member"])
+        for group_id, topic, partition, member, n in figures["per_member"]:
+            members.add_metric([group_id, topic, str(partition), member], n)
+        delivery = GaugeMetricFamily("odradek_share_partition_records_by_delivery_count",
+                                     "Records of one share-partition not yet done (available or acquired), by delivery count",
+                                     labels=["group", "topic", "partition", "delivery_count"])
+        for group_id, topic, partition, buckets in figures["delivery_counts"]:
+            for bucket, n in buckets.items():
+                delivery.add_metric([group_id, topic, str(partition), bucket], n)
+        dropped = GaugeMetricFamily("odradek_share_partition_member_series_dropped",
+                                    "Member series of acquired records left out by the bound",
+                                    value=figures["members_dropped"])
+        return [members, delivery, dropped]

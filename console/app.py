@@ -235,9 +235,13 @@ def build_app(console: Console) -> Starlette:
             leaderships = await reader.leaderships()
             log_dirs = await reader.log_dirs()
             quorum = await reader.quorum()
+            sampler = console.sampler
+            exact = sampler.isr_exact or bool(sampler.logged_isr)  # (the brokers' own timeline, when they serve it)
+            events = sampler.isr_timeline(50) if exact else list(sampler.isr_events)[:50] if sampler.admin is not None \
+                else None
             return {"cluster": cluster, "leaderships": leaderships, "log_dirs": log_dirs, "quorum": quorum,
-                    "isr_events": list(console.sampler.isr_events)[:50] if console.sampler.admin is not None else None,
-                    "interval_s": settings.sample_interval_s, "title": "Cluster"}
+                    "isr_events": events, "isr_exact": exact, "interval_s": settings.sample_interval_s,
+                    "title": "Cluster"}
         return await page(request, "cluster.html", load)
 
     async def banner(request: Request) -> Response:
@@ -497,7 +501,13 @@ def build_app(console: Console) -> Starlette:
                 rows.setdefault(name, {"partition": name, "start_offset": None, "leader_epoch": None, "lag": None,
                                        "error": None}).update({k: int(v) for k, v in values.items()})
             topics = sorted({name.rpartition("-")[0] for name in rows} | {t for m in view.members for t in m.subscribed})
+            by_member = figures.acquired_by_member(group_id) if figures is not None else {}
+            for name, buckets in (figures.delivery_of(group_id) if figures is not None else {}).items():
+                if name in rows:
+                    rows[name]["delivery"] = {k: int(v) for k, v in buckets.items()}
             return {"group": view, "partitions": [rows[k] for k in sorted(rows)], "figures": figures,
+                    "member_acquired": {m: int(sum(v.values())) for m, v in by_member.items()},
+                    "member_holds": by_member,
                     "in_flight": sum(int(v.get("in_flight", 0)) for v in held.values()),
                     "acquired": sum(int(v.get("acquired", 0)) for v in held.values()),
                     "topics": topics, "title": f"Share group {group_id}"}

@@ -12,6 +12,15 @@ and scrapes every URL each round, in a worker thread (urllib: a GET with a timeo
 prometheus_client's own parser. From two consecutive scrapes it derives bytes in/out per second, requests
 per second, and the p99 of Produce and Fetch latency over the interval from the histogram's bucket deltas.
 
+The ISR timeline: an Odradek broker keeps the exact ISR/leader changes it read from the metadata log (the
+last 1000, metadata/isr_history.py) and serves them as JSON next to its /metrics, at `/odradek/isr-events`.
+Each round the sampler asks every broker it scrapes for the events past the last offset it has from that
+broker, and merges them by (metadata offset, topic, partition): the same change from several brokers is one
+event, timed by the earliest broker that applied it live (a broker replaying its log at start-up does not
+know when the change happened). Every change is there, a shrink and expand between two rounds included.
+Against brokers without the route (Apache Kafka, or no /metrics known) the sampler falls back to comparing
+each partition's ISR in Metadata between rounds, which sees only what differs from one round to the next.
+
 Per-topic throughput: an Odradek broker counts, per topic, the batch bytes and records producers appended
 to the partitions it leads and the record bytes it answered to consumers (`odradek_topic_bytes_in`,
 `odradek_topic_messages_in`, `odradek_topic_bytes_out`, Kafka's BrokerTopicMetrics as counters). Each
@@ -24,6 +33,7 @@ back (its broker restarted) counts from 0 again, as Prometheus' rate() reads a r
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import urllib.request
@@ -37,7 +47,9 @@ from odradek.client.admin import Admin
 from odradek.client.errors import OdradekError
 
 HISTORY = 360  # points kept per series (30 minutes at the default 5 s)
-ISR_EVENTS = 500  # ISR changes kept for the timeline
+ISR_EVENTS = 500  # ISR changes kept for the sampled timeline
+ISR_LOG = 1000  # exact ISR changes kept from the brokers' rings (each broker keeps 1000)
+ISR_EVENTS_PATH = "/odradek/isr-events"
 MAX_GROUPS = 50
 MAX_TOPIC_SERIES = 500  # topics whose throughput history is kept
 TOPIC_COUNTERS = {"odradek_topic_bytes_in_total": "bytes_in", "odradek_topic_bytes_out_total": "bytes_out",
@@ -105,6 +117,57 @@ class IsrChange:
             else "change"
 
 
+@dataclass
+class LoggedIsrChange:
+    """One ISR/leader change from the metadata log, as the brokers' /odradek/isr-events report it."""
+
+    offset: int  # the metadata-log offset of the batch that carried it (the same on every broker)
+    topic: str
+    index: int
+    kind: str  # shrink, expand, change, leader, elr
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    leader_before: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    applied_ms: int | None  # the earliest a broker applied it live (None: only replays seen)
+    seen_by: set[int] = field(default_factory=set)
+
+    @property
+    def partition(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    @property
+    def at(self) -> float | None:
+        return None if self.applied_ms is None else self.applied_ms / 1000
+
+
+def merge_isr_events(into: dict[tuple[int, str, int], LoggedIsrChange], answer: dict[str, Any]) -> int:
+    """Merge one broker's /odradek/isr-events answer into `into`; the highest offset it named (-1: none)."""
+    node = int(answer.get("node_id", -1))
+    highest = -1
+    for e in answer.get("events", ()):
+        key = (int(e["offset"]), str(e["topic"]), int(e["partition"]))
+        highest = max(highest, key[0])
+        live = None if e.get("replayed") else int(e["applied_ms"])
+        known = into.get(key)
+        if known is None:
+            known = into[key] = LoggedIsrChange(
+                key[0], key[1], key[2], str(e["kind"]), tuple(e["isr_before"]), tuple(e["isr"]),
+                int(e["leader_before"]), int(e["leader"]), int(e["leader_epoch"]), tuple(e["replicas"]), live)
+        elif live is not None and (known.applied_ms is None or live < known.applied_ms):
+            known.applied_ms = live
+        known.seen_by.add(node)
+    return highest
+
+
+def isr_events_url(metrics_url: str, after: int) -> str:
+    """A broker's /odradek/isr-events URL next to its /metrics URL, for the events past `after`."""
+    base = metrics_url[: -len("/metrics")] if metrics_url.endswith("/metrics") else metrics_url.rstrip("/")
+    return f"{base}{ISR_EVENTS_PATH}?after={after}"
+
+
 class Sampler:
     """The console's periodic sampling (one task), and the series the charts read."""
 
@@ -117,6 +180,9 @@ class Sampler:
         self.topic_lag: dict[str, dict[str, int]] = {}  # group -> topic -> its lag there, as last sampled
         self._isr: dict[tuple[str, int], tuple[int, ...]] = {}
         self.isr_events: deque[IsrChange] = deque(maxlen=ISR_EVENTS)  # newest first
+        self.logged_isr: dict[tuple[int, str, int], LoggedIsrChange] = {}  # the brokers' exact timeline
+        self._isr_after: dict[str, int] = {}  # metrics URL -> the highest offset it reported
+        self.isr_exact = False  # whether a broker served /odradek/isr-events in the last round
         self.metrics: deque[dict[str, float | None]] = deque(maxlen=HISTORY)
         # topic -> {"bytes_in", "bytes_out", "messages_in"} per second over the last interval, and its history
         # as (t, bytes_in, bytes_out, messages_in) points.
@@ -159,7 +225,10 @@ class Sampler:
                     await self.admin.start()  # a no-op once connected
                     if rounds % 12 == 0:
                         await self._discover()
-                    await self._sample_isr()
+                await self._poll_isr_events()
+                if self.admin is not None:
+                    if not self.isr_exact:
+                        await self._sample_isr()  # (the fallback: brokers without the exact timeline)
                     await self._sample_lag()
                 await self._scrape()
                 self.last_error = None
@@ -203,6 +272,35 @@ class Sampler:
                 if before is not None and before != isr:
                     self.isr_events.appendleft(IsrChange(now, f"{topic}-{p.partition}", before, isr, p.leader))
         self._isr = seen
+
+    async def _poll_isr_events(self) -> None:
+        """The brokers' exact ISR timelines, past what each reported last (see the module docstring)."""
+        urls = self.urls
+        if not urls:
+            self.isr_exact = False
+            return
+        asked = [isr_events_url(url, self._isr_after.get(url, -1)) for url in urls]
+        texts = await asyncio.gather(*(asyncio.to_thread(_get, url) for url in asked), return_exceptions=True)
+        served = 0
+        for url, text in zip(urls, texts):
+            if isinstance(text, BaseException):
+                continue  # not an Odradek broker (404), down, or busy: the others still count
+            try:
+                answer = json.loads(text)
+                highest = merge_isr_events(self.logged_isr, answer)
+            except (ValueError, KeyError, TypeError):
+                continue
+            served += 1
+            if highest > self._isr_after.get(url, -1):
+                self._isr_after[url] = highest
+        if len(self.logged_isr) > ISR_LOG:
+            for key in sorted(self.logged_isr)[: len(self.logged_isr) - ISR_LOG]:
+                del self.logged_isr[key]
+        self.isr_exact = served > 0
+
+    def isr_timeline(self, limit: int = 50) -> list[LoggedIsrChange]:
+        """The newest `limit` exact changes, newest first (in metadata-log order)."""
+        return [self.logged_isr[k] for k in sorted(self.logged_isr, reverse=True)[:limit]]
 
     async def _sample_lag(self) -> None:
         assert self.admin is not None
@@ -289,7 +387,11 @@ SHARE_TOTALS = {  # broker-wide share families -> the key a page shows them unde
 SHARE_PARTITION_PREFIX = "odradek_share_partition_"
 SHARE_PARTITION_KEYS = {"records_in_flight": "in_flight", "records_acquired": "acquired",
                         "lock_expiries": "lock_expiries", "redeliveries": "redeliveries",
-                        "archived_at_limit": "archived_at_limit"}
+                        "archived_at_limit": "archived_at_limit",
+                        "dlq_records": "dlq_records"}  # (KIP-1191's dead-letter queue, where a broker has one)
+SHARE_MEMBER_FAMILY = "odradek_share_partition_member_records_acquired"
+SHARE_DELIVERY_FAMILY = "odradek_share_partition_records_by_delivery_count"
+DELIVERY_BUCKETS = ("1", "2", "3", "4+")
 
 
 @dataclass
@@ -304,10 +406,27 @@ class ShareFigures:
     errors: list[str] = field(default_factory=list)
     totals: dict[str, float] = field(default_factory=dict)
     partitions: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
+    # (group, topic, partition, member) -> records it holds; (group, topic, partition) -> delivery count -> records
+    members: dict[tuple[str, str, int, str], float] = field(default_factory=dict)
+    delivery: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
+    by_member: bool = False  # whether a broker exports the per-member family at all (else: "-", not 0)
+    members_dropped: float = 0.0
 
     @property
     def labelled(self) -> int:
         return len(self.partitions)
+
+    def acquired_by_member(self, group_id: str) -> dict[str, dict[str, float]]:
+        """member -> {topic-partition: records it holds} of one group (members holding nothing are absent)."""
+        out: dict[str, dict[str, float]] = {}
+        for (g, t, p, member), n in sorted(self.members.items()):
+            if g == group_id:
+                out.setdefault(member, {})[f"{t}-{p}"] = n
+        return out
+
+    def delivery_of(self, group_id: str) -> dict[str, dict[str, float]]:
+        """topic-partition -> {delivery count bucket: records} of one group."""
+        return {f"{t}-{p}": v for (g, t, p), v in sorted(self.delivery.items()) if g == group_id}
 
     def of_group(self, group_id: str) -> dict[str, dict[str, float]]:
         """topic-partition -> figures of one group's share-partitions."""
@@ -319,8 +438,26 @@ def parse_share_figures(texts: list[str], into: ShareFigures | None = None) -> S
     for text in texts:
         out.scraped += 1
         for family in text_string_to_metric_families(text):
+            if family.name == SHARE_MEMBER_FAMILY:
+                out.by_member = True
             for sample in family.samples:
                 name = sample.name
+                if name == SHARE_MEMBER_FAMILY or name == SHARE_DELIVERY_FAMILY:
+                    labels = sample.labels
+                    if not labels.get("partition", "").isdigit():
+                        continue
+                    where = (labels.get("group", ""), labels.get("topic", ""), int(labels["partition"]))
+                    if name == SHARE_MEMBER_FAMILY:
+                        key4 = (*where, labels.get("member", ""))
+                        out.members[key4] = out.members.get(key4, 0.0) + sample.value
+                    elif labels.get("delivery_count") in DELIVERY_BUCKETS:
+                        buckets = out.delivery.setdefault(where, {})
+                        bucket = labels["delivery_count"]
+                        buckets[bucket] = buckets.get(bucket, 0.0) + sample.value
+                    continue
+                if name == "odradek_share_partition_member_series_dropped":
+                    out.members_dropped += sample.value
+                    continue
                 if name in SHARE_TOTALS:
                     key = SHARE_TOTALS[name]
                     out.totals[key] = out.totals.get(key, 0.0) + sample.value

@@ -92,6 +92,11 @@ AckBatches = Sequence[tuple[int, int, Sequence[int]]]  # (first offset, last off
 # console's share-group page on any cluster an operator reads by eye, and a bound on the series a broker with
 # many share groups exports (each share-partition is 5 series).
 MAX_LABELLED_SHARE_PARTITIONS = 200
+# (group, topic, partition, member) series of acquired records per member, over those share-partitions: members
+# holding nothing are not listed (their 0 is implied), so the bound is met only by many members holding records.
+MAX_LABELLED_SHARE_MEMBERS = 1000
+# The delivery-count buckets of the records not yet done (available again, or acquired): 1, 2, 3 and 4 or more.
+DELIVERY_COUNT_BUCKETS = ("1", "2", "3", "4+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +236,41 @@ class SharePartitionManager:
     def describe(self, group_id: str, tp: TopicPartition) -> SharePartition | None:
         held = self._held.get((group_id, tp))
         return held.sp if held is not None else None
+
+    def member_figures(self, limit: int = MAX_LABELLED_SHARE_PARTITIONS,
+                       member_limit: int = MAX_LABELLED_SHARE_MEMBERS) -> dict[str, object]:
+        """Per member and per delivery count, for the share-partitions `per_partition_figures` labels (the first
+        `limit`, in the same order), read from each one's in-flight ranges (`SharePartition.states()`, one
+        pass over its ranges, never its records), on the event loop at each scrape:
+
+        - `per_member`: (group, topic, partition, member, records it has acquired now), for the members that
+          hold records, at most `member_limit` rows in all (`members_dropped` says how many were left out);
+        - `delivery_counts`: (group, topic, partition, {bucket: records}) of the records not yet done
+          (available again or acquired) by how often they were delivered: 1, 2, 3 or 4+. A record past 1 was
+          released, timed out or belonged to a member that left; one near `group.share.delivery.count.limit`
+          is about to be archived. Records never delivered yet (past the end of the in-flight window, or
+          restored at count 0) are in no bucket."""
+        per_member: list[tuple[str, str, int, str, int]] = []
+        delivery: list[tuple[str, str, int, dict[str, int]]] = []
+        dropped = 0
+        for (group_id, tp) in sorted(self._held, key=lambda k: (k[0], k[1].topic, k[1].partition))[:limit]:
+            acquired_by: dict[str, int] = {}
+            buckets = [0, 0, 0, 0]
+            for first, last, state, count, member in self._held[(group_id, tp)].sp.states():
+                if state == RecordState.ACQUIRED:
+                    if member is not None:
+                        acquired_by[member] = acquired_by.get(member, 0) + last - first + 1
+                elif state != RecordState.AVAILABLE:
+                    continue
+                if count >= 1:
+                    buckets[min(count, 4) - 1] += last - first + 1
+            for member, n in sorted(acquired_by.items()):
+                if len(per_member) < member_limit:
+                    per_member.append((group_id, tp.topic, tp.partition, member, n))
+                else:
+                    dropped += 1
+            delivery.append((group_id, tp.topic, tp.partition, dict(zip(DELIVERY_COUNT_BUCKETS, buckets))))
+        return {"per_member": per_member, "delivery_counts": delivery, "members_dropped": dropped}
 
     # ---- fetching ---------------------------------------------------------------------------------------
 

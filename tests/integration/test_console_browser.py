@@ -234,6 +234,35 @@ def test_topics_list_and_topic_page_show_partitions_offsets_and_configs(world, p
     assert cells.nth(7).inner_text() == "1" and cells.nth(8).inner_text() == "0"  # HW 1, LSO 0
 
 
+def test_topic_throughput_from_the_brokers_per_topic_counters(world, page):
+    """Records produced and read while the console samples show as bytes and records per second on the topics
+    list and the topic page (the broker's odradek_topic_* counters, two scrapes apart), with a chart."""
+    url = world.consoles["plain"].url
+    _create(AdminClient({"bootstrap.servers": world.plain}), [NewTopic("ticks", 1, 1)])
+    producer = Producer({"bootstrap.servers": world.plain, "linger.ms": 0})
+    reader = Consumer({"bootstrap.servers": world.plain, "group.id": "ticks-reader", "auto.offset.reset": "earliest"})
+    reader.subscribe(["ticks"])
+    try:
+        def flowing() -> bool:
+            for i in range(20):
+                producer.produce("ticks", f"tick-{i}".encode() * 8)
+            producer.flush(10)
+            reader.consume(50, 0.5)
+            _open(page, url + "/topics", "#topics")
+            row = page.locator('#topics tr[data-topic="ticks"]')
+            return all(row.locator(f"td[data-{key}]").inner_text() not in ("-", "0 B/s", "0/s")
+                       for key in ("bytes-in", "messages-in", "bytes-out"))
+        _wait(flowing, "the ticks topic's in, records-in and out rates on the topics list")
+        screenshot(page, "topics-throughput")
+        _open(page, url + "/topics/ticks", "#topic-rates")
+        page.wait_for_function("Number(document.getElementById('topic-chart').dataset.points || 0) > 0")
+        series = page.request.get(url + "/topics/ticks/throughput.json").json()
+        assert len(series["t"]) > 0 and max(series["bytes_in"]) > 0 and max(series["messages_in"]) > 0
+        screenshot(page, "topic-throughput")
+    finally:
+        reader.close()
+
+
 def test_record_filter_returns_the_matches_within_its_bound(world, page):
     url = world.consoles["plain"].url
     _open(page, url + "/topics/orders/records", "#browse")
@@ -363,8 +392,14 @@ def test_a_share_consumer_holding_records_shows_on_the_share_group_page(world, p
             _open(page, url + f"/share-groups/{SHARE_GROUP}", "main")
             return page.locator("#members").count() == 1 and "share-worker" in page.locator("#members").inner_text() \
                 and page.locator("#in-flight").count() == 1 and row("in-flight") == str(len(held)) \
-                and row("acquired") == str(len(held)) and row("lag") == str(len(held))
+                and row("acquired") == str(len(held)) and row("lag") == str(len(held)) \
+                and page.locator("#members tr[data-member] [data-acquired]").inner_text() == str(len(held))
         _wait(holding, "the member and its acquired records on the share-group page")
+        assert len(held) == SHARE_RECORDS  # the consumer holds all 5, and its member row says 5 acquired
+        # each held record was delivered once; the dead-letter queue column says "-" unless a broker reports one
+        assert page.locator(f'#share-partitions tr[data-tp="{SHARE_TOPIC}-0"] [data-delivery]').get_attribute(
+            "data-delivery") == f"{len(held)},0,0,0"
+        assert row("dlq-records") in ("-", "0")
         assert f"{SHARE_TOPIC}-0" in page.locator("#members").inner_text()  # its assignment
         assert page.locator("#in-flight").inner_text() == str(len(held))
         screenshot(page, "share_group")
@@ -380,6 +415,7 @@ def test_a_share_consumer_holding_records_shows_on_the_share_group_page(world, p
             return row("in-flight") == "0" and page.locator("#in-flight").inner_text() == "0" and \
                 row("start-offset") == str(len(held)) and row("lag") == "0"
         _wait(acknowledged, "no records in flight and no lag after the acknowledgements")
+        assert page.locator("#members tr[data-member] [data-acquired]").inner_text() == "0"  # holds nothing now
         consumer.close()
         closed = True
     finally:
