@@ -29,8 +29,14 @@ types ever runs on a broker. Share groups are read with ShareGroupDescribe and D
 (members, assignments, share-partition start offsets and lag); in-flight and acquired records, lock
 expiries, redeliveries and archived records live on the partition leaders and no Kafka admin API returns
 them, so the page reads them from the leaders' /metrics (`odradek_share_partition_*{group,topic,partition}`,
-the URLs the charts scrape, fetched when the page asks and cached like every answer); against brokers
-without those series (Apache Kafka) the page shows the coordinator's figures alone and says why.
+the URLs the charts scrape, fetched when the page asks and cached like every answer), with the records each
+member holds and the in-flight records by delivery count; against brokers without those series (Apache
+Kafka) the page shows the coordinator's figures alone and says why. Two more things only a broker knows come
+the same way: per-topic throughput (the brokers' `odradek_topic_*` counters, turned into rates by the
+sampler) and the exact ISR timeline, which each Odradek broker keeps from the metadata log and serves as JSON
+next to its /metrics (`/odradek/isr-events`; the metrics endpoint is already what the console finds through
+`metrics.port`, already read-only and unauthenticated by design, and the timeline names no more than
+`log_size_bytes{topic,partition}` does). Against other brokers the console samples the ISR through Metadata.
 Resetting a share group's start offsets (AlterShareGroupOffsets) and deleting it pass the same gate as the
 other changes.
 

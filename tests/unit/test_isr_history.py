@@ -70,3 +70,26 @@ def test_replayed_batches_are_marked():
     publish(publisher, 30, PartitionChangeRecord(partition_id=0, topic_id=T, isr=[1]))
     publish(publisher, 31, PartitionChangeRecord(partition_id=0, topic_id=T, isr=[1, 2]))
     assert [(e.offset, e.replayed) for e in history.events] == [(29, True), (30, False)]
+
+
+def test_the_console_merges_the_brokers_rings_by_offset():
+    from odradek.console.sampler import isr_events_url, merge_isr_events
+
+    rings = []
+    for node_id, clock, replayed_through in ((1, 5_000, -1), (2, 9_000, 100)):  # node 2 restarted and replayed
+        publisher = MetadataPublisher()
+        history = IsrHistory(clock=lambda clock=clock: clock, replayed_through=replayed_through)
+        publisher.register(history)
+        publish(publisher, 10, TopicRecord(name="t", topic_id=T),
+                PartitionRecord(partition_id=0, topic_id=T, replicas=[1, 2], isr=[1, 2], leader=1))
+        publish(publisher, 20, PartitionChangeRecord(partition_id=0, topic_id=T, isr=[1]))
+        publish(publisher, 30, PartitionChangeRecord(partition_id=0, topic_id=T, isr=[1, 2]))
+        rings.append(read_json(history, {}, node_id))
+    merged: dict = {}
+    assert merge_isr_events(merged, rings[1]) == 29
+    assert [e.applied_ms for e in merged.values()] == [None, None]  # replays only: no time known
+    merge_isr_events(merged, rings[0])
+    shrink, expand = (merged[k] for k in sorted(merged))
+    assert (shrink.partition, shrink.kind, shrink.before, shrink.after, shrink.applied_ms) == ("t-0", "shrink", (1, 2), (1,), 5_000)
+    assert expand.kind == "expand" and expand.seen_by == {1, 2}
+    assert isr_events_url("http://h:9/metrics", 29) == "http://h:9/odradek/isr-events?after=29"
