@@ -18,7 +18,8 @@ change's record is in that batch; a batch is what the controller wrote at once).
 without duplicates. The metadata records carry no time of their own, so `applied_ms` is this node's clock
 when it applied the batch: within a few milliseconds of the controller's commit on a node that follows the
 quorum, and meaningless for batches replayed from the local log at start-up (`replayed`: the node applied it
-again, not when it happened). A reader that has several nodes' rings takes, per event, the earliest time of a
+again, not when it happened; a node catching up after an absence applies old batches late, and its time for
+them is its catch-up time). A reader that has several nodes' rings takes, per event, the earliest time of a
 node that saw it live. A snapshot loaded while running (the node had fallen behind the log start) collapses
 what happened in between into one step, at the snapshot's offset (another node's ring has the steps); the
 first image a node publishes (from nothing) is its starting point, not a change.

@@ -8,9 +8,11 @@ Where each is counted, as Kafka counts it
   the record batches as they arrived (compressed, as on the wire), the messages `last_offset - first_offset
   + 1` of the append, read from what the log returns, never from the records themselves (a batch carries
   its record count in its header; nothing here touches a record). A refused append counts nothing; a retried
-  duplicate of an idempotent producer counts again, as Kafka's does (the client did send it twice). Writes of
-  this broker's own coordinators (offsets, transaction state, share state) go through `append_internal`
-  and are not counted: they are not client traffic.
+  duplicate of an idempotent producer counts again, as Kafka's does (the client did send it twice).
+  Transaction markers (WriteTxnMarkers) take the same road and count, one message each, as in Kafka. Writes
+  of this broker's own coordinators (offsets, transaction state, share state) go through `append_internal`
+  and are not counted: Kafka's coordinators append through the replica manager and count there, but here
+  they would only make the internal topics look busy with the broker's own bookkeeping.
 - **Bytes out**: by the Fetch and ShareFetch handlers when the response is made (Kafka's KafkaApis: "record
   the bytes out metrics only when the response is being sent"), from the size of the record regions each
   partition answers with. A fetch answered empty because its client is over quota counts nothing.

@@ -29,6 +29,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, \
     ResourcePatternType, ResourceType
+from prometheus_client.parser import text_string_to_metric_families
 
 from odradek.client.admin import Admin
 
@@ -63,6 +64,7 @@ class World:
         self.browser = None
         self.txn_producer: Producer | None = None
         self.member_stop = threading.Event()
+        self.metrics_port = 0  # the broker's /metrics
 
 
 def _create(admin: AdminClient, topics: list[NewTopic]) -> None:
@@ -120,6 +122,7 @@ def world(tmp_path_factory):
                                      if (m := _LISTENING.search(line))}) and len(found) == 2 and found,
                   "both listeners", 30)
     w = World(broker, f"127.0.0.1:{ports['PLAINTEXT']}", f"127.0.0.1:{ports['SASL_PLAINTEXT']}")
+    w.metrics_port = metrics_port
     member = None
     try:
         admin = AdminClient({"bootstrap.servers": w.plain})
@@ -400,6 +403,12 @@ def test_a_share_consumer_holding_records_shows_on_the_share_group_page(world, p
         assert page.locator(f'#share-partitions tr[data-tp="{SHARE_TOPIC}-0"] [data-delivery]').get_attribute(
             "data-delivery") == f"{len(held)},0,0,0"
         assert row("dlq-records") in ("-", "0")
+        # what the share fetch handed out counts as the topic's bytes out (Kafka's handleShareFetchRequest does)
+        with urllib.request.urlopen(f"http://127.0.0.1:{world.metrics_port}/metrics", timeout=10) as response:
+            scraped = {(s.name, s.labels.get("topic")): s.value
+                       for f in text_string_to_metric_families(response.read().decode()) for s in f.samples}
+        assert scraped[("odradek_topic_messages_in_total", SHARE_TOPIC)] == SHARE_RECORDS
+        assert scraped[("odradek_topic_bytes_out_total", SHARE_TOPIC)] > 0
         assert f"{SHARE_TOPIC}-0" in page.locator("#members").inner_text()  # its assignment
         assert page.locator("#in-flight").inner_text() == str(len(held))
         screenshot(page, "share_group")
