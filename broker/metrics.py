@@ -544,9 +544,9 @@ class Metrics:
                 return metrics_app(environ, start_response)
             if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
                 return _json(start_response, "405 Method Not Allowed", {"error": "GET only"})
-            query = dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), max_num_fields=20))
             busy = object()
             try:
+                query = dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", ""), max_num_fields=20))
                 body = self.read_on_loop(lambda: route(query), busy)
             except ValueError as e:
                 return _json(start_response, "400 Bad Request", {"error": str(e)})
