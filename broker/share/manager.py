@@ -621,6 +621,9 @@ class SharePartitionManager:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
             # Dead letters first (see the module doc): until none is left, then the snapshot, no await between.
             while held.sp.has_dead_letters:
+                if self._closed:  # stopping: the DLQ's leader may be gone; leave them for the next leader
+                    self._drop(held, "broker stopping with dead letters to copy")
+                    return ErrorCode.NOT_LEADER_OR_FOLLOWER
                 await self._write_dead_letters(held, held.sp.take_dead_letters())
                 if held.dropped:  # (the state is read again; what was not persisted is delivered again)
                     return ErrorCode.NOT_LEADER_OR_FOLLOWER
