@@ -20,12 +20,12 @@ offset becomes one DLQ record:
   letters stay in order on one DLQ partition.
 
 Which topic may be one (Kafka's rules, in its order; a refusal is logged with Kafka's text and counted):
-the name must not start with `__` (internal topics; the group config refuses it already), must start with
-the broker's `errors.deadletterqueue.topic.name.prefix` (default `dlq.`; "" lifts the rule), and the topic
-must carry the topic config `errors.deadletterqueue.group.enable=true`: its owner opts in. A missing topic
+the name must not start with `__` (internal topics; the group config refuses it already); an existing topic
+must carry the topic config `errors.deadletterqueue.group.enable=true` (its owner opts in); a missing topic
 is created when `errors.deadletterqueue.auto.create.topics.enable=true` (default false), with the cluster's
-default partitions and replication factor and that opt-in set, as Kafka creates it; otherwise the write is
-refused and logged ("DLQ topic does not exist"). The broker writes as itself (its inter-broker principal),
+default partitions and replication factor, that opt-in and CreateTime set, as Kafka creates it, and is
+otherwise refused ("DLQ topic does not exist"); and the name must start with the broker's
+`errors.deadletterqueue.topic.name.prefix` (default `dlq.`; "" lifts the rule). The broker writes as itself (its inter-broker principal),
 as Kafka's broker does: the group's members need no WRITE on the DLQ topic, which is why the topic-side
 opt-in and the name prefix exist (KIP-1191's security section).
 
@@ -35,18 +35,19 @@ The share-partition manager (manager.py `_persist`) takes the dead letters of a 
 them here BEFORE it persists the state that archives them: the state write that makes a record ARCHIVED
 for good never precedes its DLQ copy. A crash between the two leaves the record unarchived in the persisted
 state (acquired or available with its old count), so the next leader delivers it again, and if it is
-rejected again or reaches the limit again it is copied again: at least once, never lost. Kafka 4.4 gives
-the same promise another way (a persisted ARCHIVING state, RecordState 3, re-enqueued on load; its DLQ
-producer is not idempotent either), so a DLQ reader must expect duplicates, which the headers identify
-(topic, partition, offset). The copy goes through the broker's own produce path: a ProduceRequest (acks=all,
+rejected again or reaches the limit again it is copied again: at least once, never lost. Kafka 4.4 is at
+least once too (its DLQ write is a plain Produce with no producer id, retried; a record waits for it in the
+ARCHIVING state, RecordState 3), so a DLQ reader must expect duplicates, which the headers identify (topic,
+partition, offset). The copy goes through the broker's own produce path: a ProduceRequest (acks=all,
 no compression, no producer id, as Kafka's) to the DLQ partition's leader over the inter-broker listener,
-this broker included, so the DLQ partition's min.insync.replicas, quotas of nothing and the leader's
-validation apply as to any write.
+this broker included (one path whoever leads the DLQ partition), so the DLQ partition's min.insync.replicas
+and its leader's validation apply as to any write.
 
 A write that cannot succeed (a refused topic, an authorization or size error) or that still fails after
-retrying retriable errors for `request.timeout.ms` is logged once with its cause and counted, and the
-records are archived anyway, as Kafka 4.4 moves ARCHIVING to ARCHIVED whatever the DLQ answered: a broken
-DLQ must not stall the group's partition (KIP-1316's head-of-line concern). Nothing acknowledged is at
+retrying retriable errors for `request.timeout.ms` (Kafka's DLQ manager also gives up after bounded retries:
+"Exhausted max retries to produce to DLQ topic") is logged once with its cause and counted, and the records
+are archived anyway: holding them until the DLQ works would let a broken DLQ stall the group's partition
+(the head-of-line concern of KIP-1316), which share groups exist to avoid. Nothing acknowledged is at
 stake: these are records the group gave up on, and the log still holds them until retention.
 
 Batch level: only the archived offsets' batches are read (and decoded) and only when a copy is asked for;
@@ -117,17 +118,16 @@ def dlq_topic_problem(group_id: str, topic: str, image: MetadataImage, prefix: s
         return f"Configured DLQ topic name in share group: {group_id} is empty."
     if topic.startswith("__"):
         return f"Configured DLQ topic name in share group: {group_id} cannot start with __, topic: {topic}."
-    if prefix and not topic.startswith(prefix):
-        return (f"Configured DLQ topic name does not comply with the DLQ topic prefix in share group: {group_id}, "
-                f"topic: {topic}, prefix: {prefix}.")
     if topic in image.topics_by_name:
         enabled = image.configs.get((ConfigResourceType.TOPIC, topic), {}).get(TOPIC_ENABLE_CONFIG, "false")
         if enabled.strip().lower() != "true":
             return f"DLQ is not enabled on configured DLQ topic for share group: {group_id}, topic: {topic}."
-        return None
-    if not auto_create:
+    elif not auto_create:
         return (f"DLQ topic does not exist and auto create is disabled on cluster for share group: {group_id}, "
                 f"topic: {topic}.")
+    if prefix and not topic.startswith(prefix):
+        return (f"Configured DLQ topic name does not comply with the DLQ topic prefix in share group: {group_id}, "
+                f"topic: {topic}, prefix: {prefix}.")
     return None
 
 

@@ -114,7 +114,7 @@ def test_which_topic_may_be_a_dlq_as_kafka_decides():
     ok = image()
     assert dlq_topic_problem("g", "dlq.work", ok, "dlq.", False) is None
     assert "cannot start with __" in dlq_topic_problem("g", "__consumer_offsets", ok, "dlq.", False)
-    assert "does not comply with the DLQ topic prefix" in dlq_topic_problem("g", "errors", ok, "dlq.", False)
+    assert "does not comply with the DLQ topic prefix" in dlq_topic_problem("g", "errors", image(dlq="errors"), "dlq.", False)
     assert dlq_topic_problem("g", "dlq.work", image(dlq="dlq.work"), "", False) is None  # "" lifts the prefix rule
     assert "DLQ is not enabled on configured DLQ topic" in dlq_topic_problem("g", "dlq.work", image(enabled=None), "dlq.", False)
     assert "DLQ is not enabled" in dlq_topic_problem("g", "dlq.work", image(enabled="false"), "dlq.", False)
