@@ -184,10 +184,13 @@ class RecordingPersister(InMemoryPersister):
     def __init__(self, recorder: Recorder) -> None:
         super().__init__()
         self.recorder = recorder
+        self.fail = False  # as a crash between the DLQ write and the state write would leave it
 
     async def write(self, key, leader_epoch, snapshot, delivery_complete_count=-1):
         self.recorder.events.append(("state", snapshot.start_offset,
                                      tuple((b.first_offset, b.last_offset, b.delivery_state) for b in snapshot.state_batches)))
+        if self.fail:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return await super().write(key, leader_epoch, snapshot, delivery_complete_count)
 
 
@@ -306,3 +309,20 @@ async def test_a_failed_dlq_write_is_counted_and_the_records_archived_anyway(env
     e2.recorder.events.clear()
     await e2.ack("a", (0, 0, [REJECT]))
     assert [ev[0] for ev in e2.recorder.events] == ["state"] and e2.manager.figures()["dlq_failures"] == 1
+
+
+async def test_a_state_write_lost_after_the_copy_means_a_second_copy_never_none(env):
+    """At least once: the copy is written, the state write that archives the record fails (as a crash between
+    them would leave it), so the record is delivered again; rejected again, it is copied again."""
+    e = env(dlq_topic="dlq.work")
+    e.data.append_internal(TP, bytearray(build_batch([(b"k", b"v", None, NOW)])), now_ms=NOW)
+    await e.fetch("a")
+    e.persister.fail = True
+    code, _ = await e.ack("a", (0, 0, [REJECT]))
+    assert code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    e.persister.fail = False
+    again = await e.fetch("b")  # the state is read again: the record was never archived
+    assert [(r.first_offset, r.delivery_count) for r in again.acquired] == [(0, 1)]
+    await e.ack("b", (0, 0, [REJECT]))
+    assert [ev[0] for ev in e.recorder.events if ev[0] == "dlq"] == ["dlq", "dlq"]
+    assert e.manager.describe("g", TP).start_offset == 1
