@@ -66,7 +66,7 @@ import structlog
 
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.records import ConfigResourceType
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, error_code_of
 from odradek.protocol.messages import ProduceRequest
 from odradek.protocol.records import Record, build_batch, iter_batches, iter_records
 from odradek.replication.share import DeadLetter
@@ -328,7 +328,7 @@ class DeadLetterQueue:
             except (IndexError, AttributeError, ValueError):
                 return (ErrorCode.UNKNOWN_SERVER_ERROR, done), f"node {leader} answered no result for {dlq_topic}-{index}"
             if code != ErrorCode.NONE:
-                detail = f": {answer.error_message}" if getattr(answer, "error_message", None) else ""
+                detail = f": {answer.error_message}" if answer.error_message else ""
                 return (code, done), f"node {leader} answered {code.name} for {dlq_topic}-{index}{detail}"
             done += len(chunk)
         return (ErrorCode.NONE, done), ""
@@ -362,7 +362,7 @@ def share_dead_letter_queue(cfg: BrokerConfig, publisher: MetadataPublisher, mar
             if error is None:
                 (outcome,) = d.result()
                 error = outcome if isinstance(outcome, MetadataError) else None
-            if error is not None and getattr(error, "error_code", None) != ErrorCode.TOPIC_ALREADY_EXISTS:
+            if error is not None and error_code_of(error) != ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.warning("share group DLQ topic not created", dlq_topic=name, error=str(error))
             elif error is None:
                 log.info("share group DLQ topic created", dlq_topic=name)
