@@ -66,6 +66,7 @@ from .node import Membership, Node, TimerDriver
 from .quorum import ClusterControllerChannel, QuorumDriver
 from .replica_fetcher import ReplicaFetcherManager
 from .services import BrokerServices
+from .share.dlq import share_dead_letter_queue
 from .share.manager import SharePartitionManager, ShareSettings
 from .share.persister import SharePersister
 from .storage_tool import read_bootstrap_records
@@ -166,7 +167,7 @@ def _build_on(
                            endpoint=lambda node_id, listener: services.endpoint(node_id, listener))
     controller = quorum.controller
     share_persister = _share_persister(cfg, publisher, markers, lambda: services, after_state_change)
-    share = _start_share_groups(cfg, data, publisher, share_persister)
+    share = _start_share_groups(cfg, data, publisher, share_persister, markers, quorum.controller)
     services = BrokerServices(
         config=cfg, now_ms=now_ms, metadata=publisher, controller=controller, data=data,
         log_manager=log_manager,
@@ -251,7 +252,8 @@ def _share_persister(cfg: BrokerConfig, publisher: MetadataPublisher, markers: M
 
 
 def _start_share_groups(cfg: BrokerConfig, data: ReplicaManager, publisher: MetadataPublisher,
-                        persister: SharePersister) -> SharePartitionManager | None:
+                        persister: SharePersister, markers: MarkerSender,
+                        controller: ClusterControllerChannel) -> SharePartitionManager | None:
     """Share groups' data path on this broker's leaders (broker/share/manager.py), when odradek.share.enabled;
     registered after the partitions' own listener, so it sees leadership as the replica manager applied it."""
     if not cfg.share_enabled:
@@ -275,6 +277,7 @@ def _start_share_groups(cfg: BrokerConfig, data: ReplicaManager, publisher: Meta
         # a group's share.* GROUP configs over the broker's, as the image has them, asked on every fetch (so a
         # changed lock duration holds from the next acquisition, as in Kafka)
         settings_for=lambda group_id: share_settings_of(publisher.image, cfg, group_id, base, defaults),
+        dead_letters=share_dead_letter_queue(cfg, publisher, markers, controller, now_ms),
     )
     publisher.register(manager)
     return manager

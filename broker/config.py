@@ -1139,6 +1139,16 @@ class BrokerConfig(BaseModel):
     share_group_max_share_sessions: Int = _f(
         "group.share.max.share.sessions", 2000, T.INT, "Most share sessions this broker keeps.", ge=1
     )
+    # KIP-1191's share-group dead-letter queues (Kafka 4.4's GroupCoordinatorConfig; broker/share/dlq.py)
+    errors_dlq_topic_name_prefix: Str = _f(
+        "errors.deadletterqueue.topic.name.prefix", "dlq.", T.STRING,
+        "The prefix every share group's DLQ topic name must have; \"\" lifts the rule.",
+    )
+    errors_dlq_auto_create_topics_enable: Bool = _f(
+        "errors.deadletterqueue.auto.create.topics.enable", False, T.BOOLEAN,
+        "Create a share group's DLQ topic (cluster defaults, errors.deadletterqueue.group.enable=true) when it "
+        "does not exist.",
+    )
 
     # ---- transactions and idempotence
     transaction_state_log_num_partitions: Int = _f(

@@ -644,6 +644,9 @@ class ShareGroupsCollector(Collector):
         ("odradek_share_archived_at_limit", "archived_at_limit", "Records archived at the delivery-count limit"),
         ("odradek_share_session_evictions", "session_evictions", "Share sessions ended by their connection closing"),
         ("odradek_share_state_write_failures", "write_failures", "Share-partition state writes that failed"),
+        ("odradek_share_dlq_records", "dlq_records", "Records copied to share groups' dead-letter topics"),
+        ("odradek_share_dlq_failures", "dlq_failures",
+         "Dead-letter writes that failed (their records archived without a DLQ copy)"),
     )
 
     # Per share-partition (group, topic, partition), for the first MAX_LABELLED_SHARE_PARTITIONS of this leader
@@ -657,6 +660,8 @@ class ShareGroupsCollector(Collector):
          "Redeliveries on one share-partition since this leader loaded it"),
         ("odradek_share_partition_archived_at_limit", "archived_at_limit",
          "Records of one share-partition archived at the delivery-count limit since this leader loaded it"),
+        ("odradek_share_partition_dlq_records", "dlq_records",
+         "Records of one share-partition copied to its group's dead-letter topic since this leader loaded it"),
     )
 
     def __init__(self, source: Callable[[], dict[str, Any]], metrics: Metrics) -> None:

@@ -16,7 +16,9 @@ bootstrap records, so the first user can log in before any admin client can reac
 default, written into `bootstrap.checkpoint` as well: `transaction.version=1` keeps every client on
 Transactions V1 (no epoch bump per transaction; the Java client then adds partitions itself). Only the
 levels this release can run are accepted (1 or 2 for transaction.version; a level 0 is not offered: for the
-clients it is version 1, which differs only in how Kafka's own coordinator lays out its records).
+clients it is version 1, which differs only in how Kafka's own coordinator lays out its records), and
+`share.version=1` gives share groups without KIP-1191's dead-letter queues (1 or 2; Kafka's 0, no share
+groups at all, is not offered: `odradek.share.enabled=false` turns them off).
 
 Every node of a cluster is formatted with the same cluster id before its first start; a node refuses to
 join a cluster whose id differs from its own (its log directories', and the metadata log's). A lone node
@@ -34,7 +36,7 @@ from typing import Any
 
 from odradek.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, credential_from_salted_password, salted_password
 from odradek.metadata.image import MetadataReplayError, new_cluster_id, replay_all
-from odradek.metadata.image import TRANSACTION_VERSION, TRANSACTION_VERSION_FEATURE
+from odradek.metadata.image import SHARE_VERSION, SHARE_VERSION_FEATURE, TRANSACTION_VERSION, TRANSACTION_VERSION_FEATURE
 from odradek.metadata.records import FeatureLevelRecord, UserScramCredentialRecord
 from odradek.metadata.snapshot import decode_snapshot, encode_snapshot, image_records
 from odradek.storage.errors import ForeignLogDirectoryError
@@ -113,7 +115,7 @@ def parse_add_scram(text: str, salt: bytes | None = None) -> Any:  # a UserScram
                                      server_key=c.server_key, iterations=iterations)
 
 
-FORMATTABLE_FEATURES = {TRANSACTION_VERSION_FEATURE: (1, TRANSACTION_VERSION)}
+FORMATTABLE_FEATURES = {TRANSACTION_VERSION_FEATURE: (1, TRANSACTION_VERSION), SHARE_VERSION_FEATURE: (1, SHARE_VERSION)}
 """The features `--feature` may set, with the levels it accepts (see the module doc for why not 0)."""
 
 

@@ -271,6 +271,14 @@ _DEFS = [
         ("log.cleaner.delete.retention.ms",),
     ),
     TopicConfigDef(
+        # KIP-1191: the topic's owner lets share groups use it as their dead-letter queue (broker/share/dlq.py).
+        "errors.deadletterqueue.group.enable",
+        ConfigType.BOOLEAN,
+        False,
+        parse_bool,
+        "Enable this topic to be used as a dead-letter queue for share groups.",
+    ),
+    TopicConfigDef(
         "file.delete.delay.ms",
         ConfigType.LONG,
         60000,

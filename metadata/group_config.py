@@ -10,6 +10,18 @@ a broker config that is its default (Kafka's GroupConfig):
     share.delivery.count.limit      group.share.delivery.count.limit     within group.share.{min,max}.delivery.count.limit
     share.auto.offset.reset         latest                               latest | earliest | by_duration:<ISO-8601 duration>
     share.isolation.level           read_uncommitted                     read_uncommitted | read_committed
+    errors.deadletterqueue.topic.name          ""  (no DLQ)              a topic name not starting with __
+    errors.deadletterqueue.copy.record.enable  false                     true | false
+
+The two `errors.deadletterqueue.*` ones are KIP-1191's share-group dead-letter queue (Kafka 4.4's GroupConfig):
+the topic the group's rejected records and those archived at the delivery limit are copied to, and whether
+the copy carries the record's key and value or only the context headers (broker/share/dlq.py). They need
+share.version 2, the level that gates the DLQ in Kafka 4.4 (ShareVersion.supportsShareGroupDLQ): on a
+cluster at share.version 1 the broker refuses to set them (INVALID_CONFIG naming the feature) rather than
+accept a DLQ it would never write, and does not list them in DescribeConfigs. The topic name is checked
+here only as Kafka's GroupConfig checks it (not an internal `__` name); whether the topic may serve as a
+DLQ (the broker's name prefix, the topic's own opt-in) is decided when a record is copied, since both can
+change after the group config is set.
 
 The controller checks names and the form of values (`validate_group_configs` without bounds); the broker
 that takes the request also checks the ranges against its own group.share.* bounds, as Kafka validates
@@ -28,8 +40,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["GROUP_CONFIGS", "GroupConfigDef", "ShareGroupSettings", "by_duration_ms", "share_group_settings",
-           "validate_group_configs"]
+__all__ = ["DLQ_COPY_RECORD", "DLQ_GROUP_CONFIGS", "DLQ_TOPIC_NAME", "GROUP_CONFIGS", "GroupConfigDef", "ShareGroupSettings", "by_duration_ms", "parse_bool",
+           "share_group_settings", "validate_group_configs"]
 
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
 
@@ -65,6 +77,26 @@ def by_duration_ms(value: str) -> int | None:
                  + float(seconds or 0) * 1000)
 
 
+def _dlq_topic_name(value: str) -> str:
+    if value.startswith("__"):
+        raise ValueError("DLQ topic name must not start with '__'")
+    return value
+
+
+def parse_bool(value: str) -> bool:
+    """Kafka's ConfigDef BOOLEAN: true or false, in any case."""
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError(f"{value!r} is not a boolean (true or false)")
+
+
+DLQ_TOPIC_NAME = "errors.deadletterqueue.topic.name"
+DLQ_COPY_RECORD = "errors.deadletterqueue.copy.record.enable"
+DLQ_GROUP_CONFIGS = frozenset({DLQ_TOPIC_NAME, DLQ_COPY_RECORD})
+"""The group configs that need share.version 2 (KIP-1191)."""
+
+
 def _isolation_level(value: str) -> str:
     if value in ("read_uncommitted", "read_committed"):
         return value
@@ -73,7 +105,7 @@ def _isolation_level(value: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GroupConfigDef:
-    """A group config: its name, type ("int" or "string"), the broker config that is its default, the
+    """A group config: its name, type ("int", "string" or "boolean"), the broker config that is its default, the
     broker configs bounding it (min, max) if any, and how a value is read."""
 
     name: str
@@ -103,6 +135,12 @@ GROUP_CONFIGS: Mapping[str, GroupConfigDef] = {d.name: d for d in (
                    "by_duration:<ISO-8601 duration>."),
     GroupConfigDef("share.isolation.level", "string", None, "read_uncommitted", None, _isolation_level,
                    "read_committed: records of aborted transactions are never delivered."),
+    GroupConfigDef(DLQ_TOPIC_NAME, "string", None, "", None, _dlq_topic_name,
+                   "The name of the topic to be used as the dead-letter queue (DLQ) topic for this share group. "
+                   "If blank (the default), the group does not have a DLQ topic."),
+    GroupConfigDef(DLQ_COPY_RECORD, "boolean", None, "false", None, parse_bool,
+                   "When writing onto the dead-letter queue topic, whether to copy the original record onto the "
+                   "DLQ topic, or just write a record containing the context information headers."),
 )}
 
 
@@ -120,6 +158,8 @@ def validate_group_configs(changes: Mapping[str, str | None], bounds: Mapping[st
         try:
             parsed = definition.parse(value)
         except ValueError as e:
+            if key == DLQ_TOPIC_NAME:  # Kafka's GroupConfig words it so
+                raise ValueError(f"{key}: {e}") from None
             raise ValueError(f"Invalid value {value} for configuration {key}: {e}") from None
         if bounds is not None and definition.bounds is not None:
             low, high = bounds[definition.bounds[0]], bounds[definition.bounds[1]]

@@ -60,10 +60,13 @@ clients pick their protocol by it (the Java client speaks V2 only when it is fin
 formatted with `odradek storage format --feature transaction.version=1` keeps every client on version 1."""
 
 SHARE_VERSION_FEATURE = "share.version"
-SHARE_VERSION = 1
-"""KIP-932's feature: at level 1 the cluster serves share groups. Kafka 4.2+ finalizes it at 1 in a new
-cluster (share groups became production-ready then); so does Odradek's controller at bootstrap. A cluster
-formatted before keeps it at 0 (UpdateFeatures is not served), and its brokers refuse the share APIs."""
+SHARE_VERSION = 2
+"""KIP-932's feature: at level 1 the cluster serves share groups (Kafka 4.2+), at level 2 share groups have
+dead-letter queues too (KIP-1191, Kafka 4.4's ShareVersion.SV_2, its LATEST_PRODUCTION: what Kafka 4.4's
+`kafka-storage format` finalizes by default). Odradek's controller finalizes 2 at bootstrap; `odradek storage
+format --feature share.version=1` gives share groups without a DLQ (the errors.deadletterqueue.* group configs
+are refused), and a cluster formatted before share groups keeps 0 (UpdateFeatures is not served): its
+brokers refuse the share APIs."""
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2

@@ -45,9 +45,8 @@ SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {
 """The features this release can run, with the (min, max) levels of each: `metadata.version` at the one level
 Odradek writes (3.3-IV3, which is also Kafka 4.x's minimum); `eligible.leader.replicas.version` 0-1 (KIP-966's
 ELR, finalized at 1 in a new cluster); `transaction.version` 0-2 (2 is KIP-890's Transactions V2, the level a
-new cluster finalizes, as Kafka 4.x does; see coordinator/transaction/); and `share.version` 0-1 (KIP-932's
-share groups, finalized at 1 in a new cluster, Kafka 4.2+'s default; Kafka 4.4's level 2 is the share-group
-dead-letter queue, not served). A range starting at 0 is left out of answers to ApiVersions v0-3, as Kafka
+new cluster finalizes, as Kafka 4.x does; see coordinator/transaction/); and `share.version` 0-2 (KIP-932's
+share groups at 1, with KIP-1191's dead-letter queues at 2; a new cluster finalizes 2, Kafka 4.4's default). A range starting at 0 is left out of answers to ApiVersions v0-3, as Kafka
 does (KAFKA-17011/KAFKA-17492: clients of those versions refuse a minimum of 0; they could not use the
 feature anyway). Kafka 4.x brokers also list kraft.version, group.version and streams.version. group.version
 1 is the gate Kafka puts on KIP-848 consumer groups, which Odradek does serve, but finalizing it takes a

@@ -45,6 +45,14 @@ when it fires each partition past its deadline is expired (records back to avail
 delivery-count limit), persisted, and its waiting fetches woken. Releases (RELEASE acknowledgements, a
 member's session ending, its connection closing) do the same at once.
 
+Dead letters (KIP-1191): when the group names a DLQ topic (`errors.deadletterqueue.topic.name`, served at
+share.version 2), the SharePartition notes each range it archives for a REJECT or at the delivery-count limit,
+and `_persist` hands them to the DLQ writer (broker/share/dlq.py) and waits for it BEFORE it writes the
+state that archives them: the loop drains the dead letters until none is left and then takes the snapshot
+with no await in between, so no persisted ARCHIVED record ever lacks its DLQ attempt. A crash between the
+two writes delivers the record again (at least once into the DLQ, as Kafka promises). A failed DLQ write is
+logged and counted there, and the records are archived anyway, as Kafka does.
+
 Leadership: every request checks that this broker still leads the partition at the epoch the state was
 read with; a metadata update that moves leadership away drops the state (the next leader reads what was
 persisted: acquisitions not yet persisted are lost, which only means those records are delivered again).
@@ -69,6 +77,7 @@ from odradek.replication.partition import HostedPartition
 from odradek.replication.share import (
     AcknowledgeType,
     AcquiredRange,
+    DeadLetter,
     RecordState,
     SharePartition,
     SharePartitionError,
@@ -84,6 +93,8 @@ from .persister import UNINITIALIZED_START_OFFSET, SharePartitionKey, SharePersi
 
 if TYPE_CHECKING:
     from odradek.replication.replica_manager import ReplicaManager
+
+    from .dlq import DeadLetterQueue
 
 log = structlog.get_logger("odradek.share")
 
@@ -109,6 +120,8 @@ class ShareSettings:
     max_record_locks: int = 2000  # group.share.partition.max.record.locks
     auto_offset_reset: str = "latest"  # share.auto.offset.reset: latest | earliest
     read_committed: bool = False  # share.isolation.level=read_committed
+    dlq_topic: str = ""  # errors.deadletterqueue.topic.name ("" : no DLQ; only at share.version 2)
+    dlq_copy_record: bool = False  # errors.deadletterqueue.copy.record.enable
 
 
 @dataclass(slots=True)
@@ -132,6 +145,8 @@ class ShareStats:
     archived_at_limit: int = 0
     persist_failures: int = 0
     partitions_loaded: int = 0
+    dlq_records: int = 0  # records copied to a DLQ topic
+    dlq_failures: int = 0  # DLQ writes that failed (their records archived without a copy)
 
 
 def delivery_complete_count(snapshot: ShareSnapshot) -> int:
@@ -148,7 +163,7 @@ class _Held:
     """A SharePartition served here, with what ties it to its log and its persisted copy."""
 
     __slots__ = ("key", "tp", "sp", "leader_epoch", "write_lock", "version", "persisted_version", "dropped",
-                 "counted")
+                 "counted", "dlq_records")
 
     def __init__(self, key: SharePartitionKey, tp: TopicPartition, sp: SharePartition, leader_epoch: int):
         self.key, self.tp, self.sp, self.leader_epoch = key, tp, sp, leader_epoch
@@ -157,6 +172,7 @@ class _Held:
         self.persisted_version = 0
         self.dropped = False
         self.counted = (0, 0, 0)  # the SharePartition's (lock expiries, redeliveries, archived) already counted
+        self.dlq_records = 0  # records of this share-partition copied to the DLQ since this leader loaded it
 
 
 class SharePartitionManager:
@@ -173,6 +189,7 @@ class SharePartitionManager:
         max_sessions: int = 2000,
         settings_for: Callable[[str], ShareSettings] | None = None,
         leader_of: Callable[[TopicPartition], tuple[int, int] | None] | None = None,
+        dead_letters: DeadLetterQueue | None = None,
     ) -> None:
         self.data = data
         self.persister = persister
@@ -180,6 +197,7 @@ class SharePartitionManager:
         self.settings = settings
         self._settings_for = settings_for
         self._leader_of = leader_of
+        self.dead_letters = dead_letters
         self.sessions = ShareSessionCache(max_sessions)
         self.stats = ShareStats()
         self._held: dict[tuple[str, TopicPartition], _Held] = {}
@@ -215,6 +233,7 @@ class SharePartitionManager:
             "session_evictions": self.sessions.evictions, "lock_expiries": stats.lock_expiries,
             "redeliveries": stats.redeliveries, "archived_at_limit": stats.archived_at_limit,
             "write_failures": stats.persist_failures, "acknowledgements": dict(stats.acknowledgements),
+            "dlq_records": stats.dlq_records, "dlq_failures": stats.dlq_failures,
             "per_partition": self.per_partition_figures(),
         }
 
@@ -226,11 +245,12 @@ class SharePartitionManager:
         `share_partitions` says how many there are in all, so a reader knows when it sees only some."""
         out = []
         for (group_id, tp) in sorted(self._held, key=lambda k: (k[0], k[1].topic, k[1].partition))[:limit]:
-            sp = self._held[(group_id, tp)].sp
+            held = self._held[(group_id, tp)]
+            sp = held.sp
             out.append((group_id, tp.topic, tp.partition, {
                 "in_flight": sp.in_flight, "acquired": sp.count(RecordState.ACQUIRED),
                 "lock_expiries": sp.lock_expiries, "redeliveries": sp.redeliveries,
-                "archived_at_limit": sp.archived_at_limit}))
+                "archived_at_limit": sp.archived_at_limit, "dlq_records": held.dlq_records}))
         return out
 
     def describe(self, group_id: str, tp: TopicPartition) -> SharePartition | None:
@@ -353,6 +373,7 @@ class SharePartitionManager:
         # A group's share.record.lock.duration.ms changed since the load holds from the next acquisition on,
         # as Kafka's share-partition reads it when it acquires.
         sp.record_lock_duration_ms = settings.record_lock_duration_ms
+        sp.collect_dead_letters = self._dlq_on(settings)
         read_committed = settings.read_committed
         end = partition.last_stable_offset if read_committed else partition.high_watermark
         budget = max_records
@@ -460,11 +481,13 @@ class SharePartitionManager:
             start = self._reset_offset(partition, settings.auto_offset_reset)
             sp = SharePartition(start, state_epoch=snapshot.state_epoch, delivery_count_limit=settings.delivery_count_limit,
                                 record_lock_duration_ms=settings.record_lock_duration_ms,
-                                max_record_locks=settings.max_record_locks)
+                                max_record_locks=settings.max_record_locks,
+                                collect_dead_letters=self._dlq_on(settings))
         else:
             sp = SharePartition.restore(snapshot, delivery_count_limit=settings.delivery_count_limit,
                                         record_lock_duration_ms=settings.record_lock_duration_ms,
-                                        max_record_locks=settings.max_record_locks)
+                                        max_record_locks=settings.max_record_locks,
+                                        collect_dead_letters=self._dlq_on(settings))
         held = _Held(key, tp, sp, leader_epoch)
         self._held[(group_id, tp)] = held
         self.stats.partitions_loaded += 1
@@ -479,6 +502,9 @@ class SharePartitionManager:
             code = await self._persist(held)
             if code != ErrorCode.NONE:
                 raise _LoadError(client_code(code), f"writing the initial share state of {tp} for {group_id} failed: {code.name}")
+        elif sp.has_dead_letters:  # records whose last delivery ended with the old leader: archived, copied
+            held.version += 1
+            self._persist_later(held)
         return held
 
     def _reset_offset(self, partition: HostedPartition, reset: str) -> int:
@@ -508,6 +534,7 @@ class SharePartitionManager:
                 failed = results[tp]
                 answers[tp] = (failed.error_code, failed.error_message)
                 continue
+            held.sp.collect_dead_letters = self._dlq_on(self._settings(group_id))
             try:
                 held.sp.acknowledge(member_id, batches, self.clock())
             except SharePartitionError as e:
@@ -632,6 +659,14 @@ class SharePartitionManager:
         async with held.write_lock:
             if held.dropped:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            # Dead letters first (see the module doc): until none is left, then the snapshot, no await between.
+            while held.sp.has_dead_letters:
+                if self._closed:  # stopping: the DLQ's leader may be gone; leave them for the next leader
+                    self._drop(held, "broker stopping with dead letters to copy")
+                    return ErrorCode.NOT_LEADER_OR_FOLLOWER
+                await self._write_dead_letters(held, held.sp.take_dead_letters())
+                if held.dropped:  # (the state is read again; what was not persisted is delivered again)
+                    return ErrorCode.NOT_LEADER_OR_FOLLOWER
             version = held.version
             if held.persisted_version >= version:
                 return ErrorCode.NONE
@@ -647,6 +682,25 @@ class SharePartitionManager:
                 return code
             held.persisted_version = max(held.persisted_version, version)
             return ErrorCode.NONE
+
+    async def _write_dead_letters(self, held: _Held, letters: list[DeadLetter]) -> None:
+        settings = self._settings(held.key.group_id)
+        if self.dead_letters is None or not settings.dlq_topic:  # the DLQ was turned off since: archived only
+            return
+        result = await self.dead_letters.write(held.key.group_id, held.tp, letters, settings.dlq_topic,
+                                               copy_record=settings.dlq_copy_record,
+                                               log_reader=lambda: self._log_of(held.tp))
+        held.dlq_records += result.written
+        self.stats.dlq_records += result.written
+        if result.error is not None:
+            self.stats.dlq_failures += 1
+
+    def _log_of(self, tp: TopicPartition) -> tuple[object, int] | None:
+        partition = self.data.get_partition(tp)
+        return (partition.log, partition.high_watermark) if partition is not None else None
+
+    def _dlq_on(self, settings: ShareSettings) -> bool:
+        return self.dead_letters is not None and bool(settings.dlq_topic)
 
     def _persist_later(self, held: _Held) -> None:
         self._spawn(self._persist(held))

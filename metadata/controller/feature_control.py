@@ -3,7 +3,8 @@
 Odradek finalizes three features in a new cluster's log: `metadata.version`, at the level this release
 writes, `eligible.leader.replicas.version` 1 (KIP-966's ELR, on by default for new clusters since Kafka
 4.1), `transaction.version` 2 (KIP-890's Transactions V2, Kafka 4.x's default for a new cluster) and
-`share.version` 1 (KIP-932's share groups, on by default for new clusters since Kafka 4.2). A level formatting
+`share.version` 2 (KIP-932's share groups, on by default for new clusters since Kafka 4.2, with KIP-1191's
+dead-letter queues at level 2, Kafka 4.4's default). A level formatting
 put in the bootstrap records (`odradek storage format --feature transaction.version=1`) replaces the default,
 as Kafka's `kafka-storage format --feature` does. A registering broker must support every finalized level it
 names (a broker that cannot run the

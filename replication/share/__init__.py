@@ -9,6 +9,8 @@ share coordinator that persist `snapshot()`.
 from .partition import (
     AcknowledgeType,
     AcquiredRange,
+    DeadLetter,
+    DeadLetterCause,
     RecordState,
     SharePartition,
     SharePartitionError,
@@ -20,6 +22,8 @@ from .session import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, ShareSessionCache
 __all__ = [
     "AcknowledgeType",
     "AcquiredRange",
+    "DeadLetter",
+    "DeadLetterCause",
     "RecordState",
     "SharePartition",
     "SharePartitionError",

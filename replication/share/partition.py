@@ -35,6 +35,15 @@ Time is an argument (milliseconds). A lock expires when `now >= deadline`; `expi
 records back and `next_deadline()` tells the broker's timer when to call it. `acquire` and `acknowledge`
 expire first, so an acknowledgement racing its lock's expiry is judged on the expired state, as in Kafka.
 
+Dead letters (KIP-1191, Kafka 4.4): with `collect_dead_letters` on, every range archived because a member
+REJECTed it or because its delivery count reached the limit (released, lock expired, member gone, or found
+so on `restore`) is also noted as a `DeadLetter`, and `take_dead_letters()` hands them to the broker, which
+copies those records to the group's dead-letter topic BEFORE it persists the state that archives them (see
+broker/share/dlq.py for why that order). Gaps (GAP acknowledgements, control batches, aborted transactions)
+are archived without a dead letter: they are not records anybody failed to process, and Kafka copies only
+the two causes above. Only the offset ranges are kept here (batch level); the record bodies are read by the
+broker for those offsets only, and only when the group asks for a copy.
+
 What the share coordinator persists (`snapshot()`, WriteShareGroupState's StateBatches) is SPSO, the state
 epoch and every in-flight range with its state and count, an ACQUIRED range written as AVAILABLE: a lock
 does not survive its leader, but its delivery does. `SharePartition.restore()` is what a new leader loads:
@@ -81,6 +90,30 @@ class AcknowledgeType(IntEnum):
 
 
 _DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+
+
+class DeadLetterCause(IntEnum):
+    """Why a range went to the dead-letter queue; the text is the `__dlq.errors.message` header Kafka 4.4
+    writes for it (ShareGroupDLQManager.CLIENT_REJECT / DELIVERY_COUNT_EXCEEDED)."""
+
+    REJECTED = 1
+    DELIVERY_LIMIT = 2
+
+    @property
+    def message(self) -> str:
+        return "Offset rejected by client." if self is DeadLetterCause.REJECTED \
+            else "Offset delivery count exceeded the threshold."
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Offsets [first_offset, last_offset], archived with `delivery_count` deliveries for `cause`: what the
+    broker copies to the group's dead-letter topic (one DLQ record per offset, as Kafka writes them)."""
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+    cause: DeadLetterCause
 
 
 class SharePartitionError(ReplicationError):
@@ -149,6 +182,7 @@ class SharePartition:
         delivery_count_limit: int = DEFAULT_DELIVERY_COUNT_LIMIT,
         record_lock_duration_ms: int = DEFAULT_RECORD_LOCK_DURATION_MS,
         max_record_locks: int = DEFAULT_MAX_RECORD_LOCKS,
+        collect_dead_letters: bool = False,
     ):
         if start_offset < 0:
             raise ValueError(f"start offset must be >= 0, not {start_offset}")
@@ -160,6 +194,10 @@ class SharePartition:
         self.record_lock_duration_ms = record_lock_duration_ms
         self.max_record_locks = max_record_locks
         self._ranges: list[_Range] = []
+        # Ranges archived for a dead-letter cause since the last take_dead_letters(), when the group has a
+        # dead-letter topic (the broker turns this on and off as the group's config says).
+        self.collect_dead_letters = collect_dead_letters
+        self._dead_letters: list[DeadLetter] = []
         # Totals since this object was made, for the broker's metrics.
         self.lock_expiries = 0  # records whose lock ran out
         self.redeliveries = 0  # acquisitions of a record delivered before
@@ -226,6 +264,16 @@ class SharePartition:
         self._start = offset
         self._advance_start()
         return True
+
+    def take_dead_letters(self) -> list[DeadLetter]:
+        """The ranges archived for a dead-letter cause since the last call, in the order they were archived;
+        the list is emptied. The broker writes them to the DLQ before it persists the state that holds them."""
+        letters, self._dead_letters = self._dead_letters, []
+        return letters
+
+    @property
+    def has_dead_letters(self) -> bool:
+        return bool(self._dead_letters)
 
     def next_deadline(self) -> int | None:
         """The earliest lock deadline, for the broker's timer; None when nothing is acquired."""
@@ -338,6 +386,8 @@ class SharePartition:
         elif kind == AcknowledgeType.RELEASE:
             self._release(r)
         else:  # REJECT, GAP
+            if kind == AcknowledgeType.REJECT and self.collect_dead_letters:
+                self._dead_letters.append(DeadLetter(r.first, r.last, r.count, DeadLetterCause.REJECTED))
             r.state, r.member, r.deadline = RecordState.ARCHIVED, None, None
 
     @staticmethod
@@ -426,6 +476,8 @@ class SharePartition:
         if r.count >= self.delivery_count_limit:
             r.state = RecordState.ARCHIVED
             self.archived_at_limit += r.last - r.first + 1
+            if self.collect_dead_letters:
+                self._dead_letters.append(DeadLetter(r.first, r.last, r.count, DeadLetterCause.DELIVERY_LIMIT))
         else:
             r.state = RecordState.AVAILABLE
         r.member = r.deadline = None
@@ -452,17 +504,20 @@ class SharePartition:
         delivery_count_limit: int = DEFAULT_DELIVERY_COUNT_LIMIT,
         record_lock_duration_ms: int = DEFAULT_RECORD_LOCK_DURATION_MS,
         max_record_locks: int = DEFAULT_MAX_RECORD_LOCKS,
+        collect_dead_letters: bool = False,
     ) -> SharePartition:
         """What a new leader loads from the share coordinator. Batches must be ordered and disjoint, with
         states AVAILABLE, ACKNOWLEDGED or ARCHIVED; parts before the start offset are dropped, offsets
         between batches were never delivered (available, count 0), and an available batch whose count
-        has reached the limit is archived (it may not be delivered again)."""
+        has reached the limit is archived (it may not be delivered again), which is a dead letter too: such
+        a batch was acquired for its last delivery when its leader stopped, and that delivery is over."""
         sp = cls(
             snapshot.start_offset,
             state_epoch=snapshot.state_epoch,
             delivery_count_limit=delivery_count_limit,
             record_lock_duration_ms=record_lock_duration_ms,
             max_record_locks=max_record_locks,
+            collect_dead_letters=collect_dead_letters,
         )
         cursor = snapshot.start_offset
         for b in snapshot.state_batches:
@@ -482,6 +537,10 @@ class SharePartition:
             state = RecordState(b.delivery_state)
             if state == RecordState.AVAILABLE and b.delivery_count >= delivery_count_limit:
                 state = RecordState.ARCHIVED
+                sp.archived_at_limit += b.last_offset - first + 1
+                if collect_dead_letters:
+                    sp._dead_letters.append(
+                        DeadLetter(first, b.last_offset, b.delivery_count, DeadLetterCause.DELIVERY_LIMIT))
             sp._ranges.append(_Range(first, b.last_offset, state, b.delivery_count))
             cursor = b.last_offset + 1
         sp._merge()

@@ -143,9 +143,6 @@ DELIBERATE: tuple[Deliberate, ...] = (
                "deliberate: Odradek has no tiered storage (KIP-405): its topic configs are not described, and "
                "setting one is refused as an unknown config rather than stored and ignored", absent_only=True),
     Deliberate("{CreateTopics,CreateTopics(validate_only),DescribeConfigs(topic)}",
-               "*.configs[name=errors.deadletterqueue.group.enable]", "left: share-group dead-letter queues "
-               "(Kafka 4.4) are not implemented", absent_only=True),
-    Deliberate("{CreateTopics,CreateTopics(validate_only),DescribeConfigs(topic)}",
                "*.configs[name=max.decompressed.message.bytes]", "left: Kafka 4.4's limit on a batch's size once "
                "decompressed (kept out of Kafka's documentation on purpose) is not in Odradek", absent_only=True),
     Deliberate("CreateTopics(validate_only)", "*.topic_id", "deliberate: a validate-only create makes no topic, "
@@ -186,9 +183,6 @@ DELIBERATE: tuple[Deliberate, ...] = (
                "and finalizes 33. Clients do not act on it; `kafka-features describe` shows it"),
     Deliberate("ApiVersions(features)", "*_features[name={transaction.version}]", "elsewhere: transaction.version "
                "2 is Transactions V2, the tv2 slice of issue 32", absent_only=True),
-    Deliberate("ApiVersions(features)", "*_features[name=share.version]*", "left: share.version 2 is the "
-               "share-group dead-letter queue (KIP-1191; Kafka's ShareVersion.supportsShareGroupDLQ), not served; "
-               "Odradek supports and finalizes level 1, share groups without a DLQ"),
     Deliberate("ApiVersions(features)", "*_features[name=streams.version]", "left: streams groups (KIP-1071) are "
                "not served, so streams.version is not advertised", absent_only=True),
     Deliberate("ApiVersions(features)", "*_features[name=kraft.version]", "deliberate: kraft.version 1 is the "

@@ -27,7 +27,7 @@ def test_before_any_metadata_the_answer_lists_support_but_nothing_finalized():
     assert [(k.api_key, k.min_version, k.max_version) for k in answer.api_keys] == [(0, 0, 13), (18, 0, 4)]
     assert [(f.name, f.min_version, f.max_version) for f in answer.supported_features] == [
         ("eligible.leader.replicas.version", 0, 1), (METADATA_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION),
-        ("share.version", 0, 1), (TRANSACTION_VERSION_FEATURE, 0, 2),
+        ("share.version", 0, 2), (TRANSACTION_VERSION_FEATURE, 0, 2),
     ]
     assert answer.finalized_features == [] and answer.finalized_features_epoch == -1
 

@@ -260,9 +260,9 @@ def test_bootstrap_writes_feature_level_cluster_id_and_registration():
     assert not image.cluster_id.startswith("-")
     # KIP-966's ELR is on in a new cluster, with the cluster-wide min.insync.replicas it decides by; so are
     # KIP-890's Transactions V2 (transaction.version 2), as in Kafka 4.x, and KIP-932's share groups
-    # (share.version 1, Kafka 4.2+'s default).
+    # with KIP-1191's dead-letter queues (share.version 2, Kafka 4.4's default).
     assert image.features == {"metadata.version": METADATA_VERSION, "eligible.leader.replicas.version": 1,
-                              "transaction.version": 2, "share.version": 1}
+                              "transaction.version": 2, "share.version": 2}
     assert image.broker_configs() == {"min.insync.replicas": "1"}
     broker = image.brokers[1]
     assert broker.endpoints == tuple(ENDPOINTS) and not broker.fenced

@@ -300,7 +300,7 @@ async def test_per_partition_figures_are_labelled_and_bounded(env):
     assert ranges(await e.fetch("a", max_records=3)) == [(0, 2, 1)]
     (row,) = e.manager.figures()["per_partition"]
     assert row == ("g", "work", 0, {"in_flight": 3, "acquired": 3, "lock_expiries": 0, "redeliveries": 0,
-                                     "archived_at_limit": 0})
+                                     "archived_at_limit": 0, "dlq_records": 0})
     e.clock.now += 1000
     e.manager._expire_due()
     await asyncio.sleep(0)
