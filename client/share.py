@@ -235,6 +235,7 @@ class ShareConsumer:
         self._assignment: set[TopicPartition] = set()
         self._sessions: dict[int, _Session] = {}
         self._busy: set[int] = set()  # nodes with a request in flight
+        self._committing: collections.Counter[int] = collections.Counter()  # nodes a commit() is sending to
         self._tasks: set[asyncio.Task] = set()
         # Records fetched and not yet returned, per partition, with the node that handed them out.
         self._buffer: dict[TopicPartition, collections.deque[ShareConsumerRecord]] = {}
@@ -513,18 +514,22 @@ class ShareConsumer:
 
         async def send(node: int, acks: dict[TopicPartition, dict[int, AcknowledgeType]]) -> None:
             session = self._session(node)
-            async with session.lock:
-                if session.epoch == INITIAL_EPOCH or not await self._same_connection(session):
-                    error = _session_ended()
-                    outcomes = [(tp, sorted(a), error) for tp, a in acks.items()]
-                    session.reset()
-                else:
-                    outcomes = await self._acknowledge_request(session, acks, collect=True)
+            try:
+                async with session.lock:
+                    if session.epoch == INITIAL_EPOCH or not await self._same_connection(session):
+                        session.reset()
+                        outcomes = _failed(acks, _session_ended())
+                    else:
+                        outcomes = await self._acknowledge_request(session, acks, collect=True)
+            finally:
+                self._committing[node] -= 1
+                self._wake()
             for tp, _, error in outcomes:
                 if results.get(tp) is None:
                     results[tp] = error
 
         timeout_s = (self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        self._committing.update(by_node)  # until sent, no session of theirs is closed under them
         await asyncio.wait_for(asyncio.gather(*(send(n, a) for n, a in by_node.items())), timeout_s)
         return results
 
@@ -539,8 +544,7 @@ class ShareConsumer:
         return out
 
     def _fail_acks(self, acks: dict[TopicPartition, dict[int, AcknowledgeType]], error: KafkaError) -> None:
-        for tp, offsets in acks.items():
-            self._completed.append((tp, sorted(offsets), error))
+        self._completed.extend(_failed(acks, error))
 
     def _deliver_outcomes(self) -> None:
         """Hand the answered acknowledgements to the callback (or, without one, log the failures)."""
@@ -631,6 +635,8 @@ class ShareConsumer:
             separate = any(tp not in parts or AcknowledgeType.RENEW in a.values() for tp, a in acks)
             session = self._session(node)
             if not parts and session.epoch != INITIAL_EPOCH:
+                if self._committing[node] > 0:
+                    continue  # closed once the commit's acknowledgements are in
                 job = self._close_job(session)
             elif acks and (separate or buffered or not parts):
                 job = self._acknowledge_job(session)
@@ -715,8 +721,7 @@ class ShareConsumer:
 
         missing = [tp for tp in acks if tp.topic not in ids]
         if missing:
-            error = KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, context=str(missing[0]))
-            outcomes = [(tp, sorted(a), error) for tp, a in acks.items()]
+            outcomes = _failed(acks, KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, context=str(missing[0])))
         else:
             try:
                 response = await self.client.send(session.node, build, api_key=SHARE_ACKNOWLEDGE)
@@ -729,7 +734,7 @@ class ShareConsumer:
                     error = KafkaError(ErrorCode.UNSUPPORTED_VERSION, str(e), context="ShareAcknowledge")
                 else:
                     error = KafkaError(ErrorCode.NETWORK_EXCEPTION, str(e), context="ShareAcknowledge")
-                outcomes = [(tp, sorted(a), error) for tp, a in acks.items()]
+                outcomes = _failed(acks, error)
             else:
                 outcomes = self._acknowledge_answer(session, acks, response)
         if not collect:
@@ -742,8 +747,7 @@ class ShareConsumer:
         if code != ErrorCode.NONE:  # refused before the session moved on (its epoch stays)
             if code in _SESSION_ERRORS:
                 session.reset()
-            error = KafkaError(code, response.error_message, context="ShareAcknowledge")
-            return [(tp, sorted(a), error) for tp, a in acks.items()]
+            return _failed(acks, KafkaError(code, response.error_message, context="ShareAcknowledge"))
         if session.epoch != FINAL_EPOCH:
             session.epoch = next_session_epoch(session.epoch)
         if getattr(response, "acquisition_lock_timeout_ms", 0) > 0:
@@ -931,7 +935,7 @@ class ShareConsumer:
         """The coordinator's assignment (topic ids) as partitions; False while some topic id is not in the
         metadata yet (a refresh is asked for)."""
         names = self._topic_names()
-        partitions = set()
+        partitions: set[TopicPartition] = set()
         complete = True
         for topic_id, indexes in assigned.items():
             name = names.get(topic_id)
@@ -943,6 +947,10 @@ class ShareConsumer:
         if not complete:
             self.client.request_update()
         return complete
+
+
+def _failed(acks: dict[TopicPartition, dict[int, AcknowledgeType]], error: KafkaError) -> list[AckOutcome]:
+    return [(tp, sorted(offsets), error) for tp, offsets in acks.items()]
 
 
 def _session_ended() -> KafkaError:
