@@ -100,6 +100,7 @@ _INT32_MAX = 0x7FFFFFFF
 _COORDINATOR_ERRORS = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE}
 _REJOIN_ERRORS = {ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID}
 _SESSION_ERRORS = {ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.INVALID_SHARE_SESSION_EPOCH}
+_GONE_ERRORS = {ErrorCode.INVALID_RECORD_STATE, *_SESSION_ERRORS}
 
 
 class AcknowledgeType(enum.IntEnum):
@@ -529,7 +530,7 @@ class ShareConsumer:
                     results[tp] = error
 
         timeout_s = (self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms) / 1000
-        self._committing.update(by_node)  # until sent, no session of theirs is closed under them
+        self._committing.update(by_node.keys())  # until sent, no session of theirs is closed under them
         await asyncio.wait_for(asyncio.gather(*(send(n, a) for n, a in by_node.items())), timeout_s)
         return results
 
@@ -544,14 +545,20 @@ class ShareConsumer:
         return out
 
     def _fail_acks(self, acks: dict[TopicPartition, dict[int, AcknowledgeType]], error: KafkaError) -> None:
-        self._completed.extend(_failed(acks, error))
+        self._completed.extend(self._settle(_failed(acks, error)))
+
+    def _settle(self, outcomes: list[AckOutcome]) -> list[AckOutcome]:
+        """Records whose acknowledgement failed because they are no longer this member's (their lock
+        expired, their session ended) leave its hands: a RENEWed one cannot be acknowledged again."""
+        for tp, offsets, error in outcomes:
+            if error is not None and error.code in _GONE_ERRORS:
+                self._forget_renewed(tp, offsets)
+        return outcomes
 
     def _deliver_outcomes(self) -> None:
         """Hand the answered acknowledgements to the callback (or, without one, log the failures)."""
         completed, self._completed = self._completed, []
         for tp, offsets, error in completed:
-            if error is not None and error.code == ErrorCode.INVALID_RECORD_STATE:
-                self._forget_renewed(tp, offsets)
             if self._callback is not None:
                 self._callback({tp: set(offsets)}, error)
             elif error is not None:
@@ -737,6 +744,7 @@ class ShareConsumer:
                 outcomes = _failed(acks, error)
             else:
                 outcomes = self._acknowledge_answer(session, acks, response)
+        self._settle(outcomes)
         if not collect:
             self._completed.extend(outcomes)
         return outcomes
@@ -865,8 +873,7 @@ class ShareConsumer:
                     continue
                 if p.acquired_records and tp in self._assignment:
                     self._decode(session.node, tp, p.records, p.acquired_records)
-        for tp, offsets in acks.items():
-            self._completed.append((tp, sorted(offsets), ack_results.get(tp)))
+        self._completed.extend(self._settle([(tp, sorted(offsets), ack_results.get(tp)) for tp, offsets in acks.items()]))
         return retry
 
     def _decode(self, node: int, tp: TopicPartition, records: Any, acquired: Any) -> None:
