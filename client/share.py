@@ -120,6 +120,16 @@ class ShareStateError(OdradekError, RuntimeError):
     before subscribe()."""
 
 
+class RecordDeserializationError(OdradekError):
+    """A key or value deserializer raised for a delivered record; the record was released (it comes back
+    until the group's delivery limit archives it). `__cause__` is the deserializer's error."""
+
+    def __init__(self, tp: TopicPartition, offset: int, cause: Exception) -> None:
+        super().__init__(f"deserializing {tp} offset {offset} failed: {cause!r}")
+        self.topic_partition, self.offset = tp, offset
+        self.__cause__ = cause
+
+
 @dataclass(slots=True)
 class ShareConsumerRecord(ConsumerRecord):
     """A record delivered to a share group member: a ConsumerRecord plus how many times it has been
@@ -871,30 +881,41 @@ class ShareConsumer:
                     else:
                         self._report(KafkaError(code, p.error_message, context=f"ShareFetch {tp}"))
                     continue
-                if p.acquired_records and tp in self._assignment:
-                    self._decode(session.node, tp, p.records, p.acquired_records)
+                if p.acquired_records:
+                    if tp in self._assignment:
+                        self._decode(session.node, tp, p.records, p.acquired_records)
+                    else:
+                        self._release(session.node, tp, p.acquired_records)
         self._completed.extend(self._settle([(tp, sorted(offsets), ack_results.get(tp)) for tp, offsets in acks.items()]))
         return retry
 
     def _decode(self, node: int, tp: TopicPartition, records: Any, acquired: Any) -> None:
-        """Buffer the records inside the acquired ranges, with their delivery counts; acquired offsets
-        without a record (control records, compacted-away offsets) are acknowledged as GAP."""
+        """Buffer the records inside the acquired ranges, with their delivery counts. An acquired offset
+        without a record inside or between the batches read (a control record, a compacted-away offset) is
+        acknowledged as GAP; one past the last whole batch read (a corrupt or cut batch) is released, so it is
+        delivered again rather than lost. A record the deserializers refuse is released too (it comes back
+        until the group's delivery limit archives it) and the error is raised by poll()."""
         ranges = sorted((a.first_offset, a.last_offset, a.delivery_count) for a in acquired)
         buffer = self._buffer.setdefault(tp, collections.deque())
         self._source[tp] = node
         key_des, value_des = self._key_deserializer, self._value_deserializer
         seen: set[int] = set()
+        read_to = ranges[0][0] if ranges else 0  # every offset below it was inside or between whole batches
         view = memoryview(records or b"")
         try:
             for pos, h in iter_batches(view):
                 if not any(first <= h.last_offset and h.base_offset <= last for first, last, _ in ranges):
+                    read_to = max(read_to, h.next_offset)
                     continue  # a batch around the acquired ranges: not decoded
                 if self.config.check_crcs:
                     validate_batch(view, pos)
                 if h.is_control:
+                    read_to = max(read_to, h.next_offset)
                     continue  # its offsets are gaps
                 timestamp_type = 1 if h.timestamp_type_log_append else 0
-                for rec in iter_records(view[pos:pos + h.size], max_uncompressed_bytes=_MAX_UNCOMPRESSED):
+                decoded = list(iter_records(view[pos:pos + h.size], max_uncompressed_bytes=_MAX_UNCOMPRESSED))
+                read_to = max(read_to, h.next_offset)
+                for rec in decoded:
                     count = _delivery_count(ranges, rec.offset)
                     if count is None:
                         continue
@@ -902,29 +923,34 @@ class ShareConsumer:
                     key, value = rec.key, rec.value
                     ks = len(key) if key is not None else -1
                     vs = len(value) if value is not None else -1
-                    if key_des is not None:
-                        key = key_des(key)
-                    if value_des is not None:
-                        value = value_des(value)
+                    try:
+                        if key_des is not None:
+                            key = key_des(key)
+                        if value_des is not None:
+                            value = value_des(value)
+                    except Exception as e:  # the caller's deserializer: its error is the caller's
+                        self._pending.setdefault((node, tp), {})[rec.offset] = AcknowledgeType.RELEASE
+                        self._report(RecordDeserializationError(tp, rec.offset, e))
+                        continue
                     buffer.append(ShareConsumerRecord(tp.topic, tp.partition, rec.offset, rec.timestamp,
                                                       timestamp_type, key, value, rec.headers, ks, vs,
                                                       h.partition_leader_epoch, count))
         except ProtocolError as e:
-            # A corrupt batch: what was acquired and not decoded is released, so another member may try.
             self._report(KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e), context=f"ShareFetch {tp}"))
-            pending = self._pending.setdefault((node, tp), {})
-            for first, last, _ in ranges:
-                for offset in range(first, last + 1):
-                    if offset not in seen:
-                        pending[offset] = AcknowledgeType.RELEASE
-            seen.update(pending)
-        gaps = self._pending.setdefault((node, tp), {})
+        acks = self._pending.setdefault((node, tp), {})
         for first, last, _ in ranges:
             for offset in range(first, last + 1):
                 if offset not in seen:
-                    gaps[offset] = AcknowledgeType.GAP
-        if not gaps:
+                    acks[offset] = AcknowledgeType.GAP if offset < read_to else AcknowledgeType.RELEASE
+        if not acks:
             del self._pending[(node, tp)]
+
+    def _release(self, node: int, tp: TopicPartition, acquired: Any) -> None:
+        """Acquired records of a partition no longer assigned here: given back at once."""
+        acks = self._pending.setdefault((node, tp), {})
+        for a in acquired:
+            for offset in range(a.first_offset, a.last_offset + 1):
+                acks[offset] = AcknowledgeType.RELEASE
 
     # ------------------------------------------------------------------------------------------ names
 

@@ -14,7 +14,7 @@ import pytest
 
 from odradek.client import AcknowledgeType, ShareConsumer, ShareConsumerConfig, ShareStateError, TopicPartition
 from odradek.client.errors import ConfigError, KafkaError
-from odradek.client.share import ack_batches, new_member_id
+from odradek.client.share import RecordDeserializationError, ack_batches, new_member_id
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.records import COMMIT, build_batch, build_control_batch
 from tests.harness.fake_share_broker import LOCK_MS, TOPIC, FakeShareBroker
@@ -191,3 +191,29 @@ async def test_a_renewed_record_stays_in_hand_until_acknowledged():
             assert sent == [(0, [4]), (0, [1])]
         with pytest.raises(ShareStateError):
             ShareConsumer(TOPIC, bootstrap_servers=broker.bootstrap, group_id="g").acknowledge(record)
+
+
+async def test_cut_batches_and_refused_records_are_released_never_gapped():
+    """An acquired offset past the last whole batch (a cut or corrupt batch) is released, not acknowledged as
+    a GAP (which would archive it unseen); a record the value deserializer refuses is released and poll()
+    raises the deserializer's error."""
+    def strict(value):
+        if value == b"v1":
+            raise ValueError("not a number")
+        return value
+
+    async with FakeShareBroker() as broker:
+        broker.fetches.append((records(0, 3) + records(3, 3)[:-5], [(0, 5, 1)]))
+        async with consumer(broker, value_deserializer=strict) as c:
+            with pytest.raises(RecordDeserializationError) as raised:
+                await poll_until(c, 2)
+            assert raised.value.offset == 1 and isinstance(raised.value.__cause__, ValueError)
+            got = await poll_until(c, 2)
+            assert [(r.offset, r.value) for r in got] == [(0, b"v0"), (2, b"v2")]
+
+            def sent() -> list:
+                return sorted((b.first_offset, b.last_offset, list(b.acknowledge_types))
+                              for r in broker.of(FETCH) + broker.of(ACK) for t in r.topics for p in t.partitions
+                              for b in p.acknowledgement_batches)
+            await until(lambda: len(sent()) >= 2, "the releases sent")
+            assert sent() == [(1, 1, [2]), (3, 5, [2])]
