@@ -25,9 +25,10 @@ epoch -1, as does a member that did not poll for `max_poll_interval_ms` (it join
 keyed on the broker by (group, member): epoch 0 opens it naming its partitions, each later request carries
 the next epoch and only the partitions added (`topics`) or removed (`forgotten_topics_data`), and -1 closes
 it. Exactly one request is in flight per session (the epoch orders them), as in Kafka's
-ShareConsumeRequestManager. A leader is fetched from when none of its records are waiting in the buffer, so
-at most one fetch's worth of records sits acquired and unseen per leader (a lock that runs while nobody
-looks at its record would only expire). The broker ends a session when the connection that opened it
+ShareConsumeRequestManager. A leader is fetched from while fewer than `max_poll_records` of its records
+wait in the buffer (none, in the record-limit acquire mode), so the next fetch is under way while the caller
+works, and at most about two polls' worth of records sit acquired and unseen per leader (a lock that runs
+while nobody looks at its record would only expire). The broker ends a session when the connection that opened it
 closes, and so releases what the member held: a new connection here therefore opens a new session.
 SHARE_SESSION_NOT_FOUND and INVALID_SHARE_SESSION_EPOCH reset the session to epoch 0; NOT_LEADER_OR_FOLLOWER
 and the other stale-metadata errors refresh metadata, after which the partition moves to its new leader's
@@ -265,6 +266,11 @@ class ShareConsumer:
         self._membership: _Membership | None = None
         self._rotation = 0
         self._lock_timeout_ms: int | None = None
+        # A leader is fetched from while fewer of its records than this wait in the buffer: one poll's worth
+        # (batch-optimized mode, so the next fetch is under way while the caller works), or none at all
+        # (record-limit mode, which is about not acquiring what the caller has not asked for; Kafka's client
+        # does not prefetch in that mode either).
+        self._prefetch_limit = config.max_poll_records if config.share_acquire_mode == "batch_optimized" else 1
         self._started = False
         self._closed = False
 
@@ -647,7 +653,8 @@ class ShareConsumer:
             if node in self._busy:
                 continue
             parts = wanted.get(node, set())
-            buffered = any(self._buffer.get(tp) for tp in parts)
+            held = sum(len(self._buffer.get(tp, ())) for tp in parts)
+            buffered = held >= self._prefetch_limit
             acks = [(tp, a) for (n, tp), a in self._pending.items() if n == node]
             separate = any(tp not in parts or AcknowledgeType.RENEW in a.values() for tp, a in acks)
             session = self._session(node)
