@@ -25,13 +25,16 @@ from .errors import (
     OdradekError,
 )
 from .producer import Producer, RecordMetadata
-from .share import AcknowledgeType, ShareConsumer, ShareConsumerConfig, ShareConsumerRecord, ShareStateError
+from .share import (
+    AcknowledgeType, RecordDeserializationError, ShareConsumer, ShareConsumerConfig, ShareConsumerRecord, ShareStateError,
+)
 
 __all__ = [
     "AcknowledgeType", "Admin", "BlockingAdmin", "BlockingConsumer", "BlockingProducer", "BlockingShareConsumer",
     "ClientClosedError", "ClientConfig",
     "ConfigError", "Consumer", "ConsumerConfig", "ConsumerRebalanceListener", "ConsumerRecord", "KafkaClient",
     "KafkaConnectionError", "KafkaError", "KafkaTimeoutError", "NewTopic", "NoBrokersAvailable", "OdradekError",
-    "OffsetAndMetadata", "OffsetAndTimestamp", "Producer", "ProducerConfig", "RecordMetadata", "ShareConsumer",
+    "OffsetAndMetadata", "OffsetAndTimestamp", "Producer", "ProducerConfig", "RecordDeserializationError",
+    "RecordMetadata", "ShareConsumer",
     "ShareConsumerConfig", "ShareConsumerRecord", "ShareStateError", "TopicPartition",
 ]
