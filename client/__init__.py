@@ -1,4 +1,4 @@
-"""Bundled asyncio producer, consumer and admin client, a blocking facade, and the command line.
+"""Bundled asyncio producer, consumer, share consumer and admin client, a blocking facade, and the command line.
 
     from odradek.client import Producer, Consumer, Admin, TopicPartition
 
@@ -10,7 +10,7 @@ Kafka-compatible broker through the wire protocol alone.
 """
 
 from .admin import Admin, NewTopic
-from .blocking import BlockingAdmin, BlockingConsumer, BlockingProducer
+from .blocking import BlockingAdmin, BlockingConsumer, BlockingProducer, BlockingShareConsumer
 from .cluster import KafkaClient
 from .common import ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition
 from .config import ClientConfig, ConsumerConfig, ProducerConfig
@@ -25,10 +25,16 @@ from .errors import (
     OdradekError,
 )
 from .producer import Producer, RecordMetadata
+from .share import (
+    AcknowledgeType, RecordDeserializationError, ShareConsumer, ShareConsumerConfig, ShareConsumerRecord, ShareStateError,
+)
 
 __all__ = [
-    "Admin", "BlockingAdmin", "BlockingConsumer", "BlockingProducer", "ClientClosedError", "ClientConfig",
+    "AcknowledgeType", "Admin", "BlockingAdmin", "BlockingConsumer", "BlockingProducer", "BlockingShareConsumer",
+    "ClientClosedError", "ClientConfig",
     "ConfigError", "Consumer", "ConsumerConfig", "ConsumerRebalanceListener", "ConsumerRecord", "KafkaClient",
     "KafkaConnectionError", "KafkaError", "KafkaTimeoutError", "NewTopic", "NoBrokersAvailable", "OdradekError",
-    "OffsetAndMetadata", "OffsetAndTimestamp", "Producer", "ProducerConfig", "RecordMetadata", "TopicPartition",
+    "OffsetAndMetadata", "OffsetAndTimestamp", "Producer", "ProducerConfig", "RecordDeserializationError",
+    "RecordMetadata", "ShareConsumer",
+    "ShareConsumerConfig", "ShareConsumerRecord", "ShareStateError", "TopicPartition",
 ]

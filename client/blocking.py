@@ -30,6 +30,7 @@ from .cluster import TopicPartition
 from .config import ClientConfig, ConsumerConfig, ProducerConfig
 from .consumer import Consumer, ConsumerRecord
 from .producer import Producer, RecordMetadata
+from .share import AcknowledgeType, ShareConsumer, ShareConsumerConfig, ShareConsumerRecord
 
 
 class LoopThread:
@@ -254,6 +255,59 @@ class BlockingConsumer(_Facade):
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name in ("config", "consumer_timeout_ms"):
+            raise AttributeError(name)
+        return self._wrap(name)
+
+
+class BlockingShareConsumer(_Facade):
+    """The share consumer (client/share.py) for blocking code:
+
+        with BlockingShareConsumer("jobs", group_id="workers", share_acknowledgement_mode="explicit") as c:
+            for record in c.poll(timeout_ms=1000):
+                c.acknowledge(record, AcknowledgeType.ACCEPT)
+            c.commit()
+    """
+
+    _config_cls = ShareConsumerConfig
+
+    def __init__(self, *topics: str, config: ShareConsumerConfig | None = None, **options: Any):
+        super().__init__(config, **options)
+        self._topics = list(topics)
+
+    @classmethod
+    def _extra_args(cls) -> set[str]:
+        return {"key_deserializer", "value_deserializer"}
+
+    def _make(self) -> ShareConsumer:
+        return ShareConsumer(*self._topics, config=self.config, **self._kwargs)  # type: ignore[arg-type]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "topics": self._topics}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(*state["topics"], config=state["config"], **state["kwargs"])  # type: ignore[misc]
+
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ShareConsumerRecord]:
+        consumer: ShareConsumer = self._ensure()
+        return self._run(consumer.poll, timeout_ms=timeout_ms, max_records=max_records)
+
+    def acknowledge(self, record: ConsumerRecord, type: AcknowledgeType | int = AcknowledgeType.ACCEPT) -> None:
+        consumer: ShareConsumer = self._ensure()
+
+        async def acknowledge() -> None:
+            consumer.acknowledge(record, type)
+        self._run(acknowledge)
+
+    def commit(self, timeout_ms: int | None = None) -> dict[TopicPartition, Any]:
+        consumer: ShareConsumer = self._ensure()
+        return self._run(consumer.commit, timeout_ms)
+
+    def __iter__(self) -> Iterator[ShareConsumerRecord]:
+        while True:
+            yield from self.poll(timeout_ms=500)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "config":
             raise AttributeError(name)
         return self._wrap(name)
 

@@ -76,7 +76,8 @@ def register(sub: SubParsers) -> None:
     idle.add_argument("--timeout-ms", dest="idle_timeout", type=_milliseconds, default=None,
                       help="the same in milliseconds (Kafka's console consumer)")
     p.add_argument("--format", "-F", "-f", default=None,
-                   help="template: {topic} {partition} {offset} {timestamp} {key} {value} {headers}")
+                   help="template: {topic} {partition} {offset} {timestamp} {key} {value} {headers} "
+                        "{delivery_count} (with --share)")
     p.add_argument("--print-key", action="store_true", help="print KEY<tab>VALUE")
     p.add_argument("--property", dest="formatter_properties", type=key_value, action="append", default=[],
                    metavar="KEY=VALUE",
@@ -85,6 +86,15 @@ def register(sub: SubParsers) -> None:
                         "headers.separator, null.literal")
     p.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default=None)
     p.add_argument("--no-commit", action="store_true", help="with --group: do not commit offsets")
+    p.add_argument("--share", default=None, metavar="GROUP",
+                   help="consume as a member of this share group (KIP-932): records are acquired from the "
+                        "group, and those printed are accepted (the group's share.auto.offset.reset says where "
+                        "it starts)")
+    disposition = p.add_mutually_exclusive_group()
+    disposition.add_argument("--reject", action="store_true",
+                             help="with --share: reject the printed records instead (never delivered again)")
+    disposition.add_argument("--release", action="store_true",
+                             help="with --share: release the printed records instead (delivered again)")
 
 
 def _offset(text: str) -> int | str:
@@ -196,11 +206,13 @@ def _record_json(record: Any) -> dict[str, Any]:
         "key": None if record.key is None else _text(record.key),
         "value": None if record.value is None else _text(record.value),
         "headers": {k: (None if v is None else _text(v)) for k, v in record.headers},
+        **({"delivery_count": record.delivery_count} if hasattr(record, "delivery_count") else {}),
     }
 
 
 class _Template:
-    FIELDS = {"topic", "partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type", "iso_time"}
+    FIELDS = {"topic", "partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type", "iso_time",
+              "delivery_count"}  # delivery_count: share groups (--share); "-" otherwise
 
     def __init__(self, template: str):
         template = template.encode().decode("unicode_escape")
@@ -214,6 +226,7 @@ class _Template:
         fields["key"] = _text(record.key)
         fields["value"] = _text(record.value)
         fields["headers"] = ",".join(f"{k}={_text(v)}" for k, v in record.headers)
+        fields.setdefault("delivery_count", "-")
         fields["iso_time"] = datetime.fromtimestamp(record.timestamp / 1000, timezone.utc).isoformat(timespec="milliseconds")
         return self.template.format(**fields)
 
@@ -259,9 +272,24 @@ class _KafkaFormatter:
         return self.column_separator.join(cells) + self.line_separator if cells else ""
 
 
+def _render(record: Any, out: Output, template: _Template | None, formatter: _KafkaFormatter | None) -> str:
+    """One record as `consume` prints it (JSON, --format, Kafka's formatter properties, or the value)."""
+    if out.json:
+        return json.dumps(_record_json(record)) + "\n"
+    if template is not None:
+        return template.render(record) + "\n"
+    if formatter is not None:
+        return formatter.render(record)
+    return _text(record.value) + "\n"
+
+
 async def consume(args: argparse.Namespace, out: Output) -> int:
     from ..consumer import Consumer
 
+    if args.share is not None:
+        return await _consume_share(args, out)
+    if args.reject or args.release:
+        raise UsageError("--reject and --release acknowledge records of a share group: they need --share GROUP")
     if args.offset in ("earliest", "latest"):  # Kafka's console consumer spells the two ends as offsets
         args.from_beginning, args.from_end, args.offset = args.offset == "earliest", args.offset == "latest", None
     if args.offset is not None and not args.partition:
@@ -320,17 +348,84 @@ async def consume(args: argparse.Namespace, out: Output) -> int:
             last = time.monotonic()
             records = sorted((r for rs in batch.values() for r in rs), key=lambda r: (r.partition, r.offset))
             for r in records:
-                if out.json:
-                    write(json.dumps(_record_json(r)) + "\n")
-                elif template is not None:
-                    write(template.render(r) + "\n")
-                elif formatter is not None:
-                    write(formatter.render(r))
-                else:
-                    write(_text(r.value) + "\n")
+                write(_render(r, out, template, formatter))
                 count += 1
             sys.stdout.flush()
         loop.remove_signal_handler(signal.SIGTERM)
         if args.group and not args.no_commit:
             await consumer.commit()
+    return EXIT_TERMINATED if terminated else EXIT_OK
+
+
+# What --share cannot be combined with, and why (Kafka's kafka-console-share-consumer has none of them either).
+_NOT_WITH_SHARE = {
+    "group": "--group joins a consumer group; --share joins a share group",
+    "from_beginning": "a share group starts where its share.auto.offset.reset says: "
+                      "`odradek config set group GROUP share.auto.offset.reset=earliest`",
+    "from_end": "a share group starts where its share.auto.offset.reset says (latest by default)",
+    "offset": "a share group's start offset is the group's: `odradek group reset-offsets`",
+    "timestamp": "a share group's start offset is the group's: `odradek group reset-offsets`",
+    "partition": "the share group assigns the partitions",
+    "isolation_level": "a share group's isolation level is the group's share.isolation.level config",
+    "no_commit": "printed records are acknowledged; --release gives them back to the group instead",
+}
+
+
+async def _consume_share(args: argparse.Namespace, out: Output) -> int:
+    """`consume TOPIC --share GROUP`: a member of a share group (client/share.py) that prints what it gets
+    and accepts it (implicit acknowledgement), or with --reject / --release acknowledges each printed record
+    that way (explicit). With --max-messages N it acquires no more than N records at a time (the record-limit
+    acquire mode of KIP-1206), so records it would not print are not acquired (their delivery count would
+    otherwise rise); whatever it holds unprinted at the end is released when it closes."""
+    from ..share import AcknowledgeType, ShareConsumer, ShareConsumerConfig
+
+    for name, why in _NOT_WITH_SHARE.items():
+        if getattr(args, name):
+            raise UsageError(f"--{name.replace('_', '-')} does not go with --share: {why}")
+    kind = AcknowledgeType.REJECT if args.reject else AcknowledgeType.RELEASE if args.release else AcknowledgeType.ACCEPT
+    limit = None if args.count is None else min(args.count, 500)
+    config = client_config(ShareConsumerConfig, args, group_id=args.share,
+                           share_acknowledgement_mode=None if kind == AcknowledgeType.ACCEPT else "explicit",
+                           share_acquire_mode=None if limit is None else "record_limit", max_poll_records=limit)
+    template = _Template(args.format) if args.format else None
+    formatter = _KafkaFormatter(args) if args.formatter_properties or args.print_key else None
+    count = 0
+    terminated: list[int] = []
+    failed: dict[TopicPartition, BaseException] = {}
+    loop = asyncio.get_running_loop()
+    async with ShareConsumer(config=config) as consumer:
+        # The acknowledgements go out with the fetches and, for the last records, as close() ends the
+        # share sessions (not in a commit() first, whose wait would let one more fetch acquire records only
+        # to give them back); their failures come to this callback.
+        consumer.set_acknowledgement_commit_callback(
+            lambda offsets, error: error is not None and failed.update(dict.fromkeys(offsets, error)))
+        await consumer.client.partitions_for(args.topic, must_exist=True)
+        consumer.subscribe([args.topic])
+        write = sys.stdout.write
+        last = time.monotonic()
+        loop.add_signal_handler(signal.SIGTERM, terminated.append, signal.SIGTERM)
+        try:
+            while (args.count is None or count < args.count) and not terminated:
+                records = await consumer.poll(timeout_ms=500,
+                                              max_records=None if args.count is None else args.count - count)
+                if not records:
+                    if args.idle_timeout is not None and time.monotonic() - last >= args.idle_timeout:
+                        break
+                    continue
+                last = time.monotonic()
+                for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+                    write(_render(r, out, template, formatter))
+                    if config.explicit:
+                        consumer.acknowledge(r, kind)
+                    count += 1
+                sys.stdout.flush()
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+    for tp, error in sorted(failed.items()):
+        print_warning(f"acknowledging the records of {tp} failed: {error}")
+    if not out.json:
+        done = {AcknowledgeType.ACCEPT: "accepted", AcknowledgeType.REJECT: "rejected"}.get(kind, "released")
+        sys.stderr.write(f"{done} {count} record(s) of share group {args.share}\n")
+    if failed:
+        return EXIT_FAILED
     return EXIT_TERMINATED if terminated else EXIT_OK
