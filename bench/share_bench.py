@@ -25,11 +25,14 @@ after the members closed, divided by the records accepted, from the broker's
 `odradek_share_acknowledgements_total{type="accept"}`); and whether every record was accepted exactly
 once: the members together received each offset of the partition once (no offset twice, none missing,
 every delivery count 1) and the broker counted exactly `--records` accepts. The classic run's CPU is per
-record consumed (its offset commits included). Nothing here asserts a figure.
+record consumed (its offset commits included). The consumers' own CPU (process time of each consumer
+process from the start, summed) is reported per record too: on a small machine the clients, not the
+broker, bound a 16-member run. Nothing here asserts a figure.
 
-The producer's batches matter: a batch larger than a member's max_records (librdkafka asks for 500) is cut
-at it, the rest going to the next member (replication/share/partition.py); the report gives the log's batch
-count and the mean records per batch.
+The producer's batches matter: while several members fetch the partition, a batch larger than a member's
+max_records (librdkafka asks for 500) is cut at it, the rest going to the next member, and each member that
+takes a part is sent, and decodes, the whole batch (replication/share/partition.py); the report gives the
+log's batch count and the mean records per batch.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ def _share_member(bootstrap: str, group: str, topic: str, client_id: str, ready,
     consumer.subscribe([topic])
     ready.release()
     go.wait()
+    cpu0 = time.process_time()
     offsets = array("q")
     redelivered = 0
     first = last = 0.0
@@ -82,7 +86,7 @@ def _share_member(bootstrap: str, group: str, topic: str, client_id: str, ready,
             last = now
             progress.value = len(offsets)
     consumer.close()  # implicit mode: accepts what the last poll returned
-    results.put((client_id, offsets.tobytes(), redelivered, first, last))
+    results.put((client_id, offsets.tobytes(), redelivered, first, last, time.process_time() - cpu0))
 
 
 def _classic_member(bootstrap: str, group: str, topic: str, records: int, ready, go, results) -> None:
@@ -103,7 +107,7 @@ def _classic_member(bootstrap: str, group: str, topic: str, records: int, ready,
         consumer.poll(0.1)
     ready.release()
     go.wait()
-    t_go = time.time()
+    t_go, cpu0 = time.time(), time.process_time()
     consumer.resume(assigned)
     got = 0
     last = 0.0
@@ -115,7 +119,7 @@ def _classic_member(bootstrap: str, group: str, topic: str, records: int, ready,
         last = time.time()
     consumer.commit(asynchronous=False)
     consumer.close()
-    results.put((got, t_go, last))
+    results.put((got, t_go, last, time.process_time() - cpu0))
 
 
 # -- the broker's side -----------------------------------------------------------------------------------
@@ -204,7 +208,7 @@ def run_classic(server: Server, topic: str, records: int) -> dict:
             raise RuntimeError("the classic consumer was not assigned the partition")
         cpu0 = server.cpu()
         go.set()
-        got, t_go, last = results.get(timeout=DEADLINE_S + 60)
+        got, t_go, last, client_cpu = results.get(timeout=DEADLINE_S + 60)
         proc.join(60)
         cpu = server.cpu() - cpu0
     finally:
@@ -215,6 +219,7 @@ def run_classic(server: Server, topic: str, records: int) -> dict:
     return {"kind": "classic", "members": 1, "records": got, "records_per_s": round(got / seconds),
             "seconds_from_start": round(seconds, 3), "member_min": got, "member_max": got,
             "broker_cpu_s": round(cpu, 3), "broker_us_per_record": round(cpu / max(got, 1) * 1e6, 2),
+            "client_cpu_s": round(client_cpu, 3), "client_us_per_record": round(client_cpu / max(got, 1) * 1e6, 2),
             "exactly_once": None}
 
 
@@ -264,7 +269,9 @@ def run_share(server: Server, metrics_url: str, topic: str, records: int, member
     duplicates = redelivered = outside = 0
     per_member = []
     firsts, lasts = [], []
-    for _client, raw, again, first, last in got:
+    client_cpu = 0.0
+    for _client, raw, again, first, last, member_cpu in got:
+        client_cpu += member_cpu
         offsets = array("q")
         offsets.frombytes(raw)
         per_member.append(len(offsets))
@@ -288,6 +295,7 @@ def run_share(server: Server, metrics_url: str, topic: str, records: int, member
             "seconds_from_start": round(t_all - t_go, 3), "member_min": min(per_member), "member_max": max(per_member),
             "members_with_none": sum(1 for n in per_member if n == 0), "per_member": sorted(per_member),
             "broker_cpu_s": round(cpu, 3), "broker_us_per_record": round(cpu / max(accepts, 1) * 1e6, 2),
+            "client_cpu_s": round(client_cpu, 3), "client_us_per_record": round(client_cpu / max(received, 1) * 1e6, 2),
             "accepted": int(accepts), "duplicates": duplicates, "missing": missing, "redelivered": redelivered,
             "exactly_once": exactly_once}
 
@@ -328,17 +336,18 @@ def render(results: dict) -> str:
              f"load average {' '.join(f'{x:.1f}' for x in results['loadavg'])}",
              "",
              "| group | consumers | records/s | first→last records/s | per member min / max | broker µs CPU / record "
-             "| accepted exactly once |",
-             "|---|---|---|---|---|---|---|"]
+             "| clients µs CPU / record | accepted exactly once |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         if r["kind"] == "classic":
             lines.append(f"| classic | 1 | {r['records_per_s']:,} | – | {r['member_min']:,} / {r['member_max']:,} "
-                         f"| {r['broker_us_per_record']} | n/a (offset commits) |")
+                         f"| {r['broker_us_per_record']} | {r['client_us_per_record']} | n/a (offset commits) |")
         else:
             once = "yes" if r["exactly_once"] else (f"NO: {r['accepted']:,} accepted, {r['duplicates']} duplicated, "
                                                      f"{r['missing']} missing, {r['redelivered']} redelivered")
             lines.append(f"| share | {r['members']} | {r['records_per_s']:,} | {r['records_per_s_first_to_last']:,} "
-                         f"| {r['member_min']:,} / {r['member_max']:,} | {r['broker_us_per_record']} | {once} |")
+                         f"| {r['member_min']:,} / {r['member_max']:,} | {r['broker_us_per_record']} "
+                         f"| {r['client_us_per_record']} | {once} |")
     return "\n".join(lines)
 
 

@@ -309,6 +309,7 @@ class SharePartitionManager:
         # Locks past their deadline before the timer fired, and records the log no longer holds (retention,
         # DeleteRecords: the start moves up, as Kafka's OFFSET_OUT_OF_RANGE handling does): both persisted.
         changed = bool(sp.expire(now))
+        sp.note_fetch(member_id, now)  # (a member held off by the in-flight cap counts: acquire spreads batches)
         if plog.log_start_offset > sp.start_offset:
             changed |= sp.move_start(plog.log_start_offset)
         settings = self._settings(held.key.group_id)

@@ -164,6 +164,9 @@ class SharePartition:
         self.lock_expiries = 0  # records whose lock ran out
         self.redeliveries = 0  # acquisitions of a record delivered before
         self.archived_at_limit = 0  # records archived because their delivery count reached the limit
+        # Members that asked to acquire, with when they last did (`acquire`): whether this share-partition
+        # is shared right now. Not persisted, not replicated: it only shapes how records are handed out.
+        self._fetched_at: dict[str, int] = {}
 
     # ---- reading -----------------------------------------------------------------------------------
 
@@ -255,28 +258,35 @@ class SharePartition:
         what it asked for in all (ShareFetch's MaxRecords; default `max_records`).
 
         * Record-limit mode (`record_limit`, KIP-1206): exactly at most `max_records`.
-        * Batch-optimized mode (the default, and all that ShareFetch v1 clients such as librdkafka get):
-          a log batch that holds no more records than the member asked for is taken whole, even past
-          `max_records` (Kafka's "the limit can be exceeded for alignment of batch boundaries": the batch
-          that holds the max_records-th record is taken whole, so a request ends with at most one batch
-          past its limit). A log batch larger than the whole request is cut at `max_records`, as in
-          record-limit mode; the rest of it stays available for the next member, who is sent the same
-          batch bytes with its own acquired range (clients deliver only the records inside the ranges).
+        * Batch-optimized mode (the default, and all that ShareFetch v1 clients such as librdkafka get), as
+          Kafka's SharePartition: the fetched log batch is taken whole, even past `max_records` ("the limit
+          can be exceeded for alignment of batch boundaries": the batch that holds the max_records-th
+          record is taken whole). Only `max_record_locks` cuts it.
+        * Batch-optimized mode while the share-partition is SHARED, i.e. another member fetched from it
+          within the last `record_lock_duration_ms` (`note_fetch`; `acquire` notes it too): a log batch that holds more records than the
+          whole request asked for is cut at `max_records`, as in record-limit mode; the rest of it stays
+          available for the next member, who is sent the same batch bytes with its own acquired range
+          (clients deliver only the records inside the ranges). Batches no larger than the request are
+          still taken whole.
 
-        That second rule is where Odradek departs from Kafka 4.4, whose SharePartition takes such a batch
-        whole too. A producer's batches are routinely larger than a consumer's max_records: librdkafka
-        builds batches of up to 1 MB / 10,000 records, 100 times librdkafka's and the Java client's 500
-        max.poll.records. Taken whole, one such batch goes to whoever fetched first, the in-flight cap
-        (`max_record_locks`, 2000) is reached by a handful of members, and the others of a share group
-        on that partition get nothing: 12 of 16 consumers got no record in a 200k-record run here. Cut,
-        every fetch takes one member's worth, which spreads a partition over its members as the member
-        count grows, at the price of sending a large batch's bytes to each member that takes a part."""
+        That last rule is where Odradek departs from Kafka 4.4, whose SharePartition takes such a batch
+        whole too. A producer's batches are routinely far larger than a consumer's max_records: librdkafka
+        builds batches of up to 1 MB / 10,000 records, where librdkafka and the Java client ask for 500.
+        Taken whole, one such batch goes to whoever fetches first, and since a member's acknowledgement
+        and its next fetch travel in one ShareFetch, the room its acknowledgement frees under
+        `max_record_locks` is taken again by the same member before a waiting one is woken: with 16
+        consumers on one partition, 2 got nothing and the others 0.4k to 45k of 200k records
+        (bench/share_bench.py). Cut, each fetch takes one member's worth, and every member gets a share.
+        The price is that each member that takes part of a batch is sent (and decodes) the whole batch,
+        which is why a member alone on the partition still takes whole batches: there is nobody to share
+        with, and cutting would multiply its round trips and the bytes its client decodes."""
         if first_offset > last_offset:
             raise ValueError(f"empty fetched range [{first_offset}, {last_offset}]")
         self.expire(now)
         asked = max_records if request_max_records is None else request_max_records
         # Cut at max_records (exact), or take the fetched batch whole (batch-aligned): see the docstring.
-        exact = record_limit or last_offset - first_offset + 1 > asked
+        self.note_fetch(member, now)
+        exact = record_limit or (last_offset - first_offset + 1 > asked and self.shared)
         first_offset = max(first_offset, self._start)
         if first_offset > last_offset:  # all of it is before the start: done with already
             return []
@@ -319,6 +329,22 @@ class SharePartition:
         self._merge()
         self._advance_start()
         return self._describe(taken)
+
+    def note_fetch(self, member: str, now: int) -> None:
+        """`member` fetches from this share-partition now (whether or not anything can be acquired: a member
+        held off by `max_record_locks` counts, it is the one to share with). Members that have not fetched
+        within the last lock duration are forgotten. See `acquire` for what this changes."""
+        fetched_at = self._fetched_at
+        fetched_at[member] = now
+        since = now - self.record_lock_duration_ms
+        if len(fetched_at) > 1 and min(fetched_at.values()) <= since:
+            for m in [m for m, at in fetched_at.items() if at <= since]:
+                del fetched_at[m]
+
+    @property
+    def shared(self) -> bool:
+        """Whether more than one member fetched from this share-partition within the last lock duration."""
+        return len(self._fetched_at) > 1
 
     # ---- acknowledging -----------------------------------------------------------------------------
 
