@@ -1,6 +1,6 @@
 """Share groups beside a classic consumer group on ONE partition, in the same run, on one broker process.
 
-    python -m bench.share_bench [--records 200000] [--value-bytes 100] [--members 1,4,16] [--json]
+    python -m bench.share_bench [--records 200000] [--value-bytes 100] [--members 1,4,16] [--runs 1] [--json]
     python -m bench share ...            (the same, from the bench entry point)
 
 One odradek broker; one topic with one partition, pre-filled with `--records` records by a confluent-kafka
@@ -301,7 +301,7 @@ def run_share(server: Server, metrics_url: str, topic: str, records: int, member
 
 
 def run(*, records: int = 200_000, value_bytes: int = 100, members: tuple[int, ...] = DEFAULT_MEMBERS,
-        workdir: str | Path | None = None) -> dict:
+        runs: int = 1, workdir: str | Path | None = None) -> dict:
     import confluent_kafka
 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -319,35 +319,53 @@ def run(*, records: int = 200_000, value_bytes: int = 100, members: tuple[int, .
             _cli(server.bootstrap, "topic", "create", topic, "--partitions", "1")
             fill_s = _fill(server.bootstrap, topic, records, value_bytes)
             batches = _log_batches(Path(tmp) / "share" / "odradek-data", topic)
-            rows = [run_classic(server, topic, records)]
-            for n in members:
-                rows.append(run_share(server, metrics_url, topic, records, n))
+            rows = []
+            for k in range(runs):  # each run: the classic group, then each share group, all new groups
+                rows.append(dict(run_classic(server, topic, records), run=k))
+                for n in members:
+                    rows.append(dict(run_share(server, metrics_url, topic, records, n), run=k))
         finally:
             server.stop()
     return {"client": f"confluent-kafka {confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})",
             "records": records, "value_bytes": value_bytes, "log_batches": batches,
             "records_per_batch": round(records / max(batches, 1)), "fill_seconds": round(fill_s, 2),
-            "loadavg": os.getloadavg(), "rows": rows}
+            "runs": runs, "loadavg": os.getloadavg(), "rows": rows}
+
+
+def _spread(values: list[float], fmt: str = ",.0f") -> str:
+    """The median, and (min-max) when there is more than one value."""
+    ordered = sorted(values)
+    median = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    text = format(median, fmt)
+    return text if len(ordered) == 1 else f"{text} ({format(ordered[0], fmt)}–{format(ordered[-1], fmt)})"
 
 
 def render(results: dict) -> str:
+    runs = results.get("runs", 1)
     lines = [f"{results['client']}; one partition, {results['records']:,} records of {results['value_bytes']} B "
              f"in {results['log_batches']:,} log batches ({results['records_per_batch']:,} records per batch); "
-             f"load average {' '.join(f'{x:.1f}' for x in results['loadavg'])}",
+             f"{runs} run(s): median (min–max); load average {' '.join(f'{x:.1f}' for x in results['loadavg'])}",
              "",
-             "| group | consumers | records/s | first→last records/s | per member min / max | broker µs CPU / record "
-             "| clients µs CPU / record | accepted exactly once |",
+             "| group | consumers | records/s | first→last records/s | records per member, min / max "
+             "| broker µs CPU / record | clients µs CPU / record | accepted exactly once |",
              "|---|---|---|---|---|---|---|---|"]
+    cells: dict[tuple[str, int], list[dict]] = {}
     for r in results["rows"]:
-        if r["kind"] == "classic":
-            lines.append(f"| classic | 1 | {r['records_per_s']:,} | – | {r['member_min']:,} / {r['member_max']:,} "
-                         f"| {r['broker_us_per_record']} | {r['client_us_per_record']} | n/a (offset commits) |")
-        else:
-            once = "yes" if r["exactly_once"] else (f"NO: {r['accepted']:,} accepted, {r['duplicates']} duplicated, "
-                                                     f"{r['missing']} missing, {r['redelivered']} redelivered")
-            lines.append(f"| share | {r['members']} | {r['records_per_s']:,} | {r['records_per_s_first_to_last']:,} "
-                         f"| {r['member_min']:,} / {r['member_max']:,} | {r['broker_us_per_record']} "
-                         f"| {r['client_us_per_record']} | {once} |")
+        cells.setdefault((r["kind"], r["members"]), []).append(r)
+    for (kind, members), rows in cells.items():
+        rate = _spread([r["records_per_s"] for r in rows])
+        broker = _spread([r["broker_us_per_record"] for r in rows], ".2f")
+        client = _spread([r["client_us_per_record"] for r in rows], ".2f")
+        spread = f"{min(r['member_min'] for r in rows):,} / {max(r['member_max'] for r in rows):,}"
+        if kind == "classic":
+            lines.append(f"| classic | 1 | {rate} | – | {spread} | {broker} | {client} | n/a (offset commits) |")
+            continue
+        first_last = _spread([r["records_per_s_first_to_last"] for r in rows])
+        bad = [r for r in rows if not r["exactly_once"]]
+        once = "yes" if not bad else "NO: " + "; ".join(
+            f"{r['accepted']:,} accepted, {r['duplicates']} duplicated, {r['missing']} missing, "
+            f"{r['redelivered']} redelivered" for r in bad)
+        lines.append(f"| share | {members} | {rate} | {first_last} | {spread} | {broker} | {client} | {once} |")
     return "\n".join(lines)
 
 
@@ -358,12 +376,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--members", default=",".join(str(n) for n in DEFAULT_MEMBERS),
                         help="comma-separated share-group sizes (default 1,4,16)")
+    parser.add_argument("--runs", type=int, default=1, help="rounds of every group on the same broker (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     members = tuple(int(x) for x in args.members.split(",") if x.strip())
-    if args.records < 1 or not members or min(members) < 1:
-        parser.error("--records and every --members entry must be at least 1")
-    results = run(records=args.records, value_bytes=args.value_bytes, members=members)
+    if args.records < 1 or args.runs < 1 or not members or min(members) < 1:
+        parser.error("--records, --runs and every --members entry must be at least 1")
+    results = run(records=args.records, value_bytes=args.value_bytes, members=members, runs=args.runs)
     print(json.dumps(results, indent=2) if args.json else render(results))
     return 0 if all(r["exactly_once"] in (None, True) for r in results["rows"]) else 1
 

@@ -341,7 +341,8 @@ class SharePartitionManager:
                     stop = True
                     break
                 got = sp.acquire(member_id, header.base_offset, header.last_offset, budget, now,
-                                 record_limit=record_limit, request_max_records=request_max_records)
+                                 record_limit=record_limit, request_max_records=request_max_records,
+                                 acquired_before=bool(out.acquired))
                 if got:
                     if first_pos < 0:
                         first_pos, region_file = pos, region.file
@@ -356,6 +357,8 @@ class SharePartitionManager:
                     budget -= sum(r.last_offset - r.first_offset + 1 for r in got)
                     if budget <= 0:
                         break
+                if sp.isolating:  # records near the delivery limit go out on their own: nothing more
+                    break
             if out.acquired or stop or next_offset <= offset:
                 break  # one read's batches (one segment) per fetch once something is acquired
             offset = max(next_offset, sp.next_fetch_offset())

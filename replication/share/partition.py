@@ -164,6 +164,10 @@ class SharePartition:
         self.lock_expiries = 0  # records whose lock ran out
         self.redeliveries = 0  # acquisitions of a record delivered before
         self.archived_at_limit = 0  # records archived because their delivery count reached the limit
+        # Kafka 4.4's throttleRecordsDeliveryLimit: from this delivery count on, records are isolated
+        # (`acquire`); and whether the last acquisition stopped to isolate some.
+        self.throttle_delivery_count = max(2, -(-delivery_count_limit // 2))
+        self.isolating = False
         # Members that asked to acquire, with when they last did (`acquire`): whether this share-partition
         # is shared right now. Not persisted, not replicated: it only shapes how records are handed out.
         self._fetched_at: dict[str, int] = {}
@@ -247,6 +251,7 @@ class SharePartition:
         *,
         record_limit: bool = False,
         request_max_records: int | None = None,
+        acquired_before: bool = False,
     ) -> list[AcquiredRange]:
         """Acquire for `member` what it may have of the fetched log batch [first_offset, last_offset].
 
@@ -279,10 +284,21 @@ class SharePartition:
         (bench/share_bench.py). Cut, each fetch takes one member's worth, and every member gets a share.
         The price is that each member that takes part of a batch is sent (and decodes) the whole batch,
         which is why a member alone on the partition still takes whole batches: there is nobody to share
-        with, and cutting would multiply its round trips and the bytes its client decodes."""
+        with, and cutting would multiply its round trips and the bytes its client decodes.
+
+        Records delivered many times are isolated, as Kafka 4.4's SharePartition throttles them, so that
+        one bad record does not drag a whole batch to the delivery limit with it: once an available
+        record's delivery count has reached half the limit (rounded up, at least 2), it is acquired only
+        by a request that has acquired nothing else of this partition yet (`acquired_before`: earlier log
+        batches of the same request), at most `batch >> (count - half + 1)` records of its batch at a time
+        (half, then a quarter, ... of the fetched log batch, at least 1), and a record on its last delivery
+        (count = limit - 1, for a limit above 2) alone. The request then takes nothing more from this
+        partition: `isolating` tells the caller to stop."""
         if first_offset > last_offset:
             raise ValueError(f"empty fetched range [{first_offset}, {last_offset}]")
         self.expire(now)
+        self.isolating = False
+        batch_records = last_offset - first_offset + 1
         asked = max_records if request_max_records is None else request_max_records
         # Cut at max_records (exact), or take the fetched batch whole (batch-aligned): see the docstring.
         self.note_fetch(member, now)
@@ -303,6 +319,16 @@ class SharePartition:
                 if r.state != RecordState.AVAILABLE:
                     continue
                 a, b = max(r.first, first_offset), min(r.last, hi)
+                if r.count >= self.throttle_delivery_count:
+                    self.isolating = True
+                    if taken or acquired_before:
+                        break  # delivered by a later request, without the records before it
+                    limit = self.delivery_count_limit
+                    cap = 1 if limit > 2 and r.count == limit - 1 else max(
+                        1, batch_records >> (r.count - self.throttle_delivery_count + 1))
+                    b = min(b, a + min(cap, budget) - 1)
+                    taken.append((a, b))
+                    break
                 if exact:
                     b = min(b, a + budget - 1)
                 taken.append((a, b))
@@ -318,7 +344,7 @@ class SharePartition:
         # A gap before the batch counts as in flight (until the start passes it): the batch is taken only
         # if the gap and at least one record fit, else both wait for the start to move.
         room -= new_first - end
-        if budget > 0 and new_first <= last_offset and room > 0:
+        if budget > 0 and new_first <= last_offset and room > 0 and not self.isolating:
             if new_first > end:  # offsets the log does not hold: nothing to deliver
                 self._ranges.append(_Range(end, new_first - 1, RecordState.ARCHIVED, 0))
             take = min(last_offset - new_first + 1, room)

@@ -15,7 +15,14 @@ import random
 
 import pytest
 
-from odradek.replication.share import AcknowledgeType, AcquiredRange, RecordState, SharePartition
+from odradek.replication.share import (
+    AcknowledgeType,
+    AcquiredRange,
+    RecordState,
+    SharePartition,
+    ShareSnapshot,
+    StateBatch,
+)
 
 ACCEPT = AcknowledgeType.ACCEPT
 RELEASE = AcknowledgeType.RELEASE
@@ -134,3 +141,38 @@ def test_members_on_one_partition_share_it_and_each_record_is_accepted_once(seed
     # takes at most one request's worth, or one batch of at most that many past it).
     mean = total / members
     assert min(received.values()) >= mean / 5, f"seed {seed}: {sorted(received.values())}"
+
+
+# ---- isolating records delivered many times (Kafka 4.4's throttled delivery) ----------------------------
+
+
+def _delivered(first: int, last: int, count: int, limit: int) -> SharePartition:
+    """A share-partition (as a new leader loads it) whose records [first, last] are available again after
+    `count` deliveries."""
+    return SharePartition.restore(ShareSnapshot(0, first, (StateBatch(first, last, RecordState.AVAILABLE, count),)),
+                                  delivery_count_limit=limit)
+
+
+def test_a_batch_delivered_half_the_limit_times_goes_out_in_halves():
+    sp = _delivered(0, 99, 3, limit=6)  # throttled from count 3 on
+    assert sp.throttle_delivery_count == 3
+    assert sp.acquire("a", 0, 99, 500, now=1) == [AcquiredRange(0, 49, 4)]  # 100 >> 1
+    assert sp.isolating
+    sp.acknowledge("a", [(0, 49, [RELEASE])], now=1)
+    assert sp.acquire("a", 0, 99, 500, now=1) == [AcquiredRange(0, 24, 5)]  # count 4: 100 >> 2
+
+
+def test_a_record_on_its_last_delivery_goes_out_alone_and_stops_the_request():
+    sp = _delivered(0, 9, 4, limit=5)  # count 4 = limit - 1: the next delivery is the last
+    sp.acquire("a", 10, 19, 500, now=1)  # (records past them, never delivered)
+    assert sp.acquire("b", 0, 9, 500, now=1) == [AcquiredRange(0, 0, 5)]
+    assert sp.isolating
+    # Nothing else of the batch, and a request that already acquired something here takes none of them.
+    assert sp.acquire("c", 0, 9, 500, now=1, acquired_before=True) == []
+    assert sp.acquire("c", 0, 9, 500, now=1) == [AcquiredRange(1, 1, 5)]
+
+
+def test_records_below_the_throttle_go_out_as_usual():
+    sp = _delivered(0, 9, 2, limit=5)  # count 2 < 3
+    assert sp.acquire("a", 0, 9, 500, now=1) == [AcquiredRange(0, 9, 3)]
+    assert not sp.isolating
