@@ -42,6 +42,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -335,8 +336,7 @@ def run(*, records: int = 200_000, value_bytes: int = 100, members: tuple[int, .
 def _spread(values: list[float], fmt: str = ",.0f") -> str:
     """The median, and (min-max) when there is more than one value."""
     ordered = sorted(values)
-    median = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
-    text = format(median, fmt)
+    text = format(statistics.median(ordered), fmt)
     return text if len(ordered) == 1 else f"{text} ({format(ordered[0], fmt)}–{format(ordered[-1], fmt)})"
 
 
@@ -370,8 +370,9 @@ def render(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.share_bench",
-                                     description="Share groups (1/4/16 consumers) beside a classic group, one partition.")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.share_bench",
+        description="Share groups of 1/4/16 consumers beside a classic group, on one partition.")
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--members", default=",".join(str(n) for n in DEFAULT_MEMBERS),

@@ -268,8 +268,9 @@ class SharePartition:
           can be exceeded for alignment of batch boundaries": the batch that holds the max_records-th
           record is taken whole). Only `max_record_locks` cuts it.
         * Batch-optimized mode while the share-partition is SHARED, i.e. another member fetched from it
-          within the last `record_lock_duration_ms` (`note_fetch`; `acquire` notes it too): a log batch that holds more records than the
-          whole request asked for is cut at `max_records`, as in record-limit mode; the rest of it stays
+          within the last `record_lock_duration_ms` (`note_fetch`; `acquire` notes it too): a log batch
+          that holds more records than the whole request asked for is cut at `max_records`, as in
+          record-limit mode; the rest of it stays
           available for the next member, who is sent the same batch bytes with its own acquired range
           (clients deliver only the records inside the ranges). Batches no larger than the request are
           still taken whole.
@@ -302,7 +303,7 @@ class SharePartition:
         asked = max_records if request_max_records is None else request_max_records
         # Cut at max_records (exact), or take the fetched batch whole (batch-aligned): see the docstring.
         self.note_fetch(member, now)
-        exact = record_limit or (last_offset - first_offset + 1 > asked and self.shared)
+        exact = record_limit or (batch_records > asked and self.shared)
         first_offset = max(first_offset, self._start)
         if first_offset > last_offset:  # all of it is before the start: done with already
             return []

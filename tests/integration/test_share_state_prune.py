@@ -84,7 +84,8 @@ def _poll_until(c, want, timeout_s: float, what: str, on_records) -> list:
     got: list = []
     deadline = time.monotonic() + timeout_s
     while not want(got):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}; got {[(m.offset(), m.delivery_count()) for m in got]}"
+        seen = [(m.offset(), m.delivery_count()) for m in got]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; got {seen}"
         batch = [m for m in (c.poll(0.5) or ())]
         assert all(m.error() is None for m in batch), [m.error() for m in batch]
         on_records(batch)

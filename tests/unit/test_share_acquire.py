@@ -2,9 +2,9 @@
 
 `SharePartition.acquire` takes whole log batches (Kafka's batch alignment), except that while more than one
 member fetches the share-partition, a batch that alone holds more records than the member's request asked
-for is cut at the request's max_records, and the rest of it stays available for the next member. The seeded simulation below drives the pure state machine as the
-broker's fetch loop does (one log batch at a time, from `next_fetch_offset()`, within the in-flight cap),
-with members fetching and accepting in a random order, and checks that each record is accepted exactly
+for is cut at the request's max_records, and the rest of it stays available for the next member. The seeded
+simulation below drives the pure state machine as the broker's fetch loop does (one log batch at a time,
+from `next_fetch_offset()`, within the in-flight cap), with members fetching and accepting in a random order, and checks that each record is accepted exactly
 once and that every member gets a share when the producer's batches are much larger than max_records.
 """
 

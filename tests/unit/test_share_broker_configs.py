@@ -28,7 +28,8 @@ def test_defaults_are_kafkas():
     ({"group.share.max.share.sessions": "100"}, "group.share.max.share.sessions", "group.share.max.size (200)"),
     ({"share.coordinator.snapshot.update.records.per.snapshot": "501"},
      "share.coordinator.snapshot.update.records.per.snapshot", "<= 500"),
-    ({"share.coordinator.state.topic.prune.interval.ms": "0"}, "share.coordinator.state.topic.prune.interval.ms", ">= 1"),
+    ({"share.coordinator.state.topic.prune.interval.ms": "0"},
+     "share.coordinator.state.topic.prune.interval.ms", ">= 1"),
 ])
 def test_values_kafka_refuses_are_refused_naming_the_rule(props, key, words):
     with pytest.raises(ConfigError) as e:
