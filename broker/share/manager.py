@@ -21,7 +21,9 @@ says which of its offsets the member gets: the response carries the batches from
 with acquired offsets (the log's bytes, untouched) and the acquired ranges, and the client delivers only
 the records inside those ranges. `max_records` counts over the whole request (what one partition took is
 not offered to the next), batch-aligned: a batch is taken whole even past the limit, unless the
-record-limit acquire mode asks for the exact count (KIP-1206). Batches that hold nothing to deliver are archived as gaps with delivery
+record-limit acquire mode asks for the exact count (KIP-1206) or the batch alone holds more records than the
+request asked for (cut at the limit, so that one large producer batch is spread over members:
+`SharePartition.acquire`). Batches that hold nothing to deliver are archived as gaps with delivery
 count 0, as the client would acknowledge them: control batches (transaction markers) always, and under
 read_committed the batches of aborted transactions (found as the Fetch path finds them, from the log's
 aborted-transaction index, per batch by producer id and offset range).
@@ -343,7 +345,7 @@ class SharePartitionManager:
             if remaining_bytes <= 0 or remaining_records <= 0:
                 continue
             try:
-                self._acquire(held, member_id, out, remaining_records, remaining_bytes, record_limit)
+                self._acquire(held, member_id, out, remaining_records, remaining_bytes, record_limit, max_records)
             except StorageError as e:
                 out.error_code, out.error_message = int(e.error_code), str(e)
             except OSError as e:
@@ -355,7 +357,7 @@ class SharePartitionManager:
         return results
 
     def _acquire(self, held: _Held, member_id: str, out: PartitionFetch, max_records: int, max_bytes: int,
-                 record_limit: bool) -> None:
+                 record_limit: bool, request_max_records: int) -> None:
         partition = self.data.get_partition(held.tp)
         if partition is None or not partition.is_leader or partition.leader_epoch != held.leader_epoch or held.dropped:
             # (leadership moved while this request awaited the state's load)
@@ -367,6 +369,7 @@ class SharePartitionManager:
         # Locks past their deadline before the timer fired, and records the log no longer holds (retention,
         # DeleteRecords: the start moves up, as Kafka's OFFSET_OUT_OF_RANGE handling does): both persisted.
         changed = bool(sp.expire(now))
+        sp.note_fetch(member_id, now)  # (a member held off by the in-flight cap counts: acquire spreads batches)
         if plog.log_start_offset > sp.start_offset:
             changed |= sp.move_start(plog.log_start_offset)
         settings = self._settings(held.key.group_id)
@@ -399,7 +402,8 @@ class SharePartitionManager:
                     stop = True
                     break
                 got = sp.acquire(member_id, header.base_offset, header.last_offset, budget, now,
-                                 record_limit=record_limit)
+                                 record_limit=record_limit, request_max_records=request_max_records,
+                                 acquired_before=bool(out.acquired))
                 if got:
                     if first_pos < 0:
                         first_pos, region_file = pos, region.file
@@ -414,6 +418,8 @@ class SharePartitionManager:
                     budget -= sum(r.last_offset - r.first_offset + 1 for r in got)
                     if budget <= 0:
                         break
+                if sp.isolating:  # records near the delivery limit go out on their own: nothing more
+                    break
             if out.acquired or stop or next_offset <= offset:
                 break  # one read's batches (one segment) per fetch once something is acquired
             offset = max(next_offset, sp.next_fetch_offset())

@@ -7,6 +7,8 @@ coordinator runtime's partition counts):
   share_coordinator_writes_total                WriteShareGroupState operations made durable here
   share_coordinator_records_total{type}         ShareSnapshot / ShareUpdate records written here
   share_coordinator_fenced_total{error}         operations refused FENCED_LEADER_EPOCH / FENCED_STATE_EPOCH
+  share_coordinator_pruned_records_total        __share_group_state records deleted below the oldest offset
+                                                still needed (cold-snapshot rounds, then DeleteRecords)
 
 Counters are the coordinator's (not a partition's): they only grow while the broker runs.
 """
@@ -34,6 +36,7 @@ class _Snapshot(NamedTuple):
     snapshots: int
     updates: int
     fenced: tuple[tuple[str, int], ...]
+    pruned: int = 0
 
 
 class ShareCoordinatorCollector(Collector):
@@ -54,7 +57,7 @@ class ShareCoordinatorCollector(Collector):
             return _Snapshot(0, 0, 0, 0, 0, ())
         counts = c.counts
         return _Snapshot(len(c.loaded_partitions), c.share_partitions(), counts.writes, counts.snapshots,
-                         counts.updates, tuple(sorted(counts.fenced.items())))
+                         counts.updates, tuple(sorted(counts.fenced.items())), counts.pruned)
 
     @staticmethod
     def families(s: _Snapshot) -> list[Any]:
@@ -76,4 +79,7 @@ class ShareCoordinatorCollector(Collector):
                                      "Share-state operations refused because a newer writer exists", labels=["error"])
         for error, count in s.fenced:
             fenced.add_metric([error], count)
-        return [partitions, share_partitions, writes, records, fenced]
+        pruned = CounterMetricFamily("odradek_share_coordinator_pruned_records",
+                                     "__share_group_state records deleted below the oldest offset still needed")
+        pruned.add_metric([], s.pruned)
+        return [partitions, share_partitions, writes, records, fenced, pruned]

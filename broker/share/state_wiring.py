@@ -11,6 +11,7 @@ share_state_topic_spec); while fewer brokers are alive than its replication fact
 the callers are answered COORDINATOR_NOT_AVAILABLE until there are enough. A broker that becomes leader of a
 `__share_group_state` partition before any share request reached it starts the coordinator at once
 (`StartShareCoordinatorWhenLeading`), so that the state is loaded when the first read arrives after a failover.
+`StateTopicPruner` gives the coordinator's pruning the partitions' log end offsets and DeleteRecords.
 """
 
 from __future__ import annotations
@@ -19,12 +20,17 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import structlog
+
 from odradek.coordinator.partitioning import SHARE_GROUP_STATE_TOPIC
+from odradek.coordinator.runtime import NotCoordinatorError
 from odradek.coordinator.share.config import ShareCoordinatorConfig
 from odradek.coordinator.share.coordinator import ShareCoordinator
 from odradek.metadata.publisher import MetadataPublisher, MetadataUpdate
 from odradek.purgatory.timing_wheel import Timer
+from odradek.protocol.errors import ErrorCode
 from odradek.replication.replica_manager import ReplicaManager
+from odradek.storage.names import TopicPartition
 
 from ..groups_wiring import EpochCoordinatorLoader, MetadataTopicsView
 from ..internal_topics import InternalTopicWriter, ensure_internal_topic, share_state_topic_spec
@@ -33,7 +39,9 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..controller_channel import ControllerChannel
 
-__all__ = ["ShareCoordinatorLoader", "StartShareCoordinatorWhenLeading", "start_share_coordinator"]
+__all__ = ["ShareCoordinatorLoader", "StartShareCoordinatorWhenLeading", "StateTopicPruner", "start_share_coordinator"]
+
+log = structlog.get_logger("odradek.share")
 
 
 class ShareCoordinatorLoader(EpochCoordinatorLoader):
@@ -77,6 +85,41 @@ class StartShareCoordinatorWhenLeading:
             self.start()
 
 
+class StateTopicPruner:
+    """What the share coordinator's pruning needs of this broker's `__share_group_state` partitions (it leads
+    those it calls about): their log end offset, and DeleteRecords below an offset, as Kafka's coordinator
+    prunes through the replica manager. The leader's log start moves at once; followers move theirs when
+    they fetch, and the answer that waits for them is only logged when it fails."""
+
+    def __init__(self, data: ReplicaManager, clock: Callable[[], int], *, timeout_ms: int) -> None:
+        self.data = data
+        self.clock = clock
+        self.timeout_ms = timeout_ms
+
+    def log_end_offset(self, partition: int) -> int:
+        hosted = self.data.get_partition(TopicPartition(SHARE_GROUP_STATE_TOPIC, partition))
+        if hosted is None:
+            raise NotCoordinatorError(f"{SHARE_GROUP_STATE_TOPIC}-{partition} is not hosted here")
+        return hosted.log.log_end_offset
+
+    def delete_records_before(self, partition: int, offset: int) -> int:
+        """Delete the partition's records below `offset`; returns how many the leader's log dropped."""
+        tp = TopicPartition(SHARE_GROUP_STATE_TOPIC, partition)
+        hosted = self.data.get_partition(tp)
+        if hosted is None or offset <= hosted.log.log_start_offset:
+            return 0
+        before = hosted.log.log_start_offset
+
+        def answered(results: list[tuple[int, int]]) -> None:
+            code = results[0][0]
+            if code != ErrorCode.NONE:
+                log.warning("pruning the share state topic failed", state_partition=partition, offset=offset,
+                            error=ErrorCode(code).name)
+
+        self.data.delete_records([(tp, offset)], timeout_ms=self.timeout_ms, now_ms=self.clock(), respond=answered)
+        return max(0, hosted.log.log_start_offset - before)
+
+
 def start_share_coordinator(cfg: BrokerConfig, data: ReplicaManager, timer: Timer, publisher: MetadataPublisher,
                             controller: ControllerChannel, clock: Callable[[], int]) -> ShareCoordinator:
     # None: not created yet (fewer live brokers than its replication factor); the next caller asks again.
@@ -84,7 +127,9 @@ def start_share_coordinator(cfg: BrokerConfig, data: ReplicaManager, timer: Time
                       or cfg.share_coordinator_state_topic_num_partitions)
     config = ShareCoordinatorConfig.from_broker_config(cfg, state_topic_num_partitions=num_partitions)
     writer = InternalTopicWriter(data, SHARE_GROUP_STATE_TOPIC, enforce_min_isr=True)
+    pruner = StateTopicPruner(data, clock, timeout_ms=config.write_timeout_ms)
     coordinator = ShareCoordinator(writer, timer, config, topics=MetadataTopicsView(publisher),
-                                   under_min_isr=writer.is_under_min_isr)
+                                   under_min_isr=writer.is_under_min_isr, log_end_offset=pruner.log_end_offset,
+                                   delete_records_before=pruner.delete_records_before)
     publisher.register(ShareCoordinatorLoader(coordinator, cfg.node_id, clock))
     return coordinator

@@ -23,11 +23,20 @@ coordinator, with no request to build); `initialize_state` / `read_state` / `wri
 `read_state_summary` take the decoded request of APIs 83-87 and answer its response, one entry per partition
 of the request (Kafka's ShareCoordinatorService splits a request the same way, one operation per key).
 
-Not done here (yet): Kafka prunes `__share_group_state` (cleanup.policy=delete, retention.ms=-1) by deleting
-records below the oldest snapshot any loaded share-partition still needs
-(`share.coordinator.state.topic.prune.interval.ms`) and re-snapshots cold share-partitions so that the
-oldest needed offset moves (`share.coordinator.cold.partition.snapshot.interval.ms`). Without the pruning
-the topic keeps every record: nothing is lost, a load replays more than it must.
+Pruning. `__share_group_state` is `cleanup.policy=delete` with `retention.ms=-1` (compaction would drop the
+updates a snapshot does not cover), so, as in Kafka, the coordinator itself deletes what no load needs.
+With `log_end_offset` and `delete_records_before` given (the broker's wiring gives both), each loaded
+partition runs two timers on the runtime's timing wheel:
+
+* every `share.coordinator.cold.partition.snapshot.interval.ms` (Kafka's default 5 min), a cold-snapshot
+  round (`ShareCoordinatorShard.snapshot_cold`): a ShareSnapshot of each share-partition that had none
+  since the previous round, after which the log below the previous round's mark is redundant;
+* every `share.coordinator.state.topic.prune.interval.ms` (default 5 min), the records below the newest
+  redundant offset whose round is durable are deleted (`delete_records_before`: DeleteRecords on the
+  partition, replicated to followers as their log start offset).
+
+So the log keeps at most about two rounds of history, plus each share-partition's last snapshot, and a
+load replays exactly the state it replayed before the deletion. A new leader starts the rounds afresh.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from odradek.replication.share import RecordState, StateBatch
 
 from ..group.group_coordinator import error_code_of
 from ..partitioning import share_coordinator_key, share_state_partition
-from ..runtime import CoordinatorRuntime, PartitionWriter, Result
+from ..runtime import Batch, CoordinatorRuntime, PartitionWriter, Result
 from ..topics import TopicsView
 from .config import ShareCoordinatorConfig
 from .records import ShareStateKey, deserialize, serialize
@@ -63,14 +72,24 @@ __all__ = ["ShareCoordinator"]
 log = structlog.get_logger("odradek.coordinator.share")
 
 _NOT_AVAILABLE_MESSAGE = "The share coordinator is not available."
+# The runtime's timer keys of the pruning rounds, one of each per loaded partition.
+_COLD_SNAPSHOT = "cold-partition-snapshot"
+_PRUNE = "state-topic-prune"
 
 
 class ShareCoordinator:
     def __init__(self, writer: PartitionWriter, timer: Timer, config: ShareCoordinatorConfig | None = None, *,
-                 topics: TopicsView | None = None, under_min_isr: Callable[[int], bool] | None = None) -> None:
+                 topics: TopicsView | None = None, under_min_isr: Callable[[int], bool] | None = None,
+                 log_end_offset: Callable[[int], int] | None = None,
+                 delete_records_before: Callable[[int, int], int] | None = None) -> None:
+        """`log_end_offset(partition)` and `delete_records_before(partition, offset) -> records deleted` turn
+        pruning on (module docstring); without them the log keeps every record."""
         self.config = config if config is not None else ShareCoordinatorConfig()
         self.topics = topics
         self.counts = ShareCounts()
+        self._log_end_offset = log_end_offset
+        self._delete_records_before = delete_records_before
+        self._redundant_below: dict[int, int] = {}  # partition -> offset below which a durable round says go
         self.runtime: CoordinatorRuntime[ShareCoordinatorShard] = CoordinatorRuntime(
             writer, lambda p: ShareCoordinatorShard(p, self.config, topics=self.topics, counts=self.counts), timer,
             serialize=serialize, deserialize=deserialize, under_min_isr=under_min_isr)
@@ -84,12 +103,51 @@ class ShareCoordinator:
 
     def on_elected(self, partition: int, now_ms: int) -> None:
         shard = self.runtime.load(partition, now_ms)
+        self._redundant_below.pop(partition, None)
+        if self._log_end_offset is not None and self._delete_records_before is not None:
+            self._schedule_cold_snapshot(partition, now_ms)
+            self._schedule_prune(partition, now_ms)
         log.info("share coordinator loaded partition", state_partition=partition, share_partitions=len(shard.offsets))
 
     def on_resigned(self, partition: int) -> None:
+        self._redundant_below.pop(partition, None)
         if self.runtime.is_loaded(partition):
-            self.runtime.unload(partition)
+            self.runtime.unload(partition)  # (cancels its timers)
             log.info("share coordinator unloaded partition", state_partition=partition)
+
+    # ------------------------------------------------------------------------------------------------
+    # Pruning (module docstring)
+
+    def _schedule_cold_snapshot(self, partition: int, now_ms: int) -> None:
+        self.runtime.schedule(partition, _COLD_SNAPSHOT, now_ms + self.config.cold_partition_snapshot_interval_ms,
+                              lambda shard, at: self._cold_snapshot(partition, shard, at))
+
+    def _schedule_prune(self, partition: int, now_ms: int) -> None:
+        self.runtime.schedule(partition, _PRUNE, now_ms + self.config.state_topic_prune_interval_ms,
+                              lambda shard, at: self._prune(partition, at))
+
+    def _cold_snapshot(self, partition: int, shard: ShareCoordinatorShard, now_ms: int) -> Result:
+        self._schedule_cold_snapshot(partition, now_ms)
+        assert self._log_end_offset is not None
+        result = shard.snapshot_cold(self._log_end_offset(partition), now_ms)
+        redundant_below = result.response
+
+        def durable(error: BaseException | None) -> None:
+            if error is None and redundant_below is not None:
+                self._redundant_below[partition] = max(redundant_below, self._redundant_below.get(partition, 0))
+
+        result.callbacks.append(durable)
+        return result
+
+    def _prune(self, partition: int, now_ms: int) -> Result:
+        self._schedule_prune(partition, now_ms)
+        offset = self._redundant_below.pop(partition, None)
+        if offset is not None and self._delete_records_before is not None:
+            deleted = self._delete_records_before(partition, offset)
+            if deleted > 0:
+                self.counts.pruned += deleted
+                log.info("share state pruned", state_partition=partition, log_start_offset=offset, records=deleted)
+        return Batch().result()
 
     def startup(self, now_ms: int, partitions: list[int] | None = None) -> None:
         for p in range(self.config.state_topic_num_partitions) if partitions is None else partitions:

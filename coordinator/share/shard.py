@@ -23,8 +23,20 @@ The replicated state is `offsets: key -> ShareGroupOffset` plus the epochs seen 
 
 Replaying a snapshot replaces the state; replaying an update merges into it. A load replays the partition's
 log from its start, so the state after a failover is exactly the state the records describe, and the
-snapshots bound how much a share-partition's history weighs (Kafka prunes the log before the oldest
-snapshot still needed; see coordinator.py for why that is left to a later change here).
+snapshots bound how much a share-partition's history weighs.
+
+Pruning (Kafka's cold-partition snapshots and state-topic pruning). Everything before the latest
+ShareSnapshot of every live share-partition is redundant: a load from there gives the same state. The shard
+learns no offsets, so it works with marks instead. `snapshot_cold(log_end_offset)` is one round: it writes
+a ShareSnapshot of every live share-partition that has had none replayed since the previous round, and
+moves the mark to `log_end_offset` (the log's end before these records). Once that round's records are
+durable, every live share-partition has a snapshot at or past the PREVIOUS mark (those that had one since
+it, and those snapshotted now, past the new one), so the log below the previous mark is redundant: that
+offset is the round's answer, and the coordinator deletes below it (coordinator.py). A tombstone needs
+nothing kept. After a load the first round only sets the mark. Hot share-partitions snapshot every
+`snapshot_update_records_per_snapshot` writes anyway; a round adds one snapshot per cold one, which is what
+Kafka's cold-partition snapshot does. The mark and the set of share-partitions snapshotted since it are this
+leader's bookkeeping about its own log, not replicated state (a new leader starts without them).
 
 Fencing, as Kafka's ShareCoordinatorShard answers it:
 
@@ -114,7 +126,8 @@ class ShareCounts:
     a partition moving away takes its shard, not the counts, so they only grow, as counters must)."""
 
     writes: int = 0  # WriteShareGroupState operations made durable
-    snapshots: int = 0  # ShareSnapshot records (initialize, first write, every N updates)
+    snapshots: int = 0  # ShareSnapshot records (initialize, first write, every N updates, cold rounds)
+    pruned: int = 0  # records deleted from __share_group_state below the oldest offset still needed
     updates: int = 0  # ShareUpdate records
     initialized: int = 0
     deleted: int = 0
@@ -171,6 +184,10 @@ class ShareCoordinatorShard:
         self.leader_epochs: dict[ShareStateKey, int] = {}
         self.state_epochs: dict[ShareStateKey, int] = {}
         self.updates_since_snapshot: dict[ShareStateKey, int] = {}
+        # Pruning (see the module docstring): the log end offset at the last cold-snapshot round (None before
+        # the first round since the load), and the share-partitions with a snapshot replayed since it.
+        self.prune_mark: int | None = None
+        self.snapshotted_since_mark: set[ShareStateKey] = set()
 
     # ------------------------------------------------------------------------------------------------
     # Replication
@@ -182,6 +199,7 @@ class ShareCoordinatorShard:
             self.leader_epochs.pop(key, None)
             self.state_epochs.pop(key, None)
             self.updates_since_snapshot.pop(key, None)
+            self.snapshotted_since_mark.discard(key)
             return
         assert record.batches is not None
         if record.leader_epoch > self.leader_epochs.get(key, NO_LEADER_EPOCH):
@@ -193,6 +211,7 @@ class ShareCoordinatorShard:
                                                  record.start_offset, record.delivery_complete_count, record.batches,
                                                  record.create_timestamp, record.write_timestamp)
             self.updates_since_snapshot[key] = 0
+            self.snapshotted_since_mark.add(key)
             return
         current = self.offsets.get(key)
         if current is None:  # an update with no snapshot before it (its snapshot was pruned): Kafka takes it whole
@@ -387,6 +406,30 @@ class ShareCoordinatorShard:
         return ShareRecord(ShareRecordType.SHARE_UPDATE, key, snapshot_epoch=current.snapshot_epoch,
                            leader_epoch=leader, start_offset=-1 if start == current.start_offset else start,
                            delivery_complete_count=complete, batches=tuple(batches))
+
+    # ------------------------------------------------------------------------------------------------
+    # Cold-partition snapshots, for pruning
+
+    def snapshot_cold(self, log_end_offset: int, now_ms: int) -> Result:
+        """One cold-snapshot round (module docstring): a ShareSnapshot of each live share-partition with none
+        since the last mark, and the mark moved to `log_end_offset`, the log's end before these records.
+        Answers the offset below which the log is redundant once these records are durable (the previous
+        mark), or None after a load (no mark yet)."""
+        out = Batch()
+        previous = self.prune_mark
+        for key, current in self.offsets.items():
+            if key not in self.snapshotted_since_mark:
+                self._emit(out, ShareRecord(
+                    ShareRecordType.SHARE_SNAPSHOT, key, snapshot_epoch=current.snapshot_epoch + 1,
+                    state_epoch=current.state_epoch,
+                    leader_epoch=max(current.leader_epoch, self.leader_epochs.get(key, NO_LEADER_EPOCH)),
+                    start_offset=current.start_offset, delivery_complete_count=current.delivery_complete_count,
+                    batches=current.batches, create_timestamp=current.create_timestamp or now_ms,
+                    write_timestamp=now_ms))
+        # Reset before the records are replayed: those written now land past the new mark and count for it.
+        self.snapshotted_since_mark = set()
+        self.prune_mark = log_end_offset
+        return out.result(previous)
 
     # ------------------------------------------------------------------------------------------------
     # DeleteShareGroupState (86)

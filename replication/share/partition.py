@@ -23,7 +23,7 @@ records are acquired until the start moves (re-delivery of available ones still 
 
 Batch-level, as Kafka's InFlightBatch: the state is a sorted list of offset RANGES with one state, count,
 holder and deadline each. A fetched log batch becomes one range; a range is split only where an operation
-covers part of it (an acknowledgement of some offsets, a record-limit acquire), and neighbours that end up
+covers part of it (an acknowledgement of some offsets, an acquisition cut at max_records), and neighbours that end up
 alike are merged again. Kafka keeps a per-offset map inside a split batch; ranges carry the same facts with
 no object per record, and a record nobody acquired has no object at all.
 
@@ -202,6 +202,13 @@ class SharePartition:
         self.lock_expiries = 0  # records whose lock ran out
         self.redeliveries = 0  # acquisitions of a record delivered before
         self.archived_at_limit = 0  # records archived because their delivery count reached the limit
+        # Kafka 4.4's throttleRecordsDeliveryLimit: from this delivery count on, records are isolated
+        # (`acquire`); and whether the last acquisition stopped to isolate some.
+        self.throttle_delivery_count = max(2, -(-delivery_count_limit // 2))
+        self.isolating = False
+        # Members that asked to acquire, with when they last did (`acquire`): whether this share-partition
+        # is shared right now. Not persisted, not replicated: it only shapes how records are handed out.
+        self._fetched_at: dict[str, int] = {}
 
     # ---- reading -----------------------------------------------------------------------------------
 
@@ -291,22 +298,64 @@ class SharePartition:
         now: int,
         *,
         record_limit: bool = False,
+        request_max_records: int | None = None,
+        acquired_before: bool = False,
     ) -> list[AcquiredRange]:
-        """Acquire for `member` what it may have of the fetched batch [first_offset, last_offset].
+        """Acquire for `member` what it may have of the fetched log batch [first_offset, last_offset].
 
         Available records already in flight are acquired again (their count goes up); offsets past SPEO
-        become new in-flight records with count 1, as long as `max_record_locks` leaves room. At most
-        `max_records` are acquired, except that in the default batch-optimized mode a whole range is
-        taken rather than split (Kafka's "this limit can be exceeded for alignment of batch boundaries");
-        with `record_limit` (KIP-1206's record-limit acquire mode) the limit is exact. The lock lasts
-        `record_lock_duration_ms` from `now`. Returns the acquired ranges in offset order."""
+        become new in-flight records with count 1, as long as `max_record_locks` leaves room. The lock
+        lasts `record_lock_duration_ms` from `now`. Returns the acquired ranges in offset order.
+
+        How many: `max_records` is what the member may still take in this request, `request_max_records`
+        what it asked for in all (ShareFetch's MaxRecords; default `max_records`).
+
+        * Record-limit mode (`record_limit`, KIP-1206): exactly at most `max_records`.
+        * Batch-optimized mode (the default, and all that ShareFetch v1 clients such as librdkafka get), as
+          Kafka's SharePartition: the fetched log batch is taken whole, even past `max_records` ("the limit
+          can be exceeded for alignment of batch boundaries": the batch that holds the max_records-th
+          record is taken whole). Only `max_record_locks` cuts it.
+        * Batch-optimized mode while the share-partition is SHARED, i.e. another member fetched from it
+          within the last `record_lock_duration_ms` (`note_fetch`; `acquire` notes it too): a log batch
+          that holds more records than the whole request asked for is cut at `max_records`, as in
+          record-limit mode; the rest of it stays
+          available for the next member, who is sent the same batch bytes with its own acquired range
+          (clients deliver only the records inside the ranges). Batches no larger than the request are
+          still taken whole.
+
+        That last rule is where Odradek departs from Kafka 4.4, whose SharePartition takes such a batch
+        whole too. A producer's batches are routinely far larger than a consumer's max_records: librdkafka
+        builds batches of up to 1 MB / 10,000 records, where librdkafka and the Java client ask for 500.
+        Taken whole, one such batch goes to whoever fetches first, and since a member's acknowledgement
+        and its next fetch travel in one ShareFetch, the room its acknowledgement frees under
+        `max_record_locks` is taken again by the same member before a waiting one is woken: with 16
+        consumers on one partition, 2 got nothing and the others 0.4k to 45k of 200k records
+        (bench/share_bench.py). Cut, each fetch takes one member's worth, and every member gets a share.
+        The price is that each member that takes part of a batch is sent (and decodes) the whole batch,
+        which is why a member alone on the partition still takes whole batches: there is nobody to share
+        with, and cutting would multiply its round trips and the bytes its client decodes.
+
+        Records delivered many times are isolated, as Kafka 4.4's SharePartition throttles them, so that
+        one bad record does not drag a whole batch to the delivery limit with it: once an available
+        record's delivery count has reached half the limit (rounded up, at least 2), it is acquired only
+        by a request that has acquired nothing else of this partition yet (`acquired_before`: earlier log
+        batches of the same request), at most `batch >> (count - half + 1)` records of its batch at a time
+        (half, then a quarter, ... of the fetched log batch, at least 1), and a record on its last delivery
+        (count = limit - 1, for a limit above 2) alone. The request then takes nothing more from this
+        partition: `isolating` tells the caller to stop."""
         if first_offset > last_offset:
             raise ValueError(f"empty fetched range [{first_offset}, {last_offset}]")
         self.expire(now)
+        self.isolating = False
+        batch_records = last_offset - first_offset + 1
+        asked = max_records if request_max_records is None else request_max_records
+        # Cut at max_records (exact), or take the fetched batch whole (batch-aligned): see the docstring.
+        self.note_fetch(member, now)
+        exact = record_limit or (batch_records > asked and self.shared)
         first_offset = max(first_offset, self._start)
         if first_offset > last_offset:  # all of it is before the start: done with already
             return []
-        budget = max_records
+        budget = max_records if exact else last_offset - first_offset + 1
         deadline = now + self.record_lock_duration_ms
         taken: list[tuple[int, int]] = []
         # 1. Records already in flight that are available again.
@@ -319,7 +368,17 @@ class SharePartition:
                 if r.state != RecordState.AVAILABLE:
                     continue
                 a, b = max(r.first, first_offset), min(r.last, hi)
-                if record_limit:
+                if r.count >= self.throttle_delivery_count:
+                    self.isolating = True
+                    if taken or acquired_before:
+                        break  # delivered by a later request, without the records before it
+                    limit = self.delivery_count_limit
+                    cap = 1 if limit > 2 and r.count == limit - 1 else max(
+                        1, batch_records >> (r.count - self.throttle_delivery_count + 1))
+                    b = min(b, a + min(cap, budget) - 1)
+                    taken.append((a, b))
+                    break
+                if exact:
                     b = min(b, a + budget - 1)
                 taken.append((a, b))
                 budget -= b - a + 1
@@ -334,17 +393,33 @@ class SharePartition:
         # A gap before the batch counts as in flight (until the start passes it): the batch is taken only
         # if the gap and at least one record fit, else both wait for the start to move.
         room -= new_first - end
-        if budget > 0 and new_first <= last_offset and room > 0:
+        if budget > 0 and new_first <= last_offset and room > 0 and not self.isolating:
             if new_first > end:  # offsets the log does not hold: nothing to deliver
                 self._ranges.append(_Range(end, new_first - 1, RecordState.ARCHIVED, 0))
             take = min(last_offset - new_first + 1, room)
-            if record_limit:
+            if exact:
                 take = min(take, budget)
             self._ranges.append(_Range(new_first, new_first + take - 1, RecordState.ACQUIRED, 1, member, deadline))
             taken.append((new_first, new_first + take - 1))
         self._merge()
         self._advance_start()
         return self._describe(taken)
+
+    def note_fetch(self, member: str, now: int) -> None:
+        """`member` fetches from this share-partition now (whether or not anything can be acquired: a member
+        held off by `max_record_locks` counts, it is the one to share with). Members that have not fetched
+        within the last lock duration are forgotten. See `acquire` for what this changes."""
+        fetched_at = self._fetched_at
+        fetched_at[member] = now
+        since = now - self.record_lock_duration_ms
+        if len(fetched_at) > 1 and min(fetched_at.values()) <= since:
+            for m in [m for m, at in fetched_at.items() if at <= since]:
+                del fetched_at[m]
+
+    @property
+    def shared(self) -> bool:
+        """Whether more than one member fetched from this share-partition within the last lock duration."""
+        return len(self._fetched_at) > 1
 
     # ---- acknowledging -----------------------------------------------------------------------------
 

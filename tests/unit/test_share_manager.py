@@ -110,11 +110,15 @@ def _first_batch_bytes(e: Env) -> int:
 
 async def test_earliest_and_batch_aligned_or_exact_limits(env):
     e = env(auto_offset_reset="earliest")
-    e.append(4, 4, 4)
-    assert ranges(await e.fetch("a", max_records=2)) == [(0, 3, 1)]  # whole batch: batch-optimized
-    assert ranges(await e.fetch("b", max_records=2, record_limit=True)) == [(4, 5, 1)]  # exact (KIP-1206)
-    assert ranges(await e.fetch("c", max_records=5)) == [(6, 11, 1)]  # rest of a batch + the next one
-    assert e.manager.figures()["acquired"] == 12
+    e.append(4, 4, 4, 4, 4)
+    assert ranges(await e.fetch("a", max_records=2)) == [(0, 3, 1)]  # alone: a whole batch (batch-optimized)
+    # b shares the partition from now on: a batch larger than its whole request is cut at the limit.
+    assert ranges(await e.fetch("b", max_records=3)) == [(4, 6, 1)]
+    assert ranges(await e.fetch("c", max_records=2, record_limit=True)) == [(7, 8, 1)]  # exact (KIP-1206)
+    # Batch-optimized: the rest of a batch, then the next batch whole although it crosses the limit.
+    assert ranges(await e.fetch("d", max_records=5)) == [(9, 15, 1)]
+    assert ranges(await e.fetch("e", max_records=4)) == [(16, 19, 1)]  # a batch of exactly the request
+    assert e.manager.figures()["acquired"] == 20
 
 
 async def test_acknowledgements_are_persisted_before_the_answer(env):
@@ -249,7 +253,7 @@ async def test_max_records_counts_over_the_whole_request(env):
 async def test_records_deleted_under_the_group_move_its_start(env):
     e = env(auto_offset_reset="earliest")
     e.append(2, 2, 2)
-    assert ranges(await e.fetch("a", max_records=1)) == [(0, 1, 1)]
+    assert ranges(await e.fetch("a", max_records=2)) == [(0, 1, 1)]
     e.log.delete_records_before(4, now_ms=NOW)  # DeleteRecords (or retention) under the share group
     assert ranges(await e.fetch("b")) == [(4, 5, 1)]
     assert e.manager.describe("g", TP).start_offset == 4

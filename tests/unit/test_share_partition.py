@@ -154,8 +154,9 @@ def test_only_the_acquiring_member_may_acknowledge_and_it_is_all_or_nothing():
 
 def test_max_records_batch_aligned_or_exact():
     sp = _sp()
-    # Batch-optimized: a whole new batch even past max_records.
-    assert sp.acquire("a", 0, 9, 3, now=0) == [AcquiredRange(0, 9, 1)]
+    # Batch-optimized: a whole new batch even past what is left of max_records, when the batch holds no more
+    # than the request asked for (batch alignment); a batch larger than the whole request is cut.
+    assert sp.acquire("a", 0, 9, 3, now=0, request_max_records=10) == [AcquiredRange(0, 9, 1)]
     # Record-limit (KIP-1206): exactly max_records.
     assert sp.acquire("a", 10, 19, 3, now=0, record_limit=True) == [AcquiredRange(10, 12, 1)]
     assert sp.end_offset == 13
