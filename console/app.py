@@ -21,11 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from odradek.client.admin import AclBinding, Admin
 from odradek.client.cluster import TopicPartition
@@ -73,6 +76,9 @@ class Console:
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.filters["when"] = _when
         self.templates.env.filters["size"] = _size
+        # Jinja's own urlencode leaves "/" as it is; a group id may contain one (any string is a group id),
+        # and a link to /groups/a/b would name another page: every URL part is quoted whole.
+        self.templates.env.filters["urlencode"] = _url_part
         self.templates.env.filters["tp"] = lambda tps: ", ".join(f"{tp.topic}-{tp.partition}" for tp in tps) or "-"
         self.started_at = time.time()
         self._expiry: asyncio.Task | None = None
@@ -396,7 +402,7 @@ def build_app(console: Console) -> Starlette:
         return await page(request, "group.html", load)
 
     async def group_lag_json(request: Request) -> Response:
-        group_id = request.path_params["group_id"]
+        group_id = request.query_params.get("group", "")
         session, new = console.session_of(request)
         if settings.signin_required and session.principal is None:
             return JSONResponse({"error": "sign in first"}, 403)
@@ -435,7 +441,7 @@ def build_app(console: Console) -> Starlette:
             target = await reader.admin.reset_group_offsets(group_id, partitions, to=to, **kwargs)
             reader.cache.forget("group_lag", "group", "groups")
             return f"reset {group_id}: " + ", ".join(f"{tp.topic}-{tp.partition}→{o}" for tp, o in sorted(target.items()))
-        return await mutation(request, "group.reset-offsets", group_id, run, f"/groups/{group_id}")
+        return await mutation(request, "group.reset-offsets", group_id, run, f"/groups/{_url_part(group_id)}")
 
     async def group_delete(request: Request) -> Response:
         group_id = request.path_params["group_id"]
@@ -504,7 +510,7 @@ def build_app(console: Console) -> Starlette:
             reader.cache.forget("share_group", "group", "groups")
             return f"reset share group {group_id}: " + ", ".join(
                 f"{tp.topic}-{tp.partition}→{o}" for tp, o in sorted(target.items()))
-        return await mutation(request, "share-group.reset-offsets", group_id, run, f"/share-groups/{group_id}")
+        return await mutation(request, "share-group.reset-offsets", group_id, run, f"/share-groups/{_url_part(group_id)}")
 
     async def share_group_delete(request: Request) -> Response:
         group_id = request.path_params["group_id"]
@@ -670,13 +676,16 @@ def build_app(console: Console) -> Starlette:
         Route("/topics", topics_page), Route("/topics/{name}", topic_page),
         Route("/topics/{name}/records", records_page), Route("/topics/{name}/export.{fmt:str}", export),
         Route("/topics/{name}/produce", produce, methods=["POST"]),
-        Route("/groups", groups_page), Route("/groups/{group_id}", group_page),
-        Route("/groups/{group_id}/lag.json", group_lag_json),
-        Route("/groups/{group_id}/reset", group_reset, methods=["POST"]),
-        Route("/groups/{group_id}/delete", group_delete, methods=["POST"]),
-        Route("/share-groups", share_groups_page), Route("/share-groups/{group_id}", share_group_page),
-        Route("/share-groups/{group_id}/reset", share_group_reset, methods=["POST"]),
-        Route("/share-groups/{group_id}/delete", share_group_delete, methods=["POST"]),
+        # A group id is any string, "/" included: the POST routes take the id up to their last path part,
+        # the page takes the whole rest of the path, and the lag series names its group in the query.
+        Route("/groups", groups_page), Route("/lag.json", group_lag_json),
+        Route("/groups/{group_id:path}/reset", group_reset, methods=["POST"]),
+        Route("/groups/{group_id:path}/delete", group_delete, methods=["POST"]),
+        Route("/groups/{group_id:path}", group_page),
+        Route("/share-groups", share_groups_page),
+        Route("/share-groups/{group_id:path}/reset", share_group_reset, methods=["POST"]),
+        Route("/share-groups/{group_id:path}/delete", share_group_delete, methods=["POST"]),
+        Route("/share-groups/{group_id:path}", share_group_page),
         Route("/transactions", transactions_page), Route("/transactions/abort", transaction_abort, methods=["POST"]),
         Route("/security", security_page), Route("/security/acls/add", acl_add, methods=["POST"]),
         Route("/security/acls/delete", acl_delete, methods=["POST"]),
@@ -695,7 +704,43 @@ def build_app(console: Console) -> Starlette:
         finally:
             await console.stop()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)])
+
+
+# What a page may load and run. Scripts come from the console's own /static (plus the few inline <script>
+# blocks the templates write, which hold no value a user chose); script-src-attr 'none' refuses every on*
+# handler attribute, the place where an HTML-escaped value turns back into live JavaScript (an escaped
+# quote is a quote again once the attribute is parsed). Nothing is framed (a delete button under someone
+# else's page), and forms post only here.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; script-src-attr 'none'; "
+                           "style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
+                           "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+
+
+class SecurityHeaders:
+    """Adds CONTENT_SECURITY_POLICY, nosniff and a same-origin referrer policy to every HTTP response."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+                headers["X-Content-Type-Options"] = "nosniff"
+                headers["Referrer-Policy"] = "same-origin"
+            await send(message)
+        await self.app(scope, receive, with_headers)
+
+
+def _url_part(text: Any) -> str:
+    """One part of a URL path or query value, every reserved character quoted ("/" too)."""
+    return urllib.parse.quote(str(text), safe="")
 
 
 def _local(path: str) -> str:
