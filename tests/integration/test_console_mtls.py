@@ -158,7 +158,7 @@ def test_a_certificate_that_cannot_sign_in_is_refused_with_its_cause(world, page
         expected = "wrong or missing key password"
     else:
         _sign_in(page, url, *world["rogue"])
-        expected = "did not accept this certificate"
+        expected = "not trust this client's certificate"
     error = page.locator("#login-error").inner_text()
     assert "sign-in refused" in error or expected in error
     assert expected in error, error
