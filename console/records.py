@@ -26,18 +26,18 @@ import io
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from odradek.client.config import ClientConfig
 from odradek.client.consumer import EARLIEST, FETCH, LATEST, ConsumerRecord, list_offsets
 from odradek.client.cluster import KafkaClient, TopicPartition
 from odradek.client.errors import KafkaConnectionError, KafkaError
-from odradek.protocol.errors import ErrorCode
+from odradek.protocol.errors import ErrorCode, ProtocolError
 from odradek.protocol.messages import REQUESTS
-from odradek.protocol.records import iter_batches
+from odradek.protocol.records import BatchHeader, iter_batches
 
 from .filter import RecordFilter
-from .scan import batch_records
+from .scan import LazyRecord, batch_records
 
 MAX_LIMIT = 1000  # records shown by one browse
 DEFAULT_LIMIT = 100
@@ -158,24 +158,11 @@ async def browse(config: ClientConfig, client: KafkaClient, request: BrowseReque
                         stopped = "time bound"
                         return _result(shown, scanned, stopped, positions, chosen, ends)
                     if not header.is_control:
-                        for record in batch_records(view, pos, header, tp.partition):
-                            offset = record.offset
-                            if offset < positions[tp]:
-                                continue
-                            if offset >= end or scanned >= request.max_scan or len(shown) >= request.limit:
-                                break
-                            scanned += 1
-                            positions[tp] = offset + 1
-                            if matches is None or matches(record):
-                                shown.append(ConsumerRecord(
-                                    tp.topic, tp.partition, offset, record.timestamp,
-                                    1 if header.timestamp_type_log_append else 0, record.key_bytes,
-                                    record.value_bytes, record.read_headers(),
-                                    -1 if record.key_bytes is None else len(record.key_bytes),
-                                    -1 if record.value_bytes is None else len(record.value_bytes),
-                                    header.partition_leader_epoch))
-                        else:  # every record of the batch looked at: past it (also past control batches)
-                            positions[tp] = max(positions[tp], min(header.next_offset, end))
+                        try:
+                            scanned = _walk_batch(view, pos, header, tp, request, positions, end, scanned, shown, matches)
+                        except ProtocolError as e:
+                            raise CorruptBatchError(f"the batch at offset {header.base_offset} of {tp.topic}-"
+                                                    f"{tp.partition} is corrupt: {e}") from None
                     else:
                         positions[tp] = max(positions[tp], min(header.next_offset, end))
                     await asyncio.sleep(0)  # a batch at a time: other pages are served meanwhile
@@ -188,9 +175,39 @@ async def browse(config: ClientConfig, client: KafkaClient, request: BrowseReque
             if pending is not None and time.monotonic() > deadline:
                 stopped = "time bound"
                 break
+    except ProtocolError as e:  # a fetch answer whose batches cannot be walked at all
+        raise CorruptBatchError(f"a fetch answer of {request.topic} is corrupt: {e}") from None
     finally:
         await fetches.close()
     return _result(shown, scanned, stopped, positions, chosen, ends)
+
+
+class CorruptBatchError(BrowseError):
+    """A batch the scan read failed its checks: shown with its partition and offset."""
+
+
+def _walk_batch(view: memoryview, pos: int, header: BatchHeader, tp: TopicPartition, request: BrowseRequest,
+                positions: dict[TopicPartition, int], end: int, scanned: int, shown: list[ConsumerRecord],
+                matches: Callable[[LazyRecord], bool] | None) -> int:
+    """Look at the records of one batch from positions[tp] on, up to `end` and the request's bounds; keep
+    the matches in `shown`, move positions[tp]; the count of records looked at so far."""
+    for record in batch_records(view, pos, header, tp.partition):
+        offset = record.offset
+        if offset < positions[tp]:
+            continue
+        if offset >= end or scanned >= request.max_scan or len(shown) >= request.limit:
+            return scanned
+        scanned += 1
+        positions[tp] = offset + 1
+        if matches is None or matches(record):
+            key, value = record.key_bytes, record.value_bytes
+            shown.append(ConsumerRecord(
+                tp.topic, tp.partition, offset, record.timestamp, 1 if header.timestamp_type_log_append else 0,
+                key, value, record.read_headers(), -1 if key is None else len(key),
+                -1 if value is None else len(value), header.partition_leader_epoch))
+    # every record of the batch looked at: past it (past the offsets compaction removed, too)
+    positions[tp] = max(positions[tp], min(header.next_offset, end))
+    return scanned
 
 
 def _result(shown: list[ConsumerRecord], scanned: int, stopped: str, positions: dict[TopicPartition, int],

@@ -69,3 +69,42 @@ def test_batches_in_a_fetch_answer_walk_in_order():
     offsets = [r.offset for pos, h in iter_batches(memoryview(answer))
                for r in batch_records(memoryview(answer), pos, h, 0)]
     assert offsets == [0, 1, 2, 3, 4]
+
+
+def test_a_corrupt_batch_in_a_browse_is_a_browse_error_naming_where(monkeypatch):
+    """Through browse(): a fake client whose Fetch answers one good and one corrupt batch."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from odradek.client.cluster import TopicPartition
+    from odradek.client.config import ClientConfig
+    from odradek.console import records as records_module
+    from odradek.console.records import BrowseRequest, CorruptBatchError, browse
+
+    good = build_batch([(b"k", b"v", [], 1)] * 2, base_offset=0)
+    bad = bytearray(build_batch([(b"k", b"v", [], 1)] * 2, base_offset=2))
+    bad[-1] ^= 0xFF
+
+    class Client:
+        config = ClientConfig(bootstrap_servers="127.0.0.1:1")
+
+        async def partitions_for(self, topic, must_exist=False):
+            return [0]
+
+        async def leader_for(self, tp):
+            return 1
+
+        async def send(self, node, request, timeout_ms=None):
+            part = SimpleNamespace(partition_index=0, error_code=0, records=good + bytes(bad))
+            return SimpleNamespace(error_code=0, responses=[SimpleNamespace(topic="t", partitions=[part])])
+
+    async def offsets(client, request, chosen):
+        return {TopicPartition("t", 0): 0}, {TopicPartition("t", 0): 4}
+
+    monkeypatch.setattr(records_module, "start_offsets", offsets)
+
+    async def run():
+        await browse(Client.config, Client(), BrowseRequest("t", start="earliest", max_seconds=10))
+
+    with pytest.raises(CorruptBatchError, match="offset 2 of t-0 is corrupt"):
+        asyncio.run(run())
