@@ -118,6 +118,10 @@ class ClientConfig:
     # librdkafka's PKCS12 client key store (key, certificate and chain in one file), instead of the two PEMs
     ssl_keystore_location: str | None = None
     ssl_keystore_password: str | None = field(default=None, repr=False)
+    # librdkafka's ssl.certificate.pem / ssl.key.pem: the client certificate (chain) and its private key as PEM
+    # text, held in memory only (the console's per-user mTLS sign-in); ssl.key.password decrypts the key
+    ssl_certificate_pem: str | None = field(default=None, repr=False)
+    ssl_key_pem: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
     # OAUTHBEARER, as librdkafka: enable.sasl.oauthbearer.unsecure.jwt=true makes an unsecured JWT from
     # sasl.oauthbearer.config ("principal=alice scope=a,b lifeSeconds=3600 principalClaimName=sub
@@ -149,6 +153,11 @@ class ClientConfig:
                     unsecured_jwt_settings(self.sasl_oauthbearer_config)
             elif self.sasl_username is None or self.sasl_password is None:
                 raise ConfigError(f"security.protocol {self.security_protocol} needs sasl.username and sasl.password")
+        if (self.ssl_certificate_pem is None) != (self.ssl_key_pem is None):
+            raise ConfigError("ssl.certificate.pem and ssl.key.pem go together")
+        if self.ssl_certificate_pem is not None and (self.ssl_certificate_location or self.ssl_keystore_location):
+            raise ConfigError("ssl.certificate.pem and ssl.certificate.location (or ssl.keystore.location) are two "
+                              "ways to give the client certificate: set one")
         if self.ssl_keystore_location and self.ssl_certificate_location:
             raise ConfigError("ssl.keystore.location (PKCS12) and ssl.certificate.location (PEM) are two ways to give "
                               "the client certificate: set one")

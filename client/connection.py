@@ -77,6 +77,8 @@ class ClientSecurity:
                     raise AuthenticationError(f"cannot load ssl.certificate.location/ssl.key.location: {e}") from None
             elif config.ssl_keystore_location:
                 load_pkcs12_keystore(ctx, config.ssl_keystore_location, config.ssl_keystore_password)
+            elif getattr(config, "ssl_certificate_pem", None):
+                load_pem_in_memory(ctx, config.ssl_certificate_pem, config.ssl_key_pem, config.ssl_key_password)
             security.ssl_context = ctx
         if protocol.startswith("SASL_"):
             security.mechanism = config.sasl_mechanism
@@ -124,6 +126,38 @@ def load_pkcs12_keystore(ctx: ssl.SSLContext, location: str, password: str | Non
             os.unlink(path)
         finally:
             os.rmdir(directory)
+
+
+def load_pem_in_memory(ctx: ssl.SSLContext, certificate_pem: str, key_pem: str, password: str | None) -> None:
+    """A client certificate (chain) and private key given as PEM text into `ctx`, without a file on disk.
+
+    `load_cert_chain` reads paths only, so the two PEMs are written to an anonymous memory file
+    (`memfd_create`: RAM, no name in any file system, gone when closed) and read back through
+    /proc/self/fd; the descriptor is closed before this returns. Where there is no memfd_create (not Linux),
+    this refuses rather than put a private key in a file."""
+    if not hasattr(os, "memfd_create"):
+        raise AuthenticationError("ssl.certificate.pem needs memfd_create (Linux): give ssl.certificate.location")
+    if "PRIVATE KEY-----" not in key_pem:
+        raise AuthenticationError("ssl.key.pem holds no PEM private key (-----BEGIN ... PRIVATE KEY-----)")
+    if "-----BEGIN CERTIFICATE-----" not in certificate_pem:
+        raise AuthenticationError("ssl.certificate.pem holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    data = (certificate_pem.strip() + "\n" + key_pem.strip() + "\n").encode("utf-8")
+    fd = os.memfd_create("odradek-client-key", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        # an encrypted key without a password gets "" (never OpenSSL's prompt on the terminal)
+        ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=password or (lambda: ""))
+    except ssl.SSLError as e:
+        reason = str(e.reason or e)
+        encrypted = "ENCRYPTED" in key_pem
+        hint = (" (the private key is not the certificate's)" if "MISMATCH" in reason.upper() else
+                " (the key is encrypted: a wrong or missing key password)" if encrypted else
+                " (not a PEM certificate and key OpenSSL can read)")
+        raise AuthenticationError(f"cannot use the client certificate and key: {reason}{hint}") from None
+    finally:
+        os.close(fd)
 
 
 def oauthbearer_token(config) -> tuple[str, dict[str, str]]:

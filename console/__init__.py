@@ -9,9 +9,10 @@ event loops, because:
 - it can never slow a broker's data path: rendering pages, parsing JSON for a filter, holding browser
   connections all happen in another process (on another machine if wanted); what reaches the broker is a
   bounded number of ordinary admin requests and fetches per page, under the broker's own quotas and ACLs;
-- it is authorized like every client: a user signs in as a Kafka principal and the console connects as
-  that principal, so the cluster's ACLs decide every read and change (no second permission system, no
-  super-user inside the broker waiting to be abused);
+- it is authorized like every client: a user signs in as a Kafka principal (a SASL username and password,
+  or with `--auth mtls` their own client certificate and key) and the console connects as that principal,
+  so the cluster's ACLs decide every read and change (no second permission system, no super-user inside
+  the broker waiting to be abused);
 - it works against any Odradek cluster, and against Apache Kafka too (the Odradek-only parts — broker
   metrics discovered through `metrics.port` — degrade to "give --metrics-url");
 - a console bug or upgrade never restarts a broker.
@@ -44,7 +45,8 @@ Stack: Starlette on uvicorn (routing, forms, static files, an asyncio HTTP serve
 and Jinja2 (autoescaped templates), server-rendered pages; htmx for the live banner and uPlot for the
 charts, vendored in static/ with their licenses (about 100 KB; no CDN, the console runs offline).
 
-Modules: filter (the expression language), records (browse, export, produce), reader (the pages' data,
+Modules: filter (the expression language), scan (the record walk of a filtered browse: raw Fetch answers,
+records built only for matches), records (browse, export, produce), reader (the pages' data,
 cached), sampler (lag history and broker metrics), auth (sessions, CSRF, audit), app (routes and pages),
 main (the command). The layer sits above client/ and protocol/ and imports nothing else of Odradek.
 """

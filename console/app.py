@@ -15,21 +15,27 @@ import contextlib
 import datetime
 import json
 import pathlib
+import re
 import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
+from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from odradek.client.admin import AclBinding, Admin
 from odradek.client.cluster import TopicPartition
 from odradek.client.config import ClientConfig
+from odradek.client.connection import ClientSecurity
 from odradek.client.errors import ConfigError, KafkaError, OdradekError
 
 from .auth import SESSION_COOKIE, Audit, Session, Sessions, origin_ok
@@ -50,6 +56,7 @@ CONCURRENT_BROWSES = 4
 class ConsoleSettings:
     config: ClientConfig  # the connection settings (bootstrap, TLS, SASL mechanism) every session starts from
     signin_required: bool
+    auth: str = ""  # "sasl", "mtls" or "none" (how users sign in; "" derives it from signin_required)
     read_only: bool = False
     metrics_urls: list[str] = field(default_factory=list)
     sample_interval_s: float = 5.0
@@ -58,6 +65,10 @@ class ConsoleSettings:
     certfile: str | None = None  # HTTPS (uvicorn's TLS); the session cookie is then Secure
     keyfile: str | None = None
     own_credentials: bool = False  # the console was given a principal of its own (-X sasl.username=...)
+
+    def __post_init__(self) -> None:
+        if not self.auth:
+            self.auth = "sasl" if self.signin_required else "none"
 
 
 class Console:
@@ -74,6 +85,9 @@ class Console:
         self.templates.env.filters["when"] = _when
         self.templates.env.filters["size"] = _size
         self.templates.env.filters["per_s"] = _per_second
+        # Jinja's own urlencode leaves "/" as it is; a group id may contain one (any string is a group id),
+        # and a link to /groups/a/b would name another page: every URL part is quoted whole.
+        self.templates.env.filters["urlencode"] = _url_part
         self.templates.env.filters["tp"] = lambda tps: ", ".join(f"{tp.topic}-{tp.partition}" for tp in tps) or "-"
         self.started_at = time.time()
         self._expiry: asyncio.Task | None = None
@@ -133,6 +147,8 @@ class Console:
         return session.config if session.config is not None else self.settings.config
 
     def principal_of(self, session: Session) -> str:
+        if self.settings.auth == "mtls":
+            return f"mTLS {session.principal}" if session.principal is not None else "(not signed in)"
         if not self.settings.signin_required:
             if self.settings.config.security_protocol == "SSL":
                 return "the console's certificate (mTLS)"
@@ -431,7 +447,7 @@ def build_app(console: Console) -> Starlette:
         return await page(request, "group.html", load)
 
     async def group_lag_json(request: Request) -> Response:
-        group_id = request.path_params["group_id"]
+        group_id = request.query_params.get("group", "")
         session, new = console.session_of(request)
         if settings.signin_required and session.principal is None:
             return JSONResponse({"error": "sign in first"}, 403)
@@ -470,7 +486,7 @@ def build_app(console: Console) -> Starlette:
             target = await reader.admin.reset_group_offsets(group_id, partitions, to=to, **kwargs)
             reader.cache.forget("group_lag", "group", "groups")
             return f"reset {group_id}: " + ", ".join(f"{tp.topic}-{tp.partition}→{o}" for tp, o in sorted(target.items()))
-        return await mutation(request, "group.reset-offsets", group_id, run, f"/groups/{group_id}")
+        return await mutation(request, "group.reset-offsets", group_id, run, f"/groups/{_url_part(group_id)}")
 
     async def group_delete(request: Request) -> Response:
         group_id = request.path_params["group_id"]
@@ -545,7 +561,7 @@ def build_app(console: Console) -> Starlette:
             reader.cache.forget("share_group", "group", "groups")
             return f"reset share group {group_id}: " + ", ".join(
                 f"{tp.topic}-{tp.partition}→{o}" for tp, o in sorted(target.items()))
-        return await mutation(request, "share-group.reset-offsets", group_id, run, f"/share-groups/{group_id}")
+        return await mutation(request, "share-group.reset-offsets", group_id, run, f"/share-groups/{_url_part(group_id)}")
 
     async def share_group_delete(request: Request) -> Response:
         group_id = request.path_params["group_id"]
@@ -644,45 +660,87 @@ def build_app(console: Console) -> Starlette:
         if not settings.signin_required:
             return RedirectResponse("/", 303)
         context: dict[str, Any] = {"csrf": session.csrf, "error": None, "login_error": None, "next": _local(request.query_params.get("next", "/")),
-                   "mechanism": settings.config.sasl_mechanism, "title": "Sign in", "principal": None,
+                   "mechanism": settings.config.sasl_mechanism, "auth": settings.auth, "title": "Sign in", "principal": None,
                    "signin": True, "flashes": [], "path": "/login", "can_mutate": False, "read_only": settings.read_only}
         return with_cookie(console.templates.TemplateResponse(request, "login.html", context), session, new)
 
     async def login(request: Request) -> Response:
         session, new = console.session_of(request)
-        form = await request.form()
-        next_path = _local(str(form.get("next") or "/"))
         if not settings.signin_required:
             return RedirectResponse("/", 303)
-        if new or not session.csrf_ok(str(form.get("csrf_token") or "")) or not origin_ok(
-                request.headers.get("origin"), request.headers.get("host")):
-            return PlainTextResponse("refused: this form was not sent from this console's page (CSRF check)", 403)
-        username = str(form.get("username") or "").strip()
-        password = str(form.get("password") or "")
-        error = None
-        if not username or not password:
-            error = "give a username and a password"
-        else:
-            config = settings.config.replace(sasl_username=username, sasl_password=password,
-                                             client_id=f"odradek-console-{username}")
+        # A sign-in form is small (a certificate and a key are a few KB). Bounding the body by its declared
+        # length (which the HTTP server holds the body to) keeps every uploaded part in memory: the form
+        # parser spools a file to disk only past 1 MiB.
+        declared = request.headers.get("content-length", "")
+        if not declared.isdigit() or int(declared) > MAX_SIGNIN_BYTES:
+            return PlainTextResponse(f"refused: a sign-in form is at most {MAX_SIGNIN_BYTES // 1024} KiB, "
+                                     "sent with its Content-Length", 413)
+        async with request.form(max_files=2, max_fields=10, max_part_size=MAX_SIGNIN_BYTES) as form:
+            next_path = _local(str(form.get("next") or "/"))
+            if new or not session.csrf_ok(str(form.get("csrf_token") or "")) or not origin_ok(
+                    request.headers.get("origin"), request.headers.get("host")):
+                return PlainTextResponse("refused: this form was not sent from this console's page (CSRF check)", 403)
+            if settings.auth == "mtls":
+                principal, config, error = await _mtls_sign_in(form)
+                username = ""
+            else:
+                username = str(form.get("username") or "").strip()
+                password = str(form.get("password") or "")
+                principal, config, error = username, None, None
+                if not username or not password:
+                    error = "give a username and a password"
+                else:
+                    config = settings.config.replace(sasl_username=username, sasl_password=password,
+                                                     client_id=f"odradek-console-{username}")
+        who = f"User:{username}" if settings.auth == "sasl" else f"mTLS {principal or '(no certificate)'}"
+        if config is not None and error is None:
             admin = Admin(config)
             try:
                 await admin.start()
                 await admin.describe_cluster()
-            except OdradekError as e:
+            except (OdradekError, OSError, TimeoutError) as e:
                 await admin.close()
-                error = f"sign-in refused: {describe_error(e)}"
-                console.audit.record(f"User:{username}", "sign-in", "console", f"refused: {describe_error(e)}")
+                error = f"sign-in refused: {_sign_in_error(e, settings.auth)}"
             else:
                 fresh = console.sessions.new()  # a new token at sign-in: a planted cookie gains nothing
-                fresh.principal, fresh.config, fresh.admin = username, config, admin
+                fresh.principal, fresh.config, fresh.admin = principal, config, admin
                 console.sessions.drop(session)
-                console.audit.record(f"User:{username}", "sign-in", "console", "ok")
+                console.audit.record(who, "sign-in", "console", "ok")
                 return with_cookie(RedirectResponse(next_path, 303), fresh, True)
+        console.audit.record(who, "sign-in", "console", f"refused: {error}")
         context: dict[str, Any] = {"csrf": session.csrf, "error": None, "login_error": error, "next": next_path, "mechanism": settings.config.sasl_mechanism,
-                   "title": "Sign in", "principal": None, "signin": True, "flashes": [], "path": "/login",
+                   "auth": settings.auth, "title": "Sign in", "principal": None, "signin": True, "flashes": [], "path": "/login",
                    "can_mutate": False, "read_only": settings.read_only, "username": username}
         return console.templates.TemplateResponse(request, "login.html", context, status_code=401)
+
+    async def _mtls_sign_in(form: Any) -> tuple[str | None, ClientConfig | None, str | None]:
+        """(the certificate's subject, the session's client config, None) or (subject?, None, why not) from
+        the sign-in form's certificate, private key and optional key password. The PEMs stay in memory: in
+        the returned config (repr=False) and, once connected, in the session's TLS context."""
+        texts: dict[str, str] = {}
+        for name, what in (("certificate", "certificate"), ("private_key", "private key")):
+            part = form.get(name)
+            data = await part.read() if isinstance(part, UploadFile) else str(part or "").encode("utf-8")
+            try:
+                texts[name] = data.decode("ascii")
+            except UnicodeDecodeError:
+                return None, None, f"the {what} is not PEM text (-----BEGIN ...-----)"
+            if not texts[name].strip():
+                return None, None, f"choose your {what} file (PEM)"
+        try:
+            subject = certificate_subject(texts["certificate"])
+        except ValueError as e:
+            return None, None, str(e)
+        password = str(form.get("key_password") or "") or None
+        config = settings.config.replace(
+            ssl_certificate_location=None, ssl_key_location=None, ssl_keystore_location=None,
+            ssl_keystore_password=None, ssl_certificate_pem=texts["certificate"], ssl_key_pem=texts["private_key"],
+            ssl_key_password=password, client_id="odradek-console-" + re.sub(r"[^A-Za-z0-9._-]+", "_", subject)[:100])
+        try:
+            ClientSecurity.from_config(config)  # the key is the certificate's and opens: refused here if not
+        except OdradekError as e:
+            return subject, None, f"sign-in refused: {describe_error(e)}"
+        return subject, config, None
 
     async def logout(request: Request) -> Response:
         session, new = console.session_of(request)
@@ -690,9 +748,8 @@ def build_app(console: Console) -> Starlette:
         if not session.csrf_ok(str(form.get("csrf_token") or "")):
             return PlainTextResponse("refused: CSRF check", 403)
         console.sessions.drop(session)
-        if session.admin is not None:
-            await session.admin.close()
         console.audit.record(console.principal_of(session), "sign-out", "console", "ok")
+        await session.forget()  # the user's password or private key goes with the session
         response = RedirectResponse("/login", 303)
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
@@ -712,13 +769,16 @@ def build_app(console: Console) -> Starlette:
         Route("/topics/{name}/throughput.json", topic_throughput_json),
         Route("/topics/{name}/records", records_page), Route("/topics/{name}/export.{fmt:str}", export),
         Route("/topics/{name}/produce", produce, methods=["POST"]),
-        Route("/groups", groups_page), Route("/groups/{group_id}", group_page),
-        Route("/groups/{group_id}/lag.json", group_lag_json),
-        Route("/groups/{group_id}/reset", group_reset, methods=["POST"]),
-        Route("/groups/{group_id}/delete", group_delete, methods=["POST"]),
-        Route("/share-groups", share_groups_page), Route("/share-groups/{group_id}", share_group_page),
-        Route("/share-groups/{group_id}/reset", share_group_reset, methods=["POST"]),
-        Route("/share-groups/{group_id}/delete", share_group_delete, methods=["POST"]),
+        # A group id is any string, "/" included: the POST routes take the id up to their last path part,
+        # the page takes the whole rest of the path, and the lag series names its group in the query.
+        Route("/groups", groups_page), Route("/lag.json", group_lag_json),
+        Route("/groups/{group_id:path}/reset", group_reset, methods=["POST"]),
+        Route("/groups/{group_id:path}/delete", group_delete, methods=["POST"]),
+        Route("/groups/{group_id:path}", group_page),
+        Route("/share-groups", share_groups_page),
+        Route("/share-groups/{group_id:path}/reset", share_group_reset, methods=["POST"]),
+        Route("/share-groups/{group_id:path}/delete", share_group_delete, methods=["POST"]),
+        Route("/share-groups/{group_id:path}", share_group_page),
         Route("/transactions", transactions_page), Route("/transactions/abort", transaction_abort, methods=["POST"]),
         Route("/security", security_page), Route("/security/acls/add", acl_add, methods=["POST"]),
         Route("/security/acls/delete", acl_delete, methods=["POST"]),
@@ -737,7 +797,69 @@ def build_app(console: Console) -> Starlette:
         finally:
             await console.stop()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)])
+
+
+# What a page may load and run. Scripts come from the console's own /static (plus the few inline <script>
+# blocks the templates write, which hold no value a user chose); script-src-attr 'none' refuses every on*
+# handler attribute, the place where an HTML-escaped value turns back into live JavaScript (an escaped
+# quote is a quote again once the attribute is parsed). Nothing is framed (a delete button under someone
+# else's page), and forms post only here.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; script-src-attr 'none'; "
+                           "style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
+                           "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+
+
+class SecurityHeaders:
+    """Adds CONTENT_SECURITY_POLICY, nosniff and a same-origin referrer policy to every HTTP response."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+                headers["X-Content-Type-Options"] = "nosniff"
+                headers["Referrer-Policy"] = "same-origin"
+            await send(message)
+        await self.app(scope, receive, with_headers)
+
+
+def _url_part(text: Any) -> str:
+    """One part of a URL path or query value, every reserved character quoted ("/" too)."""
+    return urllib.parse.quote(str(text), safe="")
+
+
+MAX_SIGNIN_BYTES = 64 * 1024
+
+
+def certificate_subject(pem: str) -> str:
+    """The subject of the first certificate in `pem` as RFC 2253 text ("CN=alice,OU=eng,O=Org"), the name
+    Kafka's default principal builder gives it (User:<subject>) before ssl.principal.mapping.rules; ValueError
+    when it is not a PEM certificate."""
+    from cryptography import x509
+
+    try:
+        return x509.load_pem_x509_certificate(pem.encode("ascii")).subject.rfc4514_string()
+    except ValueError:
+        raise ValueError("the certificate is not a PEM X.509 certificate (-----BEGIN CERTIFICATE-----)") from None
+
+
+def _sign_in_error(error: BaseException, auth: str) -> str:
+    """Why connecting as the signing-in user failed, with the likely cause of a refused certificate (a broker
+    that does not trust it ends the TLS connection, which the client sees as closed or reset)."""
+    text = describe_error(error) if isinstance(error, OdradekError) else (
+        "no answer from the cluster in time" if isinstance(error, TimeoutError) else str(error))
+    if auth == "mtls" and "trust" not in text and ("closed" in text or "reset" in text or "alert" in text.lower()):
+        return (f"{text} (the brokers ended the TLS connection: they did not accept this certificate; is it "
+                "signed by a CA in their ssl.truststore?)")
+    return text
 
 
 def _local(path: str) -> str:

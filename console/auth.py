@@ -5,8 +5,22 @@ principal's username and password (SCRAM-SHA-512 by default, `--sasl-mechanism`)
 user's own connections with them, so the cluster's ACLs decide every read and every change, exactly as for
 the user's own clients, and the console holds no power of its own. The password is checked by the SASL
 exchange itself (a refused login is the broker's answer, shown on the sign-in page) and kept only in the
-session's client config, in memory, until sign-out or SESSION_IDLE_S of inactivity. On a PLAINTEXT (or
-mTLS) cluster there is no per-user principal to sign in as: the console uses its own connections and, by
+session's client config, in memory, until sign-out or SESSION_IDLE_S of inactivity.
+
+On an SSL listener that requires client certificates, `--auth mtls` signs each user in with their own
+certificate and private key (PEM files chosen on the sign-in page, and the key's password if it is
+encrypted). The console opens that session's connections with them, so the brokers see the certificate's
+subject and map it with their own ssl.principal.mapping.rules: the ACLs decide as for the user's own
+clients. The sign-in form is bounded (64 KiB) so its parts never leave memory; the PEMs are kept only in the
+session's client config and TLS contexts (loaded through an anonymous memory file, never a path on disk;
+client/connection.py), are never logged, and go at sign-out or expiry. A key that is not the certificate's,
+or a wrong key password, is refused before any connection; a certificate the brokers do not trust is refused
+by their TLS handshake, and the page says so. Not automatic on SSL: an SSL listener may not ask for client
+certificates at all, and then the console's own connection is what the operator wants (`--auth none`, the
+default there).
+
+On a PLAINTEXT cluster (or SSL without --auth mtls) there is no per-user principal to sign in as: the
+console uses its own connections and, by
 default, binds 127.0.0.1 only; binding another address without sign-in is refused at start unless the
 operator says `--allow-anonymous-remote`; with sign-in, an address beyond loopback needs HTTPS
 (`--certfile/--keyfile`, and the cookie is then Secure) unless `--allow-plain-http`.
@@ -51,6 +65,12 @@ class Session:
     last_used: float = field(default_factory=time.monotonic)
     flashes: list[tuple[str, str]] = field(default_factory=list)  # outcomes of changes, shown once
 
+    async def forget(self) -> None:
+        """Close the user's connections and drop their credentials (password, or certificate and key)."""
+        admin, self.admin, self.config = self.admin, None, None
+        if admin is not None:
+            await admin.close()
+
     def csrf_ok(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.csrf.encode())
 
@@ -89,18 +109,15 @@ class Sessions:
         now = time.monotonic()
         closing, self._closing = self._closing, []
         for session in closing:
-            if session.admin is not None:
-                await session.admin.close()
+            await session.forget()
         for session in list(self._by_token.values()):
             if now - session.last_used > SESSION_IDLE_S:
                 self._by_token.pop(session.token, None)
-                if session.admin is not None:
-                    await session.admin.close()
+                await session.forget()
 
     async def close_all(self) -> None:
         for session in [*self._by_token.values(), *self._closing]:
-            if session.admin is not None:
-                await session.admin.close()
+            await session.forget()
         self._by_token.clear()
 
 

@@ -32,6 +32,23 @@ index; `.size` is the length in bytes. A comparison between values of different 
 string) is false rather than an error, as a filter over records whose shape varies must be; an operand
 alone is true when it is neither null, false, 0 nor empty. A malformed expression raises `FilterError`
 with the column of the mistake, which the page shows.
+
+Cheap first
+-----------
+A filter runs on every record a browse reads, so the parser compiles it for speed without changing what
+it means (evaluation has no side effects and raises nothing, so the order of the operands of `and`/`or`
+is free):
+
+- the operands of `and`/`or` are evaluated cheapest first (offset, partition, timestamp; then sizes; then
+  byte comparisons of key, value and headers; `.json` last), so `value.json.a == 1 and offset > 10` parses
+  no JSON below offset 10;
+- `==`, `!=`, contains, startswith and endswith between key, value or a header and a string are done on
+  the bytes: for a string without U+FFFD (the replacement character) they give the same answer as on the
+  decoded text, since valid UTF-8 decodes byte for byte and an invalid byte decodes to U+FFFD only;
+- `(key|value).json.PATH == "text"` or `== 42` first looks for the literal in the raw bytes: a JSON text
+  without a backslash writes every string as its characters, so `"text"` must occur in it; one without
+  `.`, `e` or `E` writes every number as a plain integer, so the digits of 42 must occur. When the bytes
+  cannot hold a match the JSON is not parsed; otherwise it is, as before.
 """
 
 from __future__ import annotations
@@ -169,10 +186,17 @@ class RecordView:
         return self._cache[slot]
 
     def header(self, name: str) -> str | None:
+        raw = self.header_bytes(name)
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    def header_bytes(self, name: str) -> bytes | None:
         for k, v in self.headers:
             if k == name:
-                return None if v is None else v.decode("utf-8", "replace")
+                return v
         return None
+
+    def raw(self, name: str) -> bytes | None:
+        return self.key_bytes if name == "key" else self.value_bytes
 
 
 Getter = Callable[[RecordView], Any]
@@ -231,6 +255,20 @@ class _Parser:
     nodes: int = 0
     depth: int = 0
     fields_used: set[str] = field(default_factory=set)
+    # id(getter) -> its cost (0 for constants and record numbers, up to COST_JSON), and what a field getter
+    # reads, so that parse_compare can choose a cheaper form (see "Cheap first")
+    optimize: bool = True  # False: the plain tree, as written (the reference the unit tests compare with)
+    costs: dict[int, int] = field(default_factory=dict)
+    reads: dict[int, tuple] = field(default_factory=dict)
+
+    def costed(self, getter: Getter, cost: int, reads: tuple | None = None) -> Getter:
+        self.costs[id(getter)] = cost
+        if reads is not None:
+            self.reads[id(getter)] = reads
+        return getter
+
+    def cost(self, getter: Getter) -> int:
+        return self.costs.get(id(getter), COST_JSON)
 
     def peek(self) -> Token | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -261,20 +299,38 @@ class _Parser:
         return lambda record: _truthy(node(record))
 
     def parse_or(self) -> Getter:
-        left = self.parse_and()
+        operands = [self.parse_and()]
         while self.is_word("or"):
             self.count(self.take().column)
-            right = self.parse_and()
-            left = (lambda a, b: lambda r: _truthy(a(r)) or _truthy(b(r)))(left, right)
-        return left
+            operands.append(self.parse_and())
+        return self.chain(operands, any_of=True)
 
     def parse_and(self) -> Getter:
-        left = self.parse_unary()
+        operands = [self.parse_unary()]
         while self.is_word("and"):
             self.count(self.take().column)
-            right = self.parse_unary()
-            left = (lambda a, b: lambda r: _truthy(a(r)) and _truthy(b(r)))(left, right)
-        return left
+            operands.append(self.parse_unary())
+        return self.chain(operands, any_of=False)
+
+    def chain(self, operands: list[Getter], *, any_of: bool) -> Getter:
+        """`a or b or ...` (any_of) / `a and b and ...`, cheapest operand first."""
+        if len(operands) == 1:
+            return operands[0]
+        ordered = tuple(sorted(operands, key=self.cost) if self.optimize else operands)
+        if any_of:
+            def either(r: RecordView) -> bool:
+                for operand in ordered:
+                    if _truthy(operand(r)):
+                        return True
+                return False
+            return self.costed(either, sum(map(self.cost, ordered)))
+
+        def both(r: RecordView) -> bool:
+            for operand in ordered:
+                if not _truthy(operand(r)):
+                    return False
+            return True
+        return self.costed(both, sum(map(self.cost, ordered)))
 
     def parse_unary(self) -> Getter:
         if self.is_word("not"):
@@ -283,7 +339,7 @@ class _Parser:
             self.nest(token.column)
             inner = self.parse_unary()
             self.depth -= 1
-            return lambda r: not _truthy(inner(r))
+            return self.costed(lambda r: not _truthy(inner(r)), self.cost(inner))
         return self.parse_compare()
 
     def nest(self, column: int) -> None:
@@ -299,7 +355,10 @@ class _Parser:
             self.count(token.column)
             right = self.parse_operand()
             op = token.value
-            return lambda r: _compare(op, left(r), right(r))
+            fast = _on_bytes(op, self.reads.get(id(left)), right, self.reads.get(id(right))) if self.optimize else None
+            if fast is not None:
+                return self.costed(fast, COST_BYTES if self.reads[id(left)][0] != "json" else COST_JSON)
+            return self.costed(lambda r: _compare(op, left(r), right(r)), self.cost(left) + self.cost(right))
         return left
 
     def parse_operand(self) -> Getter:
@@ -316,12 +375,12 @@ class _Parser:
             return inner
         if token.kind in ("string", "number"):
             value = token.value
-            return lambda r: value
+            return self.costed(lambda r: value, 0, ("constant", value))
         if token.kind == "name":
             word = token.text.lower()
             if word in ("true", "false", "null"):
                 constant = {"true": True, "false": False, "null": None}[word]
-                return lambda r: constant
+                return self.costed(lambda r: constant, 0, ("constant", constant))
             return self.parse_field(token)
         raise FilterError(f"expected a field or a value, got {token.text!r}", token.column)
 
@@ -341,20 +400,20 @@ class _Parser:
             raise FilterError(f"unknown field {name!r} (fields: {', '.join(FIELDS)})", token.column)
         self.fields_used.add(name)
         if name in ("offset", "partition", "timestamp"):
-            return lambda r: getattr(r, name)
+            return self.costed(lambda r: getattr(r, name), 0)
         if name == "headers":
             step = self.path_step()
             header = str(step.value)
-            return lambda r: r.header(header)
+            return self.costed(lambda r: r.header(header), COST_HEADER, ("header", header))
         following = self.peek()
         if following is None or following.kind != ".":
-            return lambda r: r.text(name)
+            return self.costed(lambda r: r.text(name), COST_TEXT, ("text", name))
         step = self.path_step()
         if step.kind == "name" and step.text == "size":
             def size(r: RecordView) -> int | None:
                 raw = r.key_bytes if name == "key" else r.value_bytes
                 return None if raw is None else len(raw)
-            return size
+            return self.costed(size, 1)
         if step.kind != "name" or step.text != "json":
             raise FilterError(f"after {name}. comes json or size, not {step.text!r}", step.column)
         path: list[str | int] = []
@@ -363,7 +422,66 @@ class _Parser:
             self.count(step.column)
             path.append(step.value if step.kind != "name" else step.text)
         frozen = tuple(path)
-        return lambda r: _walk(r.json(name), frozen)
+        return self.costed(lambda r: _walk(r.json(name), frozen), COST_JSON, ("json", name, frozen))
+
+
+COST_BYTES, COST_TEXT, COST_HEADER, COST_JSON = 2, 3, 4, 20
+
+
+def _on_bytes(op: str, left: tuple | None, right: Getter, right_reads: tuple | None) -> Getter | None:
+    """A faster getter for `left op "string"` (or `json == 42`) with the same answers, or None (see "Cheap
+    first" above)."""
+    if left is None or right_reads is None or right_reads[0] != "constant":
+        return None
+    constant = right_reads[1]
+    kind = left[0]
+    try:
+        return _bytes_getter(op, left, kind, constant)
+    except UnicodeEncodeError:  # a lone surrogate in the literal: compared as text, as before
+        return None
+
+
+def _bytes_getter(op: str, left: tuple, kind: str, constant: Any) -> Getter | None:
+    if kind in ("text", "header") and isinstance(constant, str) and "\ufffd" not in constant \
+            and op in ("==", "!=", "contains", "startswith", "endswith"):
+        literal = constant.encode("utf-8")
+        if kind == "text":
+            name = left[1]
+
+            def raw(r: RecordView) -> bytes | None:
+                return r.key_bytes if name == "key" else r.value_bytes
+        else:
+            header = left[1]
+
+            def raw(r: RecordView) -> bytes | None:
+                return r.header_bytes(header)
+        if op == "==":
+            return lambda r: raw(r) == literal
+        if op == "!=":
+            return lambda r: raw(r) != literal
+        if op == "contains":
+            return lambda r: (b := raw(r)) is not None and literal in b
+        if op == "startswith":
+            return lambda r: (b := raw(r)) is not None and b.startswith(literal)
+        return lambda r: (b := raw(r)) is not None and b.endswith(literal)
+    if kind == "json" and op in ("==", "!=") and not isinstance(constant, bool) \
+            and (isinstance(constant, str) or (isinstance(constant, int) and abs(constant) < 2 ** 53)):
+        name, path = left[1], left[2]
+        if isinstance(constant, str):
+            needle, escaped = json.dumps(constant, ensure_ascii=False).encode("utf-8"), re.compile(rb"\\").search
+        else:
+            needle, escaped = str(abs(constant)).encode("ascii"), re.compile(rb"[.eE]").search
+
+        def equal(r: RecordView) -> bool:
+            raw = r.key_bytes if name == "key" else r.value_bytes
+            if raw is None:
+                return False
+            # (a zero byte in the first four: json.loads reads UTF-16 or UTF-32, where these bytes say nothing)
+            if needle not in raw and escaped(raw) is None and b"\x00" not in raw[:4]:
+                return False  # the bytes cannot hold the literal: no JSON parsed
+            return _compare("==", _walk(r.json(name), path), constant)
+        return equal if op == "==" else (lambda r: not equal(r))
+    return None
 
 
 @dataclass(frozen=True)
@@ -375,8 +493,8 @@ class RecordFilter:
     fields_used: frozenset[str]
 
 
-def parse_filter(text: str) -> RecordFilter:
+def parse_filter(text: str, *, optimize: bool = True) -> RecordFilter:
     """Parse `text`; FilterError (with a column) when it is not an expression of the grammar above."""
-    parser = _Parser(tokenize(text), text)
+    parser = _Parser(tokenize(text), text, optimize=optimize)
     matches = parser.parse()
     return RecordFilter(text, matches, frozenset(parser.fields_used))

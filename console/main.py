@@ -2,6 +2,8 @@
 
     odradek console --bootstrap-server localhost:9092            -> http://127.0.0.1:9080/
     odradek console -b broker:9093 -X security.protocol=SASL_SSL -X ssl.ca.location=ca.pem   (users sign in)
+    odradek console -b broker:9094 -X security.protocol=SSL -X ssl.ca.location=ca.pem --auth mtls
+                                                     (users sign in with their own client certificate)
 
 Options: --host/--port where the console listens (127.0.0.1:9080 by default), --read-only, --metrics-url
 (repeatable; Odradek brokers' /metrics are found by themselves), --sample-interval, --sasl-mechanism for
@@ -41,6 +43,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="seconds between lag and metrics samples (default 5)")
     parser.add_argument("--browse-seconds", type=float, default=30.0, metavar="S",
                         help="the time bound of one record browse, besides its record bounds (default 30, at most 600)")
+    parser.add_argument("--auth", choices=("auto", "none", "sasl", "mtls"), default="auto",
+                        help="how users sign in: sasl (username and password, the default on SASL_* listeners), "
+                             "mtls (each user's client certificate and key, on an SSL listener), none (the "
+                             "console's own connection, the default otherwise)")
     parser.add_argument("--sasl-mechanism", default=None,
                         help="mechanism users sign in with on a SASL cluster (default SCRAM-SHA-512)")
     parser.add_argument("--allow-anonymous-remote", action="store_true",
@@ -68,8 +74,24 @@ def settings_from(args: argparse.Namespace) -> "ConsoleSettings":
     properties = client_properties(argparse.Namespace(command_config=args.command_config, properties=args.properties))
     bootstrap = args.bootstrap_server or properties.pop("bootstrap_servers", None) or default_bootstrap()
     own_user = properties.get("sasl_username")
-    signin = str(properties.get("security_protocol", "PLAINTEXT")).upper().startswith("SASL_")
-    if signin and not own_user:
+    protocol = str(properties.get("security_protocol", "PLAINTEXT")).upper()
+    auth = args.auth if args.auth != "auto" else "sasl" if protocol.startswith("SASL_") else "none"
+    if auth == "sasl" and not protocol.startswith("SASL_"):
+        raise ConfigError(f"--auth sasl needs a SASL listener (-X security.protocol=SASL_SSL or SASL_PLAINTEXT), "
+                          f"not {protocol}")
+    if auth == "mtls" and protocol != "SSL":
+        raise ConfigError(f"--auth mtls signs users in with their client certificates on an SSL listener "
+                          f"(-X security.protocol=SSL), not {protocol}: on SASL_SSL the brokers authorize the "
+                          "SASL user, whatever the certificate")
+    if auth == "none" and protocol.startswith("SASL_") and not own_user:
+        raise ConfigError("--auth none on a SASL listener needs the console's own principal "
+                          "(-X sasl.username=... -X sasl.password=...)")
+    if auth == "mtls":
+        # the console's own certificate (if any) serves the console's own connections (the sampler); a user's
+        # session replaces it with theirs
+        own_user = properties.get("ssl_certificate_location") or properties.get("ssl_keystore_location")
+    signin = auth in ("sasl", "mtls")
+    if auth == "sasl" and not own_user:
         # The sessions fill in their user's name and password; the console itself connects with none
         # (nothing starts a client from this template before a user signs in).
         properties.update(sasl_username="", sasl_password="")
@@ -78,7 +100,10 @@ def settings_from(args: argparse.Namespace) -> "ConsoleSettings":
     timeouts = {"request_timeout_ms": 15_000, "default_api_timeout_ms": 15_000, "bootstrap_retry_refused": False}
     config = ClientConfig(**{"bootstrap_servers": bootstrap, "client_id": "odradek-console", **timeouts,
                              **_typed(properties)})
-    if signin:
+    if auth == "mtls" and not is_loopback(args.host) and args.certfile is None and not args.allow_plain_http:
+        raise ConfigError(f"mTLS sign-in on {args.host!r} over plain HTTP would send private keys in clear: give "
+                          "--certfile/--keyfile (HTTPS), bind a loopback address, or --allow-plain-http")
+    if auth == "sasl":
         mechanism = args.sasl_mechanism or (config.sasl_mechanism if "sasl_mechanism" in properties else "SCRAM-SHA-512")
         config = config.replace(sasl_mechanism=mechanism)
         if mechanism == "OAUTHBEARER":
@@ -98,7 +123,7 @@ def settings_from(args: argparse.Namespace) -> "ConsoleSettings":
         raise ConfigError("--sample-interval is at least 0.5 s")
     if not 1 <= args.browse_seconds <= 600:
         raise ConfigError("--browse-seconds is 1 to 600")
-    return ConsoleSettings(config, signin, read_only=args.read_only, metrics_urls=list(args.metrics_url),
+    return ConsoleSettings(config, signin, auth=auth, read_only=args.read_only, metrics_urls=list(args.metrics_url),
                            sample_interval_s=args.sample_interval, own_credentials=bool(own_user),
                            browse_seconds=args.browse_seconds, certfile=args.certfile, keyfile=args.keyfile)
 
@@ -163,7 +188,8 @@ async def serve(settings: "ConsoleSettings", host: str, port: int) -> int:
             for sock in s.sockets:
                 bound_host, bound_port = sock.getsockname()[:2]
                 shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-                mode = "sign-in with a Kafka principal" if settings.signin_required else "no sign-in"
+                mode = {"sasl": "sign-in with a Kafka principal (SASL)",
+                        "mtls": "sign-in with each user's client certificate (mTLS)"}.get(settings.auth, "no sign-in")
                 log.info("console listening on %s://%s:%d/ for %s (%s%s)", scheme, shown, bound_port,
                          settings.config.bootstrap_servers, mode, ", read-only" if settings.read_only else "")
                 print(f"odradek console: {scheme}://{shown}:{bound_port}/", flush=True)

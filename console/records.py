@@ -20,18 +20,24 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import csv
 import io
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from odradek.client.config import ClientConfig, ConsumerConfig
-from odradek.client.consumer import EARLIEST, LATEST, Consumer, ConsumerRecord, list_offsets
+from odradek.client.config import ClientConfig
+from odradek.client.consumer import EARLIEST, FETCH, LATEST, ConsumerRecord, list_offsets
 from odradek.client.cluster import KafkaClient, TopicPartition
+from odradek.client.errors import KafkaConnectionError, KafkaError
+from odradek.protocol.errors import ErrorCode, ProtocolError
+from odradek.protocol.messages import REQUESTS
+from odradek.protocol.records import BatchHeader, iter_batches
 
-from .filter import RecordFilter, RecordView
+from .filter import RecordFilter
+from .scan import LazyRecord, batch_records
 
 MAX_LIMIT = 1000  # records shown by one browse
 DEFAULT_LIMIT = 100
@@ -101,7 +107,11 @@ async def start_offsets(client: KafkaClient, request: BrowseRequest,
 
 
 async def browse(config: ClientConfig, client: KafkaClient, request: BrowseRequest) -> BrowseResult:
-    """Read as BrowseRequest says and return the records shown (matches of the filter, when there is one)."""
+    """Read as BrowseRequest says and return the records shown (matches of the filter, when there is one).
+
+    The records come from the console's own Fetch requests on `client` (scan.py says why not the consumer):
+    one request per leader for the partitions still to read, the next one sent as soon as the previous
+    answer's batch headers say where it ends, so the cluster reads while the console filters."""
     partitions_of = await client.partitions_for(request.topic, must_exist=True)
     if request.partition is not None and request.partition not in partitions_of:
         raise BrowseError(f"topic {request.topic!r} has no partition {request.partition} "
@@ -109,65 +119,197 @@ async def browse(config: ClientConfig, client: KafkaClient, request: BrowseReque
     chosen = [TopicPartition(request.topic, p) for p in sorted(partitions_of)
               if request.partition is None or p == request.partition]
     starts, ends = await start_offsets(client, request, chosen)
-    pending = {tp for tp in chosen if starts[tp] < ends[tp]}
+    positions = dict(starts)  # where the next record to look at is, per partition
     shown: list[ConsumerRecord] = []
     scanned = 0
-    positions = dict(starts)
     stopped = "end"
-    if pending:
-        # Small fetches when only a page of records is wanted (a browse without a filter decodes little more
-        # than it shows); larger ones when a filter scans.
-        fetch_bytes = 1_048_576 if request.filter is not None else 131_072
-        consumer_config = ConsumerConfig(**{**_plain(config), "group_id": None, "enable_auto_commit": False,
-                                            "auto_offset_reset": "earliest", "max_poll_records": 2000,
-                                            "max_partition_fetch_bytes": fetch_bytes, "prefetch_bytes": 2 * fetch_bytes,
-                                            "client_id": f"{config.client_id}-browse"})
-        consumer = Consumer(config=consumer_config)
-        try:
-            consumer.assign(sorted(pending))
-            for tp in pending:
-                consumer.seek(tp, starts[tp])
-            deadline = time.monotonic() + request.max_seconds
-            while pending:
-                if scanned >= request.max_scan:
-                    stopped = "scan bound"
-                    break
-                if len(shown) >= request.limit:
-                    stopped = "limit"
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    stopped = "time bound"
-                    break
-                batch = await consumer.getmany(timeout_ms=int(min(remaining, 1.0) * 1000),
-                                               max_records=min(2000, request.max_scan - scanned))
-                for tp, records in batch.items():
-                    for record in records:
-                        if tp not in pending or record.offset >= ends[tp]:
-                            pending.discard(tp)
-                            break
-                        if scanned >= request.max_scan or len(shown) >= request.limit:
-                            break
-                        scanned += 1
-                        positions[tp] = record.offset + 1
-                        if request.filter is None or request.filter.matches(_view(record)):
-                            shown.append(record)
-                        if positions[tp] >= ends[tp]:
-                            pending.discard(tp)
-                            break
-                if scanned >= request.max_scan or len(shown) >= request.limit:
-                    continue  # the bound is said at the top of the loop; nothing past it was looked at
-                for tp in list(pending):
-                    # past the records: the position moves over control batches and aborted data too
-                    position = await consumer.position(tp)
-                    if position >= ends[tp]:
-                        positions[tp] = ends[tp]
-                        pending.discard(tp)
-        finally:
-            await consumer.close(autocommit=False)
+    matches = request.filter.matches if request.filter is not None else None
+    # Small fetches when only a page of records is wanted (a browse without a filter decodes little more than
+    # it shows); larger ones when a filter scans.
+    fetch_bytes = 1_048_576 if request.filter is not None else 131_072
+    deadline = time.monotonic() + request.max_seconds
+    fetches = _Fetches(client, request.topic, fetch_bytes)
+    asked = {tp: o for tp, o in positions.items() if o < ends[tp]}
+    pending: asyncio.Task[tuple[dict[TopicPartition, bytes], dict[TopicPartition, int]]] | None = \
+        fetches.start(asked) if asked else None
+    try:
+        while pending is not None:
+            answers, jumps = await pending
+            for tp, log_start in jumps.items():  # retention removed what was asked: on from the log start
+                positions[tp] = max(positions[tp], min(log_start, ends[tp]))
+            # where each partition's next fetch starts: after the last whole batch of this answer
+            following = {tp: max(offset, jumps.get(tp, offset)) for tp, offset in asked.items()}
+            for tp, records in answers.items():
+                for _, header in iter_batches(memoryview(records)):
+                    following[tp] = max(following[tp], header.next_offset)
+            following = {tp: o for tp, o in following.items() if o < ends[tp]}
+            more = following and scanned < request.max_scan and len(shown) < request.limit
+            pending = fetches.start(following) if more else None
+            asked = following
+            for tp, records in answers.items():
+                view = memoryview(records)
+                end = ends[tp]
+                for pos, header in iter_batches(view):
+                    if header.next_offset <= positions[tp]:
+                        continue
+                    if scanned >= request.max_scan or len(shown) >= request.limit:
+                        break
+                    if time.monotonic() > deadline:
+                        stopped = "time bound"
+                        return _result(shown, scanned, stopped, positions, chosen, ends)
+                    if not header.is_control:
+                        try:
+                            scanned = _walk_batch(view, pos, header, tp, request, positions, end, scanned, shown, matches)
+                        except ProtocolError as e:
+                            raise CorruptBatchError(f"the batch at offset {header.base_offset} of {tp.topic}-"
+                                                    f"{tp.partition} is corrupt: {e}") from None
+                    else:
+                        positions[tp] = max(positions[tp], min(header.next_offset, end))
+                    await asyncio.sleep(0)  # a batch at a time: other pages are served meanwhile
+            if len(shown) >= request.limit and any(positions[tp] < ends[tp] for tp in chosen):
+                stopped = "limit"
+                break
+            if scanned >= request.max_scan and any(positions[tp] < ends[tp] for tp in chosen):
+                stopped = "scan bound"
+                break
+            if pending is not None and time.monotonic() > deadline:
+                stopped = "time bound"
+                break
+    except ProtocolError as e:  # a fetch answer whose batches cannot be walked at all
+        raise CorruptBatchError(f"a fetch answer of {request.topic} is corrupt: {e}") from None
+    finally:
+        await fetches.close()
+    return _result(shown, scanned, stopped, positions, chosen, ends)
+
+
+class CorruptBatchError(BrowseError):
+    """A batch the scan read failed its checks: shown with its partition and offset."""
+
+
+def _walk_batch(view: memoryview, pos: int, header: BatchHeader, tp: TopicPartition, request: BrowseRequest,
+                positions: dict[TopicPartition, int], end: int, scanned: int, shown: list[ConsumerRecord],
+                matches: Callable[[LazyRecord], bool] | None) -> int:
+    """Look at the records of one batch from positions[tp] on, up to `end` and the request's bounds; keep
+    the matches in `shown`, move positions[tp]; the count of records looked at so far."""
+    for record in batch_records(view, pos, header, tp.partition):
+        offset = record.offset
+        if offset < positions[tp]:
+            continue
+        if offset >= end or scanned >= request.max_scan or len(shown) >= request.limit:
+            return scanned
+        scanned += 1
+        positions[tp] = offset + 1
+        if matches is None or matches(record):
+            key, value = record.key_bytes, record.value_bytes
+            shown.append(ConsumerRecord(
+                tp.topic, tp.partition, offset, record.timestamp, 1 if header.timestamp_type_log_append else 0,
+                key, value, record.read_headers(), -1 if key is None else len(key),
+                -1 if value is None else len(value), header.partition_leader_epoch))
+    # every record of the batch looked at: past it (past the offsets compaction removed, too)
+    positions[tp] = max(positions[tp], min(header.next_offset, end))
+    return scanned
+
+
+def _result(shown: list[ConsumerRecord], scanned: int, stopped: str, positions: dict[TopicPartition, int],
+            chosen: list[TopicPartition], ends: dict[TopicPartition, int]) -> BrowseResult:
     shown.sort(key=lambda r: (r.partition, r.offset))
     return BrowseResult(shown, scanned, stopped, {tp.partition: positions[tp] for tp in chosen},
                         {tp.partition: ends[tp] for tp in chosen})
+
+
+class _Fetches:
+    """The browse's Fetch requests: per round, one request per leader for the partitions asked, sent at once
+    and gathered as one task (`start`), so that the next round is on the wire while this one is walked.
+
+    Read uncommitted, as a consumer without a group; the records a browse looks at stop at the high
+    watermarks seen when it began. A leader that moved is found again (metadata refresh, retried within the
+    client's default API timeout); an offset below the log start (retention ran) continues at the log
+    start; any other error (an ACL refusal, say) ends the browse with it."""
+
+    def __init__(self, client: KafkaClient, topic: str, partition_bytes: int):
+        self.client, self.topic, self.partition_bytes = client, topic, partition_bytes
+        self.tasks: list[asyncio.Task] = []
+
+    def start(self, offsets: dict[TopicPartition, int]) -> "asyncio.Task[tuple[dict[TopicPartition, bytes], dict[TopicPartition, int]]]":
+        task = asyncio.get_running_loop().create_task(self._round(dict(offsets)))
+        self.tasks.append(task)
+        return task
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            if not task.done():
+                task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _round(self, offsets: dict[TopicPartition, int]) -> tuple[dict[TopicPartition, bytes], dict[TopicPartition, int]]:
+        """(the records answered per partition, the log start of partitions asked below it)."""
+        answers: dict[TopicPartition, bytes] = {}
+        jumps: dict[TopicPartition, int] = {}
+        attempt = 0
+        deadline = time.monotonic() + self.client.config.default_api_timeout_ms / 1000
+        while offsets:
+            by_leader: dict[int, dict[TopicPartition, int]] = {}
+            for tp, offset in offsets.items():
+                by_leader.setdefault(await self.client.leader_for(tp), {})[tp] = offset
+            results = await asyncio.gather(*(self._fetch(node, asked) for node, asked in by_leader.items()),
+                                           return_exceptions=True)
+            retry: dict[TopicPartition, int] = {}
+            for asked, result in zip(by_leader.values(), results):
+                if isinstance(result, KafkaConnectionError):
+                    retry.update(asked)
+                    continue
+                if isinstance(result, BaseException):
+                    raise result
+                got, again, moved = result
+                answers.update(got)
+                retry.update(again)
+                jumps.update(moved)
+            if not retry or answers or jumps:
+                return answers, jumps  # partitions to retry are asked again in the next round
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, context=f"Fetch {sorted(retry)}")
+            self.client.request_update()
+            await asyncio.sleep(self.client.backoff_s(attempt))
+            offsets = retry
+        return answers, jumps
+
+    async def _fetch(self, node: int, asked: dict[TopicPartition, int]) -> tuple[dict, dict, dict]:
+        cls = REQUESTS[FETCH]
+        request = cls(
+            replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=max(len(asked), 1) * self.partition_bytes,
+            isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[cls.FetchTopic(topic=self.topic, partitions=[
+                cls.FetchTopic.FetchPartition(partition=tp.partition, fetch_offset=offset,
+                                              partition_max_bytes=self.partition_bytes)
+                for tp, offset in asked.items()])])
+        response = await self.client.send(node, request, timeout_ms=self.client.config.request_timeout_ms + 100)
+        if response.error_code:
+            raise KafkaError(response.error_code, context="Fetch")
+        got: dict[TopicPartition, bytes] = {}
+        again: dict[TopicPartition, int] = {}
+        moved: dict[TopicPartition, int] = {}
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = TopicPartition(self.topic, p.partition_index)
+                if tp not in asked:
+                    continue
+                code = ErrorCode.for_code(p.error_code)
+                if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    (start, _), = (await list_offsets(self.client, {tp: EARLIEST})).values()
+                    if start > asked[tp]:
+                        moved[tp] = start
+                        continue
+                    raise KafkaError(code, f"offset {asked[tp]}", context=str(tp))
+                if code != ErrorCode.NONE:
+                    if code.invalid_metadata or code.retriable:
+                        again[tp] = asked[tp]
+                        continue
+                    raise KafkaError(code, context=f"Fetch {tp}")
+                got[tp] = bytes(p.records or b"")
+        return got, again, moved
 
 
 def _plain(config: ClientConfig) -> dict[str, Any]:
@@ -175,10 +317,6 @@ def _plain(config: ClientConfig) -> dict[str, Any]:
     import dataclasses
 
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(ClientConfig)}
-
-
-def _view(record: ConsumerRecord) -> RecordView:
-    return RecordView(record.key, record.value, record.headers, record.offset, record.partition, record.timestamp)
 
 
 def render(data: bytes | None, fmt: str) -> tuple[str, str]:

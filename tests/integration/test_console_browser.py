@@ -356,7 +356,7 @@ def test_groups_of_both_protocols_and_an_offset_reset_the_group_sees(world, page
     # the lag chart moved with the reset: its series went from 0 to every record (one sample per second here)
     _open(page, url + "/groups/billing", "#lag-chart")
     _wait(lambda: int(page.locator("#lag-chart").get_attribute("data-points") or 0) >= 1, "lag chart points")
-    series = page.request.get(url + "/groups/billing/lag.json").json()
+    series = page.request.get(url + "/lag.json?group=billing").json()
     assert series["lag"][0] == 0 and series["lag"][-1] == RECORDS, series
 
 
@@ -609,3 +609,39 @@ def test_the_filter_over_a_million_record_partition_stays_within_its_bound(world
         assert page.locator("#records tr[data-offset]").count() == 1
     finally:
         console.stop()
+
+
+def test_a_group_named_like_a_script_is_shown_as_text_and_deleted_without_running_it(world, page):
+    """Any string is a group id: quotes, "</script>", "/" and JavaScript in one must be shown as text, link
+    to its own page, confirm its deletion with the name as written, and run nothing on the way."""
+    group_id = ('x\'");window.__pwned=1;//</script><script>window.__pwned=2</script>'
+                '<img src=x onerror="window.__pwned=3">/../stale')
+    committer = Consumer({"bootstrap.servers": world.plain, "group.id": group_id, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition("events", 0, 1)], asynchronous=False)
+    committer.close()
+    url = world.consoles["plain"].url
+    dialogs: list[str] = []
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def confirm(dialog) -> None:
+        dialogs.append(f"{dialog.type}: {dialog.message}")
+        dialog.accept()
+    page.on("dialog", confirm)
+    link = page.locator("#groups a", has_text="window.__pwned")
+    _wait(lambda: _open(page, url + "/groups", "#groups") and link.count() == 1, "the group listed")  # 2 s cache
+    assert link.inner_text() == group_id
+    link.click()
+    page.wait_for_selector("#delete")
+    assert page.locator("h1").inner_text().startswith(f"Group {group_id} ")
+    assert "events-0" in page.locator("#lag").inner_text()
+    policy = page.request.get(url + "/groups").headers["content-security-policy"]
+    assert "script-src-attr 'none'" in policy
+    page.click("#delete-go")
+    page.wait_for_selector("[data-flash]")
+    assert dialogs == [f"confirm: Delete group {group_id} and its committed offsets?"]
+    assert page.locator("[data-flash]").inner_text() == f"deleted group {group_id}"
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert errors == []
+    listed = AdminClient({"bootstrap.servers": world.plain}).list_consumer_groups(request_timeout=20).result(30)
+    assert group_id not in {g.group_id for g in listed.valid}

@@ -129,3 +129,25 @@ def test_token_soup_parses_or_is_a_filter_error(tokens):
     except FilterError:
         return
     assert f.matches(record(b"x", b'{"a": 1}', [("h", b"x")], 1)) in (True, False)
+
+
+_FIELDS = st.sampled_from(["key", "value", "headers.h", "value.json.a", "value.json.s", "key.json", "value.size",
+                           "offset", "timestamp"])
+_LITERALS = st.sampled_from(['"x"', '"ab"', '"é"', '"\\ufffd"', '"a\\"b"', "1", "42", "-3", "0", "2.5", "null",
+                             "true", '""'])
+_OPS = st.sampled_from(["==", "!=", "<", ">=", "contains", "startswith", "endswith"])
+_BYTES = st.one_of(st.none(), st.binary(max_size=12), st.sampled_from([
+    b'{"a": 42}', b'{"a": 42.0}', b'{"a": 4.2e1}', b'{"a": "x"}', b'{"s": "a\\"b"}', b'{"s": "\\u00e9"}', b"42",
+    b'"x"', b"\xff\xfe4\x002\x00", b"ab", b"x", "é".encode(), b"\xe9", b'{"a": -3, "s": "ab"}', b"0", b"-0"]))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.tuples(_FIELDS, _OPS, _LITERALS), min_size=1, max_size=4), st.lists(st.sampled_from(["and", "or"]), min_size=3, max_size=3),
+       _BYTES, _BYTES, _BYTES)
+def test_the_compiled_filter_answers_as_the_plain_tree(parts, joins, key, value, header):
+    """Cheap-first ordering, byte comparisons and the JSON pre-check never change an answer."""
+    text = " ".join(f"{j} {f} {o} {lit}" if i else f"{f} {o} {lit}"
+                    for i, ((f, o, lit), j) in enumerate(zip(parts, [""] + joins)))
+    fast, plain = parse_filter(text), parse_filter(text, optimize=False)
+    r = record(key, value, [("h", header)], 7, 0, 1000)
+    assert fast.matches(r) == plain.matches(record(key, value, [("h", header)], 7, 0, 1000)), text

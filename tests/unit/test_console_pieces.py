@@ -181,6 +181,37 @@ def test_a_console_without_sign_in_refuses_to_listen_beyond_loopback():
     assert isinstance(parse_args([]), argparse.Namespace)
 
 
+def test_mtls_sign_in_is_asked_for_and_needs_an_ssl_listener():
+    ssl = ("-b", "h:9094", "-X", "security.protocol=SSL")
+    assert _settings(*ssl).auth == "none" and not _settings(*ssl).signin_required  # not automatic on SSL
+    mtls = _settings(*ssl, "--auth", "mtls")
+    assert mtls.auth == "mtls" and mtls.signin_required and not mtls.own_credentials
+    assert _settings(*ssl, "--auth", "mtls", "-X", "ssl.certificate.location=c.pem", "-X",
+                     "ssl.key.location=k.pem").own_credentials  # the console's own certificate: its sampler
+    for protocol in ("PLAINTEXT", "SASL_SSL"):
+        with pytest.raises(ConfigError, match="an SSL listener"):
+            _settings("-b", "h:9094", "-X", f"security.protocol={protocol}", "--auth", "mtls")
+    with pytest.raises(ConfigError, match="private keys in clear"):
+        _settings(*ssl, "--auth", "mtls", "--host", "0.0.0.0")
+    with pytest.raises(ConfigError, match="needs a SASL listener"):
+        _settings(*ssl, "--auth", "sasl")
+    with pytest.raises(ConfigError, match="own principal"):
+        _settings("-b", "h:9093", "-X", "security.protocol=SASL_SSL", "--auth", "none")
+    assert _settings("-b", "h:9093", "-X", "security.protocol=SASL_SSL").auth == "sasl"
+
+
+def test_pem_credentials_are_never_in_a_configs_repr():
+    from odradek.client.config import ClientConfig
+
+    config = ClientConfig(bootstrap_servers="h:1", security_protocol="SSL", ssl_certificate_pem="CERT-TEXT",
+                          ssl_key_pem="KEY-TEXT", ssl_key_password="PW")
+    assert "KEY-TEXT" not in repr(config) and "CERT-TEXT" not in repr(config) and "PW" not in repr(config)
+    with pytest.raises(ConfigError, match="go together"):
+        ClientConfig(bootstrap_servers="h:1", ssl_certificate_pem="CERT-TEXT")
+    with pytest.raises(ConfigError, match="set one"):
+        ClientConfig(bootstrap_servers="h:1", ssl_certificate_pem="C", ssl_key_pem="K", ssl_certificate_location="c")
+
+
 def test_sessions_are_capped():
     from odradek.console.auth import MAX_SESSIONS
 
