@@ -16,6 +16,11 @@ broker + controller nodes, as bench.replication_bench) gets one topic of N parti
   controller moves leaderships once it fences the dead broker; that came well before
   broker.session.timeout.ms in every run, so the figure is detection plus the election of its N/3-odd
   leaderships, and what grows with N is the second part.)
+- the longest stall of each node's event loop while the topic is created and comes into sync: a probe
+  thread keeps one ApiVersions request in flight per node (its own connection, the next one sent 5 ms
+  after an answer) and reports the slowest answer per node. ApiVersions costs the broker microseconds, so
+  a slow answer is time the node's loop spent on something else in one go (applying the new partitions,
+  above all); it is a lower bound of the longest callback, within the 5 ms gap.
 
 Flat per partition is the goal: creation and election time over N, and RSS over N, should not rise with N.
 Nothing is pinned and the machine may be shared: read the curve, not single figures.
@@ -24,11 +29,13 @@ Nothing is pinned and the machine may be shared: read the curve, not single figu
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,6 +70,54 @@ def _all_in_sync(cluster: Cluster, node_id: int, n: int) -> bool:
         p.leader_id >= 0 and sorted(p.isr_nodes) == sorted(p.replica_nodes) for p in parts)
 
 
+class LoopLagProbe:
+    """One ApiVersions request in flight per node, from a thread of its own, until `stop()`: the slowest
+    answer per node (ms) is `worst` (see the module doc). A node that does not answer (killed, or a
+    connection refused) is skipped until it does."""
+
+    GAP_S = 0.005
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.worst: dict[int, float] = {node: 0.0 for node in NODES}
+        self.answers: dict[int, int] = {node: 0 for node in NODES}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    def start(self) -> LoopLagProbe:
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[int, float]:
+        self._stop.set()
+        self._thread.join(30)
+        return dict(self.worst)
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(self._probe(node) for node in NODES))
+
+    async def _probe(self, node: int) -> None:
+        from odradek.broker.node_client import NodeConnection
+        from odradek.protocol.messages import ApiVersionsRequest
+
+        conn = NodeConnection(node, "127.0.0.1", self.cluster.client_port(node), backoff_s=0.0, client_id="lag-probe")
+        request = ApiVersionsRequest(client_software_name="lag-probe", client_software_version="1")
+        try:
+            while not self._stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    await conn.request(request, 3, timeout_s=120)
+                except Exception:  # noqa: BLE001 - the node is down or restarting: try again later
+                    await asyncio.sleep(0.2)
+                    continue
+                took = (time.monotonic() - t0) * 1000
+                self.answers[node] += 1
+                self.worst[node] = max(self.worst[node], took)
+                await asyncio.sleep(self.GAP_S)
+        finally:
+            await conn.close()
+
+
 def one_size(n: int, workdir: str | None, port: int | None = None) -> dict:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -79,6 +134,7 @@ def one_size(n: int, workdir: str | None, port: int | None = None) -> dict:
             time.sleep(1.0)
             before = {node: rss_bytes(cluster.pid(node)) for node in NODES}
             admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+            probe = LoopLagProbe(cluster).start()
             t0 = time.monotonic()
             for future in admin.create_topics([NewTopic(TOPIC, n, 3)], request_timeout=600,
                                               operation_timeout=600).values():
@@ -94,6 +150,7 @@ def one_size(n: int, workdir: str | None, port: int | None = None) -> dict:
                 cluster.wait(lambda node=node: _all_in_sync(cluster, node, n), f"{n} partitions in sync on node {node}",
                              timeout_s=1800, poll_s=0.5)
             row["all_in_sync_s"] = time.monotonic() - t0
+            row["loop_stall_ms"] = probe.stop()
             time.sleep(2.0)
             after = {node: rss_bytes(cluster.pid(node)) for node in NODES}
             row["rss_before_mib"] = {node: before[node] / 2**20 for node in NODES}
@@ -133,13 +190,15 @@ def report(results: dict) -> str:
     out = [f"3 combined nodes on {results['cpus']} cores (unpinned), one topic of N partitions, RF=3; "
            f"broker.session.timeout.ms={results['broker_session_timeout_ms']}"]
     out.append(f"{'N':>7}{'created s':>11}{'in sync s':>11}{'ms/part.':>10}{'RSS KiB/part. (nodes 1,2,3)':>30}"
-               f"{'kill->leaders s':>17}{'it led':>8}")
+               f"{'kill->leaders s':>17}{'it led':>8}{'longest stall ms (nodes 1,2,3)':>33}")
     for r in results["sizes"]:
         n = r["partitions"]
         per_node = {int(k): v for k, v in r["rss_kib_per_partition"].items()}  # (JSON made the keys strings)
         rss = ", ".join(f"{per_node[node]:.1f}" for node in NODES)
+        stalls = {int(k): v for k, v in r.get("loop_stall_ms", {}).items()}
+        stall = ", ".join(f"{stalls[node]:.0f}" for node in NODES) if stalls else "-"
         out.append(f"{n:>7,}{r['create_answered_s']:>11.2f}{r['all_in_sync_s']:>11.2f}{r['all_in_sync_s'] / n * 1000:>10.2f}"
-                   f"{rss:>30}{r['election_s']:>17.2f}{r['killed_node_led']:>8}")
+                   f"{rss:>30}{r['election_s']:>17.2f}{r['killed_node_led']:>8}{stall:>33}")
     return "\n".join(out)
 
 

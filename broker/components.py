@@ -58,6 +58,7 @@ from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
 from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
+from .hosting_driver import SLICE_PARTITIONS, HostingDriver
 from .log_dirs import LogDirs
 from .metrics import Metrics, MetricsServer, ShareGroupsCollector
 from .node import Membership, Node, TimerDriver
@@ -150,7 +151,13 @@ def _build_on(
     publisher.register(dynamic_config)
     known = log_manager.get_log(METADATA_PARTITION)  # what replaying it at start is not news of (log_dirs.py)
     data.metadata_known_through = known.log_end_offset if known is not None else -1
-    publisher.register(PartitionHosting(data, log_manager, topic_settings(dynamic_config), now_ms, replica_fetchers))
+    # A large update's partitions are applied in slices between turns of the loop (broker/hosting_driver.py).
+    hosting = PartitionHosting(data, log_manager, topic_settings(dynamic_config), now_ms, replica_fetchers,
+                               budget=SLICE_PARTITIONS)
+    hosting_driver = HostingDriver(hosting, after_slice=after_state_change)
+    hosting.on_pending = hosting_driver.wake
+    spawn(hosting_driver.run())
+    publisher.register(hosting)
     quorum = _start_quorum(cfg, cluster_id, log_manager, publisher)
     log_dirs = LogDirs(log_manager, data, replica_fetchers, publisher, quorum.controller, node_id=cfg.node_id,
                        broker_epoch=lambda: membership.broker_epoch, clock=now_ms)

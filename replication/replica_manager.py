@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import bisect
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -75,6 +76,7 @@ from .replica_selector import ClientMetadata, ReplicaSelector, ReplicaView
 from odradek.purgatory.timing_wheel import Timer
 
 if TYPE_CHECKING:
+    from odradek.metadata.image import MetadataImage
     from odradek.metadata.publisher import MetadataUpdate
     from odradek.storage.log import Log
     from odradek.storage.log_manager import LogManager
@@ -178,6 +180,12 @@ class ReplicaManager:
         self._parked_follower_fetches: dict[int, dict[DelayedFetch, frozenset[TopicPartition] | None]] = {}
         self._awaited: dict[int, dict[TopicPartition, int]] = {}
         self.follower_fetches_woken = 0  # parked follower fetches completed early for a new leadership
+        # Applying committed metadata (apply_delta): partitions of the last image still to be made what it
+        # says, oldest first (topic id, whether the partition is new), and what applying them needs.
+        self._pending_hosting: OrderedDict[TopicPartition, tuple[uuid.UUID, bool]] = OrderedDict()
+        self._hosting_image: MetadataImage | None = None
+        self._hosting_ports: tuple = (None, None, None)
+        self._min_isr_of: dict[uuid.UUID, int] = {}
 
     def know_brokers_by(self, *, replica_selector: ReplicaSelector | None,
                         replica_rack: Callable[[int, str], tuple[bool, str | None]],
@@ -400,62 +408,121 @@ class ReplicaManager:
     # -- applying committed metadata (Kafka's applyDelta; replication/hosting.py has the theory) --
 
     def apply_delta(self, update: MetadataUpdate, *, now_ms: int, log_manager: LogManager,
-                    topic_settings: TopicSettings, fetchers: FetcherTargets | None) -> None:
+                    topic_settings: TopicSettings, fetchers: FetcherTargets | None, budget: int | None = None) -> int:
         """Make the partitions hosted here what the committed image of `update` says: logs opened, created
         or deleted through `log_manager`, each partition led, followed (its leader added to `fetchers`) or
-        leaderless, topic configs applied (`topic_settings`), and the brokers that may not join an ISR noted."""
+        leaderless, topic configs applied (`topic_settings`), and the brokers that may not join an ISR noted.
+
+        With `budget` None all of it happens now. Otherwise the partitions that may wait (see hosting.py:
+        not led here, not of an internal topic) are queued, at most `budget` of the queue is applied now,
+        and the rest by `apply_pending`; returns how many partitions are left queued."""
         image = update.image
+        self._hosting_image = image
+        self._hosting_ports = (log_manager, topic_settings, fetchers)
+        self._min_isr_of = {}
         self.set_ineligible_replicas(
             (b.broker_id for b in image.brokers.values() if b.fenced or b.in_controlled_shutdown), now_ms
         )
+        pending = self._pending_hosting
         for removed in update.removed_topics.values():
             for tp in [tp for tp in [*self.partitions, *self.offline_partitions] if tp.topic == removed.name]:
                 self._drop(tp, log_manager, fetchers)
+            for tp in [tp for tp, (topic_id, _) in pending.items() if topic_id == removed.topic_id]:
+                del pending[tp]
+        urgent: list[TopicPartition] = []
         for topic_id in update.changed_topic_ids:
             topic = image.topics_by_id.get(topic_id)
             if topic is None:
                 continue
-            log_config, min_isr = topic_settings(image, topic.name)
+            log_config, self._min_isr_of[topic_id] = topic_settings(image, topic.name)
             log_manager.update_topic_config(topic.name, log_config)
-            for index, p in topic.partitions.items():
+            internal = topic.name.startswith("__")
+            previous = update.previous.topics_by_id.get(topic_id)
+            # Kafka's getOrCreateLog(isNew): a replica with no log here is created only if the partition is new
+            # (not in the image before this update) or no data directory is offline. Otherwise its log may be on
+            # the failed directory, and an empty one made elsewhere could be elected leader (it is in the ISR
+            # until the controller hears) and serve a log without its records. New: created by this update, and
+            # not replayed at start from the metadata log this broker already had (its log may be on the disk).
+            fresh_update = not update.is_snapshot and (update.offset < 0 or update.offset > self.metadata_known_through)
+            for index in update.partitions_changed(topic):
                 tp = TopicPartition(topic.name, index)
-                if self.node_id not in p.replicas:
-                    if self.get_partition(tp) is not None or tp in self.offline_partitions:
-                        self._drop(tp, log_manager, fetchers)  # reassigned away
+                hosted = self.partitions.get(tp)
+                if (self.node_id not in topic.partitions[index].replicas and hosted is None
+                        and tp not in self.offline_partitions):
+                    pending.pop(tp, None)  # not assigned here, and nothing of it is here: nothing to do
                     continue
-                if tp in self.offline_partitions:
-                    continue  # its log directory failed: offline here until the broker restarts, as in Kafka
-                partition = self.get_partition(tp)
-                if partition is not None:
-                    plog = partition.log
-                else:
-                    # Kafka's getOrCreateLog(isNew): a replica with no log here is created only if the partition
-                    # is new (not in the image before this update) or no data directory is offline. Otherwise its
-                    # log may be on the failed directory, and an empty one made elsewhere could be elected
-                    # leader (it is in the ISR until the controller hears) and serve a log without its records.
-                    # New: created by this update (not in the image before it), and not replayed at start from
-                    # the metadata log this broker already had (it existed then: its log may be on the disk).
-                    new = (not update.is_snapshot and (update.offset < 0 or update.offset > self.metadata_known_through)
-                           and index not in (previous.partitions if (previous := update.previous.topics_by_id.get(topic_id))
-                                             else ()))
-                    try:
-                        plog = log_manager.get_or_create_log(tp, topic_id=topic.topic_id.bytes, now_ms=now_ms,
-                                                             is_new=new)
-                    except KafkaStorageError as e:
-                        self.offline_partitions.add(tp)
-                        if self.on_offline_replica is not None:
-                            self.on_offline_replica(tp, str(e))
-                        continue
-                self.apply_partition_state(
-                    tp, topic_id=topic.topic_id, log=plog, leader_id=p.leader, leader_epoch=p.leader_epoch,
-                    replicas=p.replicas, isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
-                    partition_epoch=p.partition_epoch,
-                )
-                if fetchers is not None:
-                    if p.leader >= 0 and p.leader != self.node_id:
-                        fetchers.follow(tp, topic_id=topic.topic_id, leader_id=p.leader, leader_epoch=p.leader_epoch)
-                    else:
-                        fetchers.unfollow(tp)
+                new = fresh_update and (previous is None or index not in previous.partitions)
+                queued = pending.get(tp)
+                if queued is not None and queued[0] == topic_id:
+                    new = new or queued[1]  # still not created: as new as when first queued
+                pending[tp] = (topic_id, new)
+                if budget is None or internal or (hosted is not None and hosted.is_leader):
+                    urgent.append(tp)
+        for tp in urgent:
+            self._host_pending(tp, now_ms)
+        return self.apply_pending(now_ms, budget)
+
+    @property
+    def pending_hosting(self) -> int:
+        """Partitions of the last applied image not yet made what it says (see apply_delta's budget)."""
+        return len(self._pending_hosting)
+
+    def is_hosting_pending(self, tp: TopicPartition) -> bool:
+        return tp in self._pending_hosting
+
+    def apply_pending(self, now_ms: int, limit: int | None = None) -> int:
+        """Apply up to `limit` (None: all) queued partitions of the last image, oldest first; returns how many
+        are left. Each is made what the *last* image says, whichever update queued it."""
+        pending = self._pending_hosting
+        done = 0
+        while pending and (limit is None or done < limit):
+            tp = next(iter(pending))
+            self._host_pending(tp, now_ms)
+            done += 1
+        return len(pending)
+
+    def _host_pending(self, tp: TopicPartition, now_ms: int) -> None:
+        queued = self._pending_hosting.pop(tp, None)
+        if queued is None:
+            return
+        topic_id, new = queued
+        image = self._hosting_image
+        assert image is not None  # (queued only by apply_delta, which sets it)
+        log_manager, topic_settings, fetchers = self._hosting_ports
+        topic = image.topics_by_id.get(topic_id)
+        p = topic.partitions.get(tp.partition) if topic is not None else None
+        if topic is None or p is None:
+            return  # (a removed topic's partitions were dropped when the removal was applied)
+        if self.node_id not in p.replicas:
+            if self.get_partition(tp) is not None or tp in self.offline_partitions:
+                self._drop(tp, log_manager, fetchers)  # reassigned away
+            return
+        if tp in self.offline_partitions:
+            return  # its log directory failed: offline here until the broker restarts, as in Kafka
+        min_isr = self._min_isr_of.get(topic_id)
+        if min_isr is None:
+            min_isr = self._min_isr_of[topic_id] = topic_settings(image, topic.name)[1]
+        partition = self.get_partition(tp)
+        if partition is not None:
+            plog = partition.log
+        else:
+            try:
+                plog = log_manager.get_or_create_log(tp, topic_id=topic.topic_id.bytes, now_ms=now_ms, is_new=new)
+            except KafkaStorageError as e:
+                self.offline_partitions.add(tp)
+                if self.on_offline_replica is not None:
+                    self.on_offline_replica(tp, str(e))
+                return
+        self.apply_partition_state(
+            tp, topic_id=topic.topic_id, log=plog, leader_id=p.leader, leader_epoch=p.leader_epoch,
+            replicas=p.replicas, isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
+            partition_epoch=p.partition_epoch,
+        )
+        if fetchers is not None:
+            if p.leader >= 0 and p.leader != self.node_id:
+                fetchers.follow(tp, topic_id=topic.topic_id, leader_id=p.leader, leader_epoch=p.leader_epoch)
+            else:
+                fetchers.unfollow(tp)
 
     def _drop(self, tp: TopicPartition, log_manager: LogManager, fetchers: FetcherTargets | None) -> None:
         """No longer hosted here (reassigned away, or its topic deleted): unfollowed, removed, log deleted."""
