@@ -7,8 +7,9 @@ broker + controller nodes, as bench.replication_bench) gets one topic of N parti
 3 (the controller spreads leaders and replicas), and the bench reports:
 
 - creation: CreateTopics sent -> answered (the controller committed the records), and -> every node's
-  Metadata shows all N partitions with a leader and a full ISR (each broker created its N logs, the
-  followers fetch and joined);
+  Metadata shows all N partitions with a leader and a full ISR and its DescribeLogDirs lists a log for
+  each of the N (each broker created its N logs: Metadata alone answers from the image, which is current
+  before the logs of a large update are all made);
 - RSS per partition: each node's resident memory in sync minus its memory before the topic, divided by N
   (every node holds a replica of every partition);
 - leader election after kill -9 of the node leading the most partitions among those that are not the
@@ -118,6 +119,19 @@ class LoopLagProbe:
             await conn.close()
 
 
+def _hosted(cluster: Cluster, node_id: int) -> int:
+    """How many partitions of the topic `node_id` has a log for (DescribeLogDirs): Metadata answers from the
+    image, which a node makes current before it has created the logs of a large update (they follow in
+    slices, replication/hosting.py), so "in sync" also waits for this."""
+    from odradek.protocol.messages import DescribeLogDirsRequest
+
+    try:
+        response = cluster.request(node_id, DescribeLogDirsRequest(topics=None), 4, timeout_s=30)
+    except OSError:
+        return -1
+    return sum(len(t.partitions) for r in response.results for t in r.topics if t.name == TOPIC)
+
+
 def one_size(n: int, workdir: str | None, port: int | None = None) -> dict:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -147,8 +161,8 @@ def one_size(n: int, workdir: str | None, port: int | None = None) -> dict:
             del admin
             row["create_answered_s"] = time.monotonic() - t0
             for node in NODES:
-                cluster.wait(lambda node=node: _all_in_sync(cluster, node, n), f"{n} partitions in sync on node {node}",
-                             timeout_s=1800, poll_s=0.5)
+                cluster.wait(lambda node=node: _all_in_sync(cluster, node, n) and _hosted(cluster, node) == n,
+                             f"{n} partitions in sync and hosted on node {node}", timeout_s=1800, poll_s=0.5)
             row["all_in_sync_s"] = time.monotonic() - t0
             row["loop_stall_ms"] = probe.stop()
             time.sleep(2.0)

@@ -481,6 +481,17 @@ class ReplicaManager:
             done += 1
         return len(pending)
 
+    def _missing_partition_error(self, tp: TopicPartition) -> ErrorCode:
+        """The error for a partition not hosted here: KAFKA_STORAGE_ERROR when its directory failed,
+        NOT_LEADER_OR_FOLLOWER when the image has it here but it waits its turn (Kafka's answer for a
+        partition its metadata cache knows and the replica manager does not: the client refreshes its
+        metadata and retries), else UNKNOWN_TOPIC_OR_PARTITION."""
+        if tp in self.offline_partitions:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        if tp in self._pending_hosting:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
     def _host_pending(self, tp: TopicPartition, now_ms: int) -> None:
         queued = self._pending_hosting.pop(tp, None)
         if queued is None:
@@ -592,8 +603,7 @@ class ReplicaManager:
                     origin: AppendOrigin = AppendOrigin.CLIENT, guard: VerificationGuard | None = None) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
-            offline = tp in self.offline_partitions
-            return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            return ProduceResult(error_code=int(self._missing_partition_error(tp)))
         if required_acks == -1 and self.lease_expired and self._is_stranded(partition, now_ms):
             return ProduceResult(error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER), log_start_offset=partition.log_start_offset,
                                  error_message="no controller has answered this broker for a session and the ISR "
@@ -736,8 +746,7 @@ class ReplicaManager:
             tp = p.topic_partition
             partition = self.partitions.get(tp)
             if partition is None:
-                offline = tp in self.offline_partitions
-                results[tp] = FetchResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                results[tp] = FetchResult(error_code=int(self._missing_partition_error(tp)))
                 continue
             try:
                 if consumer is not None:

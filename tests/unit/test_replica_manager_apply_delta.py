@@ -196,3 +196,20 @@ def test_a_change_to_some_partitions_of_a_topic_looks_at_those_only(tmp_path):
     publisher.publish(MetadataUpdate(first, second, frozenset({TOPIC_ID}), changed_partitions={TOPIC_ID: frozenset({7})}))
     assert seen == [7] and fetchers.following[TopicPartition("t", 7)] == (2, 2)
     logs.close()
+
+
+def test_a_partition_waiting_its_turn_answers_not_leader_as_kafka_does(tmp_path):
+    """The image has it here, the replica manager not yet: NOT_LEADER_OR_FOLLOWER (the client refreshes
+    and retries), as Kafka answers for a partition its metadata cache knows and its replica manager does not."""
+    from odradek.protocol.errors import ErrorCode
+    from odradek.protocol.records import build_batch
+
+    logs, replicas, fetchers, publisher, hosting, woken = sliced(tmp_path, budget=0)
+    image = image_with(followed(2, leader=1, replicas=(1, 2)))
+    publisher.publish(MetadataUpdate(MetadataImage(), image, frozenset({TOPIC_ID})))
+    waiting = replicas._append_one(TopicPartition("t", 0), bytearray(build_batch([(None, b"v", None, 0)])), 1, 1000)
+    unknown = replicas._append_one(TopicPartition("nope", 0), bytearray(build_batch([(None, b"v", None, 0)])), 1, 1000)
+    assert (waiting.error_code, unknown.error_code) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    hosting.apply_pending()
+    assert replicas._append_one(TopicPartition("t", 0), bytearray(build_batch([(None, b"v", None, 0)])), 1, 1000).error_code == 0
+    logs.close()
