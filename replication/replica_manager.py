@@ -55,6 +55,7 @@ Everything here is synchronous and takes `now_ms`; callers (the broker) own the 
 from __future__ import annotations
 
 import bisect
+import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -84,6 +85,9 @@ if TYPE_CHECKING:
     from .hosting import FetcherTargets, TopicSettings
 
 events = structlog.get_logger("odradek.replication")  # (`log` is a partition's Log here)
+# Its level, asked before a per-partition line is built: structlog's lazy logger binds on every call, which
+# was a seventh of hosting a new partition when 10,000 arrive at once and the level is WARNING.
+_events_level = logging.getLogger("odradek.replication")
 
 NO_TIMESTAMP = -1
 
@@ -242,7 +246,8 @@ class ReplicaManager:
             leader_id if leader_id >= 0 else None, leader_epoch, replicas, isr
         ):
             return partition
-        if (partition.leader_id, partition.leader_epoch) != (leader_id if leader_id >= 0 else None, leader_epoch):
+        if (partition.leader_id, partition.leader_epoch) != (leader_id if leader_id >= 0 else None, leader_epoch) \
+                and _events_level.isEnabledFor(logging.INFO):
             # This replica's role, logged here on the broker hosting it (Kafka's "Leader/Follower ... starts
             # at leader epoch"); an ISR-only change is the controller's to log (event_log.py).
             events.info("became leader" if leader_id == self.node_id else "became follower" if leader_id >= 0
