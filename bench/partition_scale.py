@@ -23,6 +23,8 @@ broker + controller nodes, as bench.replication_bench) gets one topic of N parti
   a slow answer is time the node's loop spent on something else in one go (applying the new partitions,
   above all); it is a lower bound of the longest callback, within the 5 ms gap.
 
+Each node's log is read at the end for how often the controller quorum lost its leader during the run.
+
 Flat per partition is the goal: creation and election time over N, and RSS over N, should not rise with N.
 Nothing is pinned and the machine may be shared: read the curve, not single figures.
 """
@@ -132,7 +134,7 @@ def _hosted(cluster: Cluster, node_id: int) -> int:
     return sum(len(t.partitions) for r in response.results for t in r.topics if t.name == TOPIC)
 
 
-def one_size(n: int, workdir: str | None, port: int | None = None) -> dict:
+def one_size(n: int, workdir: str | None, port: int | None = None, in_sync_timeout_s: float = 1800) -> dict:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -160,9 +162,15 @@ def one_size(n: int, workdir: str | None, port: int | None = None) -> dict:
                     row["create_retried"] = True
             del admin
             row["create_answered_s"] = time.monotonic() - t0
-            for node in NODES:
-                cluster.wait(lambda node=node: _all_in_sync(cluster, node, n) and _hosted(cluster, node) == n,
-                             f"{n} partitions in sync and hosted on node {node}", timeout_s=1800, poll_s=0.5)
+            try:
+                for node in NODES:
+                    cluster.wait(lambda node=node: _all_in_sync(cluster, node, n) and _hosted(cluster, node) == n,
+                                 f"{n} partitions in sync and hosted on node {node}", timeout_s=in_sync_timeout_s,
+                                 poll_s=0.5)
+            except RuntimeError as e:  # reported as such: the row has what was measured up to here
+                row["error"] = str(e)
+                row["loop_stall_ms"] = probe.stop()
+                return row
             row["all_in_sync_s"] = time.monotonic() - t0
             row["loop_stall_ms"] = probe.stop()
             time.sleep(2.0)
@@ -189,14 +197,29 @@ def one_size(n: int, workdir: str | None, port: int | None = None) -> dict:
             cluster.wait(moved, "every partition led by a live node", timeout_s=900, poll_s=0.2)
             row["election_s"] = time.monotonic() - t0
         finally:
+            row["quorum_leader_lost"] = _leader_losses(cluster)
             cluster.down()
     return row
 
 
-def run(sizes: list[int], workdir: str | None = None, port: int | None = None) -> dict:
+def _leader_losses(cluster: Cluster) -> dict[int, int]:
+    """How many times each node logged that the controller quorum lost its leader during the size's run (a
+    node whose loop stalls past the quorum's fetch timeout costs the quorum its leader)."""
+    counts = {}
+    for node in NODES:
+        try:
+            text = (cluster.dir / f"node-{node}" / "node.log").read_text(errors="replace")
+        except OSError:
+            continue
+        counts[node] = text.count("controller quorum leader lost")
+    return counts
+
+
+def run(sizes: list[int], workdir: str | None = None, port: int | None = None, in_sync_timeout_s: float = 1800) -> dict:
     results: dict = {"cpus": os.cpu_count(), "broker_session_timeout_ms": SESSION_TIMEOUT_MS, "sizes": []}
     for n in sizes:
-        results["sizes"].append(one_size(n, workdir, port))
+        results["sizes"].append(one_size(n, workdir, port, in_sync_timeout_s))
+        results["sizes"][-1]["loadavg"] = os.getloadavg()
     return results
 
 
@@ -204,15 +227,21 @@ def report(results: dict) -> str:
     out = [f"3 combined nodes on {results['cpus']} cores (unpinned), one topic of N partitions, RF=3; "
            f"broker.session.timeout.ms={results['broker_session_timeout_ms']}"]
     out.append(f"{'N':>7}{'created s':>11}{'in sync s':>11}{'ms/part.':>10}{'RSS KiB/part. (nodes 1,2,3)':>30}"
-               f"{'kill->leaders s':>17}{'it led':>8}{'longest stall ms (nodes 1,2,3)':>33}")
+               f"{'kill->leaders s':>17}{'it led':>8}{'longest stall ms (nodes 1,2,3)':>33}{'quorum lost':>13}")
     for r in results["sizes"]:
         n = r["partitions"]
+        if "error" in r:
+            stalls = ", ".join(f"{v:.0f}" for v in r.get("loop_stall_ms", {}).values())
+            out.append(f"{n:>7,}{r.get('create_answered_s', float('nan')):>11.2f}  not in sync: {r['error']} "
+                       f"(longest stalls {stalls} ms; quorum lost {sum(r.get('quorum_leader_lost', {}).values())} times)")
+            continue
         per_node = {int(k): v for k, v in r["rss_kib_per_partition"].items()}  # (JSON made the keys strings)
         rss = ", ".join(f"{per_node[node]:.1f}" for node in NODES)
         stalls = {int(k): v for k, v in r.get("loop_stall_ms", {}).items()}
         stall = ", ".join(f"{stalls[node]:.0f}" for node in NODES) if stalls else "-"
         out.append(f"{n:>7,}{r['create_answered_s']:>11.2f}{r['all_in_sync_s']:>11.2f}{r['all_in_sync_s'] / n * 1000:>10.2f}"
-                   f"{rss:>30}{r['election_s']:>17.2f}{r['killed_node_led']:>8}{stall:>33}")
+                   f"{rss:>30}{r['election_s']:>17.2f}{r['killed_node_led']:>8}{stall:>33}"
+                   f"{sum(r.get('quorum_leader_lost', {}).values()):>13}")
     return "\n".join(out)
 
 
@@ -221,12 +250,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="1000,5000,10000", help="comma-separated partition counts")
     parser.add_argument("--json", action="store_true", help="print the raw results as JSON")
     parser.add_argument("--port", type=int, default=None, help="first of the 6 ports the nodes listen on (default: a free block)")
+    parser.add_argument("--in-sync-timeout", type=float, default=1800, help="seconds to wait for a size to come in sync")
     parser.add_argument("--report", metavar="JSON", help="print the report of a saved --json run; run nothing")
     args = parser.parse_args(argv)
     if args.report:
         print(report(json.loads(Path(args.report).read_text())))
         return
-    results = run([int(s) for s in args.sizes.split(",")], port=args.port)
+    results = run([int(s) for s in args.sizes.split(",")], port=args.port, in_sync_timeout_s=args.in_sync_timeout)
     print(json.dumps(results, indent=2) if args.json else report(results))
 
 
