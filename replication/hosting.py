@@ -115,5 +115,6 @@ class PartitionHosting:
         return self.replicas.pending_hosting
 
     def apply_pending(self, limit: int | None = None) -> int:
-        """Apply up to `limit` queued partitions (None: all); returns how many are left."""
-        return self.replicas.apply_pending(self.clock(), limit)
+        """Apply up to `limit` queued partitions (None: all); returns how many are left. The followers of a
+        leadership begun in a later slice are not woken (ReplicaManager.apply_pending says why)."""
+        return self.replicas.apply_pending(self.clock(), limit, wake_followers=False)

@@ -223,7 +223,7 @@ class ReplicaManager:
 
     def apply_partition_state(
         self, tp: TopicPartition, *, topic_id: uuid.UUID, log: Log, leader_id: int, leader_epoch: int, replicas: Iterable[int],
-        isr: Iterable[int], min_insync_replicas: int, now_ms: int, partition_epoch: int = -1,
+        isr: Iterable[int], min_insync_replicas: int, now_ms: int, partition_epoch: int = -1, wake_followers: bool = True,
     ) -> HostedPartition:
         """Host `tp` as the metadata image says: led here when `leader_id` is this node, else following
         `leader_id` (-1: no leader at the moment). Calling it again with the same state changes nothing;
@@ -273,7 +273,7 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
         self.delete_records_purgatory.check_and_complete(tp)
-        if new_leadership:
+        if new_leadership and wake_followers:
             self._expect_followers(tp, replicas, now_ms)
         return partition
 
@@ -475,14 +475,20 @@ class ReplicaManager:
     def is_hosting_pending(self, tp: TopicPartition) -> bool:
         return tp in self._pending_hosting
 
-    def apply_pending(self, now_ms: int, limit: int | None = None) -> int:
+    def apply_pending(self, now_ms: int, limit: int | None = None, *, wake_followers: bool = True) -> int:
         """Apply up to `limit` (None: all) queued partitions of the last image, oldest first; returns how many
-        are left. Each is made what the *last* image says, whichever update queued it."""
+        are left. Each is made what the *last* image says, whichever update queued it.
+
+        `wake_followers` False: a leadership begun here does not wake its followers' parked fetches nor
+        shorten their parking (`_expect_followers`). Slices of a large update pass it: their followers host
+        the same partitions slice by slice too, and woken every slice, each would re-send a fetch of
+        thousands of partitions every AWAITED_PARK_MS for the whole update. Without it a follower asks for
+        the partition in its next fetch, within replica.fetch.wait.max.ms, as in Kafka."""
         pending = self._pending_hosting
         done = 0
         while pending and (limit is None or done < limit):
             tp = next(iter(pending))
-            self._host_pending(tp, now_ms)
+            self._host_pending(tp, now_ms, wake_followers)
             done += 1
         return len(pending)
 
@@ -497,7 +503,7 @@ class ReplicaManager:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-    def _host_pending(self, tp: TopicPartition, now_ms: int) -> None:
+    def _host_pending(self, tp: TopicPartition, now_ms: int, wake_followers: bool = True) -> None:
         queued = self._pending_hosting.pop(tp, None)
         if queued is None:
             return
@@ -532,7 +538,7 @@ class ReplicaManager:
         self.apply_partition_state(
             tp, topic_id=topic.topic_id, log=plog, leader_id=p.leader, leader_epoch=p.leader_epoch,
             replicas=p.replicas, isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
-            partition_epoch=p.partition_epoch,
+            partition_epoch=p.partition_epoch, wake_followers=wake_followers,
         )
         if fetchers is not None:
             if p.leader >= 0 and p.leader != self.node_id:
