@@ -150,6 +150,12 @@ def one_size(n: int, workdir: str | None, port: int | None = None, in_sync_timeo
             time.sleep(1.0)
             before = {node: rss_bytes(cluster.pid(node)) for node in NODES}
             admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+            # A Metadata (or DescribeLogDirs) answer of N partitions costs a node ~15 us a partition (0.15 s at
+            # 10,000): polled every 0.5 s it was a third of a node's CPU and its longest stalls, and polled every
+            # 0.2 s during the election it held the controller back. So the polls thin out with N, and each
+            # figure is only as fine as its poll (`poll_s`, `election_poll_s` in --json).
+            poll_s = row["poll_s"] = max(0.5, n / 5000)
+            election_poll_s = row["election_poll_s"] = max(0.2, n / 10000)
             probe = LoopLagProbe(cluster).start()
             t0 = time.monotonic()
             for future in admin.create_topics([NewTopic(TOPIC, n, 3)], request_timeout=600,
@@ -166,7 +172,7 @@ def one_size(n: int, workdir: str | None, port: int | None = None, in_sync_timeo
                 for node in NODES:
                     cluster.wait(lambda node=node: _all_in_sync(cluster, node, n) and _hosted(cluster, node) == n,
                                  f"{n} partitions in sync and hosted on node {node}", timeout_s=in_sync_timeout_s,
-                                 poll_s=0.5)
+                                 poll_s=poll_s)
             except RuntimeError as e:  # reported as such: the row has what was measured up to here
                 row["error"] = str(e)
                 row["loop_stall_ms"] = probe.stop()
@@ -194,7 +200,7 @@ def one_size(n: int, workdir: str | None, port: int | None = None, in_sync_timeo
                 now = _partitions(cluster, survivor)
                 return now is not None and all(p.leader_id >= 0 and p.leader_id != victim for p in now)
 
-            cluster.wait(moved, "every partition led by a live node", timeout_s=900, poll_s=0.2)
+            cluster.wait(moved, "every partition led by a live node", timeout_s=900, poll_s=election_poll_s)
             row["election_s"] = time.monotonic() - t0
         finally:
             row["quorum_leader_lost"] = _leader_losses(cluster)
@@ -220,6 +226,7 @@ def run(sizes: list[int], workdir: str | None = None, port: int | None = None, i
     for n in sizes:
         results["sizes"].append(one_size(n, workdir, port, in_sync_timeout_s))
         results["sizes"][-1]["loadavg"] = os.getloadavg()
+        print(json.dumps(results["sizes"][-1]), file=sys.stderr, flush=True)  # (a later size may not finish)
     return results
 
 
