@@ -125,8 +125,9 @@ def test_a_large_topic_is_hosted_in_slices_on_every_node_and_every_partition_tak
     for partition in range(n):
         producer.produce(big, b"x", partition=partition, on_delivery=lambda err, msg: err and failed.append(err))
     assert producer.flush(90) == 0 and failed == []
-    for future in AdminClient({"bootstrap.servers": cluster.bootstrap(1)}).delete_topics([big]).values():
-        future.result(timeout=60)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap(1)})  # (held: its futures die with it)
+    for future in admin.delete_topics([big], operation_timeout=60).values():
+        future.result(timeout=90)
 
 
 def test_a_group_created_rebalanced_and_emptied_on_its_coordinator(cluster):
