@@ -645,7 +645,7 @@ def replication_counts(parts: HostedParts) -> dict[str, int]:
             "waiting_for_eligible": waiting, "no_eligible_leader": no_eligible,
             "fenced_brokers": fenced, "follower_consumer_reads": data.follower_consumer_reads,
             "preferred_replica_answers": data.preferred_replica_answers,
-            "follower_fetches_woken": data.follower_fetches_woken}
+            "follower_fetches_woken": data.follower_fetches_woken, "partitions_pending": data.pending_hosting}
 
 
 def quorum_figures(quorum: QuorumDriver, membership: Membership, now: int) -> dict[str, float]:
