@@ -37,7 +37,7 @@ from .driver import LoadgenError, latency_run, measured_run
 from .procs import REPO_ROOT, Placement, Server, bench_env, memory_kib, pinned, tansu_binary, tansu_version
 from .stats import ratio, spread
 
-WORKLOADS = ("produce", "consume", "latency", "large-batch", "micro", "partitions")
+WORKLOADS = ("produce", "consume", "latency", "large-batch", "micro", "partitions", "metadata")
 TARGETS = ("odradek", "null", "tansu", "kafka")
 SERVES_FETCH = {"odradek": True, "null": False, "tansu": True, "floor": False, "kafka": True}
 
@@ -510,6 +510,26 @@ class Harness:
 
     # -- the whole run --
 
+    def run_metadata(self) -> None:
+        """Metadata propagation on a 3-node Odradek cluster (bench/metadata_propagation.py): CreateTopics answer
+        -> every node serving the topic. Odradek only: the peers here run one node (Kafka's 3-node cluster is
+        bench.replication_bench's)."""
+        from . import metadata_propagation
+
+        topics = 20 if self.s.quick else 50
+        self.log(f"== metadata propagation: {topics} topics created one at a time on 3 nodes")
+        # The three nodes are started from here and would inherit this harness's core: they get every core.
+        pinned_to = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+        try:
+            results = metadata_propagation.run(topics=topics, partitions=1, workdir=str(self.workdir))
+        finally:
+            os.sched_setaffinity(0, pinned_to)
+        summary = metadata_propagation.summary(results)
+        self.log("  " + metadata_propagation.report(results).replace("\n", "\n  "))
+        self.results["metadata"] = {"topics": topics, "partitions": 1, "controller": results.get("controller"),
+                                    "loadavg": os.getloadavg(), **summary}
+
     def run(self, only: list[str]) -> dict:
         started = time.time()
         meta = self.results["meta"]
@@ -531,6 +551,7 @@ class Harness:
         steps = {
             "produce": self.run_produce, "consume": self.run_consume, "latency": self.run_latency,
             "large-batch": self.run_large_batch, "micro": self.run_micro, "partitions": self.run_partitions,
+            "metadata": self.run_metadata,
         }
         try:
             for w in WORKLOADS:
@@ -617,6 +638,8 @@ def merge(old: dict, new: dict, only: list[str]) -> dict:
         merged["partitions"] = new.get("partitions")
     if "micro" in only:
         merged["micro"] = new.get("micro", {})
+    if "metadata" in only:
+        merged["metadata"] = new.get("metadata")
     merged["failures"] = [f for f in old.get("failures", []) if not any(f["where"].startswith(w) for w in only)] + new.get("failures", [])
     meta = dict(old.get("meta", {}))
     updates = meta.setdefault("updates", [])

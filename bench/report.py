@@ -180,6 +180,25 @@ def markdown(results: dict) -> str:
                 f"| {restart} | {_n(r.get('rss_after_restart_mib'))} | {_n(r.get('empty_start_s'), 2)} / {_n(r.get('empty_rss_mib'))} |"
             )
         lines.append("")
+    md = results.get("metadata")
+    if md:
+        lines += [
+            f"## Metadata propagation: 3 nodes, {md['topics']} topics of {md['partitions']} partition(s), RF=3, one at a time",
+            "",
+            "From the CreateTopics answer (sent after the records are committed, as Kafka does) to each node's Metadata "
+            "naming a leader for every partition (`bench/metadata_propagation.py`; target p50 <= 20 ms, p99 <= 100 ms).",
+            "",
+            "| | p50 ms | p99 ms | max ms |",
+            "|---|---:|---:|---:|",
+            f"| every node serves the topic | {_n(md['all_nodes_p50_ms'], 1)} | {_n(md['all_nodes_p99_ms'], 1)} "
+            f"| {_n(md['all_nodes_max_ms'], 1)} |",
+            f"| each node other than the active controller | {_n(md['follower_node_p50_ms'], 1)} "
+            f"| {_n(md['follower_node_p99_ms'], 1)} | |",
+            f"| an acks=all Produce acknowledged on every partition | {_n(md['produce_p50_ms'], 1)} "
+            f"| {_n(md['produce_p99_ms'], 1)} | |",
+            f"| CreateTopics itself (send -> answer) | {_n(md['create_p50_ms'], 1)} | | |",
+            "",
+        ]
     micro = results.get("micro", {})
     if micro:
         lines += ["## Codec and storage micro-benchmarks", ""]

@@ -60,6 +60,7 @@ from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
 from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
+from .hosting_driver import SLICE_PARTITIONS, HostingDriver
 from .log_dirs import LogDirs
 from .metrics import Metrics, MetricsServer, ShareGroupsCollector, ShareMembersCollector, TopicStatsCollector
 from .node import Membership, Node, TimerDriver
@@ -153,7 +154,13 @@ def _build_on(
     publisher.register(dynamic_config)
     known = log_manager.get_log(METADATA_PARTITION)  # what replaying it at start is not news of (log_dirs.py)
     data.metadata_known_through = known.log_end_offset if known is not None else -1
-    publisher.register(PartitionHosting(data, log_manager, topic_settings(dynamic_config), now_ms, replica_fetchers))
+    # A large update's partitions are applied in slices between turns of the loop (broker/hosting_driver.py).
+    hosting = PartitionHosting(data, log_manager, topic_settings(dynamic_config), now_ms, replica_fetchers,
+                               budget=SLICE_PARTITIONS)
+    hosting_driver = HostingDriver(hosting, after_slice=after_state_change)
+    hosting.on_pending = hosting_driver.wake
+    spawn(hosting_driver.run())
+    publisher.register(hosting)
     isr_history = IsrHistory(clock=now_ms, replayed_through=data.metadata_known_through)  # /odradek/isr-events
     publisher.register(isr_history)
     quorum = _start_quorum(cfg, cluster_id, log_manager, publisher)
@@ -651,7 +658,7 @@ def replication_counts(parts: HostedParts) -> dict[str, int]:
             "waiting_for_eligible": waiting, "no_eligible_leader": no_eligible,
             "fenced_brokers": fenced, "follower_consumer_reads": data.follower_consumer_reads,
             "preferred_replica_answers": data.preferred_replica_answers,
-            "follower_fetches_woken": data.follower_fetches_woken}
+            "follower_fetches_woken": data.follower_fetches_woken, "partitions_pending": data.pending_hosting}
 
 
 def quorum_figures(quorum: QuorumDriver, membership: Membership, now: int) -> dict[str, float]:

@@ -224,6 +224,10 @@ _REPLICATION_GAUGES = {
     # did not carry (replication/replica_manager.py, `_expect_followers`): the follower asks again at once.
     "follower_fetches_woken": ("odradek_fetch_follower_fetches_woken",
                                "Parked follower fetches answered early for a new leadership"),
+    # Partitions of the current metadata image this broker has still to apply (a large update, in slices:
+    # replication/hosting.py, broker/hosting_driver.py).
+    "partitions_pending": ("odradek_metadata_partitions_pending",
+                           "Partitions of the current metadata image not yet applied on this broker"),
     # The controller quorum as this node sees it (broker/quorum.py QuorumLeaderWatch, node.Membership).
     "quorum_leader_known": ("odradek_quorum_leader_known", "1 while this node knows a controller quorum leader"),
     "quorum_leader_id": ("odradek_quorum_leader_id", "The controller quorum leader this node knows, -1 when none"),

@@ -206,12 +206,18 @@ def merge_partition_change(p: PartitionImage, r) -> PartitionImage:
 class MetadataDelta:
     """Records replayed on top of `image`. `apply()` returns the next image and leaves `image` as it was;
     a delta is used once. `changed_topic_ids` and `removed_topics` say what moved, for whoever reacts
-    to it (creating or deleting partition logs, becoming leader)."""
+    to it (creating or deleting partition logs, becoming leader); `changed_partitions()` narrows a changed
+    topic to the partitions its records named, as Kafka's TopicDelta does, so that one leader or ISR change
+    in a topic of 10,000 partitions is one partition's work for the replica manager, not 10,000."""
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
         self.changed_topic_ids: set[uuid.UUID] = set()
         self.removed_topics: dict[uuid.UUID, TopicImage] = {}
+        # The partitions PartitionRecord / PartitionChangeRecord named, per topic; and the topics of which
+        # every partition counts as changed (a config that may set their min.insync.replicas changed).
+        self._changed_partitions: dict[uuid.UUID, set[int]] = {}
+        self._whole_topics: set[uuid.UUID] = set()
         self._cluster_id = image.cluster_id
         self._next_producer_id = image.next_producer_id
         # Copied from the image on first write.
@@ -237,6 +243,12 @@ class MetadataDelta:
             raise MetadataReplayError(f"not a metadata record this image replays: {record!r}") from None
         handler(self, record)
 
+    def changed_partitions(self) -> dict[uuid.UUID, frozenset[int]]:
+        """The changed topics whose change is confined to some partitions: topic id -> those partition ids.
+        A changed topic not listed here changed as a whole (every partition of it is to be looked at)."""
+        return {topic_id: frozenset(ids) for topic_id, ids in self._changed_partitions.items()
+                if topic_id not in self._whole_topics and topic_id in self.changed_topic_ids}
+
     def apply(self) -> MetadataImage:
         if self._applied:
             raise RuntimeError("MetadataDelta.apply() may be called once")
@@ -249,7 +261,15 @@ class MetadataDelta:
             for topic_id, partitions in self._partitions.items():
                 topic = topics_by_id[topic_id]
                 topics_by_id[topic_id] = TopicImage(topic.name, topic_id, partitions)
-            topics_by_name = {topic.name: topic for topic in topics_by_id.values()}
+            # Copy-on-write: names change only for topics this delta touched or removed.
+            topics_by_name = dict(image.topics_by_name)
+            for removed in self.removed_topics.values():
+                named = topics_by_name.get(removed.name)
+                if named is not None and named.topic_id == removed.topic_id:
+                    del topics_by_name[removed.name]
+            for topic_id in self._partitions:
+                topic = topics_by_id[topic_id]
+                topics_by_name[topic.name] = topic
         return MetadataImage(
             cluster_id=self._cluster_id,
             brokers=image.brokers if self._brokers is None else self._brokers,
@@ -286,6 +306,12 @@ class MetadataDelta:
             partitions = self._partitions[topic_id] = dict(topic.partitions)
         self.changed_topic_ids.add(topic_id)
         return partitions
+
+    def _partition_changed(self, topic_id: uuid.UUID, partition_id: int) -> None:
+        ids = self._changed_partitions.get(topic_id)
+        if ids is None:
+            ids = self._changed_partitions[topic_id] = set()
+        ids.add(partition_id)
 
     def _configs_w(self, resource: tuple[int, str]) -> dict[str, str]:
         if self._configs is None:
@@ -357,6 +383,8 @@ class MetadataDelta:
         del topic_ids[topic.name]
         self._partitions.pop(r.topic_id, None)
         self.changed_topic_ids.discard(r.topic_id)
+        self._changed_partitions.pop(r.topic_id, None)
+        self._whole_topics.discard(r.topic_id)
         old = self.image.topics_by_id.get(r.topic_id)
         if old is not None:
             self.removed_topics[r.topic_id] = old
@@ -378,6 +406,7 @@ class MetadataDelta:
             elr=tuple(r.eligible_leader_replicas or ()),
             last_known_elr=tuple(r.last_known_elr or ()),
         )
+        self._partition_changed(r.topic_id, r.partition_id)
 
     def _replay_partition_change(self, r) -> None:
         partitions = self._partitions_w(r.topic_id, "PartitionChangeRecord")
@@ -385,6 +414,7 @@ class MetadataDelta:
         if p is None:
             raise MetadataReplayError(f"PartitionChangeRecord for unknown partition {r.topic_id}:{r.partition_id}")
         partitions[r.partition_id] = merge_partition_change(p, r)
+        self._partition_changed(r.topic_id, r.partition_id)
 
     def _replay_config(self, r) -> None:
         resource = (r.resource_type, r.resource_name)
@@ -404,12 +434,14 @@ class MetadataDelta:
                 topic_id = topic.topic_id if topic is not None else None
             if topic_id is not None:
                 self.changed_topic_ids.add(topic_id)
+                self._whole_topics.add(topic_id)
         elif r.resource_type == ConfigResourceType.BROKER:
             # A dynamic broker config (one node's, or the cluster-wide default's) can be the default of a
             # topic config (log.retention.ms, message.max.bytes, min.insync.replicas, ...): every topic
             # without its own override may have a new effective config, so every topic is changed.
             topics = self._topics if self._topics is not None else self.image.topics_by_id
             self.changed_topic_ids.update(topics)
+            self._whole_topics.update(topics)
 
     def _replay_producer_ids(self, r) -> None:
         if r.next_producer_id <= self._next_producer_id:

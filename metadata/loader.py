@@ -72,8 +72,7 @@ class MetadataLoader:
             image = delta.apply()
             previous, self.image = self.image, image
             self.applied_end_offset = batch.last_offset + 1
-            self.publisher.publish(MetadataUpdate(previous, image, frozenset(delta.changed_topic_ids),
-                                                  dict(delta.removed_topics), self.applied_end_offset))
+            self.publisher.publish(MetadataUpdate.from_delta(delta, image, self.applied_end_offset))
             self._bytes_since_snapshot += sum(len(r) for r in batch.records)
         else:
             self.applied_end_offset = batch.last_offset + 1

@@ -24,7 +24,7 @@ metadata must not go on as if it had.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,6 +40,17 @@ class MetadataUpdate:
     changed_topic_ids: frozenset[uuid.UUID]
     removed_topics: Mapping[uuid.UUID, TopicImage] = field(default_factory=dict)
     offset: int = -1  # the metadata log end offset this image reflects (-1: unknown)
+    # For a changed topic whose records named only some partitions: those partition ids (Kafka's
+    # TopicDelta). A changed topic without an entry (or every topic, when None) changed as a whole.
+    changed_partitions: Mapping[uuid.UUID, frozenset[int]] | None = None
+
+    def partitions_changed(self, topic: TopicImage) -> Iterable[int]:
+        """The partition ids of changed `topic` that this update may have moved, in ascending order."""
+        if self.changed_partitions is not None:
+            ids = self.changed_partitions.get(topic.topic_id)
+            if ids is not None:
+                return sorted(i for i in ids if i in topic.partitions)
+        return sorted(topic.partitions)
 
     @property
     def is_snapshot(self) -> bool:
@@ -48,7 +59,8 @@ class MetadataUpdate:
 
     @classmethod
     def from_delta(cls, delta: MetadataDelta, image: MetadataImage, offset: int = -1) -> MetadataUpdate:
-        return cls(delta.image, image, frozenset(delta.changed_topic_ids), dict(delta.removed_topics), offset)
+        return cls(delta.image, image, frozenset(delta.changed_topic_ids), dict(delta.removed_topics), offset,
+                   delta.changed_partitions())
 
     @classmethod
     def snapshot(cls, image: MetadataImage, offset: int = -1) -> MetadataUpdate:

@@ -141,6 +141,22 @@ class DelayedOperationPurgatory:
                 completed += 1
         return completed
 
+    def check_and_complete_any(self, keys: Iterable[Hashable]) -> int:
+        """Retry once every operation watched under any of `keys`; return how many this call completed. For a
+        batch of state changes: an operation watching many of the keys (a follower's fetch of thousands of
+        partitions) is tried once after all of them, not once per key, which made applying a metadata
+        update to N partitions O(N x the fetch's partitions)."""
+        operations: dict[DelayedOperation, None] = {}
+        for key in keys:
+            watchers = self._watchers.get(key)
+            if watchers:
+                operations.update(watchers)
+        completed = 0
+        for operation in operations:
+            if not operation.is_completed and operation.try_complete():
+                completed += 1
+        return completed
+
     def watched(self, key: Hashable) -> int:
         """Pending operations watched under `key`."""
         watchers = self._watchers.get(key)

@@ -55,7 +55,9 @@ Everything here is synchronous and takes `now_ms`; callers (the broker) own the 
 from __future__ import annotations
 
 import bisect
+import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -76,6 +78,7 @@ from .topic_stats import BrokerTopicStats
 from odradek.purgatory.timing_wheel import Timer
 
 if TYPE_CHECKING:
+    from odradek.metadata.image import MetadataImage
     from odradek.metadata.publisher import MetadataUpdate
     from odradek.storage.log import Log
     from odradek.storage.log_manager import LogManager
@@ -83,6 +86,9 @@ if TYPE_CHECKING:
     from .hosting import FetcherTargets, TopicSettings
 
 events = structlog.get_logger("odradek.replication")  # (`log` is a partition's Log here)
+# Its level, asked before a per-partition line is built: structlog's lazy logger binds on every call, which
+# was a seventh of hosting a new partition when 10,000 arrive at once and the level is WARNING.
+_events_level = logging.getLogger("odradek.replication")
 
 NO_TIMESTAMP = -1
 
@@ -182,6 +188,13 @@ class ReplicaManager:
         self._parked_follower_fetches: dict[int, dict[DelayedFetch, frozenset[TopicPartition] | None]] = {}
         self._awaited: dict[int, dict[TopicPartition, int]] = {}
         self.follower_fetches_woken = 0  # parked follower fetches completed early for a new leadership
+        # Applying committed metadata (apply_delta): partitions of the last image still to be made what it
+        # says, oldest first (topic id, whether the partition is new), and what applying them needs.
+        self._pending_hosting: OrderedDict[TopicPartition, tuple[uuid.UUID, bool]] = OrderedDict()
+        self._hosting_image: MetadataImage | None = None
+        self._hosting_ports: tuple = (None, None, None)
+        self._min_isr_of: dict[uuid.UUID, int] = {}
+        self._rechecks: dict[TopicPartition, None] | None = None  # gathered while applying (_rechecking_once)
 
     def know_brokers_by(self, *, replica_selector: ReplicaSelector | None,
                         replica_rack: Callable[[int, str], tuple[bool, str | None]],
@@ -215,7 +228,7 @@ class ReplicaManager:
 
     def apply_partition_state(
         self, tp: TopicPartition, *, topic_id: uuid.UUID, log: Log, leader_id: int, leader_epoch: int, replicas: Iterable[int],
-        isr: Iterable[int], min_insync_replicas: int, now_ms: int, partition_epoch: int = -1,
+        isr: Iterable[int], min_insync_replicas: int, now_ms: int, partition_epoch: int = -1, wake_followers: bool = True,
     ) -> HostedPartition:
         """Host `tp` as the metadata image says: led here when `leader_id` is this node, else following
         `leader_id` (-1: no leader at the moment). Calling it again with the same state changes nothing;
@@ -238,7 +251,8 @@ class ReplicaManager:
             leader_id if leader_id >= 0 else None, leader_epoch, replicas, isr
         ):
             return partition
-        if (partition.leader_id, partition.leader_epoch) != (leader_id if leader_id >= 0 else None, leader_epoch):
+        if (partition.leader_id, partition.leader_epoch) != (leader_id if leader_id >= 0 else None, leader_epoch) \
+                and _events_level.isEnabledFor(logging.INFO):
             # This replica's role, logged here on the broker hosting it (Kafka's "Leader/Follower ... starts
             # at leader epoch"); an ISR-only change is the controller's to log (event_log.py).
             events.info("became leader" if leader_id == self.node_id else "became follower" if leader_id >= 0
@@ -261,10 +275,13 @@ class ReplicaManager:
         else:
             partition.make_leaderless(leader_epoch=leader_epoch, replicas=replicas, isr=isr)
         # Requests waiting on this partition re-check: a deposed leader's acks=all produce fails now.
-        self.fetch_purgatory.check_and_complete(tp)
-        self.produce_purgatory.check_and_complete(tp)
-        self.delete_records_purgatory.check_and_complete(tp)
-        if new_leadership:
+        if self._rechecks is not None:
+            self._rechecks[tp] = None  # (once for the whole metadata update: see _rechecking_once)
+        else:
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
+            self.delete_records_purgatory.check_and_complete(tp)
+        if new_leadership and wake_followers:
             self._expect_followers(tp, replicas, now_ms)
         return partition
 
@@ -403,63 +420,166 @@ class ReplicaManager:
 
     # -- applying committed metadata (Kafka's applyDelta; replication/hosting.py has the theory) --
 
+    def _rechecking_once(self, work: Callable[[], int]) -> int:
+        """Run `work` (applying metadata to many partitions) with the waiting requests' re-checks gathered,
+        then re-check each waiting request once (`check_and_complete_any`). Per partition, a parked follower
+        fetch of thousands of partitions was re-checked once per partition: at 10,000 partitions changing
+        at once (an ISR shrink after a broker is fenced) a node's loop stood still for over a minute."""
+        if self._rechecks is not None:
+            return work()
+        self._rechecks = {}
+        try:
+            return work()
+        finally:
+            keys, self._rechecks = self._rechecks, None
+            if keys:
+                self.fetch_purgatory.check_and_complete_any(keys)
+                self.produce_purgatory.check_and_complete_any(keys)
+                self.delete_records_purgatory.check_and_complete_any(keys)
+
     def apply_delta(self, update: MetadataUpdate, *, now_ms: int, log_manager: LogManager,
-                    topic_settings: TopicSettings, fetchers: FetcherTargets | None) -> None:
+                    topic_settings: TopicSettings, fetchers: FetcherTargets | None, budget: int | None = None) -> int:
+        return self._rechecking_once(lambda: self._apply_delta(update, now_ms=now_ms, log_manager=log_manager,
+                                                               topic_settings=topic_settings, fetchers=fetchers,
+                                                               budget=budget))
+
+    def _apply_delta(self, update: MetadataUpdate, *, now_ms: int, log_manager: LogManager,
+                     topic_settings: TopicSettings, fetchers: FetcherTargets | None, budget: int | None) -> int:
         """Make the partitions hosted here what the committed image of `update` says: logs opened, created
         or deleted through `log_manager`, each partition led, followed (its leader added to `fetchers`) or
-        leaderless, topic configs applied (`topic_settings`), and the brokers that may not join an ISR noted."""
+        leaderless, topic configs applied (`topic_settings`), and the brokers that may not join an ISR noted.
+
+        With `budget` None all of it happens now. Otherwise the partitions that may wait (see hosting.py:
+        not led here, not of an internal topic) are queued, at most `budget` of the queue is applied now,
+        and the rest by `apply_pending`; returns how many partitions are left queued."""
         image = update.image
+        self._hosting_image = image
+        self._hosting_ports = (log_manager, topic_settings, fetchers)
+        self._min_isr_of = {}
         self.set_ineligible_replicas(
             (b.broker_id for b in image.brokers.values() if b.fenced or b.in_controlled_shutdown), now_ms
         )
+        pending = self._pending_hosting
         for removed in update.removed_topics.values():
             for tp in [tp for tp in [*self.partitions, *self.offline_partitions] if tp.topic == removed.name]:
                 self._drop(tp, log_manager, fetchers)
+            for tp in [tp for tp, (topic_id, _) in pending.items() if topic_id == removed.topic_id]:
+                del pending[tp]
+        urgent: list[TopicPartition] = []
         for topic_id in update.changed_topic_ids:
             topic = image.topics_by_id.get(topic_id)
             if topic is None:
                 continue
-            log_config, min_isr = topic_settings(image, topic.name)
+            log_config, self._min_isr_of[topic_id] = topic_settings(image, topic.name)
             log_manager.update_topic_config(topic.name, log_config)
-            for index, p in topic.partitions.items():
+            internal = topic.name.startswith("__")
+            previous = update.previous.topics_by_id.get(topic_id)
+            # Kafka's getOrCreateLog(isNew): a replica with no log here is created only if the partition is new
+            # (not in the image before this update) or no data directory is offline. Otherwise its log may be on
+            # the failed directory, and an empty one made elsewhere could be elected leader (it is in the ISR
+            # until the controller hears) and serve a log without its records. New: created by this update, and
+            # not replayed at start from the metadata log this broker already had (its log may be on the disk).
+            fresh_update = not update.is_snapshot and (update.offset < 0 or update.offset > self.metadata_known_through)
+            for index in update.partitions_changed(topic):
                 tp = TopicPartition(topic.name, index)
-                if self.node_id not in p.replicas:
-                    if self.get_partition(tp) is not None or tp in self.offline_partitions:
-                        self._drop(tp, log_manager, fetchers)  # reassigned away
+                hosted = self.partitions.get(tp)
+                if (self.node_id not in topic.partitions[index].replicas and hosted is None
+                        and tp not in self.offline_partitions):
+                    pending.pop(tp, None)  # not assigned here, and nothing of it is here: nothing to do
                     continue
-                if tp in self.offline_partitions:
-                    continue  # its log directory failed: offline here until the broker restarts, as in Kafka
-                partition = self.get_partition(tp)
-                if partition is not None:
-                    plog = partition.log
-                else:
-                    # Kafka's getOrCreateLog(isNew): a replica with no log here is created only if the partition
-                    # is new (not in the image before this update) or no data directory is offline. Otherwise its
-                    # log may be on the failed directory, and an empty one made elsewhere could be elected
-                    # leader (it is in the ISR until the controller hears) and serve a log without its records.
-                    # New: created by this update (not in the image before it), and not replayed at start from
-                    # the metadata log this broker already had (it existed then: its log may be on the disk).
-                    new = (not update.is_snapshot and (update.offset < 0 or update.offset > self.metadata_known_through)
-                           and index not in (previous.partitions if (previous := update.previous.topics_by_id.get(topic_id))
-                                             else ()))
-                    try:
-                        plog = log_manager.get_or_create_log(tp, topic_id=topic.topic_id.bytes, now_ms=now_ms,
-                                                             is_new=new)
-                    except KafkaStorageError as e:
-                        self.offline_partitions.add(tp)
-                        if self.on_offline_replica is not None:
-                            self.on_offline_replica(tp, str(e))
-                        continue
-                self.apply_partition_state(
-                    tp, topic_id=topic.topic_id, log=plog, leader_id=p.leader, leader_epoch=p.leader_epoch,
-                    replicas=p.replicas, isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
-                    partition_epoch=p.partition_epoch,
-                )
-                if fetchers is not None:
-                    if p.leader >= 0 and p.leader != self.node_id:
-                        fetchers.follow(tp, topic_id=topic.topic_id, leader_id=p.leader, leader_epoch=p.leader_epoch)
-                    else:
-                        fetchers.unfollow(tp)
+                new = fresh_update and (previous is None or index not in previous.partitions)
+                queued = pending.get(tp)
+                if queued is not None and queued[0] == topic_id:
+                    new = new or queued[1]  # still not created: as new as when first queued
+                pending[tp] = (topic_id, new)
+                if budget is None or internal or (hosted is not None and hosted.is_leader):
+                    urgent.append(tp)
+        for tp in urgent:
+            self._host_pending(tp, now_ms)
+        return self.apply_pending(now_ms, budget)
+
+    @property
+    def pending_hosting(self) -> int:
+        """Partitions of the last applied image not yet made what it says (see apply_delta's budget)."""
+        return len(self._pending_hosting)
+
+    def is_hosting_pending(self, tp: TopicPartition) -> bool:
+        return tp in self._pending_hosting
+
+    def apply_pending(self, now_ms: int, limit: int | None = None, *, wake_followers: bool = True) -> int:
+        """Apply up to `limit` (None: all) queued partitions of the last image, oldest first; returns how many
+        are left. Each is made what the *last* image says, whichever update queued it.
+
+        `wake_followers` False: a leadership begun here does not wake its followers' parked fetches nor
+        shorten their parking (`_expect_followers`). Slices of a large update pass it: their followers host
+        the same partitions slice by slice too, and woken every slice, each would re-send a fetch of
+        thousands of partitions every AWAITED_PARK_MS for the whole update. Without it a follower asks for
+        the partition in its next fetch, within replica.fetch.wait.max.ms, as in Kafka."""
+        pending = self._pending_hosting
+
+        def work() -> int:
+            done = 0
+            while pending and (limit is None or done < limit):
+                tp = next(iter(pending))
+                self._host_pending(tp, now_ms, wake_followers)
+                done += 1
+            return len(pending)
+
+        return self._rechecking_once(work)
+
+    def _missing_partition_error(self, tp: TopicPartition) -> ErrorCode:
+        """The error for a partition not hosted here: KAFKA_STORAGE_ERROR when its directory failed,
+        NOT_LEADER_OR_FOLLOWER when the image has it here but it waits its turn (Kafka's answer for a
+        partition its metadata cache knows and the replica manager does not: the client refreshes its
+        metadata and retries), else UNKNOWN_TOPIC_OR_PARTITION."""
+        if tp in self.offline_partitions:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        if tp in self._pending_hosting:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def _host_pending(self, tp: TopicPartition, now_ms: int, wake_followers: bool = True) -> None:
+        queued = self._pending_hosting.pop(tp, None)
+        if queued is None:
+            return
+        topic_id, new = queued
+        image = self._hosting_image
+        assert image is not None  # (queued only by apply_delta, which sets it)
+        log_manager, topic_settings, fetchers = self._hosting_ports
+        topic = image.topics_by_id.get(topic_id)
+        p = topic.partitions.get(tp.partition) if topic is not None else None
+        if topic is None or p is None:
+            return  # (a removed topic's partitions were dropped when the removal was applied)
+        if self.node_id not in p.replicas:
+            if self.get_partition(tp) is not None or tp in self.offline_partitions:
+                self._drop(tp, log_manager, fetchers)  # reassigned away
+            return
+        if tp in self.offline_partitions:
+            return  # its log directory failed: offline here until the broker restarts, as in Kafka
+        min_isr = self._min_isr_of.get(topic_id)
+        if min_isr is None:
+            min_isr = self._min_isr_of[topic_id] = topic_settings(image, topic.name)[1]
+        partition = self.get_partition(tp)
+        if partition is not None:
+            plog = partition.log
+        else:
+            try:
+                plog = log_manager.get_or_create_log(tp, topic_id=topic.topic_id.bytes, now_ms=now_ms, is_new=new)
+            except KafkaStorageError as e:
+                self.offline_partitions.add(tp)
+                if self.on_offline_replica is not None:
+                    self.on_offline_replica(tp, str(e))
+                return
+        self.apply_partition_state(
+            tp, topic_id=topic.topic_id, log=plog, leader_id=p.leader, leader_epoch=p.leader_epoch,
+            replicas=p.replicas, isr=p.isr, min_insync_replicas=min_isr, now_ms=now_ms,
+            partition_epoch=p.partition_epoch, wake_followers=wake_followers,
+        )
+        if fetchers is not None:
+            if p.leader >= 0 and p.leader != self.node_id:
+                fetchers.follow(tp, topic_id=topic.topic_id, leader_id=p.leader, leader_epoch=p.leader_epoch)
+            else:
+                fetchers.unfollow(tp)
 
     def _drop(self, tp: TopicPartition, log_manager: LogManager, fetchers: FetcherTargets | None) -> None:
         """No longer hosted here (reassigned away, or its topic deleted): unfollowed, removed, log deleted."""
@@ -529,8 +649,7 @@ class ReplicaManager:
                     origin: AppendOrigin = AppendOrigin.CLIENT, guard: VerificationGuard | None = None) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
-            offline = tp in self.offline_partitions
-            return ProduceResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            return ProduceResult(error_code=int(self._missing_partition_error(tp)))
         if required_acks == -1 and self.lease_expired and self._is_stranded(partition, now_ms):
             return ProduceResult(error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER), log_start_offset=partition.log_start_offset,
                                  error_message="no controller has answered this broker for a session and the ISR "
@@ -674,8 +793,7 @@ class ReplicaManager:
             tp = p.topic_partition
             partition = self.partitions.get(tp)
             if partition is None:
-                offline = tp in self.offline_partitions
-                results[tp] = FetchResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR if offline else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                results[tp] = FetchResult(error_code=int(self._missing_partition_error(tp)))
                 continue
             try:
                 if consumer is not None:

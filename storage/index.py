@@ -114,7 +114,7 @@ class _IndexFile:
                  "_checked", "_deleted", "_unsynced", "_tail", "_backed")
 
     def __init__(self, path: str, base_offset: int, max_index_bytes: int, *, create: bool = False,
-                 preallocate: bool = True, maps: IndexMaps | None = None) -> None:
+                 preallocate: bool = True, maps: IndexMaps | None = None, absent: bool = False) -> None:
         self.path = path
         self.base_offset = base_offset
         self.entry_size = self.ENTRY.size
@@ -129,13 +129,18 @@ class _IndexFile:
         self._tail: tuple | None = None  # the last entry as written by this process (None: read it from the file)
         self._backed = 0  # the file's first bytes known to have disk blocks (see _back)
         if create:
-            self._create(preallocate)  # (no lock: no other thread knows this index yet)
+            self._create(preallocate, absent)  # (no lock: no other thread knows this index yet)
 
-    def _create(self, preallocate: bool) -> None:
+    def _create(self, preallocate: bool, absent: bool = False) -> None:
         """A new, empty index: the file preallocated (sparse) to its full size, or no file until the first
-        entry. A leftover at the same path is emptied; that has to reach the disk with the next flush."""
+        entry. A leftover at the same path is emptied; that has to reach the disk with the next flush.
+        `absent`: the caller knows there is no file (its directory was just made), so none is looked for."""
         self._unmap()
         length = self.max_entries * self.entry_size if preallocate else 0
+        if absent and not length:
+            self._length = self._entries = self._backed = 0
+            self._checked = True
+            return
         try:
             fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if length else 0), 0o644)
         except FileNotFoundError:

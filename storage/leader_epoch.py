@@ -19,15 +19,17 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 
 class LeaderEpochCache:
-    def __init__(self, checkpoint: LeaderEpochCheckpointFile, *, durable: Callable[[], bool] | None = None) -> None:
+    def __init__(self, checkpoint: LeaderEpochCheckpointFile, *, durable: Callable[[], bool] | None = None,
+                 read: bool = True) -> None:
         """`durable` says whether a change must reach the disk now (written and fsynced, as Kafka's assign
         does); when it says no, the checkpoint is written without fsync and the owner makes it durable
-        later (the log: with its first flush that covers data, see Log.flush). None: always."""
+        later (the log: with its first flush that covers data, see Log.flush). None: always. `read` False:
+        the owner knows there is no checkpoint yet (a log directory it just made)."""
         self._checkpoint = checkpoint
         self._durable = durable
         self._epochs: list[int] = []
         self._offsets: list[int] = []
-        for epoch, offset in checkpoint.read():
+        for epoch, offset in checkpoint.read() if read else ():
             self._epochs.append(epoch)
             self._offsets.append(offset)
 

@@ -163,6 +163,7 @@ class LogSegment:
         new_indexes: bool = False,
         index_maps: IndexMaps | None = None,
         missing_file: bool = False,
+        indexes_absent: bool = False,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
@@ -174,9 +175,9 @@ class LogSegment:
         self._file = file
         self._missing = missing_file  # the (empty) log file is created on the first append
         self.offset_index = OffsetIndex(self.path(INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes,
-                                        preallocate=False, maps=index_maps)
+                                        preallocate=False, maps=index_maps, absent=indexes_absent)
         self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, create=new_indexes,
-                                    preallocate=False, maps=index_maps)
+                                    preallocate=False, maps=index_maps, absent=indexes_absent)
         self.txn_index = TransactionIndex(self.path(TXN_INDEX_SUFFIX), base_offset)
         self.recovered_batches = 0  # valid batches the last `recover` found
         self._max_timestamp: int | None = -1 if new_indexes else None
@@ -195,10 +196,11 @@ class LogSegment:
     @classmethod
     def create(cls, directory: str, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int,
                now_ms: int, suffix: str = "", index_maps: IndexMaps | None = None,
-               hold_open: bool = False, create_file: bool = True) -> LogSegment:
+               hold_open: bool = False, create_file: bool = True, in_new_directory: bool = False) -> LogSegment:
         """A new empty segment: an empty log file, held open only with `hold_open`, or created only on the
         first append without `create_file`; the index files come with the first entry, or when the
-        segment goes inactive holding data."""
+        segment goes inactive holding data. `in_new_directory`: the directory was just made, so there
+        is no leftover index to empty."""
         path = os.path.join(directory, offset_file_name(base_offset, LOG_SUFFIX) + suffix)
         file = None
         if hold_open:
@@ -207,7 +209,7 @@ class LogSegment:
             os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         return cls(directory, base_offset, index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
                    size=0, created_ms=now_ms, suffix=suffix, file=file, new_indexes=True, index_maps=index_maps,
-                   missing_file=file is None and not create_file)
+                   missing_file=file is None and not create_file, indexes_absent=in_new_directory)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}{', ' + self.suffix if self.suffix else ''})"

@@ -61,6 +61,7 @@ CHECKED = (
     "odradek.broker.share.group_deletion",
     "odradek.broker.group_configs",
     "odradek.broker.log_dirs",
+    "odradek.broker.hosting_driver",
     "odradek.broker.controller_settings",
     "odradek.broker.dynamic_config",
     "odradek.purgatory",

@@ -105,6 +105,31 @@ def test_a_topic_created_once_and_its_replicas_leader_or_follower_where_they_liv
         assert all(f["leader"] == leader["_node"] for f in followers)
 
 
+def test_a_large_topic_is_hosted_in_slices_on_every_node_and_every_partition_takes_acks_all(cluster):
+    """CreateTopics of 300 RF=3 partitions: each node makes the new image current at once and creates the logs
+    in slices of 64 between turns of its loop (replication/hosting.py), saying once when it is done; then an
+    acks=all record to every partition is acknowledged (a partition still waiting for its slice answers
+    NOT_LEADER_OR_FOLLOWER, which the client retries). The topic is deleted after: the kill below meets the
+    small topic only."""
+    from confluent_kafka.admin import AdminClient
+
+    big, n = "ev-big", 300
+    create_with_confluent(cluster.bootstrap(1), big, n, replication=3)
+    for node in NODES:
+        (done, *_) = wait_for(lambda node=node: cluster.events(node), "partitions hosted as the committed metadata says",
+                              what=cluster.logs, timeout_s=120)
+        assert done["level"] == "info" and done["slices"] >= 2 and 0 < done["partitions"] <= n and done["took_ms"] >= 0
+    failed = []
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap(1), "acks": "all",
+                                         "message.timeout.ms": 60000})
+    for partition in range(n):
+        producer.produce(big, b"x", partition=partition, on_delivery=lambda err, msg: err and failed.append(err))
+    assert producer.flush(90) == 0 and failed == []
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap(1)})  # (held: its futures die with it)
+    for future in admin.delete_topics([big], operation_timeout=60).values():
+        future.result(timeout=90)
+
+
 def test_a_group_created_rebalanced_and_emptied_on_its_coordinator(cluster):
     group = "ev-group"
     consumer = confluent_kafka.Consumer({

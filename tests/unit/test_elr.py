@@ -391,7 +391,7 @@ def test_the_replication_gauges_count_partitions_waiting_for_an_eligible_replica
     restart(c, 2, clean=False)
     restart(c, 1, clean=False)
     parts = SimpleNamespace(data=SimpleNamespace(partitions={}, follower_consumer_reads=0, preferred_replica_answers=0,
-                                                follower_fetches_woken=0),
+                                                follower_fetches_woken=0, pending_hosting=0),
                             metadata=SimpleNamespace(image=c.image))
     counts = replication_counts(parts)
     assert counts["offline"] == 2 and counts["no_eligible_leader"] == 2 and counts["waiting_for_eligible"] == 0

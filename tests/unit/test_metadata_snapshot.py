@@ -54,3 +54,36 @@ def test_a_torn_or_corrupt_snapshot_is_refused():
     corrupt[-3] ^= 0xFF
     with pytest.raises((MetadataReplayError, RemoteProtocolError)):
         decode_snapshot(bytes(corrupt))
+
+
+def test_a_delta_names_the_partitions_its_records_changed():
+    """MetadataDelta.changed_partitions (Kafka's TopicDelta): partition records narrow a changed topic to
+    their partitions; a topic config (or a broker default that may be one) changes the topic as a whole."""
+    import uuid
+
+    from odradek.metadata.image import MetadataDelta, replay_all
+    from odradek.metadata.records import (ConfigRecord, ConfigResourceType, PartitionChangeRecord, PartitionRecord,
+                                          RemoveTopicRecord, TopicRecord)
+
+    a, b = uuid.UUID(int=11), uuid.UUID(int=12)
+    image = replay_all([TopicRecord(name="a", topic_id=a), TopicRecord(name="b", topic_id=b),
+                        *(PartitionRecord(partition_id=i, topic_id=t, replicas=[1], isr=[1], leader=1)
+                          for t in (a, b) for i in range(4))])
+    delta = MetadataDelta(image)
+    delta.replay(PartitionChangeRecord(partition_id=2, topic_id=a, leader=-1))
+    delta.replay(PartitionChangeRecord(partition_id=1, topic_id=b, isr=[1]))
+    delta.replay(ConfigRecord(resource_type=int(ConfigResourceType.TOPIC), resource_name="b", name="retention.ms", value="1"))
+    assert delta.changed_topic_ids == {a, b}
+    assert delta.changed_partitions() == {a: frozenset({2})}  # b changed as a whole
+    after = delta.apply()
+    assert after.topics_by_name["a"].partitions[2].leader == -1 and after.topics_by_name["b"] is after.topics_by_id[b]
+    assert image.topics_by_name["a"].partitions[2].leader == 1  # the image before is untouched
+
+    created = MetadataDelta(after)
+    c = uuid.UUID(int=13)
+    created.replay(TopicRecord(name="c", topic_id=c))
+    created.replay(PartitionRecord(partition_id=0, topic_id=c, replicas=[1], isr=[1], leader=1))
+    created.replay(RemoveTopicRecord(topic_id=a))
+    assert created.changed_partitions() == {c: frozenset({0})}
+    final = created.apply()
+    assert set(final.topics_by_name) == {"b", "c"} and final.topics_by_name["c"].partitions[0].leader == 1

@@ -260,3 +260,20 @@ def test_random_interleavings_complete_every_operation_exactly_once(events: list
     timer.advance_clock(now + 1000)
     assert all(op.completions == 1 for op in ops)
     assert purgatory.watch_keys() == [] and timer.size == 0
+
+
+def test_a_batch_of_keys_tries_each_watching_operation_once(purgatory: DelayedOperationPurgatory) -> None:
+    """check_and_complete_any: an operation watching many of the changed keys (a follower's fetch of many
+    partitions) is tried once for the whole batch; every operation watching any key is tried."""
+    wide = Operation(100)
+    narrow = Operation(100)
+    other = Operation(100)
+    purgatory.try_complete_else_watch(wide, [f"p{i}" for i in range(50)])
+    purgatory.try_complete_else_watch(narrow, ["p7"])
+    purgatory.try_complete_else_watch(other, ["q"])
+    before = (wide.attempts, narrow.attempts, other.attempts)
+    assert purgatory.check_and_complete_any(f"p{i}" for i in range(50)) == 0
+    assert (wide.attempts, narrow.attempts, other.attempts) == (before[0] + 1, before[1] + 1, before[2])
+    wide.ready = narrow.ready = True
+    assert purgatory.check_and_complete_any(["p3", "p7", "nothing"]) == 2
+    assert purgatory.num_delayed() == 1 and purgatory.watched("p3") == 0 and purgatory.watched("q") == 1

@@ -414,3 +414,23 @@ def test_an_empty_logs_epoch_checkpoint_is_made_durable_with_its_first_data(tmp_
     checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
     checkpoint.write_bytes(b"")
     assert checkpoints.LeaderEpochCheckpointFile(str(checkpoint)).read() == []
+
+
+def test_a_log_opened_in_a_directory_it_makes_is_the_same_as_one_loaded_empty(tmp_path):
+    """Log.open's fast path for a new directory (_start_empty: nothing listed or read) gives what _load gives
+    for an empty directory, and the log then behaves as any other: epochs, topic id, data and a reopen."""
+    made = Log.open(str(tmp_path / "t-0"), LogConfig(), now_ms=NOW)
+    os.mkdir(tmp_path / "u-0")
+    loaded = Log.open(str(tmp_path / "u-0"), LogConfig(), now_ms=NOW)
+    for log in (made, loaded):
+        assert (log.log_start_offset, log.log_end_offset, log.latest_epoch) == (0, 0, -1)
+        assert sorted(os.listdir(log.directory)) == []  # nothing written before there is data
+    made.assign_topic_id(b"\x01" * 16)
+    made.assign_epoch_start_offset(3, 0)
+    made.append(batch(2), leader_epoch=3, now_ms=NOW)
+    made.flush()
+    made.close()
+    again = Log.open(str(tmp_path / "t-0"), LogConfig(), now_ms=NOW)
+    assert (again.log_end_offset, again.latest_epoch, again.topic_id) == (2, 3, b"\x01" * 16)
+    again.close()
+    loaded.close()
