@@ -260,8 +260,14 @@ class _Parser:
     optimize: bool = True  # False: the plain tree, as written (the reference the unit tests compare with)
     costs: dict[int, int] = field(default_factory=dict)
     reads: dict[int, tuple] = field(default_factory=dict)
+    # Every getter made during the parse, held so that none is freed before the parse ends: the two maps above
+    # are keyed by id(), and a getter parse_compare dropped (its fast form replaced it) would otherwise free its
+    # id for the next one, which then inherited the dropped getter's cost and reads (a hypothesis case found
+    # `timestamp == ""` compared as `value == ""`).
+    alive: list[Getter] = field(default_factory=list)
 
     def costed(self, getter: Getter, cost: int, reads: tuple | None = None) -> Getter:
+        self.alive.append(getter)
         self.costs[id(getter)] = cost
         if reads is not None:
             self.reads[id(getter)] = reads

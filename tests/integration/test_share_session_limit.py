@@ -17,7 +17,8 @@ from tests.harness.share import ShareMember, acquired, connect, topic_id
 
 async def test_session_limit_and_eviction_on_disconnect(tmp_path):
     async with running_broker(tmp_path, **{"odradek.share.enabled": "true",
-                                           "group.share.max.share.sessions": "2"}) as kafka:
+                                           "group.share.max.share.sessions": "2",
+                                           "group.share.max.size": "2"}) as kafka:
         admin = await connect(kafka.bootstrap)
         created = await admin.send(CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
             CreateTopicsRequest.CreatableTopic(name="limited", num_partitions=1, replication_factor=1,

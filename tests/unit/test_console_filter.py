@@ -151,3 +151,14 @@ def test_the_compiled_filter_answers_as_the_plain_tree(parts, joins, key, value,
     fast, plain = parse_filter(text), parse_filter(text, optimize=False)
     r = record(key, value, [("h", header)], 7, 0, 1000)
     assert fast.matches(r) == plain.matches(record(key, value, [("h", header)], 7, 0, 1000)), text
+
+
+def test_a_dropped_getter_never_lends_its_place_to_the_next():
+    """parse_compare drops `value` and `""` when it builds the byte form of `value == ""`; the parser's cost and
+    read maps are keyed by id(), so a freed getter's id went to `timestamp`, which then compared as `value`
+    (found by the hypothesis test above)."""
+    text = 'value == "" and timestamp == "" and value == ""'
+    r = record(None, b"", [("h", b"")], 7, 0, 1000)
+    for _ in range(200):
+        assert parse_filter(text).matches(r) is False
+        assert parse_filter(text, optimize=False).matches(r) is False
