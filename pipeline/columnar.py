@@ -9,13 +9,15 @@ a `Record`, then a `ConsumerRecord`, then five list items that pyarrow converted
 Arrow columns in three steps:
 
 1. **One Python step per record, the only one.** A record starts with its length (a ZigZag varint), so
-   the only sequential part of a batch is the chain of record starts: `_walk` follows it, appending one
-   int to an `array` per record. Everything a record holds is at a position computable from its start.
+   the only sequential part of a batch is the chain of record starts: `_walk` follows it with one lookup
+   in a table indexed by the record's first two bytes (how far a record of under 8 KiB reaches) and one
+   append to an `array` per record. Everything a record holds is at a position computable from its start.
 2. **Every field, every record at once, in pyarrow.compute.** The bytes are a `uint8` Arrow array over
-   the same buffer; the varint after each record start (attributes byte skipped) is decoded for all
-   records in one round of vectorised `take`/bit operations per varint byte (`_varints`), and each
-   field's position is the previous one plus the previous length. So a batch of 10,000 records costs
-   a few dozen compute calls, whatever its size.
+   the same buffer; each varint of every record (its length, then after the attributes byte the
+   timestamp delta, offset delta, key length, value length, header count) is decoded for all records in
+   one round of vectorised `take`/bit operations per varint byte (`_varints`), and each field's position
+   is the previous one plus the previous length. So a fetch of 10,000 records costs a few dozen compute
+   calls, whatever its size, and per-batch values (base offset, timestamp) are expanded column-wise.
 3. **Keys and values are sliced, not copied one by one.** A BinaryArray is an offsets buffer and a data
    buffer. The value of record i is bytes [vs_i, ve_i) of the records buffer, and vs_0 <= ve_0 <= vs_1
    <= ... , so the interleaved offsets (vs_0, ve_0, vs_1, ...) over the whole buffer make a BinaryArray
