@@ -173,8 +173,9 @@ _settled = False
 
 
 def _settle_worker() -> None:
-    """Once per executor process, after its reading and writing modules are imported: collect, then freeze
-    what survives, so that the daemon's `gc.collect()` after each task skips it (module docstring)."""
+    """Once per worker process (executors, and the reused read planner), after its reading and writing
+    modules are imported: collect, then freeze what survives, so that the daemon's `gc.collect()` after
+    each task skips it (module docstring)."""
     global _settled
     if _settled:
         return
@@ -269,6 +270,7 @@ class BatchReader(DataSourceReader):
         from . import _kafka
         from .offsets import plan_ranges
 
+        _settle_worker()  # the read planner is a reused daemon worker too
         o = self.options
         md = _kafka.Metadata(o.client)
         try:
