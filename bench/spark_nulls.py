@@ -11,6 +11,11 @@ Python data source, measured in the same run as the `odradek` source and sink.
 The bench reports each `odradek` figure beside its null twin and the ratio, so that a loaded machine (eight
 engineers share two cores here) shows as both figures dropping, not as a regression.
 
+The null source and sink stay Spark's plain cost: unlike the `odradek` source and sink they do not
+`gc.freeze()` the worker's heap (pipeline/datasource.py explains why that one does), so each of their
+tasks still pays the daemon's full `gc.collect()`, and a ratio above what decoding alone would allow
+partly reflects that.
+
 These classes are pickled by value (`cloudpickle.register_pickle_by_value`), so Spark's Python workers need
 not be able to import `bench`.
 """

@@ -559,6 +559,10 @@ class TxnProducers:
     def run(self, coro: Any, timeout: float | None = None) -> Any:
         return self._thread.run(coro, timeout)
 
+    def submit(self, coro: Any) -> Any:
+        """Start `coro` on the loop thread and return its concurrent future at once."""
+        return self._thread.submit(coro)
+
     def get(self, transactional_id: str) -> Producer:
         """The started producer of `transactional_id` (not yet initialised when new)."""
         with self._lock:

@@ -17,9 +17,11 @@ from typing import Any, Iterable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .schema import HEADERS_DDL, READ_SCHEMA_DDL, read_schema_ddl
+
 __all__ = [
-    "HEADERS_TYPE", "READ_SCHEMA_DDL", "WRITE_COLUMNS", "read_schema", "records_to_batch", "rows_from_batch",
-    "check_write_schema",
+    "HEADERS_DDL", "HEADERS_TYPE", "READ_SCHEMA_DDL", "WRITE_COLUMNS", "read_schema", "read_schema_ddl",
+    "records_to_batch", "rows_from_batch", "check_write_schema",
 ]
 
 HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
@@ -37,13 +39,6 @@ _BASE_FIELDS = [
 _SCHEMA = pa.schema(_BASE_FIELDS)
 _SCHEMA_WITH_HEADERS = pa.schema(_BASE_FIELDS + [pa.field("headers", HEADERS_TYPE)])
 
-READ_SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-                   "timestampType int")
-HEADERS_DDL = "headers array<struct<key: string, value: binary>>"
-
-
-def read_schema_ddl(include_headers: bool) -> str:
-    return f"{READ_SCHEMA_DDL}, {HEADERS_DDL}" if include_headers else READ_SCHEMA_DDL
 
 
 def read_schema(include_headers: bool) -> pa.Schema:

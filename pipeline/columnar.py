@@ -9,13 +9,15 @@ a `Record`, then a `ConsumerRecord`, then five list items that pyarrow converted
 Arrow columns in three steps:
 
 1. **One Python step per record, the only one.** A record starts with its length (a ZigZag varint), so
-   the only sequential part of a batch is the chain of record starts: `_walk` follows it, appending one
-   int to an `array` per record. Everything a record holds is at a position computable from its start.
+   the only sequential part of a batch is the chain of record starts: `_walk` follows it with one lookup
+   in a table indexed by the record's first two bytes (how far a record of under 8 KiB reaches) and one
+   append to an `array` per record. Everything a record holds is at a position computable from its start.
 2. **Every field, every record at once, in pyarrow.compute.** The bytes are a `uint8` Arrow array over
-   the same buffer; the varint after each record start (attributes byte skipped) is decoded for all
-   records in one round of vectorised `take`/bit operations per varint byte (`_varints`), and each
-   field's position is the previous one plus the previous length. So a batch of 10,000 records costs
-   a few dozen compute calls, whatever its size.
+   the same buffer; each varint of every record (its length, then after the attributes byte the
+   timestamp delta, offset delta, key length, value length, header count) is decoded for all records in
+   one round of vectorised `take`/bit operations per varint byte (`_varints`), and each field's position
+   is the previous one plus the previous length. So a fetch of 10,000 records costs a few dozen compute
+   calls, whatever its size, and per-batch values (base offset, timestamp) are expanded column-wise.
 3. **Keys and values are sliced, not copied one by one.** A BinaryArray is an offsets buffer and a data
    buffer. The value of record i is bytes [vs_i, ve_i) of the records buffer, and vs_0 <= ve_0 <= vs_1
    <= ... , so the interleaved offsets (vs_0, ve_0, vs_1, ...) over the whole buffer make a BinaryArray
@@ -53,8 +55,8 @@ The producer then wraps each section in a batch header with its producer id, epo
 
 from __future__ import annotations
 
+import struct
 from array import array
-from itertools import repeat
 from typing import Any, Sequence
 
 import pyarrow as pa
@@ -87,38 +89,72 @@ def _i(value: int) -> pa.Scalar:
 
 # ---------------------------------------------------------------------------------------- reading
 
-def _walk(data: bytes, pos: int, end: int, count: int, starts: array, ends: array, base: int) -> int:
-    """Append, for each record, the position after its length varint (its attributes byte) to `starts` and
-    the position its length says it ends at to `ends` (both plus `base`); return the position after the
-    last record. The loop body is the read path's whole per-record cost."""
-    add_start = starts.append
-    add_end = ends.append
+
+def _span_table() -> list[int]:
+    """For every two bytes (b0, b1) a record can start with, how far the record reaches from its start: the
+    length varint's own size plus the length, when the length is a non-negative 1- or 2-byte ZigZag varint
+    (a record under 8 KiB); 0 otherwise (a longer varint, or a negative length), which stops the fast walk
+    so that `_walk_carefully` judges the batch. Indexed by `b0 | b1 << 8`, so the walk needs no branch."""
+    table = [0] * 65536
+    for b0 in range(0x80):
+        if not b0 & 1:
+            span = 1 + (b0 >> 1)
+            for b1 in range(256):
+                table[b0 | b1 << 8] = span
+    for b0 in range(0x80, 0x100):
+        for b1 in range(0x80):
+            n = (b0 & 0x7F) | (b1 << 7)
+            if not n & 1:
+                table[b0 | b1 << 8] = 2 + (n >> 1)
+    return table
+
+
+_SPAN = _span_table()
+_U16 = struct.Struct("<H").unpack_from
+
+
+def _walk(data: bytes, pos: int, end: int, count: int, starts: array) -> None:
+    """Append the start of each of the `count` records in data[pos:end] to `starts`: the only sequential
+    step of decoding a batch (a record's start is the previous start plus the previous record's length).
+
+    The loop body is the read path's whole per-record Python: one table lookup on the record's first two
+    bytes and one append. A record of 8 KiB or more, a negative length, or a chain that does not end
+    exactly at `end` sends the batch to `_walk_carefully`, which also says what is wrong when it is."""
+    mark = len(starts)
+    add = starts.append
+    span = _SPAN
+    u16 = _U16
+    at = pos
     try:
         for _ in range(count):
-            b = data[pos]
-            if b < 0x80:
-                pos += 1
-                n = b
-            else:
-                b1 = data[pos + 1]
-                if b1 < 0x80:
-                    pos += 2
-                    n = (b & 0x7F) | (b1 << 7)
-                else:
-                    n, pos = _slow_uvarint(data, pos)
-            add_start(pos + base)
-            pos += (n >> 1) ^ -(n & 1)
-            add_end(pos + base)
-            if pos > end:
-                raise CorruptRecordError(f"a record's length runs past its batch (at {pos}, batch ends {end})")
-    except IndexError:
-        raise CorruptRecordError("a record's length runs past its batch") from None
-    return pos
+            add(at)
+            at += span[u16(data, at)[0]]
+    except struct.error:  # a record start on the last byte of the buffer: past its batch anyway
+        at = -1
+    if at != end:
+        del starts[mark:]
+        _walk_carefully(data, pos, end, count, starts)
 
 
-def _slow_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+def _walk_carefully(data: bytes, pos: int, end: int, count: int, starts: array) -> None:
+    for _ in range(count):
+        starts.append(pos)
+        n, pos = _uvarint(data, pos, end)
+        length = (n >> 1) ^ -(n & 1)
+        if length < 0:
+            raise CorruptRecordError(f"a record has a negative length ({length})")
+        pos += length
+        if pos > end:
+            raise CorruptRecordError(f"a record's length runs past its batch (at {pos}, batch ends {end})")
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left after the {count} records the batch declares")
+
+
+def _uvarint(data: bytes, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     for i in range(5):
+        if pos + i >= end:
+            raise CorruptRecordError("a record's length runs past its batch")
         b = data[pos + i]
         result |= (b & 0x7F) << shift
         if b < 0x80:
@@ -132,9 +168,9 @@ def _varints(data: pa.Array, pos: pa.Array, max_len: int) -> tuple[pa.Array, pa.
 
     One round per varint byte: round k reads byte k of the varints still going on. int64 holds every
     value a record field can have here (a length or delta of 32 bits, a timestamp delta far below 2^56);
-    a varlong of 9 or 10 bytes is left to the record-by-record decoder."""
-    last = _i(len(data) - 1)
-    byte = pc.take(data, pc.min_element_wise(pos, last)).cast(pa.int64())
+    a varlong of 9 or 10 bytes is left to the record-by-record decoder. A position outside `data` (a
+    malformed record) makes `take` raise IndexError, which sends the batch to that decoder too."""
+    byte = pc.take(data, pos).cast(pa.int64())
     more = pc.greater(byte, _I127)
     if not pc.any(more).as_py():  # the usual case: every value fits one byte
         return _unzigzag(byte), _ones(len(pos))
@@ -144,7 +180,7 @@ def _varints(data: pa.Array, pos: pa.Array, max_len: int) -> tuple[pa.Array, pa.
     while pc.any(more).as_py():
         if k == max_len or k == 8:
             raise _NotVectorised(f"a record varint of more than {k} bytes")
-        byte = pc.take(data, pc.min_element_wise(pc.add(pos, _i(k)), last)).cast(pa.int64())
+        byte = pc.take(data, pc.add(pos, _i(k))).cast(pa.int64())
         part = pc.shift_left(pc.bit_wise_and(byte, _I127), _i(7 * k))
         value = pc.if_else(more, pc.bit_wise_or(value, part), value)
         length = pc.add(length, more.cast(pa.int64()))
@@ -164,6 +200,7 @@ class _NotVectorised(Exception):
 
 _I127 = pa.scalar(0x7F, pa.int64())
 _ONES: pa.Array = pa.array([], pa.int64())
+_EVENS: pa.Array = pa.array([], pa.int64())
 
 
 def _ones(n: int) -> pa.Array:
@@ -171,6 +208,14 @@ def _ones(n: int) -> pa.Array:
     if len(_ONES) < n:
         _ONES = pa.repeat(_i(1), max(n, 2 * len(_ONES)))
     return _ONES.slice(0, n)
+
+
+def _evens(n: int) -> pa.Array:
+    """0, 2, 4, ... 2(n - 1)."""
+    global _EVENS
+    if len(_EVENS) < n:
+        _EVENS = pc.multiply(_arange(max(n, 2 * len(_EVENS))), _i(2))
+    return _EVENS.slice(0, n)
 
 
 _ARANGE: pa.Array = pa.array([], pa.int64())
@@ -183,66 +228,117 @@ def _arange(n: int) -> pa.Array:
     return _ARANGE.slice(0, n)
 
 
+def _int64s(values: array) -> pa.Array:
+    """An int64 Arrow array over an `array("q")`'s own memory (no per-element conversion)."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
 def _slices(data_buffer: pa.Buffer, starts: pa.Array, lengths: pa.Array) -> pa.Array:
-    """BinaryArray of data[starts[i] : starts[i] + lengths[i]], null where lengths[i] < 0 (no per-row Python)."""
+    """BinaryArray of data[starts[i] : starts[i] + lengths[i]], null where lengths[i] < 0 (no per-row Python).
+
+    The slices lie in order in the buffer (starts[i] + lengths[i] <= starts[i + 1]). An int64 whose low half
+    is start i and whose high half is end i is, in memory (little-endian), the int32 pair (start i, end i);
+    so the int64 column `start | end << 32` is, read as int32, the offsets s0, e0, s1, e1, ... of a
+    BinaryArray of 2n - 1 elements whose even elements are the slices and whose odd ones are the bytes in
+    between. One `take` of the even elements copies the slices out, in C. Positions must be below 2^31."""
     n = len(starts)
     if n == 0:
         return pa.array([], pa.binary())
     valid = pc.greater_equal(lengths, _i(0))
     ends = pc.add(starts, pc.max_element_wise(lengths, _i(0)))
-    # interleaved offsets s0, e0, s1, e1, ..., e(n-1), e(n-1): element 2i is slice i, 2i+1 the gap after it
-    both = pa.concat_arrays([starts, ends])
-    index = _arange(2 * n)
-    pick = pc.add(pc.shift_right(index, _i(1)), pc.multiply(pc.bit_wise_and(index, _i(1)), _i(n)))
-    offsets = pa.concat_arrays([pc.take(both, pick), ends.slice(n - 1, 1)]).cast(pa.int32())
-    spans = pa.Array.from_buffers(pa.binary(), 2 * n, [None, offsets.buffers()[1], data_buffer])
-    out = pc.take(spans, pc.multiply(_arange(n), _i(2)))
+    pairs = pc.bit_wise_or(starts, pc.shift_left(ends, _i(32)))
+    spans = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pairs.buffers()[1], data_buffer])
+    out = pc.take(spans, _evens(n))
     if not pc.all(valid).as_py():
         out = pc.if_else(valid, out, pa.scalar(None, pa.binary()))
     return out
+
+
+def _per_record(run_ends: array, values: array) -> pa.Array:
+    """values[j] repeated for each record of batch j (run_ends: cumulative record counts), int64. A fetch of
+    a few big batches (what the sink and Java's producer write) is a few `repeat`s; many small ones are
+    one run-end decode."""
+    if len(values) <= 16:
+        if len(values) == 1:
+            return pa.repeat(_i(values[0]), run_ends[0])
+        return pa.concat_arrays([pa.repeat(_i(v), e - s) for v, s, e in zip(values, [0, *run_ends], run_ends)])
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(_int64s(run_ends), _int64s(values)))
 
 
 def decode_batches(topic: str, partition: int, buf: Any, batches: Sequence[tuple[int, BatchHeader]], *,
                    start: int, end: int, include_headers: bool) -> pa.RecordBatch:
     """The records with start <= offset < end of `batches` (positions and headers in `buf`, as
     `protocol.records.iter_batches` yields them; control and aborted batches already left out) as one
-    RecordBatch in the read schema."""
+    RecordBatch in the read schema.
+
+    The records are copied once into a `bytes` (the walk indexes bytes fastest, and the Arrow columns
+    slice keys and values out of it): the fetched span as it is when no batch is compressed, else each
+    batch's records section, inflated where compressed, one after the other."""
+    if not batches:
+        return _empty(include_headers)
     view = memoryview(buf)
-    parts: list[Any] = []
-    record_starts = array("q")
-    record_ends = array("q")
+    first_pos = batches[0][0]
+    last_pos, last = batches[-1]
+    compressed = any(h.compression != NONE for _, h in batches)
+    # Without a compressed batch (the usual case), one copy of the fetched span holds every record where it
+    # lies; otherwise each batch's records section (inflated when compressed) is appended in batch order,
+    # and `bases` says where each section starts in the joined buffer.
+    region = b"" if compressed else bytes(view[first_pos:last_pos + last.size])
+    parts: list[bytes] = []
+    bases = array("q")
+    size = 0
+    starts = array("q")
+    run_ends = array("q")
     base_offsets = array("q")
     base_timestamps = array("q")
-    types = array("b")
-    base = 0
+    log_append = array("q")
+    total = 0
     for pos, h in batches:
         validate_batch(view, pos)
         count = h.records_count
-        body = view[pos + HEADER_SIZE: pos + h.size]
-        data = bytes(body) if h.compression == NONE else decompress(h.compression, body, MAX_UNCOMPRESSED)
-        if count > len(data) // _MIN_RECORD_SIZE:
-            raise CorruptRecordError(f"recordsCount {count} cannot fit in the batch's {len(data)} bytes of records")
-        after = _walk(data, 0, len(data), count, record_starts, record_ends, base)
-        if after != len(data):
-            raise CorruptRecordError(f"{len(data) - after} bytes left after the {count} records the batch declares")
-        parts.append(data)
-        base += len(data)
-        base_offsets.extend(repeat(h.base_offset, count))
-        log_append = bool(h.attributes & ATTR_LOG_APPEND_TIME)
-        base_timestamps.extend(repeat(h.max_timestamp if log_append else h.base_timestamp, count))
-        types.extend(repeat(1 if log_append else 0, count))
-    joined = parts[0] if len(parts) == 1 else b"".join(parts)
-    n = len(record_starts)
+        if not compressed:
+            data = region
+            body, body_end = pos - first_pos + HEADER_SIZE, pos - first_pos + h.size
+        else:
+            section = view[pos + HEADER_SIZE: pos + h.size]
+            data = bytes(section) if h.compression == NONE else decompress(h.compression, section, MAX_UNCOMPRESSED)
+            body, body_end = 0, len(data)
+        if count > (body_end - body) // _MIN_RECORD_SIZE:
+            raise CorruptRecordError(f"recordsCount {count} cannot fit in the batch's {body_end - body} bytes of "
+                                     "records")
+        if count <= 0:
+            if body_end != body:
+                raise CorruptRecordError(f"{body_end - body} bytes left after the 0 records the batch declares")
+            continue
+        _walk(data, body, body_end, count, starts)
+        if compressed:
+            parts.append(data)
+            bases.append(size)
+            size += len(data)
+        total += count
+        run_ends.append(total)
+        base_offsets.append(h.base_offset)
+        appended = bool(h.attributes & ATTR_LOG_APPEND_TIME)
+        base_timestamps.append(h.max_timestamp if appended else h.base_timestamp)
+        log_append.append(int(appended))
+    n = len(starts)
     if n == 0:
         return _empty(include_headers)
+    joined = b"".join(parts) if compressed else region
+    if len(joined) >= 1 << 31:  # `_slices` packs positions in 32 bits
+        return _decode_slowly(topic, partition, view, batches, start, end, include_headers)
 
     buffer = pa.py_buffer(joined)
     data_u8 = pa.Array.from_buffers(pa.uint8(), len(joined), [None, buffer])
-    starts = pa.array(record_starts, pa.int64())
+    record_at = _int64s(starts)
+    if compressed:
+        record_at = pc.add(record_at, _per_record(run_ends, bases))
     try:
-        at = pc.add(starts, _i(1))
-        ts_delta, used = _varints(data_u8, at, 10)
-        at = pc.add(at, used)
+        length, used = _varints(data_u8, record_at, 5)
+        at = pc.add(record_at, used)
+        record_end = pc.add(at, length)
+        ts_delta, used = _varints(data_u8, pc.add(at, _i(1)), 10)  # after the attributes byte
+        at = pc.add(pc.add(at, _i(1)), used)
         offset_delta, used = _varints(data_u8, at, 5)
         at = pc.add(at, used)
         key_len, used = _varints(data_u8, at, 5)
@@ -252,39 +348,47 @@ def decode_batches(topic: str, partition: int, buf: Any, batches: Sequence[tuple
         value_at = pc.add(at, used)
         at = pc.add(value_at, pc.max_element_wise(value_len, _i(0)))
         header_count, used = _varints(data_u8, at, 5)
-        after = pc.add(at, used)
         # every record's fields must end exactly where its length says (where the walk found the next
         # record), with no header, and lengths of -1 (null) or more
-        ok = (pc.all(pc.equal(after, pa.array(record_ends, pa.int64()))).as_py()
+        ok = (pc.all(pc.equal(pc.add(at, used), record_end)).as_py()
               and pc.min(key_len).as_py() >= -1 and pc.min(value_len).as_py() >= -1
               and not pc.any(pc.not_equal(header_count, _i(0))).as_py())
-    except _NotVectorised:
+    except (_NotVectorised, IndexError):
         ok = False
     if not ok:
         # headers (or something the vectorised check refuses): the per-record decoder, which also says what
         # exactly is wrong when a record is malformed
         return _decode_slowly(topic, partition, view, batches, start, end, include_headers)
 
-    offsets = pc.add(pa.array(base_offsets, pa.int64()), offset_delta)
-    type_array = pa.array(types, pa.int8())
-    ts_ms = pc.add(pa.array(base_timestamps, pa.int64()),
-                   pc.if_else(pc.equal(type_array, pa.scalar(1, pa.int8())), pa.scalar(0, pa.int64()), ts_delta))
+    offsets = pc.add(_per_record(run_ends, base_offsets), offset_delta)
+    base_ts = _per_record(run_ends, base_timestamps)
+    if any(log_append):
+        appended_rows = _per_record(run_ends, log_append)
+        ts_ms = pc.add(base_ts, pc.multiply(ts_delta, pc.subtract(_i(1), appended_rows)))
+        type_array = appended_rows.cast(pa.int32())
+    else:
+        ts_ms = pc.add(base_ts, ts_delta)
+        type_array = pa.repeat(_CREATE_TIME, n)
     columns = [
         _slices(buffer, key_at, key_len),
         _slices(buffer, value_at, value_len),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         offsets,
-        pc.multiply(ts_ms, _i(1000)).cast(pa.timestamp("us", tz="UTC")),
-        type_array.cast(pa.int32()),
+        pc.multiply(ts_ms, _i(1000)).cast(_TIMESTAMP_US),
+        type_array,
     ]
     if include_headers:
         columns.append(pa.nulls(n, read_schema(True).field("headers").type))
     batch = pa.RecordBatch.from_arrays(columns, schema=read_schema(include_headers))
-    first, last = offsets[0].as_py(), offsets[n - 1].as_py()
-    if first < start or last >= end:
+    first, last_offset = offsets[0].as_py(), offsets[n - 1].as_py()
+    if first < start or last_offset >= end:
         batch = batch.filter(pc.and_(pc.greater_equal(offsets, _i(start)), pc.less(offsets, _i(end))))
     return batch
+
+
+_CREATE_TIME = pa.scalar(0, pa.int32())
+_TIMESTAMP_US = pa.timestamp("us", tz="UTC")
 
 
 def _empty(include_headers: bool) -> pa.RecordBatch:

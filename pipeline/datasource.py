@@ -20,6 +20,27 @@ Which process runs what (the reference notes, section 2.2, give the evidence):
 
 Offsets, limits and new partitions in streaming: see `StreamReader.latestOffset`. Filter pushdown of
 batch reads (option `filterPushdown`): see `FilteringBatchReader`.
+
+What a planning worker imports
+------------------------------
+Spark runs each planning step in a Python worker of its own kind, started once per application and kept
+(`pyspark.sql.worker.lookup_data_sources`, `create_data_source`, `plan_data_source_read`,
+`write_into_data_source` ...), and every one of them imports this module to unpickle the data source.
+The lookup and create workers only need the class and `schema()`, so this module imports nothing of the
+client, of pyarrow or of the other pipeline modules at its top: each method imports what it uses. The
+planner of a read (`partitions()`) then loads the options and the admin client, and only executors load
+the fetcher, the Arrow decoder and the producers. `python -X importtime -c 'import pyspark_odradek'`
+measures it (0.70 s before, the pipeline README gives the figures).
+
+Spark's Python workers and the garbage collector
+------------------------------------------------
+A reused worker (`spark.python.worker.reuse`, the default) is a child forked by `pyspark.daemon`, which
+runs `gc.collect()` after every task: a full collection that walks every object the process tracks. With
+pyspark, pyarrow and this package loaded that is ~80k objects and 40-50 ms of CPU per task, as much as
+decoding 150k records. So an executor, once it has imported what it reads or writes with, collects once
+and moves the surviving objects (modules, classes, caches: nothing a task frees) to the permanent
+generation with `gc.freeze()`, as CPython's documentation advises for pre-forked servers; the daemon's
+collections then walk only what later tasks allocate. `_settle_worker` does it once per process.
 """
 
 from __future__ import annotations
@@ -28,7 +49,7 @@ import logging
 import time
 from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -47,15 +68,19 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
 
-from odradek.client.cluster import TopicPartition
+from .errors import OptionError, parse_bool
+from .schema import read_schema_ddl
 
-from . import _kafka
-from .arrow import check_write_schema, read_schema_ddl
-from .offsets import EARLIEST, LATEST, Bounds, OffsetRange, count_between, offsets_from_json, offsets_to_json, plan_ranges, rate_limit
-from .options import ClientOptions, OffsetSpec, OptionError, SinkOptions, SourceOptions
-from .sink import KafkaTaskTransaction, TaskOutcome, progress_group, transactional_id, write_chunks
+if TYPE_CHECKING:  # imported where used: see "What a planning worker imports" above
+    from pyspark.sql.types import StructType
+
+    from odradek.client.cluster import TopicPartition
+
+    from . import _kafka
+    from .offsets import Bounds, OffsetRange
+    from .options import ClientOptions, OffsetSpec, SinkOptions, SourceOptions
+    from .sink import KafkaTaskTransaction, TaskOutcome
 
 log = logging.getLogger("odradek.pipeline")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -89,8 +114,6 @@ class OdradekDataSource(DataSource):
         return FORMAT
 
     def _include_headers(self) -> bool:
-        from .options import parse_bool
-
         return parse_bool(self.options.get("includeheaders", "false"), "includeHeaders")
 
     def schema(self) -> str:
@@ -105,7 +128,7 @@ class OdradekDataSource(DataSource):
                               "and cannot be given another one")
 
     def reader(self, schema: StructType) -> "BatchReader":
-        from .options import parse_bool
+        from .options import SourceOptions
 
         self._check_read_schema(schema)
         options = SourceOptions.parse(self.options, streaming=False)
@@ -114,6 +137,8 @@ class OdradekDataSource(DataSource):
         return BatchReader(options)
 
     def streamReader(self, schema: StructType) -> "StreamReader":
+        from .options import SourceOptions
+
         self._check_read_schema(schema)
         return StreamReader(SourceOptions.parse(self.options, streaming=True))
 
@@ -121,21 +146,46 @@ class OdradekDataSource(DataSource):
         if overwrite:
             raise OptionError(f"the {FORMAT} sink only appends: use mode('append') (Overwrite and Ignore are "
                               "not supported, as with Spark's Kafka sink)")
+        from .options import SinkOptions
+
         options = SinkOptions.parse(self.options, streaming=False)
         _check_write(schema, options)
         return BatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> "StreamWriter":
+        from .options import SinkOptions
+
         options = SinkOptions.parse(self.options, streaming=True)
         _check_write(schema, options)
         return StreamWriter(options)
 
 
 def _check_write(schema: StructType, options: SinkOptions) -> None:
+    from .arrow import check_write_schema
+
     try:
         check_write_schema({f.name: f.dataType.simpleString() for f in schema.fields}, topic_option=options.topic)
     except ValueError as e:
         raise OptionError(str(e)) from None
+
+
+_settled = False
+
+
+def _settle_worker() -> None:
+    """Once per worker process (executors, and the reused read planner), after its reading and writing
+    modules are imported: collect, then freeze what survives, so that the daemon's `gc.collect()` after
+    each task skips it (module docstring)."""
+    global _settled
+    if _settled:
+        return
+    import gc
+
+    from . import _kafka, sink  # noqa: F401  everything a task reads or writes with, loaded before the freeze
+
+    gc.collect()
+    gc.freeze()
+    _settled = True
 
 
 # ---------------------------------------------------------------------------------------- reading
@@ -169,6 +219,9 @@ class RangePartition(InputPartition):
 def read_partition(partition: InputPartition) -> Iterator[Any]:
     if not isinstance(partition, RangePartition):  # Spark's InputPartition(None) when there are no ranges
         return
+    from . import _kafka
+
+    _settle_worker()
     rng, s = partition.range, partition.settings
     yield from _kafka.read_arrow(s.client, rng, fail_on_data_loss=s.fail_on_data_loss,
                                  poll_timeout_ms=s.poll_timeout_ms, include_headers=s.include_headers)
@@ -177,6 +230,8 @@ def read_partition(partition: InputPartition) -> Iterator[Any]:
 def _resolve(spec: OffsetSpec, tps: list[TopicPartition], md: _kafka.Metadata, *, what: str,
              strategy: str = "error") -> dict[TopicPartition, int]:
     """Offsets for `tps` from an OffsetSpec (earliest/latest/JSON/timestamps)."""
+    from .offsets import EARLIEST, LATEST
+
     if not tps:
         return {}
     if spec.kind == "earliest":
@@ -212,6 +267,10 @@ class BatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
+        from . import _kafka
+        from .offsets import plan_ranges
+
+        _settle_worker()  # the read planner is a reused daemon worker too
         o = self.options
         md = _kafka.Metadata(o.client)
         try:
@@ -259,6 +318,8 @@ class FilteringBatchReader(BatchReader):
     """
 
     def __init__(self, options: SourceOptions):
+        from .offsets import Bounds
+
         super().__init__(options)
         self.bounds = Bounds()
         self.since_ms: int | None = None  # timestamp >= / > : the lowest record timestamp kept, in ms
@@ -352,6 +413,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def md(self) -> _kafka.Metadata:
         if self._md is None:
+            from . import _kafka
+
             self._md = _kafka.Metadata(self.options.client)
         return self._md
 
@@ -359,6 +422,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark asks twice at the first start and nothing persists the answer in between, so it is
         # memoised: with startingOffsets=latest two lookups could disagree.
         if self._initial is None:
+            from .offsets import offsets_to_json
+
             o = self.options
             tps = self.md.partitions(o.subscription)
             start = _resolve(o.starting, tps, self.md, what="startingOffsets", strategy=o.timestamp_strategy)
@@ -375,6 +440,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self.md.latest(tps)
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        from . import _kafka
+        from .offsets import count_between, offsets_from_json, offsets_to_json, rate_limit
+
         o = self.options
         begin = offsets_from_json(start if start is not None else self.initialOffset())
         tps = self.md.partitions(o.subscription)
@@ -419,9 +487,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return result
 
     def reportLatestOffset(self) -> dict | None:
+        from .offsets import offsets_to_json
+
         return None if self._latest is None else offsets_to_json(self._latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        from .offsets import offsets_from_json, plan_ranges
+
         o = self.options
         ranges = plan_ranges(offsets_from_json(start), offsets_from_json(end), min_partitions=o.min_partitions,
                              max_records=o.max_records_per_partition)
@@ -454,10 +526,19 @@ class SentMessage(WriterCommitMessage):
 class TaskMessage(WriterCommitMessage):
     """A task of an exactly-once streaming write."""
 
-    outcome: TaskOutcome = field(default_factory=lambda: TaskOutcome("", -1, -1))
+    outcome: TaskOutcome = field(default_factory=lambda: _no_outcome())
+
+
+def _no_outcome() -> TaskOutcome:
+    from .sink import TaskOutcome
+
+    return TaskOutcome("", -1, -1)
 
 
 def _send_all(options: SinkOptions, batches: Iterator[Any]) -> SentMessage:
+    from . import _kafka
+
+    _settle_worker()
     producer = _kafka.producer_for(options.client)
     try:
         count = producer.send_arrow(batches, options.topic)
@@ -498,6 +579,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
             return _send_all(o, iterator)
         from pyspark import TaskContext
 
+        from .sink import write_chunks
+
+        _settle_worker()
         ctx = TaskContext.get()
         query_id = ctx.getLocalProperty("sql.streaming.queryId")
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
@@ -506,6 +590,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         return TaskMessage(write_chunks(txn, query_id, batch_id, task, iterator))
 
     def _transaction(self, query_id: str, task: int) -> KafkaTaskTransaction:
+        from .sink import KafkaTaskTransaction, progress_group, transactional_id
+
         o = self.options
         return KafkaTaskTransaction(o.client, transactional_id(query_id, task), progress_group(query_id, task),
                                     o.commit_topic, o.topic)

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 from odradek.client.cluster import TopicPartition
 from odradek.client.config import ClientConfig, ConsumerConfig, ProducerConfig, parse_bootstrap
 
-from .errors import OptionError
+from .errors import OptionError, parse_bool
 from .offsets import EARLIEST, LATEST, offsets_to_json, parse_assign, parse_partition_values
 
 __all__ = [
@@ -70,17 +70,6 @@ def _get(options: Mapping[str, str], name: str, default: Any = None) -> Any:
     if value is None:
         value = options.get(name)
     return default if value is None else value
-
-
-def parse_bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise OptionError(f"option {name!r} must be true or false (got {value!r})")
 
 
 def _parse_int(value: Any, name: str, *, minimum: int | None = None) -> int:

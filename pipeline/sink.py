@@ -231,9 +231,18 @@ class KafkaTaskTransaction:
         self.commit_topic = commit_topic
         self._producers: Any = None
         self._producer: Any = None
+        self._queueing: Any = None  # the future of the previous Arrow batch's queueing, if still running
+        self._partition_counts: dict[str, int] = {}
 
     def _run(self, coro: Any) -> Any:
+        self._queued()
         return self._producers.run(coro)
+
+    def _queued(self) -> None:
+        """Wait until the previous Arrow batch is queued in the producer (its errors surface here)."""
+        pending, self._queueing = self._queueing, None
+        if pending is not None:
+            pending.result()
 
     def init(self) -> None:
         _kafka.ensure_commit_topic(self.client, self.commit_topic)
@@ -268,13 +277,18 @@ class KafkaTaskTransaction:
         self._producer.begin_transaction()
 
     def send(self, rows: Any) -> None:
+        """Rows as a list go record by record; an Arrow batch is encoded column-wise here while the loop
+        thread still queues the previous one (one batch ahead, so each partition's pieces stay in order,
+        as `BulkProducer.send_arrow` does), and a topic's partition count is looked up once per task."""
         if isinstance(rows, list):
             self._run(_send_rows(self._producer, rows))
             return
         producer = self._producer
 
         def partition_count(topic: str) -> int:
-            return len(self._run(producer.partitions_for(topic)))
+            if topic not in self._partition_counts:
+                self._partition_counts[topic] = len(self._run(producer.partitions_for(topic)))
+            return self._partition_counts[topic]
 
         pieces = encode_for_partitions(rows, topic_option=self.topic_option, partition_count=partition_count,
                                        batch_size=producer.config.batch_size, now_ms=int(time.time() * 1000),
@@ -282,7 +296,8 @@ class KafkaTaskTransaction:
         if pieces is None:
             self._run(_send_rows(producer, list(rows_from_batch(rows, topic_option=self.topic_option))))
         else:
-            self._run(_send_encoded(producer, pieces))
+            self._queued()
+            self._queueing = self._producers.submit(_send_encoded(producer, pieces))
 
     def commit(self, next_batch: int) -> None:
         anchor = TopicPartition(self.commit_topic, PROGRESS_PARTITION)
@@ -297,6 +312,10 @@ class KafkaTaskTransaction:
     def abort(self) -> None:
         if self._producer is None:
             return
+        try:
+            self._queued()
+        except BaseException:  # noqa: BLE001 - the batch is being aborted; its first error was reported
+            log.debug("queueing the last batch failed too", exc_info=True)
         if self._fatal():
             self._producers.evict(self.txn_id)  # fenced: a newer attempt owns the id; nothing to abort
             return

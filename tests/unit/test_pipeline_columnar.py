@@ -79,6 +79,36 @@ def test_an_empty_selection_is_an_empty_batch_of_the_schema():
     assert got.num_rows == 0 and got.schema.equals(read_schema(False))
 
 
+def test_many_small_batches_and_a_compressed_one_among_them_decode_as_the_record_by_record_decoder():
+    # more than 16 batches take the run-end path for per-batch values; a compressed batch in the middle makes
+    # the records sections be joined one after the other instead of read where they lie
+    rng = random.Random(7)
+    for codecs in ([NONE] * 20, [NONE] * 9 + [LZ4] + [NONE] * 10):
+        buf, batches = _log(rng, codecs)
+        last = batches[-1][1].next_offset
+        got = decode_batches("t", 3, buf, batches, start=2, end=last, include_headers=False)
+        assert pa.Table.from_batches([got]).equals(_slow(buf, batches, 2, last))
+
+
+def test_records_of_8_kib_and_more_leave_the_fast_walk_and_come_out_equal():
+    # a record length of three varint bytes is outside the walk's table: the careful walk takes the batch
+    records = [(b"k%d" % i, bytes([i]) * size, None, 5) for i, size in enumerate((10, 9_000, 20, 70_000, 1))]
+    buf = build_batch(records, base_offset=3)
+    batches = list(iter_batches(memoryview(buf)))
+    got = decode_batches("t", 0, buf, batches, start=0, end=100, include_headers=False)
+    assert got.column("value").to_pylist() == [r[1] for r in records]
+    assert got.column("offset").to_pylist() == [3, 4, 5, 6, 7]
+
+
+def test_a_negative_record_length_is_refused():
+    good = bytearray(build_batch([(b"key", b"value", None, 5), (b"k2", b"v2", None, 6)]))
+    bad = bytearray(good)
+    bad[61] = 0x03  # ZigZag(-2)
+    with pytest.raises(CorruptRecordError, match="negative length"):
+        decode_batches("t", 0, _reseal(bad), list(iter_batches(memoryview(bytes(bad)))), start=0, end=9,
+                       include_headers=False)
+
+
 def _reseal(batch: bytearray) -> bytes:
     from crc32c import crc32c
 
