@@ -92,3 +92,18 @@ class ConsoleProcess:
 def screenshot(page: Any, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def open_page(page: Any, url: str, wait_for: str = "main") -> Any:
+    """Load `url` and wait for `wait_for` to be in it; the page (truthy, so a poll can call it in a predicate)."""
+    page.goto(url)
+    page.wait_for_selector(wait_for)
+    return page
+
+
+def table_rows(page: Any, selector: str) -> list[list[str]]:
+    """The text of each cell of each row of the table `selector`, header row included: one round trip to the
+    browser for the whole table, where a locator per cell would make one per cell."""
+    rows: list[list[str]] = page.eval_on_selector(
+        selector, "t => Array.from(t.rows).map(r => Array.from(r.cells).map(c => c.innerText.trim()))")
+    return rows

@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from odradek.client.admin import Admin
 
 from tests.brokerproc import _LISTENING, BrokerProcess
-from tests.harness.console import ConsoleProcess, browser_or_skip, screenshot
+from tests.harness.console import ConsoleProcess, browser_or_skip, open_page as _open, screenshot
 from tests.harness.processes import free_metrics_prefix
 
 pytestmark = pytest.mark.timeout(240)
@@ -195,12 +195,6 @@ def page(world):
     page.set_default_timeout(30_000)
     yield page
     context.close()
-
-
-def _open(page, url: str, wait_for: str = "main"):
-    page.goto(url)
-    page.wait_for_selector(wait_for)
-    return page
 
 
 def test_cluster_page_shows_the_broker_the_quorum_and_the_banner(world, page):
