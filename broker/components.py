@@ -188,6 +188,8 @@ def _build_on(
                                                                    markers, now_ms),
         share_coordinator_factory=lambda: start_share_coordinator(cfg, data, timer, publisher, controller, now_ms),
         share_persister=share_persister,
+        node_request=lambda node_id, message, version: markers.request(node_id, message, version,
+                                                                       purpose="share-lag", timeout_s=5.0),
     )
     publisher.register(StartWhenLeading(services, cfg.node_id, after_state_change))
 

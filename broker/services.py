@@ -27,7 +27,7 @@ broker/components.py, where the start and stop order is written down.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.producer_ids import ProducerIdManager
@@ -66,7 +66,7 @@ class BrokerServices:
         "api_versions_response", "controller_api_versions_response", "quorum", "_groups", "_groups_factory",
         "_transactions", "_transactions_factory", "_share_coordinator", "_share_coordinator_factory", "share_persister",
         "authorizer", "quotas",
-        "log_dirs", "dynamic_config", "share",
+        "log_dirs", "dynamic_config", "share", "node_request",
     )
 
     def __init__(
@@ -78,8 +78,12 @@ class BrokerServices:
         dynamic_config: DynamicBrokerConfig | None = None,
         share_coordinator_factory: Callable[[], ShareCoordinator] | None = None,
         share_persister: SharePersister | None = None, share: SharePartitionManager | None = None,
+        node_request: Callable[[int, Any, int], Awaitable[Any]] | None = None,
     ) -> None:
         self.config = config
+        # a request to another node at its inter-broker endpoint (the transaction markers' connections), for the
+        # few answers that need another broker's figures (a share-partition's end offset for its lag)
+        self.node_request = node_request
         self.node_id = config.node_id
         self.now_ms = now_ms
         self.metadata = metadata

@@ -27,6 +27,7 @@ from odradek.metadata.image import SHARE_VERSION_FEATURE
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
     AlterShareGroupOffsetsResponse,
+    ListOffsetsRequest,
     DeleteShareGroupOffsetsResponse,
     DescribeShareGroupOffsetsResponse,
     ShareGroupDescribeResponse,
@@ -117,11 +118,32 @@ def _group_refusal(services: BrokerServices, ctx: RequestContext, op: AclOperati
     return None if services.authorized(ctx, op, GROUP, group_id) else _DENIED
 
 
-def _local_end_offset(services: BrokerServices, topic: str, partition: int) -> int:
-    """The high watermark of a partition this broker leads, else -1 (the lag is then unknown, -1, rather than
-    a question to another broker in the middle of a describe)."""
+LIST_OFFSETS_VERSION = 7  # isolation level, leader epochs; every Kafka 4.x broker serves it
+
+
+async def _end_offset(services: BrokerServices, topic: str, partition: int, leader: int) -> int:
+    """The high watermark of the share-partition's topic partition: read here when this broker leads it, else
+    asked of its leader with ListOffsets (latest, read_uncommitted), as Kafka 4.4's coordinator asks the leaders
+    for KIP-1226's lag. -1 (lag unknown) when the leader cannot be reached or answers an error: a describe is
+    never failed for a lag."""
     hosted = services.data.get_partition(TopicPartition(topic, partition))
-    return hosted.high_watermark if hosted is not None and hosted.is_leader else -1
+    if hosted is not None and hosted.is_leader:
+        return hosted.high_watermark
+    if services.node_request is None or leader < 0 or leader == services.node_id:
+        return -1
+    request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+        name=topic, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+            partition_index=partition, timestamp=-1)])])
+    try:
+        response = await services.node_request(leader, request, LIST_OFFSETS_VERSION)
+    except Exception as e:  # noqa: BLE001 - any failure to ask only leaves the lag unknown
+        log.debug("share lag: end offset not read", topic=topic, partition=partition, leader=leader, error=str(e))
+        return -1
+    for t in response.topics:
+        for p in t.partitions:
+            if t.name == topic and p.partition_index == partition and p.error_code == 0:
+                return p.offset
+    return -1
 
 
 @handles(90, (0, 1), gate=SHARE)
@@ -129,7 +151,7 @@ def handle_describe_share_group_offsets(services: BrokerServices, ctx: RequestCo
                                         request: DescribeShareGroupOffsetsRequest) -> Answer:
     """Start offset, leader epoch and (v1, KIP-1226) lag of each share-partition, from the persister's
     ReadShareGroupStateSummary. Lag = end offset - start offset - records delivered past the start offset;
-    -1 when the start offset or the delivery count is not known yet, or the partition is led elsewhere."""
+    -1 when the start offset or the delivery count is not known yet, or the leader cannot tell its end."""
     return _describe_offsets(services, ctx, request)
 
 
@@ -178,7 +200,9 @@ async def _describe_offsets(services: BrokerServices, ctx: RequestContext, reque
                     rows.append(partition_cls(partition_index=p, start_offset=-1, leader_epoch=0))
                     continue
                 lag = -1
-                end = _local_end_offset(services, name, p)
+                partition_image = image.partitions.get(p)
+                end = await _end_offset(services, name, p,
+                                        partition_image.leader if partition_image is not None else -1)
                 if summary.start_offset >= 0 and summary.delivery_complete_count >= 0 and end >= 0:
                     lag = max(end - summary.start_offset - summary.delivery_complete_count, 0)
                 rows.append(partition_cls(partition_index=p, start_offset=summary.start_offset,

@@ -12,8 +12,7 @@ or a transaction's coordinator, each broker's /metrics):
 - the groups list and a classic group's page: the offsets the group committed and its lag per partition;
 - a share group's page while a confluent-kafka ShareConsumer holds records: in flight and acquired on the
   share-partition's row, and acquired on the member's own row (from the partition leader's labelled gauges);
-  its lag is exact when the group's coordinator leads the partition, and may be "-" otherwise (a known gap:
-  DescribeShareGroupOffsets takes the end offset only from a partition the answering broker leads);
+  and its lag, exact whichever broker leads the partition (the group's coordinator asks the leader);
 - the transactions page: an open transaction of confluent-kafka's transactional producer, with its
   partition, until the producer commits it; then the last stable offset reaches the high watermark;
 - the security page: the ACL the test created, under its principal and in "who can do what here".
@@ -32,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 import urllib.error
 import urllib.request
@@ -42,7 +40,6 @@ from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, \
     ResourcePatternType, ResourceType
 
-from odradek.protocol.messages import FindCoordinatorRequest
 
 from tests.harness.console import ConsoleProcess, browser_or_skip, open_page, screenshot, table_rows
 from tests.harness.processes import Cluster, free_metrics_prefix, odradek
@@ -186,16 +183,9 @@ def test_every_page_shows_what_the_test_created_on_three_nodes(cluster, browser)
             return members if figures[:2] == [str(len(held))] * 2 and figures[2] in lags and \
                 acquired == str(len(held)) else None, (members, table_rows(page, "#share-partitions"), len(held))
 
-        # The lag comes from DescribeShareGroupOffsets, answered by the group's coordinator from the high
-        # watermark of a partition it leads; a partition led by another broker has lag -1 there ("-" on the
-        # page), where Kafka 4.4 asks the leader (KIP-1226). Known gap: the exact lag is required only when
-        # the coordinator leads the partition.
-        with ThreadPoolExecutor(1) as pool:  # asyncio.run, off Playwright's own loop in this thread
-            coordinator = pool.submit(c.request, 1, FindCoordinatorRequest(key=SHARE_GROUP, key_type=0), 3) \
-                .result().node_id
-        leader = AdminClient({"bootstrap.servers": bootstrap}).list_topics(SHARE_TOPIC, timeout=20) \
-            .topics[SHARE_TOPIC].partitions[0].leader
-        lags = {str(len(held))} if coordinator == leader else {str(len(held)), "-"}
+        # The lag comes from DescribeShareGroupOffsets, answered by the group's coordinator, which asks the
+        # partition's leader for its end offset when it does not lead it (KIP-1226): exact wherever either is.
+        lags = {str(len(held))}
         (member,) = _until(c, "the member and its held records on the share-group page", holding)
         assert f"{SHARE_TOPIC}-0" in member[5]  # its assignment
         assert int(page.locator("#acquired").inner_text()) >= len(held) > 0

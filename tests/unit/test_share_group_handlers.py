@@ -97,6 +97,7 @@ class FakeServices:
     """The handlers' services as far as the share handlers use them."""
 
     node_id = 3
+    node_request = None  # no other broker to ask: a partition led elsewhere has lag -1
     endpoint = BrokerServices.endpoint
     partition_leader = BrokerServices.partition_leader
     authorized = BrokerServices.authorized
@@ -513,3 +514,27 @@ async def test_list_groups_filters_share_groups_by_type():
     assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed] == [
         ("sg", "share", "share", "Stable")]
     assert h.gc.list_groups(ListGroupsRequest(states_filter=[], types_filter=["consumer"]), 5, h.now).groups == []
+
+
+def test_the_lag_of_a_partition_led_elsewhere_is_asked_of_its_leader():
+    """KIP-1226's lag needs the partition's end offset: a coordinator that does not lead the partition asks the
+    leader with ListOffsets (latest); a failed question leaves the lag unknown (-1), never fails the describe."""
+    from odradek.broker.handlers.share_groups import _end_offset
+    from odradek.protocol.messages import ListOffsetsResponse
+
+    asked = []
+
+    async def node_request(node_id, request, version):
+        asked.append((node_id, request.topics[0].name, request.topics[0].partitions[0].timestamp))
+        if node_id == 2:
+            raise ConnectionError("gone")
+        return ListOffsetsResponse(topics=[ListOffsetsResponse.ListOffsetsTopicResponse(name="t", partitions=[
+            ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                partition_index=0, error_code=0, offset=42)])])
+
+    services = SimpleNamespace(node_id=3, node_request=node_request,
+                               data=SimpleNamespace(get_partition=lambda tp: None))
+    assert asyncio.run(_end_offset(services, "t", 0, 1)) == 42
+    assert asyncio.run(_end_offset(services, "t", 0, 2)) == -1
+    assert asyncio.run(_end_offset(services, "t", 0, -1)) == -1  # no leader: nobody to ask
+    assert asked == [(1, "t", -1), (2, "t", -1)]
