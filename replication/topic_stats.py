@@ -59,18 +59,13 @@ class BrokerTopicStats:
 
     def appended(self, topic: str, nbytes: int, messages: int) -> None:
         """A produce append to one partition of `topic`: `nbytes` of batches, `messages` records."""
-        counts = self.topics.get(topic)
-        if counts is None:
-            counts = self.topics[topic] = TopicCounts()
+        counts = self.of(topic)
         counts.bytes_in += nbytes
         counts.messages_in += messages
 
     def sent(self, topic: str, nbytes: int) -> None:
         """Record bytes of one partition of `topic` in a consumer's (or a share consumer's) fetch response."""
-        counts = self.topics.get(topic)
-        if counts is None:
-            counts = self.topics[topic] = TopicCounts()
-        counts.bytes_out += nbytes
+        self.of(topic).bytes_out += nbytes
 
     def replicated(self, nbytes: int) -> None:
         """Record bytes in a follower's fetch response (not a topic's consumer traffic)."""
