@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from odradek.protocol.errors import ProtocolError
+from odradek.protocol.fast_fetch import encode_follower_fetch
+from odradek.protocol.messages import ApiVersionsRequest
 from odradek.replication.fetcher_state import FollowerFetcher
 from odradek.metadata.image import MetadataImage
 from odradek.replication.replica_manager import ReplicaManager
@@ -50,7 +52,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("odradek.replica_fetcher")
 
-FETCH_VERSION = 17  # flexible, topic ids (13+), replica_state with the broker epoch (15+)
+FETCH_KEY = 1
+FETCH_VERSION = 18  # flexible, topic ids (13+), replica_state with the broker epoch (15+), the follower's HW (18)
+MIN_FETCH_VERSION = 15  # the packed follower request (protocol.fast_fetch.encode_follower_fetch) starts there
 
 
 class ReplicaFetcher:
@@ -74,6 +78,7 @@ class ReplicaFetcher:
         self._task: asyncio.Task | None = None
         self._stopped = False
         self.fetches = 0  # responses handled (for tests and metrics)
+        self.version: int | None = None  # the Fetch version the leader accepts (None: ask it; see _negotiate)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source_id}")
@@ -121,7 +126,7 @@ class ReplicaFetcher:
         state = self.state
         while not self._stopped:
             now = clock()
-            built = state.build_request(now, version=FETCH_VERSION, broker_epoch=self.manager.broker_epoch())
+            built = state.build_fetch(now)
             if built is None:
                 ready_ms = state.next_ready_ms()
                 self._wake.clear()
@@ -131,16 +136,20 @@ class ReplicaFetcher:
                 except asyncio.TimeoutError:
                     pass
                 continue
-            request, sent = built
+            topics, sent = built
             connection = self._connect()
             if connection is None:
                 log.debug("no endpoint for the leader yet", source=self.source_id, listener=self.manager.listener)
                 state.handle_failure(sent, clock())
                 continue
             try:
-                response = await connection.request(request, FETCH_VERSION, self.timeout_s)
+                version = self.version if self.version is not None else await self._negotiate(connection)
+                fields = self._request_fields(topics)
+                response = await connection.request_packed(
+                    FETCH_KEY, version, lambda out: encode_follower_fetch(out, version, **fields), self.timeout_s)
             except (NodeUnavailable, ProtocolError) as e:
                 log.debug("fetch from leader failed", source=self.source_id, error=str(e))
+                self.version = None  # the leader may come back as another release
                 state.handle_failure(sent, clock())
                 continue
             if self._stopped:
@@ -152,6 +161,29 @@ class ReplicaFetcher:
                 log.exception("handling a fetch response failed", source=self.source_id)
                 state.handle_failure(sent, clock())
             self.fetches += 1
+
+    def _request_fields(self, topics: list) -> dict:
+        state = self.state
+        return {
+            "replica_id": self.manager.node_id, "replica_epoch": self.manager.broker_epoch(),
+            "max_wait_ms": state.max_wait_ms, "min_bytes": state.min_bytes, "max_bytes": state.response_max_bytes,
+            "topics": [(topic_id.bytes, parts) for topic_id, parts in topics],
+        }
+
+    async def _negotiate(self, connection: NodeConnection) -> int:
+        """The Fetch version to send the leader: FETCH_VERSION (v18, with KIP-1166's high watermark), capped
+        by what its ApiVersions says, as Kafka's NetworkClient negotiates. A leader of an earlier release
+        accepts v17 at most (and closes the connection on v18); it then gets v17, without the high watermark,
+        and parks the fetch as before. Asked again after a failed request: the leader may have been upgraded."""
+        answer = await connection.request(
+            ApiVersionsRequest(client_software_name="odradek", client_software_version="replica-fetcher"), 3,
+            self.timeout_s)
+        known = next((k.max_version for k in answer.api_keys if k.api_key == FETCH_KEY), None)
+        if answer.error_code != 0 or known is None or known < MIN_FETCH_VERSION:
+            raise NodeUnavailable(f"node {self.source_id} does not accept Fetch v{MIN_FETCH_VERSION}+ "
+                                  f"(ApiVersions error {answer.error_code}, Fetch up to {known})")
+        self.version = min(FETCH_VERSION, known)
+        return self.version
 
 
 class ReplicaFetcherManager:

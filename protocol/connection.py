@@ -353,6 +353,18 @@ class ClientConnection:
             self._in_flight.append((correlation_id, request.API_KEY, version))
         return correlation_id, bytes(out)
 
+    def send_packed_request(self, api_key: int, version: int, write_body) -> tuple[int, bytes]:
+        """Frame a request whose body `write_body(out)` appends itself (a packed encoder, such as
+        fast_fetch.encode_follower_fetch); its response is decoded as any other. Returns (correlation id, bytes)."""
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        out = bytearray(4)
+        write_request_header(out, RequestHeader(api_key, version, correlation_id, self.client_id))
+        write_body(out)
+        _SIZE.pack_into(out, 0, len(out) - 4)
+        self._in_flight.append((correlation_id, api_key, version))
+        return correlation_id, bytes(out)
+
     def receive_data(self, data) -> list[ResponseReceived]:
         return self._responses(self._framer.feed(data))
 

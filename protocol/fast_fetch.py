@@ -100,3 +100,46 @@ def _put_count(out: bytearray, n: int, flexible: bool) -> None:
         write_uvarint(out, n + 1)
     else:
         out += _I32.pack(n)
+
+
+# -- a follower's Fetch request ------------------------------------------------------------------------
+
+FOLLOWER_VERSIONS = range(15, 19)  # replica_state (15+), topic ids (13+), flexible; v18: the follower's HW
+_REQUEST_TOP = struct.Struct(">iiibii")  # max_wait_ms, min_bytes, max_bytes, isolation_level, session id, epoch
+_REQUEST_PARTITION = struct.Struct(">iiqiqi")  # partition, leader epoch, fetch offset, last epoch, log start, max
+_HIGH_WATERMARK_TAG = struct.Struct(">BBBq")  # one tagged field: count 1, tag 1, size 8, the value
+_REPLICA_STATE_TAG = struct.Struct(">BBBiqB")  # one tagged field: count 1, tag 1, size 13, id, epoch, no tags
+
+
+def encode_follower_fetch(out: bytearray, api_version: int, *, replica_id: int, replica_epoch: int, max_wait_ms: int,
+                          min_bytes: int, max_bytes: int, topics) -> None:
+    """Append a follower's Fetch request body (v15-v18) to `out`, after its request header: what
+    broker/replica_fetcher.py sends to a leader every round, written in one pass instead of building a
+    request, topic and partition objects for the codec to walk (a tenth of a follower's CPU at low rates).
+
+    `topics`: [(topic id as 16 bytes, [(partition, current_leader_epoch, fetch_offset, last_fetched_epoch,
+    log_start_offset, partition_max_bytes, high_watermark)])]; the high watermark goes out from v18 only
+    (KIP-1166), and only when known (>= 0). No session, no rack, no cluster id, no forgotten topics, no
+    directory id: what a follower's fetch carries. tests/unit/test_protocol_fast_fetch.py compares it with
+    the codec byte for byte."""
+    if api_version not in FOLLOWER_VERSIONS:
+        raise ValueError(f"a follower's Fetch is packed at v15-v18, not v{api_version}")
+    with_hw = api_version >= 18
+    out += _REQUEST_TOP.pack(max_wait_ms, min_bytes, max_bytes, 0, 0, -1)
+    _put_count(out, len(topics), True)
+    pack_partition = _REQUEST_PARTITION.pack
+    for topic_id, partitions in topics:
+        out += topic_id
+        _put_count(out, len(partitions), True)
+        for index, leader_epoch, fetch_offset, last_epoch, log_start, part_max, high_watermark in partitions:
+            out += pack_partition(index, leader_epoch, fetch_offset, last_epoch, log_start, part_max)
+            if with_hw and high_watermark != _NO_HIGH_WATERMARK:
+                out += _HIGH_WATERMARK_TAG.pack(1, 1, 8, high_watermark)
+            else:
+                out.append(0)
+        out.append(0)  # the topic's tagged fields
+    out += b"\x01\x01"  # no forgotten topics, rack ""
+    out += _REPLICA_STATE_TAG.pack(1, 1, 13, replica_id, replica_epoch, 0)
+
+
+_NO_HIGH_WATERMARK = 0x7FFFFFFFFFFFFFFF  # the field's default: not sent

@@ -17,7 +17,9 @@ Retry it (`check_and_complete`) when a partition's HW advances or its leadership
 DelayedFetch completes when the bytes available across its partitions reach `min_bytes`, or at once when
 a partition cannot be waited on: it is gone or not led here, the fetch's leader epoch is stale or
 unknown, or the fetch offset is past the partition's end (the log was truncated, and the read will say
-so). Bytes are counted only between the fetch offset and the end offset its isolation allows (LEO for
+so); a follower's fetch also completes when the leader's high watermark is above the one the follower
+said it knows (Fetch v18's high_watermark, KIP-1166: the follower, and consumers reading from it, learn
+a new high watermark at once instead of with the next append or after replica.fetch.wait.max.ms). Bytes are counted only between the fetch offset and the end offset its isolation allows (LEO for
 followers, HW or last stable offset for consumers), by a function the broker passes in, capped per
 partition at `max_bytes`; a partition with data is counted as one byte without asking when one byte is
 all the fetch still needs, as for the usual `min_bytes` of 1. `respond()` then reads and answers, whether
@@ -121,6 +123,9 @@ class FetchPartitionStatus:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = NO_LEADER_EPOCH
+    # A follower's known high watermark (KIP-1166): the fetch completes once the leader's is above it.
+    # The default (never below) is a consumer's, or a follower's that does not say it.
+    replica_high_watermark: int = 0x7FFFFFFFFFFFFFFF
 
 
 BytesAvailable = Callable[[Partition, int, int], int]
@@ -177,7 +182,7 @@ class DelayedFetch(DelayedOperation):
                     status.current_leader_epoch, fetch_only_from_leader=self.fetch_only_from_leader
                 )
                 end_offset = snapshot.end_offset(self.isolation)
-                if status.fetch_offset > end_offset:
+                if status.fetch_offset > end_offset or status.replica_high_watermark < snapshot.high_watermark:
                     return self.force_complete()
                 if status.fetch_offset < end_offset:
                     # At least one byte is there; count the rest only when one byte is not enough (the

@@ -74,6 +74,7 @@ __all__ = [
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
+NO_HIGH_WATERMARK = 0x7FFFFFFFFFFFFFFF  # Fetch v18's high_watermark default: not said
 FIRST_RETRY_MS = 10
 # Errors meaning "the leader's metadata is not (yet) this follower's": retried soon (see the module doc).
 LEADER_LAG_ERRORS = frozenset({
@@ -219,22 +220,23 @@ class FollowerFetcher:
 
     def build_request(self, now_ms: int, *, version: int, broker_epoch: int = -1
                       ) -> tuple[FetchRequest, dict[TopicPartition, PartitionFetchState]] | None:
-        """One Fetch for every partition ready now, and the states it asked for; None if none is ready."""
-        sent = {tp: s for tp, s in self.states.items() if s.is_ready(now_ms)}
-        if not sent:
+        """One Fetch for every partition ready now, and the states it asked for; None if none is ready.
+        The same request as `build_fetch`, as a message for the codec."""
+        built = self.build_fetch(now_ms)
+        if built is None:
             return None
-        by_topic: dict[uuid.UUID, tuple[str, list]] = {}
-        for tp, s in sent.items():
-            by_topic.setdefault(s.topic_id, (tp.topic, []))[1].append(FetchRequest.FetchTopic.FetchPartition(
-                partition=tp.partition, current_leader_epoch=s.current_leader_epoch, fetch_offset=s.fetch_offset,
-                last_fetched_epoch=s.last_fetched_epoch, log_start_offset=self._log_start_offset(tp),
-                partition_max_bytes=self.max_bytes,
-            ))
+        topics, sent = built
+        names = {s.topic_id: tp.topic for tp, s in sent.items()}
         request = FetchRequest(
             max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=self.response_max_bytes,
             isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
-            topics=[FetchRequest.FetchTopic(topic=name, topic_id=topic_id, partitions=parts)
-                    for topic_id, (name, parts) in by_topic.items()],
+            topics=[FetchRequest.FetchTopic(topic=names[topic_id], topic_id=topic_id, partitions=[
+                FetchRequest.FetchTopic.FetchPartition(
+                    partition=index, current_leader_epoch=epoch, fetch_offset=offset, last_fetched_epoch=last_epoch,
+                    log_start_offset=log_start, partition_max_bytes=max_bytes,
+                    **({"high_watermark": hw} if version >= 18 else {}))
+                for index, epoch, offset, last_epoch, log_start, max_bytes, hw in parts])
+                for topic_id, parts in topics],
         )
         if version >= 15:
             request.replica_state = FetchRequest.ReplicaState(replica_id=self.node_id, replica_epoch=broker_epoch)
@@ -242,9 +244,28 @@ class FollowerFetcher:
             request.replica_id = self.node_id
         return request, sent
 
-    def _log_start_offset(self, tp: TopicPartition) -> int:
-        partition = self.get_partition(tp)
-        return partition.log_start_offset if partition is not None else -1
+    def build_fetch(self, now_ms: int) -> tuple[list, dict[TopicPartition, PartitionFetchState]] | None:
+        """What one Fetch asks for every partition ready now, in the shape of protocol.fast_fetch's packed
+        follower request: ([(topic id, [(partition, current leader epoch, fetch offset, last fetched
+        epoch, log start offset, max bytes, high watermark)])], the states asked for); None if none is
+        ready. The high watermark is the one this replica knows (-1: none), which a leader of Fetch v18
+        uses to answer as soon as its own is higher (KIP-1166)."""
+        sent = {tp: s for tp, s in self.states.items() if s.is_ready(now_ms)}
+        if not sent:
+            return None
+        by_topic: dict[uuid.UUID, list] = {}
+        get_partition, max_bytes = self.get_partition, self.max_bytes
+        for tp, s in sent.items():
+            partition = get_partition(tp)
+            if partition is None:  # (going away: not said, so that the leader does not answer at once)
+                log_start, hw = -1, NO_HIGH_WATERMARK
+            else:
+                log_start, hw = partition.log_start_offset, partition.high_watermark
+            by_topic.setdefault(s.topic_id, []).append((
+                tp.partition, s.current_leader_epoch, s.fetch_offset, s.last_fetched_epoch, log_start, max_bytes,
+                hw if hw >= 0 else -1,
+            ))
+        return list(by_topic.items()), sent
 
     # -- the answer
 

@@ -104,6 +104,9 @@ class ProduceResult:
     record_errors: list[tuple[int, str]] | tuple = ()  # (batch index, message): KIP-467's per-record errors
 
 
+NO_REPLICA_HW = 0x7FFFFFFFFFFFFFFF  # Fetch v18's high_watermark default: the follower does not say it
+
+
 @dataclass(slots=True)
 class FetchRequestPartition:
     topic_partition: TopicPartition
@@ -112,6 +115,9 @@ class FetchRequestPartition:
     current_leader_epoch: int = NO_LEADER_EPOCH
     last_fetched_epoch: int = -1  # a follower's (v12+): checked against this leader's epoch history
     log_start_offset: int = -1  # a follower's (v5+): DeleteRecords waits for every replica's to pass
+    # The high watermark a follower knows (Fetch v18, KIP-1166; -1: none): a parked fetch is answered when
+    # the leader's passes it. NO_REPLICA_HW: not said (a consumer, or an older follower).
+    high_watermark: int = NO_REPLICA_HW
 
 
 @dataclass(slots=True)
@@ -740,6 +746,8 @@ class ReplicaManager:
         and moves that follower's position, which may advance the high watermark). A consumer's fetch
         with `client_metadata` (Fetch v11+) may be served by a follower, and may be pointed elsewhere by
         the leader (a preferred read replica, answered at once)."""
+        # KIP-1166: the high watermarks before this fetch moved them (a follower's fetch may advance them).
+        hw_before = self._high_watermarks(partitions) if replica_id >= 0 else None
         results = self.read(partitions, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id, now_ms=now_ms,
                             client_metadata=client_metadata)
         if replica_id >= 0 and self._awaited:
@@ -749,8 +757,22 @@ class ReplicaManager:
         if max_wait_ms <= 0 or total >= min_bytes or errored or not partitions:
             respond(results)
             return
+        advanced: list[TopicPartition] = []
+        if hw_before:
+            for p in partitions:
+                before = hw_before.get(p.topic_partition)
+                if before is None:
+                    continue
+                if p.high_watermark < before:  # the follower missed a high watermark: not parked (KIP-1166)
+                    respond(results)
+                    return
+                partition = self.partitions.get(p.topic_partition)
+                if partition is not None and p.high_watermark < partition.high_watermark:
+                    advanced.append(p.topic_partition)
         statuses = [
-            FetchPartitionStatus(p.topic_partition, p.fetch_offset, p.max_bytes, p.current_leader_epoch) for p in partitions
+            FetchPartitionStatus(p.topic_partition, p.fetch_offset, p.max_bytes, p.current_leader_epoch,
+                                 p.high_watermark if not advanced else NO_REPLICA_HW)
+            for p in partitions
         ]
 
         def respond_later() -> None:
@@ -770,7 +792,32 @@ class ReplicaManager:
         )
         if replica_id >= 0:
             self._parked_follower_fetches.setdefault(replica_id, {})[op] = None
-        self.fetch_purgatory.try_complete_else_watch(op, op.watch_keys)
+        if self.fetch_purgatory.try_complete_else_watch(op, op.watch_keys) or not advanced:
+            return
+        # This fetch advanced the high watermark past the one its follower knows, which may have completed
+        # an acks=all produce: the follower is answered with the new one (KIP-1166) right after that
+        # produce's answer is written, not before it. The fetch was parked without the high watermark
+        # condition; armed now, it is retried with the partitions whose logs grew (see __init__).
+        op.fetch_partitions = tuple(
+            FetchPartitionStatus(p.topic_partition, p.fetch_offset, p.max_bytes, p.current_leader_epoch, p.high_watermark)
+            for p in partitions
+        )
+        if self.defer_fetch_completion:
+            self._moved.update(advanced)
+        else:
+            self.fetch_purgatory.check_and_complete(advanced[0])
+
+    def _high_watermarks(self, partitions: list[FetchRequestPartition]) -> dict[TopicPartition, int] | None:
+        """The high watermarks of the partitions led here whose follower said the one it knows (v18)."""
+        out: dict[TopicPartition, int] | None = None
+        for p in partitions:
+            if p.high_watermark != NO_REPLICA_HW:
+                partition = self.partitions.get(p.topic_partition)
+                if partition is not None and partition.is_leader:
+                    if out is None:
+                        out = {}
+                    out[p.topic_partition] = partition.high_watermark
+        return out
 
     @staticmethod
     def _bytes_available(partition: HostedPartition, fetch_offset: int, end_offset: int) -> int:

@@ -99,7 +99,8 @@ def handle_fetch(services: BrokerServices, ctx: RequestContext, request: FetchRe
             tp = TopicPartition(image.name, p.partition)
             wanted.append(FetchRequestPartition(tp, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
                                                 p.last_fetched_epoch,  # (-1 before v12: the field's default)
-                                                p.log_start_offset))  # (a follower's, for DeleteRecords)
+                                                p.log_start_offset,  # (a follower's, for DeleteRecords)
+                                                p.high_watermark))  # (a follower's from v18, KIP-1166)
             parts.append((p.partition, tp))
         layout.append((topic.topic, topic.topic_id, parts))
 

@@ -86,3 +86,55 @@ def test_a_client_reads_it():
         (topic,) = event.response.responses
         assert [(p.partition_index, p.error_code, p.high_watermark, bytes(p.records or b"")) for p in topic.partitions] == [
             (0, 0, 10, b"x" * 70), (1, 6, -1, b"")]
+
+
+# -- a follower's Fetch request (encode_follower_fetch) --
+
+int32 = st.integers(-(2**31), 2**31 - 1)
+request_partitions = st.tuples(int32, int32, int64, int32, int64, int32,
+                               st.one_of(st.just(2**63 - 1), st.just(-1), st.integers(0, 2**62)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from([15, 16, 17, 18]), replica_id=int32, replica_epoch=int64, wait=int32, min_bytes=int32,
+       max_bytes=int32, correlation=st.integers(0, 2**31 - 1),
+       topics=st.lists(st.tuples(st.uuids(), st.lists(request_partitions, max_size=4)), max_size=3))
+def test_follower_request_is_the_codecs(version, replica_id, replica_epoch, wait, min_bytes, max_bytes, correlation, topics):
+    from odradek.protocol.fast_fetch import encode_follower_fetch
+
+    fields = dict(replica_id=replica_id, replica_epoch=replica_epoch, max_wait_ms=wait, min_bytes=min_bytes,
+                  max_bytes=max_bytes)
+    request = FetchRequest(
+        max_wait_ms=wait, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+        rack_id="", forgotten_topics_data=[],
+        topics=[FetchRequest.FetchTopic(topic="", topic_id=topic_id, partitions=[
+            FetchRequest.FetchTopic.FetchPartition(
+                partition=index, current_leader_epoch=epoch, fetch_offset=offset, last_fetched_epoch=last,
+                log_start_offset=start, partition_max_bytes=part_max, **({"high_watermark": hw} if version >= 18 else {}))
+            for index, epoch, offset, last, start, part_max, hw in parts]) for topic_id, parts in topics],
+        replica_state=FetchRequest.ReplicaState(replica_id=replica_id, replica_epoch=replica_epoch),
+    )
+    by_codec = ClientConnection(client_id="odradek-replica-fetcher-1-2")
+    by_codec._next_correlation_id = correlation
+    packed = ClientConnection(client_id="odradek-replica-fetcher-1-2")
+    packed._next_correlation_id = correlation
+    _, expected = by_codec.send_request(request, version)
+    _, got = packed.send_packed_request(1, version, lambda out: encode_follower_fetch(
+        out, version, topics=[(topic_id.bytes, parts) for topic_id, parts in topics], **fields))
+    assert got == expected
+    # ... and the broker reads it back as the request it is, the follower's high watermark included from v18
+    server = ServerConnection()
+    (event,) = server.receive_data(got)
+    assert event.request.replica_state.replica_id == replica_id
+    if version >= 18 and topics and topics[0][1]:
+        assert event.request.topics[0].partitions[0].high_watermark == topics[0][1][0][6]
+
+
+def test_follower_request_refuses_other_versions():
+    import pytest
+
+    from odradek.protocol.fast_fetch import encode_follower_fetch
+
+    with pytest.raises(ValueError):
+        encode_follower_fetch(bytearray(), 14, replica_id=1, replica_epoch=1, max_wait_ms=1, min_bytes=1, max_bytes=1,
+                              topics=[])
