@@ -27,6 +27,7 @@ meaning, "no response".
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -155,6 +156,26 @@ class Packed:
     def __init__(self, chunks: list, error_codes: list[int] | None = None) -> None:
         self.chunks = chunks
         self.error_codes = error_codes
+
+
+class EagerAnswer(asyncio.Future):
+    """A future answer the network layer writes the moment it is set, not a loop turn later: an acks=all
+    produce completed by a follower's fetch (the high watermark passing it) is written inside that fetch's
+    handling, before the rest of it (reading, parking and answering the follower, metrics), which on a cold
+    core is most of what stood between the last replica's fetch and the acknowledgement. asyncio runs a
+    future's callbacks with call_soon; `on_result`, set by the pump (`KafkaProtocol._answer_now`), runs at
+    `set_result` itself and only writes: what follows the write (serving the connection's next request)
+    still waits for a loop turn, so no request is ever served inside another's handler."""
+
+    on_result: Callable[[asyncio.Future], None] | None = None
+    answered = False  # on_result ran (a cancelled or failed one goes the usual way, by its done callback)
+
+    def set_result(self, result) -> None:
+        super().set_result(result)
+        callback, self.on_result = self.on_result, None
+        if callback is not None:
+            self.answered = True
+            callback(self)
 
 
 # What a handler hands back to the network layer, on either side of the produce fork (see the module doc).

@@ -109,7 +109,7 @@ from odradek.metadata.quota import ConnectionCreationRates
 from odradek.storage.segment import read_region
 
 from .authenticator import Authenticator, SaslState
-from .context import DECLINED, ConnectionContext, Packed, Reply, RequestContext, SecurityProtocol
+from .context import DECLINED, ConnectionContext, EagerAnswer, Packed, Reply, RequestContext, SecurityProtocol
 from .security import ListenerSecurity
 
 log = structlog.get_logger("odradek.network")
@@ -299,6 +299,8 @@ class KafkaProtocol(asyncio.BufferedProtocol):
                 if not result.done():
                     self.in_flight = True
                     server.parked += 1
+                    if type(result) is EagerAnswer:
+                        result.on_result = lambda future, ctx=ctx: self._answer_now(ctx, future)
                     result.add_done_callback(lambda future, ctx=ctx: self._resume(ctx, future))
                     break
                 result = self._result_of(result)
@@ -459,7 +461,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
     def _resume(self, ctx: RequestContext | None, future: asyncio.Future) -> None:
         self.server.parked -= 1
         self.in_flight = False
-        result = self._result_of(future)
+        result = None if getattr(future, "answered", False) else self._result_of(future)  # (EagerAnswer: written)
         if result is not None and not self.closed:
             self._respond(ctx, result)
         self.last_active = time.monotonic()
@@ -468,6 +470,14 @@ class KafkaProtocol(asyncio.BufferedProtocol):
             self.close()
         else:
             self.pump()
+
+    def _answer_now(self, ctx: RequestContext | None, future: asyncio.Future) -> None:
+        """An EagerAnswer was set: write it now, inside whatever completed it. The rest of `_resume` (the
+        connection's next request) waits for the future's done callback, a loop turn later (see EagerAnswer)."""
+        result = self._result_of(future)
+        if result is not None and not self.closed:
+            self._respond(ctx, result)
+            self._flush()
 
     def _result_of(self, future: asyncio.Future):
         if future.cancelled():

@@ -59,7 +59,7 @@ from odradek.metadata.acl import AclOperation, ResourceType
 from odradek.storage.producer_state import SENTINEL
 from odradek.storage.names import TopicPartition
 
-from ..context import DECLINED, ConnectionContext, Packed
+from ..context import DECLINED, ConnectionContext, EagerAnswer, Packed
 from ..txn_verification import FIRST_TV2_PRODUCE_VERSION, transactional_producer, verify_transaction
 from . import Answer, handles
 
@@ -127,7 +127,7 @@ def _append_and_answer(services: BrokerServices, entries: dict, acks: int, timeo
         return None
     if at_once:
         return at_once[0]
-    future = asyncio.get_running_loop().create_future()
+    future = EagerAnswer()  # written as soon as the replicas catch up (see EagerAnswer)
     return future
 
 
