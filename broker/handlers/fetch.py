@@ -28,7 +28,6 @@ a preferred read replica) is built as a message and encoded by the codec, which 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -41,7 +40,7 @@ from odradek.replication.replica_manager import FetchRequestPartition, FetchResu
 from odradek.replication.replica_selector import ClientMetadata
 from odradek.storage.names import TopicPartition
 
-from ..context import Packed
+from ..context import EagerAnswer, Packed
 from . import Answer, handles
 
 if TYPE_CHECKING:
@@ -104,7 +103,9 @@ def handle_fetch(services: BrokerServices, ctx: RequestContext, request: FetchRe
             parts.append((p.partition, tp))
         layout.append((topic.topic, topic.topic_id, parts))
 
-    future = asyncio.get_running_loop().create_future()
+    # A parked fetch's answer is written the moment it is made (EagerAnswer): when an append completes both
+    # followers' fetches, the first is on the wire while the second is read and packed.
+    future = EagerAnswer()
     read_committed = isolation is FetchIsolation.TXN_COMMITTED
 
     def respond(results: dict[TopicPartition, FetchResult]) -> None:
