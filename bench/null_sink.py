@@ -13,9 +13,17 @@ changed, without decoding anything. The answer is wrong (every request gets the 
 it serves only a non-idempotent producer measuring latency; what it measures is what the client, the
 loopback network and waking an idle server core cost before any server does any work.
 
+With `--store DIR` it also writes what it is sent: each partition's records are appended to a file of
+its own in DIR with one `pwrite` per partition and request, and the page cache of all but the last 32 MiB
+of each file is handed back as it grows (the broker's default `log.cache.window.bytes`, whose reason is
+in storage/log_manager.py). No CRC check, no index, no producer state: the ceiling of a server that
+stores its log in files on this machine, beside the plain sink that stores nothing (bench/PROFILE.md,
+issue 30 round three: storing is most of what separates the broker from the plain sink in the 100-byte
+produce cells).
+
 Run it on its own:
 
-    python -m bench.null_sink --port 0 --partitions 8 [--canned]
+    python -m bench.null_sink --port 0 --partitions 8 [--canned | --store DIR]
 
 It prints `null sink listening on PLAINTEXT://127.0.0.1:<port>` and runs until SIGTERM/SIGINT.
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import struct
 import sys
@@ -87,8 +96,38 @@ def count_records(records) -> int:
     return n
 
 
+WINDOW_BYTES = 32 * 1024 * 1024  # the broker's default log.cache.window.bytes
+
+
+class _Store:
+    """`--store`: one append-only file per partition, written with `pwrite`, its page cache kept to the
+    last WINDOW_BYTES as the broker keeps a segment's (Log._maybe_release_cache)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        self.files: dict[tuple[str, int], list[int]] = {}  # partition -> [fd, size, released up to]
+
+    def append(self, key: tuple[str, int], records) -> None:
+        entry = self.files.get(key)
+        if entry is None:
+            path = os.path.join(self.directory, f"{key[0]}-{key[1]}.log")
+            entry = self.files[key] = [os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644), 0, 0]
+        fd, size, released = entry
+        view = memoryview(records)
+        while view:
+            written = os.pwrite(fd, view, size)
+            view = view[written:]
+            size += written
+        entry[1] = size
+        if size - released > 2 * WINDOW_BYTES:
+            entry[2] = (size - WINDOW_BYTES) & ~4095
+            os.posix_fadvise(fd, 0, entry[2], os.POSIX_FADV_DONTNEED)
+
+
 class SinkState:
-    def __init__(self, partitions: int, host: str):
+    def __init__(self, partitions: int, host: str, store: str | None = None):
+        self.store = _Store(store) if store else None
         self.partitions = partitions
         self.host = host
         self.port = 0
@@ -160,6 +199,8 @@ class SinkState:
                     continue
                 offsets[key] = base + n
                 self.records += n
+                if self.store is not None and n:
+                    self.store.append(key, p.records)
                 parts.append(PartitionResponse(index=p.index, error_code=0, base_offset=base, log_append_time_ms=-1, log_start_offset=0))
             out.append(TopicResponse(name=topic.name, topic_id=topic.topic_id if version >= 13 else ZERO_UUID, partition_responses=parts))
         if request.acks == 0:
@@ -235,9 +276,9 @@ class CannedProtocol(SinkProtocol):
         super().answered(header, chunks)
 
 
-async def serve(host: str, port: int, partitions: int, ready=None, canned: bool = False) -> None:
+async def serve(host: str, port: int, partitions: int, ready=None, canned: bool = False, store: str | None = None) -> None:
     loop = asyncio.get_running_loop()
-    state = SinkState(partitions, host)
+    state = SinkState(partitions, host, store)
     protocol = CannedProtocol if canned else SinkProtocol
     server = await loop.create_server(lambda: protocol(state), host, port, reuse_address=True, backlog=512)
     state.port = server.sockets[0].getsockname()[1]
@@ -263,7 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--canned", action="store_true", help="the latency floor: repeat the first Produce answer (see above)")
+    parser.add_argument("--store", metavar="DIR", help="also append every partition's records to a file in DIR (see above)")
     args = parser.parse_args(argv)
+    if args.canned and args.store:
+        parser.error("--canned answers without reading: it cannot --store")
     try:
         import uvloop
 
@@ -271,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover
         runner = asyncio.run
     try:
-        runner(serve(args.host, args.port, args.partitions, canned=args.canned))
+        runner(serve(args.host, args.port, args.partitions, canned=args.canned, store=args.store))
     except KeyboardInterrupt:
         pass
     return 0

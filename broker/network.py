@@ -101,7 +101,7 @@ from typing import Any, Callable, Iterable
 import structlog
 
 from odradek.protocol.codec import FileRegion
-from odradek.protocol.connection import ApiVersionsUnsupported, ServerConnection
+from odradek.protocol.connection import ApiVersionsUnsupported, FrameBuffers, ServerConnection
 from odradek.protocol.errors import ProtocolError, UnsupportedApiError
 from odradek.protocol.fast_produce import ProduceFrame
 from odradek.protocol.messages import SaslAuthenticateResponse, SaslHandshakeResponse
@@ -138,6 +138,7 @@ class KafkaProtocol(asyncio.BufferedProtocol):
         self.conn = ServerConnection(
             max_frame_bytes=server.max_frame_bytes, supported=server.scopes[scope][0],
             fast_produce=server.serve_produce_frame is not None and scope == "broker",
+            frame_buffers=server.frame_buffers,
         )
         self.security = security
         # Zero-copy cannot cross TLS: on a TLS connection file regions are always read and written.
@@ -658,6 +659,9 @@ class NetworkServer:
         self.client_quotas = client_quotas
         self._accept_blocked_until_ms: dict[str, int] = {}
         self.max_inbox = 16
+        # Large request frames' buffers, lent again once nobody holds them (protocol.connection.FrameBuffers):
+        # shared by every connection, so what it keeps is bounded per broker, not per connection.
+        self.frame_buffers = FrameBuffers()
         self.max_parked = queued_max_requests
         self.parked = 0
         self.waiting: set[KafkaProtocol] = set()

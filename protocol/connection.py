@@ -20,6 +20,7 @@ client does).
 from __future__ import annotations
 
 import struct
+import sys
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -97,6 +98,61 @@ class ApiVersionsUnsupported:
     frame_size: int
 
 
+class FrameBuffers:
+    """Large frame buffers taken back once nobody holds them: a broker's answer to the zeroed allocation
+    each large request otherwise costs.
+
+    Every frame over `_Framer.LARGE_FRAME` (and up to `WHOLE_FRAME`) gets a buffer of its whole size before
+    the socket reads into it. `bytearray(size)` zeroes the memory first, and the socket then overwrites
+    every byte of it: with a producer's 1 MiB requests that is 1 MiB of memset per request, about 3 % of
+    the broker's CPU in the large-batch benchmark (perf, bench/PROFILE.md, issue 30 round three). Here a
+    buffer handed out is remembered, and lent again to a later frame once it is free.
+
+    Free means that nothing but this pool refers to it. Everything that reads a frame refers to it: the
+    parsed request, the `memoryview`s of its record batches (a memoryview keeps its object alive), a
+    parked produce or a pending transaction verification holding them. So a buffer is lent again only
+    when no reader is left that could see it rewritten; a slice or `bytes()` of a frame is a copy and does
+    not count. The count is CPython's reference count (`sys.getrefcount`); a buffer still exported to a
+    memoryview could not be resized anyway (BufferError), which is checked too.
+
+    A buffer is lent again for any frame between half its allocation and its allocation (CPython then
+    resizes a bytearray in place); new ones are allocated with 1/8 headroom, as librdkafka's requests of
+    one batch.size differ by a few kilobytes. At most `keep` buffers are remembered (the oldest is
+    forgotten and freed by its last holder), so the pool holds at most `keep` x 2.25 MiB.
+    """
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._lent: list[bytearray] = []
+        self.reused = 0  # frames that got a buffer back (tests, and what a profile wants to know)
+
+    def take(self, size: int) -> bytearray:
+        """A buffer of exactly `size` bytes, its contents unspecified (the socket overwrites them)."""
+        lent = self._lent
+        for i in range(len(lent)):
+            # 2: the list's reference and getrefcount's argument; anything more is a reader of the frame.
+            if sys.getrefcount(lent[i]) == 2:
+                buf = lent[i]
+                alloc = buf.__alloc__()
+                if alloc // 2 <= size < alloc:
+                    try:
+                        n = len(buf)
+                        if size < n:
+                            del buf[size:]
+                        elif size > n:
+                            buf += bytes(size - n)
+                    except BufferError:  # (still exported: not free after all)
+                        continue
+                    self.reused += 1
+                    return buf
+        buf = bytearray(size + (size >> 3))
+        del buf[size:]  # (in place: the allocation keeps the headroom)
+        lent.append(buf)
+        if len(lent) > self.keep:
+            del lent[0]
+        return buf
+
+
 class _Framer:
     """Splits a byte stream into frames, refusing a size field over the limit before buffering it.
 
@@ -107,7 +163,9 @@ class _Framer:
     buffer at once; a larger one's buffer grows with the bytes that actually arrive (doubling, so each byte
     is copied about once more in all), never to a size a peer merely claims. The
     stage starts small (8 KiB) and grows to 64 KiB only for a connection that sends medium frames. Frames
-    are writable, so record batches can be stamped in place.
+    are writable, so record batches can be stamped in place. With `buffers` (a `FrameBuffers` shared by
+    the broker's connections), a large frame's whole buffer is one that an earlier frame used and nobody
+    holds any more, instead of a new, zeroed allocation.
     """
 
     SMALL_STAGE = 8 * 1024
@@ -115,8 +173,9 @@ class _Framer:
     LARGE_FRAME = 32 * 1024  # frames above this get their own buffer
     WHOLE_FRAME = 2 * 1024 * 1024  # frames up to this get their full buffer at once
 
-    def __init__(self, max_frame_bytes: int):
+    def __init__(self, max_frame_bytes: int, buffers: FrameBuffers | None = None):
         self.max_frame_bytes = max_frame_bytes
+        self._buffers = buffers
         self._stage = bytearray(self.SMALL_STAGE)
         self._view = memoryview(self._stage)
         self._start = 0  # first unconsumed byte in the stage
@@ -170,7 +229,10 @@ class _Framer:
                 start += 4 + size
                 continue
             if size > self.LARGE_FRAME:
-                frame = bytearray(size if size <= self.WHOLE_FRAME else max(self.WHOLE_FRAME, have))
+                if size <= self.WHOLE_FRAME:
+                    frame = bytearray(size) if self._buffers is None else self._buffers.take(size)
+                else:
+                    frame = bytearray(max(self.WHOLE_FRAME, have))
                 frame[:have] = self._view[start + 4 : end]
                 self._frame, self._frame_size, self._filled = frame, size, have
                 start = end
@@ -208,11 +270,12 @@ class ServerConnection:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         supported: Mapping[int, tuple[int, int]] | None = None,
         fast_produce: bool = False,
+        frame_buffers: FrameBuffers | None = None,
     ):
         """`supported` maps api key -> (min, max) the broker serves; None means every defined version.
         With `fast_produce`, a Produce v3-v13 frame that `fast_produce.parse_produce` can read comes out as
         a `ProduceFrame`; the caller may still hand it back to `decode` (see broker.handlers.produce)."""
-        self._framer = _Framer(max_frame_bytes)
+        self._framer = _Framer(max_frame_bytes, frame_buffers)
         self.supported = supported
         self.fast_produce = fast_produce
         self._ranges: dict[int, tuple[int, int] | None] = {}  # None: not served

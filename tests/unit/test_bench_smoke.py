@@ -65,6 +65,29 @@ def test_floor_repeats_the_first_produce_answer_with_each_correlation_id():
     assert transport.closed
 
 
+def test_storing_sink_appends_each_partitions_records_to_its_file(tmp_path, monkeypatch):
+    from odradek.protocol.connection import ClientConnection
+    from odradek.protocol.messages import ProduceRequest
+    from odradek.protocol.records import build_batch
+
+    monkeypatch.setattr(null_sink, "WINDOW_BYTES", 4096)  # the page-cache release runs too
+    sink = null_sink.SinkProtocol(null_sink.SinkState(2, "127.0.0.1", store=str(tmp_path / "store")))
+    transport = _Transport()
+    sink.connection_made(transport)
+    client = ClientConnection()
+    T = ProduceRequest.TopicProduceData
+    written: dict[int, bytes] = {0: b"", 1: b""}
+    for i in range(6):
+        batch = bytes(build_batch([(None, b"v" * 2000, [], 1000 + j) for j in range(i + 1)]))
+        request = ProduceRequest(acks=1, timeout_ms=1000, topic_data=[T(name="t", partition_data=[T.PartitionProduceData(index=i % 2, records=batch)])])
+        sink.data_received(client.send_request(request, 9)[1])
+        written[i % 2] += batch
+    got = client.receive_data(bytes(transport.out))
+    assert [r.response.responses[0].partition_responses[0].error_code for r in got] == [0] * 6
+    for index in (0, 1):
+        assert (tmp_path / "store" / f"t-{index}.log").read_bytes() == written[index]
+
+
 def test_count_records_reads_batch_headers_only():
     from odradek.protocol.records import build_batch
 
