@@ -36,7 +36,13 @@ from odradek.protocol.envelope import (
 )
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
-from odradek.protocol.messages import ApiVersionsRequest, EnvelopeRequest, FetchRequest, FetchSnapshotRequest
+from odradek.protocol.messages import (
+    ApiVersionsRequest,
+    CreateTopicsResponse,
+    EnvelopeRequest,
+    FetchRequest,
+    FetchSnapshotRequest,
+)
 from odradek.metadata.controller import Controller
 from odradek.metadata.image import MetadataError
 from odradek.metadata.loader import MetadataLoader
@@ -519,10 +525,9 @@ def _says_not_controller(response) -> bool:
     """Whether a controller RPC's response says NOT_CONTROLLER, at its top or in any of its entries (Kafka's
     channel looks at the response's errorCounts: CreateTopics carries it per topic)."""
     not_controller = int(ErrorCode.NOT_CONTROLLER)
-    if getattr(response, "error_code", None) == not_controller:
-        return True
-    topics = getattr(response, "topics", None) or ()
-    return any(getattr(t, "error_code", None) == not_controller for t in topics)
+    if isinstance(response, CreateTopicsResponse):
+        return any(topic.error_code == not_controller for topic in response.topics)
+    return getattr(response, "error_code", None) == not_controller
 
 
 class ForwardingRefused(Exception):
