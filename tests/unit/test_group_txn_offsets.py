@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from odradek.coordinator.runtime import TransactionalRecord, TransactionMarker
 from odradek.protocol.errors import ErrorCode
-from odradek.protocol.messages import OffsetFetchRequest, TxnOffsetCommitRequest
+from odradek.protocol.messages import OffsetFetchRequest, OffsetFetchResponse, TxnOffsetCommitRequest
 
 from tests.harness.group_coordinator import Harness, form_group
 
@@ -28,7 +28,8 @@ def txn_commit(h, offsets, *, pid=7, epoch=0, version=3, generation=-1, member_i
 def stable_fetch(h, gc=None):
     request = OffsetFetchRequest(group_id=G, topics=[OffsetFetchRequest.OffsetFetchRequestTopic(
         name="in", partition_indexes=[0])], require_stable=True)
-    (t,) = (gc or h.gc).offset_fetch(request, 7, h.now).topics
+    answer = (gc or h.gc).offset_fetch(request, 7, h.now)
+    (t,) = answer.result().topics  # a require_stable fetch waits for the partition's commit (here at once)
     (p,) = t.partitions
     return p.error_code, p.committed_offset
 
@@ -174,3 +175,25 @@ def test_retention_keeps_an_offset_with_a_pending_transactional_one_and_its_grou
     assert G in h.shard(G).group_ids()
     marker(h, 7, True)
     assert plain_fetch(h) == (0, 10)
+
+
+def test_a_stable_fetch_is_answered_once_what_was_written_before_it_is_committed():
+    """Kafka schedules a require_stable OffsetFetch as a write without records: it reads the latest state
+    and answers once the partition's high watermark covers everything written before it; a fetch without
+    require_stable answers at once."""
+    h = Harness(commit_later=True)
+    partition = h.gc.partition_for(G)
+    from odradek.protocol.messages import OffsetCommitRequest
+
+    topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = h.gc.offset_commit(OffsetCommitRequest(group_id=G, topics=[topic(name="in", partitions=[
+        topic.OffsetCommitRequestPartition(partition_index=0, committed_offset=5, committed_metadata="")])]), 8, h.now)
+    assert not commit.done
+    request = OffsetFetchRequest(group_id=G, topics=[OffsetFetchRequest.OffsetFetchRequestTopic(
+        name="in", partition_indexes=[0])], require_stable=True)
+    stable = h.gc.offset_fetch(request, 7, h.now)
+    assert not stable.done
+    request.require_stable = False
+    assert isinstance(h.gc.offset_fetch(request, 7, h.now), OffsetFetchResponse)  # answered now
+    h.gc.on_committed(partition, len(h.writer.logs[partition]))
+    assert commit.done and stable.result().topics[0].partitions[0].committed_offset == 5
