@@ -168,6 +168,15 @@ class NodeConnection:
         self._closed = True
         self._drop(NodeUnavailable(f"connection to node {self.node_id} closed"))
 
+    def reset(self, reason: str) -> None:
+        """Close the current connection (requests in flight on it fail with NodeUnavailable); the next
+        request opens a new one without waiting out the backoff. For a caller that gave up on a request the
+        node may still hold: the node serves one request at a time per connection, so later ones would
+        queue behind it."""
+        if self._writer is not None:
+            self._drop(NodeUnavailable(f"connection to node {self.node_id} reset: {reason}"))
+            self._failed_at = float("-inf")
+
     # -- the connection
 
     async def _ensure_connected(self) -> None:

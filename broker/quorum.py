@@ -36,7 +36,13 @@ from odradek.protocol.envelope import (
 )
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
-from odradek.protocol.messages import ApiVersionsRequest, EnvelopeRequest, FetchRequest, FetchSnapshotRequest
+from odradek.protocol.messages import (
+    ApiVersionsRequest,
+    CreateTopicsResponse,
+    EnvelopeRequest,
+    FetchRequest,
+    FetchSnapshotRequest,
+)
 from odradek.metadata.controller import Controller
 from odradek.metadata.image import MetadataError
 from odradek.metadata.loader import MetadataLoader
@@ -515,6 +521,15 @@ class QuorumControllerChannel(ControllerDecisions):
         self.controller.advance(self.loader.image, self.loader.applied_end_offset)
 
 
+def _says_not_controller(response) -> bool:
+    """Whether a controller RPC's response says NOT_CONTROLLER, at its top or in any of its entries (Kafka's
+    channel looks at the response's errorCounts: CreateTopics carries it per topic)."""
+    not_controller = int(ErrorCode.NOT_CONTROLLER)
+    if isinstance(response, CreateTopicsResponse):
+        return any(topic.error_code == not_controller for topic in response.topics)
+    return getattr(response, "error_code", None) == not_controller
+
+
 class ForwardingRefused(Exception):
     """The active controller refused a forwarded request's envelope (not the request inside it)."""
 
@@ -555,8 +570,14 @@ class ClusterControllerChannel:
         client's principal and address, and the inner response is answered; without, it goes as it is (a
         node's own RPC). While the quorum has no leader, or the one it names cannot be reached (it just
         died), stops being the leader while the request waits (it froze, and the quorum moved on) or
-        answers the envelope with NOT_CONTROLLER, wait and send it to the new one, as Kafka's forwarding
-        manager does, until `timeout_s` (default `request_timeout_s`)."""
+        answers NOT_CONTROLLER (the envelope's error, or any error of a node's own RPC's response), wait
+        and send it to the new one, as Kafka's NodeToControllerRequestThread does, until `timeout_s`
+        (default `request_timeout_s`).
+
+        A request given up while a node still holds it (the lead moved meanwhile, or the time is up) also
+        gives up the connection to that node, as Kafka's channel disconnects from a stale controller: a node
+        serves one request at a time per connection, so any later request to that node on the same
+        connection would queue behind the abandoned one, however long the node holds it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.request_timeout_s if timeout_s is None else timeout_s)
         if client is not None:
@@ -579,12 +600,15 @@ class ClusterControllerChannel:
                     await asyncio.wait({sent}, timeout=0.1)
                     if not sent.done() and (self.loader.leader_id != leader or loop.time() > deadline):
                         sent.cancel()
+                        self._abandon(leader, purpose, "the active controller moved while it held a forwarded request")
                         break
                 if sent.done() and not sent.cancelled():
                     response = sent.result()
                     if client is None:
-                        return response
-                    if response.error_code == ErrorCode.NOT_CONTROLLER:
+                        if not _says_not_controller(response):
+                            return response
+                        # (not a node's answer to keep: send it again once the loader names the new leader)
+                    elif response.error_code == ErrorCode.NOT_CONTROLLER:
                         pass  # the lead moved after the request left: send it again to the new leader
                     elif response.error_code:
                         # The controller refused the envelope itself (this node lacks CLUSTER_ACTION there,
@@ -603,6 +627,12 @@ class ClusterControllerChannel:
             if loop.time() > deadline:
                 raise NodeUnavailable(f"no answer from the active controller within the request timeout")
             await asyncio.sleep(0.05)
+
+    def _abandon(self, node_id: int, purpose: str, reason: str) -> None:
+        try:
+            self.connections.get(node_id, purpose).reset(f"node {node_id} {reason}")
+        except NodeUnavailable:  # no address for it any more: no connection either
+            pass
 
     async def _leader(self, deadline: float) -> int:
         loop = asyncio.get_running_loop()

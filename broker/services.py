@@ -201,8 +201,8 @@ class BrokerServices:
     def coordinates_here_in_vain(self, topic: str, partition: int) -> bool:
         """Whether this broker leads the internal topic's partition but cannot write it: no controller has
         answered it for a session and the partition's ISR needs a change (stranded, replica_manager.py).
-        FindCoordinator then names no coordinator here (COORDINATOR_NOT_AVAILABLE, the client asks again,
-        perhaps elsewhere), rather than one whose every write would time out."""
+        FindCoordinator then names the replica the controller elects in its place, or no coordinator
+        (broker/handlers/groups.py's `_locate`), rather than this broker, whose every write would time out."""
         return TopicPartition(topic, partition) in self.data.stranded
 
     def partition_leader(self, topic: str, partition: int) -> tuple[int, int] | None:

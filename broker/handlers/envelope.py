@@ -24,9 +24,13 @@ When no controller answers within the request timeout, or the controller refuses
 the client still gets an answer, each item failed with REQUEST_TIMED_OUT or UNKNOWN_SERVER_ERROR
 (`forward_for_client`), as Kafka's ForwardingManager answers.
 
-Requests a node makes itself on the controller listener (a broker creating an internal topic through a
-controller that has just lost the lead) are relayed as they are when their sender has CLUSTER_ACTION:
-they speak for a node, not for a client.
+A request that reaches a controller that is not the active one on its controller listener (a node's own
+request, such as a broker creating an internal topic, sent just as the lead moved) is answered
+NOT_CONTROLLER at once, every item, as Kafka's ControllerApis answers it; the sender's forwarding
+(broker/quorum.py) then tries the active controller. It used to be relayed to the controller this node
+believed active, which held it, and every request queued behind it on that connection (one in flight
+per connection), for up to the 30 s forwarding timeout whenever this node knew no leader, and then closed
+the connection without an answer.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from odradek.protocol.envelope import (
 )
 from odradek.protocol.errors import ErrorCode, RemoteProtocolError
 from odradek.protocol.messages import RESPONSES, EnvelopeResponse
-from odradek.metadata.acl import AclOperation, ResourceType
+from odradek.metadata.acl import AclOperation
 
 from ..authorizer import requires
 from ..context import ConnectionContext, KafkaPrincipal, RequestContext
@@ -92,9 +96,9 @@ def forwarded(handler: Handler) -> Handler:
     def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Answer:
         if services.controller.is_active:
             return _lost_lead_answered(handler(services, ctx, request), ctx, request)
-        if ctx.connection.scope == CONTROLLER and services.authorized(
-                ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
-            return services.controller.forward(request, ctx.api_version)  # a node's own request
+        if ctx.connection.scope == CONTROLLER:  # sent to this node as a controller: not the active one
+            return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.NOT_CONTROLLER,
+                                  "This node is not the active controller.")
         return forward_for_client(services, ctx, request)
 
     return handle

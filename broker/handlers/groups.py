@@ -60,17 +60,46 @@ def respond(services: BrokerServices, result):
 
 def _locate(services: BrokerServices, listener: str):
     """Who leads an internal topic's partition, from the metadata image, at its endpoint for the listener
-    the request came in on; None (COORDINATOR_NOT_AVAILABLE) while it has no leader or no such endpoint,
-    or while this broker leads it stranded (services.coordinates_here_in_vain)."""
+    the request came in on; None (COORDINATOR_NOT_AVAILABLE) while it has no leader or no such endpoint.
+
+    While this broker leads the partition stranded (services.coordinates_here_in_vain: no controller has
+    answered it for a session, and the ISR needs a change), the controller has most likely fenced it and
+    moved the partition to the replica it elects when a leader is fenced (Kafka's PartitionChangeBuilder:
+    the first replica, in assignment order, that is in the ISR and not fenced): that replica is named, as
+    far as this broker's last image tells, rather than itself, whose every write would time out. The
+    answer is a hint a client checks: the node named refuses with NOT_COORDINATOR if it is not the
+    coordinator, and the client asks again, now also connected to a node with current metadata. Naming no
+    coordinator instead (COORDINATOR_NOT_AVAILABLE) left a client whose one connection is to this broker
+    (librdkafka connects only to the brokers it needs) asking here again and again for as long as the cut
+    lasted: test_transactions_cluster_faults' cut_coordinator_new_instance step."""
 
     def locate(topic: str, partition: int):
         leader = services.partition_leader(topic, partition)
-        endpoint = services.endpoint(leader[0], listener) if leader is not None else None
-        if leader is None or endpoint is None or services.coordinates_here_in_vain(topic, partition):
+        node_id = leader[0] if leader is not None else None
+        if node_id is not None and services.coordinates_here_in_vain(topic, partition):
+            node_id = _successor(services, topic, partition)
+        endpoint = services.endpoint(node_id, listener) if node_id is not None else None
+        if endpoint is None:
             return None
-        return leader[0], endpoint.host, endpoint.port
+        return node_id, endpoint.host, endpoint.port
 
     return locate
+
+
+def _successor(services: BrokerServices, topic: str, partition: int) -> int | None:
+    """The replica the controller elects when this broker, the partition's leader, is fenced, by this
+    broker's image; None when there is none."""
+    image = services.metadata.image
+    topic_image = image.topics_by_name.get(topic)
+    p = topic_image.partitions.get(partition) if topic_image is not None else None
+    if p is None:
+        return None
+    for replica in p.replicas:
+        registration = image.brokers.get(replica)
+        if (replica != services.node_id and replica in p.isr and registration is not None
+                and not registration.fenced):
+            return replica
+    return None
 
 
 def _client_id(ctx: RequestContext) -> str:

@@ -52,10 +52,17 @@ def _offset_commit(services: BrokerServices, ctx: RequestContext, request: Offse
 
 @handles(9, (1, 9))
 def handle_offset_fetch(services: BrokerServices, ctx: RequestContext, request: OffsetFetchRequest) -> Answer:
-    response = services.groups.offset_fetch(request, ctx.api_version, services.now_ms())
-    if services.authorizer is not None:
+    """A `require_stable` fetch is answered once the group's partition has committed what was written
+    before it (coordinator/group/group_coordinator.py's offset_fetch), the others at once."""
+    answer = respond(services, services.groups.offset_fetch(request, ctx.api_version, services.now_ms()))
+    if services.authorizer is None:
+        return answer
+
+    def authorized(response):
         _authorize_fetch(services, ctx, request, response)
-    return response
+        return response
+
+    return then(answer, authorized)
 
 
 def _authorize_fetch(services: BrokerServices, ctx: RequestContext, request: OffsetFetchRequest, response) -> None:

@@ -56,6 +56,7 @@ from ..partitioning import (
     partition_for,
 )
 from ..runtime import (
+    Batch,
     CoordinatorError,
     CoordinatorRuntime,
     Deferred,
@@ -277,23 +278,47 @@ class GroupCoordinator:
             retention_time_ms, partitions, version, now_ms), now_ms)
         return written.then(respond, lambda e: respond([error_code_of(e)] * len(partitions)))
 
-    def offset_fetch(self, request, version: int, now_ms: int) -> OffsetFetchResponse:
+    def offset_fetch(self, request, version: int, now_ms: int) -> OffsetFetchResponse | Deferred[OffsetFetchResponse]:
+        """Committed offsets. Without `require_stable` the answer is read now. With it (v7+, KIP-447, sent by
+        read_committed consumers) Kafka's GroupCoordinatorService schedules the fetch as a write with no
+        records: a partition with a pending transactional offset answers UNSTABLE_OFFSET_COMMIT, and the
+        answer waits until everything written to the group's partition before it is committed (the high
+        watermark), so a stable fetch never returns an offset a change of leader could still take back.
+        A Deferred then; failed (not replicated within offsets.commit.timeout.ms, the partition moved), the
+        group's entry carries the error the client retries on (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)."""
         require_stable = version >= 7 and request.require_stable
         if version <= 7:
             topics = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
             error, results = self._fetch_group(request.group_id, None, -1, topics)
             response = _fetch_response_v1_to_v7(version, error, results, topics)
-            if require_stable:
-                self._mark_unstable(request.group_id, response.topics)
-            return response
+            if not require_stable:
+                return response
+            self._mark_unstable(request.group_id, response.topics)
+
+            def failed_v7(e: BaseException) -> OffsetFetchResponse:
+                return _fetch_response_v1_to_v7(version, error_code_of(e), [], topics)
+
+            return self._when_committed(request.group_id, now_ms).then(lambda _: response, failed_v7)
         groups = []
+        waits = []
         for group in request.groups:
             topics = None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
             error, results = self._fetch_group(group.group_id, group.member_id, group.member_epoch, topics)
             groups.append(_fetch_group_response(group.group_id, error, results))
             if require_stable:
                 self._mark_unstable(group.group_id, groups[-1].topics)
-        return OffsetFetchResponse(groups=groups)
+                waits.append(self._when_committed(group.group_id, now_ms).then(
+                    lambda _, answer=groups[-1]: answer,
+                    lambda e, group_id=group.group_id: _fetch_group_response(group_id, error_code_of(e), [])))
+        if not require_stable:
+            return OffsetFetchResponse(groups=groups)
+        return gather(waits).then(lambda answers: OffsetFetchResponse(groups=answers))
+
+    def _when_committed(self, group_id: str, now_ms: int) -> Deferred:
+        """Completes once everything written to the group's partition so far is committed (an empty write)."""
+        if not group_id:
+            return Deferred.completed(None)
+        return self._write(group_id, lambda shard: Batch().result(None), now_ms)
 
     def _mark_unstable(self, group_id: str, topics) -> None:
         """require_stable (KIP-447): a partition with an offset in an open transaction answers

@@ -27,8 +27,10 @@ offsets is deleted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import structlog
 
 from odradek.protocol.errors import ErrorCode
 
@@ -43,6 +45,8 @@ __all__ = ["NO_OFFSET", "OffsetAndMetadata", "OffsetManager", "PartitionCommit"]
 
 NO_OFFSET = -1
 
+log = structlog.get_logger("odradek.coordinator.group")
+
 
 @dataclass(frozen=True, slots=True)
 class OffsetAndMetadata:
@@ -51,6 +55,9 @@ class OffsetAndMetadata:
     metadata: str
     commit_timestamp_ms: int
     expire_timestamp_ms: int = -1  # -1: expires by the group's retention rule
+    # The record's place in replay (= log) order; a COMMIT marker keeps the newer of a pending and a
+    # committed offset. Not part of the value: two replicas compare equal whatever they counted from.
+    replayed_as: int = field(default=-1, compare=False)
 
     def is_expired(self, now_ms: int, base_timestamp_ms: int, retention_ms: int) -> bool:
         if self.expire_timestamp_ms >= 0:
@@ -75,13 +82,15 @@ class OffsetManager:
     def __init__(self, shard: GroupCoordinatorShard) -> None:
         self.shard = shard
         self.config = shard.config
+        self._replayed = 0  # offset records replayed so far: their log order
 
     # -- replay --
 
-    @staticmethod
-    def _offset_of(value) -> OffsetAndMetadata:
+    def _offset_of(self, value) -> OffsetAndMetadata:
+        self._replayed += 1
         return OffsetAndMetadata(committed_offset=value.offset, leader_epoch=value.leader_epoch, metadata=value.metadata,
-                                 commit_timestamp_ms=value.commit_timestamp, expire_timestamp_ms=value.expire_timestamp)
+                                 commit_timestamp_ms=value.commit_timestamp, expire_timestamp_ms=value.expire_timestamp,
+                                 replayed_as=self._replayed)
 
     def replay_transactional(self, producer_id: int, record: CoordinatorRecord) -> None:
         """A TxnOffsetCommit record: pending until the producer's transaction ends."""
@@ -98,12 +107,27 @@ class OffsetManager:
             return
         offsets = self.shard.offsets
         for group_id, by_partition in pending.items():
-            offsets.setdefault(group_id, {}).update(by_partition)
+            committed = offsets.setdefault(group_id, {})
+            for key, offset in by_partition.items():
+                existing = committed.get(key)
+                if existing is None or offset.replayed_as > existing.replayed_as:
+                    committed[key] = offset
+                else:
+                    log.info("transactional offset commit not materialized: a later plain commit holds the partition",
+                             producer_id=producer_id, group_id=group_id, topic=key[0], partition=key[1],
+                             pending_offset=offset.committed_offset, committed_offset=existing.committed_offset)
 
     def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
         """An uncommitted transactional offset for the partition (OffsetFetch with require_stable waits)."""
         return any((topic, partition) in groups.get(group_id, ())
                    for groups in self.shard.pending_txn_offsets.values())
+
+    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions with an offset pending in an open transaction."""
+        return {key for groups in self.shard.pending_txn_offsets.values() for key in groups.get(group_id, ())}
+
+    def has_open_transactions(self, group_id: str) -> bool:
+        return any(group_id in groups for groups in self.shard.pending_txn_offsets.values())
 
     def replay(self, record: CoordinatorRecord) -> None:
         key = record.key
@@ -114,15 +138,20 @@ class OffsetManager:
                 group.pop((key.topic, key.partition), None)
                 if not group:
                     del offsets[key.group]
+            self._drop_pending(key.group, (key.topic, key.partition))
             return
-        value = record.value
-        offsets.setdefault(key.group, {})[(key.topic, key.partition)] = OffsetAndMetadata(
-            committed_offset=value.offset,
-            leader_epoch=value.leader_epoch,
-            metadata=value.metadata,
-            commit_timestamp_ms=value.commit_timestamp,
-            expire_timestamp_ms=value.expire_timestamp,
-        )
+        offsets.setdefault(key.group, {})[(key.topic, key.partition)] = self._offset_of(record.value)
+
+    def _drop_pending(self, group_id: str, partition_key: tuple[str, int]) -> None:
+        """A tombstone deletes the key's pending offsets too (Kafka's replay of a tombstone): a transaction
+        committed later must not bring back what was deleted."""
+        pending = self.shard.pending_txn_offsets
+        for groups in pending.values():
+            by_partition = groups.get(group_id)
+            if by_partition is not None:
+                by_partition.pop(partition_key, None)
+                if not by_partition:
+                    del groups[group_id]
 
     # -- OffsetCommit --
 
@@ -228,6 +257,7 @@ class OffsetManager:
         except CoordinatorError as e:
             return out.result((e.error_code, []))
         committed = self.shard.offsets.get(group_id, {})
+        pending = self.pending_partitions(group_id)
         results = []
         for topic, partitions in topics:
             subscribed = not group.is_empty and group.is_subscribed_to_topic(topic)
@@ -236,17 +266,18 @@ class OffsetManager:
                 if subscribed:
                     errors.append((partition, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
                     continue
-                if (topic, partition) in committed:
+                if (topic, partition) in committed or (topic, partition) in pending:
                     out.records.append(offset_commit_tombstone(group_id, topic, partition))
                 errors.append((partition, ErrorCode.NONE))
             results.append((topic, errors))
         return out.result((ErrorCode.NONE, results))
 
     def delete_all(self, group_id: str, out: Batch) -> int:
-        committed = self.shard.offsets.get(group_id, {})
-        for topic, partition in committed:
+        """Tombstones for every committed offset of the group and every partition that only has a pending one."""
+        keys = set(self.shard.offsets.get(group_id, {})) | self.pending_partitions(group_id)
+        for topic, partition in sorted(keys):
             out.records.append(offset_commit_tombstone(group_id, topic, partition))
-        return len(committed)
+        return len(keys)
 
     # -- retention --
 
@@ -254,19 +285,21 @@ class OffsetManager:
         """Tombstone the group's expired offsets; True when the group is left without offsets."""
         committed = self.shard.offsets.get(group_id)
         if not committed:
-            return True
+            return not self.has_open_transactions(group_id)
         group = self.shard.group(group_id)
         condition = self._expiration_condition(group)
         if condition is None:
             return False
         retention_ms = self.config.offsets_retention_ms
+        pending = self.pending_partitions(group_id)
         expired = 0
         for (topic, partition), offset in committed.items():
             base_timestamp_ms = condition(topic, offset)
-            if base_timestamp_ms is not None and offset.is_expired(now_ms, base_timestamp_ms, retention_ms):
+            if (base_timestamp_ms is not None and offset.is_expired(now_ms, base_timestamp_ms, retention_ms)
+                    and (topic, partition) not in pending):
                 out.records.append(offset_commit_tombstone(group_id, topic, partition))
                 expired += 1
-        return expired == len(committed)
+        return expired == len(committed) and not self.has_open_transactions(group_id)
 
     def _expiration_condition(self, group):
         """(topic, offset) -> the timestamp its retention counts from, or None to keep it."""

@@ -236,11 +236,42 @@ class Load:
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
             "message.timeout.ms": 180000, "request.timeout.ms": 10000, "topic.metadata.refresh.interval.ms": 2000,
-            "retry.backoff.ms": 200, "log_level": 2, **(conf or {}),
+            "retry.backoff.ms": 200, "log_level": 2,
+            # librdkafka's own view every second, kept for a failed wait to print (`describe`)
+            "statistics.interval.ms": 1000, "stats_cb": self._stats, **(conf or {}),
         })
         self.sequence = 0
         self.thread = threading.Thread(target=self._run, name="load", daemon=True)
         self.fatal: str | None = None
+        self.last_stats: str | None = None
+
+    def _stats(self, stats: str) -> None:
+        self.last_stats = stats
+
+    def describe(self, partition: int | None = None) -> str:
+        """The producer's last statistics, as far as a stalled partition needs them: where librdkafka sends
+        it (the leader it knows), what waits in its queues or in flight, its idempotence state and producer
+        id/epoch, and its connections: enough to tell stale metadata, a fenced or bumping producer id, a
+        request parked on a broker, or a producer that is merely slow."""
+        import json
+
+        if self.last_stats is None:
+            return "no producer statistics yet"
+        stats = json.loads(self.last_stats)
+        parts = stats.get("topics", {}).get(TOPIC, {}).get("partitions", {})
+        keys = ("leader", "msgq_cnt", "xmit_msgq_cnt", "msgs_inflight", "next_ack_seq", "next_err_seq", "acked_msgid")
+        lines = [f"producer eos: {stats.get('eos')}"]
+        for index, part in sorted(parts.items()):
+            if index != "-1" and (partition is None or int(index) == partition):
+                lines.append(f"partition {index}: " + ", ".join(f"{k}={part.get(k)}" for k in keys))
+        for name, broker in sorted(stats.get("brokers", {}).items()):
+            lines.append(f"broker {name}: state={broker.get('state')} outbuf={broker.get('outbuf_cnt')} "
+                         f"waitresp={broker.get('waitresp_cnt')} req_timeouts={broker.get('req_timeouts')} "
+                         f"toppars={sorted(broker.get('toppars', {}))}")
+        with self.lock:
+            acked = {p: sum(1 for x in self.sent if x.partition == p) for p in range(PARTITIONS)}
+        lines.append(f"acknowledged per partition: {acked}; failed sends: {self.failed[-3:]}")
+        return "\n".join(lines)
 
     def _delivered(self, err, msg) -> None:
         if err is not None:
@@ -476,7 +507,10 @@ def wait_progress(cluster: FaultCluster, load: Load, count: int, what: str, time
                   partition: int | None = None) -> None:
     """`count` more acknowledged records (of `partition` only, if given): the producer carries on."""
     target = load.acked(partition) + count
-    cluster.wait(lambda: load.acked(partition) >= target, f"{count} more acknowledged records {what}", timeout_s)
+    try:
+        cluster.wait(lambda: load.acked(partition) >= target, f"{count} more acknowledged records {what}", timeout_s)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- the producer (librdkafka statistics)\n{load.describe(partition)}") from None
 
 
 def cut_leader_off(cluster: FaultCluster, load: Load, rng: random.Random, alive=VOTERS) -> None:
@@ -685,6 +719,9 @@ def random_faults(cluster: FaultCluster) -> None:
              restart_any]
     for round_ in range(rounds):
         step = rng.choice(steps)
-        print(f"round {round_}: {step.__name__}")
+        print(f"round {round_}: {step.__name__}", flush=True)
+        began, acked = time.monotonic(), load.acked()
         step(cluster, load, rng)
+        print(f"round {round_} done in {time.monotonic() - began:.1f} s, {load.acked() - acked} acknowledged meanwhile "
+              f"(load average {os.getloadavg()[0]:.1f})", flush=True)
     verify(cluster, load, group, bundled)

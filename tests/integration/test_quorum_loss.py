@@ -138,6 +138,23 @@ def _describe_quorum(cluster: Cluster, node_id: int):
     return cluster.request(node_id, request, 2).topics[0].partitions[0]
 
 
+def _on_controller_listener(cluster: Cluster, node_id: int, message, version: int, timeout_s: float):
+    """A request on the node's controller listener, as another node sends it (PLAINTEXT, no authorizer)."""
+    import asyncio
+
+    from odradek.broker.cluster_tool import node_ports
+    from odradek.broker.node_client import NodeConnection
+
+    async def call():
+        conn = NodeConnection(node_id, "127.0.0.1", node_ports(node_id, cluster.port)[1], backoff_s=0.0)
+        try:
+            return await conn.request(message, version, timeout_s=timeout_s)
+        finally:
+            await conn.close()
+
+    return asyncio.run(call())
+
+
 def test_the_survivor_serves_on_its_last_metadata_and_the_quorum_returns(cluster):
     from confluent_kafka import Consumer, TopicPartition
 
@@ -196,6 +213,15 @@ def test_the_survivor_serves_on_its_last_metadata_and_the_quorum_returns(cluster
         assert committed[0].offset == 42
     finally:
         consumer.close()
+
+    # A node's own request on the survivor's controller listener (what a broker sends the controller it
+    # believes active): NOT_CONTROLLER at once, as Kafka's controller answers. It used to be relayed to a
+    # leader the survivor does not have, held (with every request behind it on that connection) for the
+    # 30 s forwarding timeout, and its connection then closed without an answer.
+    probe = CreateTopicsRequest(timeout_ms=5000, topics=[CreateTopicsRequest.CreatableTopic(
+        name="probe-during-loss", num_partitions=1, replication_factor=1)])
+    answer = _on_controller_listener(cluster, survivor, probe, 7, timeout_s=20)
+    assert [t.error_code for t in answer.topics] == [ErrorCode.NOT_CONTROLLER]
 
     # The quorum, as the survivor sees it: no leader, said at once.
     quorum = _describe_quorum(cluster, survivor)

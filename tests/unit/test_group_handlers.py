@@ -102,7 +102,36 @@ def test_find_coordinator_names_no_coordinator_on_a_partition_stranded_here(monk
     monkeypatch.setattr(handlers, "ensure_coordinator_topic", lambda services, key_type: None)
     broker.data.stranded = frozenset({TopicPartition("__consumer_offsets", partition_for("g", NUM_PARTITIONS))})
     response = handle_find_coordinator(broker, ctx(3), FindCoordinatorRequest(key="g"))
-    assert (response.error_code, response.node_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
+    assert (response.error_code, response.node_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)  # no other replica
+
+
+def test_find_coordinator_on_a_partition_stranded_here_names_the_replica_the_controller_elects(monkeypatch):
+    """With other replicas, the stranded leader names the one the controller elects when it fences this
+    broker: the first replica, in assignment order, in the ISR and not fenced (here 4: 1 is fenced)."""
+    import dataclasses
+
+    from odradek.broker.handlers import groups as handlers
+    from odradek.coordinator.partitioning import partition_for
+    from odradek.storage.names import TopicPartition
+
+    broker = FakeBroker(Harness())
+    monkeypatch.setattr(handlers, "ensure_coordinator_topic", lambda services, key_type: None)
+    image = broker.metadata.image
+    brokers = dict(image.brokers)
+    for node_id, fenced in ((1, True), (4, False), (5, False)):
+        brokers[node_id] = dataclasses.replace(brokers[3], broker_id=node_id, fenced=fenced, endpoints=(
+            Endpoint("PLAINTEXT", f"broker-{node_id}", 9092),))
+    topic = image.topics_by_name["__consumer_offsets"]
+    index = partition_for("g", NUM_PARTITIONS)
+    partitions = dict(topic.partitions)
+    partitions[index] = dataclasses.replace(partitions[index], replicas=(3, 1, 5, 4), isr=(3, 1, 4))
+    topic = dataclasses.replace(topic, partitions=partitions)
+    broker.metadata.image = dataclasses.replace(image, brokers=brokers, topics_by_id={topic.topic_id: topic},
+                                                topics_by_name={topic.name: topic})
+    assert handle_find_coordinator(broker, ctx(3), FindCoordinatorRequest(key="g")).node_id == 3
+    broker.data.stranded = frozenset({TopicPartition("__consumer_offsets", index)})
+    response = handle_find_coordinator(broker, ctx(3), FindCoordinatorRequest(key="g"))
+    assert (response.error_code, response.node_id, response.host) == (0, 4, "broker-4")
 
 
 async def test_long_polls_become_futures_and_completed_results_messages():
