@@ -60,6 +60,7 @@ from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
 from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
+from .heap import HeapFreezer
 from .hosting_driver import SLICE_PARTITIONS, HostingDriver
 from .log_dirs import LogDirs
 from .metrics import Metrics, MetricsServer, ShareGroupsCollector, ShareMembersCollector, TopicStatsCollector
@@ -157,10 +158,12 @@ def _build_on(
     # A large update's partitions are applied in slices between turns of the loop (broker/hosting_driver.py).
     hosting = PartitionHosting(data, log_manager, topic_settings(dynamic_config), now_ms, replica_fetchers,
                                budget=SLICE_PARTITIONS)
-    hosting_driver = HostingDriver(hosting, after_slice=after_state_change)
+    heap = HeapFreezer()  # the made partitions kept out of the collector's full walks (broker/heap.py)
+    hosting_driver = HostingDriver(hosting, after_slice=after_state_change, heap=heap)
     hosting.on_pending = hosting_driver.wake
     spawn(hosting_driver.run())
     publisher.register(hosting)
+    publisher.register(heap)
     isr_history = IsrHistory(clock=now_ms, replayed_through=data.metadata_known_through)  # /odradek/isr-events
     publisher.register(isr_history)
     quorum = _start_quorum(cfg, cluster_id, log_manager, publisher)

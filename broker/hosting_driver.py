@@ -27,6 +27,8 @@ import structlog
 
 from odradek.replication.hosting import PartitionHosting
 
+from .heap import HeapFreezer
+
 log = structlog.get_logger("odradek.replication")
 
 SLICE_PARTITIONS = 64
@@ -35,23 +37,32 @@ SLICE_PARTITIONS = 64
 
 class HostingDriver:
     """Runs `hosting.apply_pending` in slices whenever partitions are queued (`wake`, the listener's
-    `on_pending`); `after_slice` is called after each slice (timers a new partition armed)."""
+    `on_pending`); `after_slice` is called after each slice (timers a new partition armed). With `heap`,
+    the objects a slice made are frozen out of the cyclic collector's full walks after it (broker/heap.py)."""
 
     def __init__(self, hosting: PartitionHosting, *, after_slice: Callable[[], None],
-                 slice_partitions: int = SLICE_PARTITIONS) -> None:
+                 slice_partitions: int = SLICE_PARTITIONS, heap: HeapFreezer | None = None) -> None:
         self.hosting = hosting
         self.after_slice = after_slice
         self.slice_partitions = slice_partitions
+        self.heap = heap
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
         self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            await self._drain()
+        heap = self.heap
+        if heap is not None and heap.schedule is None:
+            heap.schedule = asyncio.get_running_loop().call_soon_threadsafe
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                await self._drain()
+        finally:
+            if heap is not None:
+                heap.stop()
 
     async def _drain(self) -> None:
         started = time.monotonic()
@@ -65,8 +76,11 @@ class HostingDriver:
                 left = self.hosting.pending
             slices += 1
             self.after_slice()
+            if self.heap is not None:
+                self.heap.after_slice()
             if not left:
                 break
             await asyncio.sleep(0)
         log.info("partitions hosted as the committed metadata says", partitions=queued, slices=slices,
-                 took_ms=round((time.monotonic() - started) * 1000))
+                 took_ms=round((time.monotonic() - started) * 1000),
+                 frozen_objects=self.heap.frozen if self.heap is not None else None)
