@@ -61,7 +61,7 @@ from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
 from .heap import HeapFreezer
-from .hosting_driver import SLICE_PARTITIONS, HostingDriver
+from .hosting_driver import SLICE_PARTITIONS, SLICE_RECORDS, HostingDriver, ReplayDriver
 from .log_dirs import LogDirs
 from .metrics import Metrics, MetricsServer, ShareGroupsCollector, ShareMembersCollector, TopicStatsCollector
 from .node import Membership, Node, TimerDriver
@@ -166,7 +166,7 @@ def _build_on(
     publisher.register(heap)
     isr_history = IsrHistory(clock=now_ms, replayed_through=data.metadata_known_through)  # /odradek/isr-events
     publisher.register(isr_history)
-    quorum = _start_quorum(cfg, cluster_id, log_manager, publisher)
+    quorum = _start_quorum(cfg, cluster_id, log_manager, publisher, heap=heap)
     log_dirs = LogDirs(log_manager, data, replica_fetchers, publisher, quorum.controller, node_id=cfg.node_id,
                        broker_epoch=lambda: membership.broker_epoch, clock=now_ms)
     log_dirs.start()
@@ -330,7 +330,7 @@ class QuorumParts(NamedTuple):
 
 
 def _start_quorum(cfg: BrokerConfig, cluster_id: str | None, log_manager: LogManager,
-                  publisher: MetadataPublisher) -> QuorumParts:
+                  publisher: MetadataPublisher, *, heap: HeapFreezer | None = None) -> QuorumParts:
     """The metadata log replicated by the Raft quorum (broker/quorum.py): this node a voter when it is in
     controller.quorum.voters (or alone), else an observer; the controller channel decides here while this
     node is the active controller and forwards otherwise."""
@@ -385,6 +385,8 @@ def _start_quorum(cfg: BrokerConfig, cluster_id: str | None, log_manager: LogMan
         cfg, cfg.controller_listener_names[0], "sasl.mechanism.controller.protocol"))
     driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms,
                           after_each_call=loader.maybe_snapshot)
+    # A large committed batch is replayed in slices between turns of the loop (metadata/loader.py).
+    loader.replay_budget, loader.on_pending = SLICE_RECORDS, ReplayDriver(loader, driver.call_in_node, heap=heap).wake
     local = None
     if raft.is_voter and "controller" in cfg.process_roles:
         controller = new_controller(cfg, bootstrap_extra=read_bootstrap_records(cfg.metadata_dir))
