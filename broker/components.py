@@ -28,6 +28,7 @@ The timing wheel is driven by one timer handle (node.TimerDriver): after every s
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections.abc import Callable, Coroutine
@@ -665,7 +666,8 @@ def replication_counts(parts: HostedParts) -> dict[str, int]:
             "waiting_for_eligible": waiting, "no_eligible_leader": no_eligible,
             "fenced_brokers": fenced, "follower_consumer_reads": data.follower_consumer_reads,
             "preferred_replica_answers": data.preferred_replica_answers,
-            "follower_fetches_woken": data.follower_fetches_woken, "partitions_pending": data.pending_hosting}
+            "follower_fetches_woken": data.follower_fetches_woken, "partitions_pending": data.pending_hosting,
+            "gc_frozen_objects": gc.get_freeze_count()}
 
 
 def quorum_figures(quorum: QuorumDriver, membership: Membership, now: int) -> dict[str, float]:

@@ -33,8 +33,8 @@ only after it has run is the heap frozen again: freezing sooner would freeze the
 that stops thaws what it froze (brokers run in-process in tests share one collector). The policy is the
 same on every run: it follows the metadata, never a timer.
 
-An operator sees the frozen object count in the "partitions hosted" line (broker/hosting_driver.py) and a
-line when removed topics thaw the heap.
+An operator sees the frozen object count in the "partitions hosted" line (broker/hosting_driver.py), in
+the gauge `odradek_gc_frozen_objects`, and a line when removed topics thaw the heap.
 """
 
 from __future__ import annotations
