@@ -27,9 +27,10 @@ does the same job with a generational, concurrent collector; a Python broker has
 What freezing costs, and how it is bounded: frozen objects are still freed by reference counting (the
 common case), but a *cycle* among them that becomes garbage is not collected while frozen. A removed
 topic leaves exactly that (its partitions' objects), so when a committed update removes topics, the heap
-is thawed (`gc.unfreeze`: everything back to the oldest generation). The next full collection then runs
-as it would have without freezing (one whole-heap walk, where the removed partitions are reclaimed), and
-only after it has run is the heap frozen again: freezing sooner would freeze the garbage with it. A broker
+is thawed (`gc.unfreeze`: everything back to the oldest generation), and it is frozen again only after a
+full collection has walked it all (where the removed partitions are reclaimed): the next slice's own
+collection (one whole-heap walk, as every full collection was before freezing), or a full collection of
+the interpreter's own if that comes first. Freezing sooner would freeze the garbage with it. A broker
 that stops thaws what it froze (brokers run in-process in tests share one collector). The policy is the
 same on every run: it follows the metadata, never a timer.
 
@@ -58,16 +59,16 @@ class HeapFreezer:
 
     def __init__(self, schedule: Callable[[Callable[[], None]], Any] | None = None) -> None:
         self.schedule = schedule
-        self.thawed = False  # topics were removed: no freezing until a full collection has run
+        self.thawed = False  # topics were removed: thawed until a full collection has walked the heap
         self._watching = False
 
     def after_slice(self) -> None:
-        """A slice of partitions is made: collect what is not frozen and freeze what is left (skipped while
-        thawed and waiting for the full collection that reclaims removed topics: see the module doc)."""
-        if self.thawed:
-            return
+        """A slice of partitions is made: collect what is not frozen (after a thaw, everything) and freeze
+        what is left."""
         gc.collect()
         gc.freeze()
+        self.thawed = False
+        self._unwatch()
 
     @property
     def frozen(self) -> int:
