@@ -37,7 +37,8 @@ from .driver import LoadgenError, latency_run, measured_run
 from .procs import REPO_ROOT, Placement, Server, bench_env, memory_kib, pinned, tansu_binary, tansu_version
 from .stats import ratio, spread
 
-WORKLOADS = ("produce", "consume", "latency", "large-batch", "micro", "partitions", "metadata")
+WORKLOADS = ("produce", "consume", "latency", "large-batch", "micro", "partitions", "metadata", "replication",
+             "partition-curve")
 TARGETS = ("odradek", "null", "tansu", "kafka")
 SERVES_FETCH = {"odradek": True, "null": False, "tansu": True, "floor": False, "kafka": True}
 
@@ -68,6 +69,10 @@ class Settings:
         self.partitions_per_topic = 100
         self.partitions_budget_s = 60.0 if quick else 240.0
         self.micro_timeout_s = 60.0 if quick else 150.0
+        # bench.replication_bench's cells on 3 nodes (runs of --duration s each; failover rounds of kill -9)
+        self.replication_s = 1.5 if quick else 3.0
+        self.replication_failovers = 0 if quick else 1
+        self.partition_sizes = (1_000,) if quick else (1_000, 5_000, 10_000)  # bench.partition_scale's curve
 
 
 def produce_cells(partitions: int, s: Settings) -> list[dict]:
@@ -530,6 +535,55 @@ class Harness:
         self.results["metadata"] = {"topics": topics, "partitions": 1, "controller": results.get("controller"),
                                     "loadavg": os.getloadavg(), **summary}
 
+    def run_replication(self) -> None:
+        """bench/replication_bench.py's cells, RF=1 beside RF=3 on one 3-node cluster: records/s, CPU per
+        record of the leader and of each follower, acks=all latency at 50 and 5,000 msg/s, and --full's
+        failover rounds; against Apache Kafka 4.4's 3-node KRaft cluster too when `kafka` is a target (the
+        null sink and Tansu run one node and no replication: not measured here)."""
+        from . import replication_bench
+
+        s = self.s
+        kinds = [k for k in self.targets if k in ("odradek", "kafka")]
+        self.log(f"== replication on 3 nodes: RF=1 vs RF=3 ({', '.join(kinds)}; {s.runs} run(s) of {s.replication_s} s)")
+        out: dict = {"targets": {}}
+        for kind in self.targets:
+            if kind not in kinds:
+                out["targets"][kind] = {"na": "one node, no replication"}
+        with _all_cores():
+            for kind in kinds:
+                try:
+                    result = replication_bench.run(runs=s.runs, duration_s=s.replication_s,
+                                                   failovers=s.replication_failovers, workdir=str(self.workdir),
+                                                   target=kind, rates=(5000,))
+                    result["loadavg"] = os.getloadavg()
+                    out["targets"][kind] = result
+                    self.log("  " + replication_bench.report(result).replace("\n", "\n  "))
+                except Exception as e:  # noqa: BLE001 - recorded; the other target still runs
+                    out["targets"][kind] = {"na": f"failed: {str(e)[-300:]}"}
+                    self.fail(f"replication / {kind}", e)
+        if self.kafka_note and "kafka" not in out["targets"]:
+            out["targets"]["kafka"] = {"na": self.kafka_note}
+        self.results["replication"] = out
+
+    def run_partition_curve(self) -> None:
+        """bench/partition_scale.py at each of `partition_sizes` (one RF=3 topic of N partitions on a fresh
+        3-node Odradek cluster): creation, in sync, kill -9 -> every partition led again, RSS per partition,
+        the longest event-loop stall per node. Odradek only: partition_scale drives `odradek cluster up` and
+        reads Odradek's node logs; Kafka's curve is not measured here (README.md says why)."""
+        from . import partition_scale
+
+        sizes = list(self.s.partition_sizes)
+        self.log(f"== partition-count curve on 3 nodes: {', '.join(f'{n:,}' for n in sizes)} partitions, RF=3")
+        with _all_cores():
+            try:
+                result = partition_scale.run(sizes, workdir=str(self.workdir))
+            except Exception as e:  # noqa: BLE001 - recorded
+                self.fail("partition-curve", e)
+                return
+        self.log("  " + partition_scale.report(result).replace("\n", "\n  "))
+        result["peer"] = "Apache Kafka: not measured (partition_scale drives Odradek's own cluster tool)"
+        self.results["partition_curve"] = result
+
     def run(self, only: list[str]) -> dict:
         started = time.time()
         meta = self.results["meta"]
@@ -551,7 +605,8 @@ class Harness:
         steps = {
             "produce": self.run_produce, "consume": self.run_consume, "latency": self.run_latency,
             "large-batch": self.run_large_batch, "micro": self.run_micro, "partitions": self.run_partitions,
-            "metadata": self.run_metadata,
+            "metadata": self.run_metadata, "replication": self.run_replication,
+            "partition-curve": self.run_partition_curve,
         }
         try:
             for w in WORKLOADS:
@@ -568,6 +623,18 @@ class Harness:
         meta["loadavg_end"] = os.getloadavg()
         meta["wall_s"] = time.time() - started
         return self.results
+
+
+class _all_cores:
+    """The 3-node clusters started inside get every core (the harness itself runs pinned to the client's,
+    and a child inherits its affinity); the harness's own pinning is back afterwards."""
+
+    def __enter__(self) -> None:
+        self.pinned_to = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+    def __exit__(self, *exc) -> None:
+        os.sched_setaffinity(0, self.pinned_to)
 
 
 def open_files(pid: int) -> int | None:
@@ -640,6 +707,10 @@ def merge(old: dict, new: dict, only: list[str]) -> dict:
         merged["micro"] = new.get("micro", {})
     if "metadata" in only:
         merged["metadata"] = new.get("metadata")
+    if "replication" in only:
+        merged["replication"] = new.get("replication")
+    if "partition-curve" in only:
+        merged["partition_curve"] = new.get("partition_curve")
     merged["failures"] = [f for f in old.get("failures", []) if not any(f["where"].startswith(w) for w in only)] + new.get("failures", [])
     meta = dict(old.get("meta", {}))
     updates = meta.setdefault("updates", [])

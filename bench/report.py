@@ -199,6 +199,8 @@ def markdown(results: dict) -> str:
             f"| CreateTopics itself (send -> answer) | {_n(md['create_p50_ms'], 1)} | | |",
             "",
         ]
+    lines += replication_lines(results.get("replication"))
+    lines += partition_curve_lines(results.get("partition_curve"))
     micro = results.get("micro", {})
     if micro:
         lines += ["## Codec and storage micro-benchmarks", ""]
@@ -216,6 +218,98 @@ def markdown(results: dict) -> str:
             lines.append(f"- {f['where']}: `{f['error'].strip().splitlines()[-1][:300] if f['error'].strip() else ''}`")
         lines.append("")
     return "\n".join(lines)
+
+
+def _median(values) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def replication_lines(rep: dict | None) -> list[str]:
+    """The `replication` section (bench/replication_bench.py's results per target): RF=1 and RF=3 side by
+    side, medians of the runs."""
+    if not rep:
+        return []
+    lines = ["## Replication: RF=1 vs RF=3 on 3 nodes (1 partition, acks=all, idempotent, 100 B records)", "",
+             "Leader and follower CPU per million records are each node's own (idle cost taken out); the follower "
+             "figure is the busier of the two. Ack latency: acks=all, linger.ms 0, at a steady rate "
+             "(`bench/replication_bench.py`).", "",
+             "| Target | RF | records/s | leader core-s/M | follower core-s/M | ack p50 / p99 ms at 50 msg/s "
+             "| ack p50 / p99 ms at 5,000 msg/s |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    notes = []
+    for kind, r in rep.get("targets", {}).items():
+        label = LABEL.get(kind, kind)
+        if "na" in r:
+            lines.append(f"| {label} | {r['na']} | | | | | |")
+            continue
+        tp, lat, by_rate = r.get("throughput", {}), r.get("latency", {}), r.get("latency_by_rate", {})
+        for topic in ("rf1", "rf3"):
+            rows = tp.get(topic, [])
+            follower = _median(max(x["follower_core_s_per_M"]) for x in rows if x.get("follower_core_s_per_M")) \
+                if topic == "rf3" else None
+
+            def p(cells: list, key: str) -> str:
+                return _n(_median(c.get(key) for c in cells), 2)
+
+            fast = by_rate.get("5000", {}).get(topic, [])
+            lines.append(
+                f"| {label} | {topic[2:]} | {_n(_median(x.get('records_s') for x in rows))} "
+                f"| {_n(_median(x.get('leader_core_s_per_M') for x in rows), 2)} | {_n(follower, 2)} "
+                f"| {p(lat.get(topic, []), 'p50_ms')} / {p(lat.get(topic, []), 'p99_ms')} "
+                f"| {p(fast, 'p50_ms')} / {p(fast, 'p99_ms')} |")
+        rf1 = _median(x.get("records_s") for x in tp.get("rf1", []))
+        rf3 = _median(x.get("records_s") for x in tp.get("rf3", []))
+        if rf1 and rf3:
+            notes.append(f"{label}: RF=3 / RF=1 records/s {rf3 / rf1:.2f}")
+        fo = r.get("failover") or {}
+        if fo.get("partition_leader"):
+            notes.append(
+                f"{label} failover (kill -9, broker.session.timeout.ms={r.get('broker_session_timeout_ms')}): partition "
+                "leader -> new leader in metadata " + ", ".join(_n(x["new_leader_s"], 2) for x in fo["partition_leader"])
+                + " s, producer acknowledged again " + ", ".join(_n(x["client_resumed_s"], 2) for x in fo["partition_leader"])
+                + " s; active controller -> new controller "
+                + ", ".join(_n(x["new_controller_s"], 2) for x in fo.get("active_controller", [])) + " s")
+        if r.get("loadavg"):
+            notes.append(f"{label}: load average after its cells {_fmt_load(r['loadavg'])}")
+    lines.append("")
+    lines += [f"- {n}" for n in notes]
+    return lines + ([""] if notes else [])
+
+
+def partition_curve_lines(curve: dict | None) -> list[str]:
+    """The `partition-curve` section (bench/partition_scale.py's results): one row per partition count."""
+    if not curve:
+        return []
+    lines = ["## Partition-count curve: one RF=3 topic of N partitions on 3 nodes", "",
+             "Created: CreateTopics answered (committed). In sync: every node's Metadata shows all N led with a full "
+             "ISR and its DescribeLogDirs lists N logs. Election: kill -9 of the node leading the most partitions "
+             "(not the quorum leader) -> every partition led by a live node. Longest stall: the slowest of a probe's "
+             "ApiVersions, one in flight per node, while the topic is created and comes into sync "
+             "(`bench/partition_scale.py`). Flat per partition is the goal.", "",
+             "| N | created s | in sync s | ms / partition | kill -> all led s | it led | RSS KiB / partition "
+             "(nodes 1,2,3) | longest stall ms (nodes 1,2,3) | quorum leader lost | load average |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in curve.get("sizes", []):
+        n = r["partitions"]
+        stalls = ", ".join(_n(v) for _, v in sorted((int(k), v) for k, v in (r.get("loop_stall_ms") or {}).items())) or "–"
+        lost = sum((r.get("quorum_leader_lost") or {}).values())
+        load = _fmt_load(r.get("loadavg"))
+        if "error" in r or "all_in_sync_s" not in r:
+            lines.append(f"| {n:,} | {_n(r.get('create_answered_s'), 2)} | not in sync: {r.get('error', '?')[:160]} "
+                         f"| | | | | {stalls} | {lost} | {load} |")
+            continue
+        rss = ", ".join(_n(v, 1) for _, v in sorted((int(k), v) for k, v in r["rss_kib_per_partition"].items()))
+        lines.append(f"| {n:,} | {_n(r['create_answered_s'], 2)} | {_n(r['all_in_sync_s'], 2)} "
+                     f"| {_n(r['all_in_sync_s'] / n * 1000, 2)} | {_n(r.get('election_s'), 2)} "
+                     f"| {_n(r.get('killed_node_led'))} | {rss} | {stalls} | {lost} | {load} |")
+    lines.append("")
+    if curve.get("peer"):
+        lines += [f"- {curve['peer']}", ""]
+    return lines
 
 
 def _features(f) -> str:

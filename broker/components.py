@@ -28,6 +28,7 @@ The timing wheel is driven by one timer handle (node.TimerDriver): after every s
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections.abc import Callable, Coroutine
@@ -60,7 +61,8 @@ from .dynamic_config import DynamicBrokerConfig, DynamicConfigCollector
 from .share.group_metrics import ShareGroupMembershipCollector
 from .groups_wiring import start_group_coordinator
 from .health_metrics import ClusterHealthCollector
-from .hosting_driver import SLICE_PARTITIONS, HostingDriver
+from .heap import HeapFreezer
+from .hosting_driver import SLICE_PARTITIONS, SLICE_RECORDS, HostingDriver, ReplayDriver
 from .log_dirs import LogDirs
 from .metrics import Metrics, MetricsServer, ShareGroupsCollector, ShareMembersCollector, TopicStatsCollector
 from .node import Membership, Node, TimerDriver
@@ -157,13 +159,15 @@ def _build_on(
     # A large update's partitions are applied in slices between turns of the loop (broker/hosting_driver.py).
     hosting = PartitionHosting(data, log_manager, topic_settings(dynamic_config), now_ms, replica_fetchers,
                                budget=SLICE_PARTITIONS)
-    hosting_driver = HostingDriver(hosting, after_slice=after_state_change)
+    heap = HeapFreezer()  # the made partitions kept out of the collector's full walks (broker/heap.py)
+    hosting_driver = HostingDriver(hosting, after_slice=after_state_change, heap=heap)
     hosting.on_pending = hosting_driver.wake
     spawn(hosting_driver.run())
     publisher.register(hosting)
+    publisher.register(heap)
     isr_history = IsrHistory(clock=now_ms, replayed_through=data.metadata_known_through)  # /odradek/isr-events
     publisher.register(isr_history)
-    quorum = _start_quorum(cfg, cluster_id, log_manager, publisher)
+    quorum = _start_quorum(cfg, cluster_id, log_manager, publisher, heap=heap)
     log_dirs = LogDirs(log_manager, data, replica_fetchers, publisher, quorum.controller, node_id=cfg.node_id,
                        broker_epoch=lambda: membership.broker_epoch, clock=now_ms)
     log_dirs.start()
@@ -327,7 +331,7 @@ class QuorumParts(NamedTuple):
 
 
 def _start_quorum(cfg: BrokerConfig, cluster_id: str | None, log_manager: LogManager,
-                  publisher: MetadataPublisher) -> QuorumParts:
+                  publisher: MetadataPublisher, *, heap: HeapFreezer | None = None) -> QuorumParts:
     """The metadata log replicated by the Raft quorum (broker/quorum.py): this node a voter when it is in
     controller.quorum.voters (or alone), else an observer; the controller channel decides here while this
     node is the active controller and forwards otherwise."""
@@ -382,6 +386,8 @@ def _start_quorum(cfg: BrokerConfig, cluster_id: str | None, log_manager: LogMan
         cfg, cfg.controller_listener_names[0], "sasl.mechanism.controller.protocol"))
     driver = QuorumDriver(raft, connections, now_ms, request_timeout_ms=cfg.controller_quorum_request_timeout_ms,
                           after_each_call=loader.maybe_snapshot)
+    # A large committed batch is replayed in slices between turns of the loop (metadata/loader.py).
+    loader.replay_budget, loader.on_pending = SLICE_RECORDS, ReplayDriver(loader, driver.call_in_node, heap=heap).wake
     local = None
     if raft.is_voter and "controller" in cfg.process_roles:
         controller = new_controller(cfg, bootstrap_extra=read_bootstrap_records(cfg.metadata_dir))
@@ -660,7 +666,8 @@ def replication_counts(parts: HostedParts) -> dict[str, int]:
             "waiting_for_eligible": waiting, "no_eligible_leader": no_eligible,
             "fenced_brokers": fenced, "follower_consumer_reads": data.follower_consumer_reads,
             "preferred_replica_answers": data.preferred_replica_answers,
-            "follower_fetches_woken": data.follower_fetches_woken, "partitions_pending": data.pending_hosting}
+            "follower_fetches_woken": data.follower_fetches_woken, "partitions_pending": data.pending_hosting,
+            "gc_frozen_objects": gc.get_freeze_count()}
 
 
 def quorum_figures(quorum: QuorumDriver, membership: Membership, now: int) -> dict[str, float]:

@@ -228,6 +228,9 @@ _REPLICATION_GAUGES = {
     # replication/hosting.py, broker/hosting_driver.py).
     "partitions_pending": ("odradek_metadata_partitions_pending",
                            "Partitions of the current metadata image not yet applied on this broker"),
+    # Objects kept out of the cyclic collector's full walks (broker/heap.py: frozen after large updates).
+    "gc_frozen_objects": ("odradek_gc_frozen_objects",
+                          "Objects frozen out of the garbage collector's full collections (0: thawed)"),
     # The controller quorum as this node sees it (broker/quorum.py QuorumLeaderWatch, node.Membership).
     "quorum_leader_known": ("odradek_quorum_leader_known", "1 while this node knows a controller quorum leader"),
     "quorum_leader_id": ("odradek_quorum_leader_id", "The controller quorum leader this node knows, -1 when none"),

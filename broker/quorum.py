@@ -229,6 +229,15 @@ class QuorumDriver:
             self._in_node = False
         self.process(outbound)
 
+    def call_in_node(self, fn: Callable[[], None]) -> None:
+        """Run `fn` (the loader's replay of a slice, broker/hosting_driver.py) as a call into the node: what
+        its listeners append is polled by the re-armed timer, and snapshots are considered after it."""
+        def call(now_ms: int) -> list:
+            fn()
+            return []
+
+        self._call(call)
+
     async def stop(self) -> None:
         self._stopped = True
         if self._timer is not None:

@@ -12,12 +12,30 @@ It also takes the node's snapshots: every `snapshot_max_bytes` of committed reco
 (metadata.log.max.snapshot.interval.ms). Time is a `clock` the caller passes; nothing here has a socket,
 a task or a timer (the driver, broker/quorum.py, calls `maybe_snapshot` after each call into the node).
 
+Large batches, replayed in slices
+--------------------------------
+One batch is one decision of the controller, atomic: a CreateTopics of 10,000 partitions is a batch of
+10,001 records. Readers must see all of it or none of it, so its image is published once, whole, when the
+last record is replayed. But decoding and replaying 10,001 records in the callback that delivered the
+batch held a node's event loop for it (bench/partition_scale.py: about 80 ms of CPU on an idle machine,
+several times that on a loaded one). With a `replay_budget`, at most that many records are replayed in
+the delivering call; the rest of the batch, and every batch committed after it (in order), wait in a
+queue that the driver works off with `replay_pending(limit)` between turns of its loop (`on_pending` says
+a queue began). Nothing is published, and `applied_end_offset` does not move, until a batch is whole; the
+commit listeners hear each batch after its image is published, as before. Kafka's loader publishes once
+per delivered commit too, and never in the middle of a metadata transaction (KIP-868); its controller
+writes at most a few thousand records per batch, where ours writes one batch per decision, so it is the
+replay, not the batch, that is cut here. Without a budget (the default, and the unit harnesses) a batch
+is replayed and published in the call, as it was. A snapshot loaded while batches wait replaces what
+they would have built: they are dropped (Raft delivers what follows the snapshot afterwards).
+
 `logged_cluster_id` reads the cluster id a metadata log names, for a lone node that starts on a data
 directory written before it ran Raft (broker/components.py).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 import structlog
@@ -39,7 +57,8 @@ class MetadataLoader:
     """The Raft node's listener: committed metadata published as images (see the module doc)."""
 
     def __init__(self, publisher: MetadataPublisher, *, clock: Callable[[], int], snapshot_max_bytes: int = 20 << 20,
-                 snapshot_max_interval_ms: int = 3_600_000) -> None:
+                 snapshot_max_interval_ms: int = 3_600_000, replay_budget: int | None = None,
+                 on_pending: Callable[[], None] | None = None) -> None:
         self.publisher = publisher
         self.clock = clock
         self.snapshot_max_bytes = snapshot_max_bytes
@@ -53,6 +72,11 @@ class MetadataLoader:
         self._bytes_since_snapshot = 0
         self._commit_listeners: list[Callable[[CommittedBatch], None]] = []
         self._leader_listeners: list[Callable[[int, int], None]] = []
+        self.replay_budget = replay_budget  # records replayed in the delivering call (None: all; module doc)
+        self.on_pending = on_pending  # told when batches are left for replay_pending
+        self._queue: deque[CommittedBatch] = deque()  # committed, not yet published; the head is being replayed
+        self._delta: MetadataDelta | None = None  # the head batch's delta, while it is replayed
+        self._replayed = 0  # records of the head batch replayed into _delta
 
     def attach(self, raft: RaftNode) -> None:
         """The Raft node this loader listens to (made after the loader, which it is given)."""
@@ -65,21 +89,62 @@ class MetadataLoader:
         self._leader_listeners.append(listener)
 
     def handle_commit(self, batch: CommittedBatch) -> None:
-        if batch.records:
-            delta = MetadataDelta(self.image)
-            for value in batch.records:
-                delta.replay(decode_metadata_record(value))
-            image = delta.apply()
-            previous, self.image = self.image, image
-            self.applied_end_offset = batch.last_offset + 1
-            self.publisher.publish(MetadataUpdate.from_delta(delta, image, self.applied_end_offset))
-            self._bytes_since_snapshot += sum(len(r) for r in batch.records)
-        else:
-            self.applied_end_offset = batch.last_offset + 1
-        for listener in list(self._commit_listeners):
-            listener(batch)
+        waiting = bool(self._queue)
+        self._queue.append(batch)
+        if waiting:
+            return  # behind batches still being replayed: its turn comes in replay_pending
+        if self.replay_pending(self.replay_budget) and self.on_pending is not None:
+            self.on_pending()
+
+    @property
+    def pending(self) -> int:
+        """Committed batches not yet published (the first possibly part-replayed)."""
+        return len(self._queue)
+
+    def replay_pending(self, limit: int | None = None) -> int:
+        """Replay up to `limit` records (None: all) of the waiting batches, in order, publishing each batch
+        that is complete and telling the commit listeners of it; returns how many batches are left."""
+        queue = self._queue
+        budget = limit
+        while queue:
+            batch = queue[0]
+            records = batch.records
+            if records:
+                delta = self._delta
+                if delta is None:
+                    delta = self._delta = MetadataDelta(self.image)
+                    self._replayed = 0
+                start = self._replayed
+                end = len(records) if budget is None else min(len(records), start + budget)
+                for i in range(start, end):
+                    delta.replay(decode_metadata_record(records[i]))
+                self._replayed = end
+                if budget is not None:
+                    budget -= end - start
+                if end < len(records):
+                    return len(queue)
+                self._delta = None
+                image = delta.apply()
+                self.image = image
+                self.applied_end_offset = batch.last_offset + 1
+                self._bytes_since_snapshot += sum(len(r) for r in records)
+                queue.popleft()
+                self.publisher.publish(MetadataUpdate.from_delta(delta, image, self.applied_end_offset))
+            else:
+                self.applied_end_offset = batch.last_offset + 1
+                queue.popleft()
+            for listener in list(self._commit_listeners):
+                listener(batch)
+            if budget is not None and budget <= 0 and queue:
+                return len(queue)
+        return 0
 
     def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        if self._queue:
+            log.info("metadata batches waiting to be replayed are replaced by a snapshot", batches=len(self._queue),
+                     snapshot_end_offset=snapshot_id.end_offset)
+            self._queue.clear()
+            self._delta = None
         image = decode_snapshot(data)
         previous, self.image = self.image, image
         removed = {t: topic for t, topic in previous.topics_by_id.items() if t not in image.topics_by_id}

@@ -62,6 +62,7 @@ CHECKED = (
     "odradek.broker.group_configs",
     "odradek.broker.log_dirs",
     "odradek.broker.hosting_driver",
+    "odradek.broker.heap",
     "odradek.broker.controller_settings",
     "odradek.broker.dynamic_config",
     "odradek.purgatory",

@@ -14,14 +14,16 @@ complete rather than with LEADER_NOT_AVAILABLE (with a local controller that is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.fast_metadata import PartitionRow, TopicRow, band, encode_metadata_response, encode_partitions
 from odradek.protocol.messages import DescribeTopicPartitionsResponse, MetadataResponse
 from odradek.metadata.acl import AclOperation, ResourceType
-from odradek.metadata.image import MetadataError
+from odradek.metadata.image import MetadataError, TopicImage
 
+from ..context import Packed
 from ..controller_channel import NewTopic
 from ..topics import is_valid_name
 from . import Answer, handles
@@ -42,31 +44,80 @@ INT32_MIN = -(2**31)
 ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 # Cluster: CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE.
 ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+_LEADER_NOT_AVAILABLE = int(ErrorCode.LEADER_NOT_AVAILABLE)
+_LISTENER_NOT_FOUND = int(ErrorCode.LISTENER_NOT_FOUND)
 
 
-def topic_response(services: BrokerServices, image, version: int, include_ops: bool,
-                   listener: str | None = None) -> Topic_:
-    # The last committed image, as it is: a broker that no controller answers (the quorum is lost, or this
-    # broker is cut off from it) still names the leaders it knows, itself included, as Kafka's does. A
-    # client that learnt a newer leader epoch elsewhere keeps that one (KIP-320).
+def partition_rows(services: BrokerServices, topic: TopicImage, listener: str | None = None) -> list[PartitionRow]:
+    """Each partition of `topic` as Metadata answers it, in index order: (error code, index, leader, leader
+    epoch, replicas, ISR, offline replicas). The last committed image, as it is: a broker that no controller
+    answers (the quorum is lost, or this broker is cut off from it) still names the leaders it knows, itself
+    included, as Kafka's does. A client that learnt a newer leader epoch elsewhere keeps that one (KIP-320)."""
     brokers = services.metadata.image.brokers
-    partitions = []
-    for index in sorted(image.partitions):
-        p = image.partitions[index]
+    partitions = topic.partitions
+    rows: list[PartitionRow] = []
+    for index in sorted(partitions):
+        p = partitions[index]
         offline = [r for r in p.replicas if r not in brokers or brokers[r].fenced]
         error = 0
         if p.leader < 0:
-            error = int(ErrorCode.LEADER_NOT_AVAILABLE)
+            error = _LEADER_NOT_AVAILABLE
         elif listener is not None and services.endpoint(p.leader, listener) is None:
-            error = int(ErrorCode.LISTENER_NOT_FOUND)
-        partitions.append(Partition_(
-            error_code=error, partition_index=index, leader_id=p.leader, leader_epoch=p.leader_epoch,
-            replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=offline,
-        ))
+            error = _LISTENER_NOT_FOUND
+        rows.append((error, index, p.leader, p.leader_epoch, p.replicas, p.isr, offline))
+    return rows
+
+
+def topic_response(services: BrokerServices, image: TopicImage, version: int, include_ops: bool,
+                   listener: str | None = None) -> Topic_:
+    partitions = [
+        Partition_(error_code=error, partition_index=index, leader_id=leader, leader_epoch=epoch,
+                   replica_nodes=list(replicas), isr_nodes=list(isr), offline_replicas=offline)
+        for error, index, leader, epoch, replicas, isr, offline in partition_rows(services, image, listener)
+    ]
     return Topic_(
         error_code=0, name=image.name, topic_id=image.topic_id, is_internal=services.is_internal_topic(image.name),
         partitions=partitions, topic_authorized_operations=ALL_TOPIC_OPERATIONS if include_ops else INT32_MIN,
     )
+
+
+class PackedSections:
+    """The packed partitions section of each large topic (`encode_partitions`), per version band and
+    listener, kept while the topic and the brokers are the very objects it was packed from: the image is
+    never mutated, so a topic or broker change is a new object and the section is packed again on the next
+    ask. A client polling a topic of 10,000 partitions then costs a node the frame, not 10,000 partitions'
+    work (bench/partition_scale.py had each such answer at ~0.15 s of the event loop). Small topics are
+    packed on each ask (it is cheap). At most `max_entries` sections are kept, the least recently used
+    leaving first; entries hold their topic image, so a deleted topic's section goes with the churn."""
+
+    MIN_PARTITIONS = 64
+
+    def __init__(self, max_entries: int = 64) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[tuple, tuple[TopicImage, Any, bytes, list[int]]] = {}
+
+    def section(self, services: BrokerServices, topic: TopicImage, version: int,
+                listener: str | None) -> tuple[bytes, list[int]]:
+        """(the packed section, the non-zero partition error codes in it)."""
+        count = len(topic.partitions)
+        brokers = services.metadata.image.brokers
+        key = (topic.topic_id, band(version), listener)
+        if count >= self.MIN_PARTITIONS:
+            hit = self._entries.pop(key, None)
+            if hit is not None and hit[0] is topic and hit[1] is brokers:
+                self._entries[key] = hit  # (now the most recent)
+                return hit[2], hit[3]
+        rows = partition_rows(services, topic, listener)
+        packed = encode_partitions(rows, count, version)
+        errors = [row[0] for row in rows if row[0]]
+        if count >= self.MIN_PARTITIONS:
+            self._entries[key] = (topic, brokers, packed, errors)
+            while len(self._entries) > self.max_entries:
+                del self._entries[next(iter(self._entries))]
+        return packed, errors
+
+
+_SECTIONS = PackedSections()
 
 
 def broker_entries(services: BrokerServices, listener: str) -> list[Broker_]:
@@ -150,24 +201,26 @@ def _authorize(services: BrokerServices, authorizer: Authorizer, ctx: RequestCon
 
 
 def _metadata(services: BrokerServices, ctx: RequestContext, request: MetadataRequest,
-              created: dict) -> MetadataResponse:
+              created: dict) -> MetadataResponse | Packed:
+    """The answer: packed straight into its frame (`_packed`) unless an authorizer must filter it or a client
+    quota may throttle it (both work on the message), or a nameless topic must be written before v12."""
     version = ctx.api_version
     listener = ctx.listener
     image = services.metadata.image
     include_ops = version >= 8 and request.include_topic_authorized_operations
-    topics = []
+    entries: list[TopicImage | Topic_] = []  # a topic found, or the answer for one that is not
     requested = request.topics
     if requested is None or (version == 0 and not requested):
         for name in sorted(image.topics_by_name):
-            topics.append(topic_response(services, image.topics_by_name[name], version, include_ops, listener))
+            entries.append(image.topics_by_name[name])
     else:
         for t in requested:
             if t.name is None:
                 found = image.topics_by_id.get(t.topic_id) if t.topic_id != ZERO_UUID else None
                 if found is None:
-                    topics.append(Topic_(error_code=int(ErrorCode.UNKNOWN_TOPIC_ID), name=None, topic_id=t.topic_id))
+                    entries.append(Topic_(error_code=int(ErrorCode.UNKNOWN_TOPIC_ID), name=None, topic_id=t.topic_id))
                 else:
-                    topics.append(topic_response(services, found, version, include_ops, listener))
+                    entries.append(found)
                 continue
             found = image.topics_by_name.get(t.name)
             if found is None:
@@ -182,23 +235,55 @@ def _metadata(services: BrokerServices, ctx: RequestContext, request: MetadataRe
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     code = ErrorCode.INVALID_TOPIC_EXCEPTION
-                topics.append(Topic_(error_code=int(code), name=t.name, topic_id=ZERO_UUID))
+                entries.append(Topic_(error_code=int(code), name=t.name, topic_id=ZERO_UUID))
             else:
-                topics.append(topic_response(services, found, version, include_ops, listener))
+                entries.append(found)
+    cluster_operations = (
+        ALL_CLUSTER_OPERATIONS if 8 <= version <= 10 and request.include_cluster_authorized_operations else INT32_MIN
+    )
+    if services.authorizer is None and not image.client_quotas and (
+            version >= 12 or all(isinstance(e, TopicImage) or e.name is not None for e in entries)):
+        return _packed(services, ctx, entries, include_ops, cluster_operations)
     response = MetadataResponse(
         throttle_time_ms=0,
         brokers=broker_entries(services, listener),
         cluster_id=image.cluster_id,
         controller_id=services.controller_id(),
-        topics=topics,
-        cluster_authorized_operations=(
-            ALL_CLUSTER_OPERATIONS if 8 <= version <= 10 and request.include_cluster_authorized_operations else INT32_MIN
-        ),
+        topics=[topic_response(services, e, version, include_ops, listener) if isinstance(e, TopicImage) else e
+                for e in entries],
+        cluster_authorized_operations=cluster_operations,
         error_code=0,
     )
     if services.authorizer is not None:
         _authorize(services, services.authorizer, ctx, request, response)
     return response
+
+
+def _packed(services: BrokerServices, ctx: RequestContext, entries: list[TopicImage | Topic_], include_ops: bool,
+            cluster_operations: int) -> Packed:
+    """The same answer as the message `_metadata` builds, packed (protocol/fast_metadata.py) with each
+    topic's partitions section from `_SECTIONS`: no object per partition, and a large topic's section
+    packed once per change (tests/unit/test_metadata_packed.py holds both to the same bytes)."""
+    version = ctx.api_version
+    listener = ctx.listener
+    image = services.metadata.image
+    operations = ALL_TOPIC_OPERATIONS if include_ops else INT32_MIN
+    codes: list[int] = []
+    topics: list[TopicRow] = []
+    empty = encode_partitions((), 0, version)
+    for e in entries:
+        if isinstance(e, TopicImage):
+            section, errors = _SECTIONS.section(services, e, version, listener)
+            codes += errors
+            topics.append((0, e.name, e.topic_id, services.is_internal_topic(e.name), section, operations))
+        else:
+            codes.append(e.error_code)
+            topics.append((e.error_code, e.name, e.topic_id, e.is_internal, empty, e.topic_authorized_operations))
+    brokers = [(b.node_id, b.host, b.port, b.rack) for b in broker_entries(services, listener)]
+    frame = encode_metadata_response(ctx.header.correlation_id, version, brokers=brokers, cluster_id=image.cluster_id,
+                                     controller_id=services.controller_id(), topics=topics,
+                                     cluster_authorized_operations=cluster_operations)
+    return Packed([frame], codes or None)
 
 
 # ---------------------------------------------------------------------------------------------------------

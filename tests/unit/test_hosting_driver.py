@@ -50,3 +50,67 @@ def test_slices_interleave_with_the_rest_of_the_loop_and_a_failure_does_not_stop
     assert hosting.slices == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]  # the slice holding 4 failed; the rest went on
     assert after == [7, 4, 1, 0]
     assert len(set(ticks)) > 2  # the other task ran between slices, seeing the queue shrink
+
+
+# -- broker/heap.py: what the slices made is frozen out of the collector's full walks
+
+
+def test_slices_freeze_the_heap_and_a_stopped_driver_thaws_it():
+    import gc
+
+    from odradek.broker.heap import HeapFreezer
+
+    async def scenario():
+        heap = HeapFreezer()
+        driver = HostingDriver(FakeHosting(5), after_slice=lambda: None, slice_partitions=2,  # type: ignore[arg-type]
+                               heap=heap)
+        task = asyncio.create_task(driver.run())
+        driver.wake()
+        await asyncio.sleep(0.01)
+        frozen = gc.get_freeze_count()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return frozen
+
+    gc.unfreeze()
+    try:
+        assert asyncio.run(scenario()) > 0
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+
+
+def test_removed_topics_thaw_the_heap_until_a_full_collection_reclaimed_them():
+    import gc
+    import uuid
+
+    from odradek.broker.heap import HeapFreezer
+    from odradek.metadata.image import MetadataImage, TopicImage
+    from odradek.metadata.publisher import MetadataUpdate
+
+    scheduled: list = []
+    heap = HeapFreezer(schedule=scheduled.append)
+    gone = TopicImage("gone", uuid.UUID(int=5), {})
+    removal = MetadataUpdate(MetadataImage(), MetadataImage(), frozenset(), {gone.topic_id: gone})
+    gc.unfreeze()
+    try:
+        heap.after_slice()
+        assert heap.frozen > 0
+        heap.on_metadata_update(MetadataUpdate(MetadataImage(), MetadataImage(), frozenset()))  # nothing removed
+        assert heap.frozen > 0 and not heap.thawed
+        heap.on_metadata_update(removal)
+        assert heap.frozen == 0 and heap.thawed
+        gc.collect(1)  # a young collection is not the one that reclaims the removed topic
+        assert heap.thawed and not scheduled
+        gc.collect()  # the interpreter's own full collection: frozen again soon after, on the loop's thread
+        assert not heap.thawed and scheduled == [heap._refreeze]
+        scheduled.pop()()
+        assert heap.frozen > 0 and heap._on_gc not in gc.callbacks
+        heap.on_metadata_update(removal)
+        assert heap.frozen == 0 and heap.thawed
+        heap.after_slice()  # or the next slice's collection walks everything, then freezes
+        assert heap.frozen > 0 and not heap.thawed and heap._on_gc not in gc.callbacks
+    finally:
+        heap.stop()
+        gc.unfreeze()
+    assert heap.frozen == 0
