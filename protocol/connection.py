@@ -20,6 +20,7 @@ client does).
 from __future__ import annotations
 
 import struct
+import sys
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -108,15 +109,29 @@ class _Framer:
     is copied about once more in all), never to a size a peer merely claims. The
     stage starts small (8 KiB) and grows to 64 KiB only for a connection that sends medium frames. Frames
     are writable, so record batches can be stamped in place.
+
+    With `recycle`, a large frame's buffer is used again for a later large frame once nothing refers to it
+    any more (see `_reuse`). A follower's connection to its leader receives one response of ~1 MiB per
+    fetch: a fresh `bytearray` for each was zero-filled by memset and, past glibc's mmap threshold,
+    faulted in page by page (fresh anonymous pages, which are dear on this VM: bench/PROFILE.md round two),
+    ~10% of a follower's CPU under bench.replication_bench (perf). A reused buffer is written by the
+    socket only, over pages already mapped. "Nothing refers to it" is exact, not a guess: a frame handed
+    out is referenced by whoever holds it, and every memoryview of it (a decoded `records` field, a
+    slice of one) holds a reference to it too, so a buffer is taken again only when its reference count
+    is the framer's own. Whoever keeps a frame or a view of it keeps its bytes; the framer allocates anew.
     """
+
+    SPARES = 2  # large buffers kept: a caller may still hold the last response while the next arrives
 
     SMALL_STAGE = 8 * 1024
     LARGE_STAGE = 64 * 1024
     LARGE_FRAME = 32 * 1024  # frames above this get their own buffer
     WHOLE_FRAME = 2 * 1024 * 1024  # frames up to this get their full buffer at once
 
-    def __init__(self, max_frame_bytes: int):
+    def __init__(self, max_frame_bytes: int, *, recycle: bool = False):
         self.max_frame_bytes = max_frame_bytes
+        self._spares: list[bytearray] | None = [] if recycle else None
+        self.reused = 0  # large frames received into a recycled buffer (tests, diagnostics)
         self._stage = bytearray(self.SMALL_STAGE)
         self._view = memoryview(self._stage)
         self._start = 0  # first unconsumed byte in the stage
@@ -156,6 +171,11 @@ class _Framer:
             if self._filled < self._frame_size:
                 return []
             frame, self._frame = self._frame, None
+            spares = self._spares
+            if spares is not None and not any(spare is frame for spare in spares):
+                if len(spares) >= self.SPARES:
+                    del spares[0]
+                spares.append(frame)
             return [frame]
         self._end += nbytes
         frames = []
@@ -170,7 +190,16 @@ class _Framer:
                 start += 4 + size
                 continue
             if size > self.LARGE_FRAME:
-                frame = bytearray(size if size <= self.WHOLE_FRAME else max(self.WHOLE_FRAME, have))
+                frame = self._reuse(size) if self._spares else None
+                if frame is not None:
+                    self.reused += 1
+                elif self._spares is not None and size <= self.WHOLE_FRAME:
+                    # Room for the next responses, which are rarely the same size: a bytearray shrinks
+                    # and grows back within what it has without moving.
+                    frame = bytearray(min(size + size // 4, self.WHOLE_FRAME))
+                    del frame[size:]
+                else:
+                    frame = bytearray(size if size <= self.WHOLE_FRAME else max(self.WHOLE_FRAME, have))
                 frame[:have] = self._view[start + 4 : end]
                 self._frame, self._frame_size, self._filled = frame, size, have
                 start = end
@@ -183,6 +212,30 @@ class _Framer:
             start = end = 0
         self._start, self._end = start, end
         return frames
+
+    def _reuse(self, size: int) -> bytearray | None:
+        """A spare buffer nobody else refers to, resized to `size` within the memory it already has (a
+        bytearray shrinks without moving, and grows back within its allocation without a realloc); None
+        when there is none that large (a free one too small is dropped: the new frame's buffer, with some
+        room, takes its place). The frame's bytes are all written by the socket before it is handed out."""
+        spares = self._spares
+        assert spares is not None
+        for i in range(len(spares)):
+            # 2: the list's reference and getrefcount's argument. A frame still held, or any view of it
+            # (a decoded records field), adds one.
+            if sys.getrefcount(spares[i]) != 2:
+                continue
+            spare = spares[i]
+            length = len(spare)
+            if length >= size:
+                del spare[size:]
+            elif spare.__alloc__() > size:
+                spare.extend(bytes(size - length))
+            else:
+                del spares[i]
+                return None
+            return spare
+        return None
 
     def feed(self, data) -> list[bytearray]:
         """Push bytes from a buffer (tests, and transports without BufferedProtocol)."""
@@ -333,9 +386,12 @@ class ResponseReceived:
 
 
 class ClientConnection:
-    def __init__(self, *, client_id: str | None = "odradek", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+    def __init__(self, *, client_id: str | None = "odradek", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 recycle_frames: bool = False):
+        """`recycle_frames`: large response buffers are reused once nothing refers to them (`_Framer`);
+        the inter-node connections turn it on (a follower's fetch responses)."""
         self.client_id = client_id
-        self._framer = _Framer(max_frame_bytes)
+        self._framer = _Framer(max_frame_bytes, recycle=recycle_frames)
         self._next_correlation_id = 0
         self._in_flight: deque[tuple[int, int, int]] = deque()
 
@@ -396,3 +452,8 @@ class ClientConnection:
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def recycled_frames(self) -> int:
+        """Large responses read into a recycled buffer so far (with `recycle_frames`)."""
+        return self._framer.reused
