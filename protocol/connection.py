@@ -253,6 +253,11 @@ class _Framer:
     def buffered(self) -> int:
         return (self._end - self._start) + (4 + self._filled if self._frame is not None else 0)
 
+    @property
+    def awaited(self) -> int:
+        """Bytes still to come of the large frame being received in place (0: none is)."""
+        return self._frame_size - self._filled if self._frame is not None else 0
+
 
 class ServerConnection:
     def __init__(
@@ -452,6 +457,12 @@ class ClientConnection:
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def awaited_bytes(self) -> int:
+        """Bytes still to come of a large response being received (0: none is): a socket may be told
+        not to wake its reader before they are there (SO_RCVLOWAT; broker/node_client.py)."""
+        return self._framer.awaited
 
     @property
     def recycled_frames(self) -> int:
