@@ -23,7 +23,7 @@ import struct
 import sys
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from .codec import FileRegion, Message, decode, decode_from, encode_into
 from .errors import LocalProtocolError, RemoteProtocolError, UnsupportedApiError
@@ -110,18 +110,21 @@ class _Framer:
     stage starts small (8 KiB) and grows to 64 KiB only for a connection that sends medium frames. Frames
     are writable, so record batches can be stamped in place.
 
-    With `recycle`, a large frame's buffer is used again for a later large frame once nothing refers to it
-    any more (see `_reuse`). A follower's connection to its leader receives one response of ~1 MiB per
-    fetch: a fresh `bytearray` for each was zero-filled by memset and, past glibc's mmap threshold,
-    faulted in page by page (fresh anonymous pages, which are dear on this VM: bench/PROFILE.md round two),
-    ~10% of a follower's CPU under bench.replication_bench (perf). A reused buffer is written by the
-    socket only, over pages already mapped. "Nothing refers to it" is exact, not a guess: a frame handed
-    out is referenced by whoever holds it, and every memoryview of it (a decoded `records` field, a
-    slice of one) holds a reference to it too, so a buffer is taken again only when its reference count
-    is the framer's own. Whoever keeps a frame or a view of it keeps its bytes; the framer allocates anew.
+    With `recycle`, large frames are received into buffers of WHOLE_FRAME bytes that are used again once
+    nothing refers to them any more, and come out as a memoryview of exactly the frame (see `_reuse`). A
+    follower's connection to its leader receives one response of up to ~1 MiB per fetch: a fresh
+    `bytearray` for each was zero-filled by memset, on fresh anonymous pages faulted in one by one (dear
+    on this VM: bench/PROFILE.md round two); perf on a follower under bench.replication_bench put 97% of
+    its page faults and ~7% of its CPU there. A recycled buffer is written by the socket only, over pages
+    already mapped. The buffers have a fixed size because the responses do not (a few hundred KB to
+    replica.fetch.max.bytes): a bytearray resized to each frame would be reallocated whenever a frame is
+    under half the last one. "Nothing refers to it" is exact, not a guess: a frame handed out is a view
+    of the buffer, every view of that view (a decoded `records` field, a slice of one) keeps the buffer
+    referenced, so a buffer is taken again only when its reference count is the framer's own. Whoever
+    keeps a frame or a view of it keeps its bytes; the framer then receives into another buffer.
     """
 
-    SPARES = 2  # large buffers kept: a caller may still hold the last response while the next arrives
+    SPARES = 3  # recycled buffers kept: a caller may still hold the last response while the next arrives
 
     SMALL_STAGE = 8 * 1024
     LARGE_STAGE = 64 * 1024
@@ -131,7 +134,8 @@ class _Framer:
     def __init__(self, max_frame_bytes: int, *, recycle: bool = False):
         self.max_frame_bytes = max_frame_bytes
         self._spares: list[bytearray] | None = [] if recycle else None
-        self.reused = 0  # large frames received into a recycled buffer (tests, diagnostics)
+        self._recycled = False  # the frame being received is in a recycled buffer (longer than the frame)
+        self.reused = 0  # large frames received into a spare buffer used before (tests, diagnostics)
         self._stage = bytearray(self.SMALL_STAGE)
         self._view = memoryview(self._stage)
         self._start = 0  # first unconsumed byte in the stage
@@ -149,7 +153,7 @@ class _Framer:
                 grown = bytearray(min(2 * len(frame), self._frame_size))
                 grown[: self._filled] = frame
                 self._frame = frame = grown
-            return memoryview(frame)[self._filled :]
+            return memoryview(frame)[self._filled : self._frame_size]
         if self._end == len(self._stage):
             self._compact(len(self._stage))
         return self._view[self._end :]
@@ -165,20 +169,17 @@ class _Framer:
             self._stage[:pending] = self._view[self._start : self._end]
         self._start, self._end = 0, pending
 
-    def buffer_updated(self, nbytes: int) -> list[bytearray]:
+    def buffer_updated(self, nbytes: int) -> list[bytearray | memoryview]:
         if self._frame is not None:
             self._filled += nbytes
             if self._filled < self._frame_size:
                 return []
             frame, self._frame = self._frame, None
-            spares = self._spares
-            if spares is not None and not any(spare is frame for spare in spares):
-                if len(spares) >= self.SPARES:
-                    del spares[0]
-                spares.append(frame)
+            if self._recycled:
+                return [memoryview(frame)[: self._frame_size]]
             return [frame]
         self._end += nbytes
-        frames = []
+        frames: list[bytearray | memoryview] = []
         stage, start, end = self._stage, self._start, self._end
         while end - start >= 4:
             (size,) = _SIZE.unpack_from(stage, start)
@@ -190,14 +191,10 @@ class _Framer:
                 start += 4 + size
                 continue
             if size > self.LARGE_FRAME:
-                frame = self._reuse(size) if self._spares else None
-                if frame is not None:
-                    self.reused += 1
-                elif self._spares is not None and size <= self.WHOLE_FRAME:
-                    # Room for the next responses, which are rarely the same size: a bytearray shrinks
-                    # and grows back within what it has without moving.
-                    frame = bytearray(min(size + size // 4, self.WHOLE_FRAME))
-                    del frame[size:]
+                spare = self._reuse(size) if self._spares is not None and size <= self.WHOLE_FRAME else None
+                self._recycled = spare is not None
+                if spare is not None:
+                    frame = spare
                 else:
                     frame = bytearray(size if size <= self.WHOLE_FRAME else max(self.WHOLE_FRAME, have))
                 frame[:have] = self._view[start + 4 : end]
@@ -214,32 +211,26 @@ class _Framer:
         return frames
 
     def _reuse(self, size: int) -> bytearray | None:
-        """A spare buffer nobody else refers to, resized to `size` within the memory it already has (a
-        bytearray shrinks without moving, and grows back within its allocation without a realloc); None
-        when there is none that large (a free one too small is dropped: the new frame's buffer, with some
-        room, takes its place). The frame's bytes are all written by the socket before it is handed out."""
+        """A WHOLE_FRAME buffer nobody else refers to, to receive a frame of `size` bytes (at most that):
+        a spare if one is free, else a new one kept as a spare while there are fewer than SPARES, else
+        None (the frame gets a buffer of its own, as without recycling)."""
         spares = self._spares
         assert spares is not None
         for i in range(len(spares)):
             # 2: the list's reference and getrefcount's argument. A frame still held, or any view of it
             # (a decoded records field), adds one.
-            if sys.getrefcount(spares[i]) != 2:
-                continue
-            spare = spares[i]
-            length = len(spare)
-            if length >= size:
-                del spare[size:]
-            elif spare.__alloc__() > size:
-                spare.extend(bytes(size - length))
-            else:
-                del spares[i]
-                return None
-            return spare
-        return None
+            if sys.getrefcount(spares[i]) == 2:
+                self.reused += 1
+                return spares[i]
+        if len(spares) >= self.SPARES:
+            return None
+        spare = bytearray(self.WHOLE_FRAME)
+        spares.append(spare)
+        return spare
 
-    def feed(self, data) -> list[bytearray]:
+    def feed(self, data) -> list[bytearray | memoryview]:
         """Push bytes from a buffer (tests, and transports without BufferedProtocol)."""
-        frames: list[bytearray] = []
+        frames: list[bytearray | memoryview] = []
         view = memoryview(data)
         while view:
             target = self.get_buffer()
@@ -259,6 +250,12 @@ class _Framer:
         return self._frame_size - self._filled if self._frame is not None else 0
 
 
+def _frames(frames: list[bytearray | memoryview]) -> list[bytearray]:
+    """A server's frames: its framer does not recycle, so each is a bytearray of its own (writable and
+    resizable: produce batches are stamped in place)."""
+    return cast(list[bytearray], frames)
+
+
 class ServerConnection:
     def __init__(
         self,
@@ -276,7 +273,7 @@ class ServerConnection:
         self._ranges: dict[int, tuple[int, int] | None] = {}  # None: not served
 
     def receive_data(self, data) -> list[RequestReceived | ApiVersionsUnsupported | ProduceFrame]:
-        return [self._parse(frame) for frame in self._framer.feed(data)]
+        return [self._parse(frame) for frame in _frames(self._framer.feed(data))]
 
     def get_buffer(self) -> memoryview:
         """Where the next bytes from the socket should go (see `_Framer`)."""
@@ -284,12 +281,12 @@ class ServerConnection:
 
     def buffer_updated(self, nbytes: int) -> list[RequestReceived | ApiVersionsUnsupported | ProduceFrame]:
         """`nbytes` were written into the last `get_buffer()`; returns the requests now complete."""
-        return [self._parse(frame) for frame in self._framer.buffer_updated(nbytes)]
+        return [self._parse(frame) for frame in _frames(self._framer.buffer_updated(nbytes))]
 
     def frames_updated(self, nbytes: int) -> list[bytearray]:
         """As `buffer_updated`, but the frames come out unparsed: a SASL listener before authentication
         looks at each frame (or takes it as a raw SASL token) before any of it is decoded."""
-        return self._framer.buffer_updated(nbytes)
+        return _frames(self._framer.buffer_updated(nbytes))
 
     def parse(self, frame: bytearray) -> RequestReceived | ApiVersionsUnsupported | ProduceFrame:
         """Parse one frame from `frames_updated` as `buffer_updated` would have."""
@@ -426,7 +423,7 @@ class ClientConnection:
         """`nbytes` were written into the last `get_buffer()`; the responses now complete."""
         return self._responses(self._framer.buffer_updated(nbytes))
 
-    def _responses(self, frames: list[bytearray]) -> list[ResponseReceived]:
+    def _responses(self, frames: list[bytearray | memoryview]) -> list[ResponseReceived]:
         events = []
         for frame in frames:
             if not self._in_flight:
@@ -468,3 +465,4 @@ class ClientConnection:
     def recycled_frames(self) -> int:
         """Large responses read into a recycled buffer so far (with `recycle_frames`)."""
         return self._framer.reused
+
