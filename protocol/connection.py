@@ -23,7 +23,7 @@ import struct
 import sys
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from .codec import FileRegion, Message, decode, decode_from, encode_into
 from .errors import LocalProtocolError, RemoteProtocolError, UnsupportedApiError
@@ -166,16 +166,34 @@ class _Framer:
     are writable, so record batches can be stamped in place. With `buffers` (a `FrameBuffers` shared by
     the broker's connections), a large frame's whole buffer is one that an earlier frame used and nobody
     holds any more, instead of a new, zeroed allocation.
+
+    With `recycle`, large frames are received into buffers of WHOLE_FRAME bytes that are used again once
+    nothing refers to them any more, and come out as a memoryview of exactly the frame (see `_reuse`). A
+    follower's connection to its leader receives one response of up to ~1 MiB per fetch: a fresh
+    `bytearray` for each was zero-filled by memset, on fresh anonymous pages faulted in one by one (dear
+    on this VM: bench/PROFILE.md round two); perf on a follower under bench.replication_bench put 97% of
+    its page faults and ~7% of its CPU there. A recycled buffer is written by the socket only, over pages
+    already mapped. The buffers have a fixed size because the responses do not (a few hundred KB to
+    replica.fetch.max.bytes): a bytearray resized to each frame would be reallocated whenever a frame is
+    under half the last one. "Nothing refers to it" is exact, not a guess: a frame handed out is a view
+    of the buffer, every view of that view (a decoded `records` field, a slice of one) keeps the buffer
+    referenced, so a buffer is taken again only when its reference count is the framer's own. Whoever
+    keeps a frame or a view of it keeps its bytes; the framer then receives into another buffer.
     """
+
+    SPARES = 3  # recycled buffers kept: a caller may still hold the last response while the next arrives
 
     SMALL_STAGE = 8 * 1024
     LARGE_STAGE = 64 * 1024
     LARGE_FRAME = 32 * 1024  # frames above this get their own buffer
     WHOLE_FRAME = 2 * 1024 * 1024  # frames up to this get their full buffer at once
 
-    def __init__(self, max_frame_bytes: int, buffers: FrameBuffers | None = None):
+    def __init__(self, max_frame_bytes: int, buffers: FrameBuffers | None = None, *, recycle: bool = False):
         self.max_frame_bytes = max_frame_bytes
         self._buffers = buffers
+        self._spares: list[bytearray] | None = [] if recycle else None
+        self._recycled = False  # the frame being received is in a recycled buffer (longer than the frame)
+        self.reused = 0  # large frames received into a spare buffer used before (tests, diagnostics)
         self._stage = bytearray(self.SMALL_STAGE)
         self._view = memoryview(self._stage)
         self._start = 0  # first unconsumed byte in the stage
@@ -193,7 +211,7 @@ class _Framer:
                 grown = bytearray(min(2 * len(frame), self._frame_size))
                 grown[: self._filled] = frame
                 self._frame = frame = grown
-            return memoryview(frame)[self._filled :]
+            return memoryview(frame)[self._filled : self._frame_size]
         if self._end == len(self._stage):
             self._compact(len(self._stage))
         return self._view[self._end :]
@@ -209,15 +227,17 @@ class _Framer:
             self._stage[:pending] = self._view[self._start : self._end]
         self._start, self._end = 0, pending
 
-    def buffer_updated(self, nbytes: int) -> list[bytearray]:
+    def buffer_updated(self, nbytes: int) -> list[bytearray | memoryview]:
         if self._frame is not None:
             self._filled += nbytes
             if self._filled < self._frame_size:
                 return []
             frame, self._frame = self._frame, None
+            if self._recycled:
+                return [memoryview(frame)[: self._frame_size]]
             return [frame]
         self._end += nbytes
-        frames = []
+        frames: list[bytearray | memoryview] = []
         stage, start, end = self._stage, self._start, self._end
         while end - start >= 4:
             (size,) = _SIZE.unpack_from(stage, start)
@@ -229,7 +249,11 @@ class _Framer:
                 start += 4 + size
                 continue
             if size > self.LARGE_FRAME:
-                if size <= self.WHOLE_FRAME:
+                spare = self._reuse(size) if self._spares is not None and size <= self.WHOLE_FRAME else None
+                self._recycled = spare is not None
+                if spare is not None:
+                    frame = spare
+                elif size <= self.WHOLE_FRAME:
                     frame = bytearray(size) if self._buffers is None else self._buffers.take(size)
                 else:
                     frame = bytearray(max(self.WHOLE_FRAME, have))
@@ -246,9 +270,27 @@ class _Framer:
         self._start, self._end = start, end
         return frames
 
-    def feed(self, data) -> list[bytearray]:
+    def _reuse(self, size: int) -> bytearray | None:
+        """A WHOLE_FRAME buffer nobody else refers to, to receive a frame of `size` bytes (at most that):
+        a spare if one is free, else a new one kept as a spare while there are fewer than SPARES, else
+        None (the frame gets a buffer of its own, as without recycling)."""
+        spares = self._spares
+        assert spares is not None
+        for i in range(len(spares)):
+            # 2: the list's reference and getrefcount's argument. A frame still held, or any view of it
+            # (a decoded records field), adds one.
+            if sys.getrefcount(spares[i]) == 2:
+                self.reused += 1
+                return spares[i]
+        if len(spares) >= self.SPARES:
+            return None
+        spare = bytearray(self.WHOLE_FRAME)
+        spares.append(spare)
+        return spare
+
+    def feed(self, data) -> list[bytearray | memoryview]:
         """Push bytes from a buffer (tests, and transports without BufferedProtocol)."""
-        frames: list[bytearray] = []
+        frames: list[bytearray | memoryview] = []
         view = memoryview(data)
         while view:
             target = self.get_buffer()
@@ -261,6 +303,17 @@ class _Framer:
     @property
     def buffered(self) -> int:
         return (self._end - self._start) + (4 + self._filled if self._frame is not None else 0)
+
+    @property
+    def awaited(self) -> int:
+        """Bytes still to come of the large frame being received in place (0: none is)."""
+        return self._frame_size - self._filled if self._frame is not None else 0
+
+
+def _frames(frames: list[bytearray | memoryview]) -> list[bytearray]:
+    """A server's frames: its framer does not recycle, so each is a bytearray of its own (writable and
+    resizable: produce batches are stamped in place)."""
+    return cast(list[bytearray], frames)
 
 
 class ServerConnection:
@@ -281,7 +334,7 @@ class ServerConnection:
         self._ranges: dict[int, tuple[int, int] | None] = {}  # None: not served
 
     def receive_data(self, data) -> list[RequestReceived | ApiVersionsUnsupported | ProduceFrame]:
-        return [self._parse(frame) for frame in self._framer.feed(data)]
+        return [self._parse(frame) for frame in _frames(self._framer.feed(data))]
 
     def get_buffer(self) -> memoryview:
         """Where the next bytes from the socket should go (see `_Framer`)."""
@@ -289,12 +342,12 @@ class ServerConnection:
 
     def buffer_updated(self, nbytes: int) -> list[RequestReceived | ApiVersionsUnsupported | ProduceFrame]:
         """`nbytes` were written into the last `get_buffer()`; returns the requests now complete."""
-        return [self._parse(frame) for frame in self._framer.buffer_updated(nbytes)]
+        return [self._parse(frame) for frame in _frames(self._framer.buffer_updated(nbytes))]
 
     def frames_updated(self, nbytes: int) -> list[bytearray]:
         """As `buffer_updated`, but the frames come out unparsed: a SASL listener before authentication
         looks at each frame (or takes it as a raw SASL token) before any of it is decoded."""
-        return self._framer.buffer_updated(nbytes)
+        return _frames(self._framer.buffer_updated(nbytes))
 
     def parse(self, frame: bytearray) -> RequestReceived | ApiVersionsUnsupported | ProduceFrame:
         """Parse one frame from `frames_updated` as `buffer_updated` would have."""
@@ -396,9 +449,12 @@ class ResponseReceived:
 
 
 class ClientConnection:
-    def __init__(self, *, client_id: str | None = "odradek", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+    def __init__(self, *, client_id: str | None = "odradek", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 recycle_frames: bool = False):
+        """`recycle_frames`: large response buffers are reused once nothing refers to them (`_Framer`);
+        the inter-node connections turn it on (a follower's fetch responses)."""
         self.client_id = client_id
-        self._framer = _Framer(max_frame_bytes)
+        self._framer = _Framer(max_frame_bytes, recycle=recycle_frames)
         self._next_correlation_id = 0
         self._in_flight: deque[tuple[int, int, int]] = deque()
 
@@ -440,7 +496,7 @@ class ClientConnection:
         """`nbytes` were written into the last `get_buffer()`; the responses now complete."""
         return self._responses(self._framer.buffer_updated(nbytes))
 
-    def _responses(self, frames: list[bytearray]) -> list[ResponseReceived]:
+    def _responses(self, frames: list[bytearray | memoryview]) -> list[ResponseReceived]:
         events = []
         for frame in frames:
             if not self._in_flight:
@@ -471,3 +527,15 @@ class ClientConnection:
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def awaited_bytes(self) -> int:
+        """Bytes still to come of a large response being received (0: none is): a socket may be told
+        not to wake its reader before they are there (SO_RCVLOWAT; broker/node_client.py)."""
+        return self._framer.awaited
+
+    @property
+    def recycled_frames(self) -> int:
+        """Large responses read into a recycled buffer so far (with `recycle_frames`)."""
+        return self._framer.reused
+
