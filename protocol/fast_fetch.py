@@ -16,7 +16,7 @@ import struct
 
 from .codec import FileRegion
 from .connection import frame_chunks_size
-from .varint import write_uvarint
+from .varint import write_array_count, write_uvarint
 
 FETCH_KEY = 1
 FAST_VERSIONS = range(4, 19)
@@ -43,7 +43,7 @@ def encode_fetch_response(correlation_id: int, topics, api_version: int) -> list
     out = bytearray((_HEAD_FLEXIBLE if flexible else _HEAD_CLASSIC).pack(0, correlation_id, *((0,) if flexible else ())))
     chunks: list = [out]
     out += _I32.pack(0) if api_version < 7 else _TOP.pack(0, 0, 0)
-    _put_count(out, len(topics), flexible)
+    write_array_count(out, len(topics), flexible)
     partition = _PARTITION_V5 if api_version >= 5 else _PARTITION_V4
     with_replica = api_version >= 11
     by_id = api_version >= TOPIC_IDS_FROM
@@ -57,7 +57,7 @@ def encode_fetch_response(correlation_id: int, topics, api_version: int) -> list
             else:
                 out += _I16.pack(len(data))
             out += data
-        _put_count(out, len(partitions), flexible)
+        write_array_count(out, len(partitions), flexible)
         for index, error_code, high_watermark, last_stable_offset, log_start_offset, aborted, records in partitions:
             if api_version >= 5:
                 out += partition.pack(index, error_code, high_watermark, last_stable_offset, log_start_offset)
@@ -68,7 +68,7 @@ def encode_fetch_response(correlation_id: int, topics, api_version: int) -> list
             elif aborted:
                 raise ValueError("aborted transactions are not encoded here")
             else:
-                _put_count(out, 0, flexible)
+                write_array_count(out, 0, flexible)
             if with_replica:
                 out += b"\xff\xff\xff\xff"  # preferred_read_replica -1
             size = frame_chunks_size(records)
@@ -95,15 +95,11 @@ def encode_fetch_response(correlation_id: int, topics, api_version: int) -> list
     return chunks
 
 
-def _put_count(out: bytearray, n: int, flexible: bool) -> None:
-    if flexible:
-        write_uvarint(out, n + 1)
-    else:
-        out += _I32.pack(n)
-
-
 # -- a follower's Fetch request ------------------------------------------------------------------------
 
+# Fetch v18's partition high_watermark (KIP-1166) at its default: the replica does not say it (a consumer,
+# or a follower of an earlier release); it is then not sent, and a leader parks the fetch as before.
+NO_HIGH_WATERMARK = 0x7FFFFFFFFFFFFFFF
 FOLLOWER_VERSIONS = range(15, 19)  # replica_state (15+), topic ids (13+), flexible; v18: the follower's HW
 _REQUEST_TOP = struct.Struct(">iiibii")  # max_wait_ms, min_bytes, max_bytes, isolation_level, session id, epoch
 _REQUEST_PARTITION = struct.Struct(">iiqiqi")  # partition, leader epoch, fetch offset, last epoch, log start, max
@@ -126,14 +122,14 @@ def encode_follower_fetch(out: bytearray, api_version: int, *, replica_id: int, 
         raise ValueError(f"a follower's Fetch is packed at v15-v18, not v{api_version}")
     with_hw = api_version >= 18
     out += _REQUEST_TOP.pack(max_wait_ms, min_bytes, max_bytes, 0, 0, -1)
-    _put_count(out, len(topics), True)
+    write_array_count(out, len(topics), True)
     pack_partition = _REQUEST_PARTITION.pack
     for topic_id, partitions in topics:
         out += topic_id
-        _put_count(out, len(partitions), True)
+        write_array_count(out, len(partitions), True)
         for index, leader_epoch, fetch_offset, last_epoch, log_start, part_max, high_watermark in partitions:
             out += pack_partition(index, leader_epoch, fetch_offset, last_epoch, log_start, part_max)
-            if with_hw and high_watermark != _NO_HIGH_WATERMARK:
+            if with_hw and high_watermark != NO_HIGH_WATERMARK:
                 out += _HIGH_WATERMARK_TAG.pack(1, 1, 8, high_watermark)
             else:
                 out.append(0)
@@ -141,5 +137,3 @@ def encode_follower_fetch(out: bytearray, api_version: int, *, replica_id: int, 
     out += b"\x01\x01"  # no forgotten topics, rack ""
     out += _REPLICA_STATE_TAG.pack(1, 1, 13, replica_id, replica_epoch, 0)
 
-
-_NO_HIGH_WATERMARK = 0x7FFFFFFFFFFFFFFF  # the field's default: not sent

@@ -24,7 +24,7 @@ import struct
 import uuid
 from collections.abc import Iterable, Sequence
 
-from .varint import write_uvarint
+from .varint import write_array_count, write_uvarint
 
 METADATA_KEY = 3
 VERSIONS = range(0, 14)
@@ -52,7 +52,7 @@ def encode_partitions(partitions: Iterable[PartitionRow], count: int, version: i
     with_epoch = version >= 7
     with_offline = version >= 5
     out = bytearray()
-    _put_count(out, count, flexible)
+    write_array_count(out, count, flexible)
     head = _PARTITION_HEAD_EPOCH if with_epoch else _PARTITION_HEAD
     for error_code, index, leader, leader_epoch, replicas, isr, offline in partitions:
         if with_epoch:
@@ -83,7 +83,7 @@ def encode_metadata_response(correlation_id: int, version: int, *, brokers: Sequ
     out = bytearray((_HEAD_FLEXIBLE if flexible else _HEAD_CLASSIC).pack(0, correlation_id, *((0,) if flexible else ())))
     if version >= 3:
         out += _I32.pack(throttle_time_ms)
-    _put_count(out, len(brokers), flexible)
+    write_array_count(out, len(brokers), flexible)
     for node_id, host, port, rack in brokers:
         out += _I32.pack(node_id)
         _put_string(out, host, flexible)
@@ -96,7 +96,7 @@ def encode_metadata_response(correlation_id: int, version: int, *, brokers: Sequ
         _put_string(out, cluster_id, flexible)
     if version >= 1:
         out += _I32.pack(controller_id)
-    _put_count(out, len(topics), flexible)
+    write_array_count(out, len(topics), flexible)
     for topic_error, name, topic_id, is_internal, partitions, operations in topics:
         out += _I16.pack(topic_error)
         if name is None and version < 12:
@@ -121,15 +121,8 @@ def encode_metadata_response(correlation_id: int, version: int, *, brokers: Sequ
     return out
 
 
-def _put_count(out: bytearray, n: int, flexible: bool) -> None:
-    if flexible:
-        write_uvarint(out, n + 1)
-    else:
-        out += _I32.pack(n)
-
-
 def _put_ints(out: bytearray, values: Sequence[int], flexible: bool) -> None:
-    _put_count(out, len(values), flexible)
+    write_array_count(out, len(values), flexible)
     if values:
         out += struct.pack(f">{len(values)}i", *values)
 

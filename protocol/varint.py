@@ -86,6 +86,15 @@ def write_uvarint(out: bytearray, value: int) -> None:
     _write_unsigned(out, value)
 
 
+def write_array_count(out: bytearray, n: int, flexible: bool) -> None:
+    """Append an array's element count: n + 1 as an UNSIGNED_VARINT in a flexible version (compact
+    array), else an INT32. For the packed encoders (fast_fetch, fast_metadata)."""
+    if flexible:
+        write_uvarint(out, n + 1)
+    else:
+        out += n.to_bytes(4, "big", signed=True)
+
+
 def write_varint(out: bytearray, value: int) -> None:
     """Append `value` (a signed 32-bit int) as a ZigZag VARINT."""
     if not _I32_MIN <= value <= _I32_MAX:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.fast_fetch import NO_HIGH_WATERMARK
 from odradek.replication.errors import ReplicationError
 from odradek.replication.partition import NO_LEADER_EPOCH, FetchIsolation, Partition
 from odradek.purgatory.delayed_operation import DelayedOperation
@@ -125,7 +126,7 @@ class FetchPartitionStatus:
     current_leader_epoch: int = NO_LEADER_EPOCH
     # A follower's known high watermark (KIP-1166): the fetch completes once the leader's is above it.
     # The default (never below) is a consumer's, or a follower's that does not say it.
-    replica_high_watermark: int = 0x7FFFFFFFFFFFFFFF
+    replica_high_watermark: int = NO_HIGH_WATERMARK
 
 
 BytesAvailable = Callable[[Partition, int, int], int]

@@ -55,6 +55,7 @@ from enum import IntEnum
 import structlog
 
 from odradek.protocol.errors import ErrorCode
+from odradek.protocol.fast_fetch import NO_HIGH_WATERMARK
 from odradek.protocol.messages import FetchRequest
 from odradek.storage.errors import StorageError
 from odradek.storage.names import TopicPartition
@@ -74,7 +75,6 @@ __all__ = [
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
-NO_HIGH_WATERMARK = 0x7FFFFFFFFFFFFFFF  # Fetch v18's high_watermark default: not said
 FIRST_RETRY_MS = 10
 # Errors meaning "the leader's metadata is not (yet) this follower's": retried soon (see the module doc).
 LEADER_LAG_ERRORS = frozenset({

@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from odradek.protocol.errors import ErrorCode, error_code_of
+from odradek.protocol.fast_fetch import NO_HIGH_WATERMARK
 from odradek.storage.errors import KafkaStorageError, OffsetOutOfRangeError, StorageError
 from odradek.storage.names import TopicPartition
 from odradek.storage.producer_state import SENTINEL, AppendOrigin, VerificationGuard
@@ -104,9 +105,6 @@ class ProduceResult:
     record_errors: list[tuple[int, str]] | tuple = ()  # (batch index, message): KIP-467's per-record errors
 
 
-NO_REPLICA_HW = 0x7FFFFFFFFFFFFFFF  # Fetch v18's high_watermark default: the follower does not say it
-
-
 @dataclass(slots=True)
 class FetchRequestPartition:
     topic_partition: TopicPartition
@@ -116,8 +114,8 @@ class FetchRequestPartition:
     last_fetched_epoch: int = -1  # a follower's (v12+): checked against this leader's epoch history
     log_start_offset: int = -1  # a follower's (v5+): DeleteRecords waits for every replica's to pass
     # The high watermark a follower knows (Fetch v18, KIP-1166; -1: none): a parked fetch is answered when
-    # the leader's passes it. NO_REPLICA_HW: not said (a consumer, or an older follower).
-    high_watermark: int = NO_REPLICA_HW
+    # the leader's passes it. NO_HIGH_WATERMARK: not said (a consumer, or an older follower).
+    high_watermark: int = NO_HIGH_WATERMARK
 
 
 @dataclass(slots=True)
@@ -771,7 +769,7 @@ class ReplicaManager:
                     advanced.append(p.topic_partition)
         statuses = [
             FetchPartitionStatus(p.topic_partition, p.fetch_offset, p.max_bytes, p.current_leader_epoch,
-                                 p.high_watermark if not advanced else NO_REPLICA_HW)
+                                 p.high_watermark if not advanced else NO_HIGH_WATERMARK)
             for p in partitions
         ]
 
@@ -811,7 +809,7 @@ class ReplicaManager:
         """The high watermarks of the partitions led here whose follower said the one it knows (v18)."""
         out: dict[TopicPartition, int] | None = None
         for p in partitions:
-            if p.high_watermark != NO_REPLICA_HW:
+            if p.high_watermark != NO_HIGH_WATERMARK:
                 partition = self.partitions.get(p.topic_partition)
                 if partition is not None and partition.is_leader:
                     if out is None:

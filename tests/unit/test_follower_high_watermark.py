@@ -15,7 +15,8 @@ import uuid
 
 from odradek.protocol.records import build_batch
 from odradek.replication.partition import FetchIsolation
-from odradek.replication.replica_manager import NO_REPLICA_HW, FetchRequestPartition, ReplicaManager
+from odradek.protocol.fast_fetch import NO_HIGH_WATERMARK
+from odradek.replication.replica_manager import FetchRequestPartition, ReplicaManager
 from odradek.purgatory.timing_wheel import Timer
 from odradek.storage.config import LogConfig
 from odradek.storage.log import Log
@@ -85,7 +86,7 @@ def test_a_follower_that_does_not_say_its_high_watermark_is_parked_as_before(tmp
     rm = leader(tmp_path)
     answers: list = []
     produce(rm, answers)
-    fetch(rm, 2, 1, NO_REPLICA_HW, answers)
-    fetch(rm, 3, 1, NO_REPLICA_HW, answers)
+    fetch(rm, 2, 1, NO_HIGH_WATERMARK, answers)
+    fetch(rm, 3, 1, NO_HIGH_WATERMARK, answers)
     assert answers == [("produce", 0)]  # both fetches parked until new data or their wait ends
     assert rm.fetch_purgatory.num_delayed() == 2
