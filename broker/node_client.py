@@ -46,7 +46,8 @@ import structlog
 
 from odradek.protocol.connection import ClientConnection
 from odradek.protocol.errors import ErrorCode, ProtocolError
-from odradek.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
+from odradek.protocol.messages import (ApiVersionsRequest, ApiVersionsResponse, SaslAuthenticateRequest,
+                                       SaslHandshakeRequest)
 from odradek.protocol.sasl import (
     OAUTHBEARER, PLAIN, SaslAuthenticationFailed, ScramClient, ScramMechanism, UnsecuredLoginOptions,
     oauthbearer_client_first, plain_token,
@@ -449,6 +450,19 @@ def _note_resolved(host: str, node_id: int) -> None:
 def _retrieved(future: asyncio.Future) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def api_versions_request(purpose: str) -> ApiVersionsRequest:
+    """What a node asks another before sending it an API whose version must be negotiated (Fetch v18 goes
+    only to a node that accepts it, as Kafka's NetworkClient decides from ApiVersions)."""
+    return ApiVersionsRequest(client_software_name="odradek", client_software_version=purpose)
+
+
+def max_version_in(answer: ApiVersionsResponse, api_key: int) -> int | None:
+    """The highest version of `api_key` an ApiVersions answer accepts; None when it failed or lacks the API."""
+    if answer.error_code != 0:
+        return None
+    return next((k.max_version for k in answer.api_keys if k.api_key == api_key), None)
 
 
 class NodeConnections:

@@ -37,7 +37,6 @@ from odradek.protocol.envelope import (
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import (
-    ApiVersionsRequest,
     CreateTopicsResponse,
     EnvelopeRequest,
     FetchRequest,
@@ -53,7 +52,7 @@ from odradek.raft.state import FollowerState
 from .config import BrokerConfig
 from .context import ConnectionContext
 from .controller_channel import ControllerDecisions
-from .node_client import NodeConnections, NodeDisconnected, NodeUnavailable
+from .node_client import NodeConnections, NodeDisconnected, NodeUnavailable, api_versions_request, max_version_in
 
 log = structlog.get_logger("odradek.quorum")
 
@@ -347,10 +346,10 @@ class QuorumDriver:
         parks it as before. Forgotten when a request to the node fails: it may come back upgraded."""
         known = self._fetch_versions.get(node_id)
         if known is None:
-            answer = await self.connections.request(
-                node_id, ApiVersionsRequest(client_software_name="odradek", client_software_version="quorum"), 3,
-                purpose="raft", timeout_s=self.request_timeout_ms / 1000)
-            known = next((k.max_version for k in answer.api_keys if k.api_key == FetchRequest.API_KEY), wanted)
+            answer = await self.connections.request(node_id, api_versions_request("quorum"), 3, purpose="raft",
+                                                    timeout_s=self.request_timeout_ms / 1000)
+            accepted = max_version_in(answer, FetchRequest.API_KEY)
+            known = wanted if accepted is None else accepted
             if answer.error_code == 0:
                 self._fetch_versions[node_id] = known
         return min(wanted, known)

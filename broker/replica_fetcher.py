@@ -33,7 +33,6 @@ import structlog
 
 from odradek.protocol.errors import ProtocolError
 from odradek.protocol.fast_fetch import encode_follower_fetch
-from odradek.protocol.messages import ApiVersionsRequest
 from odradek.replication.fetcher_state import FollowerFetcher
 from odradek.metadata.image import MetadataImage
 from odradek.replication.replica_manager import ReplicaManager
@@ -41,7 +40,7 @@ from odradek.storage.names import TopicPartition
 
 from .config import BrokerConfig
 from .services import BrokerServices
-from .node_client import NodeConnection, NodeUnavailable
+from .node_client import NodeConnection, NodeUnavailable, api_versions_request, max_version_in
 
 if TYPE_CHECKING:
     from odradek.metadata.publisher import MetadataPublisher
@@ -144,9 +143,8 @@ class ReplicaFetcher:
                 continue
             try:
                 version = self.version if self.version is not None else await self._negotiate(connection)
-                fields = self._request_fields(topics)
-                response = await connection.request_packed(
-                    FETCH_KEY, version, lambda out: encode_follower_fetch(out, version, **fields), self.timeout_s)
+                response = await connection.request_packed(FETCH_KEY, version, self._writer(version, topics),
+                                                           self.timeout_s)
             except (NodeUnavailable, ProtocolError) as e:
                 log.debug("fetch from leader failed", source=self.source_id, error=str(e))
                 self.version = None  # the leader may come back as another release
@@ -162,24 +160,23 @@ class ReplicaFetcher:
                 state.handle_failure(sent, clock())
             self.fetches += 1
 
-    def _request_fields(self, topics: list) -> dict:
-        state = self.state
-        return {
-            "replica_id": self.manager.node_id, "replica_epoch": self.manager.broker_epoch(),
-            "max_wait_ms": state.max_wait_ms, "min_bytes": state.min_bytes, "max_bytes": state.response_max_bytes,
-            "topics": [(topic_id.bytes, parts) for topic_id, parts in topics],
-        }
+    def _writer(self, version: int, topics: list) -> Callable[[bytearray], None]:
+        """The request body's writer for NodeConnection.request_packed (see encode_follower_fetch)."""
+        state, manager = self.state, self.manager
+        replica_epoch = manager.broker_epoch()
+        packed_topics = [(topic_id.bytes, parts) for topic_id, parts in topics]
+        return lambda out: encode_follower_fetch(
+            out, version, replica_id=manager.node_id, replica_epoch=replica_epoch, max_wait_ms=state.max_wait_ms,
+            min_bytes=state.min_bytes, max_bytes=state.response_max_bytes, topics=packed_topics)
 
     async def _negotiate(self, connection: NodeConnection) -> int:
         """The Fetch version to send the leader: FETCH_VERSION (v18, with KIP-1166's high watermark), capped
         by what its ApiVersions says, as Kafka's NetworkClient negotiates. A leader of an earlier release
         accepts v17 at most (and closes the connection on v18); it then gets v17, without the high watermark,
         and parks the fetch as before. Asked again after a failed request: the leader may have been upgraded."""
-        answer = await connection.request(
-            ApiVersionsRequest(client_software_name="odradek", client_software_version="replica-fetcher"), 3,
-            self.timeout_s)
-        known = next((k.max_version for k in answer.api_keys if k.api_key == FETCH_KEY), None)
-        if answer.error_code != 0 or known is None or known < MIN_FETCH_VERSION:
+        answer = await connection.request(api_versions_request("replica-fetcher"), 3, self.timeout_s)
+        known = max_version_in(answer, FETCH_KEY)
+        if known is None or known < MIN_FETCH_VERSION:
             raise NodeUnavailable(f"node {self.source_id} does not accept Fetch v{MIN_FETCH_VERSION}+ "
                                   f"(ApiVersions error {answer.error_code}, Fetch up to {known})")
         self.version = min(FETCH_VERSION, known)
