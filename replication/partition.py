@@ -371,9 +371,15 @@ class Partition(Generic[L]):
         leader_end_offset = self.log.log_end_offset
         new_high_watermark = leader_end_offset
         eligible = self._is_replica_eligible
+        # Kafka's maximal ISR: a proposed ISR that adds a replica counts it from the moment it is proposed.
+        # The controller may take the proposal whatever this replica did since (a quorum that was lost
+        # decides it later), so the HW must not pass a replica that may become in sync without fetching
+        # again: it would join the ISR behind the HW, and an election could then lose acknowledged records.
+        pending = self.pending_isr or ()
         for replica_id, state in self._follower_states.items():
             if state.log_end_offset < new_high_watermark and (
                 replica_id in self.isr
+                or replica_id in pending
                 or (
                     (eligible is None or eligible(replica_id))
                     and state.is_caught_up(leader_end_offset, now_ms, self.replica_lag_time_max_ms)
