@@ -69,8 +69,13 @@ def classpath() -> str:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in URL-safe base64 without padding, as `kafka-storage random-uuid`."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: a random UUID in URL-safe base64 without padding, as `kafka-storage random-uuid`,
+    drawn again when it starts with '-' as Kafka's Uuid.randomUuid does (kafka-storage's argument parser
+    would read such an id as an option; one run in 64 failed so)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def free_ports(n: int) -> list[int]:
