@@ -643,10 +643,15 @@ class ClusterControllerChannel:
             pass
 
     async def _leader(self, deadline: float) -> int:
+        """The active controller's node id, waited for until `deadline`; NodeUnavailable then, saying why (the
+        forwarded client reads it in its REQUEST_TIMED_OUT: the command line explains it, see client/cli)."""
         loop = asyncio.get_running_loop()
         while self.loader.leader_id < 0 or self.loader.leader_id == self.node_id and not self.is_active:
             if loop.time() > deadline:
-                raise NodeUnavailable("no active controller")
+                if self.loader.leader_id < 0:
+                    raise NodeUnavailable("no active controller: the controller quorum has no leader")
+                raise NodeUnavailable("no active controller: this node leads the controller quorum but is not "
+                                      "active yet")
             await asyncio.sleep(0.05)
         return self.loader.leader_id
 

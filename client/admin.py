@@ -1033,6 +1033,46 @@ class Admin:
 
         return await self.client.call(attempt, what="DescribeQuorum")
 
+    async def quorum_without_leader(self, *, timeout_s: float) -> str | None:
+        """Why a metadata change cannot be made now, if the reason is that the controller quorum has no
+        leader: the words of a broker that says so (DescribeQuorum answering NOT_LEADER_OR_FOLLOWER or leader
+        -1), else None (a broker names a leader, none serves DescribeQuorum, or none answers within
+        `timeout_s`). Every bootstrap address is asked at once, each once, without the client's bootstrap or
+        retries: when the quorum is lost some of those nodes are typically stopped or unreachable, and the
+        question must not wait on them. For the command line's explanation of an admin request that timed
+        out; `describe_quorum` is the full answer."""
+        cls = REQUESTS[DESCRIBE_QUORUM]
+        request = cls(topics=[cls.TopicData(topic_name=METADATA_TOPIC,
+                                            partitions=[cls.TopicData.PartitionData(partition_index=0)])])
+
+        async def ask(node_id: int) -> str | None:
+            response = await self.client.send(node_id, request, timeout_ms=int(timeout_s * 1000))
+            try:
+                description = quorum_from_response(response)
+            except KafkaError as e:
+                if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    return e.message or "the controller quorum has no leader"
+                raise
+            if description.leader_id < 0:
+                return "the controller quorum has no leader"
+            return None
+
+        pending = {asyncio.ensure_future(ask(node)) for node in self.client.bootstrap_nodes}
+        try:
+            async with asyncio.timeout(timeout_s):
+                while pending:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        if task.exception() is None:
+                            return task.result()  # a broker answered: no leader (its words), or one (None)
+        except TimeoutError:
+            pass
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        return None
+
     # ------------------------------------------------------------------------ leaders and reassignments
 
     async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None, *,

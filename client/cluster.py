@@ -216,6 +216,11 @@ class KafkaClient:
 
     # ------------------------------------------------------------------------------------------ connections
 
+    @property
+    def bootstrap_nodes(self) -> list[int]:
+        """The node ids `send` reaches each bootstrap address by (-1, -2, ...), usable before `start`."""
+        return [-(i + 1) for i in range(len(self._bootstrap))]
+
     def _address(self, node_id: int) -> tuple[str, int]:
         if node_id < 0:
             host, port = self._bootstrap[(-node_id - 1) % len(self._bootstrap)]

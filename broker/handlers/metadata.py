@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import structlog
+
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.errors import ErrorCode
 from odradek.protocol.fast_metadata import PartitionRow, TopicRow, band, encode_metadata_response, encode_partitions
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 Broker_: TypeAlias = MetadataResponse.MetadataResponseBroker
 Topic_: TypeAlias = MetadataResponse.MetadataResponseTopic
 Partition_ = Topic_.MetadataResponsePartition
+log = structlog.get_logger("odradek.metadata")
 
 INT32_MIN = -(2**31)
 # Topic operations a client may perform without an authorizer: READ, WRITE, CREATE, DELETE, ALTER,
@@ -138,8 +141,56 @@ def broker_entries(services: BrokerServices, listener: str) -> list[Broker_]:
     return out
 
 
+FIRST_TOPIC_ID_VERSION = 12
+"""Metadata v10 and v11 carry a topic id (and a nullable name) in the request schema, but Kafka serves topics
+by id from v12 only."""
+
+
+def refusal_below_v12(request: MetadataRequest, version: int) -> str | None:
+    """Why Kafka refuses this request (KafkaApis.handleTopicMetadataRequest), or None: below v12 a named topic
+    must have a name and no topic id. The schema lets v10 and v11 write both (the fields came before the
+    feature), so a client that does gets INVALID_REQUEST rather than an answer by id its version cannot
+    carry (a topic found by id would have to be written with the name it asked without, and the response's
+    name is not nullable below v12)."""
+    if version >= FIRST_TOPIC_ID_VERSION or request.topics is None or (version == 0 and not request.topics):
+        return None
+    for t in request.topics:
+        if t.name is None:
+            return f"Topic name can not be null for version {version}"
+        if t.topic_id != ZERO_UUID:
+            return f"Topic IDs are not supported in requests for version {version}"
+    return None
+
+
+def _refuse(services: BrokerServices, ctx: RequestContext, request: MetadataRequest, reason: str) -> Answer:
+    """Kafka's answer to a Metadata request its handler threw on (MetadataRequest.getErrorResponse, sent by
+    RequestHandlerHelper.handleError rather than closing the connection): INVALID_REQUEST for every topic
+    asked, each with its name (an empty one for a null name, which the response cannot carry below v12) and
+    the topic id it was asked with, no partitions; no brokers, no cluster id, controller -1. Packed unless a
+    client quota may throttle it, as any Metadata answer."""
+    version = ctx.api_version
+    code = int(ErrorCode.INVALID_REQUEST)
+    log.debug("metadata request refused", reason=reason, api_version=version, client_id=ctx.client_id,
+              principal=str(ctx.principal))
+    asked = request.topics or []
+    if not services.metadata.image.client_quotas:
+        empty = encode_partitions((), 0, version)
+        rows: list[TopicRow] = [(code, t.name or "", t.topic_id, False, empty, INT32_MIN) for t in asked]
+        frame = encode_metadata_response(ctx.header.correlation_id, version, brokers=[], cluster_id=None,
+                                         controller_id=-1, topics=rows, cluster_authorized_operations=INT32_MIN)
+        return Packed([frame], [code] * len(rows) or None)
+    return MetadataResponse(
+        throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1,
+        topics=[Topic_(error_code=code, name=t.name or "", topic_id=t.topic_id, is_internal=False, partitions=[],
+                       topic_authorized_operations=INT32_MIN) for t in asked],
+        cluster_authorized_operations=INT32_MIN, error_code=0)
+
+
 @handles(3)
 def handle_metadata(services: BrokerServices, ctx: RequestContext, request: MetadataRequest) -> Answer:
+    reason = refusal_below_v12(request, ctx.api_version)
+    if reason is not None:  # before anything is created on demand, as Kafka checks first
+        return _refuse(services, ctx, request, reason)
     requested = request.topics
     if requested is not None and (ctx.api_version > 0 or requested):
         auto_create = request.allow_auto_topic_creation if ctx.api_version >= 4 else True
@@ -203,7 +254,8 @@ def _authorize(services: BrokerServices, authorizer: Authorizer, ctx: RequestCon
 def _metadata(services: BrokerServices, ctx: RequestContext, request: MetadataRequest,
               created: dict) -> MetadataResponse | Packed:
     """The answer: packed straight into its frame (`_packed`) unless an authorizer must filter it or a client
-    quota may throttle it (both work on the message), or a nameless topic must be written before v12."""
+    quota may throttle it (both work on the message). A nameless topic (asked by id) is only ever answered from
+    v12, whose response may carry it: `refusal_below_v12` turned the request away below."""
     version = ctx.api_version
     listener = ctx.listener
     image = services.metadata.image
@@ -241,8 +293,7 @@ def _metadata(services: BrokerServices, ctx: RequestContext, request: MetadataRe
     cluster_operations = (
         ALL_CLUSTER_OPERATIONS if 8 <= version <= 10 and request.include_cluster_authorized_operations else INT32_MIN
     )
-    if services.authorizer is None and not image.client_quotas and (
-            version >= 12 or all(isinstance(e, TopicImage) or e.name is not None for e in entries)):
+    if services.authorizer is None and not image.client_quotas:
         return _packed(services, ctx, entries, include_ops, cluster_operations)
     response = MetadataResponse(
         throttle_time_ms=0,

@@ -39,6 +39,8 @@ import asyncio
 import sys
 from typing import Any
 
+from odradek.protocol.errors import ErrorCode
+
 from ..config import default_bootstrap, parse_bootstrap
 from ..errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, NoBrokersAvailable, OdradekError
 from . import cluster, configs, groups, perf, records, security, topics, transactions
@@ -59,7 +61,7 @@ from .common import (
     print_error,
     print_warning,
 )
-from .properties import client_properties
+from .properties import admin_for, client_properties
 from .security import _acl_bindings, _quota_entity
 from .topics import partition_flags, render_topics
 
@@ -196,14 +198,36 @@ def main(argv: list[str] | None = None, server_commands: tuple[tuple[str, str], 
 STREAMING = frozenset({records.produce, records.consume, perf.perf_produce, perf.perf_consume})
 
 
+# The commands that need the active controller (metadata changes, and the reassignment listing only it
+# holds): when one times out, the command line asks whether the controller quorum has a leader before saying
+# what went wrong (`_controller_cause`).
+NEEDS_CONTROLLER = frozenset({
+    topics.topic_create, topics.topic_delete, topics.topic_alter, topics.topic_elect_leaders, topics.topic_reassign,
+    topics.topic_reassignments, configs.config_set, security.user_create, security.user_delete, security.acl_add,
+    security.acl_remove, security.quota_set,
+})
+CAUSE_PROBE_S = 3.0
+"""How long the explanation of a timed-out controller command may take at most (and at most half the
+--timeout): after the command's own bound has passed, a DescribeQuorum to every bootstrap address at once,
+which a node that knows no quorum leader answers at once."""
+
+
 async def _within_timeout(args: argparse.Namespace, command: Any) -> int:
     """Run `command`, ended at --timeout seconds from now unless it streams (STREAMING): connecting, every
     request and every retry of an admin command fit in it, and what is still waiting then is cancelled (its
     client closes its connections) and reported as exit code 3. The clients' own request timeouts are the
     --timeout too (properties._common), so the error says what was being waited for when one request takes
-    all of it; this deadline is what bounds a command made of several requests, or retries."""
+    all of it; this deadline is what bounds a command made of several requests, or retries.
+
+    A command that needs the active controller (NEEDS_CONTROLLER) and times out, by this deadline, the
+    client's, or the broker's REQUEST_TIMED_OUT (what Kafka's broker answers a forwarded request no
+    controller took in time), is explained when the cause is that the controller quorum has no leader (a
+    majority of the controllers is down or cut off): the error says so, in the broker's words, and where to
+    look, rather than naming only the address that did not answer in time. The exit code stays the one of
+    the timeout (3, or 1 for the broker's answer)."""
     if args.handler in STREAMING:
         return int(await command)
+    what = " ".join(str(getattr(args, name)) for name in ("command", "action") if getattr(args, name, None))
     deadline = asyncio.timeout(args.timeout)
     try:
         async with deadline:
@@ -211,9 +235,37 @@ async def _within_timeout(args: argparse.Namespace, command: Any) -> int:
     except TimeoutError:
         if not deadline.expired():
             raise  # a timeout of the command's own, with its own message
-        what = " ".join(str(getattr(args, name)) for name in ("command", "action") if getattr(args, name, None))
-        raise KafkaTimeoutError(f"--timeout {args.timeout:g} s passed before `{what}` was done (no answer from "
-                                f"the cluster at {args.bootstrap_server} in time)") from None
+        cause = await _controller_cause(args)
+        raise KafkaTimeoutError(f"--timeout {args.timeout:g} s passed before `{what}` was done "
+                                + (f"({cause})" if cause else
+                                   f"(no answer from the cluster at {args.bootstrap_server} in time)")) from None
+    except KafkaTimeoutError as e:
+        cause = await _controller_cause(args)
+        if cause is None:
+            raise
+        raise KafkaTimeoutError(f"`{what}` timed out: {cause}") from e
+    except KafkaError as e:
+        if e.code is not ErrorCode.REQUEST_TIMED_OUT or (cause := await _controller_cause(args)) is None:
+            raise
+        raise KafkaError(e.code, cause, context=e.context) from e
+
+
+async def _controller_cause(args: argparse.Namespace) -> str | None:
+    """For a command that needs the controller: a sentence saying the controller quorum has no leader (with the
+    broker's own words) when a broker says so within CAUSE_PROBE_S (or half the --timeout), else None."""
+    if args.handler not in NEEDS_CONTROLLER:
+        return None
+    admin = admin_for(args)
+    try:
+        said = await admin.quorum_without_leader(timeout_s=min(CAUSE_PROBE_S, args.timeout / 2))
+    except Exception:  # noqa: BLE001 - only an explanation: the timeout is reported as it was
+        said = None
+    finally:
+        await admin.close()
+    if said is None:
+        return None
+    return (f"the controller quorum has no leader, so no metadata change can be made until a majority of the "
+            f"controllers is back; the broker says: {said}. `odradek cluster quorum` shows the quorum")
 
 
 def _run(coro: Any) -> int:

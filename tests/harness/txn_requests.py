@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 import time
 from odradek.broker.testing import RawClient
-from odradek.protocol.messages import CreateTopicsRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest
+from odradek.protocol.messages import (
+    CreateTopicsRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    FindCoordinatorRequest,
+    InitProducerIdRequest,
+)
 from odradek.storage.names import TopicPartition
 
 
@@ -38,15 +44,23 @@ def end(client: RawClient, txn_id: str, producer: tuple[int, int], commit: bool)
 
 
 async def abort_and_await_marker(services, tp: TopicPartition, transactional_id: str, producer_: tuple[int, int]) -> None:
-    """Abort the producer's transaction through the coordinator (EndTxn) and wait, bounded, until its marker
-    sender has written the ABORT marker to `tp`: the step a race test puts between the coordinator's yes and
-    the write."""
+    """Abort the producer's transaction through the coordinator (EndTxn) and wait, bounded, until the
+    coordinator has completed the abort (CompleteAbort: its marker sender's WriteTxnMarkers to `tp` was
+    answered, so the ABORT marker is in the log and applied to the partition's producer state): the step a
+    race test puts between the coordinator's yes and the write. (Waiting for `tp`'s log end offset to move is
+    not enough: any other write to the partition, such as another group's commit on a shared
+    `__consumer_offsets` partition, moves it too.)"""
     log = services.data.get_partition(tp).log
     before = log.log_end_offset
     services.transactions.end_txn(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_[0],
                                                 producer_epoch=producer_[1], committed=False),
                                   3, services.now_ms())
+    describe = DescribeTransactionsRequest(transactional_ids=[transactional_id])
     deadline = time.monotonic() + DEADLINE_S
-    while log.log_end_offset == before and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)  # bounded poll of the partition: the marker is written by another task
-    assert log.log_end_offset == before + 1, f"the abort marker never reached {tp}"
+    while time.monotonic() < deadline:
+        (state,) = services.transactions.describe_transactions(describe, 0, services.now_ms()).transaction_states
+        if state.transaction_state == "CompleteAbort":
+            break
+        await asyncio.sleep(0.01)  # bounded poll: the marker is written and acknowledged by other tasks
+    assert state.transaction_state == "CompleteAbort", f"the abort of {transactional_id} never completed: {state}"
+    assert log.log_end_offset > before, f"the abort marker never reached {tp}"

@@ -308,6 +308,25 @@ def test_produce_to_an_unknown_partition_gets_an_error_not_a_hangup(broker):
         still_open(client)
 
 
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_by_topic_id_below_v12_gets_invalid_request_not_a_hangup(broker, version):
+    """v10/v11 requests can carry a topic id and a null name, which Kafka serves from v12 only: every topic asked
+    is answered INVALID_REQUEST (KafkaApis' InvalidRequestException, MetadataRequest.getErrorResponse), and the
+    connection stays open; v12 finds the topic by the same id."""
+    R = MetadataRequest.MetadataRequestTopic
+    with RawClient(broker.bootstrap) as client:
+        (known,) = client.request(MetadataRequest(topics=[R(name=TOPIC)]), 12).topics
+        for asked in ([R(name=None, topic_id=known.topic_id)], [R(name=TOPIC, topic_id=known.topic_id)]):
+            response = client.request(MetadataRequest(topics=asked, allow_auto_topic_creation=False), version)
+            assert [(t.error_code, t.name, t.topic_id, t.partitions) for t in response.topics] == [
+                (int(ErrorCode.INVALID_REQUEST), asked[0].name or "", known.topic_id, [])]
+            assert (response.brokers, response.controller_id) == ([], -1)
+        (by_id,) = client.request(MetadataRequest(topics=[R(name=None, topic_id=known.topic_id)]), 12).topics
+        assert (by_id.error_code, by_id.name) == (0, TOPIC)
+        still_open(client)
+
+
 # -- memory: frames that claim to be huge cost nothing up front --
 
 def test_rss_stays_bounded_after_big_frame_attempts(broker):

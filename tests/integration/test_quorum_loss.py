@@ -14,7 +14,8 @@ replica.lag.time.max.ms, so the survivor's lease is lost and its ISR would need 
     acknowledged and a consumer reads them back;
   * a group offset commit is answered, and the committed offset reads back;
   * a CreateTopics sent meanwhile answers a retriable error (REQUEST_TIMED_OUT) after its timeout instead of
-    hanging; DescribeQuorum and `odradek cluster status` say there is no quorum leader.
+    hanging; DescribeQuorum and `odradek cluster status` say there is no quorum leader, and `odradek topic
+    create`, timing out, says that this is why.
 
 Then SIGCONT: a quorum leader is elected, a CreateTopics succeeds, and every record acknowledged before and
 during the loss is read back at its offset (tests/checker.py).
@@ -155,6 +156,21 @@ def _on_controller_listener(cluster: Cluster, node_id: int, message, version: in
     return asyncio.run(call())
 
 
+def _quorum_without_leader(bootstrap: str) -> str | None:
+    import asyncio
+
+    from odradek.client.admin import Admin
+
+    async def ask():
+        admin = Admin(bootstrap_servers=bootstrap)
+        try:
+            return await admin.quorum_without_leader(timeout_s=20)
+        finally:
+            await admin.close()
+
+    return asyncio.run(ask())
+
+
 def test_the_survivor_serves_on_its_last_metadata_and_the_quorum_returns(cluster):
     from confluent_kafka import Consumer, TopicPartition
 
@@ -230,6 +246,14 @@ def test_the_survivor_serves_on_its_last_metadata_and_the_quorum_returns(cluster
                              "-b", bootstrap], capture_output=True, text=True, timeout=60)
     print(status.stdout)
     assert "quorum: no leader" in status.stdout
+    # An admin command that needs the controller says why it timed out: the quorum has no leader (the broker's
+    # words from DescribeQuorum), and where to look, not only the address that did not answer in time.
+    create_cli = subprocess.run([sys.executable, "-m", "odradek", "-b", bootstrap, "--timeout", "5", "topic", "create",
+                                 "cli-during-loss", "--partitions", "1"], capture_output=True, text=True, timeout=60)
+    print(create_cli.stderr)
+    assert create_cli.returncode == 3, create_cli.stderr
+    assert "the controller quorum has no leader" in create_cli.stderr, create_cli.stderr
+    assert "no controller quorum leader: node" in create_cli.stderr and "odradek cluster quorum" in create_cli.stderr
 
     creating.join(timeout=120)
     assert created and created[0].topics[0].error_code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER)
@@ -238,6 +262,7 @@ def test_the_survivor_serves_on_its_last_metadata_and_the_quorum_returns(cluster
     for node_id in stopped:
         os.kill(cluster.pid(node_id), signal.SIGCONT)
     cluster.wait(lambda: _describe_quorum(cluster, survivor).error_code == 0, "a quorum leader again", timeout_s=90)
+    assert _quorum_without_leader(bootstrap) is None  # (what the command line asks when a command timed out)
     create_with_confluent(bootstrap, "after-loss", 1)
     cluster.wait(lambda: "the controller answers this broker again" in log_path.read_text(), "the lease regained")
     assert "controller quorum leader known again" in log_path.read_text()

@@ -4,6 +4,7 @@ topic's section is packed once and packed again when the topic or the brokers ch
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import uuid
 
@@ -17,6 +18,7 @@ from odradek.broker.handlers.metadata import (
     _SECTIONS,
     broker_entries,
     handle_metadata,
+    refusal_below_v12,
     topic_response,
 )
 from odradek.broker.services import BrokerServices
@@ -64,7 +66,8 @@ def _services(image: MetadataImage):
 
 
 def _ctx(version: int, listener: str = "PLAINTEXT"):
-    return types.SimpleNamespace(api_version=version, listener=listener, header=RequestHeader(3, version, 99))
+    return types.SimpleNamespace(api_version=version, listener=listener, header=RequestHeader(3, version, 99),
+                                 client_id="test", principal="User:ANONYMOUS")
 
 
 def _before(services, version: int, listener: str, request: MetadataRequest, expected_topics: list) -> bytes:
@@ -132,3 +135,44 @@ def test_a_large_topic_is_packed_once_until_it_or_the_brokers_change():
     sections.section(services, small, 12, "PLAINTEXT")  # type: ignore[arg-type]
     assert len(sections._entries) == 2  # small topics are packed on each ask, not kept
     _SECTIONS._entries.clear()
+
+
+@pytest.mark.parametrize("version", [10, 11])
+@pytest.mark.parametrize("quotas", [False, True])
+def test_a_topic_id_or_a_null_name_below_v12_is_an_invalid_request_for_every_topic(version, quotas):
+    """Kafka's KafkaApis.handleTopicMetadataRequest throws InvalidRequestException and answers
+    MetadataRequest.getErrorResponse: every topic asked gets INVALID_REQUEST with its name ("" for null) and
+    the id it was asked with, no partitions, no brokers, no cluster id, controller -1. The same bytes packed
+    (no quota) and through the message (a client quota may throttle it); nothing is created on demand."""
+    image = _image()
+    if quotas:
+        image = dataclasses.replace(image, client_quotas={(("user", "alice"),): {"producer_byte_rate": 1.0}})
+    services = _services(image)
+    services.config.auto_create_topics_enable = True  # (no controller in the stub: a creation would raise)
+    R = MetadataRequest.MetadataRequestTopic
+    known = image.topics_by_name["small"].topic_id
+    for asked in ([R(name="small", topic_id=known), R(name="brand-new")],  # a name with an id
+                  [R(name="brand-new"), R(name=None, topic_id=uuid.UUID(int=77))],  # asked by id only
+                  [R(name=None, topic_id=ZERO_UUID)]):  # a null name
+        request = MetadataRequest(topics=asked, allow_auto_topic_creation=True)
+        answer = handle_metadata(services, _ctx(version), request)  # type: ignore[arg-type]
+        assert isinstance(answer, MetadataResponse if quotas else Packed)
+        expected = MetadataResponse(
+            throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1, cluster_authorized_operations=INT32_MIN,
+            error_code=0, topics=[Topic_(error_code=int(ErrorCode.INVALID_REQUEST), name=t.name or "",
+                                         topic_id=t.topic_id, is_internal=False, partitions=[],
+                                         topic_authorized_operations=INT32_MIN) for t in asked])
+        assert _bytes(answer, version) == _bytes(expected, version)
+        if not quotas:
+            assert answer.error_codes == [int(ErrorCode.INVALID_REQUEST)] * len(asked)  # counted per topic
+
+
+def test_topic_ids_are_served_from_v12_and_names_alone_below():
+    assert refusal_below_v12(MetadataRequest(topics=None), 10) is None  # all topics
+    R = MetadataRequest.MetadataRequestTopic
+    by_id = MetadataRequest(topics=[R(name=None, topic_id=uuid.UUID(int=1))])
+    assert refusal_below_v12(by_id, 12) is None
+    assert refusal_below_v12(by_id, 11) == "Topic name can not be null for version 11"
+    both = MetadataRequest(topics=[R(name="a"), R(name="b", topic_id=uuid.UUID(int=1))])
+    assert refusal_below_v12(both, 10) == "Topic IDs are not supported in requests for version 10"
+    assert refusal_below_v12(MetadataRequest(topics=[R(name="a")]), 11) is None
