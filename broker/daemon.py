@@ -135,6 +135,7 @@ async def _run(config) -> int:
     from odradek.replication.errors import ReplicationError
     from odradek.storage.errors import StorageError
 
+    from .heap import freeze_after_start
     from .server import Broker
 
     broker = Broker(config)
@@ -164,6 +165,7 @@ async def _run(config) -> int:
         stop.set()
 
     broker.on_fatal_error(stop_for)
+    freeze_after_start(config.node_id)  # what start-up made lives as long as the process (broker/heap.py)
     for name, host, port in [*broker.bound, *broker.controller_bound]:
         if json_mode:
             log.info("listening", node=config.node_id, listener=name, host=host, port=port, url=f"{name}://{host}:{port}")

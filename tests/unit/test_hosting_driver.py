@@ -89,7 +89,7 @@ def test_removed_topics_thaw_the_heap_until_a_full_collection_reclaimed_them():
     from odradek.metadata.publisher import MetadataUpdate
 
     scheduled: list = []
-    heap = HeapFreezer(schedule=scheduled.append)
+    heap = HeapFreezer(schedule=scheduled.append, thaw_after_removed=0)
     gone = TopicImage("gone", uuid.UUID(int=5), {})
     removal = MetadataUpdate(MetadataImage(), MetadataImage(), frozenset(), {gone.topic_id: gone})
     gc.unfreeze()
@@ -114,3 +114,33 @@ def test_removed_topics_thaw_the_heap_until_a_full_collection_reclaimed_them():
         heap.stop()
         gc.unfreeze()
     assert heap.frozen == 0
+
+
+def test_the_heap_is_thawed_once_enough_partitions_were_removed():
+    """A small deleted topic does not cost a whole-heap walk: the heap thaws once committed updates have
+    removed `thaw_after_removed` partitions since it was frozen (broker/heap.py)."""
+    import gc
+    import uuid
+
+    from odradek.broker.heap import HeapFreezer
+    from odradek.metadata.image import MetadataImage, TopicImage
+    from odradek.metadata.publisher import MetadataUpdate
+
+    def removal(name: str, topic_int: int, partitions: int) -> MetadataUpdate:
+        topic = TopicImage(name, uuid.UUID(int=topic_int), {p: object() for p in range(partitions)})
+        return MetadataUpdate(MetadataImage(), MetadataImage(), frozenset(), {topic.topic_id: topic})
+
+    heap = HeapFreezer(schedule=lambda callback: None, thaw_after_removed=3)
+    gc.unfreeze()
+    try:
+        heap.after_slice()
+        heap.on_metadata_update(removal("small", 6, 2))
+        assert heap.frozen > 0 and not heap.thawed and heap.removed_partitions == 2
+        heap.on_metadata_update(removal("another", 7, 1))  # 3 removed since the freeze: thawed
+        assert heap.frozen == 0 and heap.thawed and heap.removed_partitions == 0
+        heap.after_slice()
+        heap.on_metadata_update(removal("third", 8, 2))  # counted afresh after the freeze
+        assert heap.frozen > 0 and not heap.thawed and heap.removed_partitions == 2
+    finally:
+        heap.stop()
+        gc.unfreeze()
