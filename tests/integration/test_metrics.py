@@ -31,6 +31,9 @@ def test_metrics_endpoint_reports_live_broker(tmp_path):
     assert "odradek_connections_active" in text
     assert "odradek_partitions" in text
     assert 'odradek_log_size_bytes{partition="0",topic="metered"}' in text
+    # The process froze what start-up made out of the collector's full walks (broker/heap.py).
+    frozen = [line for line in text.splitlines() if line.startswith("odradek_gc_frozen_objects ")]
+    assert frozen and float(frozen[0].split()[1]) > 10_000, frozen
 
 
 def _scrape(port: int) -> dict[tuple[str, str], float]:
