@@ -7,6 +7,36 @@ the offsets table changes only when those records are replayed, so a fetch after
 sees it, and a coordinator that loads the partition sees the same table. Deleting an offset writes a
 tombstone for its key.
 
+Reads see what is committed. An OffsetFetch without `require_stable` is, in Kafka's GroupCoordinatorService,
+a read operation: it reads the shard's timeline structures at the partition's last committed offset (its
+high watermark), so an offset whose record is appended but not yet on every in-sync replica is not shown
+to anyone, and nobody is told an offset a change of leader could still take back (the consumer that
+committed it is answered only once it is committed, so it cannot tell the difference; another consumer
+taking over the partition, or an admin listing the group's offsets, could). The same holds for a
+deletion: a tombstone (OffsetDelete, DeleteGroups, retention) hides the offset once it is committed. The
+shard itself replays every record at once (writes validate against the latest state, as Kafka's writes
+do; runtime.py explains why the replicated state runs that far ahead of the high watermark safely), so
+the reads need the offsets as they stood at the high watermark, and Kafka's general snapshot registry
+would be more than that takes: `CommittedView` keeps, for each key changed by a record not committed
+yet, its value at the high watermark and the uncommitted values tagged with the offset the high
+watermark must reach, in log order. The runtime reports the high watermark (`on_committed`), and the
+view folds in and forgets what it has passed, so it holds no more than the offset records not yet
+committed; a key it does not hold reads its latest value, which is then the committed one. The tags come
+from the runtime (`replaying_offset`): the end offset a write's append returned, or, when a partition is
+loaded, the position of each batch the high watermark has not passed yet; records below it are committed.
+A change of leader that truncates the log unloads the shard, the view with it, and the next leader loads
+what survived. A transaction's offsets are pending until its marker, and the marker reaches the
+coordinator once it is committed (WriteTxnMarkers is an acks=all append): they take the key at the high
+watermark at once, unless a newer plain commit holds it there, while records appended after the marker
+and not yet committed stay hidden. A `require_stable` fetch (KIP-447) is a write without records, as in
+Kafka: it reads the latest state and is answered once all of it is committed.
+
+The group itself (and, for a KIP-848 member's fetch, its member epoch) is validated against the latest
+state, where Kafka reads it at the committed offset too; the difference shows only in the error a fetch
+gets while a group's creation, deletion or a member's new epoch is not yet committed, never in an offset
+answered (a group whose records are not committed has no committed offsets, and a deleted group's offsets
+still show until its tombstones are committed).
+
 Who may commit (Kafka's rules):
 - generation -1 with no member id: an admin client or a consumer without group management, accepted
   while the group is empty; an unknown group is created on the fly as a "simple" classic group;
@@ -27,6 +57,7 @@ offsets is deleted.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -76,6 +107,92 @@ class PartitionCommit:
     metadata: str | None
 
 
+_Key = tuple[str, int]  # (topic, partition)
+
+
+class CommittedView:
+    """What `shard.offsets` held at the high watermark, kept only for the keys changed since.
+
+    `shard.offsets` is the latest replayed state (what writes validate against, as Kafka's writes read the
+    latest state). For a key whose latest change is not committed yet, `before` holds the value it had at
+    the high watermark (None: no offset) and `pending` the uncommitted values in log order, each with the
+    offset the high watermark must reach for it to be committed. `advance(committed)` folds those it has
+    reached into `before`, and forgets a key once nothing of it is pending: a key not here reads the same
+    committed as latest. So the view holds one entry per uncommitted offset record and no more.
+    """
+
+    __slots__ = ("before", "pending", "_order", "committed")
+
+    def __init__(self) -> None:
+        self.before: dict[str, dict[_Key, OffsetAndMetadata | None]] = {}
+        self.pending: dict[tuple[str, _Key], deque[tuple[int, OffsetAndMetadata | None]]] = {}
+        self._order: deque[tuple[int, str, _Key]] = deque()  # (commit offset, group, key), in log order
+        self.committed = -1  # the high watermark as last advanced to
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def change(self, group_id: str, key: _Key, value: OffsetAndMetadata | None, at: int | None,
+               latest: OffsetAndMetadata | None) -> None:
+        """The key's latest value becomes `value` (None: deleted) by a record committed at offset `at` (None:
+        committed already); `latest` is its value before the change."""
+        versions = self.pending.get((group_id, key))
+        if versions is not None and (at is None or at <= self.committed):
+            # A committed record after uncommitted ones of the key cannot be, by log order; should it
+            # happen, it becomes visible with them rather than before them.
+            at = versions[-1][0]
+        if at is None or at <= self.committed:
+            return
+        if versions is None:
+            versions = self.pending[(group_id, key)] = deque()
+            self.before.setdefault(group_id, {})[key] = latest
+        versions.append((at, value))
+        self._order.append((at, group_id, key))
+
+    def settle(self, group_id: str, key: _Key, value: OffsetAndMetadata) -> None:
+        """A committed transaction's offset takes the key at the high watermark (if newer than the value
+        there) while uncommitted records after its marker keep the latest value."""
+        before = self.before.get(group_id)
+        if before is None or key not in before:
+            return
+        existing = before[key]
+        if existing is None or value.replayed_as > existing.replayed_as:
+            before[key] = value
+
+    def advance(self, committed: int) -> None:
+        """The high watermark reached `committed`: what it passed is committed now."""
+        if committed <= self.committed:
+            return
+        self.committed = committed
+        order = self._order
+        while order and order[0][0] <= committed:
+            _, group_id, key = order.popleft()
+            versions = self.pending.get((group_id, key))
+            if versions is None:
+                continue
+            before = self.before[group_id]
+            while versions and versions[0][0] <= committed:
+                before[key] = versions.popleft()[1]
+            if not versions:
+                del self.pending[(group_id, key)]
+                del before[key]
+                if not before:
+                    del self.before[group_id]
+
+    def of_group(self, group_id: str, latest: dict[_Key, OffsetAndMetadata]) -> dict[_Key, OffsetAndMetadata]:
+        """The group's offsets at the high watermark, given its latest ones."""
+        before = self.before.get(group_id)
+        if not before:
+            return latest
+        view = dict(latest)
+        for key, value in before.items():
+            if value is None:
+                view.pop(key, None)
+            else:
+                view[key] = value
+        return view
+
+
 class OffsetManager:
     """Commits, fetches, deletes and expires offsets; the table is `shard.offsets`, changed by replay."""
 
@@ -83,6 +200,35 @@ class OffsetManager:
         self.shard = shard
         self.config = shard.config
         self._replayed = 0  # offset records replayed so far: their log order
+        self.committed_view = CommittedView()
+
+    # -- the latest state and the committed one --
+
+    def _set(self, group_id: str, key: _Key, value: OffsetAndMetadata | None) -> None:
+        """The only change of `shard.offsets`: the latest value of the key, and what the view must keep."""
+        offsets = self.shard.offsets
+        group = offsets.get(group_id)
+        latest = group.get(key) if group is not None else None
+        at = self.shard.replaying_offset()
+        if at is not None or self.committed_view:
+            self.committed_view.advance(self.shard.committed_offset())
+        self.committed_view.change(group_id, key, value, at, latest)
+        if value is not None:
+            (group if group is not None else offsets.setdefault(group_id, {}))[key] = value
+        elif group is not None:
+            group.pop(key, None)
+            if not group:
+                del offsets[group_id]
+
+    def on_committed(self, committed_offset: int) -> None:
+        """The partition's high watermark advanced (the runtime's hook)."""
+        self.committed_view.advance(committed_offset)
+
+    def committed_offsets(self, group_id: str) -> dict[_Key, OffsetAndMetadata]:
+        """The group's offsets as of the partition's high watermark (what OffsetFetch answers)."""
+        if self.committed_view:
+            self.committed_view.advance(self.shard.committed_offset())
+        return self.committed_view.of_group(group_id, self.shard.offsets.get(group_id, {}))
 
     # -- replay --
 
@@ -106,13 +252,17 @@ class OffsetManager:
         if not pending or not committed:
             return
         offsets = self.shard.offsets
+        settled = self.shard.replaying_offset() is None  # the marker is committed (runtime.complete_transaction)
+        if settled and self.committed_view:
+            self.committed_view.advance(self.shard.committed_offset())
         for group_id, by_partition in pending.items():
-            committed = offsets.setdefault(group_id, {})
             for key, offset in by_partition.items():
-                existing = committed.get(key)
+                existing = offsets.get(group_id, {}).get(key)
                 if existing is None or offset.replayed_as > existing.replayed_as:
-                    committed[key] = offset
+                    self._set(group_id, key, offset)
                 else:
+                    if settled:
+                        self.committed_view.settle(group_id, key, offset)
                     log.info("transactional offset commit not materialized: a later plain commit holds the partition",
                              producer_id=producer_id, group_id=group_id, topic=key[0], partition=key[1],
                              pending_offset=offset.committed_offset, committed_offset=existing.committed_offset)
@@ -131,16 +281,11 @@ class OffsetManager:
 
     def replay(self, record: CoordinatorRecord) -> None:
         key = record.key
-        offsets = self.shard.offsets
         if record.value is None:
-            group = offsets.get(key.group)
-            if group is not None:
-                group.pop((key.topic, key.partition), None)
-                if not group:
-                    del offsets[key.group]
+            self._set(key.group, (key.topic, key.partition), None)
             self._drop_pending(key.group, (key.topic, key.partition))
             return
-        offsets.setdefault(key.group, {})[(key.topic, key.partition)] = self._offset_of(record.value)
+        self._set(key.group, (key.topic, key.partition), self._offset_of(record.value))
 
     def _drop_pending(self, group_id: str, partition_key: tuple[str, int]) -> None:
         """A tombstone deletes the key's pending offsets too (Kafka's replay of a tombstone): a transaction
@@ -223,10 +368,13 @@ class OffsetManager:
     # -- OffsetFetch --
 
     def fetch(self, group_id: str, member_id: str | None, member_epoch: int,
-              topics: list[tuple[str, list[int]]] | None) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
-        """(group error, [(topic, [(partition, offset or None)])]); `topics` None asks for every offset."""
+              topics: list[tuple[str, list[int]]] | None,
+              latest: bool = False) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
+        """(group error, [(topic, [(partition, offset or None)])]); `topics` None asks for every offset. The
+        offsets at the high watermark, or with `latest` (a require_stable fetch, answered only once all
+        is committed) the latest replayed ones."""
         group = self.shard.group(group_id)
-        committed = self.shard.offsets.get(group_id, {})
+        committed = self.shard.offsets.get(group_id, {}) if latest else self.committed_offsets(group_id)
         if group is not None:
             try:
                 group.validate_offset_fetch(member_id, member_epoch)
