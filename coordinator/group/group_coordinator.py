@@ -117,7 +117,7 @@ class GroupCoordinator:
         self.group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {}
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
             writer, self._new_shard, timer, serialize=serialize, deserialize=deserialize, under_min_isr=under_min_isr,
-            on_shard_committed=lambda shard, offset: shard.offset_manager.on_committed(offset))
+            on_shard_committed=lambda shard, offset: shard.on_committed(offset))
 
     def _new_shard(self, partition: int) -> GroupCoordinatorShard:
         shard = GroupCoordinatorShard(partition, self.config, self.runtime, self.topics)

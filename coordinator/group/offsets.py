@@ -17,9 +17,9 @@ deletion: a tombstone (OffsetDelete, DeleteGroups, retention) hides the offset o
 shard itself replays every record at once (writes validate against the latest state, as Kafka's writes
 do; runtime.py explains why the replicated state runs that far ahead of the high watermark safely), so
 the reads need the offsets as they stood at the high watermark, and Kafka's general snapshot registry
-would be more than that takes: `CommittedView` keeps, for each key changed by a record not committed
-yet, its value at the high watermark and the uncommitted values tagged with the offset the high
-watermark must reach, in log order. The runtime reports the high watermark (`on_committed`), and the
+would be more than that takes: a `CommittedView` (committed.py) keeps, for each key changed by a record
+not committed yet, its value at the high watermark and the uncommitted values tagged with the offset the
+high watermark must reach, in log order. The runtime reports the high watermark (`on_committed`), and the
 view folds in and forgets what it has passed, so it holds no more than the offset records not yet
 committed; a key it does not hold reads its latest value, which is then the committed one. The tags come
 from the runtime (`replaying_offset`): the end offset a write's append returned, or, when a partition is
@@ -31,11 +31,14 @@ watermark at once, unless a newer plain commit holds it there, while records app
 and not yet committed stay hidden. A `require_stable` fetch (KIP-447) is a write without records, as in
 Kafka: it reads the latest state and is answered once all of it is committed.
 
-The group itself (and, for a KIP-848 member's fetch, its member epoch) is validated against the latest
-state, where Kafka reads it at the committed offset too; the difference shows only in the error a fetch
-gets while a group's creation, deletion or a member's new epoch is not yet committed, never in an offset
-answered (a group whose records are not committed has no committed offsets, and a deleted group's offsets
-still show until its tombstones are committed).
+Kafka validates the fetch at the committed offset too (GroupMetadataManager.group(id, committedOffset),
+ConsumerGroup.validateOffsetFetch reading its members there). A KIP-848 member's epoch is checked as
+committed (consumer.py, `validate_offset_fetch`), so a member fetching with the epoch it was told is not
+answered STALE_MEMBER_EPOCH while its next epoch waits for replication. A consumer group whose records
+are not committed checks no member (Kafka finds no group there, or the classic group it was). A group
+deleted by records not committed is not validated at all: it has no members (DeleteGroups requires
+that), and its offsets show until the tombstones are committed. Classic groups are validated against
+their live state, which only ever refuses a Dead group, one already gone from the replicated state.
 
 Who may commit (Kafka's rules):
 - generation -1 with no member id: an admin client or a consumer without group management, accepted
@@ -57,7 +60,6 @@ offsets is deleted.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -66,6 +68,8 @@ import structlog
 from odradek.protocol.errors import ErrorCode
 
 from .classic_group import ClassicGroup, ClassicGroupState
+from .committed import CommittedView
+from .consumer_group import ConsumerGroup
 from .records import CoordinatorRecord, offset_commit_record, offset_commit_tombstone
 from ..runtime import Batch, CoordinatorError, Result
 
@@ -110,89 +114,6 @@ class PartitionCommit:
 _Key = tuple[str, int]  # (topic, partition)
 
 
-class CommittedView:
-    """What `shard.offsets` held at the high watermark, kept only for the keys changed since.
-
-    `shard.offsets` is the latest replayed state (what writes validate against, as Kafka's writes read the
-    latest state). For a key whose latest change is not committed yet, `before` holds the value it had at
-    the high watermark (None: no offset) and `pending` the uncommitted values in log order, each with the
-    offset the high watermark must reach for it to be committed. `advance(committed)` folds those it has
-    reached into `before`, and forgets a key once nothing of it is pending: a key not here reads the same
-    committed as latest. So the view holds one entry per uncommitted offset record and no more.
-    """
-
-    __slots__ = ("before", "pending", "_order", "committed")
-
-    def __init__(self) -> None:
-        self.before: dict[str, dict[_Key, OffsetAndMetadata | None]] = {}
-        self.pending: dict[tuple[str, _Key], deque[tuple[int, OffsetAndMetadata | None]]] = {}
-        self._order: deque[tuple[int, str, _Key]] = deque()  # (commit offset, group, key), in log order
-        self.committed = -1  # the high watermark as last advanced to
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def change(self, group_id: str, key: _Key, value: OffsetAndMetadata | None, at: int | None,
-               latest: OffsetAndMetadata | None) -> None:
-        """The key's latest value becomes `value` (None: deleted) by a record committed at offset `at` (None:
-        committed already); `latest` is its value before the change."""
-        versions = self.pending.get((group_id, key))
-        if versions is not None and (at is None or at <= self.committed):
-            # A committed record after uncommitted ones of the key cannot be, by log order; should it
-            # happen, it becomes visible with them rather than before them.
-            at = versions[-1][0]
-        if at is None or at <= self.committed:
-            return
-        if versions is None:
-            versions = self.pending[(group_id, key)] = deque()
-            self.before.setdefault(group_id, {})[key] = latest
-        versions.append((at, value))
-        self._order.append((at, group_id, key))
-
-    def settle(self, group_id: str, key: _Key, value: OffsetAndMetadata) -> None:
-        """A committed transaction's offset takes the key at the high watermark (if newer than the value
-        there) while uncommitted records after its marker keep the latest value."""
-        before = self.before.get(group_id)
-        if before is None or key not in before:
-            return
-        existing = before[key]
-        if existing is None or value.replayed_as > existing.replayed_as:
-            before[key] = value
-
-    def advance(self, committed: int) -> None:
-        """The high watermark reached `committed`: what it passed is committed now."""
-        if committed <= self.committed:
-            return
-        self.committed = committed
-        order = self._order
-        while order and order[0][0] <= committed:
-            _, group_id, key = order.popleft()
-            versions = self.pending.get((group_id, key))
-            if versions is None:
-                continue
-            before = self.before[group_id]
-            while versions and versions[0][0] <= committed:
-                before[key] = versions.popleft()[1]
-            if not versions:
-                del self.pending[(group_id, key)]
-                del before[key]
-                if not before:
-                    del self.before[group_id]
-
-    def of_group(self, group_id: str, latest: dict[_Key, OffsetAndMetadata]) -> dict[_Key, OffsetAndMetadata]:
-        """The group's offsets at the high watermark, given its latest ones."""
-        before = self.before.get(group_id)
-        if not before:
-            return latest
-        view = dict(latest)
-        for key, value in before.items():
-            if value is None:
-                view.pop(key, None)
-            else:
-                view[key] = value
-        return view
-
-
 class OffsetManager:
     """Commits, fetches, deletes and expires offsets; the table is `shard.offsets`, changed by replay."""
 
@@ -200,7 +121,7 @@ class OffsetManager:
         self.shard = shard
         self.config = shard.config
         self._replayed = 0  # offset records replayed so far: their log order
-        self.committed_view = CommittedView()
+        self.committed_view: CommittedView[_Key, OffsetAndMetadata] = CommittedView()
 
     # -- the latest state and the committed one --
 
@@ -262,7 +183,10 @@ class OffsetManager:
                     self._set(group_id, key, offset)
                 else:
                     if settled:
-                        self.committed_view.settle(group_id, key, offset)
+                        # Committed beneath the newer plain commit that holds the latest value.
+                        held, at_hw = self.committed_view.committed_value(group_id, key)
+                        if held and (at_hw is None or offset.replayed_as > at_hw.replayed_as):
+                            self.committed_view.replace_committed(group_id, key, offset)
                     log.info("transactional offset commit not materialized: a later plain commit holds the partition",
                              producer_id=producer_id, group_id=group_id, topic=key[0], partition=key[1],
                              pending_offset=offset.committed_offset, committed_offset=existing.committed_offset)
@@ -377,7 +301,10 @@ class OffsetManager:
         committed = self.shard.offsets.get(group_id, {}) if latest else self.committed_offsets(group_id)
         if group is not None:
             try:
-                group.validate_offset_fetch(member_id, member_epoch)
+                if isinstance(group, ConsumerGroup) and not latest:
+                    self.shard.consumer.validate_offset_fetch(group, member_id, member_epoch)
+                else:
+                    group.validate_offset_fetch(member_id, member_epoch)
             except CoordinatorError as e:
                 if e.error_code is not ErrorCode.GROUP_ID_NOT_FOUND:
                     return e.error_code, []

@@ -1,4 +1,5 @@
-"""OffsetFetch without require_stable reads the offsets at the high watermark of the group's partition.
+"""OffsetFetch without require_stable reads the offsets (and validates the member) at the high watermark of
+the group's partition.
 
 Kafka's GroupCoordinatorService answers it with a read operation at the partition's last committed offset:
 a commit appended but not yet replicated, a deletion (OffsetDelete, DeleteGroups, retention) likewise, and
@@ -8,7 +9,17 @@ here holds the high watermark (`commit_later`) and `writer.commit(partition, off
 
 from __future__ import annotations
 
+import uuid
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from odradek.coordinator.group.records import deserialize
+from odradek.coordinator.group.shard import GroupCoordinatorShard
+from odradek.coordinator.topics import TopicsImage
+from odradek.protocol.errors import ErrorCode
 from odradek.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
     DeleteGroupsRequest,
     OffsetCommitRequest,
     OffsetDeleteRequest,
@@ -213,3 +224,97 @@ def test_a_write_answered_as_timed_out_still_shows_once_replicated():
     assert fetch_one(h) == -1
     hw(h)
     assert fetch_one(h) == 5
+
+
+# ---------------------------------------------------------------------------------------------------
+# The group and its member epochs are validated at the high watermark too (KIP-848 consumer groups).
+
+def _heartbeat(h: Harness, member_id: str, epoch: int, topics: list[str] | None, group_id: str = G):
+    joining = epoch == 0
+    request = ConsumerGroupHeartbeatRequest(
+        group_id=group_id, member_id=member_id, member_epoch=epoch, instance_id=None,
+        rebalance_timeout_ms=30_000 if topics is not None else -1, subscribed_topic_names=topics,
+        server_assignor=None, topic_partitions=[] if joining else None)
+    return h.gc.consumer_group_heartbeat(request, 1, h.now, "client", "/10.0.0.1")
+
+
+def _consumer_harness() -> Harness:
+    topics = TopicsImage()
+    topics.add("in", 2, uuid.UUID(int=1))
+    topics.add("more", 1, uuid.UUID(int=2))
+    return Harness(commit_later=True, topics=topics)
+
+
+def test_a_member_fetches_with_the_epoch_it_was_told_while_its_next_one_is_not_committed():
+    h = _consumer_harness()
+    joined = _heartbeat(h, "m", 0, ["in"])
+    # A group whose records are not committed: Kafka finds no group at the high watermark, so the fetch
+    # is answered (nothing committed) rather than refused for a member it cannot know yet.
+    assert h.fetch(G, {"in": [0]}, member_id="m", member_epoch=1) == (0, {("in", 0): (-1, -1, "")})
+    hw(h)
+    epoch = joined.result().member_epoch
+    assert h.fetch(G, {"in": [0]}, member_id="m", member_epoch=epoch)[0] == 0
+    # A new subscription bumps the member's epoch in records not yet replicated.
+    bumped = _heartbeat(h, "m", epoch, ["in", "more"])
+    assert not bumped.done
+    assert h.shard(G).consumer_groups[G].members["m"].member_epoch > epoch
+    assert h.fetch(G, {"in": [0]}, member_id="m", member_epoch=epoch)[0] == 0  # not STALE_MEMBER_EPOCH
+    assert h.fetch(G, {"in": [0]}, member_id="m", member_epoch=epoch + 1)[0] == ErrorCode.FENCED_MEMBER_EPOCH
+    assert h.fetch(G, {"in": [0]}, member_id="other", member_epoch=epoch)[0] == ErrorCode.UNKNOWN_MEMBER_ID
+    hw(h)
+    new_epoch = bumped.result().member_epoch
+    assert h.fetch(G, {"in": [0]}, member_id="m", member_epoch=new_epoch)[0] == 0
+    assert h.fetch(G, {"in": [0]}, member_id="m", member_epoch=epoch)[0] == ErrorCode.STALE_MEMBER_EPOCH
+    assert len(h.shard(G).consumer.committed_members) == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# The property: whatever was written and however far the high watermark got, OffsetFetch answers what a
+# shard replaying only the log below the high watermark holds.
+
+GROUPS = ["g", "h"]
+_ops = st.lists(st.one_of(
+    st.tuples(st.just("commit"), st.sampled_from(GROUPS), st.integers(0, 1), st.integers(0, 100)),
+    st.tuples(st.just("offset_delete"), st.sampled_from(GROUPS), st.integers(0, 1)),
+    st.tuples(st.just("delete"), st.sampled_from(GROUPS)),
+    st.tuples(st.just("replicate"), st.integers(0, 3)),
+    st.tuples(st.just("reload"),),
+), max_size=30)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_ops)
+def test_offset_fetch_answers_the_log_below_the_high_watermark(ops):
+    h = Harness(commit_later=True, offsets_topic_num_partitions=1)
+    gc = h.gc
+    boundaries: list[int] = []  # the log's end after each operation: its batches' ends
+    for op in ops:
+        if op[0] == "commit":
+            _, group_id, partition, offset = op
+            topic = OffsetCommitRequest.OffsetCommitRequestTopic
+            gc.offset_commit(OffsetCommitRequest(group_id=group_id, topics=[topic(name="in", partitions=[
+                topic.OffsetCommitRequestPartition(partition_index=partition, committed_offset=offset,
+                                                   committed_metadata="")])]), 8, h.now)
+        elif op[0] == "offset_delete":
+            P = OffsetDeleteRequest.OffsetDeleteRequestTopic
+            gc.offset_delete(OffsetDeleteRequest(group_id=op[1], topics=[P(name="in", partitions=[
+                P.OffsetDeleteRequestPartition(partition_index=op[2])])]), 0, h.now)
+        elif op[0] == "delete":
+            gc.delete_groups(DeleteGroupsRequest(groups_names=[op[1]]), 2, h.now)
+        elif op[0] == "replicate":  # over `op[1]` more batches (a follower fetches whole batches)
+            ends = sorted(set(boundaries))
+            ahead = [end for end in ends if end > h.writer.high_watermark(0)]
+            if ahead and op[1]:
+                h.writer.commit(0, ahead[min(op[1], len(ahead)) - 1])
+        else:
+            gc.shutdown()
+            gc = h.reload()
+        boundaries.append(len(h.writer.logs.get(0, ())))
+        oracle = GroupCoordinatorShard(0, h.config)
+        for key, value in h.writer.logs.get(0, [])[:h.writer.high_watermark(0)]:
+            oracle.replay(deserialize(key, value))
+        for group_id in GROUPS:
+            expected = {k: o.committed_offset for k, o in oracle.offsets.get(group_id, {}).items()}
+            assert {k: o for k, (o, _, _) in h.fetch(group_id, gc=gc)[1].items()} == expected
+    h.writer.commit(0)
+    assert len(gc.shard_for("g").offset_manager.committed_view) == 0
