@@ -52,7 +52,7 @@ partition, the high watermark as last heard (`committed_offset`) and, while it r
 shard, the offset they are committed at (`replaying_offset`: the end offset `append` returned, or at load
 the `LogPosition` of each batch above the high watermark `high_watermark` reported; None once committed),
 and tells the coordinator each advance (`on_shard_committed`). A shard that answers reads at the committed
-offset keeps what it needs for them from those, no more (group/offsets.py, `CommittedView`); nothing else
+offset keeps what it needs for them from those, no more (group/committed.py, `CommittedView`); nothing else
 needs a snapshot of the state.
 
 The high watermark may move inside `append` itself (with one replica it always does). What that
