@@ -30,7 +30,9 @@ through a `PartitionWriter`. `InternalTopicWriter` is that writer for one intern
   held for records now on every in-sync replica. The runtime registers on load and deregisters on unload.
 - `read_all` reads the partition back, batch by batch, for a coordinator loading it: plain records as
   (key, value), records of transactional batches (TxnOffsetCommit) as `TransactionalRecord`s and the
-  transaction markers as `TransactionMarker`s, in log order.
+  transaction markers as `TransactionMarker`s, in log order, each batch's records preceded by its
+  `LogPosition` (the offset after it); with `high_watermark` the runtime tells which of them are not
+  committed yet, which the group coordinator's OffsetFetch must not show (coordinator/group/offsets.py).
 
 `ensure_internal_topic` creates the topic on first use, compacted, with its own segment size and its
 full replication factor, never fewer replicas: while fewer brokers are alive than the factor asks for it
@@ -49,7 +51,7 @@ import structlog
 
 from odradek.coordinator.partitioning import CONSUMER_OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from odradek.protocol.errors import ErrorCode, error_code_of
-from odradek.coordinator.runtime import TransactionalRecord, TransactionMarker
+from odradek.coordinator.runtime import LogPosition, TransactionalRecord, TransactionMarker
 from odradek.protocol.records import ABORT, COMMIT, build_batch, iter_batches, iter_records, parse_control_record
 from odradek.replication.errors import NotEnoughReplicasError, NotLeaderOrFollowerError
 from odradek.metadata.image import MetadataError
@@ -136,6 +138,7 @@ class InternalTopicWriter:
             for pos, header in iter_batches(data):
                 if header.next_offset <= offset:
                     continue
+                yield LogPosition(header.next_offset)
                 batch = memoryview(data)[pos : pos + header.size]
                 if header.is_control:
                     if header.producer_id >= 0:
@@ -155,6 +158,9 @@ class InternalTopicWriter:
                 advanced = True
             if not advanced:
                 break
+
+    def high_watermark(self, partition: int) -> int:
+        return self._partition(partition).high_watermark
 
     def register_listener(self, partition: int, on_committed: Callable[[int, int], None]) -> None:
         """Call `on_committed(partition, high_watermark)` whenever the partition's high watermark advances;

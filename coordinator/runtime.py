@@ -46,6 +46,15 @@ failed is ever missing from, or extra to, the log. Writes with no records that w
 on state that is now committed, and succeed. A client retries (the group coordinator maps the error to
 COORDINATOR_NOT_AVAILABLE), and a retried commit finds its own effect.
 
+Reads at the committed offset. Kafka answers its reads (an OffsetFetch without require_stable) at the
+partition's last committed offset from its snapshot registry. Here the runtime keeps, per loaded
+partition, the high watermark as last heard (`committed_offset`) and, while it replays records into the
+shard, the offset they are committed at (`replaying_offset`: the end offset `append` returned, or at load
+the `LogPosition` of each batch above the high watermark `high_watermark` reported; None once committed),
+and tells the coordinator each advance (`on_shard_committed`). A shard that answers reads at the committed
+offset keeps what it needs for them from those, no more (group/committed.py, `CommittedView`); nothing else
+needs a snapshot of the state.
+
 The high watermark may move inside `append` itself (with one replica it always does). What that
 releases waits until the write's records are replayed: a released callback may write again, and must
 not find the shard behind its log.
@@ -83,6 +92,7 @@ __all__ = [
     "CoordinatorShard",
     "Deferred",
     "InMemoryPartitionWriter",
+    "LogPosition",
     "NotCoordinatorError",
     "PartitionWriter",
     "Result",
@@ -130,6 +140,13 @@ class TransactionalRecord(NamedTuple):
     producer_epoch: int
 
 
+class LogPosition(NamedTuple):
+    """Yielded by `read_all` before the records of each batch: the offset after the batch. The records
+    that follow (up to the next LogPosition) are committed once the high watermark reaches `next_offset`."""
+
+    next_offset: int
+
+
 class TransactionMarker(NamedTuple):
     """A COMMIT or ABORT marker of `producer_id`, as `read_all` yields it."""
 
@@ -175,7 +192,12 @@ class PartitionWriter(Protocol):
         ...
 
     def read_all(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
-        """Every record of the partition, oldest first (after compaction, the latest per key survive)."""
+        """Every record of the partition, oldest first (after compaction, the latest per key survive),
+        each batch's records preceded by the batch's `LogPosition`."""
+        ...
+
+    def high_watermark(self, partition: int) -> int:
+        """The partition's high watermark now: records below it are committed."""
         ...
 
     def register_listener(self, partition: int, on_committed: Callable[[int, int], None]) -> None:
@@ -202,6 +224,7 @@ class InMemoryPartitionWriter:
         self.commit_later = commit_later
         self.fail_next: BaseException | None = None
         self.listeners: dict[int, Callable[[int, int], None]] = {}
+        self.high_watermarks: dict[int, int] = {}  # with commit_later: as `commit` last moved them
 
     def append(self, partition: int, records: list[tuple[bytes | None, bytes | None]], now_ms: int,
                producer: tuple[int, int] | None = None) -> int | None:
@@ -220,7 +243,15 @@ class InMemoryPartitionWriter:
         self.logs.setdefault(partition, []).append(TransactionMarker(producer_id, producer_epoch, committed))
 
     def read_all(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        return iter(list(self.logs.get(partition, ())))
+        """Each entry of the list is its own batch, at the entry's index."""
+        for index, item in enumerate(list(self.logs.get(partition, ()))):
+            yield LogPosition(index + 1)
+            yield item
+
+    def high_watermark(self, partition: int) -> int:
+        if not self.commit_later:
+            return len(self.logs.get(partition, ()))
+        return self.high_watermarks.get(partition, 0)
 
     def register_listener(self, partition: int, on_committed: Callable[[int, int], None]) -> None:
         self.listeners[partition] = on_committed
@@ -230,9 +261,11 @@ class InMemoryPartitionWriter:
 
     def commit(self, partition: int, offset: int | None = None) -> None:
         """The high watermark of `partition` advanced to `offset` (default: the end of its log)."""
+        offset = len(self.logs.get(partition, ())) if offset is None else offset
+        self.high_watermarks[partition] = max(self.high_watermarks.get(partition, 0), offset)
         listener = self.listeners.get(partition)
         if listener is not None:
-            listener(partition, len(self.logs.get(partition, ())) if offset is None else offset)
+            listener(partition, offset)
 
     def compacted(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
         """The partition as log compaction would leave it: the last record per key, tombstones dropped."""
@@ -252,9 +285,10 @@ class _Held:
 
 
 class _ShardContext(Generic[S]):
-    __slots__ = ("partition", "shard", "timers", "held", "last_written_offset", "appending", "committed_in_append")
+    __slots__ = ("partition", "shard", "timers", "held", "last_written_offset", "appending", "committed_in_append",
+                 "committed_offset", "replaying")
 
-    def __init__(self, partition: int, shard: S) -> None:
+    def __init__(self, partition: int, shard: S, committed_offset: int) -> None:
         self.partition = partition
         self.shard = shard
         self.timers: dict[Any, TimerTask] = {}
@@ -262,6 +296,8 @@ class _ShardContext(Generic[S]):
         self.last_written_offset: int | None = None
         self.appending = False  # inside the writer's append: a commit heard now is acted on after replay
         self.committed_in_append: int | None = None
+        self.committed_offset = committed_offset  # the high watermark, as last heard
+        self.replaying: int | None = None  # while records are replayed: the offset they commit at (None: committed)
 
 
 class CoordinatorRuntime(Generic[S]):
@@ -270,8 +306,12 @@ class CoordinatorRuntime(Generic[S]):
     def __init__(self, writer: PartitionWriter, shard_factory: Callable[[int], S], timer: Timer, *,
                  serialize: Callable[[Record], KeyValue],
                  deserialize: Callable[[bytes | None, bytes | None], Record | None],
-                 under_min_isr: Callable[[int], bool] | None = None) -> None:
+                 under_min_isr: Callable[[int], bool] | None = None,
+                 on_shard_committed: Callable[[S, int], None] | None = None) -> None:
         self._writer = writer
+        # Told (shard, high watermark) each time a loaded partition's high watermark advances, after what it
+        # released: a shard that answers reads at the committed offset forgets what is committed now.
+        self._on_shard_committed = on_shard_committed
         self._under_min_isr = under_min_isr  # partition -> is its ISR below min.insync.replicas now?
         self._serialize = serialize
         self._deserialize = deserialize  # returns None for a record the coordinator skips (a type it does not know)
@@ -295,18 +335,32 @@ class CoordinatorRuntime(Generic[S]):
         """Build the partition's shard by replaying its log; replaces a shard already loaded."""
         self.unload(partition)
         shard = self._shard_factory(partition)
-        for item in self._writer.read_all(partition):
-            if type(item) is TransactionMarker:
-                shard.replay_end_transaction(item.producer_id, item.committed)
-                continue
-            record = self._deserialize(item[0], item[1])
-            if record is None:
-                continue
-            if type(item) is TransactionalRecord:
-                shard.replay_transactional(item.producer_id, item.producer_epoch, record)
-            else:
-                shard.replay(record)
-        self._contexts[partition] = _ShardContext(partition, shard)
+        high_watermark = self._writer.high_watermark(partition)
+        context = _ShardContext(partition, shard, high_watermark)
+        # Registered while it replays, so the shard can ask `replaying_offset` (nothing else runs meanwhile:
+        # loading is one synchronous pass).
+        self._contexts[partition] = context
+        try:
+            for item in self._writer.read_all(partition):
+                kind = type(item)
+                if kind is LogPosition:
+                    # A batch above the high watermark at load is not committed yet either.
+                    context.replaying = item[0] if item[0] > high_watermark else None
+                    continue
+                if kind is TransactionMarker:
+                    shard.replay_end_transaction(item.producer_id, item.committed)
+                    continue
+                record = self._deserialize(item[0], item[1])
+                if record is None:
+                    continue
+                if kind is TransactionalRecord:
+                    shard.replay_transactional(item.producer_id, item.producer_epoch, record)
+                else:
+                    shard.replay(record)
+        except BaseException:
+            del self._contexts[partition]
+            raise
+        context.replaying = None
         self._writer.register_listener(partition, self.on_committed)
         self._tick(now_ms)
         shard.on_loaded(now_ms)
@@ -338,6 +392,20 @@ class CoordinatorRuntime(Generic[S]):
         return context.shard
 
     # -- operations --
+
+    def committed_offset(self, partition: int) -> int:
+        """The partition's high watermark as last heard: the records below it are committed."""
+        context = self._contexts.get(partition)
+        if context is None:
+            raise NotCoordinatorError(f"this broker does not coordinate partition {partition}")
+        return context.committed_offset
+
+    def replaying_offset(self, partition: int) -> int | None:
+        """While the runtime replays records into the partition's shard (a write, or loading), the offset
+        the high watermark must reach for them to be committed; None when they are committed already (and
+        when nothing is being replayed)."""
+        context = self._contexts.get(partition)
+        return context.replaying if context is not None else None
 
     def read(self, partition: int, fn: Callable[[S], T]) -> T:
         """Run a read-only function on the shard (raises NotCoordinatorError if it is not loaded)."""
@@ -406,13 +474,17 @@ class CoordinatorRuntime(Generic[S]):
                 callback(e)
             deferred.fail(e)
             return deferred
-        if result.producer is None:
-            for record in result.records:
-                context.shard.replay(record)
-        else:
-            producer_id, producer_epoch = result.producer
-            for record in result.records:
-                context.shard.replay_transactional(producer_id, producer_epoch, record)
+        context.replaying = offset
+        try:
+            if result.producer is None:
+                for record in result.records:
+                    context.shard.replay(record)
+            else:
+                producer_id, producer_epoch = result.producer
+                for record in result.records:
+                    context.shard.replay_transactional(producer_id, producer_epoch, record)
+        finally:
+            context.replaying = None
         if offset is not None:
             context.last_written_offset = offset
         self._commit_heard_in_append(context)
@@ -452,6 +524,9 @@ class CoordinatorRuntime(Generic[S]):
         context = self._contexts.get(partition)
         if context is None:
             return
+        if committed_offset > context.committed_offset:
+            # At once, even inside an append: the records the write replays next are tagged against it.
+            context.committed_offset = committed_offset
         if context.appending:
             previous = context.committed_in_append
             context.committed_in_append = committed_offset if previous is None else max(previous, committed_offset)
@@ -468,10 +543,14 @@ class CoordinatorRuntime(Generic[S]):
                 self._fail(held.result, held.deferred, after_append_error)
             else:
                 self._release(held.result, held.deferred)
+        if self._on_shard_committed is not None:
+            self._on_shard_committed(context.shard, context.committed_offset)
 
     def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> None:
-        """A marker of `producer_id` was written to `partition` (by the partition's WriteTxnMarkers): its
-        pending transactional records take effect (commit) or are dropped (abort)."""
+        """A marker of `producer_id` was written to `partition` and is committed (the partition's
+        WriteTxnMarkers is an acks=all append and tells the coordinator once it is replicated): its
+        pending transactional records take effect (commit) or are dropped (abort). Replayed as committed
+        (`replaying_offset` None), though records appended after the marker may still be waiting."""
         self.shard(partition).replay_end_transaction(producer_id, committed)
 
     # -- timers --

@@ -48,6 +48,7 @@ from .consumer_group import (
     MemberState,
     owned_from_request,
     reconcile,
+    validate_member_epoch,
 )
 from .records import (
     ConsumerGroupMemberMetadataValue,
@@ -65,6 +66,7 @@ from .records import (
     target_assignment_member_tombstone,
 )
 from ..runtime import Batch, CoordinatorError, Result
+from .committed import CommittedView
 
 if TYPE_CHECKING:
     from .shard import GroupCoordinatorShard
@@ -85,10 +87,23 @@ def _assignment_from(topic_partitions) -> Assignment:
     return {tp.topic_id: frozenset(tp.partitions) for tp in topic_partitions if tp.partitions}
 
 
+# Records keyed by a member (their key has a member_id).
+_MEMBER_RECORDS = (
+    RecordType.CONSUMER_GROUP_MEMBER_METADATA,
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+)
+_GROUP = None  # the committed view's key for the group's own existence (a member's key is its id)
+
+
 class ConsumerGroupManager:
     def __init__(self, shard: GroupCoordinatorShard) -> None:
         self.shard = shard
         self.config = shard.config
+        # What OffsetFetch validates, as Kafka does, at the high watermark (committed.py): whether each
+        # group existed as a consumer group then (key None, value 0) and its members' epochs (key: member
+        # id; None: not a member), for the groups changed by records not committed yet.
+        self.committed_members: CommittedView[str | None, int] = CommittedView()
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -98,6 +113,52 @@ class ConsumerGroupManager:
     # Replay
 
     def replay(self, record: CoordinatorRecord) -> None:
+        at = self.shard.replaying_offset()
+        view = self.committed_members
+        if at is None and not view:
+            self._replay(record)
+            return
+        view.advance(self.shard.committed_offset())
+        group_id = record.key.group_id
+        member_id = record.key.member_id if record.type in _MEMBER_RECORDS else None
+        existed, epoch = self._fetch_state(group_id, member_id)
+        self._replay(record)
+        exists, new_epoch = self._fetch_state(group_id, member_id)
+        if exists != existed:
+            view.change(group_id, _GROUP, exists, at, existed)
+        if member_id is not None and new_epoch != epoch:
+            view.change(group_id, member_id, new_epoch, at, epoch)
+
+    def _fetch_state(self, group_id: str, member_id: str | None) -> tuple[int | None, int | None]:
+        """(0 if the group exists else None, the member's epoch or None): what OffsetFetch validates."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None, None
+        member = group.members.get(member_id) if member_id is not None else None
+        return 0, (member.member_epoch if member is not None else None)
+
+    def validate_offset_fetch(self, group: ConsumerGroup, member_id: str | None, member_epoch: int) -> None:
+        """ConsumerGroup.validate_offset_fetch at the high watermark, as Kafka's read operation validates:
+        a member's epoch as committed (a new epoch is told to the member only once it is committed, so a
+        fetch with the one it knows must not be STALE_MEMBER_EPOCH meanwhile). A group that was not a
+        consumer group at the high watermark checks no member: Kafka finds no group there (an empty answer)
+        or the classic group it was (no member to check), and its offsets there are what is answered."""
+        view = self.committed_members
+        if not view:
+            group.validate_offset_fetch(member_id, member_epoch)
+            return
+        view.advance(self.shard.committed_offset())
+        if view.get(group.group_id, _GROUP, 0) is None:
+            return
+        if member_epoch < 0 and member_id is None:
+            return
+        member = group.members.get(member_id or "")
+        committed_epoch = view.get(group.group_id, member_id or "", member.member_epoch if member is not None else None)
+        if committed_epoch is None:
+            raise CoordinatorError(f"unknown member {member_id}", ErrorCode.UNKNOWN_MEMBER_ID)
+        validate_member_epoch(member_epoch, committed_epoch)
+
+    def _replay(self, record: CoordinatorRecord) -> None:
         key, value = record.key, record.value
         group: ConsumerGroup | None
         t = record.type

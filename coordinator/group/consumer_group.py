@@ -45,6 +45,7 @@ __all__ = [
     "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
     "MemberState",
     "reconcile",
+    "validate_member_epoch",
 ]
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -179,7 +180,7 @@ class ConsumerGroup:
         if not is_transactional and api_version < 9:
             raise CoordinatorError("members of a consumer group commit with OffsetCommit v9+",
                                    ErrorCode.UNSUPPORTED_VERSION)
-        _validate_member_epoch(member_epoch, member.member_epoch)
+        validate_member_epoch(member_epoch, member.member_epoch)
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> None:
         if member_epoch < 0 and member_id is None:
@@ -187,7 +188,7 @@ class ConsumerGroup:
         member = self.members.get(member_id or "")
         if member is None:
             raise CoordinatorError(f"unknown member {member_id}", ErrorCode.UNKNOWN_MEMBER_ID)
-        _validate_member_epoch(member_epoch, member.member_epoch)
+        validate_member_epoch(member_epoch, member.member_epoch)
 
     def validate_offset_delete(self) -> None:
         return None
@@ -197,7 +198,7 @@ class ConsumerGroup:
             raise CoordinatorError("the group is not empty", ErrorCode.NON_EMPTY_GROUP)
 
 
-def _validate_member_epoch(received: int, expected: int) -> None:
+def validate_member_epoch(received: int, expected: int) -> None:
     if received > expected:
         raise CoordinatorError(f"member epoch {received} is ahead of {expected}", ErrorCode.FENCED_MEMBER_EPOCH)
     if received < expected:

@@ -116,7 +116,8 @@ class GroupCoordinator:
         # A group's dynamic GROUP configs (the broker reads them from the metadata image); none by default.
         self.group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {}
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
-            writer, self._new_shard, timer, serialize=serialize, deserialize=deserialize, under_min_isr=under_min_isr)
+            writer, self._new_shard, timer, serialize=serialize, deserialize=deserialize, under_min_isr=under_min_isr,
+            on_shard_committed=lambda shard, offset: shard.on_committed(offset))
 
     def _new_shard(self, partition: int) -> GroupCoordinatorShard:
         shard = GroupCoordinatorShard(partition, self.config, self.runtime, self.topics)
@@ -289,7 +290,7 @@ class GroupCoordinator:
         require_stable = version >= 7 and request.require_stable
         if version <= 7:
             topics = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-            error, results = self._fetch_group(request.group_id, None, -1, topics)
+            error, results = self._fetch_group(request.group_id, None, -1, topics, require_stable)
             response = _fetch_response_v1_to_v7(version, error, results, topics)
             if not require_stable:
                 return response
@@ -303,7 +304,8 @@ class GroupCoordinator:
         waits = []
         for group in request.groups:
             topics = None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
-            error, results = self._fetch_group(group.group_id, group.member_id, group.member_epoch, topics)
+            error, results = self._fetch_group(group.group_id, group.member_id, group.member_epoch, topics,
+                                               require_stable)
             groups.append(_fetch_group_response(group.group_id, error, results))
             if require_stable:
                 self._mark_unstable(group.group_id, groups[-1].topics)
@@ -374,12 +376,12 @@ class GroupCoordinator:
         if self.runtime.is_loaded(partition):
             self.runtime.complete_transaction(partition, producer_id, committed)
 
-    def _fetch_group(self, group_id: str, member_id: str | None, member_epoch: int, topics):
+    def _fetch_group(self, group_id: str, member_id: str | None, member_epoch: int, topics, require_stable: bool):
         try:
             shard = self.shard_for(group_id)
         except CoordinatorError as e:
             return e.error_code, []
-        return shard.offset_manager.fetch(group_id, member_id, member_epoch, topics)
+        return shard.offset_manager.fetch(group_id, member_id, member_epoch, topics, latest=require_stable)
 
     def offset_delete(self, request, version: int, now_ms: int) -> Deferred[OffsetDeleteResponse]:
         topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]

@@ -7,6 +7,39 @@ the offsets table changes only when those records are replayed, so a fetch after
 sees it, and a coordinator that loads the partition sees the same table. Deleting an offset writes a
 tombstone for its key.
 
+Reads see what is committed. An OffsetFetch without `require_stable` is, in Kafka's GroupCoordinatorService,
+a read operation: it reads the shard's timeline structures at the partition's last committed offset (its
+high watermark), so an offset whose record is appended but not yet on every in-sync replica is not shown
+to anyone, and nobody is told an offset a change of leader could still take back (the consumer that
+committed it is answered only once it is committed, so it cannot tell the difference; another consumer
+taking over the partition, or an admin listing the group's offsets, could). The same holds for a
+deletion: a tombstone (OffsetDelete, DeleteGroups, retention) hides the offset once it is committed. The
+shard itself replays every record at once (writes validate against the latest state, as Kafka's writes
+do; runtime.py explains why the replicated state runs that far ahead of the high watermark safely), so
+the reads need the offsets as they stood at the high watermark, and Kafka's general snapshot registry
+would be more than that takes: a `CommittedView` (committed.py) keeps, for each key changed by a record
+not committed yet, its value at the high watermark and the uncommitted values tagged with the offset the
+high watermark must reach, in log order. The runtime reports the high watermark (`on_committed`), and the
+view folds in and forgets what it has passed, so it holds no more than the offset records not yet
+committed; a key it does not hold reads its latest value, which is then the committed one. The tags come
+from the runtime (`replaying_offset`): the end offset a write's append returned, or, when a partition is
+loaded, the position of each batch the high watermark has not passed yet; records below it are committed.
+A change of leader that truncates the log unloads the shard, the view with it, and the next leader loads
+what survived. A transaction's offsets are pending until its marker, and the marker reaches the
+coordinator once it is committed (WriteTxnMarkers is an acks=all append): they take the key at the high
+watermark at once, unless a newer plain commit holds it there, while records appended after the marker
+and not yet committed stay hidden. A `require_stable` fetch (KIP-447) is a write without records, as in
+Kafka: it reads the latest state and is answered once all of it is committed.
+
+Kafka validates the fetch at the committed offset too (GroupMetadataManager.group(id, committedOffset),
+ConsumerGroup.validateOffsetFetch reading its members there). A KIP-848 member's epoch is checked as
+committed (consumer.py, `validate_offset_fetch`), so a member fetching with the epoch it was told is not
+answered STALE_MEMBER_EPOCH while its next epoch waits for replication. A consumer group whose records
+are not committed checks no member (Kafka finds no group there, or the classic group it was). A group
+deleted by records not committed is not validated at all: it has no members (DeleteGroups requires
+that), and its offsets show until the tombstones are committed. Classic groups are validated against
+their live state, which only ever refuses a Dead group, one already gone from the replicated state.
+
 Who may commit (Kafka's rules):
 - generation -1 with no member id: an admin client or a consumer without group management, accepted
   while the group is empty; an unknown group is created on the fly as a "simple" classic group;
@@ -35,6 +68,8 @@ import structlog
 from odradek.protocol.errors import ErrorCode
 
 from .classic_group import ClassicGroup, ClassicGroupState
+from .committed import CommittedView
+from .consumer_group import ConsumerGroup
 from .records import CoordinatorRecord, offset_commit_record, offset_commit_tombstone
 from ..runtime import Batch, CoordinatorError, Result
 
@@ -76,6 +111,9 @@ class PartitionCommit:
     metadata: str | None
 
 
+_Key = tuple[str, int]  # (topic, partition)
+
+
 class OffsetManager:
     """Commits, fetches, deletes and expires offsets; the table is `shard.offsets`, changed by replay."""
 
@@ -83,6 +121,35 @@ class OffsetManager:
         self.shard = shard
         self.config = shard.config
         self._replayed = 0  # offset records replayed so far: their log order
+        self.committed_view: CommittedView[_Key, OffsetAndMetadata] = CommittedView()
+
+    # -- the latest state and the committed one --
+
+    def _set(self, group_id: str, key: _Key, value: OffsetAndMetadata | None) -> None:
+        """The only change of `shard.offsets`: the latest value of the key, and what the view must keep."""
+        offsets = self.shard.offsets
+        group = offsets.get(group_id)
+        latest = group.get(key) if group is not None else None
+        at = self.shard.replaying_offset()
+        if at is not None or self.committed_view:
+            self.committed_view.advance(self.shard.committed_offset())
+        self.committed_view.change(group_id, key, value, at, latest)
+        if value is not None:
+            (group if group is not None else offsets.setdefault(group_id, {}))[key] = value
+        elif group is not None:
+            group.pop(key, None)
+            if not group:
+                del offsets[group_id]
+
+    def on_committed(self, committed_offset: int) -> None:
+        """The partition's high watermark advanced (the runtime's hook)."""
+        self.committed_view.advance(committed_offset)
+
+    def committed_offsets(self, group_id: str) -> dict[_Key, OffsetAndMetadata]:
+        """The group's offsets as of the partition's high watermark (what OffsetFetch answers)."""
+        if self.committed_view:
+            self.committed_view.advance(self.shard.committed_offset())
+        return self.committed_view.of_group(group_id, self.shard.offsets.get(group_id, {}))
 
     # -- replay --
 
@@ -106,13 +173,20 @@ class OffsetManager:
         if not pending or not committed:
             return
         offsets = self.shard.offsets
+        settled = self.shard.replaying_offset() is None  # the marker is committed (runtime.complete_transaction)
+        if settled and self.committed_view:
+            self.committed_view.advance(self.shard.committed_offset())
         for group_id, by_partition in pending.items():
-            committed = offsets.setdefault(group_id, {})
             for key, offset in by_partition.items():
-                existing = committed.get(key)
+                existing = offsets.get(group_id, {}).get(key)
                 if existing is None or offset.replayed_as > existing.replayed_as:
-                    committed[key] = offset
+                    self._set(group_id, key, offset)
                 else:
+                    if settled:
+                        # Committed beneath the newer plain commit that holds the latest value.
+                        held, at_hw = self.committed_view.committed_value(group_id, key)
+                        if held and (at_hw is None or offset.replayed_as > at_hw.replayed_as):
+                            self.committed_view.replace_committed(group_id, key, offset)
                     log.info("transactional offset commit not materialized: a later plain commit holds the partition",
                              producer_id=producer_id, group_id=group_id, topic=key[0], partition=key[1],
                              pending_offset=offset.committed_offset, committed_offset=existing.committed_offset)
@@ -131,16 +205,11 @@ class OffsetManager:
 
     def replay(self, record: CoordinatorRecord) -> None:
         key = record.key
-        offsets = self.shard.offsets
         if record.value is None:
-            group = offsets.get(key.group)
-            if group is not None:
-                group.pop((key.topic, key.partition), None)
-                if not group:
-                    del offsets[key.group]
+            self._set(key.group, (key.topic, key.partition), None)
             self._drop_pending(key.group, (key.topic, key.partition))
             return
-        offsets.setdefault(key.group, {})[(key.topic, key.partition)] = self._offset_of(record.value)
+        self._set(key.group, (key.topic, key.partition), self._offset_of(record.value))
 
     def _drop_pending(self, group_id: str, partition_key: tuple[str, int]) -> None:
         """A tombstone deletes the key's pending offsets too (Kafka's replay of a tombstone): a transaction
@@ -223,13 +292,19 @@ class OffsetManager:
     # -- OffsetFetch --
 
     def fetch(self, group_id: str, member_id: str | None, member_epoch: int,
-              topics: list[tuple[str, list[int]]] | None) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
-        """(group error, [(topic, [(partition, offset or None)])]); `topics` None asks for every offset."""
+              topics: list[tuple[str, list[int]]] | None,
+              latest: bool = False) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
+        """(group error, [(topic, [(partition, offset or None)])]); `topics` None asks for every offset. The
+        offsets at the high watermark, or with `latest` (a require_stable fetch, answered only once all
+        is committed) the latest replayed ones."""
         group = self.shard.group(group_id)
-        committed = self.shard.offsets.get(group_id, {})
+        committed = self.shard.offsets.get(group_id, {}) if latest else self.committed_offsets(group_id)
         if group is not None:
             try:
-                group.validate_offset_fetch(member_id, member_epoch)
+                if isinstance(group, ConsumerGroup) and not latest:
+                    self.shard.consumer.validate_offset_fetch(group, member_id, member_epoch)
+                else:
+                    group.validate_offset_fetch(member_id, member_epoch)
             except CoordinatorError as e:
                 if e.error_code is not ErrorCode.GROUP_ID_NOT_FOUND:
                     return e.error_code, []

@@ -276,6 +276,21 @@ class GroupCoordinatorShard:
             now_ms = self.now_ms()
             self._runtime.write(self.partition, lambda shard: op(shard, now_ms), now_ms)
 
+    def on_committed(self, committed_offset: int) -> None:
+        """The partition's high watermark advanced (the runtime's hook): the views of what is committed
+        (committed.py) forget what it passed."""
+        self.offset_manager.on_committed(committed_offset)
+        self.consumer.committed_members.advance(committed_offset)
+
+    def replaying_offset(self) -> int | None:
+        """While the runtime replays records into this shard: the offset they are committed at (None: they
+        are committed; always None without a runtime)."""
+        return self._runtime.replaying_offset(self.partition) if self._runtime is not None else None
+
+    def committed_offset(self) -> int:
+        """The partition's high watermark as the runtime last heard it (-1 without a runtime)."""
+        return self._runtime.committed_offset(self.partition) if self._runtime is not None else -1
+
     def now_ms(self) -> int:
         return self._runtime.clock_ms if self._runtime is not None else 0
 

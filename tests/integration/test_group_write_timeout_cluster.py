@@ -2,8 +2,9 @@
 topic at RF=3, and a follower of the group's partition that stops fetching while staying in the ISR
 (replica.lag.time.max.ms far away), so the commit's acks=all write cannot complete. The commit is answered
 COORDINATOR_NOT_AVAILABLE after the timeout instead of hanging (Kafka's group coordinator write timeout,
-mapped by handleOperationException); when the follower fetches again, the record it could not wait for
-takes effect."""
+mapped by handleOperationException); until the follower fetches again OffsetFetch still answers the
+offset committed before (it reads at the high watermark); then the record it could not wait for takes
+effect."""
 
 from __future__ import annotations
 
@@ -86,6 +87,9 @@ async def test_a_commit_that_cannot_be_replicated_is_answered_after_the_timeout(
         await lagging.replica_fetchers.shutdown()
         answer = await asyncio.wait_for(conn.request(commit_request("g", 7), 8), timeout=60)
         assert answer.topics[0].partitions[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        # Its record is in the leader's log, above the high watermark: OffsetFetch reads at the high
+        # watermark (Kafka's read operation), so nobody is told an offset a new leader could take back.
+        assert await committed(conn, "g") == 5
 
         # It fetches again: the record the commit could not wait for is replicated and takes effect.
         fetchers = ReplicaFetcherManager(node_id=lagging.node_id, config=lagging.config, data=lagging.data,

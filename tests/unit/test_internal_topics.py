@@ -71,13 +71,17 @@ def test_responses_wait_until_a_follower_moves_the_high_watermark(hosted):
     second = gc.offset_commit(commit_request("g", 6), 8, NOW)
     assert partition.log_end_offset == 2 and partition.high_watermark == 0
     assert not first.done and not second.done
-    assert fetched(gc, "g") == {("t", 0): 6}  # replayed at once; only the answers wait
+    # Replayed at once, but OffsetFetch reads at the high watermark (Kafka's read operation): nobody is
+    # told an offset a change of leader could take back.
+    assert fetched(gc, "g") == {}
 
     partition.update_follower_fetch_state(2, 1, NOW)  # the follower holds the first record
     assert partition.high_watermark == 1
     assert first.result().topics[0].partitions[0].error_code == 0 and not second.done
+    assert fetched(gc, "g") == {("t", 0): 5}
     partition.update_follower_fetch_state(2, 2, NOW)
     assert second.result().topics[0].partitions[0].error_code == 0
+    assert fetched(gc, "g") == {("t", 0): 6}
 
 
 def test_resigning_deregisters_the_listener_and_a_reload_reads_the_log_back(hosted):
@@ -92,6 +96,24 @@ def test_resigning_deregisters_the_listener_and_a_reload_reads_the_log_back(host
     again.startup(NOW)
     assert fetched(again, "g") == {("t", 0): 7}
     assert len(partition._listeners) == 1
+
+
+def test_a_reload_reads_what_is_above_the_high_watermark_as_not_committed(hosted):
+    """Loading replays the whole log, but a batch above the partition's high watermark is not committed
+    yet: OffsetFetch shows the offset once the high watermark passes it, as after a write."""
+    gc, partition, writer = hosted([1, 2])
+    gc.offset_commit(commit_request("g", 5), 8, NOW)
+    partition.update_follower_fetch_state(2, 1, NOW)
+    gc.offset_commit(commit_request("g", 6), 8, NOW)
+    gc.on_resigned(0)
+    assert (partition.high_watermark, partition.log_end_offset) == (1, 2)
+
+    again = GroupCoordinator(writer, Timer(start_ms=NOW), GroupCoordinatorConfig(offsets_topic_num_partitions=1))
+    again.startup(NOW)
+    assert fetched(again, "g") == {("t", 0): 5}
+    partition.update_follower_fetch_state(2, 2, NOW)
+    assert fetched(again, "g") == {("t", 0): 6}
+    assert len(again.shard_for("g").offset_manager.committed_view) == 0
 
 
 # ---------------------------------------------------------------------------------------------------
