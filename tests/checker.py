@@ -271,6 +271,7 @@ class LsoWatch:
     def __init__(self) -> None:
         self._stalled_since: dict = {}  # partition -> (lso, first time seen stalled there)
         self.longest: dict = {}  # partition -> longest stall seen (seconds)
+        self.longest_at: dict = {}  # partition -> (lso, hw, first seen, last seen) of that stall, for a failure
 
     def observe(self, now_s: float, partition, lso: int, hw: int) -> None:
         if lso >= hw:
@@ -280,7 +281,9 @@ class LsoWatch:
         if stalled is None or stalled[0] != lso:
             self._stalled_since[partition] = (lso, now_s)
             stalled = self._stalled_since[partition]
-        self.longest[partition] = max(self.longest.get(partition, 0.0), now_s - stalled[1])
+        if now_s - stalled[1] >= self.longest.get(partition, 0.0):
+            self.longest[partition] = now_s - stalled[1]
+            self.longest_at[partition] = (lso, hw, stalled[1], now_s)
 
     def longest_s(self) -> float:
         return max(self.longest.values(), default=0.0)

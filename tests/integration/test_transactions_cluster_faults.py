@@ -933,7 +933,9 @@ class Run:
         assert report.problems() == {}, report.summary() + f" {report.problems()}" + self.logs()
         # The LSO always moves on: no stall longer than the longest transaction timeout plus a failover.
         bound_s = max(APP_TXN_TIMEOUT_MS, PLAIN_TXN_TIMEOUT_MS) / 1000 + LSO_SLACK_S
-        assert longest_s < bound_s, f"the LSO of {OUT} stood still for {longest_s:.1f} s ({self.lso.watch.longest})"
+        assert longest_s < bound_s, (
+            f"the LSO of {OUT} stood still for {longest_s:.1f} s ({self.lso.watch.longest}; per partition (LSO, HW, "
+            f"first, last seen, monotonic): {self.lso.watch.longest_at}; now {time.monotonic():.1f})" + self.logs())
         assert report.committed > 0 and report.aborted > 0
 
     def close(self) -> None:
@@ -1012,7 +1014,7 @@ def test_exactly_once_random_faults_loop(run):
         steps = [getattr(Run, name) for name in only.split(",")]
     for round_ in range(rounds):
         step = rng.choice(steps)
-        print(f"round {round_}: {step.__name__}")
+        print(f"round {round_}: {step.__name__} (at {time.monotonic():.1f}, monotonic)")
         step(run, rng)
     run.finish()
 
