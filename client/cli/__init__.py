@@ -207,9 +207,10 @@ NEEDS_CONTROLLER = frozenset({
     security.acl_remove, security.quota_set,
 })
 CAUSE_PROBE_S = 3.0
-"""How long the explanation of a timed-out controller command may take at most (and at most half the
---timeout): after the command's own bound has passed, a DescribeQuorum to every bootstrap address at once,
-which a node that knows no quorum leader answers at once."""
+"""How much of the --timeout (at most, and at most half of it) the explanation of a controller command may
+use: a DescribeQuorum to every bootstrap address at once, which a node that knows no quorum leader answers at
+once. It is asked over the last part of the --timeout, while the command may still finish, so that the whole
+command still ends by the --timeout."""
 
 
 async def _within_timeout(args: argparse.Namespace, command: Any) -> int:
@@ -223,41 +224,76 @@ async def _within_timeout(args: argparse.Namespace, command: Any) -> int:
     client's, or the broker's REQUEST_TIMED_OUT (what Kafka's broker answers a forwarded request no
     controller took in time), is explained when the cause is that the controller quorum has no leader (a
     majority of the controllers is down or cut off): the error says so, in the broker's words, and where to
-    look, rather than naming only the address that did not answer in time. The exit code stays the one of
-    the timeout (3, or 1 for the broker's answer)."""
+    look, rather than naming only the address that did not answer in time. The question is asked within the
+    --timeout (`_CauseProbe`). The exit code stays the one of the timeout (3, or 1 for the broker's answer)."""
     if args.handler in STREAMING:
         return int(await command)
     what = " ".join(str(getattr(args, name)) for name in ("command", "action") if getattr(args, name, None))
-    deadline = asyncio.timeout(args.timeout)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + args.timeout
+    probe = _CauseProbe(args, end) if args.handler in NEEDS_CONTROLLER else None
+    deadline = asyncio.timeout_at(end)
     try:
         async with deadline:
             return int(await command)
     except TimeoutError:
         if not deadline.expired():
             raise  # a timeout of the command's own, with its own message
-        cause = await _controller_cause(args)
+        cause = await _answer(probe)
         raise KafkaTimeoutError(f"--timeout {args.timeout:g} s passed before `{what}` was done "
                                 + (f"({cause})" if cause else
                                    f"(no answer from the cluster at {args.bootstrap_server} in time)")) from None
     except KafkaTimeoutError as e:
-        cause = await _controller_cause(args)
+        cause = await _answer(probe)
         if cause is None:
             raise
         raise KafkaTimeoutError(f"`{what}` timed out: {cause}") from e
     except KafkaError as e:
-        if e.code is not ErrorCode.REQUEST_TIMED_OUT or (cause := await _controller_cause(args)) is None:
+        if e.code is not ErrorCode.REQUEST_TIMED_OUT or (cause := await _answer(probe)) is None:
             raise
         raise KafkaError(e.code, cause, context=e.context) from e
+    finally:
+        if probe is not None:
+            await probe.cancel()
 
 
-async def _controller_cause(args: argparse.Namespace) -> str | None:
-    """For a command that needs the controller: a sentence saying the controller quorum has no leader (with the
-    broker's own words) when a broker says so within CAUSE_PROBE_S (or half the --timeout), else None."""
-    if args.handler not in NEEDS_CONTROLLER:
+class _CauseProbe:
+    """The controller-quorum question of one controller command, asked inside its --timeout (which ends at
+    `end`, loop time): started on its own CAUSE_PROBE_S (or half the --timeout) before the end, while the
+    command may still finish, or at once when the command times out earlier; its answer is due by the end."""
+
+    def __init__(self, args: argparse.Namespace, end: float) -> None:
+        self.args, self.end = args, end
+        self.task: asyncio.Task | None = None
+        loop = asyncio.get_running_loop()
+        self._start_later = loop.call_at(end - min(CAUSE_PROBE_S, args.timeout / 2), self.start)
+
+    def start(self) -> asyncio.Task:
+        if self.task is None:
+            self._start_later.cancel()
+            remaining = self.end - asyncio.get_running_loop().time()
+            self.task = asyncio.ensure_future(_controller_cause(self.args, min(CAUSE_PROBE_S, remaining)))
+        return self.task
+
+    async def cancel(self) -> None:
+        self._start_later.cancel()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def _answer(probe: _CauseProbe | None) -> str | None:
+    return None if probe is None else await probe.start()
+
+
+async def _controller_cause(args: argparse.Namespace, timeout_s: float) -> str | None:
+    """A sentence saying the controller quorum has no leader (with the broker's own words) when a broker says
+    so within `timeout_s`, else None."""
+    if timeout_s <= 0:
         return None
     admin = admin_for(args)
     try:
-        said = await admin.quorum_without_leader(timeout_s=min(CAUSE_PROBE_S, args.timeout / 2))
+        said = await admin.quorum_without_leader(timeout_s=timeout_s)
     except Exception:  # noqa: BLE001 - only an explanation: the timeout is reported as it was
         said = None
     finally:
